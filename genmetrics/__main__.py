@@ -1,0 +1,5 @@
+import sys
+
+from genmetrics.cli.main import main
+
+sys.exit(main())

@@ -1,0 +1,331 @@
+"""transformers / peft loading for the VLM backbones (Qwen3-VL for TPIPS, Qwen3.5 for MIE).
+
+Weights policy (DESIGN section 7), shared with :mod:`genmetrics.backbones.weights`:
+
+* a local folder is used as is (``from_pretrained(path)``);
+* a hub id (``"Qwen/Qwen3-VL-Embedding-2B"``) is looked up in ``$GENMETRICS_HOME/hf`` first, then in the
+  default Hugging Face cache (where ``hf download ID`` puts it); if neither has it, it is downloaded into
+  ``$GENMETRICS_HOME/hf`` unless offline (``HF_HUB_OFFLINE``, ``TRANSFORMERS_OFFLINE`` or
+  ``GENMETRICS_OFFLINE`` set, read at call time, so no request is even attempted);
+* anything that fails to resolve raises :class:`~genmetrics.errors.WeightsUnavailableError` naming the
+  weights, where it looked and how to fix it.
+
+``trust_remote_code`` is off by default. Precision: bf16 on CUDA, fp32 on CPU unless ``dtype`` is given.
+Nothing is imported from torch/transformers/peft at module import time.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import warnings
+from pathlib import Path
+from typing import Any
+
+from genmetrics.backbones.weights import genmetrics_home, offline
+from genmetrics.errors import InputError, WeightsUnavailableError
+
+__all__ = [
+    "VLM_KINDS",
+    "add_lora",
+    "hf_cache_dir",
+    "load_peft_adapter",
+    "load_vlm",
+    "resolve_dtype_device",
+]
+
+#: kind -> (config.model_type, base model class, generation model class)
+VLM_KINDS: dict[str, tuple[str, str, str]] = {
+    "qwen3vl": ("qwen3_vl", "Qwen3VLModel", "Qwen3VLForConditionalGeneration"),
+    "qwen3_5": ("qwen3_5", "Qwen3_5Model", "Qwen3_5ForConditionalGeneration"),
+}
+_KIND_ALIASES = {"qwen3_vl": "qwen3vl", "qwen3-vl": "qwen3vl", "qwen3.5": "qwen3_5", "qwen35": "qwen3_5"}
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+_FIX_OPTION = "backbone= (Python) or --weights (command line)"
+
+
+def hf_cache_dir() -> Path:
+    """Where genmetrics caches transformers / peft downloads: ``genmetrics_home() / "hf"``."""
+    return genmetrics_home() / "hf"
+
+
+def resolve_dtype_device(dtype: Any = None, device: Any = None) -> tuple[Any, Any]:
+    """``device`` default: CUDA if available, else CPU. ``dtype`` default: bf16 on CUDA, fp32 elsewhere.
+
+    ``dtype`` may be a ``torch.dtype`` or a string (``"bf16"``, ``"bfloat16"``, ``"fp16"``, ``"fp32"``...).
+    """
+    import torch
+
+    dev = torch.device(device) if device is not None else torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if dtype is None:
+        return (torch.bfloat16 if dev.type == "cuda" else torch.float32), dev
+    if isinstance(dtype, str):
+        names = {
+            "bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp16": torch.float16, "float16": torch.float16,
+            "half": torch.float16, "fp32": torch.float32, "float32": torch.float32, "float": torch.float32,
+        }
+        if dtype.lower() not in names:
+            raise InputError(f"dtype {dtype!r} is not understood; expected one of {sorted(names)} or a torch.dtype")
+        return names[dtype.lower()], dev
+    return dtype, dev
+
+
+def _looks_like_path(s: str) -> bool:
+    return (
+        s.startswith(("/", "./", "../", "~", "\\"))
+        or bool(re.match(r"^[A-Za-z]:[\\/]", s))
+        or s.count("/") > 1
+        or not _HUB_ID.match(s)
+    )
+
+
+def _install_hint(model_id: str) -> str:
+    return (
+        f"Fix: pass a local folder with {_FIX_OPTION}; or set GENMETRICS_HOME to a folder whose hf/ cache holds "
+        f"the weights; or pre-download them on a machine with network access with "
+        f"`hf download {model_id} --cache-dir {hf_cache_dir()}` (formerly `huggingface-cli download`) "
+        "and copy the folder over."
+    )
+
+
+def _unavailable(what: str, looked: list[str], *, cause: BaseException | None = None, hint: str | None = None):
+    why = ""
+    if cause is not None:
+        first = (str(cause).strip().splitlines() or [""])[0][:300]
+        why = f" ({type(cause).__name__}: {first})"
+    mode = " Downloads are disabled (offline mode: HF_HUB_OFFLINE / GENMETRICS_OFFLINE)." if offline() else ""
+    return WeightsUnavailableError(
+        f"weights {what!r} are not available{why}. Looked in: {', '.join(looked)}.{mode} "
+        + (hint if hint is not None else _install_hint(what))
+    )
+
+
+def _resolve(
+    model_id_or_path: str | os.PathLike, *, marker: str, local_files_only: bool | None, revision: str | None
+) -> tuple[str, dict[str, Any], list[str]]:
+    """Return ``(name_or_path, from_pretrained kwargs, places looked)`` or raise WeightsUnavailableError.
+
+    ``marker`` is the file that must exist (``config.json`` for a model, ``adapter_config.json`` for an
+    adapter).
+    """
+    s = os.fspath(model_id_or_path)
+    p = Path(s).expanduser()
+    if p.exists():
+        if not p.is_dir():
+            raise _unavailable(
+                s, [str(p)],
+                hint=f"Fix: pass the checkpoint *folder* (holding {marker}) with {_FIX_OPTION}, not a single file.",
+            )
+        if not (p / marker).is_file():
+            raise _unavailable(
+                s, [str(p)],
+                hint=f"The folder has no {marker}. Fix: pass the folder that save_pretrained() wrote, with {_FIX_OPTION}.",
+            )
+        return str(p), {}, [str(p)]
+    if _looks_like_path(s):
+        raise _unavailable(
+            s, [str(p)],
+            hint=f"No such file or folder. Fix: pass an existing local folder with {_FIX_OPTION}, or a hub id "
+            "such as 'Qwen/Qwen3-VL-2B-Instruct'.",
+        )
+
+    from huggingface_hub import try_to_load_from_cache
+
+    lfo = offline() if local_files_only is None else bool(local_files_only)
+    ours = hf_cache_dir()
+    looked = [f"{ours} (GENMETRICS_HOME cache)"]
+    caches: list[Path | None] = [ours, None]
+    try:
+        from huggingface_hub.constants import HF_HUB_CACHE
+
+        looked.append(f"{HF_HUB_CACHE} (Hugging Face cache)")
+    except Exception:  # noqa: BLE001  # pragma: no cover
+        looked.append("the default Hugging Face cache")
+    for cache in caches:
+        try:
+            hit = try_to_load_from_cache(s, marker, cache_dir=cache, revision=revision)
+        except Exception:  # noqa: BLE001 - malformed ids etc.: treat as a miss
+            hit = None
+        if isinstance(hit, str):
+            kw: dict[str, Any] = {"local_files_only": lfo}
+            if cache is not None:
+                kw["cache_dir"] = str(cache)
+            return s, kw, looked
+    if lfo:
+        raise _unavailable(s, looked)
+    ours.mkdir(parents=True, exist_ok=True)
+    looked.append("the Hugging Face Hub (download)")
+    return s, {"cache_dir": str(ours), "local_files_only": False}, looked
+
+
+def load_vlm(
+    model_id_or_path: str | os.PathLike,
+    *,
+    kind: str | None = None,
+    dtype: Any = None,
+    device: Any = None,
+    attn_implementation: str = "sdpa",
+    trust_remote_code: bool = False,
+    local_files_only: bool | None = None,
+    revision: str | None = None,
+    for_generation: bool = False,
+) -> tuple[Any, Any]:
+    """Load a Qwen3-VL or Qwen3.5 VLM and its processor: returns ``(model, processor)``.
+
+    Args:
+        model_id_or_path: a local ``save_pretrained`` folder or a hub id.
+        kind: ``"qwen3vl"`` (``Qwen3VLModel``), ``"qwen3_5"`` (``Qwen3_5Model``) or ``None`` to read it from
+            the checkpoint's ``config.json`` (``model_type``). A mismatch raises ``InputError``.
+        dtype: ``torch.dtype`` or string; default bf16 on CUDA, fp32 on CPU.
+        device: default CUDA if available, else CPU.
+        attn_implementation: ``"sdpa"`` (default; needed for custom 4D boolean masks), ``"eager"`` or
+            ``"flash_attention_2"``.
+        trust_remote_code: off by default (DESIGN section 7).
+        local_files_only: ``None`` = only when offline (``HF_HUB_OFFLINE`` etc.); ``True`` never downloads.
+        revision: hub revision (branch, tag or commit).
+        for_generation: load ``*ForConditionalGeneration`` (with LM head) instead of the base model, e.g.
+            for the generative triplet-head baseline.
+
+    The processor is ``AutoProcessor.from_pretrained`` of the same checkpoint, so its image settings
+    (patch 16, merge 2, mean/std 0.5, pixel budget) follow the checkpoint; if its patch/merge sizes
+    disagree with the model's vision config they are corrected to the model's values with a warning.
+    The model is returned in eval mode on ``device``.
+    """
+    import transformers
+
+    if kind is not None:
+        kind = _KIND_ALIASES.get(kind, kind)
+        if kind not in VLM_KINDS:
+            raise InputError(f"kind={kind!r} is not supported; expected one of {sorted(VLM_KINDS)} or None")
+    torch_dtype, dev = resolve_dtype_device(dtype, device)
+    name, kw, looked = _resolve(model_id_or_path, marker="config.json", local_files_only=local_files_only,
+                                revision=revision)
+    if revision is not None:
+        kw["revision"] = revision
+    what = os.fspath(model_id_or_path)
+
+    try:
+        config = transformers.AutoConfig.from_pretrained(name, trust_remote_code=trust_remote_code, **kw)
+    except OSError as e:
+        raise _unavailable(what, looked, cause=e) from e
+    model_type = getattr(config, "model_type", None)
+    detected = next((k for k, (mt, _, _) in VLM_KINDS.items() if mt == model_type), None)
+    if kind is None:
+        if detected is None:
+            raise InputError(
+                f"{what!r} has model_type {model_type!r}; load_vlm supports "
+                f"{sorted(mt for mt, _, _ in VLM_KINDS.values())} (Qwen3-VL, Qwen3.5)"
+            )
+        kind = detected
+    elif detected != kind:
+        raise InputError(
+            f"kind={kind!r} expects model_type {VLM_KINDS[kind][0]!r} but {what!r} has model_type {model_type!r}"
+        )
+    _, base_cls, gen_cls = VLM_KINDS[kind]
+    model_cls = getattr(transformers, gen_cls if for_generation else base_cls)
+
+    try:
+        processor = transformers.AutoProcessor.from_pretrained(name, trust_remote_code=trust_remote_code, **kw)
+    except OSError as e:
+        raise _unavailable(what, looked, cause=e) from e
+    _align_processor(processor, config)
+
+    try:
+        model = model_cls.from_pretrained(
+            name, config=config, dtype=torch_dtype, attn_implementation=attn_implementation,
+            trust_remote_code=trust_remote_code, **kw,
+        )
+    except OSError as e:
+        raise _unavailable(what, looked, cause=e) from e
+    model = model.to(dev).eval()
+    return model, processor
+
+
+def _align_processor(processor: Any, config: Any) -> None:
+    vc = getattr(config, "vision_config", None)
+    if vc is None:
+        return
+    want = {"patch_size": vc.patch_size, "merge_size": vc.spatial_merge_size, "temporal_patch_size": vc.temporal_patch_size}
+    for attr in ("image_processor", "video_processor"):
+        sub = getattr(processor, attr, None)
+        if sub is None:
+            continue
+        wrong = {k: (getattr(sub, k, None), v) for k, v in want.items() if getattr(sub, k, v) != v}
+        if wrong:
+            warnings.warn(
+                f"{attr} settings {', '.join(f'{k}={a}' for k, (a, _) in wrong.items())} disagree with the model's "
+                f"vision config; using {', '.join(f'{k}={b}' for k, (_, b) in wrong.items())}",
+                stacklevel=3,
+            )
+            for k, (_, v) in wrong.items():
+                setattr(sub, k, v)
+
+
+def load_peft_adapter(
+    model: Any,
+    adapter_path_or_id: str | os.PathLike,
+    *,
+    is_trainable: bool = False,
+    adapter_name: str = "default",
+    local_files_only: bool | None = None,
+    revision: str | None = None,
+) -> Any:
+    """Wrap ``model`` with a saved peft adapter (``PeftModel.from_pretrained``), same weights policy as
+    :func:`load_vlm` (local folder with ``adapter_config.json``, or a hub id looked up in the caches).
+
+    ``is_trainable=False`` (default) returns an inference-mode adapter.
+    """
+    from peft import PeftModel
+
+    name, kw, looked = _resolve(adapter_path_or_id, marker="adapter_config.json",
+                                local_files_only=local_files_only, revision=revision)
+    if revision is not None:
+        kw["revision"] = revision
+    what = os.fspath(adapter_path_or_id)
+    try:
+        return PeftModel.from_pretrained(model, name, adapter_name=adapter_name, is_trainable=is_trainable, **kw)
+    except OSError as e:
+        raise _unavailable(what, looked, cause=e) from e
+    except ValueError as e:
+        if "adapter_config.json" in str(e) or "Can't find" in str(e):
+            raise _unavailable(what, looked, cause=e) from e
+        raise
+
+
+def add_lora(
+    model: Any,
+    r: int = 16,
+    alpha: int | None = None,
+    dropout: float = 0.05,
+    target_modules: str | list[str] = "all-linear",
+    exclude_modules: str | list[str] | None = r".*visual.*",
+    *,
+    modules_to_save: list[str] | None = None,
+) -> Any:
+    """LoRA on the language tower only (DESIGN section 4/9): returns a ``peft.PeftModel``.
+
+    Defaults: r=16, alpha=2r, dropout 0.05, ``target_modules="all-linear"`` (every ``nn.Linear`` except
+    the LM head), ``exclude_modules=r".*visual.*"`` (the vision tower, incl. its mergers and DeepStack
+    mergers, gets no adapters). Every parameter whose name contains ``visual`` is frozen afterwards,
+    whatever the arguments. ``modules_to_save`` are full-trainable copies; they must name modules that
+    are not ``nn.ModuleList`` (wrap a list of heads in a module). LoRA B starts at zero, so the wrapped
+    model initially computes exactly what the base model does, and lora_A gradients are zero at step 0.
+    """
+    from peft import LoraConfig, get_peft_model
+
+    if r <= 0:
+        raise InputError(f"LoRA rank r must be positive, got {r}")
+    config = LoraConfig(
+        r=r,
+        lora_alpha=2 * r if alpha is None else alpha,
+        lora_dropout=dropout,
+        target_modules=target_modules,
+        exclude_modules=exclude_modules,
+        modules_to_save=modules_to_save,
+        bias="none",
+    )
+    peft_model = get_peft_model(model, config)
+    for n, p in peft_model.named_parameters():
+        if "visual" in n:
+            p.requires_grad_(False)
+    return peft_model

@@ -1,0 +1,175 @@
+"""Embedding baselines: CLIP-I (image-image), CLIP-T (CLIPScore, image-text) and DINO-I.
+
+Each takes a caller-built backbone (``backbone=``, plus ``tokenizer=`` for CLIP-T) or loads its default
+weights lazily on first use. Image embeddings can be cached on disk (``cache_dir=``), keyed by image
+content and weights identity.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from genmetrics.backbones.openclip import clip_image_batch, load_open_clip, tokenize
+from genmetrics.data.cache import FeatureCache
+from genmetrics.data.images import ResizePolicy, as_image_list, load_batch
+from genmetrics.errors import InputError
+from genmetrics.metric import SampleMetric, as_text_list
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+
+
+class _EmbeddingMetric(SampleMetric):
+    higher_is_better = True
+    default_weights = ""
+
+    def __init__(self, *, backbone: Any = None, weights: str | None = None, data_range: float = 1.0,
+                 cache_dir: str | os.PathLike | None = None, batch_size: int = 32, **kwargs: Any) -> None:
+        super().__init__(batch_size=batch_size, **kwargs)
+        if backbone is not None and weights is not None:
+            raise InputError(f"{self.name}: pass either backbone= (a built model) or weights= (a name to load), not both")
+        self.weights = weights or (None if backbone is not None else self.default_weights)
+        self.data_range = float(data_range)
+        self._cache_dir = cache_dir
+        self._cache: FeatureCache | None = None
+        if backbone is not None:
+            self._set_backbone(backbone)
+
+    def _set_backbone(self, backbone: Any, **extra: Any) -> None:
+        self.register_backbone("backbone", backbone)
+        for k, v in extra.items():
+            setattr(self, k, v)
+
+    def _model(self) -> Any:
+        if "backbone" not in self._backbones:
+            self._load_default()
+        return self._backbones["backbone"]
+
+    def _load_default(self) -> None:
+        raise NotImplementedError
+
+    def _embed_raw(self, images: list[Any]) -> torch.Tensor:
+        raise NotImplementedError
+
+    def embed(self, images: Any) -> torch.Tensor:
+        """L2-normalised float32 image embeddings ``[B,D]`` (cached on disk when ``cache_dir`` is set)."""
+        items = as_image_list(images, name="images")
+        model = self._model()
+        if self._cache_dir is None:
+            with torch.inference_mode():
+                return F.normalize(self._embed_raw(items).float(), dim=-1)
+        if self._cache is None:
+            self._cache = FeatureCache(f"{type(self).__name__}:{self.weights or id(model)}", self._cache_dir)
+        out: list[torch.Tensor | None] = [None] * len(items)
+        todo = []
+        for i, x in enumerate(items):
+            hit = self._cache.get(x)
+            if hit is not None:
+                out[i] = hit["embedding"]
+            else:
+                todo.append(i)
+        if todo:
+            with torch.inference_mode():
+                new = F.normalize(self._embed_raw([items[i] for i in todo]).float(), dim=-1).cpu()
+            for j, i in enumerate(todo):
+                out[i] = new[j]
+                self._cache.put(items[i], {"embedding": new[j]})
+        return torch.stack(out).to(self.device)  # type: ignore[arg-type]
+
+
+class _ImagePairMetric(_EmbeddingMetric):
+    def _prepare(self, reference: Any, candidates: Any, condition: Any) -> dict[str, list[Any]]:
+        if reference is None or candidates is None:
+            raise InputError(f"{self.name}: needs reference images and candidates, one reference per candidate")
+        if condition is not None:
+            raise InputError(f"{self.name}: takes no condition (text); use clip_t for image-text alignment")
+        return {"reference": as_image_list(reference, name="reference"),
+                "candidates": as_image_list(candidates, name="candidates")}
+
+    def _score_batch(self, batch: dict[str, list[Any]]) -> torch.Tensor:
+        a = self.embed(batch["reference"])
+        b = self.embed(batch["candidates"])
+        return (a * b).sum(-1).double()
+
+
+class _ClipMixin:
+    default_weights = "ViT-B-32-quickgelu/openai"
+
+    def _load_default(self) -> None:
+        model, _, tokenizer = load_open_clip(self.weights, device=self.device)  # type: ignore[attr-defined]
+        self._set_backbone(model, tokenizer=tokenizer)  # type: ignore[attr-defined]
+
+    def _embed_raw(self, images: list[Any]) -> torch.Tensor:
+        model = self._model()  # type: ignore[attr-defined]
+        x = clip_image_batch(images, model, data_range=self.data_range)  # type: ignore[attr-defined]
+        return model.encode_image(x)
+
+
+class CLIPImageSimilarity(_ClipMixin, _ImagePairMetric):
+    """CLIP-I: ``cos(E_v(reference), E_v(candidate))`` with an open_clip model."""
+
+    name = "clip_i"
+
+
+class CLIPTextScore(_ClipMixin, _EmbeddingMetric):
+    """CLIP-T / CLIPScore (DESIGN Eq. 1): ``100 * cos(E_v(image), E_t(text))``, no clamp, no 2.5 weight."""
+
+    name = "clip_t"
+
+    def __init__(self, *, backbone: Any = None, tokenizer: Any = None, **kwargs: Any) -> None:
+        if backbone is not None and tokenizer is None:
+            raise InputError("clip_t: backbone= needs its tokenizer= (open_clip.get_tokenizer(model_name))")
+        self.tokenizer = tokenizer
+        super().__init__(backbone=backbone, **kwargs)
+
+    def _prepare(self, reference: Any, candidates: Any, condition: Any) -> dict[str, list[Any]]:
+        if reference is not None:
+            raise InputError("clip_t: takes no reference images; pass candidates and condition (prompts)")
+        if candidates is None or condition is None:
+            raise InputError("clip_t: needs candidates (images) and condition (one prompt per image)")
+        return {"candidates": as_image_list(candidates, name="candidates"),
+                "condition": as_text_list(condition, name="condition")}
+
+    def _score_batch(self, batch: dict[str, list[Any]]) -> torch.Tensor:
+        model = self._model()
+        img = self.embed(batch["candidates"])
+        with torch.inference_mode():
+            ids = tokenize(self.tokenizer, batch["condition"], name="condition").to(self.device)
+            txt = F.normalize(model.encode_text(ids).float(), dim=-1)
+        return (100.0 * (img * txt).sum(-1)).double()
+
+
+class DINOSimilarity(_ImagePairMetric):
+    """DINO-I: cosine of DINOv2 [CLS] (``pooler_output``) embeddings. Images are resized (shorter side,
+    bicubic) and centre-cropped to the model's ``config.image_size`` and normalised with ImageNet
+    statistics; the default weights are ``facebook/dinov2-base`` at 224 px."""
+
+    name = "dino"
+    default_weights = "facebook/dinov2-base"
+
+    def _load_default(self) -> None:
+        from transformers import AutoModel
+
+        from genmetrics.backbones.weights import genmetrics_home, weights_unavailable
+
+        try:
+            model = AutoModel.from_pretrained(self.weights, cache_dir=str(genmetrics_home() / "hf"))
+        except OSError as e:
+            raise weights_unavailable(str(self.weights), str(genmetrics_home() / "hf"), "backbone=... or weights=/local/dir", e) from None
+        self._set_backbone(model)
+
+    def _embed_raw(self, images: list[Any]) -> torch.Tensor:
+        model = self._model()
+        size = int(getattr(model.config, "image_size", 224))
+        if size == 518:  # DINOv2 checkpoints declare 518 (position table) but are evaluated at 224
+            size = 224
+        policy = ResizePolicy("shorter_side_center_crop", size)
+        x = policy.stack(load_batch(images, data_range=self.data_range, name="images"))
+        mean = torch.tensor(IMAGENET_MEAN).view(1, 3, 1, 1)
+        std = torch.tensor(IMAGENET_STD).view(1, 3, 1, 1)
+        x = ((x - mean) / std).to(self.device)
+        return model(pixel_values=x).pooler_output

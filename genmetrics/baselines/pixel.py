@@ -1,0 +1,126 @@
+"""Weight-free pixel metrics on torchmetrics' functional code: PSNR, SSIM, MS-SSIM.
+
+Images are compared at their own size: a candidate whose size differs from its reference is an error
+unless ``resize="to_first"`` (the candidate is resized to its reference with bicubic antialiasing).
+Scores are computed in float64 on [0,1] images (``data_range`` describes float *inputs*).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torchmetrics.functional.image import (
+    multiscale_structural_similarity_index_measure,
+    peak_signal_noise_ratio,
+    structural_similarity_index_measure,
+)
+
+from genmetrics.data.images import ResizePolicy, as_image_list, to_tensor
+from genmetrics.errors import InputError
+from genmetrics.metric import SampleMetric
+
+
+class _PairedPixelMetric(SampleMetric):
+    higher_is_better = True
+
+    def __init__(self, *, resize: str = "none", data_range: float = 1.0, batch_size: int = 32, **kwargs: Any) -> None:
+        super().__init__(batch_size=batch_size, **kwargs)
+        if resize not in ("none", "to_first"):
+            raise InputError(f"resize: expected 'none' or 'to_first' for pixel metrics, got {resize!r}")
+        if not (isinstance(data_range, (int, float)) and data_range > 0):
+            raise InputError(f"data_range: expected a positive number (1.0 or 255.0), got {data_range!r}")
+        self.resize = ResizePolicy(resize)
+        self.data_range = float(data_range)
+
+    def _prepare(self, reference: Any, candidates: Any, condition: Any) -> dict[str, list[Any]]:
+        if reference is None:
+            raise InputError(f"{self.name}: reference images are required (one per candidate)")
+        if candidates is None:
+            raise InputError(f"{self.name}: candidates are required")
+        if condition is not None:
+            raise InputError(f"{self.name}: takes no condition (text); remove it or use clip_t for image-text scores")
+        return {"reference": as_image_list(reference, name="reference"),
+                "candidates": as_image_list(candidates, name="candidates")}
+
+    def _pair(self, ref: Any, cand: Any, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        r = to_tensor(ref, data_range=self.data_range, name=f"reference[{i}]")
+        c = to_tensor(cand, data_range=self.data_range, name=f"candidates[{i}]")
+        if r.shape != c.shape:
+            if self.resize.name == "none":
+                raise InputError(
+                    f"candidates[{i}]: size {tuple(c.shape[1:])} differs from its reference {tuple(r.shape[1:])}; "
+                    f"resize the images or pass resize='to_first' to resize candidates to their reference"
+                )
+            c = self.resize.apply_one(c, (int(r.shape[1]), int(r.shape[2])))
+        return r.double(), c.double()
+
+    def _score_batch(self, batch: dict[str, list[Any]]) -> torch.Tensor:
+        pairs = [self._pair(r, c, i) for i, (r, c) in enumerate(zip(batch["reference"], batch["candidates"]))]
+        # Group equal sizes so each group is one batched call; order is restored afterwards.
+        out = torch.empty(len(pairs), dtype=torch.float64)
+        groups: dict[tuple, list[int]] = {}
+        for i, (r, _) in enumerate(pairs):
+            groups.setdefault(tuple(r.shape), []).append(i)
+        for idx in groups.values():
+            refs = torch.stack([pairs[i][0] for i in idx])
+            cands = torch.stack([pairs[i][1] for i in idx])
+            out[idx] = self._fn(cands, refs).reshape(-1).double()
+        return out
+
+    def _fn(self, preds: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+
+class PSNR(_PairedPixelMetric):
+    """PSNR in dB per image, ``10 log10(1 / MSE)`` on [0,1] images; identical images give ``max_db``."""
+
+    name = "psnr"
+
+    def __init__(self, *, max_db: float = 100.0, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.max_db = float(max_db)
+
+    def _fn(self, preds: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        v = peak_signal_noise_ratio(preds, target, data_range=1.0, reduction="none", dim=(1, 2, 3))
+        return v.clamp(max=self.max_db)
+
+
+class SSIM(_PairedPixelMetric):
+    """SSIM per image (Gaussian kernel 11, sigma 1.5, K1 0.01, K2 0.03)."""
+
+    name = "ssim"
+
+    def __init__(self, *, kernel_size: int = 11, sigma: float = 1.5, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.kernel_size, self.sigma = int(kernel_size), float(sigma)
+
+    def _fn(self, preds: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        if min(preds.shape[-2:]) < self.kernel_size:
+            raise InputError(f"ssim: images of {tuple(preds.shape[-2:])} are smaller than the {self.kernel_size}px window; "
+                             "pass kernel_size=... smaller or use larger images")
+        return structural_similarity_index_measure(preds, target, data_range=1.0, reduction="none",
+                                                   kernel_size=self.kernel_size, sigma=self.sigma)
+
+
+class MSSSIM(_PairedPixelMetric):
+    """MS-SSIM per image with the standard 5 scale weights; each side must exceed (kernel-1)*2^(scales-1)."""
+
+    name = "ms_ssim"
+
+    def __init__(self, *, kernel_size: int = 11, betas: tuple[float, ...] = (0.0448, 0.2856, 0.3001, 0.2363, 0.1333),
+                 **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.kernel_size, self.betas = int(kernel_size), tuple(float(b) for b in betas)
+
+    def _fn(self, preds: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        need = (self.kernel_size - 1) * 2 ** (len(self.betas) - 1)
+        if min(preds.shape[-2:]) <= need:
+            raise InputError(
+                f"ms_ssim: images of {tuple(preds.shape[-2:])} are too small for {len(self.betas)} scales with an "
+                f"{self.kernel_size}px window (each side must exceed {need}); use larger images, fewer betas "
+                "(e.g. betas=(0.0448, 0.2856, 0.3001)) or a smaller kernel_size"
+            )
+        return multiscale_structural_similarity_index_measure(
+            preds, target, data_range=1.0, reduction="none", kernel_size=self.kernel_size, betas=self.betas,
+            normalize="relu")

@@ -1,0 +1,1 @@
+"""The ``genmetrics`` command line (click). Subcommands load lazily so ``genmetrics list`` is fast."""

@@ -1,0 +1,189 @@
+"""``genmetrics list``, ``info`` and ``score``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+
+from genmetrics.cli.common import echo_json, parse_options, progress
+
+
+@click.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list of metric cards.")
+@click.argument("pattern", required=False, default="*")
+def list_cmd(pattern: str, as_json: bool) -> None:
+    """List registered metrics (optionally matching an fnmatch PATTERN)."""
+    from genmetrics.registry import list_metrics, metric_info
+
+    names = list_metrics(pattern)
+    if as_json:
+        echo_json([metric_info(n) for n in names])
+        return
+    width = max((len(n) for n in names), default=4)
+    for n in names:
+        info = metric_info(n)
+        arrow = {True: "higher=better", False: "lower=better", None: ""}[info["higher_is_better"]]
+        click.echo(f"{n:<{width}}  {info['family']:<9}  {arrow:<13}  {info['summary']}")
+
+
+@click.command("info")
+@click.argument("name")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def info_cmd(name: str, as_json: bool) -> None:
+    """Show a metric's card: inputs, direction, range, paper, default weights and options."""
+    from genmetrics.registry import metric_info, metric_options
+
+    info = metric_info(name)
+    info["options"] = metric_options(name)
+    if as_json:
+        echo_json(info)
+        return
+    for k, v in info.items():
+        if isinstance(v, dict):
+            click.echo(f"{k}:")
+            for kk, vv in v.items():
+                click.echo(f"  {kk}: {vv}")
+        else:
+            click.echo(f"{k}: {v}")
+
+
+def _expand(paths: tuple[str, ...], role: str) -> list[Path]:
+    from genmetrics.data.images import list_images
+
+    out: list[Path] = []
+    for p in paths:
+        out.extend(list_images(p))
+    if not out:
+        raise click.UsageError(f"--{role}: no images given")
+    return out
+
+
+def _conditions(values: tuple[str, ...], n: int) -> list[str] | None:
+    from genmetrics.errors import InputError
+
+    if not values:
+        return None
+    texts = list(values)
+    if len(texts) == 1 and texts[0].startswith("@"):
+        f = Path(texts[0][1:])
+        if not f.exists():
+            raise InputError(f"--condition {texts[0]!r}: file {str(f)!r} does not exist")
+        texts = [ln.rstrip("\n") for ln in f.read_text(encoding="utf-8").splitlines() if ln.strip()]
+    if len(texts) == 1:
+        return texts * n
+    if len(texts) != n:
+        raise InputError(f"--condition: got {len(texts)} texts for {n} candidates; give one text for all or one per candidate")
+    return texts
+
+
+def _validate_files(files: list[Path]) -> None:
+    """Open every image header before any weights load (corrupt files fail fast, with their name)."""
+    from PIL import Image
+
+    from genmetrics.data.images import load_image
+    from genmetrics.errors import InputError
+
+    for f in files:
+        try:
+            with Image.open(f) as im:
+                im.verify()
+        except Exception:  # noqa: BLE001 - load_image gives the precise message
+            load_image(f)
+            raise InputError(f"{str(f)!r} is not a readable image") from None
+
+
+@click.command("score")
+@click.argument("name")
+@click.option("--reference", "-r", multiple=True, help="Reference image files or folders (matched to candidates by file stem).")
+@click.option("--candidates", "-c", multiple=True, required=True, help="Candidate image files or folders.")
+@click.option("--condition", "-t", multiple=True, help="Text condition(s): one for all, one per candidate, or @file.txt.")
+@click.option("--attributes", help="Attribute set name or text file (raclip metrics).")
+@click.option("--weights", help="Weights to use instead of the default (tag, hub id or local path).")
+@click.option("--option", "options", multiple=True, help="Extra metric option KEY=VALUE (JSON values).")
+@click.option("--batch-size", type=int, default=None, help="Images per forward pass.")
+@click.option("--device", default=None, help="cpu, cuda, cuda:1 ... (default: CUDA if available).")
+@click.option("--out", type=click.Path(dir_okay=False), help="Write per-sample results (.jsonl) or a summary (.json).")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def score_cmd(name: str, reference: tuple[str, ...], candidates: tuple[str, ...], condition: tuple[str, ...],
+              attributes: str | None, weights: str | None, options: tuple[str, ...], batch_size: int | None,
+              device: str | None, out: str | None, as_json: bool) -> None:
+    """Score candidate images with metric NAME."""
+    import torch
+
+    from genmetrics.data.images import match_by_stem
+    from genmetrics.data.results import atomic_write_json, dumps_line
+    from genmetrics.errors import InputError
+    from genmetrics.registry import create_metric, get_card
+
+    card = get_card(name)
+    kwargs: dict[str, Any] = parse_options(options)
+    if attributes:
+        kwargs["attributes"] = attributes
+    if weights:
+        kwargs["weights"] = weights
+    if batch_size:
+        kwargs["batch_size"] = batch_size
+    if device:
+        kwargs["device"] = device
+    cand_files = _expand(candidates, "candidates")
+    needs_ref = "reference" in card.inputs
+    ref_files = _expand(reference, "reference") if reference else []
+    if needs_ref and not ref_files and "condition" not in card.inputs and card.level != "set":
+        raise InputError(f"{name}: --reference is required ({card.inputs['reference']})")
+    if "condition" in card.inputs and not condition and "attributes" not in kwargs and name not in ("raclip",):
+        if "reference" not in card.inputs or name in ("clip_t", "tpips", "mie"):
+            raise InputError(f"{name}: --condition is required ({card.inputs['condition']})")
+    # Pair up inputs (before any weights load).
+    if card.level == "set":
+        if not ref_files:
+            raise InputError(f"{name}: --reference (the real set) is required for set-level metrics")
+        ids = [p.stem for p in cand_files]
+        refs: list[Any] | None = ref_files
+    elif "reference_sets" in card.tags:
+        ids, refs = [p.stem for p in cand_files], [ref_files] * len(cand_files) if ref_files else None
+    elif ref_files:
+        if len(ref_files) == 1 and len(cand_files) > 1:
+            pairs = [(c.stem, ref_files[0], c) for c in cand_files]
+        else:
+            pairs = match_by_stem(ref_files, cand_files)
+        ids, refs, cand_files = [p[0] for p in pairs], [p[1] for p in pairs], [p[2] for p in pairs]
+    else:
+        ids, refs = [p.stem for p in cand_files], None
+    conds = _conditions(condition, len(cand_files))
+    _validate_files(cand_files + (ref_files if refs is not None else []))
+
+    metric = create_metric(name, **kwargs)
+    bs = max(1, getattr(metric, "batch_size", 32))
+    with torch.inference_mode():
+        if card.level == "set":
+            for i in progress(range(0, len(ref_files), bs), desc=f"{name}: reference", unit="batch"):
+                metric.update(reference=ref_files[i:i + bs])
+            for i in progress(range(0, len(cand_files), bs), desc=f"{name}: candidates", unit="batch"):
+                metric.update(candidates=cand_files[i:i + bs])
+        else:
+            for i in progress(range(0, len(cand_files), bs), desc=name, unit="batch"):
+                sl = slice(i, i + bs)
+                metric.update(reference=refs[sl] if refs is not None else None, candidates=cand_files[sl],
+                              condition=conds[sl] if conds is not None else None, ids=ids[sl])
+        value = metric.compute()
+    result: dict[str, Any] = {"metric": name, "n": len(cand_files), "value": value}
+    per = metric.per_sample() if hasattr(metric, "per_sample") and card.level != "set" else None
+    if out:
+        outp = Path(out)
+        if outp.suffix == ".jsonl":
+            if per is None:
+                raise InputError(f"--out {out!r}: {name} is a set-level metric; write a .json summary instead")
+            lines = [dumps_line({"metric": name, "id": i, "score": s}) for i, s in zip(per["ids"], per["scores"].tolist())]
+            outp.parent.mkdir(parents=True, exist_ok=True)
+            outp.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        else:
+            atomic_write_json(outp, {**result, "per_sample": per})
+    if as_json:
+        echo_json({**result, "per_sample": per})
+    else:
+        from genmetrics.data.results import _jsonable
+
+        click.echo(f"{name}: {json.dumps(_jsonable(value))}  (n={len(cand_files)})")

@@ -1,0 +1,119 @@
+"""``genmetrics`` entry point.
+
+Exit codes: 0 success; 2 bad input or usage (one line ``error: ...`` naming the input); 1 environment
+(missing weights, out of memory, ...). ``--debug`` shows tracebacks. Subcommands live with their
+family (``genmetrics/<family>/cli.py``) and are imported only when called.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import sys
+import traceback
+from typing import Any
+
+import click
+
+# command name -> "module:attribute" (a click.Command or click.Group)
+LAZY_COMMANDS: dict[str, str] = {
+    "list": "genmetrics.cli.basic:list_cmd",
+    "info": "genmetrics.cli.basic:info_cmd",
+    "score": "genmetrics.cli.basic:score_cmd",
+    "compare": "genmetrics.raclip.cli:compare_cmd",
+    "train": "genmetrics.cli.main:train_group",
+    "evaluate-human": "genmetrics.cli.main:evaluate_group",
+    "retrieve": "genmetrics.tpips.cli:retrieve_cmd",
+    "rank-generators": "genmetrics.mie.cli:rank_cmd",
+    "leaderboard": "genmetrics.leaderboard.cli:leaderboard_cmd",
+}
+TRAIN_COMMANDS = {"tpips": "genmetrics.tpips.cli:train_cmd", "mie": "genmetrics.mie.cli:train_cmd"}
+EVALUATE_COMMANDS = {"tpips": "genmetrics.tpips.cli:evaluate_cmd", "mie": "genmetrics.mie.cli:evaluate_cmd"}
+
+
+class LazyGroup(click.Group):
+    def __init__(self, *args: Any, lazy: dict[str, str] | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.lazy = dict(lazy or {})
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(set(super().list_commands(ctx)) | set(self.lazy))
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name in self.lazy:
+            module, _, attr = self.lazy[name].partition(":")
+            try:
+                return getattr(importlib.import_module(module), attr)
+            except (ImportError, AttributeError) as e:
+                raise click.UsageError(f"command {name!r} is not available in this installation ({e})") from None
+        return super().get_command(ctx, name)
+
+
+@click.group(cls=LazyGroup, lazy=TRAIN_COMMANDS, name="train")
+def train_group() -> None:
+    """Train a learned metric (tpips, mie) on your own human judgments."""
+
+
+@click.group(cls=LazyGroup, lazy=EVALUATE_COMMANDS, name="evaluate-human")
+def evaluate_group() -> None:
+    """Measure a learned metric's agreement with human judgments."""
+
+
+@click.group(cls=LazyGroup, lazy=LAZY_COMMANDS, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="genmetrics")
+@click.option("--debug", is_flag=True, help="Show full tracebacks on errors.")
+@click.option("-v", "--verbose", count=True, help="More log output (-vv for debug logs).")
+@click.pass_context
+def cli(ctx: click.Context, debug: bool, verbose: int) -> None:
+    """Evaluate generative image models: RA-CLIPScore (SaD/PaD/R-SaD), TPIPS, MIE and baselines."""
+    ctx.ensure_object(dict)
+    ctx.obj["debug"] = debug
+    logging.basicConfig(level=[logging.WARNING, logging.INFO, logging.DEBUG][min(verbose, 2)],
+                        format="%(levelname)s %(name)s: %(message)s")
+
+
+def _first_line(err: BaseException) -> str:
+    msg = str(err).strip() or type(err).__name__
+    return " ".join(msg.split())
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the CLI; map errors to exit codes and a single ``error:`` line."""
+    from genmetrics.errors import GenmetricsError, InputError
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in args
+    try:
+        cli.main(args=args, prog_name="genmetrics", standalone_mode=False)
+        return 0
+    except click.exceptions.Abort:
+        click.echo("error: aborted", err=True)
+        return 130
+    except click.exceptions.Exit as e:
+        return int(e.exit_code or 0)
+    except click.ClickException as e:
+        if debug:
+            traceback.print_exc()
+        click.echo(f"error: {_first_line(e.format_message() if hasattr(e, 'format_message') else e)}", err=True)
+        return 2
+    except KeyboardInterrupt:
+        click.echo("error: interrupted; finished results were kept", err=True)
+        return 130
+    except (InputError, ValueError, FileNotFoundError, IsADirectoryError, NotADirectoryError) as e:
+        if debug:
+            traceback.print_exc()
+        click.echo(f"error: {_first_line(e)}", err=True)
+        return 2
+    except (GenmetricsError, OSError, RuntimeError, MemoryError) as e:
+        if debug:
+            traceback.print_exc()
+        click.echo(f"error: {_first_line(e)}", err=True)
+        return 1
+
+
+def entry() -> None:  # pragma: no cover - console script shim
+    sys.exit(main())
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Image loading and validation, datasets, batching, caching and device helpers shared by all families."""

@@ -1,0 +1,113 @@
+"""Batching shared by every family: fixed-size chunks with CUDA out-of-memory back-off, token-budget
+batches for samples of different sizes (MIE), and a DataLoader path that decodes images in workers."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, TypeVar
+
+import torch
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+def _is_oom(err: BaseException) -> bool:
+    if isinstance(err, torch.cuda.OutOfMemoryError):
+        return True
+    return isinstance(err, RuntimeError) and "out of memory" in str(err).lower()
+
+
+def map_batches(fn: Callable[[slice], T], n: int, batch_size: int, *, min_batch_size: int = 1) -> list[T]:
+    """Call ``fn`` on consecutive slices covering ``range(n)`` and return the results in order.
+
+    On a CUDA out-of-memory error the slice is retried with half the batch size (down to
+    ``min_batch_size``); the smaller size is kept for the rest of the run. Every sample is scored
+    exactly once and the order is kept.
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    out: list[T] = []
+    start, bs = 0, batch_size
+    while start < n:
+        stop = min(n, start + bs)
+        try:
+            out.append(fn(slice(start, stop)))
+        except Exception as err:  # noqa: BLE001 - re-raised unless it is an OOM we can back off from
+            if not _is_oom(err) or bs <= min_batch_size:
+                raise
+            bs = max(min_batch_size, bs // 2)
+            log.warning("CUDA out of memory at batch size %d; retrying with %d", stop - start, bs)
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+            continue
+        start = stop
+    return out
+
+
+def fixed_batches(items: Sequence[T], batch_size: int) -> Iterator[list[T]]:
+    """Consecutive chunks of ``batch_size`` items (the last may be smaller)."""
+    for i in range(0, len(items), batch_size):
+        yield list(items[i:i + batch_size])
+
+
+def token_budget_batches(
+    costs: Sequence[int], budget: int, *, max_batch_size: int | None = None, sort: bool = True
+) -> list[list[int]]:
+    """Group sample indices into batches whose padded cost ``len(batch) * max(cost)`` stays within
+    ``budget``. With ``sort=True`` samples of similar cost are grouped (less padding); the returned
+    index lists still cover every sample exactly once. A sample larger than the budget gets a batch
+    of its own."""
+    if budget < 1:
+        raise ValueError(f"token budget must be >= 1, got {budget}")
+    order = sorted(range(len(costs)), key=lambda i: (costs[i], i)) if sort else list(range(len(costs)))
+    batches: list[list[int]] = []
+    cur: list[int] = []
+    cur_max = 0
+    for i in order:
+        c = int(costs[i])
+        new_max = max(cur_max, c)
+        too_big = cur and (new_max * (len(cur) + 1) > budget or (max_batch_size and len(cur) >= max_batch_size))
+        if too_big:
+            batches.append(cur)
+            cur, new_max = [], c
+        cur.append(i)
+        cur_max = new_max
+    if cur:
+        batches.append(cur)
+    return batches
+
+
+def padding_efficiency(costs: Sequence[int], batches: Sequence[Sequence[int]]) -> float:
+    """Useful tokens over padded tokens for a batching of samples with the given costs."""
+    useful = sum(int(costs[i]) for b in batches for i in b)
+    padded = sum(len(b) * max(int(costs[i]) for i in b) for b in batches if b)
+    return useful / padded if padded else 1.0
+
+
+class _ImageFiles(torch.utils.data.Dataset):
+    def __init__(self, paths: Sequence[Any], loader: Callable[[Any], Any]):
+        self.paths, self.loader = list(paths), loader
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, i: int) -> tuple[int, Any]:
+        try:
+            return i, self.loader(self.paths[i])
+        except Exception as err:  # noqa: BLE001 - reported to the caller, which decides to skip or stop
+            return i, err
+
+
+def iter_decoded(
+    paths: Sequence[Any], loader: Callable[[Any], Any], *, batch_size: int = 32, num_workers: int = 0
+) -> Iterator[list[tuple[int, Any]]]:
+    """Decode files in DataLoader worker processes; yields lists of ``(index, decoded or exception)``
+    in input order, so a bad file can be reported and skipped without losing the good ones."""
+    ds = _ImageFiles(paths, loader)
+    dl = torch.utils.data.DataLoader(
+        ds, batch_size=batch_size, num_workers=num_workers, collate_fn=list, shuffle=False,
+        persistent_workers=False,
+    )
+    yield from dl

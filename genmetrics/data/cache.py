@@ -1,0 +1,85 @@
+"""On-disk feature cache: one safetensors file per (model identity, image content hash).
+
+The key is the sha256 of the image's bytes (file bytes for paths, raw pixel bytes plus shape for
+tensors and PIL images) and a model identity string (weights name, preprocessing, options). Changing
+the image bytes or the model changes the key, so stale entries are never read.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+from PIL import Image
+
+from genmetrics.backbones.weights import genmetrics_home
+
+
+def content_hash(x: Any) -> str:
+    """sha256 of an image's content (file bytes, or pixels + shape + dtype)."""
+    h = hashlib.sha256()
+    if isinstance(x, (str, os.PathLike)):
+        with open(x, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+    elif isinstance(x, Image.Image):
+        h.update(f"{x.mode}{x.size}".encode())
+        h.update(x.tobytes())
+    elif isinstance(x, torch.Tensor):
+        t = x.detach().cpu().contiguous()
+        h.update(f"{t.dtype}{tuple(t.shape)}".encode())
+        h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    elif isinstance(x, bytes):
+        h.update(x)
+    else:
+        buf = io.BytesIO(repr(x).encode())
+        h.update(buf.getvalue())
+    return h.hexdigest()
+
+
+class FeatureCache:
+    """``get(image) -> dict[str, Tensor] | None`` and ``put(image, tensors)`` under ``root/model_key``."""
+
+    def __init__(self, model_id: str, root: str | os.PathLike | None = None):
+        self.model_id = model_id
+        self.model_key = hashlib.sha256(model_id.encode()).hexdigest()[:16]
+        self.root = Path(root) if root is not None else genmetrics_home() / "features"
+        self.dir = self.root / self.model_key
+        self.hits = 0
+        self.misses = 0
+
+    def _path(self, key: str) -> Path:
+        return self.dir / key[:2] / f"{key}.safetensors"
+
+    def get(self, image: Any, *, key: str | None = None) -> dict[str, torch.Tensor] | None:
+        from safetensors import SafetensorError
+        from safetensors.torch import load_file
+
+        p = self._path(key or content_hash(image))
+        if not p.exists():
+            self.misses += 1
+            return None
+        try:
+            out = load_file(str(p))
+        except (SafetensorError, OSError, ValueError):  # a torn file from a killed run: recompute
+            self.misses += 1
+            return None
+        self.hits += 1
+        return out
+
+    def put(self, image: Any, tensors: dict[str, torch.Tensor], *, key: str | None = None) -> None:
+        from safetensors.torch import save_file
+
+        p = self._path(key or content_hash(image))
+        p.parent.mkdir(parents=True, exist_ok=True)
+        tmp = p.with_suffix(f".{os.getpid()}.tmp")
+        save_file({k: v.detach().cpu().contiguous() for k, v in tensors.items()}, str(tmp),
+                  metadata={"model_id": self.model_id})
+        os.replace(tmp, p)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self.dir.rglob("*.safetensors")) if self.dir.exists() else 0

@@ -1,0 +1,344 @@
+"""The image input contract shared by every metric.
+
+Accepted, per image:
+
+* a file path (``str`` or ``os.PathLike``) of any format Pillow reads;
+* a ``PIL.Image.Image``;
+* a ``torch.uint8`` tensor ``[3,H,W]`` with values 0..255;
+* a floating tensor ``[3,H,W]`` with values in ``[0, data_range]`` (``data_range=1.0`` by default;
+  pass ``data_range=255.0`` for float tensors in 0..255).
+
+A batch is a list/tuple of those, or one tensor ``[B,3,H,W]``. Anything else raises
+:class:`~genmetrics.errors.InputError` naming the input, what arrived and what is expected.
+
+Conversion rules for files and PIL images (documented in docs/errors.md):
+
+* EXIF orientation is applied (``ImageOps.exif_transpose``);
+* grayscale (``L``, ``1``), palette (``P``), CMYK, YCbCr and the like convert to RGB with Pillow;
+* images with alpha (``RGBA``, ``LA``, ``PA``, palette with transparency) are composited on **white**;
+* 16-bit and 32-bit integer images (``I;16``, ``I``) are scaled by their type's maximum (65535) to
+  8 bits; float images (``F``) are taken as 0..1 if their maximum is <= 1, else as 0..255;
+* images above :data:`MAX_PIXELS` pixels are refused (decompression-bomb guard); zero-size images are
+  refused.
+
+Resizing is never implicit: each backbone names one :class:`ResizePolicy`.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from PIL import Image, ImageFile, ImageOps, UnidentifiedImageError
+
+from genmetrics.errors import InputError
+
+ImageLike = str | os.PathLike | Image.Image | torch.Tensor
+
+#: Largest image accepted (pixels). Pillow's own bomb limit is raised to this and turned into an error.
+MAX_PIXELS = int(os.environ.get("GENMETRICS_MAX_PIXELS", 16384 * 16384))
+IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".webp", ".bmp", ".tif", ".tiff", ".gif")
+_RANGE_TOL = 1e-3  # relative tolerance on float range checks (rounding of normalised data)
+
+
+def _describe(x: Any) -> str:
+    if isinstance(x, torch.Tensor):
+        return f"tensor of shape {tuple(x.shape)} and dtype {x.dtype}"
+    if isinstance(x, np.ndarray):
+        return f"numpy array of shape {x.shape} and dtype {x.dtype}"
+    if isinstance(x, Image.Image):
+        return f"PIL image of mode {x.mode} and size {x.size}"
+    return f"{type(x).__name__} {x!r}"[:200]
+
+
+def load_image(path: str | os.PathLike) -> Image.Image:
+    """Open ``path`` and return an RGB PIL image following the module's conversion rules."""
+    p = Path(path)
+    if not p.exists():
+        raise InputError(f"image file {str(p)!r} does not exist; check the path (relative paths resolve from {os.getcwd()!r})")
+    if p.is_dir():
+        raise InputError(f"{str(p)!r} is a folder, expected an image file; pass the folder where a folder is accepted")
+    if p.stat().st_size == 0:
+        raise InputError(f"image file {str(p)!r} is empty (0 bytes); regenerate or remove it")
+    old_limit = Image.MAX_IMAGE_PIXELS
+    Image.MAX_IMAGE_PIXELS = MAX_PIXELS
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            with Image.open(p) as im:
+                _check_pixels(im.size, str(p))
+                ImageFile.LOAD_TRUNCATED_IMAGES = False
+                im.load()
+                im = ImageOps.exif_transpose(im)
+                return to_rgb(im, name=str(p))
+    except InputError:
+        raise
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as e:
+        raise InputError(
+            f"image file {str(p)!r} is too large ({e}); the limit is {MAX_PIXELS} pixels "
+            "(set GENMETRICS_MAX_PIXELS to raise it if the file is trusted)"
+        ) from None
+    except UnidentifiedImageError:
+        raise InputError(f"{str(p)!r} is not an image Pillow can read (corrupt, or another file type with an image "
+                         "extension); replace or remove it") from None
+    except (OSError, SyntaxError, ValueError) as e:
+        raise InputError(f"image file {str(p)!r} is corrupt or truncated ({e}); replace or remove it") from None
+    finally:
+        Image.MAX_IMAGE_PIXELS = old_limit
+
+
+def _check_pixels(size: tuple[int, int], name: str) -> None:
+    w, h = size
+    if w <= 0 or h <= 0:
+        raise InputError(f"{name}: image has zero size {w}x{h}; expected a non-empty image")
+    if w * h > MAX_PIXELS:
+        raise InputError(
+            f"{name}: image of {w}x{h} = {w * h} pixels exceeds the decompression-bomb limit of {MAX_PIXELS} "
+            "pixels (set GENMETRICS_MAX_PIXELS to raise it if the file is trusted)"
+        )
+
+
+def to_rgb(im: Image.Image, *, name: str = "image") -> Image.Image:
+    """Convert any PIL mode to 8-bit RGB by the documented rules (alpha on white, 16-bit scaled)."""
+    _check_pixels(im.size, name)
+    mode = im.mode
+    if mode == "RGB":
+        return im
+    if mode in ("I;16", "I;16B", "I;16L", "I;16N", "I"):
+        arr = np.asarray(im, dtype=np.float64)
+        arr = np.clip(arr / 65535.0 * 255.0 + 0.5, 0, 255).astype(np.uint8)
+        return Image.fromarray(arr, mode="L").convert("RGB")
+    if mode == "F":
+        arr = np.asarray(im, dtype=np.float64)
+        scale = 255.0 if np.nanmax(arr) <= 1.0 else 1.0
+        arr = np.clip(np.nan_to_num(arr) * scale + 0.5, 0, 255).astype(np.uint8)
+        return Image.fromarray(arr, mode="L").convert("RGB")
+    if mode == "P" and "transparency" in im.info:
+        im = im.convert("RGBA")
+        mode = "RGBA"
+    if mode in ("RGBA", "LA", "PA", "RGBa", "La"):
+        rgba = im.convert("RGBA")
+        background = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
+        return Image.alpha_composite(background, rgba).convert("RGB")
+    return im.convert("RGB")
+
+
+def pil_to_tensor(im: Image.Image) -> torch.Tensor:
+    """RGB PIL image -> float32 ``[3,H,W]`` in [0,1]."""
+    arr = np.asarray(to_rgb(im), dtype=np.uint8)
+    return torch.from_numpy(arr.copy()).permute(2, 0, 1).float().div_(255.0)
+
+
+def _check_tensor(x: torch.Tensor, *, name: str, data_range: float) -> torch.Tensor:
+    if x.ndim != 3:
+        raise InputError(f"{name}: expected an image tensor [3,H,W] (or a batch [B,3,H,W]), got {_describe(x)}")
+    if x.shape[0] != 3:
+        hint = (" (channels-last? use x.permute(2, 0, 1))" if x.shape[-1] in (1, 3, 4) else "")
+        hint += " (grayscale? use x.expand(3, -1, -1))" if x.shape[0] == 1 else ""
+        hint += " (RGBA? drop or composite the alpha channel)" if x.shape[0] == 4 else ""
+        raise InputError(f"{name}: expected 3 channels first [3,H,W], got {_describe(x)}{hint}")
+    if x.shape[1] == 0 or x.shape[2] == 0:
+        raise InputError(f"{name}: image has zero size, got {_describe(x)}")
+    _check_pixels((int(x.shape[2]), int(x.shape[1])), name)
+    if x.dtype == torch.uint8:
+        return x.float().div(255.0)
+    if x.dtype == torch.bool or not (x.is_floating_point()):
+        raise InputError(
+            f"{name}: unsupported dtype {x.dtype}; expected torch.uint8 in 0..255 or a float tensor in "
+            f"[0, data_range]; for 16-bit data use x.float() / 65535"
+        )
+    xf = x.detach().float()
+    if not torch.isfinite(xf).all():
+        raise InputError(f"{name}: tensor contains NaN or infinite values; clean the generator output first")
+    lo, hi = float(xf.min()), float(xf.max())
+    tol = _RANGE_TOL * data_range
+    if lo < -tol or hi > data_range + tol:
+        hint = ""
+        if lo < -tol and lo >= -1 - tol and hi <= 1 + tol:
+            hint = "; it looks normalised to [-1,1]: pass (x + 1) / 2"
+        elif hi > 1 + tol and hi <= 255 + tol and data_range == 1.0:
+            hint = "; it looks like 0..255: pass data_range=255.0 or convert to uint8"
+        raise InputError(
+            f"{name}: float values in [{lo:.4g}, {hi:.4g}] are outside the declared range [0, {data_range:g}]{hint}"
+        )
+    return xf.div(data_range).clamp_(0.0, 1.0)
+
+
+def to_tensor(x: ImageLike, *, data_range: float = 1.0, name: str = "image") -> torch.Tensor:
+    """One image in any accepted form -> float32 ``[3,H,W]`` in [0,1] on the CPU (or the input's device)."""
+    if isinstance(x, (str, os.PathLike)):
+        return pil_to_tensor(load_image(x))
+    if isinstance(x, Image.Image):
+        return pil_to_tensor(to_rgb(x, name=name))
+    if isinstance(x, torch.Tensor):
+        return _check_tensor(x, name=name, data_range=data_range)
+    if isinstance(x, np.ndarray):
+        raise InputError(
+            f"{name}: numpy arrays are not accepted ({_describe(x)}); use torch.from_numpy(a).permute(2, 0, 1) "
+            "for HxWx3 uint8 arrays, or PIL.Image.fromarray(a)"
+        )
+    raise InputError(
+        f"{name}: expected a file path, a PIL image or a tensor [3,H,W] (uint8 0..255 or float in [0, data_range]), "
+        f"got {_describe(x)}"
+    )
+
+
+def to_pil(x: ImageLike, *, data_range: float = 1.0, name: str = "image") -> Image.Image:
+    """One image in any accepted form -> RGB PIL image (exactly, for uint8 input)."""
+    if isinstance(x, (str, os.PathLike)):
+        return load_image(x)
+    if isinstance(x, Image.Image):
+        return to_rgb(x, name=name)
+    if isinstance(x, torch.Tensor) and x.dtype == torch.uint8:
+        _check_tensor(x, name=name, data_range=data_range)
+        return Image.fromarray(x.permute(1, 2, 0).cpu().numpy().copy(), mode="RGB")
+    t = to_tensor(x, data_range=data_range, name=name)
+    arr = (t.permute(1, 2, 0).cpu().numpy() * 255.0 + 0.5).clip(0, 255).astype(np.uint8)
+    return Image.fromarray(arr, mode="RGB")
+
+
+def as_image_list(images: Any, *, name: str = "images") -> list[ImageLike]:
+    """Split a batch (list/tuple of images, a path, or a tensor [B,3,H,W] / [3,H,W]) into a list of images."""
+    if images is None:
+        raise InputError(f"{name}: no images given; expected a list of images or a tensor [B,3,H,W]")
+    if isinstance(images, torch.Tensor):
+        if images.ndim == 4:
+            return list(images.unbind(0))
+        if images.ndim == 3:
+            return [images]
+        raise InputError(f"{name}: expected a tensor [B,3,H,W] or [3,H,W], got {_describe(images)}")
+    if isinstance(images, (str, os.PathLike, Image.Image)):
+        return [images]
+    if isinstance(images, Sequence) and not isinstance(images, (bytes, bytearray)):
+        return list(images)
+    raise InputError(f"{name}: expected a list of images or a tensor [B,3,H,W], got {_describe(images)}")
+
+
+def load_batch(images: Any, *, data_range: float = 1.0, name: str = "images") -> list[torch.Tensor]:
+    """A batch in any accepted form -> list of float32 ``[3,H,W]`` tensors in [0,1] (sizes may differ)."""
+    items = as_image_list(images, name=name)
+    if not items:
+        raise InputError(f"{name}: the batch is empty; expected at least one image")
+    return [to_tensor(x, data_range=data_range, name=f"{name}[{i}]" if not isinstance(x, (str, os.PathLike)) else str(x))
+            for i, x in enumerate(items)]
+
+
+@dataclass(frozen=True)
+class ResizePolicy:
+    """How a backbone brings images to its input size. One named policy per backbone.
+
+    * ``"none"``: sizes are left alone; a batch of mixed sizes is an error (pixel metrics);
+    * ``"resize"``: bicubic (antialiased) resize to ``size x size``; aspect ratio is not kept (TPIPS);
+    * ``"shorter_side_center_crop"``: resize the shorter side to ``size`` then centre-crop (CLIP, DINO);
+    * ``"to_first"``: resize every image to the first image's size (candidates to their reference).
+    """
+
+    name: str = "none"
+    size: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.name not in ("none", "resize", "shorter_side_center_crop", "to_first"):
+            raise InputError(f"unknown resize policy {self.name!r}; use none, resize, shorter_side_center_crop or to_first")
+        if self.name in ("resize", "shorter_side_center_crop") and (self.size is None or self.size <= 0):
+            raise InputError(f"resize policy {self.name!r} needs a positive size, got {self.size!r}")
+
+    def apply_one(self, x: torch.Tensor, target: tuple[int, int] | None = None) -> torch.Tensor:
+        h, w = int(x.shape[-2]), int(x.shape[-1])
+        if self.name == "none":
+            return x
+        if self.name == "to_first":
+            assert target is not None
+            return x if (h, w) == target else _resize(x, target)
+        if self.name == "resize":
+            s = int(self.size)  # type: ignore[arg-type]
+            return x if (h, w) == (s, s) else _resize(x, (s, s))
+        s = int(self.size)  # type: ignore[arg-type]
+        scale = s / min(h, w)
+        nh, nw = max(s, round(h * scale)), max(s, round(w * scale))
+        y = x if (h, w) == (nh, nw) else _resize(x, (nh, nw))
+        top, left = (nh - s) // 2, (nw - s) // 2
+        return y[..., top:top + s, left:left + s]
+
+    def stack(self, images: list[torch.Tensor], *, name: str = "images") -> torch.Tensor:
+        """Apply the policy to a list of ``[3,H,W]`` tensors and stack them into ``[B,3,H,W]``."""
+        if not images:
+            raise InputError(f"{name}: the batch is empty; expected at least one image")
+        target = (int(images[0].shape[-2]), int(images[0].shape[-1]))
+        out = [self.apply_one(x, target) for x in images]
+        sizes = {tuple(o.shape[-2:]) for o in out}
+        if len(sizes) > 1:
+            raise InputError(
+                f"{name}: images have different sizes {sorted(sizes)[:4]} and this metric does not resize "
+                "(resize policy 'none'); resize them to one size first, or choose resize='to_first'"
+            )
+        return torch.stack(out, 0)
+
+
+def _resize(x: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
+    y = F.interpolate(x.unsqueeze(0), size=size, mode="bicubic", antialias=True, align_corners=False)
+    return y.squeeze(0).clamp_(0.0, 1.0)
+
+
+def list_images(folder: str | os.PathLike, *, recursive: bool = False) -> list[Path]:
+    """Image files in ``folder`` (by extension), sorted by name. Raises if the folder is missing or empty."""
+    root = Path(folder)
+    if not root.exists():
+        raise InputError(f"image folder {str(root)!r} does not exist; check the path")
+    if not root.is_dir():
+        if root.suffix.lower() in IMAGE_EXTENSIONS:
+            return [root]
+        raise InputError(f"{str(root)!r} is neither a folder nor an image file ({', '.join(IMAGE_EXTENSIONS)})")
+    it = root.rglob("*") if recursive else root.iterdir()
+    files = sorted(p for p in it if p.is_file() and p.suffix.lower() in IMAGE_EXTENSIONS and not p.name.startswith("."))
+    if not files:
+        raise InputError(
+            f"image folder {str(root)!r} contains no images (looked for {', '.join(IMAGE_EXTENSIONS)}"
+            f"{' recursively' if recursive else ''})"
+        )
+    return files
+
+
+def match_by_stem(
+    references: list[Path], candidates: list[Path], *, ref_name: str = "references", cand_name: str = "candidates"
+) -> list[tuple[str, Path, Path]]:
+    """Pair candidate files with reference files of the same stem; every candidate must have one."""
+    by_stem: dict[str, Path] = {}
+    for r in references:
+        if r.stem in by_stem:
+            raise InputError(f"{ref_name}: two files share the stem {r.stem!r} ({by_stem[r.stem].name}, {r.name})")
+        by_stem[r.stem] = r
+    out, missing = [], []
+    for c in candidates:
+        r = by_stem.get(c.stem)
+        if r is None:
+            missing.append(c.name)
+        else:
+            out.append((c.stem, r, c))
+    if missing:
+        raise InputError(
+            f"{cand_name}: {len(missing)} file(s) have no reference with the same stem in {ref_name} "
+            f"(first: {', '.join(missing[:3])}); references are matched by file name without extension"
+        )
+    return out
+
+
+def image_id(x: ImageLike, index: int) -> str:
+    """A stable sample id: the file stem for paths, else the position in the batch."""
+    if isinstance(x, (str, os.PathLike)):
+        return Path(x).stem
+    return str(index)
+
+
+def grid_side(n: int) -> int:
+    side = int(math.isqrt(n))
+    if side * side != n:
+        raise ValueError(f"{n} tokens do not form a square grid")
+    return side

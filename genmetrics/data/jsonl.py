@@ -1,0 +1,201 @@
+"""JSONL datasets of DESIGN section 6, validated with errors that name the file and line.
+
+Paths inside a record are relative to the JSONL file. Loaders return plain dataclasses with absolute
+``Path`` objects; they do not open the images (that happens in batches, where a bad image can be
+reported and skipped).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from genmetrics.errors import InputError
+
+
+def iter_jsonl(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """``(line_number, object)`` for every non-blank line; bad JSON is an error naming file and line."""
+    p = Path(path)
+    if not p.exists():
+        raise InputError(f"data file {str(p)!r} does not exist; check the path")
+    if p.is_dir():
+        raise InputError(f"data file {str(p)!r} is a folder; expected a .jsonl file")
+    with open(p, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise InputError(f"{p}:{n}: invalid JSON ({e.msg} at column {e.colno}); one JSON object per line") from None
+            if not isinstance(obj, dict):
+                raise InputError(f"{p}:{n}: expected a JSON object, got {type(obj).__name__}")
+            yield n, obj
+
+
+class _Line:
+    def __init__(self, path: Path, n: int, obj: dict[str, Any]):
+        self.path, self.n, self.obj = path, n, obj
+
+    def where(self) -> str:
+        return f"{self.path}:{self.n}"
+
+    def get(self, key: str, typ: type | tuple[type, ...], *, required: bool = True, default: Any = None) -> Any:
+        if key not in self.obj:
+            if required:
+                raise InputError(f"{self.where()}: missing key {key!r} (keys present: {', '.join(sorted(self.obj))})")
+            return default
+        v = self.obj[key]
+        if typ is float and isinstance(v, int) and not isinstance(v, bool):
+            v = float(v)
+        if not isinstance(v, typ) or (isinstance(v, bool) and typ in (int, float, (int, float))):
+            tname = typ.__name__ if isinstance(typ, type) else "/".join(t.__name__ for t in typ)
+            raise InputError(f"{self.where()}: key {key!r} should be {tname}, got {type(v).__name__} {v!r}"[:300])
+        return v
+
+    def text(self, key: str, *, required: bool = True) -> str | None:
+        v = self.get(key, str, required=required)
+        if v is not None and not v.strip():
+            raise InputError(f"{self.where()}: key {key!r} is empty or whitespace only")
+        return v
+
+    def path_(self, value: Any, key: str) -> Path:
+        if not isinstance(value, str) or not value.strip():
+            raise InputError(f"{self.where()}: {key} should be a non-empty path string, got {value!r}")
+        p = Path(value)
+        return p if p.is_absolute() else (self.path.parent / p)
+
+    def paths(self, key: str, n: int | None = None, *, min_n: int = 1, max_n: int | None = None) -> list[Path]:
+        v = self.get(key, list)
+        if n is not None and len(v) != n:
+            raise InputError(f"{self.where()}: {key!r} should list {n} paths, got {len(v)}")
+        if len(v) < min_n or (max_n is not None and len(v) > max_n):
+            raise InputError(f"{self.where()}: {key!r} should list {min_n}..{max_n or 'any'} paths, got {len(v)}")
+        return [self.path_(x, f"{key}[{i}]") for i, x in enumerate(v)]
+
+    def votes(self, key: str, n: int) -> list[float]:
+        v = self.get(key, list)
+        if len(v) != n:
+            raise InputError(f"{self.where()}: {key!r} should have {n} counts, got {len(v)}")
+        out = []
+        for i, x in enumerate(v):
+            if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x) or x < 0:
+                raise InputError(f"{self.where()}: {key}[{i}] should be a non-negative number, got {x!r}")
+            out.append(float(x))
+        if sum(out) <= 0:
+            raise InputError(f"{self.where()}: {key!r} sums to zero; every record needs at least one vote")
+        return out
+
+
+def _unique_id(ids: set[str], line: _Line, default: str) -> str:
+    raw = line.obj.get("id", default)
+    if not isinstance(raw, (str, int)) or isinstance(raw, bool):
+        raise InputError(f"{line.where()}: key 'id' should be a string or integer, got {raw!r}")
+    sid = str(raw)
+    if sid in ids:
+        raise InputError(f"{line.where()}: duplicate id {sid!r}; ids must be unique within a file")
+    ids.add(sid)
+    return sid
+
+
+def _read(path: str | Path, parse) -> list:
+    p = Path(path)
+    ids: set[str] = set()
+    out = [parse(_Line(p, n, obj), ids) for n, obj in iter_jsonl(p)]
+    if not out:
+        raise InputError(f"data file {str(p)!r} has no records")
+    return out
+
+
+@dataclass(frozen=True)
+class OddOneOutRecord:
+    id: str
+    images: tuple[Path, Path, Path]
+    aspect: str
+    votes: tuple[float, float, float]
+    source: str | None = None
+
+
+def load_odd_one_out(path: str | Path) -> list[OddOneOutRecord]:
+    """``{"id", "images": [p1,p2,p3], "aspect", "votes": [n1,n2,n3], "source"?}``; votes count which
+    image is the odd one out."""
+
+    def parse(line: _Line, ids: set[str]) -> OddOneOutRecord:
+        return OddOneOutRecord(
+            id=_unique_id(ids, line, f"line{line.n}"), images=tuple(line.paths("images", 3)),  # type: ignore[arg-type]
+            aspect=line.text("aspect"), votes=tuple(line.votes("votes", 3)),  # type: ignore[arg-type]
+            source=line.get("source", str, required=False),
+        )
+
+    return _read(path, parse)
+
+
+@dataclass(frozen=True)
+class TwoAFCRecord:
+    id: str
+    reference: Path
+    candidates: tuple[Path, Path]
+    aspect: str
+    votes: tuple[float, float]
+    source: str | None = None
+
+
+def load_two_afc(path: str | Path) -> list[TwoAFCRecord]:
+    """``{"id", "reference", "candidates": [p0,p1], "aspect", "votes": [n0,n1], "source"?}``; votes count
+    which candidate is more similar to the reference."""
+
+    def parse(line: _Line, ids: set[str]) -> TwoAFCRecord:
+        return TwoAFCRecord(
+            id=_unique_id(ids, line, f"line{line.n}"), reference=line.path_(line.get("reference", str), "reference"),
+            candidates=tuple(line.paths("candidates", 2)), aspect=line.text("aspect"),  # type: ignore[arg-type]
+            votes=tuple(line.votes("votes", 2)), source=line.get("source", str, required=False),  # type: ignore[arg-type]
+        )
+
+    return _read(path, parse)
+
+
+@dataclass(frozen=True)
+class MIBPairRecord:
+    id: str
+    prompt: str
+    references: tuple[Path, ...]
+    candidates: tuple[Path, Path]
+    generators: tuple[str, str]
+    preference: int
+    diagnostics: tuple[tuple[float, float, float], tuple[float, float, float]] | None = None
+    bucket: dict[str, Any] = field(default_factory=dict)
+
+
+MAX_REFERENCES = 8
+
+
+def load_mib_pairs(path: str | Path, *, max_references: int = MAX_REFERENCES) -> list[MIBPairRecord]:
+    """``{"id", "prompt", "references": [...], "candidates": [pa,pb], "generators": [ga,gb],
+    "preference": 0|1, "diagnostics"?: [[e,a,i],[e,a,i]], "bucket"?: {...}}``."""
+
+    def parse(line: _Line, ids: set[str]) -> MIBPairRecord:
+        pref = line.get("preference", int)
+        if pref not in (0, 1):
+            raise InputError(f"{line.where()}: 'preference' should be 0 (first candidate) or 1 (second), got {pref!r}")
+        gens = line.get("generators", list, required=False, default=["?", "?"])
+        if len(gens) != 2 or not all(isinstance(g, str) for g in gens):
+            raise InputError(f"{line.where()}: 'generators' should be two strings, got {gens!r}")
+        diag = line.get("diagnostics", list, required=False)
+        if diag is not None:
+            ok = len(diag) == 2 and all(isinstance(d, list) and len(d) == 3 and all(
+                isinstance(x, (int, float)) and not isinstance(x, bool) and 0 <= x <= 1 for x in d) for d in diag)
+            if not ok:
+                raise InputError(f"{line.where()}: 'diagnostics' should be [[e,a,i],[e,a,i]] with values in [0,1], got {diag!r}"[:300])
+            diag = tuple(tuple(float(x) for x in d) for d in diag)
+        return MIBPairRecord(
+            id=_unique_id(ids, line, f"line{line.n}"), prompt=line.text("prompt"),
+            references=tuple(line.paths("references", min_n=1, max_n=max_references)),
+            candidates=tuple(line.paths("candidates", 2)), generators=tuple(gens),  # type: ignore[arg-type]
+            preference=pref, diagnostics=diag, bucket=line.get("bucket", dict, required=False, default={}),  # type: ignore[arg-type]
+        )
+
+    return _read(path, parse)

@@ -1,0 +1,173 @@
+"""Results that survive a crash: atomic JSON writes, an append-only JSONL writer that resumes
+without loss or duplicates, and a run manifest."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import sys
+import tempfile
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+
+def _jsonable(x: Any) -> Any:
+    try:
+        import torch
+
+        if isinstance(x, torch.Tensor):
+            x = x.detach().cpu().tolist()
+    except ImportError:  # pragma: no cover
+        pass
+    if isinstance(x, float) and not math.isfinite(x):
+        return None if math.isnan(x) else (1e308 if x > 0 else -1e308)
+    if isinstance(x, dict):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    if hasattr(x, "item") and callable(x.item):
+        try:
+            return _jsonable(x.item())
+        except (ValueError, TypeError):
+            pass
+    if isinstance(x, Path):
+        return str(x)
+    return x
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
+    """Write ``text`` to ``path`` atomically (temp file in the same folder, fsync, rename)."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=str(p.parent))
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, p)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return p
+
+
+def atomic_write_json(path: str | os.PathLike, obj: Any, *, indent: int = 2) -> Path:
+    return atomic_write_text(path, json.dumps(_jsonable(obj), indent=indent, sort_keys=False) + "\n")
+
+
+def dumps_line(obj: Any) -> str:
+    return json.dumps(_jsonable(obj), separators=(",", ":"))
+
+
+def read_results(path: str | os.PathLike) -> list[dict[str, Any]]:
+    """Rows of a results JSONL file; a torn (unterminated or unparsable) last line is ignored."""
+    p = Path(path)
+    if not p.exists():
+        return []
+    rows = []
+    with open(p, encoding="utf-8") as f:
+        lines = f.read().split("\n")
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            if i >= len(lines) - 2:  # the last line (possibly torn by a kill)
+                break
+            raise ValueError(f"{p}:{i + 1}: corrupt results line (not the last one); fix or delete the file") from None
+    return rows
+
+
+class ResultsWriter:
+    """Append-only JSONL with one row per key; flushes (and fsyncs) every :meth:`write` call.
+
+    With ``resume=True`` existing rows are kept, a torn last line is cut off, and :meth:`done` tells
+    which keys are finished so they are skipped; writing a key twice is refused.
+    """
+
+    def __init__(self, path: str | os.PathLike, *, key: Iterable[str] = ("generator", "metric", "id"), resume: bool = False):
+        self.path = Path(path)
+        self.key_fields = tuple(key)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._done: set[tuple] = set()
+        if resume and self.path.exists():
+            rows = read_results(self.path)
+            self._rewrite_clean(rows)
+            self._done = {self.key(r) for r in rows}
+        elif self.path.exists():
+            self.path.unlink()
+        self._f = open(self.path, "a", encoding="utf-8")
+
+    def _rewrite_clean(self, rows: list[dict[str, Any]]) -> None:
+        with open(self.path, "rb") as f:
+            data = f.read()
+        if data and not data.endswith(b"\n") or len(rows) != sum(1 for ln in data.split(b"\n") if ln.strip()):
+            atomic_write_text(self.path, "".join(dumps_line(r) + "\n" for r in rows))
+
+    def key(self, row: dict[str, Any]) -> tuple:
+        return tuple(str(row.get(k)) for k in self.key_fields)
+
+    def done(self, row_or_key: dict[str, Any] | tuple) -> bool:
+        k = row_or_key if isinstance(row_or_key, tuple) else self.key(row_or_key)
+        return k in self._done
+
+    @property
+    def n_done(self) -> int:
+        return len(self._done)
+
+    def write(self, rows: Iterable[dict[str, Any]]) -> int:
+        lines, n = [], 0
+        for r in rows:
+            k = self.key(r)
+            if k in self._done:
+                continue
+            self._done.add(k)
+            lines.append(dumps_line(r) + "\n")
+            n += 1
+        if lines:
+            self._f.write("".join(lines))
+            self._f.flush()
+            os.fsync(self._f.fileno())
+        return n
+
+    def close(self) -> None:
+        if not self._f.closed:
+            self._f.close()
+
+    def __enter__(self) -> ResultsWriter:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def package_versions(names: Iterable[str] = ("genmetrics", "torch", "torchvision", "open_clip_torch", "transformers",
+                                               "peft", "accelerate", "torchmetrics", "numpy", "scipy", "pillow")) -> dict[str, str | None]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out: dict[str, str | None] = {}
+    for n in names:
+        try:
+            out[n] = version(n)
+        except PackageNotFoundError:
+            out[n] = None
+    return out
+
+
+def manifest(**extra: Any) -> dict[str, Any]:
+    """Versions, platform, command and time, plus whatever the caller adds (options, weights, seed)."""
+    return {
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "command": " ".join(sys.argv),
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "versions": package_versions(),
+        **extra,
+    }

@@ -1,0 +1,107 @@
+"""Tiny random backbones and offline processors for tests and for users' plugins. Nothing downloads.
+
+* :func:`tiny_clip` — an open_clip ``CLIP`` with a small ViT tower and text tower, plus the real
+  open_clip BPE tokenizer (its vocabulary ships inside open_clip) at a short context length;
+* :func:`tiny_dino` — a transformers ``Dinov2Model`` with a tiny config;
+* :func:`tiny_qwen3vl`, :func:`tiny_qwen35` and their processors (see ``genmetrics._tiny_vlm``);
+* :func:`random_images` — reproducible random uint8 images.
+
+Every builder takes a ``seed`` so the same call gives the same weights.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+
+def tiny_clip(
+    seed: int = 0,
+    *,
+    image_size: int = 32,
+    patch_size: int = 8,
+    width: int = 64,
+    layers: int = 3,
+    embed_dim: int = 32,
+    context_length: int = 16,
+    quick_gelu: bool = True,
+) -> tuple[Any, Any]:
+    """``(model, tokenizer)``: a random open_clip ViT CLIP (grid ``image_size/patch_size``) and tokenizer."""
+    from open_clip.model import CLIP
+    from open_clip.tokenizer import SimpleTokenizer
+
+    torch.manual_seed(seed)
+    model = CLIP(
+        embed_dim=embed_dim,
+        vision_cfg=dict(image_size=image_size, patch_size=patch_size, width=width, layers=layers,
+                        head_width=16, mlp_ratio=2.0),
+        text_cfg=dict(context_length=context_length, vocab_size=49408, width=32, heads=4, layers=2),
+        quick_gelu=quick_gelu,
+    )
+    # A logit scale like OpenAI CLIP's (exp -> 100) so temperatures behave as with real weights.
+    with torch.no_grad():
+        model.logit_scale.fill_(float(torch.log(torch.tensor(100.0))))
+    model.eval()
+    return model, SimpleTokenizer(context_length=context_length)
+
+
+def tiny_clip_resnet(seed: int = 0) -> tuple[Any, Any]:
+    """A tiny open_clip CLIP with a ModifiedResNet image tower (for "not a ViT" error tests)."""
+    from open_clip.model import CLIP
+    from open_clip.tokenizer import SimpleTokenizer
+
+    torch.manual_seed(seed)
+    model = CLIP(
+        embed_dim=32,
+        vision_cfg=dict(image_size=32, layers=(1, 1, 1, 1), width=8, head_width=8),
+        text_cfg=dict(context_length=16, vocab_size=49408, width=32, heads=4, layers=1),
+    )
+    return model.eval(), SimpleTokenizer(context_length=16)
+
+
+def tiny_dino(seed: int = 0, *, image_size: int = 32, patch_size: int = 8) -> Any:
+    """A random transformers ``Dinov2Model`` (hidden 32, 2 layers)."""
+    from transformers import Dinov2Config, Dinov2Model
+
+    torch.manual_seed(seed)
+    cfg = Dinov2Config(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+                       image_size=image_size, patch_size=patch_size)
+    return Dinov2Model(cfg).eval()
+
+
+def random_images(n: int, size: int = 32, seed: int = 0, *, height: int | None = None) -> torch.Tensor:
+    """``n`` reproducible random uint8 images ``[n,3,H,W]``."""
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, 256, (n, 3, height or size, size), generator=g, dtype=torch.uint8)
+
+
+def __getattr__(name: str) -> Any:
+    # The VLM builders live in a module of their own (heavier imports); re-exported here.
+    import importlib
+
+    if name.startswith("__"):
+        raise AttributeError(name)
+    mod = importlib.import_module("genmetrics._tiny_vlm")
+    if hasattr(mod, name):
+        return getattr(mod, name)
+    raise AttributeError(f"module 'genmetrics.testing' has no attribute {name!r}")
+
+
+def metric_recipe(name: str) -> dict[str, Any]:
+    """``{"kwargs": ..., "updates": [...]}`` that builds metric ``name`` on tiny backbones and feeds it a few
+    small batches. Each family keeps its recipes in ``genmetrics/<family>/recipes.py`` (``RECIPES``);
+    a plugin can do the same in its own package (``<module of the card's factory>/../recipes.py``)."""
+    import importlib
+
+    from genmetrics.registry import get_card
+
+    card = get_card(name)
+    package = card.factory.split(":")[0].rsplit(".", 1)[0]
+    try:
+        recipes = importlib.import_module(f"{package}.recipes").RECIPES
+    except (ImportError, AttributeError) as e:
+        raise LookupError(f"metric {name!r} has no test recipe ({package}.recipes.RECIPES): {e}") from None
+    if name not in recipes:
+        raise LookupError(f"metric {name!r} has no entry in {package}.recipes.RECIPES")
+    return recipes[name]()

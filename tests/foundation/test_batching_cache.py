@@ -1,0 +1,85 @@
+from __future__ import annotations
+
+import pytest
+import torch
+
+from genmetrics.data.batching import map_batches, padding_efficiency, token_budget_batches
+from genmetrics.data.cache import FeatureCache, content_hash
+
+
+class FakeModel:
+    """Raises CUDA OOM for batches larger than ``limit``; records every sample it scored."""
+
+    def __init__(self, limit: int):
+        self.limit, self.seen, self.calls = limit, [], 0
+
+    def __call__(self, items):
+        self.calls += 1
+        if len(items) > self.limit:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2 GiB")
+        self.seen.extend(items)
+        return torch.tensor(items, dtype=torch.float64) * 2
+
+
+@pytest.mark.parametrize("limit, bs", [(3, 16), (1, 8), (5, 5), (7, 64)])
+def test_oom_backoff_scores_each_sample_once_in_order(limit, bs):
+    items = list(range(23))
+    model = FakeModel(limit)
+    out = torch.cat(map_batches(lambda sl: model(items[sl]), len(items), bs))
+    assert model.seen == items
+    assert torch.equal(out, torch.tensor(items, dtype=torch.float64) * 2)
+
+
+def test_oom_at_min_batch_is_raised():
+    model = FakeModel(0)
+    with pytest.raises(torch.cuda.OutOfMemoryError):
+        map_batches(lambda sl: model([1][sl]), 1, 4)
+
+
+def test_other_errors_are_not_swallowed():
+    def boom(sl):
+        raise ValueError("bad input")
+
+    with pytest.raises(ValueError, match="bad input"):
+        map_batches(boom, 3, 2)
+
+
+def test_token_budget_batches_cover_every_sample_once():
+    costs = [100, 800, 300, 300, 200, 800, 500, 100, 700]
+    batches = token_budget_batches(costs, budget=1600)
+    flat = sorted(i for b in batches for i in b)
+    assert flat == list(range(len(costs)))
+    assert all(len(b) * max(costs[i] for i in b) <= 1600 or len(b) == 1 for b in batches)
+    fixed = [list(range(i, min(i + 3, len(costs)))) for i in range(0, len(costs), 3)]
+    assert padding_efficiency(costs, batches) >= padding_efficiency(costs, fixed)
+    assert token_budget_batches([5000], budget=100) == [[0]]
+
+
+def test_cache_round_trip_and_invalidation(tmp_path):
+    from PIL import Image
+
+    img = tmp_path / "a.png"
+    Image.new("RGB", (8, 8), (1, 2, 3)).save(img)
+    cache = FeatureCache("model-x", tmp_path / "cache")
+    assert cache.get(img) is None
+    emb = torch.randn(5)
+    cache.put(img, {"embedding": emb})
+    assert torch.equal(cache.get(img)["embedding"], emb)
+    assert len(cache) == 1
+    # another model identity does not see it
+    assert FeatureCache("model-y", tmp_path / "cache").get(img) is None
+    # changing the bytes changes the key
+    Image.new("RGB", (8, 8), (1, 2, 4)).save(img)
+    assert cache.get(img) is None
+    # tensors hash by content
+    t = torch.zeros(3, 4, 4, dtype=torch.uint8)
+    assert content_hash(t) == content_hash(t.clone()) != content_hash(t + 1)
+
+
+def test_torn_cache_file_is_recomputed(tmp_path):
+    cache = FeatureCache("m", tmp_path)
+    x = torch.ones(3, 2, 2)
+    cache.put(x, {"e": torch.ones(2)})
+    path = next(tmp_path.rglob("*.safetensors"))
+    path.write_bytes(path.read_bytes()[:10])
+    assert cache.get(x) is None

@@ -1,0 +1,105 @@
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+import torch
+
+import genmetrics as gm
+from genmetrics.errors import InputError
+from genmetrics.metric import SampleMetric, _drop_duplicate_ids
+from genmetrics.registry import MetricCard, register_metric
+from genmetrics.testing import random_images
+
+
+def test_import_is_light():
+    code = ("import sys, genmetrics as gm; names = gm.list_metrics(); "
+            "heavy = [m for m in ('torch', 'transformers', 'open_clip') if m in sys.modules]; "
+            "assert not heavy, heavy; assert 'psnr' in names")
+    assert os.system(f'{sys.executable} -c "{code}"') == 0
+
+
+def test_unknown_names_suggest_close_matches():
+    with pytest.raises(ValueError, match="did you mean 'ssim'"):
+        gm.create_metric("sim")
+    with pytest.raises(ValueError, match="did you mean 'max_db'"):
+        gm.create_metric("psnr", max_dB=50)
+    assert gm.list_metrics("*ssim") == ["ms_ssim", "ssim"]
+
+
+class _Plugin(SampleMetric):
+    name = "plugin_mean"
+
+    def _prepare(self, reference, candidates, condition):
+        return {"candidates": list(candidates)}
+
+    def _score_batch(self, batch):
+        return torch.stack([torch.as_tensor(x, dtype=torch.float64).mean() for x in batch["candidates"]])
+
+
+def test_plugin_registration_and_ids_dedup():
+    register_metric(MetricCard(name="plugin_mean", factory=f"{__name__}:_Plugin", family="plugin", summary="mean",
+                               inputs={"candidates": "tensors"}, higher_is_better=True, range=None))
+    m = gm.create_metric("plugin_mean", batch_size=2)
+    xs = [torch.full((2,), float(i)) for i in range(5)]
+    m.update(candidates=xs[:3], ids=["a", "b", "c"])
+    m.update(candidates=xs[2:], ids=["c", "d", "e"])  # "c" padded in twice
+    assert float(m.compute()) == pytest.approx(2.0)
+    per = m.per_sample()
+    assert per["ids"] == ["a", "b", "c", "d", "e"]
+    with pytest.raises(InputError, match="ids"):
+        m.update(candidates=xs[:2], ids=["x"])
+
+
+def test_drop_duplicate_ids_keeps_first_occurrence():
+    scores = torch.tensor([1.0, 2.0, 3.0, 4.0])
+    ids = torch.tensor([7, 3, 7, 5])
+    s, i = _drop_duplicate_ids(scores, ids)
+    assert s.tolist() == [1.0, 2.0, 4.0] and i.tolist() == [7, 3, 5]
+
+
+def test_compute_before_update_is_clear():
+    m = gm.create_metric("psnr")
+    with pytest.raises(InputError, match="before any update"):
+        m.compute()
+
+
+def test_mismatched_lengths_and_missing_inputs():
+    m = gm.create_metric("psnr")
+    with pytest.raises(InputError, match="mismatched input lengths"):
+        m.update(random_images(2), random_images(3))
+    with pytest.raises(InputError, match="reference images are required"):
+        m.update(candidates=random_images(2))
+    with pytest.raises(InputError, match="differs from its reference"):
+        m.update(random_images(2, 16), random_images(2, 32))
+    m2 = gm.create_metric("psnr", resize="to_first")
+    m2.update(random_images(2, 16), random_images(2, 32))
+    with pytest.raises(InputError, match="batch_size"):
+        gm.create_metric("psnr", batch_size=0)
+
+
+def test_closed_forms():
+    ref = torch.zeros(1, 3, 8, 8)
+    cand = torch.full((1, 3, 8, 8), 0.1)
+    psnr = gm.create_metric("psnr").compute(ref, cand)
+    assert float(psnr) == pytest.approx(20.0, abs=1e-5)  # 10 log10(1 / 0.01)
+    assert float(gm.create_metric("psnr").compute(ref, ref)) == 100.0
+    a, b = random_images(2, seed=1), random_images(2, seed=2)
+    assert float(gm.create_metric("ssim").compute(a, b)) < 0.2  # independent noise is structurally unrelated
+    assert float(gm.create_metric("ssim").compute(a, b)) == pytest.approx(float(gm.create_metric("ssim").compute(b, a)))
+    x = random_images(2)
+    assert float(gm.create_metric("ssim").compute(x, x)) == pytest.approx(1.0)
+
+
+def test_backbone_outside_state_dict_and_moves_with_to():
+    from genmetrics.testing import tiny_clip
+
+    model, _ = tiny_clip()
+    m = gm.create_metric("clip_i", backbone=model)
+    assert list(m.state_dict()) == [] or all("visual" not in k for k in m.state_dict())
+    assert not list(m.parameters())
+    m.train()
+    assert not model.training
+    m.to(torch.float64)
+    assert next(model.parameters()).dtype == torch.float64
