@@ -1,0 +1,214 @@
+"""open_clip loading with genmetrics' weights policy.
+
+OpenAI weights were trained with QuickGELU: their tags map to the ``-quickgelu`` configs, otherwise the
+activations are silently wrong. Each weights record carries its preprocessing (open_clip's own).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from genmetrics.backbones.weights import genmetrics_home, offline, weights_unavailable
+
+
+@dataclass(frozen=True)
+class ClipWeights:
+    """An open_clip model name plus a pretrained tag, hub id (``hf-hub:org/name``) or local file."""
+
+    model: str
+    pretrained: str
+
+    def __str__(self) -> str:
+        return f"{self.model}/{self.pretrained}"
+
+
+DEFAULT_CLIP = ClipWeights("ViT-B-32-quickgelu", "openai")
+
+
+def parse_clip_weights(spec: str | ClipWeights | None) -> ClipWeights:
+    """``"ViT-B-16/openai"``, ``"hf-hub:org/name"`` or ``"ViT-B-16:/path/ckpt.safetensors"``."""
+    if spec is None:
+        return DEFAULT_CLIP
+    if isinstance(spec, ClipWeights):
+        return _quickgelu(spec)
+    if spec.startswith("hf-hub:"):
+        return ClipWeights(spec, "")
+    for sep in ("/", ":"):
+        model, s, tag = spec.partition(sep)
+        if s and model and tag:
+            return _quickgelu(ClipWeights(model, tag))
+    return _quickgelu(ClipWeights(spec, "openai"))
+
+
+def _quickgelu(w: ClipWeights) -> ClipWeights:
+    if w.pretrained == "openai" and not w.model.endswith("-quickgelu") and w.model.startswith(("ViT-", "RN")):
+        return ClipWeights(w.model + "-quickgelu", w.pretrained)
+    return w
+
+
+def load_open_clip(spec: str | ClipWeights | None = None, *, device: Any = "cpu", precision: str = "fp32"):
+    """Return ``(model, preprocess, tokenizer)`` for open_clip weights, honouring the offline policy."""
+    import open_clip
+
+    w = parse_clip_weights(spec)
+    cache_dir = str(genmetrics_home() / "open_clip")
+    looked = [cache_dir]
+    if w.pretrained and (os.sep in w.pretrained or w.pretrained.endswith((".bin", ".pt", ".safetensors"))):
+        if not Path(w.pretrained).exists():
+            raise weights_unavailable(str(w), w.pretrained, "backbone=... or --weights MODEL:/path/to/ckpt")
+        looked = [w.pretrained]
+    try:
+        if offline():
+            os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        model, _, preprocess = open_clip.create_model_and_transforms(
+            w.model, pretrained=w.pretrained or None, device=device, precision=precision, cache_dir=cache_dir,
+            weights_only=True,
+        )
+    except RuntimeError as e:
+        if "Unknown model" in str(e) or "not found" in str(e).lower():
+            raise weights_unavailable(str(w), looked, "backbone=... or --weights MODEL/TAG", e) from None
+        raise
+    except (OSError, ValueError) as e:
+        raise weights_unavailable(str(w), looked, "backbone=... or --weights MODEL/TAG", e) from None
+    tokenizer = open_clip.get_tokenizer(w.model)
+    model.eval()
+    return model, preprocess, tokenizer
+
+
+# ------------------------------------------------------------------------------------------- helpers
+OPENAI_MEAN = (0.48145466, 0.4578275, 0.40821073)
+OPENAI_STD = (0.26862954, 0.26130258, 0.27577711)
+
+
+def clip_preprocess_cfg(model: Any) -> dict[str, Any]:
+    """The model's preprocessing: ``size (h, w)``, ``mean``, ``std``, ``interpolation``, ``resize_mode``.
+
+    Read from ``model.visual.preprocess_cfg`` (open_clip >= 2.23) or the legacy ``image_size`` /
+    ``image_mean`` / ``image_std`` attributes; mean/std default to OpenAI's when the model has none
+    (models built in code, e.g. :func:`genmetrics.testing.tiny_clip`).
+    """
+    visual = getattr(model, "visual", model)
+    cfg = dict(getattr(visual, "preprocess_cfg", None) or {})
+    size = cfg.get("size", getattr(visual, "image_size", 224))
+    if isinstance(size, int):
+        size = (size, size)
+    mean = cfg.get("mean") or getattr(visual, "image_mean", None) or OPENAI_MEAN
+    std = cfg.get("std") or getattr(visual, "image_std", None) or OPENAI_STD
+    return {
+        "size": (int(size[0]), int(size[1])),
+        "mean": tuple(float(m) for m in mean),
+        "std": tuple(float(s) for s in std),
+        "interpolation": cfg.get("interpolation", "bicubic"),
+        "resize_mode": cfg.get("resize_mode", "shortest"),
+        "fill_color": cfg.get("fill_color", 0),
+    }
+
+
+def _model_device(model: Any) -> Any:
+    import torch
+
+    for p in model.parameters():
+        return p.device
+    return torch.device("cpu")
+
+
+def clip_image_batch(images: Any, model: Any, *, data_range: float = 1.0, name: str = "images", device: Any = None):
+    """Images in any form of the image contract -> the model's input tensor ``[B,3,h,w]`` (float32).
+
+    Resizes with the model's preprocessing config (``shortest``: shorter side to the input size then
+    centre crop, like open_clip's ``preprocess``; ``longest``: fit inside and pad; ``squash``: resize
+    without keeping the aspect ratio), then normalises with the model's mean/std (OpenAI's when the
+    model carries none). The tensor lands on ``device`` (default: the model's device).
+    """
+    import torch
+    import torch.nn.functional as F
+
+    from genmetrics.data.images import load_batch
+
+    cfg = clip_preprocess_cfg(model)
+    th, tw = cfg["size"]
+    mode = "bilinear" if cfg["interpolation"] == "bilinear" else "bicubic"
+
+    def resize(x: torch.Tensor, hw: tuple[int, int]) -> torch.Tensor:
+        if tuple(x.shape[-2:]) == hw:
+            return x
+        y = F.interpolate(x.unsqueeze(0), size=hw, mode=mode, antialias=True, align_corners=False)
+        return y.squeeze(0).clamp_(0.0, 1.0)
+
+    out = []
+    for x in load_batch(images, data_range=data_range, name=name):
+        h, w = int(x.shape[-2]), int(x.shape[-1])
+        if cfg["resize_mode"] == "squash":
+            y = resize(x, (th, tw))
+        elif cfg["resize_mode"] == "longest":
+            scale = min(th / h, tw / w)
+            nh, nw = max(1, round(h * scale)), max(1, round(w * scale))
+            y = torch.full((3, th, tw), float(cfg["fill_color"]) / 255.0, dtype=x.dtype, device=x.device)
+            top, left = (th - nh) // 2, (tw - nw) // 2
+            y[:, top:top + nh, left:left + nw] = resize(x, (nh, nw))
+        else:  # "shortest": resize so the image covers the target, then centre-crop
+            scale = max(th / h, tw / w)
+            nh, nw = max(th, round(h * scale)), max(tw, round(w * scale))
+            y = resize(x, (nh, nw))
+            top, left = (nh - th) // 2, (nw - tw) // 2
+            y = y[:, top:top + th, left:left + tw]
+        out.append(y)
+    batch = torch.stack(out, 0)
+    mean = torch.tensor(cfg["mean"], dtype=batch.dtype).view(1, 3, 1, 1)
+    std = torch.tensor(cfg["std"], dtype=batch.dtype).view(1, 3, 1, 1)
+    batch = (batch - mean) / std
+    return batch.to(device if device is not None else _model_device(model))
+
+
+def _token_count(tokenizer: Any, text: str) -> int | None:
+    """Tokens ``text`` needs including start/end tokens, or None when the tokenizer cannot say."""
+    try:
+        if hasattr(tokenizer, "encode") and hasattr(tokenizer, "eot_token_id"):  # open_clip SimpleTokenizer
+            return len(tokenizer.encode(text)) + 2
+        inner = getattr(tokenizer, "tokenizer", None)  # open_clip HFTokenizer wraps a transformers tokenizer
+        if inner is not None and callable(inner):
+            return len(inner(text, truncation=False)["input_ids"])
+    except Exception:  # noqa: BLE001 - counting is best effort; tokenizing below is what matters
+        return None
+    return None
+
+
+def tokenize(tokenizer: Any, texts: Any, *, name: str = "text"):
+    """Tokenize ``texts`` (a string or a list of strings) -> ``LongTensor [N, context_length]``.
+
+    Text longer than the tokenizer's context is truncated **by the tokenizer**, which keeps the end
+    token (open_clip's ``SimpleTokenizer`` puts it back at the last position, Hugging Face tokenizers
+    truncate inside the special tokens); ids are never sliced here. A ``UserWarning`` names every text
+    that was truncated.
+    """
+    import warnings
+
+    from genmetrics.metric import as_text_list
+
+    texts = as_text_list(texts, name=name)
+    ctx = getattr(tokenizer, "context_length", None)
+    ids = tokenizer(texts)
+    if ctx is None:
+        ctx = int(ids.shape[-1])
+    long = []
+    for i, t in enumerate(texts):
+        n = _token_count(tokenizer, t)
+        if n is None:  # unknown: a full row may mean truncation
+            if int(ids[i, -1]) != 0:
+                long.append((i, t, None))
+        elif n > ctx:
+            long.append((i, t, n))
+    if long:
+        first = long[0]
+        what = f"{first[2]} tokens" if first[2] is not None else "possibly more tokens than fit"
+        warnings.warn(
+            f"{name}: {len(long)} text(s) exceed the text encoder's context of {ctx} tokens and were truncated "
+            f"(first: {name}[{first[0]}] {first[1][:60]!r}, {what}); the end token is kept. Shorten the text "
+            "to score all of it.",
+            UserWarning,
+            stacklevel=2,
+        )
+    return ids
