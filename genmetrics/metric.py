@@ -208,14 +208,24 @@ class SampleMetric(Metric):
     def _reduce(self, scores: torch.Tensor) -> torch.Tensor:
         return scores.mean(0)
 
-    def per_sample(self) -> dict[str, Any]:
-        """Per-sample scores of the local state (after ``compute()``'s sync on the synced state).
+    def per_sample(self, *, sync: bool = True) -> dict[str, Any]:
+        """Per-sample scores, gathered from every process when running distributed (``sync=True``).
 
-        Returns ``{"ids": [str|None], "scores": Tensor [N] or [N,C]}`` with padded duplicates dropped.
+        Returns ``{"ids": [str|None], "scores": Tensor [N] or [N,C]}`` with padded duplicates dropped;
+        ids are ``None`` for samples updated without ``ids=``.
         """
-        scores, ids = self._gathered()
-        names = [self._id_names.get(int(i)) if int(i) >= 0 else None for i in ids]
-        return {"ids": names, "scores": scores}
+        names = dict(self._id_names)
+        distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
+        if sync and distributed and torch.distributed.get_world_size() > 1:
+            gathered: list[Any] = [None] * torch.distributed.get_world_size()
+            torch.distributed.all_gather_object(gathered, names)
+            for g in gathered:
+                names.update(g)
+            with self.sync_context(dist_sync_fn=self.dist_sync_fn, should_sync=True, should_unsync=True):
+                scores, ids = self._gathered()
+        else:
+            scores, ids = self._gathered()
+        return {"ids": [names.get(int(i)) if int(i) >= 0 else None for i in ids], "scores": scores}
 
 
 def _batch_len(batch: dict[str, list[Any]]) -> int:

@@ -105,3 +105,42 @@ def metric_recipe(name: str) -> dict[str, Any]:
     if name not in recipes:
         raise LookupError(f"metric {name!r} has no entry in {package}.recipes.RECIPES")
     return recipes[name]()
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _gloo_worker(rank: int, world_size: int, port: int, fn: Any, args: tuple, queue: Any) -> None:
+    import os
+
+    import torch.distributed as dist
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world_size))
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world_size)
+    try:
+        result = fn(rank, world_size, *args)
+        dist.barrier()
+        queue.put((rank, result))
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+def spawn_gloo(fn: Any, world_size: int = 2, args: tuple = ()) -> list[Any]:
+    """Run ``fn(rank, world_size, *args)`` in ``world_size`` processes joined by a gloo process group on
+    127.0.0.1 and return the per-rank results (``fn`` must be importable: a module-level function)."""
+    import torch.multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    queue = ctx.SimpleQueue()
+    port = _free_port()
+    mp.start_processes(_gloo_worker, args=(world_size, port, fn, args, queue), nprocs=world_size, join=True,
+                       start_method="spawn")
+    results = dict(queue.get() for _ in range(world_size))
+    return [results[r] for r in range(world_size)]
