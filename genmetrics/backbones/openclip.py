@@ -68,7 +68,8 @@ def load_open_clip(spec: str | ClipWeights | None = None, *, device: Any = "cpu"
             weights_only=True,
         )
     except RuntimeError as e:
-        if "Unknown model" in str(e) or "not found" in str(e).lower():
+        msg = str(e).lower()
+        if any(k in msg for k in ("unknown model", "not found", "download", "pretrained", "checkpoint")):
             raise weights_unavailable(str(w), looked, "backbone=... or --weights MODEL/TAG", e) from None
         raise
     except (OSError, ValueError) as e:

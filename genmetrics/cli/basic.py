@@ -79,20 +79,18 @@ def _conditions(values: tuple[str, ...], n: int) -> list[str] | None:
     return texts
 
 
-def _validate_files(files: list[Path]) -> None:
-    """Open every image header before any weights load (corrupt files fail fast, with their name)."""
-    from PIL import Image
-
+def _bad_files(files: list[Path]) -> dict[Path, str]:
+    """Check every image before any weights load; returns {path: error message} for unreadable files."""
     from genmetrics.data.images import load_image
     from genmetrics.errors import InputError
 
-    for f in files:
+    bad: dict[Path, str] = {}
+    for f in dict.fromkeys(files):
         try:
-            with Image.open(f) as im:
-                im.verify()
-        except Exception:  # noqa: BLE001 - load_image gives the precise message
             load_image(f)
-            raise InputError(f"{str(f)!r} is not a readable image") from None
+        except InputError as e:
+            bad[f] = str(e)
+    return bad
 
 
 @click.command("score")
@@ -107,9 +105,11 @@ def _validate_files(files: list[Path]) -> None:
 @click.option("--device", default=None, help="cpu, cuda, cuda:1 ... (default: CUDA if available).")
 @click.option("--out", type=click.Path(dir_okay=False), help="Write per-sample results (.jsonl) or a summary (.json).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.option("--on-error", type=click.Choice(["stop", "skip"]), default="stop", show_default=True,
+              help="A bad image file: stop before scoring (naming it), or report it and score the rest.")
 def score_cmd(name: str, reference: tuple[str, ...], candidates: tuple[str, ...], condition: tuple[str, ...],
               attributes: str | None, weights: str | None, options: tuple[str, ...], batch_size: int | None,
-              device: str | None, out: str | None, as_json: bool) -> None:
+              device: str | None, out: str | None, as_json: bool, on_error: str) -> None:
     """Score candidate images with metric NAME."""
     import torch
 
@@ -124,7 +124,7 @@ def score_cmd(name: str, reference: tuple[str, ...], candidates: tuple[str, ...]
         kwargs["attributes"] = attributes
     if weights:
         kwargs["weights"] = weights
-    if batch_size:
+    if batch_size is not None:
         kwargs["batch_size"] = batch_size
     if device:
         kwargs["device"] = device
@@ -145,7 +145,7 @@ def score_cmd(name: str, reference: tuple[str, ...], candidates: tuple[str, ...]
     elif "reference_sets" in card.tags:
         ids, refs = [p.stem for p in cand_files], [ref_files] * len(cand_files) if ref_files else None
     elif ref_files:
-        if len(ref_files) == 1 and len(cand_files) > 1:
+        if len(ref_files) == 1:
             pairs = [(c.stem, ref_files[0], c) for c in cand_files]
         else:
             pairs = match_by_stem(ref_files, cand_files)
@@ -153,7 +153,27 @@ def score_cmd(name: str, reference: tuple[str, ...], candidates: tuple[str, ...]
     else:
         ids, refs = [p.stem for p in cand_files], None
     conds = _conditions(condition, len(cand_files))
-    _validate_files(cand_files + (ref_files if refs is not None else []))
+    bad = _bad_files(cand_files + (ref_files if refs is not None else []))
+    if bad and on_error == "stop":
+        first = next(iter(bad.values()))
+        more = f" (and {len(bad) - 1} more bad file(s))" if len(bad) > 1 else ""
+        raise InputError(f"{first}{more}; pass --on-error skip to report bad files and score the rest")
+    if bad:
+        for f, msg in bad.items():
+            click.echo(f"warning: skipped {f}: {msg}", err=True)
+        if card.level == "set":
+            ref_files = [f for f in ref_files if f not in bad]
+            refs = ref_files
+            keep = [i for i, c in enumerate(cand_files) if c not in bad]
+        else:
+            keep = [i for i, c in enumerate(cand_files)
+                    if c not in bad and not (refs is not None and not isinstance(refs[i], list) and refs[i] in bad)]
+            if refs is not None:
+                refs = [refs[i] for i in keep]
+        cand_files, ids = [cand_files[i] for i in keep], [ids[i] for i in keep]
+        conds = [conds[i] for i in keep] if conds is not None else None
+        if not cand_files or (card.level == "set" and not ref_files):
+            raise InputError("every candidate (or every reference) was a bad file; nothing left to score")
 
     metric = create_metric(name, **kwargs)
     bs = max(1, getattr(metric, "batch_size", 32))

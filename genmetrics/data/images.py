@@ -83,7 +83,7 @@ def load_image(path: str | os.PathLike) -> Image.Image:
         raise
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as e:
         raise InputError(
-            f"image file {str(p)!r} is too large ({e}); the limit is {MAX_PIXELS} pixels "
+            f"image file {str(p)!r} is too large ({e}); the decompression-bomb limit is {MAX_PIXELS} pixels "
             "(set GENMETRICS_MAX_PIXELS to raise it if the file is trusted)"
         ) from None
     except UnidentifiedImageError:

@@ -1,0 +1,51 @@
+"""Run the catalogue of bad inputs against the Python API and the CLI."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from genmetrics.cli.main import main
+
+from .catalogue import CASES, make_workspace
+
+
+@pytest.fixture(scope="module")
+def ws(tmp_path_factory):
+    return make_workspace(tmp_path_factory.mktemp("catalogue"))
+
+
+def test_catalogue_is_large_and_documented():
+    assert len(CASES) >= 30
+    ids = [c.id for c in CASES]
+    assert len(ids) == len(set(ids))
+    doc = (Path(__file__).parents[2] / "docs" / "errors.md").read_text()
+    missing = [i for i in ids if f"`{i}`" not in doc]
+    assert not missing, f"docs/errors.md lacks {missing}"
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.api], ids=lambda c: c.id)
+def test_api(case, ws):
+    if case.error is None:
+        case.api(ws)
+        return
+    with pytest.raises(case.error) as e:
+        case.api(ws)
+    assert case.fragment in str(e.value), str(e.value)
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.cli], ids=lambda c: c.id)
+def test_cli(case, ws, capsys):
+    rc = main(case.cli(ws))
+    out = capsys.readouterr()
+    assert "Traceback" not in out.err
+    if case.error is None:
+        assert rc == 0, out.err
+        assert case.fragment in out.out + out.err
+        return
+    assert rc == case.exit_code, out.err
+    lines = [ln for ln in out.err.splitlines() if ln.strip() and not ln.startswith(("WARNING", "ERROR:root"))]
+    assert len(lines) == 1 and lines[0].startswith("error: "), out.err
+    assert case.fragment in lines[0] or re.search(case.fragment, lines[0]), lines[0]
