@@ -83,3 +83,22 @@ def test_torn_cache_file_is_recomputed(tmp_path):
     path = next(tmp_path.rglob("*.safetensors"))
     path.write_bytes(path.read_bytes()[:10])
     assert cache.get(x) is None
+
+
+def test_iter_decoded_in_workers_keeps_order_and_reports_bad_files(tmp_path):
+    from PIL import Image
+
+    from genmetrics.data.batching import iter_decoded
+    from genmetrics.data.images import to_tensor
+    from genmetrics.errors import InputError
+
+    paths = []
+    for i in range(5):
+        p = tmp_path / f"{i}.png"
+        Image.new("RGB", (4, 4), (i, i, i)).save(p)
+        paths.append(p)
+    (tmp_path / "2.png").write_bytes(b"broken")
+    got = [item for batch in iter_decoded(paths, to_tensor, batch_size=2, num_workers=2) for item in batch]
+    assert [i for i, _ in got] == list(range(5))
+    assert isinstance(got[2][1], InputError) and "2.png" in str(got[2][1])
+    assert torch.allclose(got[4][1], torch.full((3, 4, 4), 4 / 255))
