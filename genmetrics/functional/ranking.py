@@ -1,0 +1,225 @@
+"""Pairwise ranking math for learned preference metrics (MIE): pairwise accuracy against human
+preferences, per-dimension F1 of diagnostic logits, win-rate matrices and Bradley-Terry ratings.
+
+Pure torch, float64 internally, no I/O. Conventions:
+
+* a *pair* compares item ``a`` with item ``b``; ``outcome`` is 1 when ``a`` wins, 0 when ``b`` wins and
+  0.5 for a tie (soft outcomes in [0, 1] are allowed everywhere an outcome is taken);
+* pairwise accuracy counts a tie in the metric's scores (``score_a == score_b``) as half right, so a
+  constant metric scores exactly 0.5 (chance);
+* diagnostic F1 is binary per dimension with the positive class 1 (e.g. "the subject exists"); logits are
+  thresholded at 0 (probability 0.5) and soft labels at 0.5; macro-F1 is the unweighted mean over
+  dimensions; a dimension with no positive label and no positive prediction has F1 ``zero_division``
+  (0.0 by default, as scikit-learn).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+__all__ = ["bradley_terry", "f1_per_class", "macro_f1", "pairwise_accuracy", "win_counts", "win_rate_matrix"]
+
+
+def _vec(x: Any, name: str) -> torch.Tensor:
+    t = torch.as_tensor(x).detach().to("cpu")
+    if t.dtype == torch.bool:
+        t = t.to(torch.float64)
+    t = t.to(torch.float64).reshape(-1) if t.ndim <= 1 else t.to(torch.float64)
+    if t.ndim != 1:
+        raise ValueError(f"{name}: expected a 1-D sequence, got shape {tuple(t.shape)}")
+    return t
+
+
+def pairwise_accuracy(score_a: Any, score_b: Any, human_prefers_a: Any) -> float:
+    """Fraction of pairs where the metric prefers the candidate the human preferred.
+
+    ``score_a``, ``score_b``: metric scores [N] (higher = better); ``human_prefers_a``: [N] bool/0-1 (or a
+    soft preference in [0, 1]). A pair is right with weight ``p`` if ``score_a > score_b`` (``p`` = the
+    human preference for a), ``1 - p`` if ``score_a < score_b``, and 0.5 on a score tie. NaN scores count
+    as ties. Returns a Python float; an empty input is a ``ValueError``.
+    """
+    a, b, h = _vec(score_a, "score_a"), _vec(score_b, "score_b"), _vec(human_prefers_a, "human_prefers_a")
+    if not (a.numel() == b.numel() == h.numel()):
+        raise ValueError(f"pairwise_accuracy: lengths differ (score_a {a.numel()}, score_b {b.numel()}, "
+                         f"human_prefers_a {h.numel()})")
+    if a.numel() == 0:
+        raise ValueError("pairwise_accuracy: no pairs given")
+    if ((h < 0) | (h > 1)).any():
+        raise ValueError("pairwise_accuracy: human_prefers_a must be in [0, 1] (1 = the human preferred a)")
+    return float(pairwise_correct(a, b, h).mean())
+
+
+def pairwise_correct(score_a: Any, score_b: Any, human_prefers_a: Any) -> torch.Tensor:
+    """Per-pair correctness [N] in {0, 0.5, 1} (soft for soft preferences); its mean is
+    :func:`pairwise_accuracy`. Useful for bootstrap intervals and breakdowns."""
+    a, b, h = _vec(score_a, "score_a"), _vec(score_b, "score_b"), _vec(human_prefers_a, "human_prefers_a")
+    diff = a - b
+    metric_a = torch.where(diff > 0, 1.0, torch.where(diff < 0, 0.0, 0.5)).to(torch.float64)  # NaN -> 0.5
+    return metric_a * h + (1 - metric_a) * (1 - h)
+
+
+def _binary_stats(pred_logits: Any, labels: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    p = torch.as_tensor(pred_logits).detach().to("cpu", torch.float64)
+    y = torch.as_tensor(labels).detach().to("cpu", torch.float64)
+    if p.ndim == 1:
+        p = p[:, None]
+    if y.ndim == 1:
+        y = y[:, None]
+    if p.shape != y.shape or p.ndim != 2:
+        raise ValueError(f"f1: pred_logits {tuple(p.shape)} and labels {tuple(y.shape)} must both be [N, C]")
+    if p.shape[0] == 0:
+        raise ValueError("f1: no samples given")
+    pred = p > 0
+    true = y >= 0.5
+    tp = (pred & true).sum(0).double()
+    fp = (pred & ~true).sum(0).double()
+    fn = (~pred & true).sum(0).double()
+    return tp, fp, fn
+
+
+def f1_per_class(pred_logits: Any, labels: Any, *, zero_division: float = 0.0) -> torch.Tensor:
+    """Binary F1 per column: ``pred_logits`` [N,C] thresholded at 0, ``labels`` [N,C] (0/1 or soft,
+    thresholded at 0.5). ``F1 = 2TP / (2TP + FP + FN)``; ``zero_division`` when the denominator is 0.
+    Returns float64 [C]."""
+    tp, fp, fn = _binary_stats(pred_logits, labels)
+    den = 2 * tp + fp + fn
+    return torch.where(den > 0, 2 * tp / den.clamp_min(1), torch.full_like(den, float(zero_division)))
+
+
+def macro_f1(pred_logits: Any, labels: Any) -> float:
+    """Unweighted mean of :func:`f1_per_class` over the columns (for MIE: existence, appearance,
+    interaction). ``pred_logits`` [N,3] logits (threshold 0), ``labels`` [N,3] in {0,1} or soft."""
+    return float(f1_per_class(pred_logits, labels).mean())
+
+
+def _pairs(item_a: Any, item_b: Any, outcome: Any, n_items: int | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
+    ia = torch.as_tensor(item_a).detach().to("cpu").reshape(-1).long()
+    ib = torch.as_tensor(item_b).detach().to("cpu").reshape(-1).long()
+    o = _vec(outcome, "outcome")
+    if not (ia.numel() == ib.numel() == o.numel()):
+        raise ValueError(f"lengths differ (item_a {ia.numel()}, item_b {ib.numel()}, outcome {o.numel()})")
+    if ((o < 0) | (o > 1)).any() or torch.isnan(o).any():
+        raise ValueError("outcome must be in [0, 1] (1 = item_a won, 0 = item_b won, 0.5 = tie)")
+    if (ia < 0).any() or (ib < 0).any():
+        raise ValueError("item indices must be >= 0")
+    if (ia == ib).any():
+        raise ValueError("a pair compares an item with itself; item_a and item_b must differ")
+    k = int(max(int(ia.max()) if ia.numel() else -1, int(ib.max()) if ib.numel() else -1) + 1)
+    if n_items is not None:
+        if k > n_items:
+            raise ValueError(f"item index {k - 1} >= n_items={n_items}")
+        k = int(n_items)
+    return ia, ib, o, k
+
+
+def win_counts(item_a: Any, item_b: Any, outcome: Any, n_items: int | None = None) -> torch.Tensor:
+    """``W[i, j]`` = (fractional) wins of item i over item j, float64 [K,K]; ties give 0.5 to each."""
+    ia, ib, o, k = _pairs(item_a, item_b, outcome, n_items)
+    w = torch.zeros(k, k, dtype=torch.float64)
+    w.index_put_((ia, ib), o, accumulate=True)
+    w.index_put_((ib, ia), 1 - o, accumulate=True)
+    return w
+
+
+def win_rate_matrix(item_a: Any, item_b: Any, outcome: Any, n_items: int | None = None) -> torch.Tensor:
+    """``R[i, j]`` = fraction of the comparisons between i and j that i won, float64 [K,K];
+    ``R[i, j] + R[j, i] = 1`` where they met, NaN where they never met (and on the diagonal)."""
+    w = win_counts(item_a, item_b, outcome, n_items)
+    games = w + w.T
+    return torch.where(games > 0, w / games.clamp_min(1e-300), torch.full_like(w, float("nan")))
+
+
+def _strongly_connected(w: torch.Tensor) -> bool:
+    """Every item reachable from every other along 'beat' edges (the MLE exists iff this holds)."""
+    k = w.shape[0]
+    if k <= 1:
+        return True
+    adj = (w > 0).numpy()
+
+    def reach(a) -> set[int]:
+        seen, stack = {0}, [0]
+        while stack:
+            i = stack.pop()
+            for j in range(k):
+                if a[i, j] and j not in seen:
+                    seen.add(j)
+                    stack.append(j)
+        return seen
+
+    return len(reach(adj)) == k and len(reach(adj.T)) == k
+
+
+def bradley_terry(
+    item_a: Any,
+    item_b: Any,
+    outcome: Any,
+    n_items: int | None = None,
+    *,
+    prior: float = 0.0,
+    max_iter: int = 100,
+    tol: float = 1e-10,
+) -> torch.Tensor:
+    """Bradley-Terry log-strengths ``theta`` [K] (float64, mean zero) by maximum likelihood.
+
+    Model: ``P(i beats j) = sigmoid(theta_i - theta_j)``; the log-likelihood
+    ``sum_{i,j} W[i,j] * log sigmoid(theta_i - theta_j)`` over the win counts ``W`` of :func:`win_counts`
+    (ties count half a win for each side) is maximised by Newton's method with step halving (it is
+    concave; the gauge is fixed by ``mean(theta) = 0``). ``prior > 0`` adds ``prior`` virtual wins in each
+    direction for every pair of items (a symmetric regulariser that also makes the maximum exist when
+    some item never lost); with ``prior=0`` a comparison graph that is not strongly connected (an item
+    that never lost, never won, or never met the others) is a ``ValueError``.
+
+    For an Elo-like scale use ``1000 + 400 / ln(10) * theta``.
+    """
+    import numpy as np
+
+    w_t = win_counts(item_a, item_b, outcome, n_items)
+    k = w_t.shape[0]
+    if k == 0:
+        raise ValueError("bradley_terry: no items")
+    if prior < 0:
+        raise ValueError(f"prior must be >= 0, got {prior}")
+    if prior > 0:
+        w_t = w_t + prior * (1 - torch.eye(k, dtype=torch.float64))
+    elif not _strongly_connected(w_t):
+        raise ValueError("bradley_terry: the maximum-likelihood ratings do not exist (some item never lost, "
+                         "never won, or never met the others); pass prior > 0 to regularise")
+    w = w_t.numpy()
+    n = w + w.T
+
+    def loglik(t: np.ndarray) -> float:
+        d = t[:, None] - t[None, :]
+        return float((w * -np.logaddexp(0.0, -d)).sum())
+
+    theta = np.zeros(k)
+    ll = loglik(theta)
+    for _ in range(max_iter):
+        d = theta[:, None] - theta[None, :]
+        p = 1.0 / (1.0 + np.exp(-d))  # P(i beats j)
+        grad = (w * (1 - p)).sum(1) - (w.T * p).sum(1)
+        h = n * p * (1 - p)  # negative Hessian: graph Laplacian with these weights
+        lap = np.diag(h.sum(1)) - h
+        step = np.linalg.lstsq(lap + np.ones((k, k)) / k, grad, rcond=None)[0]
+        step -= step.mean()
+        t = 1.0
+        while t > 1e-10:
+            cand = theta + t * step
+            new_ll = loglik(cand)
+            if new_ll >= ll - 1e-15:
+                break
+            t *= 0.5
+        theta, ll_old, ll = cand, ll, new_ll
+        if np.abs(t * step).max() < tol or abs(ll - ll_old) < tol * 1e-3:
+            break
+    theta = theta - theta.mean()
+    return torch.from_numpy(theta.copy())
+
+
+def items_to_index(names: Sequence[Any]) -> tuple[list[Any], torch.Tensor]:
+    """``(sorted unique names, index tensor)`` for a list of hashable item names."""
+    uniq = sorted(set(names), key=str)
+    pos = {n: i for i, n in enumerate(uniq)}
+    return uniq, torch.tensor([pos[n] for n in names], dtype=torch.long)

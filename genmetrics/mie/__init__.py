@@ -1,0 +1,54 @@
+"""MIE: the Multi-subject Interaction Evaluator (MIBE paper, shared/seeds/003_d7bf2a4accc2285a.txt).
+
+Given 1..8 reference subject images, the prompt and a generated image, a Qwen3.5 (or Qwen3-VL) backbone
+with a rank head and a diagnostic head scores how well every subject is bound: a scalar score (higher is
+better) and three logits (existence, appearance, interaction). See docs/mie.md.
+
+Registered metric: ``mie``. Heavy names load lazily: :class:`MIEModel`, :class:`MIEOutput`,
+:class:`MIEMetric`, :func:`mie_loss`, :func:`train_mie`, :func:`evaluate_human`, :func:`rank_generators`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from genmetrics.registry import MetricCard, register_metric
+
+register_metric(MetricCard(
+    name="mie", factory="genmetrics.mie.metric:MIEMetric", family="mie",
+    summary="Multi-subject binding score of a generated image given its reference subjects and prompt "
+            "(learned dual-head Qwen3.5 evaluator: rank score + existence/appearance/interaction logits).",
+    inputs={"reference": "one list of 1-8 reference subject images per sample",
+            "candidates": "generated images [B]",
+            "condition": "prompts [B] (or one prompt for all)"},
+    higher_is_better=True, range=None, paper="MIBE (Multi-subject Interaction Benchmark and Evaluator), 2026",
+    default_weights=None, level="sample",
+    output="mean rank-head score; per_sample() adds diagnostics [N,3] logits; per_generator() groups by id prefix",
+    tags=("learned", "vlm", "multi-subject", "reference-sets"),
+))
+
+_LAZY = {
+    "MIEModel": "genmetrics.mie.model",
+    "MIEOutput": "genmetrics.mie.model",
+    "MIEBatch": "genmetrics.mie.model",
+    "mie_loss": "genmetrics.mie.model",
+    "DIMENSIONS": "genmetrics.mie.model",
+    "MIEMetric": "genmetrics.mie.metric",
+    "TrainConfig": "genmetrics.mie.train",
+    "train_mie": "genmetrics.mie.train",
+    "evaluate_human": "genmetrics.mie.evaluate",
+    "rank_generators": "genmetrics.mie.ranking",
+}
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    mod = _LAZY.get(name)
+    if mod is None:
+        raise AttributeError(f"module 'genmetrics.mie' has no attribute {name!r}")
+    return getattr(importlib.import_module(mod), name)
+
+
+def __dir__() -> list[str]:
+    return __all__

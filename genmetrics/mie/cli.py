@@ -1,0 +1,222 @@
+"""Command line for MIE: ``genmetrics train mie``, ``genmetrics evaluate-human mie`` and
+``genmetrics rank-generators``. Every input is validated before any weights load."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+
+from genmetrics.errors import InputError
+
+
+def _split(values: tuple[str, ...]) -> list[str]:
+    return [v.strip() for item in values for v in item.split(",") if v.strip()]
+
+
+def _check_images(records: list[Any], path: str) -> None:
+    for r in records:
+        for p in (*r.references, *r.candidates):
+            if not Path(p).is_file():
+                raise InputError(f"{path}: pair {r.id!r} names image {str(p)!r}, which does not exist")
+
+
+@click.command("mie")
+@click.option("--data", required=True, type=click.Path(dir_okay=False), help="MIB pairs JSONL (silver labels).")
+@click.option("--out", required=True, type=click.Path(file_okay=False), help="Output folder (checkpoint + resumable state).")
+@click.option("--backbone", default="4b", show_default=True,
+              help="0.8b | 2b | 4b (Qwen3.5), a hub id or local folder of a Qwen3.5/Qwen3-VL VLM; tiny-qwen35 for smoke tests.")
+@click.option("--tuning", type=click.Choice(["lora_layer", "layer_only"]), default="lora_layer", show_default=True)
+@click.option("--last-k", default=2, show_default=True, type=int, help="Final decoder layers trained fully.")
+@click.option("--lora-r", default=16, show_default=True, type=int)
+@click.option("--lora-alpha", default=None, type=int, help="Default 2 * r.")
+@click.option("--lora-dropout", default=0.05, show_default=True, type=float)
+@click.option("--instruction", default=None, help="Instruction text at the start of every sequence (default: built in).")
+@click.option("--subset", default=9600, show_default=True, type=int, help="Random subset of pairs (0 = all).")
+@click.option("--epochs", default=1.0, show_default=True, type=float)
+@click.option("--lr", default=1e-4, show_default=True, type=float)
+@click.option("--weight-decay", default=0.01, show_default=True, type=float)
+@click.option("--warmup", default=0.03, show_default=True, type=float, help="Warmup fraction of the steps.")
+@click.option("--grad-clip", default=1.0, show_default=True, type=float)
+@click.option("--batch-pairs", default=4, show_default=True, type=int, help="Pairs per micro-batch per process.")
+@click.option("--grad-accum", default=4, show_default=True, type=int)
+@click.option("--alpha", default=1.0, show_default=True, type=float, help="Weight of the Bradley-Terry rank loss.")
+@click.option("--beta", default=1.0, show_default=True, type=float, help="Weight of the diagnostic BCE loss.")
+@click.option("--token-budget", default=16384, show_default=True, type=int, help="Padded tokens per forward batch.")
+@click.option("--max-steps", default=None, type=int, help="Stop after this many optimizer steps.")
+@click.option("--save-every", default=200, show_default=True, type=int, help="Checkpoint every N optimizer steps.")
+@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--resume/--no-resume", default=True, show_default=True, help="Continue from the last checkpoint in --out.")
+@click.option("--gradient-checkpointing", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def train_cmd(**kw: Any) -> None:
+    """Train MIE (rank + diagnostic heads, LoRA / last layers) on pairwise preferences.
+
+    Multi-GPU: ``accelerate launch -m genmetrics train mie ...``."""
+    from genmetrics.mie.train import TrainConfig, load_training_pairs, train_mie
+
+    as_json = kw.pop("as_json")
+    kw["subset"] = kw["subset"] or None
+    cfg = TrainConfig(**kw)
+    cfg.check()
+    load_training_pairs(cfg.data, subset=cfg.subset, seed=cfg.seed)  # validate before weights load
+    res = train_mie(cfg)
+    if as_json:
+        click.echo(json.dumps({k: v for k, v in res.items() if k != "history"} | {"final_loss": res["history"][-1]["loss"] if res["history"] else None}))
+    else:
+        last = res["history"][-1] if res["history"] else {}
+        click.echo(f"trained {res['steps']} steps; final loss {last.get('loss', float('nan')):.4f}; checkpoint: {res['out']}")
+
+
+@click.command("mie")
+@click.option("--data", required=True, type=click.Path(dir_okay=False), help="MIB pairs JSONL with human labels (gold).")
+@click.option("--heads", default=None, help="Trained MIE checkpoint folder or hub id (omit to score baselines only).")
+@click.option("--backbone", default=None, help="Backbone to use instead of the one named in the checkpoint.")
+@click.option("--metrics", "baselines", multiple=True,
+              help="Registered metrics scored on the same pairs (comma-separated or repeated), e.g. psnr,ssim,clip_i.")
+@click.option("--seen-generators", multiple=True,
+              help="Generators seen in training (comma-separated). Default: read from the checkpoint's training.json.")
+@click.option("--out", default="mie_eval", show_default=True, type=click.Path(file_okay=False))
+@click.option("--n-boot", default=1000, show_default=True, type=int)
+@click.option("--batch-pairs", default=16, show_default=True, type=int)
+@click.option("--token-budget", default=16384, show_default=True, type=int)
+@click.option("--device", default=None)
+@click.option("--json", "as_json", is_flag=True)
+def evaluate_cmd(data: str, heads: str | None, backbone: str | None, baselines: tuple[str, ...],
+                 seen_generators: tuple[str, ...], out: str, n_boot: int, batch_pairs: int, token_budget: int,
+                 device: str | None, as_json: bool) -> None:
+    """Agreement of MIE (and baselines) with human pairwise preferences and diagnostic labels."""
+    import genmetrics as gm
+    from genmetrics.cli.common import progress
+    from genmetrics.data.jsonl import load_mib_pairs
+    from genmetrics.mie.evaluate import evaluate_human, write_report
+    from genmetrics.mie.model import resolve_heads
+
+    records = load_mib_pairs(data)
+    _check_images(records, data)
+    names = _split(baselines)
+    known = gm.list_metrics()
+    for n in names:
+        if n not in known:
+            gm.metric_info(n)  # raises with close matches
+    if heads is None and not names:
+        raise InputError("nothing to evaluate: pass --heads (a trained MIE checkpoint) and/or --metrics psnr,ssim,...")
+    if batch_pairs < 1 or n_boot < 0:
+        raise InputError("--batch-pairs must be >= 1 and --n-boot >= 0")
+    seen = _split(seen_generators)
+    model = None
+    if heads is not None:
+        folder = resolve_heads(heads)
+        if not seen and (folder / "training.json").is_file():
+            seen = json.loads((folder / "training.json").read_text(encoding="utf-8")).get("generators", [])
+        from genmetrics.mie.model import MIEModel, build_backbone
+
+        vlm, proc = build_backbone(backbone, device=device) if backbone else (None, None)
+        model = MIEModel.from_pretrained(folder, vlm, proc, device=device, token_budget=token_budget, vision_cache_size=256)
+    report, scores = evaluate_human(records, model=model, metrics=names, seen_generators=seen, n_boot=n_boot,
+                                    batch_pairs=batch_pairs, progress=progress)
+    files = write_report(report, scores, records, out)
+    if as_json:
+        click.echo(json.dumps({"files": files, "accuracy": {k: v["accuracy"]["overall"]["value"]
+                                                             for k, v in report["metrics"].items() if "error" not in v}}))
+        return
+    for name, m in report["metrics"].items():
+        if "error" in m:
+            click.echo(f"{name}: failed ({m['error']})")
+            continue
+        acc = m["accuracy"]
+        parts = [f"{s} {acc[s]['value']:.3f}" for s in ("overall", "seen", "unseen") if s in acc and acc[s]["n"]]
+        extra = f"; macro-F1 {m['diagnostics']['overall']['macro_f1']['value']:.3f}" if "diagnostics" in m else ""
+        click.echo(f"{name}: pairwise accuracy " + ", ".join(parts) + extra)
+    click.echo(f"report: {files['markdown']}")
+
+
+@click.command("rank-generators")
+@click.option("--scores", "scores_path", default=None, type=click.Path(dir_okay=False),
+              help="scores.jsonl written by `genmetrics evaluate-human mie` (or any JSONL with generators + scores).")
+@click.option("--data", default=None, type=click.Path(dir_okay=False), help="MIB pairs JSONL to score with --heads first.")
+@click.option("--heads", default=None, help="MIE checkpoint used with --data.")
+@click.option("--metric", default="mie", show_default=True, help="Which scores in --scores to rank by.")
+@click.option("--human", is_flag=True, help="Rank by the human preferences in the file instead of a metric.")
+@click.option("--n-boot", default=1000, show_default=True, type=int)
+@click.option("--prior", default=0.5, show_default=True, type=float, help="Bradley-Terry regulariser (virtual wins).")
+@click.option("--out", default=None, type=click.Path(file_okay=False), help="Write ranking.json, ranking.md, ranking.png here.")
+@click.option("--device", default=None)
+@click.option("--json", "as_json", is_flag=True)
+def rank_cmd(scores_path: str | None, data: str | None, heads: str | None, metric: str, human: bool, n_boot: int,
+             prior: float, out: str | None, device: str | None, as_json: bool) -> None:
+    """Rank generators from scored pairs: mean score, win-rate matrix, Bradley-Terry ratings with CIs."""
+    from genmetrics.mie.ranking import rank_generators, ranking_markdown, ranking_plot
+
+    if (scores_path is None) == (data is None):
+        raise InputError("give either --scores FILE (scored pairs) or --data FILE with --heads DIR")
+    if n_boot < 0 or prior < 0:
+        raise InputError("--n-boot and --prior must be >= 0")
+    if scores_path is not None:
+        ga, gb, sa, sb, outcome = _read_scores(scores_path, metric, human)
+    else:
+        from genmetrics.data.jsonl import load_mib_pairs
+
+        records = load_mib_pairs(data)
+        _check_images(records, data)
+        ga = [r.generators[0] for r in records]
+        gb = [r.generators[1] for r in records]
+        if human:
+            sa = sb = None
+            outcome = [1.0 - r.preference for r in records]
+        else:
+            if heads is None:
+                raise InputError("--data needs --heads (a trained MIE checkpoint) unless --human is given")
+            from genmetrics.cli.common import progress
+            from genmetrics.mie.evaluate import score_pairs_mie
+            from genmetrics.mie.model import MIEModel
+
+            model = MIEModel.from_pretrained(heads, device=device, vision_cache_size=256)
+            sc = score_pairs_mie(model, records, progress=progress)
+            sa, sb, outcome = sc["a"].tolist(), sc["b"].tolist(), None
+    result = rank_generators(ga, gb, sa, sb, outcome=outcome, n_boot=n_boot, prior=prior)
+    result["by"] = "human" if human else metric
+    if out:
+        from genmetrics.data.results import atomic_write_json, atomic_write_text
+
+        folder = Path(out)
+        folder.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(folder / "ranking.json", result)
+        atomic_write_text(folder / "ranking.md", ranking_markdown(result, title=f"Generator ranking by {result['by']}"))
+        ranking_plot(result, folder / "ranking.png")
+    if as_json:
+        click.echo(json.dumps(result))
+    else:
+        click.echo(ranking_markdown(result, title=f"Generator ranking by {result['by']}").rstrip())
+
+
+def _read_scores(path: str, metric: str, human: bool) -> tuple[list[str], list[str], list[float] | None, list[float] | None, list[float] | None]:
+    from genmetrics.data.jsonl import iter_jsonl
+
+    ga, gb, sa, sb, outcome = [], [], [], [], []
+    for n, obj in iter_jsonl(path):
+        gens = obj.get("generators")
+        if not (isinstance(gens, list) and len(gens) == 2 and all(isinstance(g, str) for g in gens)):
+            raise InputError(f"{path}:{n}: 'generators' should be two strings, got {gens!r}")
+        ga.append(gens[0])
+        gb.append(gens[1])
+        if human:
+            pref = obj.get("preference")
+            if pref not in (0, 1):
+                raise InputError(f"{path}:{n}: --human needs 'preference' 0 or 1, got {pref!r}")
+            outcome.append(1.0 - pref)
+            continue
+        scores = obj.get("scores")
+        pair = scores.get(metric) if isinstance(scores, dict) else None
+        if pair is None and isinstance(scores, list):
+            pair = scores
+        if not (isinstance(pair, list) and len(pair) == 2 and all(isinstance(x, (int, float)) for x in pair)):
+            avail = sorted(scores) if isinstance(scores, dict) else []
+            raise InputError(f"{path}:{n}: no scores for metric {metric!r} (two numbers expected); available: {avail}")
+        sa.append(float(pair[0]))
+        sb.append(float(pair[1]))
+    if not ga:
+        raise InputError(f"{path}: no pairs")
+    return (ga, gb, None, None, outcome) if human else (ga, gb, sa, sb, None)

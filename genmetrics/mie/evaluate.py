@@ -1,0 +1,339 @@
+"""Evaluation against human judgments on MIB pairs (MIB-Gold style JSONL, DESIGN section 6).
+
+For every scorer — the MIE model and any registered metric (``psnr``, ``ssim``, ``ms_ssim``, ``clip_i``,
+``clip_t``, ``dino``, ...; reached only through ``genmetrics.create_metric``) — both candidates of each
+pair are scored and compared with the human preference, as in the paper's Figure 1:
+
+* pairwise accuracy overall, on seen generators (both generators of the pair were in training) and on
+  unseen generators (neither was), with percentile bootstrap confidence intervals; a score tie counts
+  as half right;
+* per-dimension F1 and macro-F1 of the diagnostic logits (threshold 0) against the human labels
+  (threshold 0.5), where the scorer has diagnostics and the pair has labels;
+* breakdowns of the accuracy by subject count, human/object ratio and relation type (from each pair's
+  ``bucket``: ``subjects`` (default: the number of references), ``ratio``, ``relation``).
+
+How other metrics see a pair: a metric tagged ``reference-sets`` (like ``mie``) gets the reference list;
+a metric with a ``reference`` input scores the candidate against every reference and the mean is used;
+a metric with a ``condition`` input gets the prompt. Set-level metrics are skipped. A metric that fails
+is reported with its error and the others go on.
+
+Outputs (``write_report``): ``report.json``, ``report.md``, ``accuracy.png`` (bar chart with CIs) and
+``scores.jsonl`` (per pair: generators, human preference and every scorer's two scores; the input of
+``genmetrics rank-generators``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from genmetrics.errors import InputError
+
+log = logging.getLogger(__name__)
+
+BREAKDOWNS = {
+    "subjects": ("subjects", "subject_count", "n_subjects", "level"),
+    "ratio": ("ratio", "human_object_ratio", "composition"),
+    "relation": ("relation", "relation_type", "interaction"),
+}
+
+
+def bucket_value(record: Any, what: str) -> str:
+    """The record's bucket value for a breakdown (``subjects`` falls back to the reference count)."""
+    b = record.bucket or {}
+    for key in BREAKDOWNS[what]:
+        if key in b and b[key] is not None:
+            return str(b[key])
+    return str(len(record.references)) if what == "subjects" else "unknown"
+
+
+def _chunks(n: int, size: int) -> list[slice]:
+    return [slice(i, min(n, i + size)) for i in range(0, n, size)]
+
+
+def score_pairs_mie(model: Any, records: Sequence[Any], *, batch_pairs: int = 16,
+                    progress: Callable | None = None) -> dict[str, np.ndarray]:
+    """Scores and diagnostics of both candidates of every pair with an :class:`MIEModel`."""
+    sa, sb, da, db = [], [], [], []
+    chunks = _chunks(len(records), batch_pairs)
+    for sl in (progress(chunks, desc="mie", total=len(chunks), unit="batch") if progress else chunks):
+        rs = records[sl]
+        a, b = model.score_pairs([[str(p) for p in r.references] for r in rs], [r.prompt for r in rs],
+                                 [str(r.candidates[0]) for r in rs], [str(r.candidates[1]) for r in rs])
+        sa.append(a.score.double().cpu())
+        sb.append(b.score.double().cpu())
+        da.append(a.diagnostics.double().cpu())
+        db.append(b.diagnostics.double().cpu())
+    return {"a": torch.cat(sa).numpy(), "b": torch.cat(sb).numpy(),
+            "diag_a": torch.cat(da).numpy(), "diag_b": torch.cat(db).numpy()}
+
+
+def score_pairs_metric(name: str, records: Sequence[Any], options: dict[str, Any] | None = None, *,
+                       batch_pairs: int = 16, progress: Callable | None = None) -> dict[str, np.ndarray]:
+    """Scores of both candidates of every pair with the registered metric ``name`` (see module doc)."""
+    import genmetrics as gm
+
+    info = gm.metric_info(name)
+    if info.get("level", "sample") != "sample":
+        raise InputError(f"metric {name!r} is set-level ({info.get('level')}); it gives no score per candidate")
+    roles = set(info.get("inputs") or {})
+    ref_sets = "reference-sets" in (info.get("tags") or [])
+    metric = gm.create_metric(name, **(options or {}))
+    sign = -1.0 if info.get("higher_is_better") is False else 1.0
+    out = {}
+    for side, col in (("a", 0), ("b", 1)):
+        vals: list[float] = []
+        chunks = _chunks(len(records), batch_pairs)
+        for sl in (progress(chunks, desc=f"{name} ({side})", total=len(chunks), unit="batch") if progress else chunks):
+            rs = records[sl]
+            cands = [str(r.candidates[col]) for r in rs]
+            prompts = [r.prompt for r in rs] if "condition" in roles else None
+            if ref_sets:
+                vals += _metric_scores(metric, [[str(p) for p in r.references] for r in rs], cands, prompts)
+            elif "reference" in roles:
+                # every (candidate, reference) combination, then the mean per candidate
+                owner = [i for i, r in enumerate(rs) for _ in r.references]
+                refs = [str(p) for r in rs for p in r.references]
+                flat = _metric_scores(metric, refs, [cands[i] for i in owner],
+                                      [prompts[i] for i in owner] if prompts else None)
+                sums = np.zeros(len(rs))
+                counts = np.zeros(len(rs))
+                np.add.at(sums, owner, flat)
+                np.add.at(counts, owner, 1)
+                vals += list(sums / counts)
+            else:
+                vals += _metric_scores(metric, None, cands, prompts)
+        out[side] = sign * np.asarray(vals, dtype=np.float64)
+    return out
+
+
+def _metric_scores(metric: Any, reference: Any, candidates: list[Any], condition: Any) -> list[float]:
+    """Per-sample scores of one batch (update + per_sample on a reset state)."""
+    metric.reset()
+    metric.update(reference, candidates, condition)
+    ps = metric.per_sample()
+    s = ps["scores"]
+    if s.ndim != 1:
+        s = s.reshape(s.shape[0], -1)[:, 0]
+    out = s.double().cpu().tolist()
+    metric.reset()
+    return out
+
+
+def _ci(values: np.ndarray, n_boot: int, alpha: float, seed: int) -> dict[str, float]:
+    from genmetrics.functional.bootstrap import bootstrap_ci
+
+    if values.size == 0:
+        return {"value": float("nan"), "low": float("nan"), "high": float("nan"), "n": 0}
+    est, lo, hi = bootstrap_ci(values, n_boot=n_boot, alpha=alpha, seed=seed)
+    return {"value": est, "low": lo, "high": hi, "n": int(values.size)}
+
+
+def _f1_block(pred: np.ndarray, labels: np.ndarray, n_boot: int, alpha: float, seed: int) -> dict[str, Any]:
+    from genmetrics.functional.bootstrap import bootstrap_ci
+    from genmetrics.functional.ranking import f1_per_class, macro_f1
+    from genmetrics.mie.model import DIMENSIONS
+
+    per = f1_per_class(torch.from_numpy(pred), torch.from_numpy(labels)).numpy()
+    res: dict[str, Any] = {"n": int(pred.shape[0])}
+    for d, v in zip(DIMENSIONS, per):
+        res[f"f1_{d}"] = float(v)
+    idx = np.arange(pred.shape[0], dtype=np.float64)
+
+    def stat(ix: np.ndarray) -> float:
+        ii = ix.astype(np.int64)
+        return macro_f1(torch.from_numpy(pred[ii]), torch.from_numpy(labels[ii]))
+
+    est, lo, hi = bootstrap_ci(idx, n_boot=n_boot, alpha=alpha, seed=seed, stat=stat)
+    res["macro_f1"] = {"value": est, "low": lo, "high": hi, "n": int(pred.shape[0])}
+    return res
+
+
+def evaluate_scores(
+    records: Sequence[Any],
+    scores: dict[str, dict[str, np.ndarray]],
+    *,
+    seen_generators: Sequence[str] | None = None,
+    n_boot: int = 1000,
+    alpha: float = 0.05,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """The report for already computed scores: ``scores[name] = {"a": [N], "b": [N], "diag_a"?: [N,3],
+    "diag_b"?: [N,3]}`` (or ``{"error": msg}``) for ``records`` (MIB pairs)."""
+    from genmetrics.functional.ranking import pairwise_correct
+
+    n = len(records)
+    prefers_a = np.array([1.0 - r.preference for r in records])
+    seen = set(seen_generators or [])
+    gen_sets = [set(r.generators) for r in records]
+    masks = {"overall": np.ones(n, bool)}
+    if seen:
+        masks["seen"] = np.array([g <= seen for g in gen_sets])
+        masks["unseen"] = np.array([not (g & seen) for g in gen_sets])
+        mixed = ~(masks["seen"] | masks["unseen"])
+        if mixed.any():
+            masks["mixed"] = mixed
+    groups = {what: [bucket_value(r, what) for r in records] for what in BREAKDOWNS}
+    has_diag = np.array([r.diagnostics is not None for r in records])
+    labels = {side: np.array([r.diagnostics[i] if r.diagnostics else (0.0, 0.0, 0.0) for r in records], dtype=np.float64)
+              for i, side in enumerate(("a", "b"))}
+
+    report: dict[str, Any] = {
+        "n_pairs": n, "seen_generators": sorted(seen), "alpha": alpha, "n_boot": n_boot,
+        "subsets": {k: int(v.sum()) for k, v in masks.items()}, "metrics": {},
+    }
+    for name, sc in scores.items():
+        if "error" in sc:
+            report["metrics"][name] = {"error": sc["error"]}
+            continue
+        correct = pairwise_correct(torch.from_numpy(sc["a"]), torch.from_numpy(sc["b"]), torch.from_numpy(prefers_a)).numpy()
+        m: dict[str, Any] = {"accuracy": {k: _ci(correct[v], n_boot, alpha, seed) for k, v in masks.items()}}
+        m["breakdown"] = {}
+        for what, vals in groups.items():
+            keys = sorted(set(vals), key=lambda x: (not x.isdigit(), int(x) if x.isdigit() else 0, x))
+            m["breakdown"][what] = {k: _ci(correct[np.array([v == k for v in vals])], n_boot, alpha, seed) for k in keys}
+        if "diag_a" in sc and has_diag.any():
+            pred = np.concatenate([sc["diag_a"][has_diag], sc["diag_b"][has_diag]])
+            lab = np.concatenate([labels["a"][has_diag], labels["b"][has_diag]])
+            m["diagnostics"] = {"overall": _f1_block(pred, lab, n_boot, alpha, seed)}
+            for k, v in masks.items():
+                sel = v & has_diag
+                if k != "overall" and sel.any():
+                    m["diagnostics"][k] = _f1_block(np.concatenate([sc["diag_a"][sel], sc["diag_b"][sel]]),
+                                                    np.concatenate([labels["a"][sel], labels["b"][sel]]),
+                                                    n_boot, alpha, seed)
+        report["metrics"][name] = m
+    return report
+
+
+def evaluate_human(
+    records: Sequence[Any],
+    *,
+    model: Any = None,
+    metrics: Sequence[str] | dict[str, dict[str, Any]] = (),
+    seen_generators: Sequence[str] | None = None,
+    n_boot: int = 1000,
+    alpha: float = 0.05,
+    seed: int = 0,
+    batch_pairs: int = 16,
+    progress: Callable | None = None,
+) -> tuple[dict[str, Any], dict[str, dict[str, np.ndarray]]]:
+    """Score ``records`` with ``model`` (an :class:`MIEModel`, reported as ``"mie"``) and with the
+    registered ``metrics`` (names, or ``{name: create_metric options}``), then build the report.
+    Returns ``(report, scores)``."""
+    scores: dict[str, dict[str, np.ndarray]] = {}
+    if model is not None:
+        scores["mie"] = score_pairs_mie(model, records, batch_pairs=batch_pairs, progress=progress)
+    opts = metrics if isinstance(metrics, dict) else {m: {} for m in metrics}
+    for name, o in opts.items():
+        try:
+            scores[name] = score_pairs_metric(name, records, o, batch_pairs=batch_pairs, progress=progress)
+        except Exception as e:  # noqa: BLE001 - one failing baseline must not stop the others
+            log.warning("metric %s failed: %s", name, e)
+            scores[name] = {"error": f"{type(e).__name__}: {' '.join(str(e).split())[:300]}"}
+    report = evaluate_scores(records, scores, seen_generators=seen_generators, n_boot=n_boot, alpha=alpha, seed=seed)
+    return report, scores
+
+
+# ---------------------------------------------------------------------- writing
+def _fmt(ci: dict[str, float]) -> str:
+    if ci.get("n", 0) == 0 or math.isnan(ci["value"]):
+        return "-"
+    return f"{ci['value']:.3f} [{ci['low']:.3f}, {ci['high']:.3f}]"
+
+
+def report_markdown(report: dict[str, Any]) -> str:
+    from genmetrics.mie.model import DIMENSIONS
+
+    subsets = list(report["subsets"])
+    lines = ["# MIE evaluation against human preferences", "",
+             f"{report['n_pairs']} pairs; seen generators: {', '.join(report['seen_generators']) or '(not given)'}; "
+             f"{int(100 * (1 - report['alpha']))}% bootstrap intervals ({report['n_boot']} resamples). "
+             "A score tie counts as half right (0.5 = chance).", "",
+             "## Pairwise accuracy", "",
+             "| metric | " + " | ".join(f"{s} (n={report['subsets'][s]})" for s in subsets) + " |",
+             "|---|" + "---|" * len(subsets)]
+    ok = {k: v for k, v in report["metrics"].items() if "error" not in v}
+    order = sorted(ok, key=lambda k: -ok[k]["accuracy"]["overall"]["value"])
+    for name in order:
+        lines.append(f"| {name} | " + " | ".join(_fmt(ok[name]["accuracy"][s]) for s in subsets) + " |")
+    for name, v in report["metrics"].items():
+        if "error" in v:
+            lines.append(f"| {name} | failed: {v['error']} |" + " |" * (len(subsets) - 1))
+    diag = [n for n in order if "diagnostics" in ok[n]]
+    if diag:
+        lines += ["", "## Diagnostics (F1 per dimension, macro-F1)", "",
+                  "| metric | subset | " + " | ".join(DIMENSIONS) + " | macro-F1 |", "|---|---|" + "---|" * (len(DIMENSIONS) + 1)]
+        for name in diag:
+            for sub, blk in ok[name]["diagnostics"].items():
+                lines.append(f"| {name} | {sub} | " + " | ".join(f"{blk[f'f1_{d}']:.3f}" for d in DIMENSIONS)
+                             + f" | {_fmt(blk['macro_f1'])} |")
+    for what in BREAKDOWNS:
+        lines += ["", f"## Accuracy by {what}", ""]
+        keys: list[str] = []
+        for name in order:
+            keys += [k for k in ok[name]["breakdown"][what] if k not in keys]
+        lines += ["| metric | " + " | ".join(keys) + " |", "|---|" + "---|" * len(keys)]
+        for name in order:
+            b = ok[name]["breakdown"][what]
+            lines.append(f"| {name} | " + " | ".join(_fmt(b[k]) + f" (n={b[k]['n']})" if k in b else "-" for k in keys) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def accuracy_plot(report: dict[str, Any], path: Any) -> None:
+    """Grouped bar chart: pairwise accuracy per metric (overall / seen / unseen) with CI error bars."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    ok = {k: v for k, v in report["metrics"].items() if "error" not in v}
+    names = sorted(ok, key=lambda k: -ok[k]["accuracy"]["overall"]["value"])
+    subsets = [s for s in ("overall", "seen", "unseen") if s in report["subsets"]]
+    fig, ax = plt.subplots(figsize=(max(4.0, 0.9 * len(names) * len(subsets) / 2 + 2), 3.6))
+    width = 0.8 / max(1, len(subsets))
+    for j, s in enumerate(subsets):
+        vals = [ok[n]["accuracy"][s]["value"] for n in names]
+        err = [[max(0.0, v - ok[n]["accuracy"][s]["low"]) for n, v in zip(names, vals)],
+               [max(0.0, ok[n]["accuracy"][s]["high"] - v) for n, v in zip(names, vals)]]
+        vals = [0.0 if math.isnan(v) else v for v in vals]
+        err = [[0.0 if math.isnan(e) else e for e in row] for row in err]
+        ax.bar(np.arange(len(names)) + (j - (len(subsets) - 1) / 2) * width, vals, width, yerr=err, capsize=2, label=s)
+    ax.axhline(0.5, color="gray", lw=0.8, ls="--")
+    ax.set_xticks(range(len(names)), names, rotation=30, ha="right")
+    ax.set_ylim(0, 1)
+    ax.set_ylabel("pairwise accuracy vs humans")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def write_report(report: dict[str, Any], scores: dict[str, dict[str, np.ndarray]], records: Sequence[Any],
+                 out: str | Path) -> dict[str, str]:
+    """Write ``report.json``, ``report.md``, ``accuracy.png`` and ``scores.jsonl`` into ``out``."""
+    from genmetrics.data.results import atomic_write_json, atomic_write_text
+
+    folder = Path(out)
+    folder.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(folder / "report.json", report)
+    atomic_write_text(folder / "report.md", report_markdown(report))
+    accuracy_plot(report, folder / "accuracy.png")
+    lines = []
+    for i, r in enumerate(records):
+        row: dict[str, Any] = {"id": r.id, "generators": list(r.generators), "preference": r.preference,
+                               "scores": {n: [float(s["a"][i]), float(s["b"][i])] for n, s in scores.items() if "error" not in s}}
+        diags = {n: [s["diag_a"][i].tolist(), s["diag_b"][i].tolist()] for n, s in scores.items() if "diag_a" in s}
+        if diags:
+            row["diagnostics"] = diags
+        lines.append(json.dumps(row))
+    atomic_write_text(folder / "scores.jsonl", "\n".join(lines) + "\n")
+    return {k: str(folder / f) for k, f in (("json", "report.json"), ("markdown", "report.md"),
+                                             ("plot", "accuracy.png"), ("scores", "scores.jsonl"))}

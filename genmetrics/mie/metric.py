@@ -1,0 +1,189 @@
+"""The registered ``mie`` metric: per-sample MIE scores and diagnostics behind the common contract.
+
+``update(reference, candidates, condition, ids=...)``:
+
+* ``reference`` — one list of 1..8 reference subject images per candidate (``list[list[image]]``); a flat
+  list (or a tensor ``[k,3,H,W]``) of images is one reference set shared by every candidate;
+* ``candidates`` — the generated images (list or tensor ``[B,3,H,W]``);
+* ``condition`` — the prompts, one per candidate (or one string for all).
+
+``compute()`` is the mean rank-head score; :meth:`MIEMetric.per_sample` gives every score with its
+diagnostics logits, :meth:`MIEMetric.per_generator` the mean per generator when ids are written
+``"<generator>/<sample>"``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+
+import torch
+
+from genmetrics.errors import InputError
+from genmetrics.metric import SampleMetric, _drop_duplicate_ids, _slice
+from genmetrics.mie.model import (
+    DIMENSIONS,
+    MAX_REFERENCES,
+    MIEModel,
+    no_heads_error,
+    resolve_heads,
+    validate_inputs,
+)
+
+
+def _is_image(x: Any) -> bool:
+    from PIL import Image
+
+    return isinstance(x, (str, os.PathLike, Image.Image)) or (isinstance(x, torch.Tensor) and x.ndim == 3)
+
+
+class MIEMetric(SampleMetric):
+    """``create_metric("mie", heads=DIR_OR_HUB_ID)`` or ``create_metric("mie", backbone=vlm,
+    processor=proc, heads=DIR)`` or ``create_metric("mie", model=MIEModel(...))``.
+
+    Args:
+        backbone, processor: a caller-built Qwen3.5 / Qwen3-VL VLM and its processor (the metric works on a
+            copy, since the adapter is injected in place). Without them, the backbone named in the heads
+            checkpoint is loaded on first use (``weights=`` overrides it).
+        heads: folder (or hub id) of trained MIE heads + adapter, as written by ``genmetrics train mie``.
+            Required unless ``model=`` is given: creating the metric without it is an error that says how
+            to train heads.
+        model: a ready :class:`~genmetrics.mie.MIEModel` (trained or not; used as is).
+        weights: backbone alias / hub id / folder to load instead of the checkpoint's backbone.
+        token_budget: padded tokens per forward batch; vision_cache_size: reference features kept across
+            calls (references repeat across generators).
+    """
+
+    name: ClassVar[str] = "mie"
+    higher_is_better: ClassVar[bool] = True
+
+    def __init__(
+        self,
+        backbone: Any = None,
+        processor: Any = None,
+        heads: str | os.PathLike | None = None,
+        *,
+        model: MIEModel | None = None,
+        weights: str | None = None,
+        token_budget: int = 16384,
+        vision_cache_size: int = 256,
+        dtype: Any = None,
+        batch_size: int = 32,
+        device: Any = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(batch_size=batch_size, device=device, **kwargs)
+        self.add_state("diagnostics", default=[], dist_reduce_fx="cat")
+        if model is not None and not isinstance(model, MIEModel):
+            raise InputError(f"model: expected a genmetrics.mie.MIEModel, got {type(model).__name__}")
+        if backbone is not None and processor is None and model is None:
+            raise InputError("processor: pass the backbone's processor together with backbone= (load both with "
+                             "genmetrics.backbones.hf.load_vlm)")
+        if model is None and heads is None:
+            raise no_heads_error()
+        self._heads = heads
+        self._weights = weights
+        self._dtype = dtype
+        self._token_budget = int(token_budget)
+        self._vision_cache_size = int(vision_cache_size)
+        if backbone is not None and model is None:
+            import copy
+
+            # MIEModel injects the adapter and loads trained layers into its backbone in place; the metric
+            # works on its own copy so the caller's model is never altered.
+            backbone = copy.deepcopy(backbone)
+        self._pending = (backbone, processor)
+        self.max_references = MAX_REFERENCES
+        if model is not None:
+            self._install(model)
+        elif heads is not None and (Path(os.fspath(heads)).expanduser().exists() or os.fspath(heads).startswith((".", "/", "~"))):
+            resolve_heads(heads)  # a local path is checked now (cheap); hub ids resolve on first use
+
+    def _install(self, model: MIEModel) -> None:
+        model.token_budget = self._token_budget
+        model.vision_cache_size = self._vision_cache_size
+        self.max_references = model.max_references
+        self.register_backbone("mie", model)
+        self._pending = (None, None)
+
+    def mie_model(self) -> MIEModel:
+        """The underlying :class:`MIEModel` (loaded on first call)."""
+        if "mie" not in self._backbones:
+            backbone, processor = self._pending
+            if backbone is None and self._weights is not None:
+                from genmetrics.mie.model import build_backbone
+
+                backbone, processor = build_backbone(self._weights, device=self._device, dtype=self._dtype)
+            model = MIEModel.from_pretrained(self._heads, backbone, processor, device=self._device, dtype=self._dtype,
+                                             token_budget=self._token_budget, vision_cache_size=self._vision_cache_size)
+            self._install(model)
+        return self._backbones["mie"]
+
+    # ------------------------------------------------------------------ hooks
+    def _prepare(self, reference: Any, candidates: Any, condition: Any) -> dict[str, list[Any]]:
+        if candidates is None:
+            raise InputError("candidates: missing; mie scores generated images (pass candidates=)")
+        from genmetrics.data.images import as_image_list
+
+        cands = as_image_list(candidates, name="candidates")
+        if reference is not None and not isinstance(reference, torch.Tensor) and isinstance(reference, Sequence) \
+                and not isinstance(reference, (str, bytes)) and reference and all(_is_image(r) for r in reference):
+            # a flat list of images: one reference set shared by every candidate
+            reference = [list(reference)] * len(cands)
+        elif isinstance(reference, torch.Tensor) and reference.ndim == 4:
+            reference = [list(reference.unbind(0))] * len(cands)
+        refs, prompts, cands = validate_inputs(reference, condition, cands, max_references=self.max_references)
+        return {"reference": refs, "candidates": cands, "condition": prompts}
+
+    def _score_batch(self, batch: dict[str, list[Any]]) -> dict[str, torch.Tensor]:
+        out = self.mie_model().score(batch["reference"], batch["condition"], batch["candidates"])
+        return {"score": out.score, "diagnostics": out.diagnostics}
+
+    def update(self, reference: Any = None, candidates: Any = None, condition: Any = None, *, ids: Any = None) -> None:
+        from genmetrics.data.batching import map_batches
+
+        batch = self._prepare(reference, candidates, condition)
+        n = len(batch["candidates"])
+        hashed = self._hash_ids(ids, n)
+        results = map_batches(lambda sl: self._score_batch(_slice(batch, sl)), n, self.batch_size)
+        score = torch.cat([r["score"] for r in results]).detach()
+        diag = torch.cat([r["diagnostics"] for r in results]).detach()
+        self.scores.append(score.to(device=self.device, dtype=torch.float64))
+        self.diagnostics.append(diag.to(device=self.device, dtype=torch.float64))
+        self.sample_ids.append(torch.tensor(hashed, dtype=torch.long, device=self.device))
+
+    # ------------------------------------------------------------------ results
+    def _gathered_all(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        scores, diags, ids = self.scores, self.diagnostics, self.sample_ids
+        if isinstance(scores, list):
+            if not scores:
+                raise InputError("mie: compute() called before any update(); nothing to score")
+            scores, diags, ids = torch.cat(scores), torch.cat(diags), torch.cat(ids)
+        if scores.numel() == 0:
+            raise InputError("mie: no samples were scored")
+        both, ids = _drop_duplicate_ids(torch.cat([scores[:, None], diags.reshape(-1, len(DIMENSIONS))], 1), ids)
+        return both[:, 0], both[:, 1:], ids
+
+    def per_sample(self) -> dict[str, Any]:
+        """``{"ids": [str|None], "scores": [N], "diagnostics": [N,3] logits, "dimensions": (...)}``."""
+        scores, diags, ids = self._gathered_all()
+        names = [self._id_names.get(int(i)) if int(i) >= 0 else None for i in ids]
+        return {"ids": names, "scores": scores, "diagnostics": diags, "dimensions": DIMENSIONS}
+
+    def per_generator(self, sep: str = "/") -> dict[str, dict[str, Any]]:
+        """Mean score, mean diagnostic probabilities and count per generator, for ids written
+        ``"<generator><sep><sample>"`` (samples without such an id are grouped under ``""``)."""
+        ps = self.per_sample()
+        groups: dict[str, list[int]] = {}
+        for i, name in enumerate(ps["ids"]):
+            gen = name.split(sep, 1)[0] if name and sep in name else ""
+            groups.setdefault(gen, []).append(i)
+        out = {}
+        for gen, idx in sorted(groups.items()):
+            ix = torch.tensor(idx)
+            probs = torch.sigmoid(ps["diagnostics"][ix]).mean(0)
+            out[gen] = {"n": len(idx), "score": float(ps["scores"][ix].mean()),
+                        **{f"p_{d}": float(p) for d, p in zip(DIMENSIONS, probs)}}
+        return out

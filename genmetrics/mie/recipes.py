@@ -1,0 +1,49 @@
+"""Tiny-backbone recipe for the contract test (see ``genmetrics.testing.metric_recipe``)."""
+
+from __future__ import annotations
+
+import tempfile
+from typing import Any
+
+
+def tiny_heads_dir(seed: int = 0, *, tuning: str = "lora_layer", last_k: int = 1) -> str:
+    """Save an (untrained, seeded) tiny MIE checkpoint in a temporary folder and return its path."""
+    import torch
+
+    from genmetrics.mie.model import MIEModel, tiny_backbone
+    from genmetrics.testing import tiny_qwen35_processor
+
+    with torch.random.fork_rng(devices=[]):  # LoRA and head initialisation draw from the global RNG
+        torch.manual_seed(seed)
+        model = MIEModel(tiny_backbone(seed), tiny_qwen35_processor(), tuning=tuning, last_k=last_k,
+                         backbone_name="tiny-qwen35", instruction="Judge the binding.")
+    with torch.no_grad():  # move LoRA B off zero so the adapter matters
+        g = torch.Generator().manual_seed(seed + 1)
+        for n, p in model.named_parameters():
+            if "lora_B" in n:
+                p.copy_(torch.randn(p.shape, generator=g) * 0.05)
+    folder = tempfile.mkdtemp(prefix="genmetrics-mie-tiny-")
+    model.save_pretrained(folder)
+    return folder
+
+
+def _mie() -> dict[str, Any]:
+    from genmetrics.mie.model import tiny_backbone
+    from genmetrics.testing import random_images, tiny_qwen35_processor
+
+    imgs = random_images(14, 64, seed=5)
+    refs = [[imgs[0], imgs[1]], [imgs[2], imgs[3], imgs[4]], [imgs[0], imgs[1], imgs[5], imgs[6]],
+            [imgs[7], imgs[8]], [imgs[2]]]
+    cands = imgs[9:14]
+    prompts = ["a dog and a cat", "three friends on a bench", "a dog, a cat, a chair and a lamp",
+               "a woman holding a cup", "a teapot"]
+    return {
+        "kwargs": {"backbone": tiny_backbone(0), "processor": tiny_qwen35_processor(), "heads": tiny_heads_dir(0)},
+        "updates": [
+            {"reference": refs[:3], "candidates": cands[:3], "condition": prompts[:3]},
+            {"reference": refs[3:], "candidates": cands[3:], "condition": prompts[3:]},
+        ],
+    }
+
+
+RECIPES = {"mie": _mie}

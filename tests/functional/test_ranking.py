@@ -1,0 +1,114 @@
+"""genmetrics.functional.ranking against explicit computations on synthetic data."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from genmetrics.functional import bradley_terry, f1_per_class, macro_f1, pairwise_accuracy, win_rate_matrix
+from genmetrics.functional.ranking import pairwise_correct, win_counts
+
+
+def test_pairwise_accuracy_explicit():
+    rng = np.random.default_rng(0)
+    a = rng.integers(0, 5, 200).astype(float)  # many ties
+    b = rng.integers(0, 5, 200).astype(float)
+    h = rng.integers(0, 2, 200).astype(bool)
+    right = 0.0
+    for x, y, pa in zip(a, b, h):
+        if x == y:
+            right += 0.5
+        elif (x > y) == pa:
+            right += 1.0
+    assert pairwise_accuracy(torch.tensor(a), torch.tensor(b), torch.tensor(h)) == pytest.approx(right / 200, abs=1e-12)
+    assert pairwise_accuracy(a.tolist(), b.tolist(), h.tolist()) == pytest.approx(right / 200, abs=1e-12)
+    assert pairwise_accuracy([1.0, 1.0], [1.0, 1.0], [1, 0]) == 0.5  # a constant metric is at chance
+    assert pairwise_accuracy([2.0], [1.0], [1]) == 1.0 and pairwise_accuracy([2.0], [1.0], [0]) == 0.0
+    assert pairwise_correct([2.0, float("nan")], [1.0, 0.0], [0.75, 1.0]).tolist() == [0.75, 0.5]
+    with pytest.raises(ValueError):
+        pairwise_accuracy([1.0], [1.0, 2.0], [1])
+    with pytest.raises(ValueError):
+        pairwise_accuracy([], [], [])
+
+
+def test_f1_explicit():
+    rng = np.random.default_rng(1)
+    logits = rng.normal(size=(300, 3))
+    labels = rng.random((300, 3))  # soft labels, thresholded at 0.5
+    per = f1_per_class(torch.tensor(logits), torch.tensor(labels))
+    for c in range(3):
+        tp = fp = fn = 0
+        for i in range(300):
+            p, t = logits[i, c] > 0, labels[i, c] >= 0.5
+            tp += p and t
+            fp += p and not t
+            fn += (not p) and t
+        assert per[c].item() == pytest.approx(2 * tp / (2 * tp + fp + fn), abs=1e-12)
+    assert macro_f1(torch.tensor(logits), torch.tensor(labels)) == pytest.approx(float(per.mean()), abs=1e-12)
+    # a dimension with neither positive labels nor positive predictions: zero_division (sklearn's 0)
+    assert f1_per_class(torch.tensor([[-1.0, 1.0]]), torch.tensor([[0.0, 1.0]])).tolist() == [0.0, 1.0]
+    assert f1_per_class(torch.tensor([[-1.0]]), torch.tensor([[0.0]]), zero_division=1.0).tolist() == [1.0]
+    with pytest.raises(ValueError):
+        macro_f1(torch.zeros(4, 3), torch.zeros(4, 2))
+
+
+def test_win_rate_matrix_explicit():
+    ia = [0, 0, 1, 2, 2, 0]
+    ib = [1, 1, 0, 0, 1, 2]
+    out = [1, 0, 1, 0.5, 1, 1]
+    w = win_counts(ia, ib, out, 4).numpy()
+    expected = np.zeros((4, 4))
+    for a, b, o in zip(ia, ib, out):
+        expected[a, b] += o
+        expected[b, a] += 1 - o
+    np.testing.assert_allclose(w, expected)
+    r = win_rate_matrix(ia, ib, out, 4).numpy()
+    assert r[0, 1] == pytest.approx(1 / 3) and r[1, 0] == pytest.approx(2 / 3)
+    assert r[0, 2] == pytest.approx(1.5 / 2) and r[2, 0] == pytest.approx(0.5 / 2)
+    assert math.isnan(r[3, 0]) and math.isnan(r[0, 0])  # never met / diagonal
+    with pytest.raises(ValueError):
+        win_counts([0], [0], [1])
+
+
+def _nll_fit(w):
+    from scipy.optimize import minimize
+
+    k = w.shape[0]
+
+    def nll(x):
+        t = np.concatenate([[0.0], x])
+        d = t[:, None] - t[None, :]
+        return float((w * np.logaddexp(0, -d)).sum())
+
+    res = minimize(nll, np.zeros(k - 1), method="BFGS", options={"gtol": 1e-11, "maxiter": 10_000})
+    t = np.concatenate([[0.0], res.x])
+    return t - t.mean()
+
+
+def test_bradley_terry_explicit():
+    # two items: the MLE difference is log(wins_a / wins_b)
+    th = bradley_terry([0] * 7 + [1] * 3, [1] * 7 + [0] * 3, [1] * 10)
+    assert (th[0] - th[1]).item() == pytest.approx(math.log(7 / 3), abs=1e-9)
+    assert th.sum().item() == pytest.approx(0.0, abs=1e-12)
+    # five items from a known model: equals a direct maximisation of the log-likelihood
+    rng = np.random.default_rng(0)
+    true = rng.normal(size=5)
+    a = rng.integers(0, 5, 500)
+    b = (a + rng.integers(1, 5, 500)) % 5
+    o = (rng.random(500) < 1 / (1 + np.exp(-(true[a] - true[b])))).astype(float)
+    th = bradley_terry(a, b, o).numpy()
+    np.testing.assert_allclose(th, _nll_fit(win_counts(a, b, o).numpy()), atol=1e-6)
+    assert np.corrcoef(th, true)[0, 1] > 0.9
+    # the prior adds `prior` virtual wins each way for every pair
+    thp = bradley_terry(a, b, o, prior=2.0).numpy()
+    w = win_counts(a, b, o).numpy() + 2.0 * (1 - np.eye(5))
+    np.testing.assert_allclose(thp, _nll_fit(w), atol=1e-6)
+    assert np.abs(thp).max() < np.abs(th).max()  # shrunk towards equal strength
+
+
+def test_bradley_terry_needs_prior_when_unbeaten():
+    with pytest.raises(ValueError, match="prior"):
+        bradley_terry([0, 0, 1], [1, 2, 2], [1, 1, 1])
+    th = bradley_terry([0, 0, 1], [1, 2, 2], [1, 1, 1], prior=0.5)
+    assert th[0] > th[1] > th[2]

@@ -1,0 +1,59 @@
+"""genmetrics train mie / evaluate-human mie / rank-generators, end to end on the tiny backbone."""
+
+import json
+
+import pytest
+
+from genmetrics.cli.main import main
+
+
+def test_train_evaluate_rank(tmp_path, pairs_file, capsys):
+    run = tmp_path / "run"
+    rc = main(["train", "mie", "--data", str(pairs_file), "--out", str(run), "--backbone", "tiny-qwen35",
+               "--subset", "2", "--batch-pairs", "2", "--grad-accum", "1", "--last-k", "1", "--lr", "1e-3",
+               "--instruction", "Judge the binding.", "--json"])
+    out = capsys.readouterr()
+    assert rc == 0, out.err
+    res = json.loads(out.out.strip().splitlines()[-1])
+    assert res["steps"] == 1 and (run / "heads.safetensors").is_file() and (run / "adapter").is_dir()
+
+    ev = tmp_path / "eval"
+    rc = main(["evaluate-human", "mie", "--data", str(pairs_file), "--heads", str(run), "--out", str(ev),
+               "--n-boot", "20", "--json"])
+    out = capsys.readouterr()
+    assert rc == 0, out.err
+    assert 0.0 <= json.loads(out.out)["accuracy"]["mie"] <= 1.0
+    report = json.loads((ev / "report.json").read_text())
+    assert report["seen_generators"] == ["gen_a", "gen_b"]  # read from the checkpoint's training.json
+    assert (ev / "report.md").is_file() and (ev / "accuracy.png").is_file()
+
+    rk = tmp_path / "rank"
+    rc = main(["rank-generators", "--scores", str(ev / "scores.jsonl"), "--metric", "mie", "--n-boot", "20",
+               "--out", str(rk)])
+    out = capsys.readouterr()
+    assert rc == 0, out.err
+    assert "Generator ranking by mie" in out.out and (rk / "ranking.png").is_file()
+    ranking = json.loads((rk / "ranking.json").read_text())
+    assert set(ranking["generators"]) == {"gen_a", "gen_b"}
+    rc = main(["rank-generators", "--scores", str(ev / "scores.jsonl"), "--human", "--n-boot", "0", "--json"])
+    out = capsys.readouterr()
+    assert rc == 0, out.err and json.loads(out.out)["by"] == "human"
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["train", "mie", "--data", "{missing}", "--out", "{tmp}/x", "--backbone", "tiny-qwen35"], "does not exist"),
+    (["train", "mie", "--data", "{pairs}", "--out", "{tmp}/x", "--tuning", "full"], "Invalid value"),
+    (["train", "mie", "--data", "{pairs}", "--out", "{tmp}/x", "--batch-pairs", "0"], "batch_pairs"),
+    (["evaluate-human", "mie", "--data", "{pairs}"], "nothing to evaluate"),
+    (["evaluate-human", "mie", "--data", "{pairs}", "--metrics", "psnrr"], "unknown metric"),
+    (["evaluate-human", "mie", "--data", "{pairs}", "--heads", "{tmp}/none"], "genmetrics train mie"),
+    (["rank-generators"], "either --scores"),
+    (["rank-generators", "--scores", "{pairs}", "--metric", "mie"], "no scores for metric"),
+])
+def test_bad_input_exit_codes(tmp_path, pairs_file, capsys, args, needle):
+    argv = [a.format(missing=tmp_path / "missing.jsonl", tmp=tmp_path, pairs=pairs_file) for a in args]
+    rc = main(argv)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc in (1, 2) and err and err[-1].startswith("error:") and needle in err[-1], err
+    if needle != "genmetrics train mie":
+        assert rc == 2
