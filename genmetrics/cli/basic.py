@@ -142,7 +142,7 @@ def score_cmd(name: str, reference: tuple[str, ...], candidates: tuple[str, ...]
             raise InputError(f"{name}: --reference (the real set) is required for set-level metrics")
         ids = [p.stem for p in cand_files]
         refs: list[Any] | None = ref_files
-    elif "reference_sets" in card.tags:
+    elif {"reference_sets", "reference-sets"} & set(card.tags):
         ids, refs = [p.stem for p in cand_files], [ref_files] * len(cand_files) if ref_files else None
     elif ref_files:
         if len(ref_files) == 1:

@@ -39,12 +39,19 @@ def _jsonable(x: Any) -> Any:
     return x
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
     """Write ``text`` to ``path`` atomically (temp file in the same folder, fsync, rename)."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=str(p.parent))
     try:
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the file the usual permissions
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
             f.flush()
@@ -158,16 +165,51 @@ def package_versions(names: Iterable[str] = ("genmetrics", "torch", "torchvision
             out[n] = version(n)
         except PackageNotFoundError:
             out[n] = None
+    if out.get("genmetrics") is None and "genmetrics" in out:  # running from a source checkout
+        import genmetrics
+
+        out["genmetrics"] = f"{genmetrics.__version__} (source)"
     return out
+
+
+def _command() -> str:
+    """The command line, with ``python -m genmetrics`` for ``.../genmetrics/__main__.py``."""
+    argv = list(sys.argv)
+    if argv and Path(argv[0]).name == "__main__.py" and Path(argv[0]).parent.name == "genmetrics":
+        argv[0] = "python -m genmetrics"
+    return " ".join(argv)
 
 
 def manifest(**extra: Any) -> dict[str, Any]:
     """Versions, platform, command and time, plus whatever the caller adds (options, weights, seed)."""
     return {
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "command": " ".join(sys.argv),
+        "command": _command(),
         "python": sys.version.split()[0],
         "platform": platform.platform(),
         "versions": package_versions(),
         **extra,
     }
+
+
+def merge_results(sources: Iterable[str | os.PathLike], dest: str | os.PathLike, *,
+                  key: Iterable[str] = ("generator", "metric", "id"), sort_key: Any = None) -> list[dict[str, Any]]:
+    """Union of the rows of several results files, written atomically to ``dest``.
+
+    Torn last lines are ignored, the first row of each key wins (so a row is never duplicated), and
+    ``sort_key(row)``, when given, orders the result (e.g. the canonical order of a run, so a sharded or
+    resumed run writes the same file as an uninterrupted one). ``dest`` may be one of the sources.
+    """
+    fields = tuple(key)
+    seen: set[tuple] = set()
+    rows: list[dict[str, Any]] = []
+    for src in sources:
+        for r in read_results(src):
+            k = tuple(str(r.get(f)) for f in fields)
+            if k not in seen:
+                seen.add(k)
+                rows.append(r)
+    if sort_key is not None:
+        rows.sort(key=sort_key)
+    atomic_write_text(dest, "".join(dumps_line(r) + "\n" for r in rows))
+    return rows
