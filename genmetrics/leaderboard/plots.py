@@ -1,0 +1,181 @@
+"""PNG plots of a leaderboard summary (matplotlib's Agg canvas; pyplot and its global state are not used).
+
+* ``plots/<column>.png``: one bar per generator (ranking order) with CI whiskers for per-sample columns;
+* set-level columns whose value is a vector (SaD per attribute, PaD per attribute pair):
+  ``plots/<column>_per_attribute.png``, grouped bars of the largest entries per generator;
+* set-level columns whose value is a ``[P, C]`` map (R-SaD per patch and attribute):
+  ``plots/<column>_<generator>_heatmap.png``, the patch grid of the attributes with the largest mean
+  absolute value, signed colours (red = more present in the real set, blue = more in the generated set).
+
+The data comes only from the results rows (``value``, ``labels``, ``grid``), never from a family's code.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+COLOR = "#4C72B0"
+TOP_ATTRIBUTES = 20
+TOP_MAPS = 4
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).rstrip("_") or "plot"
+
+
+def _figure(w: float, h: float) -> Any:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(w, h), layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def _direction(entry: dict[str, Any]) -> str:
+    return {True: "higher is better", False: "lower is better", None: ""}[entry["higher_is_better"]]
+
+
+def bar_chart(name: str, entry: dict[str, Any], order: list[str], path: Path, ci: float) -> bool:
+    gens = [g for g in order if entry["generators"][g]["mean"] is not None]
+    if not gens:
+        return False
+    vals = [entry["generators"][g] for g in gens]
+    means = np.array([v["mean"] for v in vals], dtype=float)
+    fig = _figure(max(4.0, 0.8 * len(gens) + 2.0), 3.4)
+    ax = fig.add_subplot()
+    x = np.arange(len(gens))
+    yerr = None
+    if all(v.get("low") is not None for v in vals):
+        yerr = np.array([[m - v["low"] for m, v in zip(means, vals)], [v["high"] - m for m, v in zip(means, vals)]])
+        yerr = np.clip(yerr, 0, None)
+    ax.bar(x, means, color=COLOR, yerr=yerr, capsize=4, ecolor="#222")
+    ax.set_xticks(x, gens, rotation=30 if max(len(g) for g in gens) > 8 else 0, ha="right" if max(len(g) for g in gens) > 8 else "center")
+    lo = float(np.min(means - (yerr[0] if yerr is not None else 0)))
+    hi = float(np.max(means + (yerr[1] if yerr is not None else 0)))
+    if lo > 0 and (hi - lo) < 0.1 * hi:  # zoom in only when the differences would be invisible from 0
+        pad = 0.15 * (hi - lo) or 0.05 * hi
+        ax.set_ylim(max(0.0, lo - pad), hi + pad)
+    what = f"mean ± {ci * 100:g}% CI" if yerr is not None else "value vs real set"
+    ax.set_ylabel(what)
+    ax.set_title(f"{name} ({_direction(entry)})" if _direction(entry) else name)
+    ax.grid(axis="y", alpha=0.3)
+    fig.savefig(path, dpi=110)
+    return True
+
+
+def _labels_for(n: int, labels: list[str] | None, *, pairs: bool = False) -> list[str]:
+    if labels and len(labels) == n and not pairs:
+        return list(labels)
+    if labels and n == len(labels) * (len(labels) - 1) // 2:
+        return [f"{a} & {b}" for a, b in itertools.combinations(labels, 2)]
+    return [str(i) for i in range(n)]
+
+
+def _part(result: dict[str, Any], ndim: int, keys: tuple[str, ...]) -> tuple[np.ndarray | None, str | None]:
+    """The ``ndim``-dimensional part of a set-level value and its key: the value itself (a list; key
+    None) or, for a dict value, its first entry among ``keys`` (sad/pad/rsad return ``per_attribute``,
+    ``per_pair``, ``map``)."""
+    value = result.get("value")
+    found = [(None, value)] if isinstance(value, list) else [(k, value.get(k)) for k in keys] if isinstance(value, dict) else []
+    for k, v in found:
+        if isinstance(v, list):
+            try:
+                a = np.asarray(v, dtype=float)
+            except (TypeError, ValueError):
+                continue
+            if a.ndim == ndim and a.size:
+                return a, k
+    return None, None
+
+
+def attribute_bars(name: str, entry: dict[str, Any], order: list[str], path: Path) -> bool:
+    parts = {g: _part(entry["generators"][g], 1, ("per_attribute", "per_pair")) for g in order}
+    vecs = {g: v for g, (v, _) in parts.items() if v is not None}
+    if not vecs:
+        return False
+    n = len(next(iter(vecs.values())))
+    if any(len(v) != n for v in vecs.values()):
+        return False
+    pairs = any(k == "per_pair" for _, k in parts.values())
+    labels = _labels_for(n, next((entry["generators"][g].get("labels") for g in vecs), None), pairs=pairs)
+    stack = np.stack(list(vecs.values()))
+    top = np.argsort(-np.abs(stack).max(0), kind="stable")[:TOP_ATTRIBUTES]
+    fig = _figure(max(5.0, 0.45 * len(top) * max(1, len(vecs)) ** 0.5 + 2.5), 3.8)
+    ax = fig.add_subplot()
+    width = 0.8 / len(vecs)
+    x = np.arange(len(top))
+    for i, (g, v) in enumerate(vecs.items()):
+        ax.bar(x + (i - (len(vecs) - 1) / 2) * width, v[top], width=width, label=g)
+    ax.set_xticks(x, [labels[i] for i in top], rotation=45, ha="right")
+    ax.set_title(f"{name} per attribute{' pair' if pairs else ''} (largest {len(top)})")
+    ax.legend(fontsize="small")
+    ax.grid(axis="y", alpha=0.3)
+    fig.savefig(path, dpi=110)
+    return True
+
+
+def heatmaps(name: str, generator: str, result: dict[str, Any], path: Path) -> bool:
+    m, _ = _part(result, 2, ("map",))
+    if m is None:
+        return False
+    p, c = m.shape
+    grid = result.get("grid")
+    if not (isinstance(grid, list) and len(grid) == 2 and grid[0] * grid[1] == p):
+        side = math.isqrt(p)
+        if side * side != p:
+            return False
+        grid = [side, side]
+    labels = _labels_for(c, result.get("labels"))
+    top = np.argsort(-np.abs(m).mean(0), kind="stable")[:TOP_MAPS]
+    vmax = float(np.abs(m[:, top]).max()) or 1.0
+    fig = _figure(2.6 * len(top) + 0.8, 2.9)
+    axes = fig.subplots(1, len(top), squeeze=False)[0]
+    im = None
+    for ax, j in zip(axes, top):
+        im = ax.imshow(m[:, j].reshape(grid), cmap="RdBu_r", vmin=-vmax, vmax=vmax)
+        ax.set_title(labels[j], fontsize="small")
+        ax.set_xticks([])
+        ax.set_yticks([])
+    fig.colorbar(im, ax=list(axes), shrink=0.8)
+    fig.suptitle(f"{name}, {generator}: red = more in real, blue = more in generated", fontsize="small")
+    fig.savefig(path, dpi=110)
+    return True
+
+
+def make_plots(out_dir: Path, summary: dict[str, Any]) -> list[tuple[str, str]]:
+    """Draw every plot of ``summary`` under ``out_dir/plots``; returns ``(title, relative path)`` pairs."""
+    plots = out_dir / "plots"
+    plots.mkdir(parents=True, exist_ok=True)
+    made: list[tuple[str, str]] = []
+    used: set[str] = set()
+
+    def path(stem: str) -> Path:  # distinct column names may sanitise to one file name
+        name, k = stem, 1
+        while name in used:
+            k += 1
+            name = f"{stem}-{k}"
+        used.add(name)
+        return plots / f"{name}.png"
+
+    order = summary["generators"]
+    for name, entry in summary["columns"].items():
+        f = path(_safe(name))
+        if bar_chart(name, entry, order, f, summary["ci"]):
+            made.append((name, f"plots/{f.name}"))
+        if entry["level"] != "set":
+            continue
+        f = path(f"{_safe(name)}_per_attribute")
+        if attribute_bars(name, entry, order, f):
+            made.append((f"{name} per attribute", f"plots/{f.name}"))
+        for g in order:
+            f = path(f"{_safe(name)}_{_safe(g)}_heatmap")
+            if heatmaps(name, g, entry["generators"][g], f):
+                made.append((f"{name} map, {g}", f"plots/{f.name}"))
+    return made
