@@ -14,8 +14,11 @@ import click
 @click.option("--batch-size", type=int, default=None, help="Images per streamed chunk (default: each metric's batch_size).")
 @click.option("--seed", type=int, default=None, help="Bootstrap and torch seed (default: run.seed, else 0).")
 @click.option("--no-plots", is_flag=True, help="Skip the PNG plots.")
+@click.option("--on-error", type=click.Choice(["stop", "skip"]), default="stop", show_default=True,
+              help="A bad image: stop (finished results are kept; fix it and --resume), or report it in "
+                   "OUT/skipped.jsonl and score the rest.")
 def leaderboard_cmd(config: str, out: str | None, resume: bool, device: str | None, batch_size: int | None,
-                    seed: int | None, no_plots: bool) -> None:
+                    seed: int | None, no_plots: bool, on_error: str) -> None:
     """Score every generator of CONFIG with every metric and write a leaderboard to OUT.
 
     Under `torchrun --nproc_per_node N -m genmetrics leaderboard ...` each rank scores its shard of
@@ -24,7 +27,7 @@ def leaderboard_cmd(config: str, out: str | None, resume: bool, device: str | No
     from genmetrics.leaderboard.runner import run_leaderboard
 
     result = run_leaderboard(config, out, resume=resume, device=device, batch_size=batch_size, seed=seed,
-                             plots=not no_plots)
+                             plots=not no_plots, on_error=on_error)
     if result.rank != 0 or result.summary is None:
         return
     s = result.summary

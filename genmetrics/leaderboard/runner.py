@@ -24,6 +24,7 @@ import dataclasses
 import gc
 import hashlib
 import json
+import logging
 import os
 import shutil
 import time
@@ -39,7 +40,9 @@ RESULTS = "results.jsonl"
 SHARDS = "shards"
 MANIFEST = "manifest.json"
 SUMMARY = "summary.json"
-OUTPUTS = (RESULTS, MANIFEST, SUMMARY, "leaderboard.md", "leaderboard.csv", "leaderboard.html", "paired.csv")
+SKIPPED = "skipped.jsonl"
+log = logging.getLogger(__name__)
+OUTPUTS = (SKIPPED, RESULTS, MANIFEST, SUMMARY, "leaderboard.md", "leaderboard.csv", "leaderboard.html", "paired.csv")
 
 
 @dataclass
@@ -267,6 +270,7 @@ def run_leaderboard(
     seed: int | None = None,
     plots: bool = True,
     base_dir: str | Path | None = None,
+    on_error: str = "stop",
 ) -> RunResult:
     """Run a leaderboard (see the module docstring). ``metric_kwargs`` maps a metric label to extra
     ``create_metric`` keyword arguments (Python objects allowed, e.g. ``{"clip_i": {"backbone": m}}``);
@@ -274,6 +278,8 @@ def run_leaderboard(
     import torch
 
     cfg = config if isinstance(config, LeaderboardConfig) else load_config(config, base_dir=base_dir)
+    if on_error not in ("stop", "skip"):
+        raise InputError(f"--on-error: expected 'stop' or 'skip', got {on_error!r}")
     if batch_size is not None and batch_size < 1:
         raise InputError(f"--batch-size: expected a positive integer, got {batch_size}")
     if seed is not None and seed < 0:
@@ -315,14 +321,17 @@ def run_leaderboard(
         mine = out_dir / RESULTS if dist.world == 1 else out_dir / SHARDS / f"rank-{dist.rank:05d}.jsonl"
         weights: dict[str, Any] = {}
         scored = 0
-        with ResultsWriter(mine, resume=True) as writer:
+        skipped_file = out_dir / (SKIPPED if dist.world == 1 else f"{SHARDS}/skipped-rank-{dist.rank:05d}.jsonl")
+        with ResultsWriter(mine, resume=True) as writer, \
+                ResultsWriter(skipped_file, resume=True) as skip_writer:
+            skip = _Skipper(skip_writer) if on_error == "skip" else None
             for mp in plan.metrics:
                 torch.manual_seed(cfg.run.seed)
                 try:
                     if mp.level == "set":
-                        scored += _run_set(plan, mp, done, writer, dist, weights)
+                        scored += _run_set(plan, mp, done, writer, dist, weights, skip)
                     else:
-                        scored += _run_samples(plan, mp, done, writer, dist, weights)
+                        scored += _run_samples(plan, mp, done, writer, dist, weights, skip)
                 except GenmetricsError as e:  # missing weights, a corrupt image...: say which metric
                     raise _with_context(e, f"{cfg.where((*mp.spec.key, 'name'))} ({mp.spec.name}): {e} "
                                            f"[finished results are kept in {str(out_dir)!r}; rerun with "
@@ -360,7 +369,36 @@ def _free(metric: Any) -> None:
         pass
 
 
-def _run_samples(plan: Plan, mp: MetricPlan, done: set, writer: Any, dist: _Dist, weights: dict) -> int:
+class _Skipper:
+    """``--on-error skip``: a batch that fails on bad input is retried one sample at a time; the bad
+    samples are reported on stderr and in ``skipped.jsonl`` and the rest are scored."""
+
+    def __init__(self, writer: Any):
+        self.writer = writer
+        self.count = 0
+
+    def update(self, metric: Any, generator: str, label: str, kwargs: dict[str, Any], n: int,
+               ids: list[str]) -> None:
+        try:
+            metric.update(**kwargs)
+            return
+        except InputError:
+            pass
+        for i in range(n):
+            one = {k: (v[i:i + 1] if isinstance(v, list) else v) for k, v in kwargs.items()}
+            try:
+                metric.update(**one)
+            except InputError as e:
+                self.count += 1
+                log.warning("skipped %s / %s / %s: %s", generator, label, ids[i], e)
+                import sys
+
+                print(f"warning: skipped {generator}/{ids[i]} for {label}: {e}", file=sys.stderr)
+                self.writer.write([{"generator": generator, "metric": label, "id": ids[i], "error": str(e)}])
+
+
+def _run_samples(plan: Plan, mp: MetricPlan, done: set, writer: Any, dist: _Dist, weights: dict,
+                 skip: _Skipper | None = None) -> int:
     import torch
 
     from genmetrics.registry import create_metric
@@ -403,8 +441,14 @@ def _run_samples(plan: Plan, mp: MetricPlan, done: set, writer: Any, dist: _Dist
                         ref = [str(s.reference) for s in sub]
                     elif "reference_sets" in mp.uses:
                         ref = [[str(r) for r in s.reference] for s in sub]
-                    metric.update(reference=ref, candidates=[str(s.candidate) for s in sub], condition=cond,
-                                  ids=[s.id for s in sub])
+                    kwargs = {"reference": ref, "candidates": [str(s.candidate) for s in sub], "condition": cond,
+                              "ids": [s.id for s in sub]}
+                    if skip is not None:
+                        skip.update(metric, g.name, col.name, kwargs, len(sub), [s.id for s in sub])
+                    else:
+                        metric.update(**kwargs)
+                    if not getattr(metric, "sample_ids", [True]):
+                        continue
                     rows.extend(_sample_rows(_local_per_sample(metric), g.name, col.name, col.aspect))
                 written += writer.write(rows)
     metric.reset()
@@ -413,7 +457,8 @@ def _run_samples(plan: Plan, mp: MetricPlan, done: set, writer: Any, dist: _Dist
     return written
 
 
-def _run_set(plan: Plan, mp: MetricPlan, done: set, writer: Any, dist: _Dist, weights: dict) -> int:
+def _run_set(plan: Plan, mp: MetricPlan, done: set, writer: Any, dist: _Dist, weights: dict,
+             skip: _Skipper | None = None) -> int:
     import torch
 
     from genmetrics.registry import create_metric
@@ -428,13 +473,21 @@ def _run_set(plan: Plan, mp: MetricPlan, done: set, writer: Any, dist: _Dist, we
     assert mp.real is not None
     with torch.no_grad():
         for batch in _bar(_chunks(dist.shard(mp.real), chunk), rank=dist.rank, desc=f"{label} | real set"):
-            metric.update(reference=[str(p) for p in batch])
+            paths = [str(p) for p in batch]
+            if skip is not None:
+                skip.update(metric, "__real__", label, {"reference": paths}, len(paths), [Path(p).stem for p in paths])
+            else:
+                metric.update(reference=paths)
         real_state = _snapshot(metric)
         for g in todo:
             _restore(metric, real_state)
             files = plan.images[g.name]
             for batch in _bar(_chunks(dist.shard(files), chunk), rank=dist.rank, desc=f"{label} | {g.name}"):
-                metric.update(candidates=[str(p) for p in batch])
+                paths = [str(p) for p in batch]
+                if skip is not None:
+                    skip.update(metric, g.name, label, {"candidates": paths}, len(paths), [Path(p).stem for p in paths])
+                else:
+                    metric.update(candidates=paths)
             value = metric.compute()  # synchronised across ranks (sum states)
             if dist.rank == 0:
                 score, full = set_value_score(value)
