@@ -116,13 +116,15 @@ def _model_device(model: Any) -> Any:
     return torch.device("cpu")
 
 
-def clip_image_batch(images: Any, model: Any, *, data_range: float = 1.0, name: str = "images", device: Any = None):
+def clip_image_batch(images: Any, model: Any, *, data_range: float = 1.0, name: str = "images", device: Any = None,
+                     dtype: Any = None):
     """Images in any form of the image contract -> the model's input tensor ``[B,3,h,w]`` (float32).
 
     Resizes with the model's preprocessing config (``shortest``: shorter side to the input size then
     centre crop, like open_clip's ``preprocess``; ``longest``: fit inside and pad; ``squash``: resize
     without keeping the aspect ratio), then normalises with the model's mean/std (OpenAI's when the
-    model carries none). The tensor lands on ``device`` (default: the model's device).
+    model carries none). The tensor lands on ``device`` (default: the model's device) as ``dtype``
+    (default: the dtype of the model's floating-point weights, so bf16/fp16 models get matching input).
     """
     import torch
     import torch.nn.functional as F
@@ -161,7 +163,9 @@ def clip_image_batch(images: Any, model: Any, *, data_range: float = 1.0, name: 
     mean = torch.tensor(cfg["mean"], dtype=batch.dtype).view(1, 3, 1, 1)
     std = torch.tensor(cfg["std"], dtype=batch.dtype).view(1, 3, 1, 1)
     batch = (batch - mean) / std
-    return batch.to(device if device is not None else _model_device(model))
+    if dtype is None:
+        dtype = next((p.dtype for p in model.parameters() if p.is_floating_point()), torch.float32)
+    return batch.to(device=device if device is not None else _model_device(model), dtype=dtype)
 
 
 def _token_count(tokenizer: Any, text: str) -> int | None:

@@ -1,0 +1,421 @@
+"""Attribute divergences between a real and a generated set (RA-CLIPScore paper, DESIGN section 3).
+
+All functions take per-image score tables (``real [N,C]``, ``gen [M,C]``) or maps (``[N,P,C]``), work
+in float64 and return float64 tensors on the input's device.
+
+* :func:`gaussian_kl`, :func:`gaussian_kl_2d` — closed-form KL of 1-D / 2-D Gaussians (nats);
+* :func:`sad` (Eq. 12), :func:`pad` (Eq. 13), :func:`rsad` (Eq. 14), :func:`rsad_ranking`;
+* :func:`gaussian_stats` / :func:`sad_from_stats` / :func:`pad_from_stats` — the same from sufficient
+  statistics (counts, sums, cross-products), which is what the streaming metrics keep;
+* :func:`kde_sad`, :func:`kde_pad` — the 2024 HCS code's KDE-on-a-grid estimates (parity mode);
+* separation statistics of the paper's ablation (Supp. 0.B.4): :func:`cohens_d`,
+  :func:`hellinger_gaussian`, :func:`one_minus_ovl`.
+
+KL direction: ``"gen||real"`` (default, DESIGN) is KL(N_gen || N_real); ``"real||gen"`` is the
+direction of the HCS code. Every variance (and the diagonal of every 2x2 covariance) gets the ridge
+``eps`` added, so saturated (constant) scores never divide by zero; identical sets still give 0.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import torch
+
+from genmetrics.errors import InputError
+
+DIRECTIONS = ("gen||real", "real||gen")
+#: default variance ridge added to every variance (scores in [0,1] have variances around 1e-2..1e-1)
+DEFAULT_EPS = 1e-6
+#: grid of the HCS code (scores are 100 * cosine, so -35..35 covers them)
+HCS_GRID = (-35.0, 35.0)
+HCS_POINTS = 10000
+
+
+# ----------------------------------------------------------------------------------------- checks
+def _f64(x: Any, name: str) -> torch.Tensor:
+    if isinstance(x, np.ndarray):
+        x = torch.from_numpy(x)
+    if not isinstance(x, torch.Tensor):
+        try:
+            x = torch.as_tensor(x)
+        except (TypeError, ValueError, RuntimeError):
+            raise InputError(f"{name}: expected a tensor, got {type(x).__name__}") from None
+    if not (x.is_floating_point() or x.dtype in (torch.int32, torch.int64, torch.int16, torch.uint8)):
+        raise InputError(f"{name}: expected a real-valued tensor, got dtype {x.dtype}")
+    x = x.to(torch.float64)
+    if not torch.isfinite(x).all():
+        raise InputError(f"{name}: contains NaN or infinite values; drop those images or scores first")
+    return x
+
+
+def _table(x: Any, name: str, *, min_rows: int = 2) -> torch.Tensor:
+    x = _f64(x, name)
+    if x.ndim == 1:
+        x = x.unsqueeze(1)
+    if x.ndim != 2:
+        raise InputError(f"{name}: expected per-image scores [N,C], got shape {tuple(x.shape)}")
+    if x.shape[0] < min_rows:
+        raise InputError(
+            f"{name}: {x.shape[0]} image(s); fitting a distribution needs at least {min_rows} images per set"
+        )
+    if x.shape[1] == 0:
+        raise InputError(f"{name}: no attributes (C=0); pass at least one attribute")
+    return x
+
+
+def _pair(real: torch.Tensor, gen: torch.Tensor) -> None:
+    if real.shape[1] != gen.shape[1]:
+        raise InputError(
+            f"real has {real.shape[1]} attributes but gen has {gen.shape[1]}; score both sets with the same attribute list"
+        )
+
+
+def check_direction(direction: str) -> str:
+    if direction not in DIRECTIONS:
+        raise InputError(f"kl_direction: expected one of {DIRECTIONS}, got {direction!r}")
+    return direction
+
+
+def _check_eps(eps: float) -> float:
+    if not isinstance(eps, (int, float)) or isinstance(eps, bool) or not eps >= 0 or not math.isfinite(eps):
+        raise InputError(f"eps: expected a finite variance ridge >= 0, got {eps!r}")
+    return float(eps)
+
+
+# -------------------------------------------------------------------------------- closed-form KL
+def gaussian_kl(mu_p: Any, var_p: Any, mu_q: Any, var_q: Any) -> torch.Tensor:
+    """KL(p || q) of 1-D Gaussians, elementwise, in nats (broadcasts; float64)."""
+    mu_p, var_p, mu_q, var_q = (_f64(v, n) for v, n in ((mu_p, "mu_p"), (var_p, "var_p"), (mu_q, "mu_q"), (var_q, "var_q")))
+    if (var_p <= 0).any() or (var_q <= 0).any():
+        raise InputError("gaussian_kl: variances must be > 0; add a ridge (eps) for constant scores")
+    return 0.5 * (torch.log(var_q / var_p) + (var_p + (mu_p - mu_q) ** 2) / var_q - 1.0)
+
+
+def _det2(c: torch.Tensor) -> torch.Tensor:
+    return c[..., 0, 0] * c[..., 1, 1] - c[..., 0, 1] * c[..., 1, 0]
+
+
+def _kl2_parts(mu_p, a_p, b_p, d_p, mu_q, a_q, b_q, d_q) -> torch.Tensor:
+    """KL of bivariate Gaussians given covariance entries [[a, b], [b, d]] (vectorised, no checks)."""
+    det_p = a_p * d_p - b_p * b_p
+    det_q = a_q * d_q - b_q * b_q
+    # inverse of q: [[d, -b], [-b, a]] / det_q
+    trace = (d_q * a_p - 2.0 * b_q * b_p + a_q * d_p) / det_q
+    dx, dy = mu_q[0] - mu_p[0], mu_q[1] - mu_p[1]
+    maha = (d_q * dx * dx - 2.0 * b_q * dx * dy + a_q * dy * dy) / det_q
+    return 0.5 * (trace + maha - 2.0 + torch.log(det_q / det_p))
+
+
+def gaussian_kl_2d(mu_p: Any, cov_p: Any, mu_q: Any, cov_q: Any) -> torch.Tensor:
+    """KL(p || q) of bivariate Gaussians: means ``[...,2]``, covariances ``[...,2,2]`` -> ``[...]`` nats."""
+    mu_p, cov_p, mu_q, cov_q = (_f64(v, n) for v, n in ((mu_p, "mu_p"), (cov_p, "cov_p"), (mu_q, "mu_q"), (cov_q, "cov_q")))
+    for c, n in ((cov_p, "cov_p"), (cov_q, "cov_q")):
+        if c.shape[-2:] != (2, 2):
+            raise InputError(f"{n}: expected covariances [...,2,2], got shape {tuple(c.shape)}")
+        if (_det2(c) <= 0).any() or (c[..., 0, 0] <= 0).any():
+            raise InputError(f"{n}: covariance is not positive definite; add a ridge (eps) to its diagonal")
+    for m, n in ((mu_p, "mu_p"), (mu_q, "mu_q")):
+        if m.shape[-1] != 2:
+            raise InputError(f"{n}: expected means [...,2], got shape {tuple(m.shape)}")
+    mp, mq = mu_p.movedim(-1, 0), mu_q.movedim(-1, 0)
+    return _kl2_parts(mp, cov_p[..., 0, 0], cov_p[..., 0, 1], cov_p[..., 1, 1],
+                      mq, cov_q[..., 0, 0], cov_q[..., 0, 1], cov_q[..., 1, 1])
+
+
+# ---------------------------------------------------------------------------- sufficient statistics
+def gaussian_stats(scores: Any, *, name: str = "scores") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(n, sum [C], cross [C,C])`` of a score table ``[N,C]`` in float64 (what the metrics accumulate)."""
+    x = _table(scores, name, min_rows=0)
+    return torch.tensor(float(x.shape[0]), dtype=torch.float64, device=x.device), x.sum(0), x.T @ x
+
+
+def _moments(n: torch.Tensor, s: torch.Tensor, cross: torch.Tensor | None, sq: torch.Tensor | None, name: str):
+    """Mean and unbiased (co)variances from sums. ``cross`` [C,C] or, for variances only, ``sq`` [C]."""
+    n_ = float(n)
+    if n_ < 2:
+        raise InputError(
+            f"{name} set: {int(n_)} image(s); SaD/PaD fit a Gaussian per set and need at least 2 images in each "
+            f"set (pass more {'reference' if name == 'real' else 'candidate'} images)"
+        )
+    mean = s / n_
+    if cross is not None:
+        cov = (cross - n_ * torch.outer(mean, mean)) / (n_ - 1.0)
+        var = torch.diagonal(cov).clone()
+    else:
+        cov = None
+        var = (sq - n_ * mean * mean) / (n_ - 1.0)
+    return mean, var.clamp_min(0.0), cov
+
+
+def sad_from_stats(real_stats, gen_stats, *, direction: str = "gen||real", eps: float = DEFAULT_EPS) -> torch.Tensor:
+    """SaD per attribute from ``(n, sum [C], sq [C] or cross [C,C])`` of each set."""
+    check_direction(direction)
+    eps = _check_eps(eps)
+    out = []
+    for (n, s, second), name in ((real_stats, "real"), (gen_stats, "gen")):
+        second = torch.as_tensor(second, dtype=torch.float64)
+        if second.ndim == 2:
+            mean, var, _ = _moments(torch.as_tensor(n), s.double(), second, None, name)
+        else:
+            mean, var, _ = _moments(torch.as_tensor(n), s.double(), None, second, name)
+        out.append((mean, var + eps))
+    (mr, vr), (mg, vg) = out
+    if direction == "gen||real":
+        return gaussian_kl(mg, vg, mr, vr)
+    return gaussian_kl(mr, vr, mg, vg)
+
+
+def pad_from_stats(real_stats, gen_stats, *, direction: str = "gen||real", eps: float = DEFAULT_EPS,
+                   chunk: int = 1 << 22) -> torch.Tensor:
+    """PaD per unordered attribute pair (``itertools.combinations`` order) from ``(n, sum, cross)``."""
+    check_direction(direction)
+    eps = _check_eps(eps)
+    (nr, sr, cr), (ng, sg, cg) = real_stats, gen_stats
+    mr, _, covr = _moments(torch.as_tensor(nr), sr.double(), cr.double(), None, "real")
+    mg, _, covg = _moments(torch.as_tensor(ng), sg.double(), cg.double(), None, "gen")
+    c = mr.shape[0]
+    if c < 2:
+        raise InputError(f"PaD needs at least 2 attributes to form a pair, got {c}")
+    ridge = eps * torch.eye(c, dtype=torch.float64, device=covr.device)
+    covr, covg = covr + ridge, covg + ridge
+    if direction == "real||gen":
+        (mp, covp), (mq, covq) = (mr, covr), (mg, covg)
+    else:
+        (mp, covp), (mq, covq) = (mg, covg), (mr, covr)
+    iu, ju = torch.triu_indices(c, c, offset=1, device=covr.device)
+    out = torch.empty(iu.numel(), dtype=torch.float64, device=covr.device)
+    vp, vq = torch.diagonal(covp), torch.diagonal(covq)
+    for start in range(0, iu.numel(), chunk):
+        i, j = iu[start:start + chunk], ju[start:start + chunk]
+        out[start:start + chunk] = _kl2_parts(
+            (mp[i], mp[j]), vp[i], covp[i, j], vp[j], (mq[i], mq[j]), vq[i], covq[i, j], vq[j]
+        )
+    return out.clamp_min(0.0)
+
+
+# ----------------------------------------------------------------------------------- SaD/PaD/R-SaD
+def sad(real: Any, gen: Any, *, direction: str = "gen||real", eps: float = DEFAULT_EPS) -> torch.Tensor:
+    """Eq. 12: per attribute, KL between single Gaussians fitted to the scores -> ``[C]`` (nats).
+
+    ``real [N,C]``, ``gen [M,C]``; unbiased variances plus the ridge ``eps``; default KL(gen || real).
+    """
+    real, gen = _table(real, "real"), _table(gen, "gen")
+    _pair(real, gen)
+    # centred sums of squares are better conditioned than raw squares when means are large
+    rs = (torch.tensor(float(real.shape[0]), dtype=torch.float64), real.sum(0), _centred_sq(real))
+    gs = (torch.tensor(float(gen.shape[0]), dtype=torch.float64), gen.sum(0), _centred_sq(gen))
+    return sad_from_stats(rs, gs, direction=direction, eps=eps)
+
+
+def _centred_sq(x: torch.Tensor) -> torch.Tensor:
+    """Sum of squares that reproduces the unbiased variance exactly with ``_moments``."""
+    n = x.shape[0]
+    m = x.mean(0)
+    return ((x - m) ** 2).sum(0) + n * m * m
+
+
+def pad(real: Any, gen: Any, *, direction: str = "gen||real", eps: float = DEFAULT_EPS) -> torch.Tensor:
+    """Eq. 13: KL between bivariate Gaussians (mean vector, full 2x2 covariance) fitted to every unordered
+    attribute pair -> ``[C*(C-1)//2]`` in ``itertools.combinations(range(C), 2)`` order (nats)."""
+    real, gen = _table(real, "real"), _table(gen, "gen")
+    _pair(real, gen)
+    if real.shape[1] < 2:
+        raise InputError(f"PaD needs at least 2 attributes to form a pair, got {real.shape[1]}")
+
+    def stats(x: torch.Tensor):
+        m = x.mean(0)
+        xc = x - m
+        n = x.shape[0]
+        return torch.tensor(float(n), dtype=torch.float64), x.sum(0), xc.T @ xc + n * torch.outer(m, m)
+
+    return pad_from_stats(stats(real), stats(gen), direction=direction, eps=eps)
+
+
+def rsad(real_maps: Any, gen_maps: Any) -> torch.Tensor:
+    """Eq. 14: mean refined patch score of the real set minus that of the generated set -> ``[P,C]``.
+
+    Positive: the attribute is more present in that region in the real data."""
+    r, g = _f64(real_maps, "real_maps"), _f64(gen_maps, "gen_maps")
+    for x, n in ((r, "real_maps"), (g, "gen_maps")):
+        if x.ndim != 3:
+            raise InputError(f"{n}: expected patch score maps [N,P,C], got shape {tuple(x.shape)}")
+        if x.shape[0] == 0:
+            raise InputError(f"{n}: the set is empty; R-SaD needs at least one image in each set")
+    if r.shape[1:] != g.shape[1:]:
+        raise InputError(
+            f"real_maps has maps {tuple(r.shape[1:])} but gen_maps {tuple(g.shape[1:])}; use one backbone, "
+            "one input size and one attribute list for both sets"
+        )
+    return r.mean(0) - g.mean(0)
+
+
+def rsad_ranking(rsad_map: Any) -> torch.Tensor:
+    """The paper's ranking score per attribute, ``mean_j |R-SaD_j(t)|`` -> ``[C]`` (sort descending)."""
+    m = _f64(rsad_map, "rsad_map")
+    if m.ndim != 2:
+        raise InputError(f"rsad_map: expected [P,C], got shape {tuple(m.shape)}")
+    return m.abs().mean(0)
+
+
+# -------------------------------------------------------------------------------- HCS-compatible KDE
+def _kde(samples: np.ndarray, name: str):
+    from scipy.stats import gaussian_kde
+
+    try:
+        return gaussian_kde(samples)
+    except (np.linalg.LinAlgError, ValueError) as e:
+        raise InputError(
+            f"{name}: the kernel density estimate failed ({str(e).splitlines()[0][:120]}); the scores are constant "
+            "or perfectly correlated. Use the Gaussian mode (divergence='gaussian'), which has a variance ridge"
+        ) from None
+
+
+def _grid_kl(p: np.ndarray, q: np.ndarray, direction: str) -> float:
+    # The 2024 code's estimate: mean over grid cells of P*log(P/Q), clipped at 0, P = real.
+    if direction == "gen||real":
+        p, q = q, p
+    return max(float(np.mean(p * np.log(p / q))), 0.0)
+
+
+def kde_sad(real: Any, gen: Any, *, n_points: int = HCS_POINTS, grid: tuple[float, float] = HCS_GRID,
+            direction: str = "real||gen", eps: float = 1e-10) -> torch.Tensor:
+    """SaD as the 2024 HCS code computes it (parity mode) -> ``[C]``.
+
+    Per attribute: ``scipy.stats.gaussian_kde`` (Scott's rule) of each set, evaluated on ``n_points``
+    evenly spaced points of ``grid`` and multiplied by ``width / n_points``; ``eps`` (1e-10) is added and
+    the KL is the *mean* over grid points of ``P log(P/Q)``, clipped at 0. The HCS code's direction is
+    KL(real || gen) (``P`` = real), hence the default here. Numbers are not nats of a density: they depend
+    on the grid and are only comparable with the same grid.
+    """
+    check_direction(direction)
+    real, gen = _table(real, "real"), _table(gen, "gen")
+    _pair(real, gen)
+    lo, hi = float(grid[0]), float(grid[1])
+    if not hi > lo or int(n_points) < 2:
+        raise InputError(f"kde grid: expected lo < hi and n_points >= 2, got grid={grid!r}, n_points={n_points!r}")
+    xs = np.linspace(lo, hi, int(n_points))
+    width = (hi - lo) / int(n_points)
+    r, g = real.cpu().numpy(), gen.cpu().numpy()
+    out = []
+    for c in range(r.shape[1]):
+        pr = _kde(r[:, c], f"real[:, {c}]")(xs) * width + eps
+        pg = _kde(g[:, c], f"gen[:, {c}]")(xs) * width + eps
+        out.append(_grid_kl(pr, pg, direction))
+    return torch.tensor(out, dtype=torch.float64)
+
+
+def kde_pad(real: Any, gen: Any, *, n_points: int = HCS_POINTS, grid: tuple[float, float] = HCS_GRID,
+            direction: str = "real||gen", eps: float = 1e-10) -> torch.Tensor:
+    """PaD as the 2024 HCS code computes it (parity mode) -> ``[C*(C-1)//2]`` (combinations order).
+
+    Per pair: a 2-D ``gaussian_kde`` of each set evaluated on a ``(b+1) x (b+1)`` grid over ``grid``²
+    with ``b = isqrt(n_points)``, averaged over 2x2 windows (stride 1) into ``b x b`` cells, times the
+    cell area, plus ``eps``; KL = mean over cells of ``P log(P/Q)``, clipped at 0, ``P`` = real by default.
+    """
+    check_direction(direction)
+    real, gen = _table(real, "real"), _table(gen, "gen")
+    _pair(real, gen)
+    c = real.shape[1]
+    if c < 2:
+        raise InputError(f"PaD needs at least 2 attributes to form a pair, got {c}")
+    lo, hi = float(grid[0]), float(grid[1])
+    b = math.isqrt(int(n_points))
+    if not hi > lo or b < 2:
+        raise InputError(f"kde grid: expected lo < hi and n_points >= 4, got grid={grid!r}, n_points={n_points!r}")
+    ax = np.linspace(lo, hi, b + 1)
+    gx, gy = np.meshgrid(ax, ax)
+    pts = np.vstack([gx.ravel(), gy.ravel()])
+    area = ((hi - lo) / b) ** 2
+    r, g = real.cpu().numpy(), gen.cpu().numpy()
+
+    def cells(kde) -> np.ndarray:
+        d = kde(pts).reshape(b + 1, b + 1)
+        pooled = (d[:-1, :-1] + d[1:, :-1] + d[:-1, 1:] + d[1:, 1:]) / 4.0
+        return pooled * area + eps
+
+    out = []
+    for i in range(c):
+        for j in range(i + 1, c):
+            pr = cells(_kde(np.vstack([r[:, i], r[:, j]]), f"real[:, ({i}, {j})]"))
+            pg = cells(_kde(np.vstack([g[:, i], g[:, j]]), f"gen[:, ({i}, {j})]"))
+            out.append(_grid_kl(pr, pg, direction))
+    return torch.tensor(out, dtype=torch.float64)
+
+
+# --------------------------------------------------------------------------- separation statistics
+def _two_samples(pos: Any, neg: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    p, n = _f64(pos, "pos").flatten(), _f64(neg, "neg").flatten()
+    for x, name in ((p, "pos"), (n, "neg")):
+        if x.numel() < 2:
+            raise InputError(f"{name}: need at least 2 scores, got {x.numel()}")
+    return p, n
+
+
+def cohens_d(pos: Any, neg: Any) -> float:
+    """Cohen's d of positive vs negative scores: ``(mean_pos - mean_neg) / pooled_std`` (unbiased)."""
+    p, n = _two_samples(pos, neg)
+    n1, n2 = p.numel(), n.numel()
+    pooled = ((n1 - 1) * p.var() + (n2 - 1) * n.var()) / (n1 + n2 - 2)
+    if float(pooled) <= 0:
+        return math.inf if float(p.mean() - n.mean()) != 0 else 0.0
+    return float((p.mean() - n.mean()) / pooled.sqrt())
+
+
+def _kde_grid(p: torch.Tensor, n: torch.Tensor, n_points: int):
+    lo = float(min(p.min(), n.min()))
+    hi = float(max(p.max(), n.max()))
+    span = hi - lo if hi > lo else 1.0
+    pad_ = 0.25 * span
+    xs = np.linspace(lo - pad_, hi + pad_, int(n_points))
+    dx = xs[1] - xs[0]
+    fp = _kde(p.cpu().numpy(), "pos")(xs)
+    fn = _kde(n.cpu().numpy(), "neg")(xs)
+    return fp, fn, dx
+
+
+def hellinger_gaussian(pos: Any, neg: Any, *, method: str = "kde", n_points: int = 2048) -> float:
+    """Hellinger distance in [0, 1] between the positive- and negative-score distributions.
+
+    ``method="kde"`` (the paper, Supp. 0.B.4): Gaussian-kernel KDEs on a common grid,
+    ``H = sqrt(1 - ∫ sqrt(p q))``; ``method="gaussian"``: closed form for fitted Gaussians."""
+    p, n = _two_samples(pos, neg)
+    if method == "gaussian":
+        v1, v2 = float(p.var()), float(n.var())
+        if v1 <= 0 or v2 <= 0:
+            raise InputError("hellinger_gaussian: a score set is constant; use method='kde' or add noise")
+        m1, m2 = float(p.mean()), float(n.mean())
+        bc = math.sqrt(2 * math.sqrt(v1 * v2) / (v1 + v2)) * math.exp(-((m1 - m2) ** 2) / (4 * (v1 + v2)))
+        return math.sqrt(max(0.0, 1.0 - bc))
+    if method != "kde":
+        raise InputError(f"method: expected 'kde' or 'gaussian', got {method!r}")
+    fp, fn, dx = _kde_grid(p, n, n_points)
+    bc = float(np.sum(np.sqrt(fp * fn)) * dx)
+    return math.sqrt(max(0.0, 1.0 - min(bc, 1.0)))
+
+
+def one_minus_ovl(pos: Any, neg: Any, *, method: str = "kde", n_points: int = 2048) -> float:
+    """1 - overlapping coefficient, ``1 - ∫ min(p, q)``, in [0, 1] (1 = fully separated).
+
+    ``method="kde"`` (the paper): Gaussian-kernel KDEs on a common grid; ``"gaussian"``: fitted
+    Gaussians integrated on the same kind of grid."""
+    p, n = _two_samples(pos, neg)
+    if method == "gaussian":
+        xs_lo = float(min(p.min(), n.min()))
+        xs_hi = float(max(p.max(), n.max()))
+        m1, s1, m2, s2 = float(p.mean()), float(p.std()), float(n.mean()), float(n.std())
+        if s1 <= 0 or s2 <= 0:
+            raise InputError("one_minus_ovl: a score set is constant; use method='kde' or add noise")
+        lo, hi = min(xs_lo, m1 - 6 * s1, m2 - 6 * s2), max(xs_hi, m1 + 6 * s1, m2 + 6 * s2)
+        xs = np.linspace(lo, hi, int(n_points))
+        fp = np.exp(-0.5 * ((xs - m1) / s1) ** 2) / (s1 * math.sqrt(2 * math.pi))
+        fn = np.exp(-0.5 * ((xs - m2) / s2) ** 2) / (s2 * math.sqrt(2 * math.pi))
+        dx = xs[1] - xs[0]
+    elif method == "kde":
+        fp, fn, dx = _kde_grid(p, n, n_points)
+    else:
+        raise InputError(f"method: expected 'kde' or 'gaussian', got {method!r}")
+    ovl = float(np.sum(np.minimum(fp, fn)) * dx)
+    return min(1.0, max(0.0, 1.0 - ovl))

@@ -1,0 +1,570 @@
+"""RA-CLIPScore family metrics: ``raclip``, ``clipscore``, ``hcs`` (per image) and ``sad``, ``pad``,
+``rsad`` (real set vs generated set). See docs/raclip.md.
+
+Set-level metrics keep only float64 sufficient statistics per set (count, sums, sums of squares or
+the C x C cross-products, the P x C map sums), all reduced with ``dist_reduce_fx="sum"``; memory does
+not grow with the number of images. Two documented exceptions keep per-image rows (``"cat"`` states):
+``divergence="kde"`` (a KDE needs the samples) and ``score="hcs"`` (C_img is the mean of the whole
+real set, known only at the end).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from itertools import combinations
+from typing import Any, ClassVar
+
+import torch
+import torch.nn.functional as F
+
+from genmetrics.backbones.openclip import clip_image_batch, load_open_clip
+from genmetrics.data.images import as_image_list, to_tensor
+from genmetrics.errors import InputError
+from genmetrics.functional import divergence as D
+from genmetrics.metric import Metric, SampleMetric, as_text_list
+from genmetrics.raclip.attributes import resolve_attributes
+from genmetrics.raclip.model import (
+    HCS_TEMPLATE,
+    NEGATIVE_TEMPLATE,
+    POSITIVE_TEMPLATE,
+    RegionAttributeScorer,
+    check_vit,
+    clipscore,
+    encode_texts,
+    hcs,
+)
+
+DEFAULT_WEIGHTS = "ViT-B-32-quickgelu/openai"
+SCORES = ("raclip", "clipscore", "hcs")
+
+
+def _check_text_center(text_center: str) -> str:
+    if text_center not in ("prompts", "bare"):
+        raise InputError(f"text_center: expected 'prompts' (Eq. 2: mean of the attribute vectors) or 'bare' (the "
+                         f"2024 HCS code: mean of the bare attribute strings), got {text_center!r}")
+    return text_center
+
+
+def _light_check(items: list[Any], name: str, data_range: float) -> None:
+    """Validate images without decoding files or loading weights (tensors fully, paths for existence)."""
+    for i, x in enumerate(items):
+        if isinstance(x, (str, os.PathLike)):
+            if not os.path.exists(x):
+                raise InputError(f"{name}[{i}]: image file {str(x)!r} does not exist; check the path")
+        elif isinstance(x, torch.Tensor):
+            to_tensor(x, data_range=data_range, name=f"{name}[{i}]")
+        else:
+            to_tensor(x, data_range=data_range, name=f"{name}[{i}]")  # PIL passes; anything else raises
+
+
+def _images(x: Any, name: str, data_range: float) -> list[Any]:
+    items = as_image_list(x, name=name)
+    if not items:
+        raise InputError(f"{name}: the batch is empty; expected at least one image")
+    _light_check(items, name, data_range)
+    return items
+
+
+class _ClipFamily:
+    """Backbone handling shared by the family: caller-built ``backbone=`` + ``tokenizer=`` or lazy ``weights=``."""
+
+    name: ClassVar[str]
+
+    def _init_backbone(self, backbone: Any, tokenizer: Any, weights: str | None, data_range: float) -> None:
+        if backbone is not None and weights is not None:
+            raise InputError(f"{self.name}: pass either backbone= (a built model) or weights= (a name to load), not both")
+        if backbone is not None and tokenizer is None:
+            raise InputError(f"{self.name}: backbone= needs its tokenizer= (open_clip.get_tokenizer(model_name))")
+        if not isinstance(data_range, (int, float)) or not data_range > 0:
+            raise InputError(f"data_range: expected a positive number (1.0 or 255.0), got {data_range!r}")
+        self.weights = weights if backbone is None else None
+        self.data_range = float(data_range)
+        self.tokenizer = tokenizer
+        self._aux: dict[str, Any] = {}
+        if backbone is not None:
+            self._accept_backbone(backbone)
+            self.register_backbone("backbone", backbone)  # type: ignore[attr-defined]
+
+    def _accept_backbone(self, backbone: Any) -> None:
+        """Hook: validate a caller-built backbone at construction time."""
+
+    def _model(self) -> Any:
+        if "backbone" not in self._backbones:  # type: ignore[attr-defined]
+            model, _, tokenizer = load_open_clip(self.weights or DEFAULT_WEIGHTS, device=self.device)  # type: ignore[attr-defined]
+            self._accept_backbone(model)
+            self.tokenizer = tokenizer
+            self.register_backbone("backbone", model)  # type: ignore[attr-defined]
+        return self._backbones["backbone"]  # type: ignore[attr-defined]
+
+    def _pixels(self, images: list[Any], name: str) -> torch.Tensor:
+        model = self._model()
+        return clip_image_batch(images, model, data_range=self.data_range, name=name)
+
+    def _texts(self, texts: list[str], *, normalize: bool = True, name: str = "attributes") -> torch.Tensor:
+        model = self._model()
+        key = ("text", tuple(texts), normalize, str(self.device))  # type: ignore[attr-defined]
+        hit = self._aux.get(key)
+        if hit is None:
+            hit = encode_texts(model, self.tokenizer, texts, name=name, normalize=normalize)
+            if len(self._aux) > 16:
+                self._aux.clear()
+            self._aux[key] = hit
+        return hit
+
+    def _hcs_text(self, text_center: str) -> tuple[torch.Tensor, torch.Tensor]:
+        """HCS attribute vectors (``"a photo of " + attr``, unnormalised) and ``C_text``."""
+        attrs = list(self.attributes)  # type: ignore[attr-defined]
+        t_attr = self._texts([HCS_TEMPLATE.format(a) for a in attrs], normalize=False)
+        t_attr = t_attr.double()  # float64: with text_center="prompts" two attributes are exactly antisymmetric
+        if text_center == "bare":
+            return t_attr, self._texts(attrs, normalize=False).double().mean(0)
+        return t_attr, t_attr.mean(0)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = super().__getstate__()  # type: ignore[misc]
+        state = dict(state)
+        state["_aux"] = {}
+        return state
+
+
+def _scorer_options(dual_prompt: bool, local_tokens: bool, global_token: bool, temperature: float,
+                    positive_template: str, negative_template: str) -> dict[str, Any]:
+    return dict(dual_prompt=dual_prompt, local_tokens=local_tokens, global_token=global_token,
+                temperature=temperature, positive_template=positive_template, negative_template=negative_template)
+
+
+class _RAMixin(_ClipFamily):
+    def _accept_backbone(self, backbone: Any) -> None:
+        check_vit(backbone)
+
+    def _scorer(self) -> RegionAttributeScorer:
+        model = self._model()
+        sc = self._aux.get("scorer")
+        if sc is None or sc.model is not model:
+            sc = RegionAttributeScorer(model, self.tokenizer, **self._ra_options)  # type: ignore[attr-defined]
+            self._aux["scorer"] = sc
+        return sc
+
+
+# ----------------------------------------------------------------------------------- per image
+class RAClipScore(_RAMixin, SampleMetric):
+    """``raclip``: RA-CLIPScore per image (Eq. 9).
+
+    With ``attributes`` (a list, a shipped set name or a text file) every candidate gets a score per
+    attribute (``[B,C]``) and ``compute()`` is the mean per attribute ``[C]``. Without ``attributes``,
+    ``condition`` gives one text per candidate, each image is scored against its own text (``[B]``) and
+    ``compute()`` is the mean (a scalar tensor).
+    """
+
+    name = "raclip"
+    higher_is_better = True
+
+    def __init__(self, attributes: Any = None, *, backbone: Any = None, tokenizer: Any = None,
+                 weights: str | None = None, dual_prompt: bool = True, local_tokens: bool = True,
+                 global_token: bool = True, temperature: float = 1.0, positive_template: str = POSITIVE_TEMPLATE,
+                 negative_template: str = NEGATIVE_TEMPLATE, data_range: float = 1.0, batch_size: int = 32,
+                 **kwargs: Any) -> None:
+        super().__init__(batch_size=batch_size, **kwargs)
+        self.attributes = resolve_attributes(attributes) if attributes is not None else None
+        self._ra_options = _scorer_options(dual_prompt, local_tokens, global_token, temperature,
+                                           positive_template, negative_template)
+        if not (global_token or local_tokens):
+            raise InputError("global_token and local_tokens cannot both be False: no token would be left to aggregate")
+        if not isinstance(temperature, (int, float)) or not temperature > 0 or not math.isfinite(temperature):
+            raise InputError(f"temperature: expected a finite number > 0, got {temperature!r}")
+        self._init_backbone(backbone, tokenizer, weights, data_range)
+
+    def _prepare(self, reference: Any, candidates: Any, condition: Any) -> dict[str, list[Any]]:
+        if reference is not None:
+            raise InputError(f"{self.name}: takes no reference images (it scores each candidate against text); "
+                             "for real-vs-generated comparisons use sad, pad or rsad")
+        if candidates is None:
+            raise InputError(f"{self.name}: no candidates given; pass candidates=images")
+        items = _images(candidates, "candidates", self.data_range)
+        if self.attributes is not None:
+            if condition is not None:
+                raise InputError(f"{self.name}: built with attributes=..., so it takes no condition; build it without "
+                                 "attributes to score each image against its own text")
+            return {"candidates": items}
+        if condition is None:
+            raise InputError(f"{self.name}: pass attributes=[...] when creating the metric, or condition= (one text "
+                             "per candidate) to update()")
+        return {"candidates": items, "condition": as_text_list(condition, name="condition")}
+
+    @torch.no_grad()
+    def _score_batch(self, batch: dict[str, list[Any]]) -> torch.Tensor:
+        x = self._pixels(batch["candidates"], "candidates")
+        if self.attributes is not None:
+            return self._scorer()(x, self.attributes).score.double()
+        texts = batch["condition"]
+        uniq = list(dict.fromkeys(texts))
+        out = self._scorer()(x, uniq).score
+        idx = torch.tensor([uniq.index(t) for t in texts], device=out.device)
+        return out.gather(1, idx[:, None])[:, 0].double()
+
+
+class CLIPScore(_ClipFamily, SampleMetric):
+    """``clipscore``: Eq. 1, ``100 cos(E_v(x), E_t(t))`` (no clamp, no 2.5 weight).
+
+    With ``attributes`` each attribute is the text (``prompt_template`` applied, default ``"{}"``) and
+    ``compute()`` is the mean per attribute ``[C]``; without, ``condition`` holds one text per image.
+    """
+
+    name = "clipscore"
+    higher_is_better = True
+
+    def __init__(self, attributes: Any = None, *, backbone: Any = None, tokenizer: Any = None,
+                 weights: str | None = None, prompt_template: str = "{}", data_range: float = 1.0,
+                 batch_size: int = 32, **kwargs: Any) -> None:
+        super().__init__(batch_size=batch_size, **kwargs)
+        self.attributes = resolve_attributes(attributes) if attributes is not None else None
+        if not isinstance(prompt_template, str) or prompt_template.count("{}") != 1:
+            raise InputError(f"prompt_template: expected a template with exactly one '{{}}', got {prompt_template!r}")
+        self.prompt_template = prompt_template
+        self._init_backbone(backbone, tokenizer, weights, data_range)
+
+    _prepare = RAClipScore._prepare
+
+    @torch.no_grad()
+    def _score_batch(self, batch: dict[str, list[Any]]) -> torch.Tensor:
+        model = self._model()
+        img = model.encode_image(self._pixels(batch["candidates"], "candidates"))
+        if self.attributes is not None:
+            txt = self._texts([self.prompt_template.format(a) for a in self.attributes])
+            return clipscore(img, txt).double()
+        txt = encode_texts(model, self.tokenizer, [self.prompt_template.format(t) for t in batch["condition"]],
+                           name="condition")
+        return (100.0 * (F.normalize(img.float(), dim=-1) * txt).sum(-1)).double()
+
+
+class HCS(_ClipFamily, SampleMetric):
+    """``hcs``: Heterogeneous CLIPScore (Kim et al. 2024, Eq. 2) of each candidate for each attribute.
+
+    ``C_img`` is the mean image embedding of the reference (real) set; the attribute vectors use the
+    prompt ``"a photo of " + attr``. ``C_text`` is the mean of those same attribute vectors with
+    ``text_center="prompts"`` (default; the paper's Eq. 2, under which two attributes give exactly
+    ``HCS(x, t_p) = -HCS(x, t_q)``), or the mean embedding of the bare attribute strings with
+    ``text_center="bare"`` (what the 2024 HCS code does; use it for parity). Reference images
+    only feed ``C_img``; candidates are scored. ``update(reference=...)`` and ``update(candidates=...)``
+    may come in any order because candidate embeddings are kept and scored at ``compute()``, which
+    returns the mean HCS per attribute ``[C]``. ``image_center=`` (a tensor ``[E]``) fixes ``C_img``
+    instead. ``per_sample()`` gives the per-candidate HCS ``[N,C]``.
+    """
+
+    name = "hcs"
+    higher_is_better = True
+
+    def __init__(self, attributes: Any = None, *, backbone: Any = None, tokenizer: Any = None,
+                 weights: str | None = None, image_center: Any = None, text_center: str = "prompts",
+                 data_range: float = 1.0, batch_size: int = 32, **kwargs: Any) -> None:
+        super().__init__(batch_size=batch_size, **kwargs)
+        self.attributes = resolve_attributes(attributes)
+        self.text_center = _check_text_center(text_center)
+        self.image_center = None if image_center is None else torch.as_tensor(image_center, dtype=torch.float64)
+        # per-update partial sums of reference embeddings ([k,E], "cat"): C_img without knowing E up front
+        self.add_state("ref_sums", default=[], dist_reduce_fx="cat")
+        self.add_state("ref_count", default=torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
+        self._init_backbone(backbone, tokenizer, weights, data_range)
+
+    def update(self, reference: Any = None, candidates: Any = None, condition: Any = None, *, ids: Any = None) -> None:
+        if condition is not None:
+            raise InputError("hcs: takes no condition; the attributes are fixed when the metric is created")
+        if reference is None and candidates is None:
+            raise InputError("hcs: pass reference= (real images, for C_img) and/or candidates= (images to score)")
+        if reference is not None:
+            items = _images(reference, "reference", self.data_range)
+            from genmetrics.data.batching import map_batches
+
+            embs = map_batches(lambda sl: self._embed(items[sl], "reference"), len(items), self.batch_size)
+            total = torch.cat(embs, 0).sum(0, keepdim=True).to(self.device)
+            self.ref_sums.append(total)
+            self.ref_count += float(len(items))
+        if candidates is not None:
+            super().update(candidates=candidates, ids=ids)
+
+    def _prepare(self, reference: Any, candidates: Any, condition: Any) -> dict[str, list[Any]]:
+        return {"candidates": _images(candidates, "candidates", self.data_range)}
+
+    @torch.no_grad()
+    def _embed(self, images: list[Any], name: str) -> torch.Tensor:
+        model = self._model()
+        return model.encode_image(self._pixels(images, name)).double()
+
+    def _score_batch(self, batch: dict[str, list[Any]]) -> torch.Tensor:
+        return self._embed(batch["candidates"], "candidates")  # embeddings; HCS is formed at compute()
+
+    def _centers(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        if self.image_center is not None:
+            c_img = self.image_center.to(self.device)
+        else:
+            sums = self.ref_sums
+            if isinstance(sums, list):
+                sums = torch.cat(sums, 0) if sums else None
+            if sums is None or sums.numel() == 0 or float(self.ref_count) == 0:
+                raise InputError("hcs: no reference (real) images were given; C_img is their mean embedding. Call "
+                                 "update(reference=real_images) or pass image_center=")
+            c_img = sums.sum(0) / self.ref_count
+        t_attr, c_text = self._hcs_text(self.text_center)
+        return c_img, t_attr, c_text
+
+    def _compute_state(self) -> torch.Tensor:
+        emb, _ = self._gathered()
+        c_img, t_attr, c_text = self._centers()
+        return hcs(emb, t_attr, c_img, c_text).mean(0)
+
+    def per_sample(self, *, sync: bool = True) -> dict[str, Any]:
+        out = super().per_sample(sync=sync)
+        c_img, t_attr, c_text = self._centers()
+        out["scores"] = hcs(out["scores"], t_attr, c_img, c_text)
+        return out
+
+
+# ---------------------------------------------------------------------------------- set level
+def _grid_of(model: Any) -> tuple[int, int]:
+    gh, gw = model.visual.grid_size
+    return int(gh), int(gw)
+
+
+def _grid_from_weights(spec: str | None) -> tuple[int, int] | None:
+    """Patch grid from the open_clip model config, without loading weights (None when unknown)."""
+    try:
+        import open_clip
+
+        from genmetrics.backbones.openclip import parse_clip_weights
+
+        name = parse_clip_weights(spec or DEFAULT_WEIGHTS).model
+        if name.startswith("hf-hub:"):
+            return None  # its config lives on the hub: never look it up here (no network at construction)
+        cfg = open_clip.get_model_config(name)
+        vc = cfg["vision_cfg"]
+        size, patch = vc.get("image_size", 224), vc.get("patch_size")
+        if patch is None or "timm_model_name" in vc:
+            return None
+        size = (size, size) if isinstance(size, int) else tuple(size)
+        patch = (patch, patch) if isinstance(patch, int) else tuple(patch)
+        return size[0] // patch[0], size[1] // patch[1]
+    except Exception:  # noqa: BLE001 - unknown config (hub id, local file): fall back to loading the model
+        return None
+
+
+class _SetDivergence(_RAMixin, Metric):
+    """Shared machinery of sad / pad / rsad: two sets, any update order, float64 sum states."""
+
+    higher_is_better = False
+    _needs_cross: ClassVar[bool] = False
+    _needs_maps: ClassVar[bool] = False
+
+    def __init__(self, attributes: Any = None, *, backbone: Any = None, tokenizer: Any = None,
+                 weights: str | None = None, score: str = "raclip", kl_direction: str = "gen||real",
+                 eps: float = D.DEFAULT_EPS, divergence: str = "gaussian", kde_points: int = D.HCS_POINTS,
+                 kde_range: tuple[float, float] | None = None, dual_prompt: bool = True, local_tokens: bool = True,
+                 global_token: bool = True, temperature: float = 1.0, positive_template: str = POSITIVE_TEMPLATE,
+                 negative_template: str = NEGATIVE_TEMPLATE, text_center: str = "prompts", data_range: float = 1.0,
+                 batch_size: int = 32, **kwargs: Any) -> None:
+        super().__init__(batch_size=batch_size, **kwargs)
+        self.attributes = resolve_attributes(attributes)
+        self.text_center = _check_text_center(text_center)
+        if score not in SCORES:
+            raise InputError(f"score: expected one of {SCORES}, got {score!r}")
+        if self._needs_maps and score != "raclip":
+            raise InputError(f"{self.name}: R-SaD needs the refined patch scores of RA-CLIPScore; use score='raclip'")
+        if self._needs_maps and divergence != "gaussian":
+            raise InputError(f"{self.name}: R-SaD is a difference of mean maps and has no divergence option; "
+                             "drop divergence=")
+        if divergence not in ("gaussian", "kde"):
+            raise InputError(f"divergence: expected 'gaussian' (closed-form KL, streaming) or 'kde' (HCS-compatible "
+                             f"KDE on a grid), got {divergence!r}")
+        self.score_kind = score
+        self.kl_direction = D.check_direction(kl_direction)
+        self.eps = D._check_eps(eps)
+        self.divergence = divergence
+        self.kde_points = int(kde_points)
+        if kde_range is None:
+            kde_range = D.HCS_GRID if score in ("hcs", "clipscore") else (0.0, 1.0)
+        if len(tuple(kde_range)) != 2 or not float(kde_range[1]) > float(kde_range[0]):
+            raise InputError(f"kde_range: expected (low, high) with low < high, got {kde_range!r}")
+        self.kde_range = (float(kde_range[0]), float(kde_range[1]))
+        if not (global_token or local_tokens):
+            raise InputError("global_token and local_tokens cannot both be False: no token would be left to aggregate")
+        if not isinstance(temperature, (int, float)) or not temperature > 0 or not math.isfinite(temperature):
+            raise InputError(f"temperature: expected a finite number > 0, got {temperature!r}")
+        self._ra_options = _scorer_options(dual_prompt, local_tokens, global_token, temperature,
+                                           positive_template, negative_template)
+        self._init_backbone(backbone, tokenizer, weights, data_range)
+
+        c = len(self.attributes)
+        f64 = torch.float64
+        self._keep_rows = (divergence == "kde" or score == "hcs") and not self._needs_maps
+        for s in ("real", "gen"):
+            self.add_state(f"{s}_n", default=torch.tensor(0.0, dtype=f64), dist_reduce_fx="sum")
+            if self._keep_rows:
+                # KDE needs the samples; HCS needs C_img of the whole real set: rows are kept (documented)
+                self.add_state(f"{s}_rows", default=[], dist_reduce_fx="cat")
+            elif not self._needs_maps:
+                self.add_state(f"{s}_sum", default=torch.zeros(c, dtype=f64), dist_reduce_fx="sum")
+                if self._needs_cross:
+                    self.add_state(f"{s}_cross", default=torch.zeros(c, c, dtype=f64), dist_reduce_fx="sum")
+                else:
+                    self.add_state(f"{s}_sq", default=torch.zeros(c, dtype=f64), dist_reduce_fx="sum")
+        if self._needs_maps:
+            grid = _grid_of(backbone) if backbone is not None else _grid_from_weights(self.weights)
+            if grid is None:
+                grid = _grid_of(self._model())
+            self.grid = grid
+            for s in ("real", "gen"):
+                self.add_state(f"{s}_maps", default=torch.zeros(grid[0] * grid[1], c, dtype=f64), dist_reduce_fx="sum")
+
+    # -- scoring ------------------------------------------------------------------------
+    @torch.no_grad()
+    def _score_rows(self, images: list[Any], name: str) -> dict[str, torch.Tensor]:
+        x = self._pixels(images, name)
+        if self.score_kind == "raclip":
+            out = self._scorer()(x, self.attributes)
+            return {"score": out.score.double(), "maps": out.patch_scores.double()}
+        model = self._model()
+        img = model.encode_image(x)
+        if self.score_kind == "clipscore":
+            return {"score": clipscore(img, self._texts(list(self.attributes))).double()}
+        return {"score": img.double()}  # hcs: embeddings, scored at compute()
+
+    def update(self, reference: Any = None, candidates: Any = None, condition: Any = None, *, ids: Any = None) -> None:
+        """Accumulate ``reference`` (real images) and/or ``candidates`` (generated images), in any order.
+
+        ``ids`` is accepted for interface compatibility and ignored: sufficient statistics cannot drop
+        duplicates, so shard without padding (e.g. ``DistributedSampler(drop_last=False)`` padding off)."""
+        if condition is not None:
+            raise InputError(f"{self.name}: takes no condition; the attributes are fixed when the metric is created")
+        if reference is None and candidates is None:
+            raise InputError(f"{self.name}: pass reference= (real images) and/or candidates= (generated images)")
+        todo = []
+        if reference is not None:
+            todo.append(("real", _images(reference, "reference", self.data_range), "reference"))
+        if candidates is not None:
+            todo.append(("gen", _images(candidates, "candidates", self.data_range), "candidates"))
+        from genmetrics.data.batching import map_batches
+
+        for s, items, name in todo:
+            for res in map_batches(lambda sl, items=items, name=name: self._score_rows(items[sl], name),
+                                   len(items), self.batch_size):
+                self._accumulate(s, res)
+
+    def _accumulate(self, s: str, res: dict[str, torch.Tensor]) -> None:
+        x = res["score"].to(self.device)
+        setattr(self, f"{s}_n", getattr(self, f"{s}_n") + float(x.shape[0]))
+        if self._keep_rows:
+            getattr(self, f"{s}_rows").append(x)
+        elif not self._needs_maps:
+            setattr(self, f"{s}_sum", getattr(self, f"{s}_sum") + x.sum(0))
+            if self._needs_cross:
+                setattr(self, f"{s}_cross", getattr(self, f"{s}_cross") + x.T @ x)
+            else:
+                setattr(self, f"{s}_sq", getattr(self, f"{s}_sq") + (x * x).sum(0))
+        if self._needs_maps:
+            maps = res["maps"].to(self.device)
+            expected = getattr(self, f"{s}_maps").shape
+            if tuple(maps.shape[1:]) != tuple(expected):
+                raise InputError(f"{self.name}: the model gives maps {tuple(maps.shape[1:])}, the state expects "
+                                 f"{tuple(expected)}; use one backbone for the whole run")
+            setattr(self, f"{s}_maps", getattr(self, f"{s}_maps") + maps.sum(0))
+
+    # -- compute ------------------------------------------------------------------------
+    def _check_sets(self, minimum: int) -> None:
+        for s, role, arg in (("real", "reference (real)", "reference"), ("gen", "generated", "candidates")):
+            n = int(float(getattr(self, f"{s}_n")))
+            if n == 0:
+                raise InputError(f"{self.name}: no {role} images were given; call update({arg}=images) before compute()")
+            if n < minimum:
+                raise InputError(f"{self.name}: {n} {role} image(s); fitting a Gaussian per set needs at least "
+                                 f"{minimum} images in each set")
+
+    def _rows(self) -> tuple[torch.Tensor, torch.Tensor]:
+        def cat(v: Any) -> torch.Tensor:
+            return torch.cat(v, 0) if isinstance(v, list) else v
+
+        real, gen = cat(self.real_rows), cat(self.gen_rows)
+        if self.score_kind == "hcs":
+            c_img = real.mean(0)
+            t_attr, c_text = self._hcs_text(self.text_center)
+            real, gen = hcs(real, t_attr, c_img, c_text), hcs(gen, t_attr, c_img, c_text)
+        return real, gen
+
+    def _stats(self, s: str, second: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        return getattr(self, f"{s}_n"), getattr(self, f"{s}_sum"), getattr(self, f"{s}_{second}")
+
+    @property
+    def pairs(self) -> list[tuple[str, str]]:
+        """Attribute pairs in PaD order (``itertools.combinations``)."""
+        return list(combinations(self.attributes, 2))
+
+
+class SaD(_SetDivergence):
+    """``sad``: Single-attribute Divergence (Eq. 12) between the real and the generated set.
+
+    ``compute()`` -> ``{"mean": scalar, "per_attribute": [C]}`` (float64, nats; tables often show x1000).
+    """
+
+    name = "sad"
+
+    def _compute_state(self) -> dict[str, torch.Tensor]:
+        self._check_sets(2)
+        if self._keep_rows:
+            real, gen = self._rows()
+            if self.divergence == "kde":
+                per = D.kde_sad(real, gen, n_points=self.kde_points, grid=self.kde_range, direction=self.kl_direction)
+            else:
+                per = D.sad(real, gen, direction=self.kl_direction, eps=self.eps)
+        else:
+            per = D.sad_from_stats(self._stats("real", "sq"), self._stats("gen", "sq"),
+                                   direction=self.kl_direction, eps=self.eps)
+        per = per.to(self.device)
+        return {"mean": per.mean(), "per_attribute": per}
+
+
+class PaD(_SetDivergence):
+    """``pad``: Pair-attribute Divergence (Eq. 13) over every unordered attribute pair.
+
+    ``compute()`` -> ``{"mean": scalar, "per_pair": [C*(C-1)//2]}`` (float64, nats; pairs in
+    ``itertools.combinations`` order, labels in :attr:`pairs`).
+    """
+
+    name = "pad"
+    _needs_cross = True
+
+    def __init__(self, attributes: Any = None, **kwargs: Any) -> None:
+        super().__init__(attributes, **kwargs)
+        if len(self.attributes) < 2:
+            raise InputError("pad: needs at least 2 attributes to form a pair; pass two or more attributes")
+
+    def _compute_state(self) -> dict[str, torch.Tensor]:
+        self._check_sets(2)
+        if self._keep_rows:
+            real, gen = self._rows()
+            if self.divergence == "kde":
+                per = D.kde_pad(real, gen, n_points=self.kde_points, grid=self.kde_range, direction=self.kl_direction)
+            else:
+                per = D.pad(real, gen, direction=self.kl_direction, eps=self.eps)
+        else:
+            per = D.pad_from_stats(self._stats("real", "cross"), self._stats("gen", "cross"),
+                                   direction=self.kl_direction, eps=self.eps)
+        per = per.to(self.device)
+        return {"mean": per.mean(), "per_pair": per}
+
+
+class RSaD(_SetDivergence):
+    """``rsad``: Regional Single-attribute Divergence (Eq. 14).
+
+    ``compute()`` -> ``{"mean": scalar, "per_attribute": [C], "map": [P,C]}``: ``map`` is mean(real) -
+    mean(gen) of the refined patch scores (positive = more present there in the real set),
+    ``per_attribute`` the ranking score ``mean_j |R-SaD_j|`` and ``mean`` its mean over attributes.
+    The grid is :attr:`grid` (row-major).
+    """
+
+    name = "rsad"
+    _needs_maps = True
+
+    def _compute_state(self) -> dict[str, torch.Tensor]:
+        self._check_sets(1)
+        m = self.real_maps / self.real_n - self.gen_maps / self.gen_n
+        per = m.abs().mean(0)
+        return {"mean": per.mean(), "per_attribute": per, "map": m}

@@ -1,0 +1,345 @@
+"""RA-CLIPScore scorer (DESIGN section 3, Eq. 3-9) and the CLIPScore / HCS baselines (Eq. 1-2).
+
+One forward pass of an open_clip ViT image tower:
+
+* blocks ``1..L-1`` run as usual, but their attention is computed by hand (``q·k``, softmax) so the
+  head-averaged attention weights ``A^l`` are available (open_clip's own blocks may use SDPA, which
+  returns no weights); their patch-to-patch part is summed on the fly (Eq. 8 needs only the mean);
+* block ``L`` runs once with the Eq. 7 mask: the [CLS] row attends to every token (so the global
+  embedding equals ``encode_image``), every patch row only to itself, so patch token ``j`` becomes
+  ``h_j + out_proj(V(ln_1 h_j)) + MLP(...)`` (Eq. 6). A diagonal-only softmax row is exactly 1, so the
+  masked attention is evaluated in closed form (the [CLS] row by hand, the patch rows as ``V``), which
+  equals running the block with the mask and costs less than the unmasked block;
+* ``ln_post`` and ``proj`` map every token into the joint space.
+
+Then Eq. 4 (dual prompts, per token), Eq. 8 (attention refinement of the patch scores) and Eq. 9
+(aggregation with softmax weights from ``s * cos(z_j, T+)``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from genmetrics.errors import InputError
+from genmetrics.raclip._checks import check_attributes
+
+POSITIVE_TEMPLATE = "This is a photo of {}."
+NEGATIVE_TEMPLATE = "This is a photo without {}."
+HCS_TEMPLATE = "a photo of {}"
+
+
+@dataclass
+class RAOutput:
+    """What :class:`RegionAttributeScorer` returns (float32 tensors on the model's device)."""
+
+    score: torch.Tensor  # [B,C] Eq. 9 RA-CLIPScore
+    global_score: torch.Tensor  # [B,C] r̂_0, the [CLS] token's Eq. 4 score
+    patch_scores: torch.Tensor  # [B,P,C] refined patch scores r̃_j, j>=1 (Eq. 8), row-major over the grid
+    grid: tuple[int, int]  # (gh, gw), gh*gw == P
+
+
+# ---------------------------------------------------------------------------------- validation
+def check_vit(model: Any, *, what: str = "RA-CLIPScore") -> Any:
+    """The open_clip ViT image tower of ``model``, or an :class:`InputError` saying why it cannot be used."""
+    visual = getattr(model, "visual", None)
+    if visual is None or not hasattr(model, "encode_image") or not hasattr(model, "encode_text"):
+        raise InputError(
+            f"backbone: expected an open_clip CLIP model (with .visual, .encode_image and .encode_text), got "
+            f"{type(model).__name__}; build one with open_clip.create_model_and_transforms or genmetrics.testing.tiny_clip"
+        )
+    transformer = getattr(visual, "transformer", None)
+    blocks = getattr(transformer, "resblocks", None)
+    if blocks is None or not hasattr(visual, "class_embedding") or not hasattr(visual, "conv1"):
+        raise InputError(
+            f"backbone: {what} needs an open_clip VisionTransformer image tower (patch tokens and a [CLS] token), "
+            f"got {type(visual).__name__}; ResNet towers (RN50, ...) and timm towers (SigLIP, EVA, ...) have no "
+            "[CLS]-plus-patch layout. Use a ViT CLIP such as ViT-B-32/openai, ViT-B-16/openai or ViT-L-14/openai"
+        )
+    if getattr(visual, "attn_pool", None) is not None or getattr(visual, "pool_type", "tok") != "tok":
+        raise InputError(
+            f"backbone: {what} needs a ViT whose image embedding is its [CLS] token (pool_type='tok', no attention "
+            f"pooling); this tower pools with {getattr(visual, 'pool_type', '?')!r}"
+            f"{' and an attentional pooler' if getattr(visual, 'attn_pool', None) is not None else ''}"
+        )
+    if len(blocks) < 2:
+        raise InputError(f"backbone: {what} needs at least 2 transformer blocks (Eq. 8 averages all but the last), "
+                         f"got {len(blocks)}")
+    for i, blk in enumerate(blocks):
+        attn = getattr(blk, "attn", None)
+        ok = attn is not None and getattr(attn, "in_proj_weight", None) is not None and hasattr(attn, "out_proj")
+        if isinstance(attn, nn.MultiheadAttention):
+            ok = ok and attn.bias_k is None and not attn.add_zero_attn and attn._qkv_same_embed_dim
+        if not ok or not hasattr(blk, "ln_1") or not hasattr(blk, "mlp") or hasattr(blk, "ln_1_kv"):
+            raise InputError(
+                f"backbone: block {i} of the image tower ({type(blk).__name__}) is not an open_clip residual attention "
+                "block with a packed q/k/v projection; RA-CLIPScore supports open_clip ViT towers"
+            )
+    return visual
+
+
+# ------------------------------------------------------------------------------ hand attention
+def _heads(attn: nn.Module) -> int:
+    return int(attn.num_heads)
+
+
+def _qkv(attn: nn.Module, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    b, n, d = y.shape
+    h = _heads(attn)
+    q, k, v = F.linear(y, attn.in_proj_weight, attn.in_proj_bias).chunk(3, dim=-1)
+    q, k, v = (t.reshape(b, n, h, d // h).transpose(1, 2) for t in (q, k, v))  # [B,H,N,hd]
+    return q, k, v
+
+
+def _logits(attn: nn.Module, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """Attention logits ``[B,H,Nq,Nk]`` for open_clip's nn.MultiheadAttention and its custom Attention."""
+    if getattr(attn, "logit_scale", None) is not None and getattr(attn, "scaled_cosine", False):
+        scale = torch.clamp(attn.logit_scale, max=attn.logit_scale_max).exp()
+        return (F.normalize(q, dim=-1) @ F.normalize(k, dim=-1).transpose(-1, -2)) * scale
+    ln_q, ln_k = getattr(attn, "ln_q", None), getattr(attn, "ln_k", None)
+    if ln_q is not None:
+        q, k = ln_q(q), ln_k(k)
+    return (q * (q.shape[-1] ** -0.5)) @ k.transpose(-1, -2)
+
+
+def _merge(attn: nn.Module, o: torch.Tensor) -> torch.Tensor:
+    """Per-head outputs ``[B,H,N,hd]`` -> block attention output ``[B,N,D]`` (head scale, inner norm, out_proj)."""
+    head_scale = getattr(attn, "head_scale", None)
+    if head_scale is not None:
+        o = o * head_scale
+    b, h, n, hd = o.shape
+    o = o.transpose(1, 2).reshape(b, n, h * hd)
+    ln_inner = getattr(attn, "ln_inner", None)
+    if ln_inner is not None:
+        o = ln_inner(o)
+    return attn.out_proj(o)
+
+
+def _finish_block(blk: nn.Module, x: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
+    ln_attn = getattr(blk, "ln_attn", None)
+    if ln_attn is not None:
+        a = ln_attn(a)
+    x = x + blk.ls_1(a)
+    return x + blk.ls_2(blk.mlp(blk.ln_2(x)))
+
+
+def block_with_attention(blk: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """One unmasked block ``[B,N,D] -> [B,N,D]`` plus its head-averaged attention weights ``[B,N,N]``."""
+    q, k, v = _qkv(blk.attn, blk.ln_1(x))
+    w = _logits(blk.attn, q, k).float().softmax(dim=-1)  # fp32 softmax, as SDPA does, also for bf16/fp16 towers
+    out = _finish_block(blk, x, _merge(blk.attn, w.to(v.dtype) @ v))
+    return out, w.mean(1)
+
+
+def last_block_masked(blk: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """Block ``L`` under the Eq. 7 mask: [CLS] attends to all tokens, each patch only to itself."""
+    q, k, v = _qkv(blk.attn, blk.ln_1(x))
+    w0 = _logits(blk.attn, q[:, :, :1], k).float().softmax(dim=-1).to(v.dtype)  # [B,H,1,N]
+    o = torch.cat([w0 @ v, v[:, :, 1:]], dim=2)  # diagonal softmax rows are exactly 1: patch output = V
+    return _finish_block(blk, x, _merge(blk.attn, o))
+
+
+def eq7_mask(n_tokens: int, *, dtype: torch.dtype = torch.float32, device: Any = None) -> torch.Tensor:
+    """The Eq. 7 additive mask ``[N,N]``: row 0 all zeros, patch rows ``-inf`` except the diagonal."""
+    m = torch.full((n_tokens, n_tokens), float("-inf"), dtype=dtype, device=device)
+    m.fill_diagonal_(0.0)
+    m[0] = 0.0
+    return m
+
+
+def _embed(visual: nn.Module, images: torch.Tensor) -> torch.Tensor:
+    """Patch embedding + [CLS] + positions + ln_pre (open_clip's ``VisionTransformer._embeds``)."""
+    if hasattr(visual, "_embeds"):
+        return visual._embeds(images)
+    x = visual.conv1(images)
+    x = x.reshape(x.shape[0], x.shape[1], -1).permute(0, 2, 1)
+    cls = visual.class_embedding.to(x.dtype).view(1, 1, -1).expand(x.shape[0], -1, -1)
+    x = torch.cat([cls, x], dim=1) + visual.positional_embedding.to(x.dtype)
+    x = visual.patch_dropout(x)
+    return visual.ln_pre(x)
+
+
+def dense_tokens(model: Any, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, tuple[int, int]]:
+    """The single masked pass (Eq. 5-7).
+
+    Returns ``z [B,1+P,E]`` (projected tokens: ``z[:,0]`` equals ``encode_image``, ``z[:,1:]`` the dense
+    patch tokens of Eq. 6), ``attn [B,P,P]`` (the patch-to-patch head-averaged attention summed over
+    blocks ``1..L-1``) and the patch grid.
+    """
+    visual = check_vit(model)
+    expected = tuple(int(s) for s in visual.image_size) if isinstance(visual.image_size, (tuple, list)) else (
+        int(visual.image_size), int(visual.image_size))
+    if not isinstance(images, torch.Tensor) or images.ndim != 4 or images.shape[1] != 3:
+        raise InputError(
+            f"images: expected a preprocessed float tensor [B,3,H,W], got "
+            f"{tuple(images.shape) if isinstance(images, torch.Tensor) else type(images).__name__}; "
+            "use genmetrics.backbones.openclip.clip_image_batch(images, model) to preprocess"
+        )
+    if tuple(images.shape[-2:]) != expected:
+        raise InputError(
+            f"images: got size {tuple(images.shape[-2:])}, the model's input size is {expected}; use "
+            "genmetrics.backbones.openclip.clip_image_batch(images, model) to resize and normalise"
+        )
+    blocks = visual.transformer.resblocks
+    x = _embed(visual, images.to(dtype=visual.conv1.weight.dtype))
+    attn_sum = None
+    for blk in blocks[:-1]:
+        x, w = block_with_attention(blk, x)
+        wp = w[:, 1:, 1:]
+        attn_sum = wp if attn_sum is None else attn_sum + wp
+    x = last_block_masked(blocks[-1], x)
+    x = visual.ln_post(x)
+    z = x @ visual.proj if visual.proj is not None else x
+    gh, gw = (int(g) for g in visual.grid_size)
+    return z, attn_sum, (gh, gw)
+
+
+# -------------------------------------------------------------------------------- Eq. 4, 8, 9
+def token_scores(cos_pos: torch.Tensor, cos_neg: torch.Tensor | None, scale: float | torch.Tensor) -> torch.Tensor:
+    """Eq. 4: ``r̂ = softmax([s cos+, s cos-])[0] = sigmoid(s (cos+ - cos-))``; without dual prompt, ``cos+``."""
+    if cos_neg is None:
+        return cos_pos
+    return torch.sigmoid(scale * (cos_pos - cos_neg))
+
+
+def refine(r_hat_patches: torch.Tensor, attn_mean: torch.Tensor) -> torch.Tensor:
+    """Eq. 8: ``r̃_j = Σ_k A[j,k] r̂_k`` over patches (``attn_mean [B,P,P]`` = mean over ψ, rows as they are)."""
+    return attn_mean.to(r_hat_patches.dtype) @ r_hat_patches
+
+
+def aggregate(r_tilde: torch.Tensor, cos_pos: torch.Tensor, scale: float | torch.Tensor, *,
+              temperature: float = 1.0, global_token: bool = True, local_tokens: bool = True) -> torch.Tensor:
+    """Eq. 9: ``Σ_j softmax_j(s cos(z_j, T+) / τ) r̃_j`` over the kept tokens. Inputs ``[B,1+P,C]`` -> ``[B,C]``."""
+    if not (global_token or local_tokens):
+        raise InputError("global_token and local_tokens cannot both be False: no token would be left to aggregate")
+    sl = slice(0, None) if (global_token and local_tokens) else (slice(0, 1) if global_token else slice(1, None))
+    w = torch.softmax(scale * cos_pos[:, sl] / temperature, dim=1)
+    return (w * r_tilde[:, sl]).sum(1)
+
+
+# -------------------------------------------------------------------------------- text helpers
+@torch.no_grad()
+def encode_texts(model: Any, tokenizer: Any, texts: list[str], *, name: str = "attributes",
+                 normalize: bool = True) -> torch.Tensor:
+    """Text embeddings ``[N,E]`` (float32, on the model's device), L2-normalised unless ``normalize=False``."""
+    from genmetrics.backbones.openclip import tokenize
+
+    device = next(model.parameters()).device
+    ids = tokenize(tokenizer, texts, name=name).to(device)
+    emb = model.encode_text(ids).float()
+    return F.normalize(emb, dim=-1) if normalize else emb
+
+
+def logit_scale_of(model: Any) -> float:
+    ls = getattr(model, "logit_scale", None)
+    if ls is None:
+        return 100.0
+    return float(ls.detach().float().exp()) if isinstance(ls, torch.Tensor) else float(math.exp(ls))
+
+
+def _check_template(t: str, name: str) -> str:
+    if not isinstance(t, str) or t.count("{}") != 1:
+        raise InputError(f"{name}: expected a template with exactly one '{{}}' for the attribute, got {t!r}")
+    return t
+
+
+class RegionAttributeScorer(nn.Module):
+    """RA-CLIPScore of images for a list of attributes (DESIGN section 3, Eq. 3-9).
+
+    ``model``: an open_clip CLIP with a ViT image tower; ``tokenizer``: its tokenizer. Options:
+
+    * ``dual_prompt`` (default True; False = the "w/o DP" ablation: ``r̂_j = cos(z_j, T+)`` in [-1, 1]);
+    * ``local_tokens`` (default True; False = "w/o LT": aggregate the [CLS] token only, score = r̂_0);
+    * ``global_token`` (default True; False = "w/o GE": aggregate the patch tokens only);
+    * ``temperature`` τ of the Eq. 9 softmax, ``softmax(s cos(z_j, T+) / τ)`` (default 1);
+    * ``positive_template`` / ``negative_template``: the Eq. 3 prompts.
+
+    ``forward(images, attributes)``: ``images`` preprocessed ``[B,3,H,W]`` at the model's input size
+    (see :func:`genmetrics.backbones.openclip.clip_image_batch`); returns :class:`RAOutput`. Text
+    embeddings are computed once per attribute list (and device) and cached. Scoring runs without
+    autograd (``torch.no_grad``).
+    """
+
+    def __init__(self, model: Any, tokenizer: Any, *, dual_prompt: bool = True, local_tokens: bool = True,
+                 global_token: bool = True, temperature: float = 1.0,
+                 positive_template: str = POSITIVE_TEMPLATE, negative_template: str = NEGATIVE_TEMPLATE,
+                 cache_size: int = 8) -> None:
+        super().__init__()
+        check_vit(model)
+        if tokenizer is None or not callable(tokenizer):
+            raise InputError("tokenizer: expected the open_clip tokenizer of the model (callable), got "
+                             f"{type(tokenizer).__name__}; e.g. open_clip.get_tokenizer('ViT-B-32')")
+        if not (global_token or local_tokens):
+            raise InputError("global_token and local_tokens cannot both be False: no token would be left to aggregate")
+        if not isinstance(temperature, (int, float)) or isinstance(temperature, bool) or not temperature > 0 \
+                or not math.isfinite(temperature):
+            raise InputError(f"temperature: expected a finite number > 0, got {temperature!r}")
+        self.model = model
+        self.tokenizer = tokenizer
+        self.dual_prompt = bool(dual_prompt)
+        self.local_tokens = bool(local_tokens)
+        self.global_token = bool(global_token)
+        self.temperature = float(temperature)
+        self.positive_template = _check_template(positive_template, "positive_template")
+        self.negative_template = _check_template(negative_template, "negative_template")
+        self.cache_size = int(cache_size)
+        self._text_cache: OrderedDict[tuple, tuple[torch.Tensor, torch.Tensor | None]] = OrderedDict()
+
+    @property
+    def grid(self) -> tuple[int, int]:
+        gh, gw = self.model.visual.grid_size
+        return int(gh), int(gw)
+
+    def text_embeddings(self, attributes: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``(T+ [C,E], T- [C,E] or None)``, normalised, cached per attribute list and device."""
+        attrs = tuple(check_attributes(attributes))
+        device = next(self.model.parameters()).device
+        key = (attrs, str(device), self.dual_prompt, self.positive_template, self.negative_template)
+        hit = self._text_cache.get(key)
+        if hit is not None:
+            self._text_cache.move_to_end(key)
+            return hit
+        pos = encode_texts(self.model, self.tokenizer, [self.positive_template.format(a) for a in attrs])
+        neg = (encode_texts(self.model, self.tokenizer, [self.negative_template.format(a) for a in attrs])
+               if self.dual_prompt else None)
+        self._text_cache[key] = (pos, neg)
+        while len(self._text_cache) > self.cache_size:
+            self._text_cache.popitem(last=False)
+        return pos, neg
+
+    @torch.no_grad()
+    def forward(self, images: torch.Tensor, attributes: Sequence[str]) -> RAOutput:
+        t_pos, t_neg = self.text_embeddings(attributes)
+        z, attn_sum, grid = dense_tokens(self.model, images)
+        zn = F.normalize(z.float(), dim=-1)
+        s = logit_scale_of(self.model)
+        cos_pos = zn @ t_pos.T  # [B,1+P,C]
+        cos_neg = zn @ t_neg.T if t_neg is not None else None
+        r_hat = token_scores(cos_pos, cos_neg, s)
+        n_psi = len(self.model.visual.transformer.resblocks) - 1
+        patches = refine(r_hat[:, 1:], attn_sum.float() / n_psi)
+        r_tilde = torch.cat([r_hat[:, :1], patches], dim=1)
+        score = aggregate(r_tilde, cos_pos, s, temperature=self.temperature, global_token=self.global_token,
+                          local_tokens=self.local_tokens)
+        return RAOutput(score=score, global_score=r_hat[:, 0], patch_scores=patches, grid=grid)
+
+
+# ------------------------------------------------------------------------------ CLIPScore, HCS
+def clipscore(image_emb: torch.Tensor, text_emb: torch.Tensor) -> torch.Tensor:
+    """Eq. 1: ``100 cos(E_v(x), E_t(t))`` for every image/text pair -> ``[B,T]`` (no clamp, no 2.5 weight)."""
+    return 100.0 * F.normalize(image_emb.float(), dim=-1) @ F.normalize(text_emb.float(), dim=-1).T
+
+
+def hcs(image_emb: torch.Tensor, text_emb: torch.Tensor, image_center: torch.Tensor,
+        text_center: torch.Tensor) -> torch.Tensor:
+    """Eq. 2: ``100 cos(E_v(x) - C_img, E_t(t_i) - C_text)`` -> ``[B,C]`` (embeddings unnormalised)."""
+    xi = F.normalize(image_emb.double() - image_center.double(), dim=-1)
+    xt = F.normalize(text_emb.double() - text_center.double(), dim=-1)
+    return 100.0 * xi @ xt.T

@@ -1,0 +1,156 @@
+"""Plots for RA-CLIPScore comparisons (matplotlib, Agg canvas; no pyplot global state).
+
+* :func:`sad_bar` / :func:`pad_bar` — horizontal bar charts of the largest divergences (x10^-3 nats);
+* :func:`rsad_heatmaps` — signed R-SaD maps on the patch grid (red = more in real, blue = more in
+  generated, symmetric colour scale per attribute);
+* :func:`rsad_overlay` — the same maps upsampled over a representative real image;
+* :func:`attribute_maps` — per-image refined patch scores (Eq. 8) over the image, with the image's score.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+
+def _figure(w: float, h: float):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(w, h), dpi=110)
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def _save(fig: Any, path: str | Path) -> Path:
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(p, bbox_inches="tight")
+    return p
+
+
+def _bar(labels: Sequence[str], values: np.ndarray, path: str | Path, *, title: str, xlabel: str, color: str) -> Path:
+    n = len(labels)
+    fig = _figure(7.0, max(2.0, 0.32 * n + 1.0))
+    ax = fig.add_subplot(1, 1, 1)
+    y = np.arange(n)[::-1]
+    ax.barh(y, values, color=color)
+    ax.set_yticks(y)
+    ax.set_yticklabels(labels, fontsize=9)
+    ax.set_xlabel(xlabel)
+    ax.set_title(title)
+    ax.grid(axis="x", alpha=0.3)
+    vmax = float(values.max()) if n else 1.0
+    for yi, v in zip(y, values):
+        ax.text(v + 0.01 * max(vmax, 1e-12), yi, f"{v:.2f}", va="center", fontsize=8)
+    ax.set_xlim(0, vmax * 1.15 if vmax > 0 else 1)
+    return _save(fig, path)
+
+
+def sad_bar(attributes: Sequence[str], sad: Any, path: str | Path, *, top: int = 20) -> Path:
+    """Bar chart of the ``top`` largest SaD values (x1000)."""
+    v = torch.as_tensor(sad, dtype=torch.float64)
+    order = torch.argsort(v, descending=True)[:top].tolist()
+    return _bar([attributes[i] for i in order], v[order].numpy() * 1000, path,
+                title=f"SaD per attribute (top {len(order)}, mean {1000 * float(v.mean()):.2f})",
+                xlabel="SaD (x10^-3 nats)", color="#d95f02")
+
+
+def pad_bar(pairs: Sequence[tuple[str, str]], pad: Any, path: str | Path, *, top: int = 20) -> Path:
+    """Bar chart of the ``top`` largest PaD values (x1000)."""
+    v = torch.as_tensor(pad, dtype=torch.float64)
+    order = torch.argsort(v, descending=True)[:top].tolist()
+    return _bar([f"{pairs[i][0]} & {pairs[i][1]}" for i in order], v[order].numpy() * 1000, path,
+                title=f"PaD per attribute pair (top {len(order)}, mean {1000 * float(v.mean()):.2f})",
+                xlabel="PaD (x10^-3 nats)", color="#7570b3")
+
+
+def _top(rank: torch.Tensor, top: int) -> list[int]:
+    return torch.argsort(rank, descending=True)[:top].tolist()
+
+
+def _cols(n: int) -> int:
+    return min(4, max(1, n))
+
+
+def rsad_heatmaps(rsad_map: Any, grid: tuple[int, int], attributes: Sequence[str], path: str | Path, *,
+                  top: int = 8) -> Path:
+    """Signed R-SaD maps of the ``top`` attributes by ``mean_j |R-SaD_j|`` on the patch grid."""
+    m = torch.as_tensor(rsad_map, dtype=torch.float64)
+    idx = _top(m.abs().mean(0), top)
+    cols = _cols(len(idx))
+    rows = math.ceil(len(idx) / cols)
+    fig = _figure(3.2 * cols, 3.0 * rows + 0.4)
+    for k, i in enumerate(idx):
+        ax = fig.add_subplot(rows, cols, k + 1)
+        g = m[:, i].reshape(grid).numpy()
+        lim = max(float(np.abs(g).max()), 1e-12)
+        im = ax.imshow(g, cmap="RdBu_r", vmin=-lim, vmax=lim, interpolation="nearest")
+        ax.set_title(f"{attributes[i]}\nmean|R-SaD| {1000 * float(m[:, i].abs().mean()):.2f}e-3", fontsize=9)
+        ax.set_xticks([])
+        ax.set_yticks([])
+        cb = fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
+        cb.ax.tick_params(labelsize=7)
+    fig.suptitle("R-SaD = mean real - mean generated (red: more in real, blue: more in generated)", fontsize=10)
+    return _save(fig, path)
+
+
+def _upsample(g: np.ndarray, hw: tuple[int, int]) -> np.ndarray:
+    t = torch.from_numpy(np.ascontiguousarray(g)).float()[None, None]
+    return torch.nn.functional.interpolate(t, size=hw, mode="bilinear", align_corners=False)[0, 0].numpy()
+
+
+def rsad_overlay(rsad_map: Any, grid: tuple[int, int], attributes: Sequence[str], backdrops: Sequence[Any],
+                 path: str | Path, *, top: int = 8, alpha: float = 0.55) -> Path:
+    """Signed R-SaD maps (upsampled) over a backdrop image per attribute (``backdrops[i]``: ``[3,H,W]``
+    in [0,1], e.g. the real image that scores highest on attribute ``i``)."""
+    m = torch.as_tensor(rsad_map, dtype=torch.float64)
+    idx = _top(m.abs().mean(0), top)
+    cols = _cols(len(idx))
+    rows = math.ceil(len(idx) / cols)
+    fig = _figure(3.0 * cols, 3.0 * rows + 0.4)
+    for k, i in enumerate(idx):
+        ax = fig.add_subplot(rows, cols, k + 1)
+        img = torch.as_tensor(backdrops[i]).permute(1, 2, 0).numpy()
+        g = _upsample(m[:, i].reshape(grid).numpy(), img.shape[:2])
+        lim = max(float(np.abs(g).max()), 1e-12)
+        ax.imshow(img)
+        ax.imshow(g, cmap="RdBu_r", vmin=-lim, vmax=lim, alpha=alpha)
+        ax.set_title(attributes[i], fontsize=9)
+        ax.set_xticks([])
+        ax.set_yticks([])
+    fig.suptitle("R-SaD overlay (red: more in real, blue: more in generated)", fontsize=10)
+    return _save(fig, path)
+
+
+def attribute_maps(examples: Sequence[Any], attributes: Sequence[str], grid: tuple[int, int], path: str | Path, *,
+                   columns: Sequence[int] | None = None, alpha: float = 0.5) -> Path:
+    """Rows: example images (real and generated); columns: the image, then one overlay of the refined
+    patch scores per attribute in ``columns`` (indices; default the first 4). Titles give the image's
+    RA-CLIPScore for that attribute. One colour scale (0..max) per column."""
+    cols_idx = list(columns) if columns is not None else list(range(min(4, len(attributes))))
+    n = len(examples)
+    cols = 1 + len(cols_idx)
+    fig = _figure(2.4 * cols, 2.5 * max(n, 1))
+    vmax = {i: max(float(e.patch_scores[:, i].max()) for e in examples) if examples else 1.0 for i in cols_idx}
+    for r, e in enumerate(examples):
+        img = e.image.permute(1, 2, 0).numpy()
+        ax = fig.add_subplot(n, cols, r * cols + 1)
+        ax.imshow(img)
+        ax.set_title(f"{e.role}: {e.name}"[:28], fontsize=8)
+        ax.set_xticks([])
+        ax.set_yticks([])
+        for c, i in enumerate(cols_idx):
+            ax = fig.add_subplot(n, cols, r * cols + c + 2)
+            g = _upsample(e.patch_scores[:, i].reshape(grid).numpy(), img.shape[:2])
+            ax.imshow(img)
+            ax.imshow(g, cmap="inferno", vmin=0.0, vmax=max(vmax[i], 1e-12), alpha=alpha)
+            ax.set_title(f"{attributes[i]}\nRA {float(e.score[i]):.3f}"[:40], fontsize=8)
+            ax.set_xticks([])
+            ax.set_yticks([])
+    return _save(fig, path)

@@ -1,0 +1,248 @@
+"""raclip / clipscore / hcs / sad / pad / rsad metrics: streaming == functional, order and batch-size
+invariance, HCS antisymmetry, options and errors."""
+
+import pytest
+import torch
+
+import genmetrics as gm
+from genmetrics.errors import InputError
+from genmetrics.functional import pad as f_pad
+from genmetrics.functional import rsad as f_rsad
+from genmetrics.functional import sad as f_sad
+from genmetrics.raclip import RegionAttributeScorer
+from genmetrics.testing import random_images
+
+ATTRS = ["smiling", "wearing hat", "a red car"]
+
+
+@pytest.fixture(scope="module")
+def sets():
+    real = random_images(7, 32, seed=41)
+    gen = (random_images(6, 32, seed=42).int() * 2 // 3).to(torch.uint8)
+    return real, gen
+
+
+@pytest.fixture(scope="module")
+def scored(clip, sets):
+    from genmetrics.backbones.openclip import clip_image_batch
+
+    model, tok = clip
+    s = RegionAttributeScorer(model, tok)
+    real, gen = sets
+    return s(clip_image_batch(real, model), ATTRS), s(clip_image_batch(gen, model), ATTRS)
+
+
+def _make(name, clip, **kw):
+    model, tok = clip
+    return gm.create_metric(name, backbone=model, tokenizer=tok, attributes=ATTRS, **kw)
+
+
+def test_streaming_equals_functional(clip, sets, scored):
+    real, gen = sets
+    r, g = scored
+    m = _make("sad", clip, batch_size=2)
+    m.update(reference=real[:3])
+    m.update(candidates=gen)
+    m.update(reference=real[3:])
+    out = m.compute()
+    torch.testing.assert_close(out["per_attribute"], f_sad(r.score, g.score), rtol=1e-5, atol=1e-7)
+    assert out["mean"].ndim == 0 and out["per_attribute"].dtype == torch.float64
+    p = _make("pad", clip, batch_size=4)
+    p.update(candidates=gen[:2])
+    p.update(reference=real, candidates=gen[2:])
+    torch.testing.assert_close(p.compute()["per_pair"], f_pad(r.score, g.score), rtol=1e-5, atol=1e-7)
+    assert p.pairs == [("smiling", "wearing hat"), ("smiling", "a red car"), ("wearing hat", "a red car")]
+    q = _make("rsad", clip)
+    q.update(candidates=gen)
+    q.update(reference=real)
+    res = q.compute()
+    torch.testing.assert_close(res["map"], f_rsad(r.patch_scores, g.patch_scores), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(res["per_attribute"], res["map"].abs().mean(0))
+    assert res["map"].shape == (16, 3) and q.grid == (4, 4)
+    a = _make("raclip", clip, batch_size=3)
+    a.update(candidates=gen)
+    torch.testing.assert_close(a.compute(), g.score.double().mean(0), rtol=1e-5, atol=1e-7)
+
+
+def test_order_and_batch_size_invariance(clip, sets):
+    real, gen = sets
+    results = []
+    for bs, order in ((1, "rg"), (5, "gr"), (32, "mixed")):
+        m = _make("pad", clip, batch_size=bs)
+        if order == "rg":
+            m.update(reference=real)
+            m.update(candidates=gen)
+        elif order == "gr":
+            m.update(candidates=gen)
+            m.update(reference=real)
+        else:
+            for i in range(0, 7, 2):
+                m.update(reference=real[i:i + 2], candidates=gen[i:i + 2] if i < 6 else None)
+        results.append(m.compute()["per_pair"])
+    for r in results[1:]:
+        torch.testing.assert_close(r, results[0], rtol=1e-5, atol=1e-8)
+
+
+def test_identical_sets_zero_and_rsad_flips(clip, sets):
+    real, gen = sets
+    for name, key in (("sad", "per_attribute"), ("pad", "per_pair"), ("rsad", "map")):
+        v = _make(name, clip).compute(real, real)[key]
+        assert float(v.abs().max()) < 1e-9, name
+    m = _make("rsad", clip)
+    a, b = m.compute(real, gen)["map"], m.compute(gen, real)["map"]
+    torch.testing.assert_close(a, -b)
+    assert float(a.abs().max()) > 0
+
+
+def test_state_is_constant_size(clip, sets):
+    real, gen = sets
+    m = _make("pad", clip)
+    m.update(reference=real, candidates=gen)
+    size = {k: tuple(getattr(m, k).shape) for k in m._defaults}
+    m.update(reference=real, candidates=gen)
+    assert {k: tuple(getattr(m, k).shape) for k in m._defaults} == size
+    assert all(getattr(m, k).dtype == torch.float64 for k in m._defaults)
+    assert all(getattr(f, "__name__", "") == "dim_zero_sum" for f in m._reductions.values())  # dist_reduce_fx="sum"
+
+
+def test_kl_direction_and_kde_mode(clip, sets, scored):
+    from genmetrics.functional import kde_pad, kde_sad
+
+    real, gen = sets
+    r, g = scored
+    m = _make("sad", clip, kl_direction="real||gen")
+    torch.testing.assert_close(m.compute(real, gen)["per_attribute"], f_sad(r.score, g.score, direction="real||gen"),
+                               rtol=1e-5, atol=1e-7)
+    k = _make("sad", clip, divergence="kde", kde_points=500)
+    torch.testing.assert_close(k.compute(real, gen)["per_attribute"],
+                               kde_sad(r.score, g.score, n_points=500, grid=(0.0, 1.0), direction="gen||real"),
+                               rtol=1e-4, atol=1e-8)
+    kp = _make("pad", clip, divergence="kde", kde_points=100, kl_direction="real||gen")
+    torch.testing.assert_close(kp.compute(real, gen)["per_pair"],
+                               kde_pad(r.score, g.score, n_points=100, grid=(0.0, 1.0)), rtol=1e-4, atol=1e-8)
+    with pytest.raises(InputError, match="divergence"):
+        _make("sad", clip, divergence="hist")
+    with pytest.raises(InputError, match="kl_direction"):
+        _make("sad", clip, kl_direction="gen|real")
+
+
+def test_hcs_antisymmetric_with_two_attributes(clip, sets):
+    model, tok = clip
+    real, gen = sets
+    m = gm.create_metric("hcs", backbone=model, tokenizer=tok, attributes=["smiling", "frowning"])
+    m.update(candidates=gen)
+    m.update(reference=real)
+    per = m.per_sample()["scores"]
+    torch.testing.assert_close(per[:, 0], -per[:, 1], rtol=0, atol=1e-9)
+    torch.testing.assert_close(m.compute(), per.mean(0))
+    # HCS-mode SaD: reference centre from the real set, same HCS numbers as the hcs metric
+    s = gm.create_metric("sad", backbone=model, tokenizer=tok, attributes=["smiling", "frowning"], score="hcs")
+    s.update(candidates=gen)
+    s.update(reference=real)
+    m2 = gm.create_metric("hcs", backbone=model, tokenizer=tok, attributes=["smiling", "frowning"])
+    m2.update(reference=real, candidates=real)
+    torch.testing.assert_close(s.compute()["per_attribute"], f_sad(m2.per_sample()["scores"], per))
+    with pytest.raises(InputError, match="no reference"):
+        gm.create_metric("hcs", backbone=model, tokenizer=tok, attributes=ATTRS).compute(None, gen)
+
+
+def test_clipscore_and_condition_modes(clip, sets):
+    from genmetrics.backbones.openclip import clip_image_batch
+
+    model, tok = clip
+    _, gen = sets
+    with torch.no_grad():
+        img = torch.nn.functional.normalize(model.encode_image(clip_image_batch(gen, model)), dim=-1)
+        txt = torch.nn.functional.normalize(model.encode_text(tok(ATTRS)), dim=-1)
+    c = gm.create_metric("clipscore", backbone=model, tokenizer=tok, attributes=ATTRS)
+    torch.testing.assert_close(c.compute(None, gen), (100 * img @ txt.T).double().mean(0), rtol=1e-5, atol=1e-5)
+    cap = gm.create_metric("clipscore", backbone=model, tokenizer=tok)
+    texts = [ATTRS[i % 3] for i in range(6)]
+    expected = (100 * img @ txt.T).double()[torch.arange(6), torch.arange(6) % 3].mean()
+    torch.testing.assert_close(cap.compute(None, gen, texts), expected, rtol=1e-5, atol=1e-5)
+    ra = gm.create_metric("raclip", backbone=model, tokenizer=tok)
+    full = gm.create_metric("raclip", backbone=model, tokenizer=tok, attributes=ATTRS)
+    full.update(candidates=gen)
+    per = full.per_sample()["scores"]
+    torch.testing.assert_close(ra.compute(None, gen, texts), per[torch.arange(6), torch.arange(6) % 3].mean(),
+                               rtol=1e-6, atol=1e-7)
+    with pytest.raises(InputError, match="condition"):
+        ra.update(candidates=gen)
+
+
+def test_attribute_sets_and_options(clip):
+    m = _make("sad", clip)
+    assert m.attributes == ATTRS
+    model, tok = clip
+    s = gm.create_metric("sad", backbone=model, tokenizer=tok, attributes="celeba-20")
+    assert len(s.attributes) == 20
+    with pytest.raises(ValueError, match="unknown option"):
+        gm.create_metric("sad", backbone=model, tokenizer=tok, attributes=ATTRS, temprature=2.0)
+    t = gm.create_metric("sad", backbone=model, tokenizer=tok, attributes=ATTRS, temperature=0.5, dual_prompt=False,
+                         global_token=False)
+    assert t._scorer().temperature == 0.5 and not t._scorer().dual_prompt
+
+
+def test_errors(clip, sets):
+    from genmetrics.testing import tiny_clip_resnet
+
+    real, gen = sets
+    model, tok = clip
+    with pytest.raises(InputError, match="empty"):
+        gm.create_metric("sad", backbone=model, tokenizer=tok, attributes=[])
+    with pytest.raises(InputError, match="duplicate"):
+        gm.create_metric("pad", backbone=model, tokenizer=tok, attributes=["hat", "smiling", "hat"])
+    with pytest.raises(InputError, match="no attributes"):
+        gm.create_metric("rsad", backbone=model, tokenizer=tok)
+    for name in ("sad", "pad", "rsad"):
+        m = _make(name, clip)
+        m.update(reference=real)
+        with pytest.raises(InputError, match="no generated images"):
+            m.compute()
+        m.reset()
+        m.update(candidates=gen)
+        with pytest.raises(InputError, match="no reference"):
+            m.compute()
+    with pytest.raises(InputError, match="at least 2"):
+        _make("sad", clip).compute(real[:1], gen)
+    rn, rtok = tiny_clip_resnet()
+    with pytest.raises(InputError, match="VisionTransformer"):
+        gm.create_metric("sad", backbone=rn, tokenizer=rtok, attributes=ATTRS)
+    with pytest.raises(InputError, match="tokenizer"):
+        gm.create_metric("sad", backbone=model, attributes=ATTRS)
+    with pytest.raises(InputError, match="condition"):
+        _make("sad", clip).update(candidates=gen, condition=["x"] * 6)
+    with pytest.raises(InputError, match="pad: needs at least 2"):
+        gm.create_metric("pad", backbone=model, tokenizer=tok, attributes=["hat"])
+    with pytest.raises(InputError, match="candidates"):
+        _make("sad", clip).update(candidates=torch.zeros(2, 4, 32, 32))
+    with pytest.raises(InputError, match="R-SaD"):
+        _make("rsad", clip, score="hcs")
+
+
+def test_cards():
+    for n in ("raclip", "clipscore", "hcs", "sad", "pad", "rsad"):
+        info = gm.metric_info(n)
+        assert info["family"] == "raclip" and info["default_weights"]
+    assert gm.metric_info("sad")["level"] == "set"
+    assert gm.list_metrics("*sad") == ["rsad", "sad"]
+
+
+def test_hcs_text_center_bare_is_the_2024_code(clip, sets):
+    import torch.nn.functional as F
+
+    from genmetrics.backbones.openclip import clip_image_batch
+
+    model, tok = clip
+    real, gen = sets
+    m = gm.create_metric("hcs", backbone=model, tokenizer=tok, attributes=ATTRS, text_center="bare")
+    m.update(reference=real, candidates=gen)
+    with torch.no_grad():  # core/hcs.py of the 2024 code, in float64
+        c_img = model.encode_image(clip_image_batch(real, model)).double().mean(0)
+        e = model.encode_image(clip_image_batch(gen, model)).double()
+        t = model.encode_text(tok(["a photo of " + a for a in ATTRS])).double()
+        c_text = model.encode_text(tok(ATTRS)).double().mean(0)
+    expected = 100 * F.normalize(e - c_img, dim=-1) @ F.normalize(t - c_text, dim=-1).T
+    torch.testing.assert_close(m.per_sample()["scores"], expected, rtol=1e-5, atol=1e-5)
+    with pytest.raises(InputError, match="text_center"):
+        gm.create_metric("hcs", backbone=model, tokenizer=tok, attributes=ATTRS, text_center="mean")

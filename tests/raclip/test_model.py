@@ -1,0 +1,190 @@
+"""RegionAttributeScorer: the single masked pass, Eq. 4/8/9 against explicit computations, options, errors."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from genmetrics.errors import InputError
+from genmetrics.raclip import RegionAttributeScorer
+from genmetrics.raclip.model import aggregate, dense_tokens, eq7_mask, refine, token_scores
+
+ATTRS = ["smiling", "wearing hat", "a red car", "bangs"]
+
+
+def _explicit_tokens(model, x):
+    """Blocks 1..L-1 through open_clip itself; block L by the Eq. 6 formula for patches and the
+    unmasked block for [CLS]; per-block head-averaged weights from nn.MultiheadAttention."""
+    v = model.visual
+    h = v._embeds(x)
+    weights = []
+    for blk in v.transformer.resblocks[:-1]:
+        y = blk.ln_1(h)
+        _, w = blk.attn(y, y, y, need_weights=True, average_attn_weights=True)
+        weights.append(w)
+        h = blk(h)
+    last = v.transformer.resblocks[-1]
+    full = last(h)  # [CLS] row of the unmasked block == masked block's [CLS] (row 0 of the mask is all zeros)
+    a = last.attn
+    d = h.shape[-1]
+    wv, bv = a.in_proj_weight[2 * d:], a.in_proj_bias[2 * d:]
+    dense = h + a.out_proj(F.linear(last.ln_1(h), wv, bv))  # Eq. 6: H + V(H) W_o, residual kept
+    dense = dense + last.mlp(last.ln_2(dense))
+    out = torch.cat([full[:, :1], dense[:, 1:]], 1)
+    return v.ln_post(out) @ v.proj, weights
+
+
+def test_global_token_equals_encode_image(clip, pixels):
+    model, _ = clip
+    with torch.no_grad():
+        z, _, grid = dense_tokens(model, pixels)
+        ref = model.encode_image(pixels)
+    assert grid == (4, 4) and z.shape[1] == 17
+    torch.testing.assert_close(z[:, 0], ref, atol=1e-5, rtol=1e-5)
+
+
+def test_dense_tokens_equal_explicit_eq6_and_mask(clip, pixels):
+    model, _ = clip
+    with torch.no_grad():
+        z, attn_sum, _ = dense_tokens(model, pixels)
+        zz, weights = _explicit_tokens(model, pixels)
+        # the same through open_clip's own last block with the Eq. 7 mask
+        v = model.visual
+        h = v._embeds(pixels)
+        for blk in v.transformer.resblocks[:-1]:
+            h = blk(h)
+        masked = v.transformer.resblocks[-1](h, attn_mask=eq7_mask(h.shape[1]))
+        zm = v.ln_post(masked) @ v.proj
+    torch.testing.assert_close(z, zz, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(z, zm, atol=1e-5, rtol=1e-5)
+    expected = sum(w[:, 1:, 1:] for w in weights)
+    torch.testing.assert_close(attn_sum, expected, atol=1e-6, rtol=1e-5)
+
+
+def test_eq8_eq9_equal_loops(clip, pixels):
+    model, tok = clip
+    s = RegionAttributeScorer(model, tok, temperature=0.7)
+    with torch.no_grad():
+        out = s(pixels, ATTRS)
+        z, attn_sum, _ = dense_tokens(model, pixels)
+        tp, tn = s.text_embeddings(ATTRS)
+    scale = model.logit_scale.exp().item()
+    zn = F.normalize(z, dim=-1)
+    b, n, _ = z.shape
+    p, c = n - 1, len(ATTRS)
+    L = len(model.visual.transformer.resblocks)
+    for i in range(b):
+        for t in range(c):
+            r_hat = []
+            for j in range(n):  # Eq. 4 as a two-way softmax
+                logits = torch.stack([scale * (zn[i, j] @ tp[t]), scale * (zn[i, j] @ tn[t])])
+                r_hat.append(torch.softmax(logits, 0)[0])
+            r_tilde = [r_hat[0]]
+            for j in range(1, n):  # Eq. 8, rows not renormalised
+                acc = 0.0
+                for k in range(1, n):
+                    acc = acc + attn_sum[i, j - 1, k - 1] / (L - 1) * r_hat[k]
+                r_tilde.append(acc)
+            logits = torch.stack([scale * (zn[i, j] @ tp[t]) / 0.7 for j in range(n)])
+            w = torch.softmax(logits, 0)
+            ra = sum(w[j] * r_tilde[j] for j in range(n))  # Eq. 9
+            assert abs(float(ra) - float(out.score[i, t])) < 1e-5
+            assert abs(float(r_hat[0]) - float(out.global_score[i, t])) < 1e-5
+            for j in range(1, n):
+                assert abs(float(r_tilde[j]) - float(out.patch_scores[i, j - 1, t])) < 1e-5
+    assert out.patch_scores.shape == (b, p, c)
+
+
+def test_scores_in_unit_interval_and_constant_refined_scores(clip, pixels):
+    model, tok = clip
+    out = RegionAttributeScorer(model, tok)(pixels, ATTRS)
+    for t in (out.score, out.global_score, out.patch_scores):
+        assert float(t.min()) >= 0.0 and float(t.max()) <= 1.0
+    cos = torch.randn(2, 17, 3)
+    for kw in ({}, {"global_token": False}, {"local_tokens": False}, {"temperature": 0.1}):
+        res = aggregate(torch.full((2, 17, 3), 0.37), cos, 100.0, **kw)
+        torch.testing.assert_close(res, torch.full((2, 3), 0.37))
+
+
+def test_token_scores_and_refine_shapes():
+    cp, cn = torch.rand(2, 5, 3), torch.rand(2, 5, 3)
+    torch.testing.assert_close(token_scores(cp, cn, 100.0), torch.sigmoid(100.0 * (cp - cn)))
+    assert token_scores(cp, None, 100.0) is cp
+    a = torch.rand(2, 4, 4)
+    r = torch.rand(2, 4, 3)
+    torch.testing.assert_close(refine(r, a), torch.einsum("bjk,bkc->bjc", a, r))
+
+
+def test_ablations(clip, pixels):
+    model, tok = clip
+    full = RegionAttributeScorer(model, tok)(pixels, ATTRS)
+    no_lt = RegionAttributeScorer(model, tok, local_tokens=False)(pixels, ATTRS)
+    torch.testing.assert_close(no_lt.score, full.global_score)  # w/o LT: only the [CLS] token
+    no_ge = RegionAttributeScorer(model, tok, global_token=False)(pixels, ATTRS)
+    assert not torch.allclose(no_ge.score, full.score)
+    no_dp = RegionAttributeScorer(model, tok, dual_prompt=False)(pixels, ATTRS)
+    z, _, _ = dense_tokens(model, pixels)
+    tp, _ = RegionAttributeScorer(model, tok, dual_prompt=False).text_embeddings(ATTRS)
+    torch.testing.assert_close(no_dp.global_score, F.normalize(z[:, 0], dim=-1) @ tp.T, atol=1e-5, rtol=1e-5)
+    flat = RegionAttributeScorer(model, tok, temperature=1e6)(pixels, ATTRS)  # huge τ: plain mean over tokens
+    r_tilde = torch.cat([full.global_score[:, None], full.patch_scores], 1)
+    torch.testing.assert_close(flat.score, r_tilde.mean(1), atol=1e-4, rtol=1e-4)
+    with pytest.raises(InputError, match="cannot both be False"):
+        RegionAttributeScorer(model, tok, local_tokens=False, global_token=False)
+    with pytest.raises(InputError, match="temperature"):
+        RegionAttributeScorer(model, tok, temperature=0)
+
+
+def test_text_cache(clip, pixels):
+    model, tok = clip
+    s = RegionAttributeScorer(model, tok)
+    a = s.text_embeddings(ATTRS)
+    assert s.text_embeddings(list(ATTRS))[0] is a[0]
+    assert s.text_embeddings(ATTRS[:2])[0] is not a[0]
+
+
+def test_long_attribute_keeps_end_token(clip):
+    from genmetrics.backbones.openclip import tokenize
+
+    _, tok = clip
+    long = "a person " + "with a very long description of many details " * 4
+    with pytest.warns(UserWarning, match="truncated"):
+        ids = tokenize(tok, ["short", long])
+    assert ids.shape == (2, tok.context_length)
+    assert int(ids[1, -1]) == tok.eot_token_id  # end token kept at the last position
+    assert int(ids[1].argmax()) == tok.context_length - 1  # open_clip pools the text at argmax(ids)
+    assert int(ids[0, 2]) == tok.eot_token_id
+
+
+def test_custom_block_towers_match_encode_image(pixels):
+    from open_clip.model import CLIP
+    from open_clip.tokenizer import SimpleTokenizer
+
+    torch.manual_seed(0)
+    for extra in ({"qk_norm": True, "scale_heads": True}, {"scale_attn": True, "scale_attn_inner": True},
+                  {"ls_init_value": 0.1}):
+        model = CLIP(embed_dim=32, vision_cfg=dict(image_size=32, patch_size=8, width=64, layers=3, head_width=16,
+                                                    mlp_ratio=2.0, **extra),
+                     text_cfg=dict(context_length=16, vocab_size=49408, width=32, heads=4, layers=1)).eval()
+        with torch.no_grad():
+            z, _, _ = dense_tokens(model, pixels)
+            torch.testing.assert_close(z[:, 0], model.encode_image(pixels), atol=1e-5, rtol=1e-5)
+            out = RegionAttributeScorer(model, SimpleTokenizer(context_length=16))(pixels, ATTRS)
+        assert float(out.score.min()) >= 0 and float(out.score.max()) <= 1
+
+
+def test_errors(clip, pixels):
+    from genmetrics.testing import tiny_clip_resnet
+
+    model, tok = clip
+    s = RegionAttributeScorer(model, tok)
+    with pytest.raises(InputError, match="empty"):
+        s(pixels, [])
+    with pytest.raises(InputError, match="duplicate attribute"):
+        s(pixels, ["smiling", "Smiling "])
+    with pytest.raises(InputError, match="input size"):
+        s(torch.zeros(1, 3, 48, 48), ATTRS)
+    with pytest.raises(InputError, match="preprocessed float tensor"):
+        s(torch.zeros(3, 32, 32), ATTRS)
+    rn, rtok = tiny_clip_resnet()
+    with pytest.raises(InputError, match="VisionTransformer"):
+        RegionAttributeScorer(rn, rtok)
