@@ -61,6 +61,11 @@ def register_metric(card: MetricCard, *, overwrite: bool = False) -> MetricCard:
     return card
 
 
+def unregister_metric(name: str) -> MetricCard | None:
+    """Remove ``name`` from the registry (plugins and tests); returns its card, or None if absent."""
+    return _CARDS.pop(name, None)
+
+
 def _load_all() -> None:
     global _LOADED
     if _LOADED:

@@ -124,9 +124,13 @@ def _gloo_worker(rank: int, world_size: int, port: int, fn: Any, args: tuple, qu
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world_size)
     try:
+        import io
+
         result = fn(rank, world_size, *args)
+        buf = io.BytesIO()  # by value: shared-memory tensors would die with this process
+        torch.save(result, buf)
         dist.barrier()
-        queue.put((rank, result))
+        queue.put((rank, buf.getvalue()))
         dist.barrier()
     finally:
         dist.destroy_process_group()
@@ -142,5 +146,7 @@ def spawn_gloo(fn: Any, world_size: int = 2, args: tuple = ()) -> list[Any]:
     port = _free_port()
     mp.start_processes(_gloo_worker, args=(world_size, port, fn, args, queue), nprocs=world_size, join=True,
                        start_method="spawn")
+    import io
+
     results = dict(queue.get() for _ in range(world_size))
-    return [results[r] for r in range(world_size)]
+    return [torch.load(io.BytesIO(results[r]), weights_only=True) for r in range(world_size)]

@@ -9,7 +9,7 @@ import torch
 import genmetrics as gm
 from genmetrics.errors import InputError
 from genmetrics.metric import SampleMetric, _drop_duplicate_ids
-from genmetrics.registry import MetricCard, register_metric
+from genmetrics.registry import MetricCard, register_metric, unregister_metric
 from genmetrics.testing import random_images
 
 
@@ -38,9 +38,16 @@ class _Plugin(SampleMetric):
         return torch.stack([torch.as_tensor(x, dtype=torch.float64).mean() for x in batch["candidates"]])
 
 
-def test_plugin_registration_and_ids_dedup():
+@pytest.fixture
+def plugin():
     register_metric(MetricCard(name="plugin_mean", factory=f"{__name__}:_Plugin", family="plugin", summary="mean",
                                inputs={"candidates": "tensors"}, higher_is_better=True, range=None))
+    yield
+    unregister_metric("plugin_mean")
+
+
+def test_plugin_registration_and_ids_dedup(plugin):
+    assert "plugin_mean" in gm.list_metrics("plugin*")
     m = gm.create_metric("plugin_mean", batch_size=2)
     xs = [torch.full((2,), float(i)) for i in range(5)]
     m.update(candidates=xs[:3], ids=["a", "b", "c"])
