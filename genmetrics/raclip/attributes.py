@@ -45,6 +45,8 @@ def parse_attribute_text(text: str) -> list[str]:
 def load_attribute_set(name: str) -> list[str]:
     """The attributes of a shipped set (see :data:`ATTRIBUTE_SETS`)."""
     key = _norm(name)
+    compact = {k.replace("-", ""): k for k in ATTRIBUTE_SETS}  # "celeba20", "coco80", "imagenet1k"
+    key = compact.get(key.replace("-", ""), key)
     if key not in ATTRIBUTE_SETS:
         close = difflib.get_close_matches(key, list(ATTRIBUTE_SETS), n=3, cutoff=0.5)
         hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""

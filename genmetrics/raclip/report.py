@@ -195,6 +195,10 @@ def markdown_report(summary: dict[str, Any], images: dict[str, str], *, real: st
     if p is not None:
         lines.append(f"| mean PaD | {_fmt(p['mean'])} | {_ci(p['ci95'])} |")
     lines += [f"| mean R-SaD ranking score | {_fmt(r['mean'])} | |", ""]
+    if min(summary["n_real"], summary["n_generated"]) < 100:
+        lines += ["Note: with fewer than 100 images per set the percentile bootstrap of a KL divergence is "
+                  "unreliable (resampling shrinks variances, which inflates KL); the estimate can fall outside "
+                  "its interval. Use a few hundred images or more per set for intervals you can quote.", ""]
     lines += ["## SaD per attribute (largest first)", "",
               "| attribute | SaD x10^-3 | mean score real | mean score generated |", "|---|---:|---:|---:|"]
     for row in s["per_attribute"][:top_k]:

@@ -37,3 +37,10 @@ def test_files_and_lists(tmp_path):
         resolve_attributes(["hat", "HAT"])
     with pytest.raises(InputError, match="empty"):
         resolve_attributes(["hat", " "])
+
+
+def test_compact_set_names_are_accepted():
+    from genmetrics.raclip.attributes import load_attribute_set
+
+    assert load_attribute_set("celeba20") == load_attribute_set("celeba-20") == load_attribute_set("CelebA_20")
+    assert len(load_attribute_set("coco80")) == 80
