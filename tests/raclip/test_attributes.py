@@ -32,7 +32,7 @@ def test_files_and_lists(tmp_path):
     with pytest.raises(InputError, match="does not exist"):
         resolve_attributes(str(tmp_path / "missing.txt"))
     with pytest.raises(InputError, match="did you mean 'celeba-20'"):
-        resolve_attributes("celeba20")
+        resolve_attributes("celbea-20")
     with pytest.raises(InputError, match="duplicate"):
         resolve_attributes(["hat", "HAT"])
     with pytest.raises(InputError, match="empty"):
