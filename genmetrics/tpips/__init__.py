@@ -1,0 +1,59 @@
+"""TPIPS: text-prompted image perceptual similarity (Wang et al., "The Many Senses of Visual Similarity").
+
+``f(x1, x2 | c)``: how similar two images are with respect to an aspect given as text ("lighting", "pose of
+the cat", "overall"), from a Qwen3-VL(-Embedding) backbone in late, mid or early fusion, plus the
+triplet-head variant, training on odd-one-out votes, human-agreement evaluation and aspect-conditioned
+retrieval. Heavy names are exported lazily (no torch import here); see docs/tpips.md.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from genmetrics.registry import MetricCard, register_metric
+
+register_metric(MetricCard(
+    name="tpips", factory="genmetrics.tpips.metric:TPIPS", family="tpips",
+    summary="Text-prompted image perceptual similarity: how similar each candidate is to its reference with "
+            "respect to an aspect given as text (late/mid/early fusion on Qwen3-VL-Embedding).",
+    inputs={"reference": "reference images [B] (paths, PIL, uint8 or float tensors)",
+            "candidates": "images [B], or [B,K] (K candidates per reference), each compared with its reference",
+            "condition": "aspect strings [B] or one string, e.g. 'lighting', 'pose of the cat', 'overall'"},
+    higher_is_better=True, range=(-1.0, 1.0),
+    paper="Wang et al., The Many Senses of Visual Similarity: A Text-Prompted Image Perceptual Metric",
+    default_weights="Qwen/Qwen3-VL-Embedding-2B",
+    output="mean similarity over samples ([K] for [B,K] candidates); cosine in [-1,1] for late/early fusion, "
+           "a negative weighted distance (<= 0) for mid fusion; per_aspect() gives the mean per aspect",
+    tags=("learned", "vlm", "aspect-conditioned", "perceptual"),
+))
+
+_LAZY = {
+    "TPIPSModel": "genmetrics.tpips.model",
+    "TPIPSTripletModel": "genmetrics.tpips.model",
+    "PairwiseScoreModel": "genmetrics.tpips.model",
+    "load_tpips": "genmetrics.tpips.model",
+    "VARIANTS": "genmetrics.tpips.model",
+    "TPIPS": "genmetrics.tpips.metric",
+    "TrainConfig": "genmetrics.tpips.train",
+    "train_tpips": "genmetrics.tpips.train",
+    "evaluate_human": "genmetrics.tpips.evaluate",
+    "load_human_data": "genmetrics.tpips.evaluate",
+    "load_bapps": "genmetrics.tpips.evaluate",
+    "load_nights": "genmetrics.tpips.evaluate",
+    "AspectIndex": "genmetrics.tpips.retrieval",
+    "build_index": "genmetrics.tpips.retrieval",
+    "contact_sheet": "genmetrics.tpips.retrieval",
+}
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    mod = _LAZY.get(name)
+    if mod is None:
+        raise AttributeError(f"module 'genmetrics.tpips' has no attribute {name!r}")
+    return getattr(importlib.import_module(mod), name)
+
+
+def __dir__() -> list[str]:
+    return __all__

@@ -1,0 +1,313 @@
+"""Command line for TPIPS: ``genmetrics train tpips``, ``genmetrics evaluate-human tpips`` and
+``genmetrics retrieve {index,query}``. Inputs are validated before any weights load; bad input raises
+``InputError`` (exit 2, one ``error:`` line), missing weights ``WeightsUnavailableError`` (exit 1)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+
+from genmetrics.errors import InputError
+
+_VARIANTS = click.Choice(["late", "mid", "early"])
+
+
+def _echo(obj: Any, as_json: bool) -> None:
+    from genmetrics.cli.common import echo_json
+
+    if as_json:
+        echo_json(obj)
+    else:
+        click.echo(json.dumps(obj))
+
+
+def _load_model(adapter: str | None, weights: str | None, variant: str | None, image_size: int | None,
+                batch_size: int | None = None, device: str | None = None, dtype: str | None = None) -> Any:
+    from genmetrics.tpips.model import load_tpips
+
+    kw: dict[str, Any] = {}
+    if batch_size:
+        kw["batch_size"] = batch_size
+    return load_tpips(adapter, weights=weights, variant=variant, image_size=image_size, device=device, dtype=dtype,
+                      **kw)
+
+
+# --------------------------------------------------------------------------------------------- train
+@click.command("tpips")
+@click.option("--data", "data", required=True, type=click.Path(), help="Odd-one-out JSONL of training votes.")
+@click.option("--out", "out", required=True, type=click.Path(), help="Output folder (adapter, checkpoints, logs).")
+@click.option("--variant", type=click.Choice(["late", "mid", "early", "triplet"]), default="late", show_default=True)
+@click.option("--val-data", type=click.Path(), default=None, help="Odd-one-out JSONL for validation agreement.")
+@click.option("--weights", default=None, help="Base weights (hub id or folder); default Qwen/Qwen3-VL-Embedding-2B "
+              "(Qwen/Qwen3-VL-8B-Instruct for --variant triplet).")
+@click.option("--lr", type=float, default=None, help="Learning rate (default 5e-5 late, 1e-4 early/mid, 3e-5 triplet).")
+@click.option("--batch-size", type=int, default=None, help="Effective batch (default 128 late/early, 32 mid/triplet).")
+@click.option("--micro-batch-size", type=int, default=1, show_default=True, help="Examples per forward per device.")
+@click.option("--epochs", type=float, default=1.0, show_default=True)
+@click.option("--max-steps", type=int, default=None, help="Stop after this many optimizer steps.")
+@click.option("--temperature", type=float, default=None, help="Eq. 2 tau (default 0.05 late/early, 0.0025 mid).")
+@click.option("--lora-r", type=int, default=16, show_default=True)
+@click.option("--lora-alpha", type=int, default=None, help="Default 2 * r.")
+@click.option("--lora-dropout", type=float, default=0.05, show_default=True)
+@click.option("--warmup-ratio", type=float, default=0.03, show_default=True)
+@click.option("--weight-decay", type=float, default=0.01, show_default=True)
+@click.option("--max-grad-norm", type=float, default=1.0, show_default=True)
+@click.option("--image-size", type=int, default=448, show_default=True)
+@click.option("--probe-layers", type=int, default=20, show_default=True, help="Mid fusion: number of probe layers.")
+@click.option("--val-every", type=int, default=100, show_default=True)
+@click.option("--save-every", type=int, default=200, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--num-workers", type=int, default=0, show_default=True)
+@click.option("--gradient-checkpointing/--no-gradient-checkpointing", default=None,
+              help="Default: on CUDA, off on CPU.")
+@click.option("--resume", is_flag=True, help="Continue from the newest checkpoint in --out.")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as indented JSON.")
+def train_cmd(data: str, out: str, variant: str, val_data: str | None, weights: str | None, lr: float | None,
+              batch_size: int | None, micro_batch_size: int, epochs: float, max_steps: int | None,
+              temperature: float | None, lora_r: int, lora_alpha: int | None, lora_dropout: float, warmup_ratio: float,
+              weight_decay: float, max_grad_norm: float, image_size: int, probe_layers: int, val_every: int,
+              save_every: int, seed: int, num_workers: int, gradient_checkpointing: bool | None, resume: bool,
+              as_json: bool) -> None:
+    """Train TPIPS on odd-one-out votes (Eq. 2; LoRA on the language tower). Multi-GPU:
+    ``accelerate launch -m genmetrics train tpips ...``."""
+    from genmetrics.tpips.train import TrainConfig, train_tpips
+
+    cfg = TrainConfig(variant=variant, lr=lr, batch_size=batch_size, micro_batch_size=micro_batch_size, epochs=epochs,
+                      max_steps=max_steps, temperature=temperature, lora_r=lora_r, lora_alpha=lora_alpha,
+                      lora_dropout=lora_dropout, warmup_ratio=warmup_ratio, weight_decay=weight_decay,
+                      max_grad_norm=max_grad_norm, image_size=image_size, probe_layers=probe_layers,
+                      val_every=val_every, save_every=save_every, seed=seed, num_workers=num_workers,
+                      gradient_checkpointing=gradient_checkpointing)
+    res = train_tpips(data, out, config=cfg, weights=weights, val_data=val_data, resume=resume)
+    _echo({"adapter": str(res.adapter_dir), "steps": res.steps,
+           "final_loss": res.losses[-1] if res.losses else None, "val": res.val[-1] if res.val else None}, as_json)
+
+
+# --------------------------------------------------------------------------------------------- evaluate
+@click.command("tpips")
+@click.option("--data", "data", required=True, multiple=True, type=click.Path(),
+              help="Odd-one-out or 2AFC JSONL, or a BAPPS / NIGHTS folder (repeatable: one table column group each).")
+@click.option("--format", "fmt", type=click.Choice(["auto", "odd-one-out", "2afc", "bapps", "nights"]), default="auto",
+              show_default=True)
+@click.option("--split", default=None, help="BAPPS/NIGHTS split (NIGHTS default: test).")
+@click.option("--adapter", default=None, help="A trained TPIPS adapter folder or hub id.")
+@click.option("--variant", type=_VARIANTS, default=None, help="Zero-shot variant when no --adapter (default late).")
+@click.option("--weights", default=None, help="Base weights (default: the adapter's, else Qwen/Qwen3-VL-Embedding-2B).")
+@click.option("--baseline", "baselines", multiple=True,
+              help="Also evaluate: 'embedding' (App. C.3 Qwen3-VL-Embedding cosine), 'pairwise' (0-10 digit score), "
+                   "'triplet' (triplet prompt), or 'metric:NAME' (a registered metric, e.g. metric:dino). Repeatable.")
+@click.option("--generative-weights", default="Qwen/Qwen3-VL-2B-Instruct", show_default=True,
+              help="Backbone of the pairwise / triplet baselines.")
+@click.option("--no-model", is_flag=True, help="Only the baselines (skip the TPIPS model).")
+@click.option("--label", default=None, help="Row label (Family column) of the TPIPS model.")
+@click.option("--image-size", type=int, default=None, help="Square resize (default: the adapter's, else 448).")
+@click.option("--batch-size", type=int, default=16, show_default=True)
+@click.option("--limit", type=int, default=None, help="Evaluate only the first N records of each dataset.")
+@click.option("--out", "out", type=click.Path(), default=None, help="Folder for results.json, table.md, per_sample.jsonl.")
+@click.option("--json", "as_json", is_flag=True, help="Print the results JSON instead of the table.")
+def evaluate_cmd(data: tuple[str, ...], fmt: str, split: str | None, adapter: str | None, variant: str | None,
+                 weights: str | None, baselines: tuple[str, ...], generative_weights: str, no_model: bool,
+                 label: str | None, image_size: int | None, batch_size: int, limit: int | None, out: str | None,
+                 as_json: bool) -> None:
+    """Agreement with human votes (odd-one-out, 2AFC, BAPPS, NIGHTS) laid out like the paper's Table 3."""
+    from genmetrics.cli.common import echo_json
+    from genmetrics.tpips.evaluate import (
+        check_images_exist,
+        evaluate_human,
+        load_human_data,
+        to_markdown,
+        write_report,
+    )
+
+    for b in baselines:
+        if b not in ("embedding", "pairwise", "triplet") and not b.startswith("metric:"):
+            raise InputError(f"--baseline {b!r}: expected embedding, pairwise, triplet or metric:NAME")
+    if no_model and not baselines:
+        raise InputError("--no-model needs at least one --baseline")
+    if limit is not None and limit < 1:
+        raise InputError(f"--limit must be >= 1, got {limit}")
+    datasets = []
+    for d in data:
+        ds = load_human_data(d, kind=fmt, split=split)
+        if limit:
+            ds.records = ds.records[:limit]
+        check_images_exist(ds)
+        datasets.append(ds)
+    names = [d.name for d in datasets]
+    for d in datasets:
+        if names.count(d.name) > 1:
+            d.name = f"{d.name} ({Path(d.path).stem})"
+    scorers = build_scorers(adapter=adapter, variant=variant, weights=weights, baselines=baselines,
+                            generative_weights=generative_weights, include_model=not no_model, label=label,
+                            image_size=image_size, batch_size=batch_size)
+    res = evaluate_human(datasets, scorers)
+    if out:
+        write_report(res, out, data=list(data), adapter=adapter, weights=weights, baselines=list(baselines))
+    if as_json:
+        echo_json({"datasets": res["datasets"], "models": [{k: v for k, v in m.items() if k != "per_sample"}
+                                                             for m in res["models"]]})
+    else:
+        click.echo(to_markdown(res), nl=False)
+
+
+def build_scorers(*, adapter: str | None, variant: str | None, weights: str | None, baselines: tuple[str, ...] | list[str],
+                  generative_weights: str, include_model: bool = True, label: str | None = None,
+                  image_size: int | None = None, batch_size: int = 16) -> list[Any]:
+    """The table rows for ``evaluate-human``: the TPIPS model, then the requested baselines."""
+    from genmetrics.tpips.evaluate import MetricScorer, SimilarityScorer, TripletScorer, size_of
+    from genmetrics.tpips.model import (
+        DEFAULT_WEIGHTS,
+        PROMPTS,
+        PairwiseScoreModel,
+        TPIPSTripletModel,
+        load_tpips,
+    )
+
+    scorers: list[Any] = []
+    if include_model:
+        model = _load_model(adapter, weights, variant, image_size)
+        v = getattr(model, "variant", "late")
+        typ = "Triplet" if v == "triplet" else f"{v.capitalize()} Fusion"
+        fam = label or ("Ours" if adapter else "Qwen3-VL-Emb (zero-shot)")
+        size = size_of(weights or _adapter_base(adapter) or DEFAULT_WEIGHTS)
+        if v == "triplet":
+            scorers.append(TripletScorer(name=fam, type=typ, family=fam, size=size, batch_size=batch_size, model=model,
+                                         two_afc_ok=not adapter))
+        else:
+            scorers.append(SimilarityScorer(name=fam, type=typ, family=fam, size=size, batch_size=batch_size,
+                                            fn=model.similarity))
+    gen_model = None
+    for b in baselines:
+        if b == "embedding":
+            m = load_tpips(None, weights=weights or DEFAULT_WEIGHTS, variant="late", image_size=image_size,
+                           prompts=PROMPTS["embedding_baseline"])
+            w = weights or DEFAULT_WEIGHTS
+            scorers.append(SimilarityScorer(name=f"embedding:{w}", type="Late Fusion", family="Qwen3-VL-Emb",
+                                            size=size_of(w), batch_size=batch_size, fn=m.similarity))
+        elif b in ("pairwise", "triplet"):
+            if gen_model is None:
+                from genmetrics.backbones.hf import load_vlm
+
+                gen_model = load_vlm(generative_weights, for_generation=True)
+            bb, proc = gen_model
+            if b == "pairwise":
+                pm = PairwiseScoreModel(bb, proc, image_size=image_size)
+                scorers.append(SimilarityScorer(name=f"pairwise:{generative_weights}", type="Early Fusion",
+                                                family="Qwen3-VL (0-10 score)", size=size_of(generative_weights),
+                                                batch_size=batch_size, fn=pm.score))
+            else:
+                tm = TPIPSTripletModel(bb, proc, image_size=image_size)
+                scorers.append(TripletScorer(name=f"triplet:{generative_weights}", type="Triplet",
+                                             family="Qwen3-VL (triplet prompt)", size=size_of(generative_weights),
+                                             batch_size=batch_size, model=tm))
+        else:
+            name = b.split(":", 1)[1]
+            scorers.append(MetricScorer(name=b, type="Classic", family=name, batch_size=batch_size, metric_name=name))
+    return scorers
+
+
+def _adapter_base(adapter: str | None) -> str | None:
+    if not adapter:
+        return None
+    p = Path(adapter) / "tpips.json"
+    if p.is_file():
+        try:
+            return json.loads(p.read_text()).get("base_weights")
+        except (ValueError, OSError):
+            return None
+    return None
+
+
+# --------------------------------------------------------------------------------------------- retrieve
+@click.group("retrieve")
+def retrieve_cmd() -> None:
+    """Aspect-conditioned image retrieval with late-fusion TPIPS embeddings (faiss)."""
+
+
+@retrieve_cmd.command("index")
+@click.option("--images", required=True, type=click.Path(), help="Folder of images to index.")
+@click.option("--index", "index_dir", required=True, type=click.Path(), help="Index folder (created or updated).")
+@click.option("--aspect", "aspects", multiple=True, help="Aspect to index (repeatable). 'overall' is always added "
+              "unless --no-overall.")
+@click.option("--overall/--no-overall", default=True, show_default=True)
+@click.option("--adapter", default=None, help="Trained TPIPS adapter (late fusion).")
+@click.option("--weights", default=None, help="Base weights (default: the adapter's, else Qwen/Qwen3-VL-Embedding-2B).")
+@click.option("--image-size", type=int, default=None)
+@click.option("--batch-size", type=int, default=32, show_default=True)
+@click.option("--recursive", is_flag=True, help="Also index images in subfolders.")
+@click.option("--factory", default="Flat", show_default=True, help="faiss index_factory string (inner product).")
+@click.option("--json", "as_json", is_flag=True)
+def index_cmd(images: str, index_dir: str, aspects: tuple[str, ...], overall: bool, adapter: str | None,
+              weights: str | None, image_size: int | None, batch_size: int, recursive: bool, factory: str,
+              as_json: bool) -> None:
+    """Embed every image once per aspect and build one faiss index per aspect."""
+    from genmetrics.data.images import list_images
+    from genmetrics.tpips.model import check_aspects
+    from genmetrics.tpips.retrieval import AspectIndex
+
+    files = list_images(images, recursive=recursive)
+    if aspects:
+        check_aspects(list(aspects), len(aspects), name="--aspect")
+    if not aspects and not overall:
+        raise InputError("give at least one --aspect (or keep --overall)")
+    if batch_size < 1:
+        raise InputError(f"--batch-size must be >= 1, got {batch_size}")
+    model = _load_model(adapter, weights, "late", image_size, batch_size=batch_size)
+    idx = AspectIndex.build(files, index_dir, model, list(aspects), overall=overall, batch_size=batch_size,
+                            factory=factory, model_info={"adapter": adapter, "weights": weights or _adapter_base(adapter),
+                                                         "image_size": model.image_size})
+    _echo({"index": str(idx.root), "images": len(idx), "aspects": idx.aspects}, as_json)
+
+
+@retrieve_cmd.command("query")
+@click.option("--index", "index_dir", required=True, type=click.Path(), help="Index folder from `retrieve index`.")
+@click.option("--query", "queries", required=True, multiple=True, type=click.Path(),
+              help="Query image (repeat with --aspect for a compositional query).")
+@click.option("--aspect", "aspects", multiple=True, help="Aspect of each --query (one for all, or one per query).")
+@click.option("--weight", "weights_", multiple=True, type=float, help="Weight of each query term (default 1).")
+@click.option("-k", "--k", "k", type=int, default=10, show_default=True)
+@click.option("--adjust", type=float, default=None,
+              help="Rank by f(aspect) - ADJUST * f(overall) (the paper uses 0.3).")
+@click.option("--exclude-query", is_flag=True, help="Never return the query images themselves.")
+@click.option("--adapter", default=None, help="Default: the adapter the index was built with.")
+@click.option("--weights", default=None, help="Default: the weights the index was built with.")
+@click.option("--sheet", type=click.Path(), default=None, help="Write a contact-sheet PNG of the results.")
+@click.option("--out", "out", type=click.Path(), default=None, help="Write the hits as JSON.")
+@click.option("--json", "as_json", is_flag=True)
+def query_cmd(index_dir: str, queries: tuple[str, ...], aspects: tuple[str, ...], weights_: tuple[float, ...], k: int,
+              adjust: float | None, exclude_query: bool, adapter: str | None, weights: str | None, sheet: str | None,
+              out: str | None, as_json: bool) -> None:
+    """Top-k images of the index for a query image and aspect (or several, summed)."""
+    from genmetrics.data.images import load_image
+    from genmetrics.data.results import atomic_write_json
+    from genmetrics.tpips.model import check_aspects
+    from genmetrics.tpips.retrieval import AspectIndex, contact_sheet
+
+    idx = AspectIndex(index_dir)
+    if not aspects:
+        raise InputError("--aspect: give the aspect of the query (e.g. --aspect lighting; --aspect overall)")
+    asp = check_aspects(list(aspects) if len(aspects) > 1 else aspects[0], len(queries), name="--aspect")
+    for q in queries:
+        load_image(q)  # validate before loading weights
+    for a in asp:
+        idx._entry(a)
+    if adjust and "overall" not in idx.aspects:
+        raise InputError("--adjust needs the 'overall' aspect in the index; rebuild it with --overall")
+    if weights_ and len(weights_) != len(queries):
+        raise InputError(f"--weight: got {len(weights_)} weights for {len(queries)} queries")
+    info = idx.manifest.get("model", {})
+    model = _load_model(adapter or info.get("adapter"), weights or info.get("weights"), "late", info.get("image_size"))
+    hits = idx.search(model, list(queries), asp, k=k, adjust=adjust, weights=list(weights_) or None,
+                      exclude=list(queries) if exclude_query else ())
+    result = {"queries": [{"image": q, "aspect": a} for q, a in zip(queries, asp)], "adjust": adjust,
+              "hits": [h.to_dict() for h in hits]}
+    if sheet:
+        title = " + ".join(f"{a}" for a in asp) + (f"  (adjust {adjust})" if adjust else "")
+        contact_sheet(list(zip(queries, asp)), hits, sheet, title=title)
+        result["sheet"] = sheet
+    if out:
+        atomic_write_json(out, result)
+    _echo(result, as_json)

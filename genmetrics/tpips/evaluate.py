@@ -1,0 +1,461 @@
+"""Human-agreement evaluation of TPIPS and baselines (Section 5, Table 3, Table 4).
+
+Datasets (all become :class:`~genmetrics.data.jsonl.OddOneOutRecord` or ``TwoAFCRecord`` lists):
+
+* odd-one-out JSONL ``{"id", "images": [p1,p2,p3], "aspect", "votes": [n1,n2,n3], "source"?}``;
+* 2AFC JSONL ``{"id", "reference", "candidates": [p0,p1], "aspect", "votes": [n0,n1], "source"?}``;
+* a BAPPS 2AFC folder (``.../2afc/<split>/<category>/{ref,p0,p1,judge}``; ``judge/*.npy`` holds the
+  fraction of raters who chose ``p1``), aspect "overall", source = category;
+* a NIGHTS folder (``data.csv`` with ``ref_path,left_path,right_path,left_vote,right_vote,votes,split``),
+  aspect "overall"; by default the test split and rows with ``votes >= 6`` (as DreamSim evaluates).
+
+Scorers (one row each in the table):
+
+* :class:`SimilarityScorer` — any pairwise similarity ``f(images_a, images_b, aspects) -> [B]``: TPIPS
+  (late/mid/early, trained or zero-shot), the zero-shot Qwen3-VL-Embedding cosine baseline (App. C.3
+  prompt), the pairwise 0-10 digit score (:class:`~genmetrics.tpips.model.PairwiseScoreModel`).
+  Odd-one-out prediction ``s_bar_k = f(x_i, x_j)`` (the pair that leaves ``k`` out); 2AFC prediction
+  ``[f(ref, c0), f(ref, c1)]``.
+* :class:`TripletScorer` — :class:`~genmetrics.tpips.model.TPIPSTripletModel` (6-order odd-one-out
+  probabilities; reference-in-the-centre 2AFC probabilities).
+* :class:`MetricScorer` — any registered genmetrics metric (aspect-agnostic, e.g. ``dino``, ``clip_i``,
+  ``ssim``), through the registry.
+
+Statistics: :mod:`genmetrics.functional.agreement` (agreement ``y[argmax pred]``, human consensus
+``sum y^2``, standard errors over records), overall and per ``source``.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from genmetrics.data.jsonl import OddOneOutRecord, TwoAFCRecord, iter_jsonl, load_odd_one_out, load_two_afc
+from genmetrics.errors import InputError
+
+__all__ = [
+    "Dataset",
+    "MetricScorer",
+    "SimilarityScorer",
+    "TripletScorer",
+    "evaluate_human",
+    "load_bapps",
+    "load_human_data",
+    "load_nights",
+    "to_markdown",
+    "write_report",
+]
+
+SOURCE_NAMES = {
+    "editing": "Editing", "edit": "Editing", "image_editing": "Editing", "img_edit": "Editing",
+    "compositing": "Composite", "composite": "Composite", "image_compositing": "Composite", "img_composite": "Composite",
+    "nvs": "NVS", "novel_view_synthesis": "NVS",
+    "im-to-3d": "Im-to-3D", "im_to_3d": "Im-to-3D", "image-to-3d": "Im-to-3D", "image_to_3d": "Im-to-3D",
+    "single-image-3d": "Im-to-3D", "single_image_3d": "Im-to-3D", "im2_3d": "Im-to-3D",
+}
+SOURCE_ORDER = ["Editing", "Composite", "NVS", "Im-to-3D"]
+
+
+def source_label(source: str | None) -> str:
+    if source is None:
+        return "all"
+    return SOURCE_NAMES.get(source.strip().lower().replace(" ", "_"), source)
+
+
+@dataclass
+class Dataset:
+    """A named list of records of one kind (``"odd_one_out"`` or ``"two_afc"``)."""
+
+    name: str
+    kind: str
+    records: list[Any]
+    path: str = ""
+
+    @property
+    def n(self) -> int:
+        return len(self.records)
+
+    def votes(self) -> torch.Tensor:
+        return torch.tensor([r.votes for r in self.records], dtype=torch.float64)
+
+    def sources(self) -> list[str]:
+        return [source_label(r.source) for r in self.records]
+
+
+# --------------------------------------------------------------------------------------------- loaders
+def load_bapps(root: str | os.PathLike, *, split: str | None = None) -> list[TwoAFCRecord]:
+    """BAPPS 2AFC (Zhang et al. 2018): every folder holding ``ref``, ``p0``, ``p1`` and ``judge`` below
+    ``root`` (optionally only under a ``split`` folder, e.g. ``"val"``). ``votes = [1 - j, j]`` with ``j``
+    the fraction of raters preferring ``p1``; aspect "overall"; source = the category folder name."""
+    import numpy as np
+
+    base = Path(root)
+    if not base.is_dir():
+        raise InputError(f"BAPPS folder {str(base)!r} does not exist")
+    dirs = sorted({p.parent for p in base.rglob("judge") if p.is_dir()})
+    dirs = [d for d in dirs if all((d / s).is_dir() for s in ("ref", "p0", "p1"))]
+    if split is not None:
+        dirs = [d for d in dirs if split in d.relative_to(base).parts or base.name == split]
+    if not dirs:
+        raise InputError(f"{str(base)!r} holds no BAPPS 2AFC folders (a folder with ref/, p0/, p1/ and judge/)")
+    out: list[TwoAFCRecord] = []
+    for d in dirs:
+        for j in sorted((d / "judge").glob("*.npy")):
+            stem = j.stem
+            paths = {}
+            for s in ("ref", "p0", "p1"):
+                hits = sorted((d / s).glob(stem + ".*"))
+                if not hits:
+                    raise InputError(f"BAPPS: {d / s} has no image for judge file {j.name}")
+                paths[s] = hits[0]
+            val = float(np.asarray(np.load(j, allow_pickle=False), dtype=np.float64).reshape(-1)[0])
+            if not 0.0 <= val <= 1.0:
+                raise InputError(f"BAPPS: {j} holds {val}, expected a fraction in [0, 1]")
+            votes = (1.0 - val, val)
+            out.append(TwoAFCRecord(id=f"{d.relative_to(base).as_posix()}/{stem}", reference=paths["ref"],
+                                    candidates=(paths["p0"], paths["p1"]), aspect="overall", votes=votes,
+                                    source=d.name))
+    if not out:
+        raise InputError(f"{str(base)!r}: BAPPS folders found but no judge/*.npy files")
+    return out
+
+
+def load_nights(root: str | os.PathLike, *, split: str | None = "test", min_votes: int = 6) -> list[TwoAFCRecord]:
+    """NIGHTS (Fu et al. 2023, DreamSim): ``root/data.csv``; ``split`` in train/val/test/test_imagenet/
+    test_no_imagenet or None for all; rows with fewer than ``min_votes`` (unanimous) votes dropped.
+    ``votes = [left_vote, right_vote]``; aspect "overall"; source "imagenet"/"non-imagenet" when given."""
+    base = Path(root)
+    csv_path = base / "data.csv" if base.is_dir() else base
+    if not csv_path.is_file():
+        raise InputError(f"NIGHTS: {str(csv_path)!r} does not exist (expected the folder holding data.csv)")
+    base = csv_path.parent
+    out: list[TwoAFCRecord] = []
+    with open(csv_path, newline="", encoding="utf-8") as f:
+        reader = csv.DictReader(f)
+        need = {"ref_path", "left_path", "right_path"}
+        missing = need - set(reader.fieldnames or [])
+        if missing:
+            raise InputError(f"NIGHTS: {csv_path} lacks columns {sorted(missing)}")
+        for n, row in enumerate(reader, 2):
+            if min_votes and "votes" in row and row["votes"] not in ("", None):
+                if float(row["votes"]) < min_votes:
+                    continue
+            sp = (row.get("split") or "").strip()
+            imagenet = str(row.get("is_imagenet", "")).strip().lower() in ("true", "1", "yes")
+            if split is not None:
+                want = {"test_imagenet": ("test", True), "test_no_imagenet": ("test", False)}.get(split)
+                if want is not None:
+                    if sp != want[0] or imagenet != want[1]:
+                        continue
+                elif sp != split:
+                    continue
+            try:
+                lv, rv = float(row.get("left_vote") or 0), float(row.get("right_vote") or 0)
+            except ValueError:
+                raise InputError(f"{csv_path}:{n}: left_vote/right_vote should be numbers") from None
+            if lv + rv <= 0:
+                continue
+            out.append(TwoAFCRecord(
+                id=str(row.get("id") or n), reference=base / row["ref_path"],
+                candidates=(base / row["left_path"], base / row["right_path"]), aspect="overall", votes=(lv, rv),
+                source=("imagenet" if imagenet else "non-imagenet") if "is_imagenet" in row else None))
+    if not out:
+        raise InputError(f"NIGHTS: no rows left in {csv_path} for split={split!r} and min_votes={min_votes}")
+    return out
+
+
+def _detect_jsonl(path: Path) -> str:
+    for _, obj in iter_jsonl(path):
+        if "images" in obj:
+            return "odd_one_out"
+        if "reference" in obj and "candidates" in obj:
+            return "two_afc"
+        raise InputError(f"{path}: cannot tell the format from the first record (keys {sorted(obj)}); expected "
+                         "odd-one-out {'images', 'aspect', 'votes'} or 2AFC {'reference', 'candidates', 'aspect', "
+                         "'votes'}")
+    raise InputError(f"{path}: no records")
+
+
+def load_human_data(path: str | os.PathLike, *, kind: str = "auto", split: str | None = None,
+                    name: str | None = None) -> Dataset:
+    """Load an evaluation set: ``kind`` in ``auto``, ``odd-one-out``, ``2afc``, ``bapps``, ``nights``."""
+    p = Path(path)
+    k = kind.lower().replace("_", "-")
+    if k == "auto":
+        if p.is_dir():
+            k = "nights" if (p / "data.csv").is_file() else "bapps"
+        elif p.suffix.lower() == ".csv":
+            k = "nights"
+        else:
+            if not p.exists():
+                raise InputError(f"data file {str(p)!r} does not exist; check the path")
+            k = "odd-one-out" if _detect_jsonl(p) == "odd_one_out" else "2afc"
+    if k == "odd-one-out":
+        recs: list[Any] = load_odd_one_out(p)
+        kd = "odd_one_out"
+    elif k == "2afc":
+        recs, kd = load_two_afc(p), "two_afc"
+    elif k == "bapps":
+        recs, kd = load_bapps(p, split=split), "two_afc"
+    elif k == "nights":
+        recs, kd = load_nights(p, split=split or "test"), "two_afc"
+    else:
+        raise InputError(f"format {kind!r}: expected auto, odd-one-out, 2afc, bapps or nights")
+    label = name or ("Odd-One-Out" if kd == "odd_one_out" else
+                     {"bapps": "BAPPS", "nights": "NIGHTS"}.get(k, "2AFC"))
+    return Dataset(name=label, kind=kd, records=recs, path=str(p))
+
+
+def check_images_exist(ds: Dataset) -> None:
+    for r in ds.records:
+        paths = list(r.images) if ds.kind == "odd_one_out" else [r.reference, *r.candidates]
+        for q in paths:
+            if not Path(q).is_file():
+                raise InputError(f"{ds.path}: record {r.id!r}: image file {str(q)!r} does not exist")
+
+
+# --------------------------------------------------------------------------------------------- scorers
+@dataclass
+class Scorer:
+    """A row of the table: predictions for odd-one-out (``[N,3]``) and 2AFC (``[N,2]``) records."""
+
+    name: str
+    type: str = ""
+    family: str = ""
+    size: str = "–"
+    batch_size: int = 16
+
+    def odd_one_out(self, records: Sequence[OddOneOutRecord]) -> torch.Tensor:
+        raise NotImplementedError
+
+    def two_afc(self, records: Sequence[TwoAFCRecord]) -> torch.Tensor:
+        raise NotImplementedError
+
+    def supports(self, kind: str) -> bool:
+        return True
+
+
+@dataclass
+class SimilarityScorer(Scorer):
+    """Rows from a pairwise similarity ``fn(images_a, images_b, aspects) -> [B]`` (higher = more similar)."""
+
+    fn: Callable[[list[Any], list[Any], list[str]], torch.Tensor] | None = None
+    odd_one_out_ok: bool = True
+
+    def _f(self, a: list[Any], b: list[Any], asp: list[str]) -> torch.Tensor:
+        assert self.fn is not None
+        with torch.no_grad():
+            return torch.as_tensor(self.fn(a, b, asp)).double().cpu().reshape(-1)
+
+    def odd_one_out(self, records: Sequence[OddOneOutRecord]) -> torch.Tensor:
+        outs = []
+        for i in range(0, len(records), self.batch_size):
+            rs = records[i:i + self.batch_size]
+            x1, x2, x3 = ([r.images[k] for r in rs] for k in range(3))
+            asp = [r.aspect for r in rs]
+            n = len(rs)
+            s = self._f(x2 + x1 + x1, x3 + x3 + x2, asp * 3)  # one call: the model dedups each image
+            outs.append(torch.stack([s[:n], s[n:2 * n], s[2 * n:]], 1))
+        return torch.cat(outs)
+
+    def two_afc(self, records: Sequence[TwoAFCRecord]) -> torch.Tensor:
+        outs = []
+        for i in range(0, len(records), self.batch_size):
+            rs = records[i:i + self.batch_size]
+            n = len(rs)
+            ref = [r.reference for r in rs]
+            s = self._f(ref + ref, [r.candidates[0] for r in rs] + [r.candidates[1] for r in rs],
+                        [r.aspect for r in rs] * 2)
+            outs.append(torch.stack([s[:n], s[n:]], 1))
+        return torch.cat(outs)
+
+    def supports(self, kind: str) -> bool:
+        return kind != "odd_one_out" or self.odd_one_out_ok
+
+
+@dataclass
+class TripletScorer(Scorer):
+    """Rows from a :class:`~genmetrics.tpips.model.TPIPSTripletModel`."""
+
+    model: Any = None
+    two_afc_ok: bool = True
+
+    def odd_one_out(self, records: Sequence[OddOneOutRecord]) -> torch.Tensor:
+        outs = []
+        for i in range(0, len(records), self.batch_size):
+            rs = records[i:i + self.batch_size]
+            outs.append(self.model.odd_one_out(*([r.images[k] for r in rs] for k in range(3)),
+                                               [r.aspect for r in rs]).double().cpu())
+        return torch.cat(outs)
+
+    def two_afc(self, records: Sequence[TwoAFCRecord]) -> torch.Tensor:
+        outs = []
+        for i in range(0, len(records), self.batch_size):
+            rs = records[i:i + self.batch_size]
+            outs.append(self.model.two_afc([r.reference for r in rs], [r.candidates[0] for r in rs],
+                                           [r.candidates[1] for r in rs], [r.aspect for r in rs]).double().cpu())
+        return torch.cat(outs)
+
+    def supports(self, kind: str) -> bool:
+        return kind != "two_afc" or self.two_afc_ok
+
+
+@dataclass
+class MetricScorer(SimilarityScorer):
+    """Rows from a registered genmetrics metric (aspect-agnostic; reached through the registry)."""
+
+    metric_name: str = ""
+    options: dict[str, Any] = field(default_factory=dict)
+    _metric: Any = None
+
+    def __post_init__(self) -> None:
+        from genmetrics.registry import create_metric, metric_info
+
+        info = metric_info(self.metric_name)
+        sign = -1.0 if info.get("higher_is_better") is False else 1.0
+        self._metric = create_metric(self.metric_name, **self.options)
+
+        def fn(a: list[Any], b: list[Any], asp: list[str]) -> torch.Tensor:
+            m = self._metric
+            m.reset()
+            m.update(reference=a, candidates=b)
+            s = m.per_sample()["scores"]
+            return sign * s.reshape(s.shape[0], -1)[:, 0]
+
+        self.fn = fn
+
+
+# --------------------------------------------------------------------------------------------- statistics
+def _stats(agree: torch.Tensor) -> dict[str, Any]:
+    from genmetrics.functional.agreement import mean_stderr
+
+    mean, se = mean_stderr(agree)
+    return {"mean": mean, "stderr": se, "n": int(agree.numel())}
+
+
+def _breakdown(values: torch.Tensor, sources: list[str]) -> dict[str, Any]:
+    out = {"overall": _stats(values)}
+    uniq = sorted(set(sources), key=lambda s: (SOURCE_ORDER.index(s) if s in SOURCE_ORDER else 99, s))
+    if len(uniq) > 1 or (uniq and uniq[0] != "all"):
+        idx = {s: [i for i, x in enumerate(sources) if x == s] for s in uniq}
+        out["per_source"] = {s: _stats(values[ix]) for s, ix in idx.items()}
+    return out
+
+
+def evaluate_human(datasets: Sequence[Dataset], scorers: Sequence[Scorer], *, progress: bool = True,
+                   per_sample: bool = True) -> dict[str, Any]:
+    """Agreement of every scorer with the human votes of every dataset (+ human consensus).
+
+    Returns a JSON-able dict ``{"datasets": [...], "models": [...]}``; see :func:`to_markdown`.
+    """
+    from genmetrics.functional.agreement import human_consensus_per_sample, per_sample_agreement
+
+    res: dict[str, Any] = {"datasets": [], "models": []}
+    for ds in datasets:
+        cons = human_consensus_per_sample(ds.votes())
+        res["datasets"].append({"name": ds.name, "kind": ds.kind, "path": ds.path, "n": ds.n,
+                                "human_consensus": _breakdown(cons, ds.sources())})
+    for sc in scorers:
+        row: dict[str, Any] = {"name": sc.name, "type": sc.type, "family": sc.family, "size": sc.size, "results": {}}
+        if per_sample:
+            row["per_sample"] = {}
+        for ds in datasets:
+            if not sc.supports(ds.kind):
+                continue
+            pred = sc.odd_one_out(ds.records) if ds.kind == "odd_one_out" else sc.two_afc(ds.records)
+            if pred.shape != (ds.n, 3 if ds.kind == "odd_one_out" else 2):
+                raise RuntimeError(f"scorer {sc.name!r} returned predictions of shape {tuple(pred.shape)} for {ds.n} "
+                                   f"{ds.kind} records")
+            agree = per_sample_agreement(pred, ds.votes())
+            row["results"][ds.name] = _breakdown(agree, ds.sources())
+            if per_sample:
+                row["per_sample"][ds.name] = [
+                    {"id": r.id, "source": r.source, "aspect": r.aspect, "pred": [float(x) for x in p],
+                     "agreement": float(a)} for r, p, a in zip(ds.records, pred, agree)]
+        res["models"].append(row)
+    return res
+
+
+# --------------------------------------------------------------------------------------------- reports
+def _fmt(stat: dict[str, Any] | None) -> str:
+    if not stat:
+        return "–"
+    m, se = 100.0 * stat["mean"], 100.0 * stat["stderr"]
+    return f"{m:.1f} ± {se:.1f}" if math.isfinite(se) else f"{m:.1f}"
+
+
+def _columns(res: dict[str, Any]) -> list[tuple[str, str, str | None]]:
+    """``(header, dataset name, source or None for overall)`` in the paper's Table 3 order."""
+    cols: list[tuple[str, str, str | None]] = []
+    n2afc = sum(1 for d in res["datasets"] if d["kind"] == "two_afc")
+    for d in res["datasets"]:
+        per = d["human_consensus"].get("per_source")
+        if per and len(per) > 1:
+            for s in per:
+                cols.append((s if len(res["datasets"]) == 1 or d["kind"] == "two_afc" and n2afc == 1 else
+                             f"{d['name']}: {s}", d["name"], s))
+            total = "Total" if d["kind"] == "two_afc" and n2afc == 1 else f"{d['name']} total"
+            cols.append((total, d["name"], None))
+        else:
+            cols.append((d["name"], d["name"], None))
+    return cols
+
+
+def to_markdown(res: dict[str, Any]) -> str:
+    """The results as a Markdown table laid out like the paper's Table 3 (agreement in %, ± standard
+    error): one row per model, a human-consensus row, one column per dataset / per 2AFC source + Total."""
+    cols = _columns(res)
+    head = "| Type | Family | Size | " + " | ".join(c[0] for c in cols) + " |"
+    sep = "|" + "---|" * (3 + len(cols))
+    lines = [head, sep]
+
+    def cell(block: dict[str, Any] | None, src: str | None) -> str:
+        if not block:
+            return "–"
+        if src is None:
+            return _fmt(block["overall"])
+        return _fmt(block.get("per_source", {}).get(src))
+
+    ds_by = {d["name"]: d for d in res["datasets"]}
+    lines.append("| Human | consensus | – | " + " | ".join(cell(ds_by[c[1]]["human_consensus"], c[2]) for c in cols) + " |")
+    for m in res["models"]:
+        cells = [cell(m["results"].get(c[1]), c[2]) for c in cols]
+        lines.append(f"| {m['type'] or '–'} | {m['family'] or m['name']} | {m['size'] or '–'} | " + " | ".join(cells) + " |")
+    n = ", ".join(f"{d['name']}: {d['n']} records" for d in res["datasets"])
+    lines.append("")
+    lines.append(f"Agreement with humans in % (± standard error over records); {n}.")
+    return "\n".join(lines) + "\n"
+
+
+def write_report(res: dict[str, Any], out_dir: str | os.PathLike, **manifest_extra: Any) -> dict[str, Path]:
+    """``OUT/results.json`` (without per-sample rows), ``OUT/per_sample.jsonl``, ``OUT/table.md``,
+    ``OUT/manifest.json``; all written atomically."""
+    from genmetrics.data.results import atomic_write_json, atomic_write_text, dumps_line, manifest
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    slim = {"datasets": res["datasets"],
+            "models": [{k: v for k, v in m.items() if k != "per_sample"} for m in res["models"]]}
+    paths = {"json": atomic_write_json(out / "results.json", slim),
+             "markdown": atomic_write_text(out / "table.md", to_markdown(res))}
+    rows = []
+    for m in res["models"]:
+        for ds_name, items in (m.get("per_sample") or {}).items():
+            for it in items:
+                rows.append(dumps_line({"model": m["name"], "dataset": ds_name, **it}))
+    paths["per_sample"] = atomic_write_text(out / "per_sample.jsonl", "".join(r + "\n" for r in rows))
+    paths["manifest"] = atomic_write_json(out / "manifest.json", manifest(task="evaluate-human tpips", **manifest_extra))
+    return paths
+
+
+def size_of(weights: str | None) -> str:
+    m = re.search(r"(\d+(?:\.\d+)?)\s*[Bb]\b", weights or "")
+    return f"{m.group(1)}B" if m else "–"

@@ -1,0 +1,221 @@
+"""The registered ``tpips`` metric: aspect-conditioned similarity of candidates to their reference.
+
+``update(reference, candidates, condition)``:
+
+* ``reference``: ``B`` images (paths, PIL, uint8 or float tensors, or a tensor ``[B,3,H,W]``);
+* ``candidates``: ``B`` images (one per reference) or ``B`` lists of ``K`` images (a tensor ``[B,K,3,H,W]``
+  works too), each compared with its reference;
+* ``condition``: ``B`` aspect strings, or one string for all ("lighting", "pose of the cat", "overall").
+  When ``condition`` is None the metric's ``aspect=`` option is used.
+
+Per-sample scores are the similarities ``f(reference, candidate | aspect)`` (``[B]`` or ``[B,K]``);
+``compute()`` is their mean (per candidate column for ``[B,K]``); :meth:`TPIPS.per_aspect` gives the
+accumulated mean per aspect and :meth:`TPIPS.similarities` the one-shot per-sample similarities.
+Every image is resized to ``image_size`` (default 448) with ``ResizePolicy("resize", image_size)``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from genmetrics.data.images import ResizePolicy, as_image_list, load_batch
+from genmetrics.errors import InputError
+from genmetrics.metric import SampleMetric, hash_id
+from genmetrics.tpips.model import CONFIG_NAME, DEFAULT_IMAGE_SIZE, DEFAULT_WEIGHTS, VARIANTS, check_aspects
+
+
+class TPIPS(SampleMetric):
+    """TPIPS similarity (higher = more similar under the aspect).
+
+    Args:
+        backbone: a Qwen3-VL model (or a ready :class:`~genmetrics.tpips.model.TPIPSModel`); None loads
+            ``weights`` lazily on first scoring.
+        processor: the backbone's processor (required with ``backbone``).
+        variant: ``"late"`` (default), ``"mid"`` or ``"early"`` (ignored when ``adapter`` fixes it).
+        weights: base weights when ``backbone`` is None (default ``Qwen/Qwen3-VL-Embedding-2B``;
+            ``Qwen/Qwen3-VL-Embedding-8B`` or a local folder also work).
+        adapter: a trained TPIPS adapter folder (``genmetrics train tpips`` writes ``OUT/adapter``) or hub id.
+        aspect: the aspect used when ``update`` gets no ``condition``.
+        image_size: square resize side (multiple of 32; default 448, or the adapter's).
+        data_range: the value range of float tensor images (1.0 or 255.0).
+        dtype: backbone precision when loading weights (default bf16 on CUDA, fp32 on CPU).
+        vision_cache_size: images whose vision-tower output is kept across calls.
+    """
+
+    name = "tpips"
+    higher_is_better = True
+
+    def __init__(self, backbone: Any = None, processor: Any = None, *, variant: str = "late", weights: str | None = None,
+                 adapter: str | os.PathLike | None = None, aspect: str | None = None, image_size: int | None = None,
+                 data_range: float = 1.0, dtype: Any = None, vision_cache_size: int = 64, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        if variant not in VARIANTS:
+            raise InputError(f"variant={variant!r}: expected one of {', '.join(VARIANTS)}")
+        if backbone is not None and processor is None and not hasattr(backbone, "similarity"):
+            raise InputError("processor: pass the backbone's processor together with backbone=")
+        if aspect is not None:
+            check_aspects([aspect], 1, name="aspect")
+        self.variant = variant
+        self.weights = weights
+        self.adapter = adapter
+        self.aspect = aspect
+        self.data_range = float(data_range)
+        self.dtype_option = dtype
+        self.vision_cache_size = int(vision_cache_size)
+        self.image_size = int(image_size) if image_size is not None else _adapter_image_size(adapter) or DEFAULT_IMAGE_SIZE
+        self.resize = ResizePolicy("resize", self.image_size)
+        self._candidate_k: int | None = None
+        self.add_state("aspect_ids", default=[], dist_reduce_fx="cat")
+        self._aspect_names: dict[int, str] = {}
+        self._model_ready = False
+        self._given = (backbone, processor)
+        if backbone is not None:
+            self._build()
+
+    # -- model -------------------------------------------------------------------------------------
+    def _build(self) -> Any:
+        from genmetrics.tpips.model import TPIPSModel, load_tpips
+
+        backbone, processor = self._given
+        if isinstance(backbone, TPIPSModel):
+            model = backbone
+        else:
+            model = load_tpips(self.adapter, backbone=backbone, processor=processor, weights=self.weights,
+                               variant=None if self.adapter else self.variant, image_size=self.image_size,
+                               dtype=self.dtype_option, vision_cache_size=self.vision_cache_size,
+                               data_range=self.data_range)
+        if not isinstance(model, TPIPSModel):
+            raise InputError("the tpips metric needs a pairwise (late/mid/early) model; a triplet-head adapter scores "
+                             "triplets only: evaluate it with `genmetrics evaluate-human tpips --adapter ...`")
+        self._given = (None, None)
+        self.register_backbone("backbone", model)
+        self._model_ready = True
+        return model
+
+    def model(self) -> Any:
+        """The underlying :class:`~genmetrics.tpips.model.TPIPSModel` (loads default weights on first use)."""
+        return self.backbone("backbone") if self._model_ready else self._build()
+
+    # -- inputs ------------------------------------------------------------------------------------
+    def _images(self, images: Any, name: str) -> list[torch.Tensor]:
+        return [self.resize.apply_one(x.cpu()) for x in load_batch(images, data_range=self.data_range, name=name)]
+
+    def _prepare(self, reference: Any, candidates: Any, condition: Any) -> dict[str, list[Any]]:
+        if reference is None:
+            raise InputError("tpips: reference images are required (each candidate is compared with its reference)")
+        if candidates is None:
+            raise InputError("tpips: candidates are required: one image per reference, or K images per reference")
+        ref = self._images(reference, "reference")
+        n = len(ref)
+        nested = (isinstance(candidates, torch.Tensor) and candidates.ndim == 5) or (
+            isinstance(candidates, Sequence) and not isinstance(candidates, (str, bytes)) and len(candidates) > 0
+            and isinstance(candidates[0], (list, tuple)))
+        if nested:
+            rows = list(candidates.unbind(0)) if isinstance(candidates, torch.Tensor) else list(candidates)
+            if len(rows) != n:
+                raise InputError(f"candidates: got {len(rows)} rows of candidates for {n} references; pass one row of K "
+                                 "candidates per reference")
+            ks = {len(as_image_list(r, name="candidates")) for r in rows}
+            if len(ks) != 1 or 0 in ks:
+                raise InputError(f"candidates: every reference needs the same number K >= 1 of candidates, got {sorted(ks)}")
+            k = ks.pop()
+            cand: list[Any] = [self._images(r, f"candidates[{i}]") for i, r in enumerate(rows)]
+        else:
+            cand = self._images(candidates, "candidates")
+            if len(cand) != n:
+                raise InputError(f"mismatched input lengths (reference={n}, candidates={len(cand)}); pass one candidate "
+                                 "per reference, or a list of K candidates per reference")
+            k = 0
+        if self._candidate_k is not None and self._candidate_k != k and len(self.scores):
+            desc = lambda v: "one candidate per reference" if v == 0 else f"{v} candidates per reference"  # noqa: E731
+            raise InputError(f"candidates: this metric already holds scores for {desc(self._candidate_k)}; got "
+                             f"{desc(k)}; reset() first or use a separate metric")
+        self._pending_k = k
+        if condition is None:
+            if self.aspect is None:
+                raise InputError("tpips: condition (the aspect text) is required, e.g. condition='lighting' or "
+                                 "'overall' for overall similarity; or create the metric with aspect='...'")
+            condition = self.aspect
+        asp = check_aspects(condition, n, name="condition")
+        return {"reference": ref, "candidates": cand, "condition": asp}
+
+    def _score_batch(self, batch: dict[str, list[Any]]) -> torch.Tensor:
+        model = self.model()
+        ref, cand, asp = batch["reference"], batch["candidates"], batch["condition"]
+        if cand and isinstance(cand[0], list):
+            k = len(cand[0])
+            a = [r for r in ref for _ in range(k)]
+            b = [c for row in cand for c in row]
+            s = model.similarity(a, b, [x for x in asp for _ in range(k)])
+            return s.reshape(len(ref), k)
+        return model.similarity(ref, cand, asp)
+
+    def update(self, reference: Any = None, candidates: Any = None, condition: Any = None, *, ids: Any = None) -> None:
+        n_before = sum(int(t.shape[0]) for t in self.scores) if isinstance(self.scores, list) else 0
+        super().update(reference, candidates, condition, ids=ids)
+        self._candidate_k = self._pending_k
+        n_new = sum(int(t.shape[0]) for t in self.scores) - n_before
+        asp = condition if condition is not None else self.aspect
+        asp = [asp] * n_new if isinstance(asp, str) else list(asp)
+        hashed = []
+        for a in asp:
+            h = hash_id(a) & ((1 << 62) - 1)
+            self._aspect_names[h] = a
+            hashed.append(h)
+        self.aspect_ids.append(torch.tensor(hashed, dtype=torch.long, device=self.device))
+
+    def reset(self) -> None:
+        super().reset()
+        self._candidate_k = None
+
+    # -- results -----------------------------------------------------------------------------------
+    def per_aspect(self) -> dict[str, torch.Tensor]:
+        """Accumulated mean similarity per aspect: ``{aspect: tensor}`` (scalar, or ``[K]``)."""
+        scores, ids, asp = self.scores, self.sample_ids, self.aspect_ids
+        if isinstance(scores, list):
+            if not scores:
+                raise InputError("tpips: per_aspect() called before any update()")
+            scores, ids, asp = torch.cat(scores), torch.cat(ids), torch.cat(asp)
+        seen: set[int] = set()
+        keep = []
+        for i, v in enumerate(ids.tolist()):
+            if v not in seen:
+                seen.add(v)
+                keep.append(i)
+        scores, asp = scores[keep], asp[keep]
+        out: dict[str, torch.Tensor] = {}
+        for h in dict.fromkeys(asp.tolist()):
+            name = self._aspect_names.get(h, f"aspect#{h:x}")
+            out[name] = scores[asp == h].mean(0)
+        return out
+
+    def similarities(self, reference: Any, candidates: Any, condition: Any = None) -> torch.Tensor:
+        """One-shot per-sample similarities ``[B]`` or ``[B,K]`` (float64) of just these inputs."""
+        from genmetrics.data.batching import map_batches
+        from genmetrics.metric import _batch_len, _slice
+
+        batch = self._prepare(reference, candidates, condition)
+        n = _batch_len(batch)
+        parts = map_batches(lambda sl: self._score_batch(_slice(batch, sl)), n, self.batch_size)
+        return torch.cat(parts, 0).double()
+
+
+def _adapter_image_size(adapter: Any) -> int | None:
+    if adapter is None:
+        return None
+    p = Path(os.fspath(adapter)).expanduser() / CONFIG_NAME
+    if p.is_file():
+        try:
+            return int(json.loads(p.read_text()).get("image_size") or 0) or None
+        except (ValueError, OSError):
+            return None
+    return None
+
+
+__all__ = ["DEFAULT_WEIGHTS", "TPIPS"]

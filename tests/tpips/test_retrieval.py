@@ -1,0 +1,109 @@
+"""Aspect-conditioned retrieval: faiss index per aspect, cached embeddings, adjusted and compositional
+queries, contact sheet, CLI."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from genmetrics.errors import InputError
+from genmetrics.tpips.retrieval import AspectIndex, contact_sheet
+
+from .conftest import SIZE, write_png
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    d = tmp_path_factory.mktemp("gallery")
+    g = torch.Generator().manual_seed(5)
+    for i in range(7):
+        write_png(d / f"img{i}.png", torch.randint(0, 256, (3, SIZE, SIZE), generator=g, dtype=torch.uint8))
+    return d
+
+
+@pytest.fixture(scope="module")
+def index(tmp_path_factory, folder, models):
+    return AspectIndex.build(folder, tmp_path_factory.mktemp("idx"), models["late"], ["lighting", "color"],
+                             batch_size=3, progress=False)
+
+
+def test_index_contents_and_cache(index, folder, models, monkeypatch):
+    m = models["late"]
+    assert index.aspects == ["lighting", "color", "overall"] and len(index) == 7
+    emb = index.embeddings("color")
+    direct = m.embed([str(p) for p in sorted(folder.iterdir())], "color").numpy()
+    assert np.allclose(emb, direct, atol=1e-5)
+    # rebuilding with one more aspect reuses every cached embedding: only the new aspect is computed
+    calls = []
+    real = m.embed
+    monkeypatch.setattr(m, "embed", lambda imgs, asp: calls.append(asp) or real(imgs, asp))
+    idx2 = AspectIndex.build(folder, index.root, m, ["lighting", "color", "texture"], batch_size=10, progress=False)
+    new = [a for c in calls for a in (c if isinstance(c, list) else [c])]
+    assert set(new) <= {"texture", "overall"} and new.count("texture") == 7
+    assert np.array_equal(idx2.embeddings("color"), emb)
+
+
+def test_query_single_adjusted_compositional(index, folder, models):
+    m = models["late"]
+    paths = [str(p) for p in sorted(folder.iterdir())]
+    hits = index.search(m, paths[2], "lighting", k=3)
+    assert hits[0].path == str((folder / "img2.png").resolve()) and hits[0].score == pytest.approx(1.0, abs=1e-5)
+    assert [h.rank for h in hits] == [1, 2, 3] and hits[0].score >= hits[1].score >= hits[2].score
+    # adjusted score f(aspect) - 0.3 f(overall), exact over the whole index
+    e_l, e_o = index.embeddings("lighting"), index.embeddings("overall")
+    q_l = m.embed([paths[2]], "lighting")[0].numpy()
+    q_o = m.embed([paths[2]], "overall")[0].numpy()
+    want = e_l @ q_l - 0.3 * (e_o @ q_o)
+    adj = index.search(m, paths[2], "lighting", k=7, adjust=0.3)
+    assert [h.index for h in adj] == list(np.argsort(-want, kind="stable"))
+    assert adj[0].score == pytest.approx(float(want.max()), abs=1e-5)
+    # compositional: sum of per-aspect similarities of two query images
+    q_c = m.embed([paths[5]], "color")[0].numpy()
+    comp = index.search(m, [paths[2], paths[5]], ["lighting", "color"], k=4, exclude=[paths[2], paths[5]])
+    total = e_l @ q_l + index.embeddings("color") @ q_c
+    total[[2, 5]] = -np.inf
+    assert [h.index for h in comp] == list(np.argsort(-total, kind="stable")[:4])
+    assert comp[0].terms == pytest.approx([float(e_l[comp[0].index] @ q_l), float(index.embeddings("color")[comp[0].index] @ q_c)],
+                                          abs=1e-5)
+
+
+def test_errors(index, models, folder, vlm, processor):
+    from genmetrics.tpips.model import TPIPSModel
+
+    with pytest.raises(InputError, match="not in the index"):
+        index.search(models["late"], str(folder / "img0.png"), "shape")
+    with pytest.raises(InputError, match="late-fusion"):
+        index.search(models["early"], str(folder / "img0.png"), "color")
+    other = TPIPSModel(vlm, processor, "late", image_size=SIZE, prompts=("Describe {aspect}.", "Describe."))
+    with pytest.raises(InputError, match="different model"):
+        index.search(other, str(folder / "img0.png"), "color")
+    with pytest.raises(InputError, match="not a TPIPS index"):
+        AspectIndex(folder)
+
+
+def test_contact_sheet(tmp_path, index, models, folder):
+    from PIL import Image
+
+    hits = index.search(models["late"], str(folder / "img1.png"), "color", k=5)
+    out = contact_sheet([(str(folder / "img1.png"), "color")], hits, tmp_path / "sheet.png", thumb=48, title="color")
+    im = Image.open(out)
+    assert im.format == "PNG" and im.width > 48 * 5 and im.height > 48
+
+
+def test_cli_index_and_query(tmp_path, folder, tiny_folder):
+    from genmetrics.cli.main import main
+
+    idx = tmp_path / "idx"
+    assert main(["retrieve", "index", "--images", str(folder), "--index", str(idx), "--aspect", "lighting",
+                 "--weights", str(tiny_folder), "--image-size", str(SIZE)]) == 0
+    out, sheet = tmp_path / "hits.json", tmp_path / "sheet.png"
+    assert main(["retrieve", "query", "--index", str(idx), "--query", str(folder / "img3.png"), "--aspect", "lighting",
+                 "-k", "3", "--adjust", "0.3", "--exclude-query", "--sheet", str(sheet), "--out", str(out)]) == 0
+    res = json.loads(out.read_text())
+    assert len(res["hits"]) == 3 and all("img3" not in h["path"] for h in res["hits"]) and sheet.is_file()
+    assert main(["retrieve", "query", "--index", str(idx), "--query", str(folder / "img3.png"), "--aspect", "shape"]) == 2
+    assert main(["retrieve", "query", "--index", str(idx), "--query", str(tmp_path / "none.png"), "--aspect",
+                 "lighting"]) == 2
