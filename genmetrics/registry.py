@@ -61,6 +61,23 @@ def register_metric(card: MetricCard, *, overwrite: bool = False) -> MetricCard:
     return card
 
 
+def lazy_exports(package: str, names: dict[str, str]) -> tuple[Any, Any]:
+    """Module ``__getattr__`` and ``__dir__`` that import ``names`` (``name -> module``) on first use, so a
+    family's ``__init__`` stays free of heavy imports: ``__getattr__, __dir__ = lazy_exports(__name__, _LAZY)``."""
+    exported = sorted(names)
+
+    def __getattr__(name: str) -> Any:
+        mod = names.get(name)
+        if mod is None:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        return getattr(importlib.import_module(mod), name)
+
+    def __dir__() -> list[str]:
+        return exported
+
+    return __getattr__, __dir__
+
+
 def unregister_metric(name: str) -> MetricCard | None:
     """Remove ``name`` from the registry (plugins and tests); returns its card, or None if absent."""
     return _CARDS.pop(name, None)

@@ -10,10 +10,7 @@ Registered metric: ``mie``. Heavy names load lazily: :class:`MIEModel`, :class:`
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
-from genmetrics.registry import MetricCard, register_metric
+from genmetrics.registry import MetricCard, lazy_exports, register_metric
 
 register_metric(MetricCard(
     name="mie", factory="genmetrics.mie.metric:MIEMetric", family="mie",
@@ -42,13 +39,4 @@ _LAZY = {
 }
 __all__ = sorted(_LAZY)
 
-
-def __getattr__(name: str) -> Any:
-    mod = _LAZY.get(name)
-    if mod is None:
-        raise AttributeError(f"module 'genmetrics.mie' has no attribute {name!r}")
-    return getattr(importlib.import_module(mod), name)
-
-
-def __dir__() -> list[str]:
-    return __all__
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)

@@ -6,10 +6,7 @@ Importing this package registers the metric cards only; torch and open_clip load
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
-from genmetrics.registry import MetricCard, register_metric
+from genmetrics.registry import MetricCard, lazy_exports, register_metric
 
 PAPER = "RA-CLIPScore: Making Generative Model Evaluation More Interpretable"
 HCS_PAPER = "Kim et al., Attribute Based Interpretable Evaluation Metrics for Generative Models (ICML 2024)"
@@ -75,13 +72,4 @@ _LAZY = {
 }
 __all__ = sorted(_LAZY)
 
-
-def __getattr__(name: str) -> Any:
-    mod = _LAZY.get(name)
-    if mod is None:
-        raise AttributeError(f"module 'genmetrics.raclip' has no attribute {name!r}")
-    return getattr(importlib.import_module(mod), name)
-
-
-def __dir__() -> list[str]:
-    return __all__
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)

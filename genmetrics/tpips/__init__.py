@@ -8,10 +8,7 @@ retrieval. Heavy names are exported lazily (no torch import here); see docs/tpip
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
-from genmetrics.registry import MetricCard, register_metric
+from genmetrics.registry import MetricCard, lazy_exports, register_metric
 
 register_metric(MetricCard(
     name="tpips", factory="genmetrics.tpips.metric:TPIPS", family="tpips",
@@ -47,13 +44,4 @@ _LAZY = {
 }
 __all__ = sorted(_LAZY)
 
-
-def __getattr__(name: str) -> Any:
-    mod = _LAZY.get(name)
-    if mod is None:
-        raise AttributeError(f"module 'genmetrics.tpips' has no attribute {name!r}")
-    return getattr(importlib.import_module(mod), name)
-
-
-def __dir__() -> list[str]:
-    return __all__
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)

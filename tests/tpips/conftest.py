@@ -12,14 +12,6 @@ from PIL import Image
 SIZE = 64  # the tiny processor's image size (2x2 merged tokens per image)
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    # The tiny models are latency-bound; one thread avoids oversubscription on shared CPUs.
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
-
 
 @pytest.fixture(scope="session")
 def processor():
