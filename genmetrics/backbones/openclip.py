@@ -6,6 +6,7 @@ activations are silently wrong. Each weights record carries its preprocessing (o
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,10 +64,17 @@ def load_open_clip(spec: str | ClipWeights | None = None, *, device: Any = "cpu"
     try:
         if offline():
             os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        model, _, preprocess = open_clip.create_model_and_transforms(
-            w.model, pretrained=w.pretrained or None, device=device, precision=precision, cache_dir=cache_dir,
-            weights_only=True,
-        )
+        # open_clip logs its own download failure on the root logger before raising; the error raised
+        # below carries that message, so the log line would only print it twice.
+        previous = logging.root.manager.disable
+        logging.disable(logging.ERROR)
+        try:
+            model, _, preprocess = open_clip.create_model_and_transforms(
+                w.model, pretrained=w.pretrained or None, device=device, precision=precision, cache_dir=cache_dir,
+                weights_only=True,
+            )
+        finally:
+            logging.disable(previous)
     except RuntimeError as e:
         msg = str(e).lower()
         if any(k in msg for k in ("unknown model", "not found", "download", "pretrained", "checkpoint")):

@@ -100,6 +100,8 @@ def _bad_files(files: list[Path]) -> dict[Path, str]:
 @click.option("--condition", "-t", multiple=True, help="Text condition(s): one for all, one per candidate, or @file.txt.")
 @click.option("--attributes", help="Attribute set name or text file (raclip metrics).")
 @click.option("--weights", help="Weights to use instead of the default (tag, hub id or local path).")
+@click.option("--heads", help="Trained MIE heads (folder written by `genmetrics train mie`, or a hub id).")
+@click.option("--adapter", help="Trained TPIPS adapter (folder written by `genmetrics train tpips`, or a hub id).")
 @click.option("--option", "options", multiple=True, help="Extra metric option KEY=VALUE (JSON values).")
 @click.option("--batch-size", type=int, default=None, help="Images per forward pass.")
 @click.option("--device", default=None, help="cpu, cuda, cuda:1 ... (default: CUDA if available).")
@@ -108,7 +110,7 @@ def _bad_files(files: list[Path]) -> dict[Path, str]:
 @click.option("--on-error", type=click.Choice(["stop", "skip"]), default="stop", show_default=True,
               help="A bad image file: stop before scoring (naming it), or report it and score the rest.")
 def score_cmd(name: str, reference: tuple[str, ...], candidates: tuple[str, ...], condition: tuple[str, ...],
-              attributes: str | None, weights: str | None, options: tuple[str, ...], batch_size: int | None,
+              attributes: str | None, weights: str | None, heads: str | None, adapter: str | None, options: tuple[str, ...], batch_size: int | None,
               device: str | None, out: str | None, as_json: bool, on_error: str) -> None:
     """Score candidate images with metric NAME."""
     import torch
@@ -124,6 +126,10 @@ def score_cmd(name: str, reference: tuple[str, ...], candidates: tuple[str, ...]
         kwargs["attributes"] = attributes
     if weights:
         kwargs["weights"] = weights
+    if heads:
+        kwargs["heads"] = heads
+    if adapter:
+        kwargs["adapter"] = adapter
     if batch_size is not None:
         kwargs["batch_size"] = batch_size
     if device:

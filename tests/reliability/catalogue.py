@@ -236,6 +236,10 @@ CASES: list[Case] = [
     Case("weights-offline", "default weights unavailable offline", WeightsUnavailableError, "not available",
          api=lambda ws: gm.create_metric("dino").compute(random_images(1), random_images(1)),
          cli=lambda ws: _score("dino", ws, "gen", "ref"), exit_code=1),
+    Case("weights-offline-clip", "default open_clip weights unavailable offline (set-level metric)",
+         WeightsUnavailableError, "not available",
+         api=lambda ws: gm.create_metric("clip_i").compute(random_images(1), random_images(1)),
+         cli=lambda ws: _score("sad", ws, "gen", "ref", "--attributes", "celeba20"), exit_code=1),
     Case("vlm-missing-path", "a VLM checkpoint folder that does not exist", WeightsUnavailableError, "not available",
          api=lambda ws: __import__("genmetrics.backbones.hf", fromlist=["x"]).load_vlm(str(ws / "no_model"))),
 ]
