@@ -16,9 +16,11 @@ Nothing is imported from torch/transformers/peft at module import time.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -261,6 +263,15 @@ def _align_processor(processor: Any, config: Any) -> None:
                 setattr(sub, k, v)
 
 
+@contextlib.contextmanager
+def _quiet_peft() -> Iterator[None]:
+    """peft calls a transformers method deprecated in 5.x (``is_gradient_checkpointing``); its
+    FutureWarning says nothing actionable to users, so it is filtered around peft calls only."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+        yield
+
+
 def load_peft_adapter(
     model: Any,
     adapter_path_or_id: str | os.PathLike,
@@ -283,7 +294,8 @@ def load_peft_adapter(
         kw["revision"] = revision
     what = os.fspath(adapter_path_or_id)
     try:
-        return PeftModel.from_pretrained(model, name, adapter_name=adapter_name, is_trainable=is_trainable, **kw)
+        with _quiet_peft():
+            return PeftModel.from_pretrained(model, name, adapter_name=adapter_name, is_trainable=is_trainable, **kw)
     except OSError as e:
         raise _unavailable(what, looked, cause=e) from e
     except ValueError as e:
@@ -324,7 +336,8 @@ def add_lora(
         modules_to_save=modules_to_save,
         bias="none",
     )
-    peft_model = get_peft_model(model, config)
+    with _quiet_peft():
+        peft_model = get_peft_model(model, config)
     for n, p in peft_model.named_parameters():
         if "visual" in n:
             p.requires_grad_(False)
