@@ -4,7 +4,8 @@ self-contained ``leaderboard.html`` (plots embedded as PNG data URIs).
 * Per-sample columns: the mean over images with a percentile bootstrap interval
   (:func:`genmetrics.functional.bootstrap.bootstrap_ci`; ``run.n_boot`` resamples, ``run.ci`` level,
   ``run.seed``); missing or non-finite scores are left out and counted.
-* Set-level columns: the one value per generator (no interval: the value is not a mean over images).
+* Set-level columns: the one value per generator; an interval when the metric offers ``bootstrap_ci``
+  (sad, pad: both sets resampled, from the per-image scores kept with ``keep_scores``).
 * Ranking: by ``run.rank_by`` (default: the first column whose metric has a direction), best first;
   generators without a value go last, ties keep the config order.
 * Paired comparisons: for every pair of generators (in ranking order) and every per-sample column, the
@@ -56,7 +57,9 @@ def summarize(plan: Plan, rows: list[dict[str, Any]]) -> dict[str, Any]:
                 d = data.get((col.name, g), {})
                 if mp.level == "set":
                     r = d.get(SET_ID)
-                    res[g] = {"mean": r.get("score") if r else None, "low": None, "high": None,
+                    ci = r.get("ci") if r else None
+                    res[g] = {"mean": r.get("score") if r else None, "low": ci[0] if ci else None,
+                              "high": ci[1] if ci else None,
                               "n": r.get("n") if r else 0, "n_real": r.get("n_real") if r else None}
                     for extra in ("value", "labels", "grid"):
                         if r and extra in r:

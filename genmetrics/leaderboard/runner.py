@@ -463,11 +463,16 @@ def _run_set(plan: Plan, mp: MetricPlan, done: set, writer: Any, dist: _Dist, we
 
     from genmetrics.registry import create_metric
 
+    from genmetrics.registry import metric_options
+
     label = mp.spec.label
     todo = [g for g in plan.generators if (g.name, label, SET_ID) not in done]
     if not todo:
         return 0
-    metric = create_metric(mp.spec.name, **mp.kwargs)
+    kwargs = dict(mp.kwargs)
+    if "keep_scores" in metric_options(mp.spec.name):  # per-image scores for a bootstrap interval
+        kwargs.setdefault("keep_scores", True)
+    metric = create_metric(mp.spec.name, **kwargs)
     chunk = plan.config.run.batch_size or int(getattr(metric, "batch_size", 32) or 32)
     written = 0
     assert mp.real is not None
@@ -489,12 +494,18 @@ def _run_set(plan: Plan, mp: MetricPlan, done: set, writer: Any, dist: _Dist, we
                 else:
                     metric.update(candidates=paths)
             value = metric.compute()  # synchronised across ranks (sum states)
+            ci = None
+            if callable(getattr(metric, "bootstrap_ci", None)):  # every rank: it synchronises
+                run = plan.config.run
+                ci = metric.bootstrap_ci(n_boot=run.n_boot, alpha=1.0 - run.ci, seed=run.seed)
             if dist.rank == 0:
                 score, full = set_value_score(value)
                 row: dict[str, Any] = {"generator": g.name, "metric": label, "id": SET_ID, "score": score,
                                        "n": len(files), "n_real": len(mp.real)}
                 if full is not None:
                     row["value"] = full
+                if ci is not None:
+                    row["ci"] = [float(ci[0]), float(ci[1])]
                 labels = getattr(metric, "attributes", None)
                 if isinstance(labels, (list, tuple)) and labels and all(isinstance(a, str) for a in labels):
                     row["labels"] = list(labels)

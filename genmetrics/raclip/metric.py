@@ -361,7 +361,7 @@ class _SetDivergence(_RAMixin, Metric):
                  kde_range: tuple[float, float] | None = None, dual_prompt: bool = True, local_tokens: bool = True,
                  global_token: bool = True, temperature: float = 1.0, positive_template: str = POSITIVE_TEMPLATE,
                  negative_template: str = NEGATIVE_TEMPLATE, text_center: str = "prompts", data_range: float = 1.0,
-                 batch_size: int = 32, **kwargs: Any) -> None:
+                 keep_scores: bool = False, batch_size: int = 32, **kwargs: Any) -> None:
         super().__init__(batch_size=batch_size, **kwargs)
         self.attributes = resolve_attributes(attributes)
         self.text_center = _check_text_center(text_center)
@@ -395,7 +395,8 @@ class _SetDivergence(_RAMixin, Metric):
 
         c = len(self.attributes)
         f64 = torch.float64
-        self._keep_rows = (divergence == "kde" or score == "hcs") and not self._needs_maps
+        self._keep_rows = (divergence == "kde" or score == "hcs" or bool(keep_scores)) and not self._needs_maps
+        self.keep_scores = bool(keep_scores) and not self._needs_maps  # R-SaD keeps map sums only: ignored
         for s in ("real", "gen"):
             self.add_state(f"{s}_n", default=torch.tensor(0.0, dtype=f64), dist_reduce_fx="sum")
             if self._keep_rows:
@@ -496,6 +497,21 @@ class _SetDivergence(_RAMixin, Metric):
     def pairs(self) -> list[tuple[str, str]]:
         """Attribute pairs in PaD order (``itertools.combinations``)."""
         return list(combinations(self.attributes, 2))
+
+    def bootstrap_ci(self, *, n_boot: int = 200, alpha: float = 0.05, seed: int = 0) -> list[float] | None:
+        """Percentile bootstrap interval of the reported mean (both sets resampled independently), from
+        the per-image scores kept with ``keep_scores=True`` (or the rows kept by hcs / kde modes);
+        ``None`` for the KDE mode or when no rows are kept. Synchronised across processes like ``compute()``."""
+        if not self._keep_rows or self.divergence != "gaussian":
+            return None
+        from genmetrics.raclip.report import bootstrap_means
+
+        with self.sync_context(dist_sync_fn=self.dist_sync_fn, should_sync=self._to_sync, should_unsync=True):
+            self._check_sets(2)
+            real, gen = self._rows()
+        boot = bootstrap_means(real.cpu(), gen.cpu(), n_boot=n_boot, seed=seed, direction=self.kl_direction,
+                               eps=self.eps, alpha=alpha, pad_budget=2e11 if self.name == "pad" else 0.0)
+        return boot["pad" if self.name == "pad" else "sad"]
 
 
 class SaD(_SetDivergence):

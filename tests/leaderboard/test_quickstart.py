@@ -114,3 +114,7 @@ def test_config_models_runs_on_tiny_backbones(tmp_path):
         for g in KNOWN_ORDER:
             assert col["generators"][g]["mean"] is not None, (name, g)
     assert s["columns"]["sad"]["generators"]["blur"].get("labels")
+    for name in ("sad", "pad"):  # set-level columns get a bootstrap interval from the kept per-image scores
+        if name in s["columns"]:
+            e = s["columns"][name]["generators"]["blur"]
+            assert e["low"] is not None and e["high"] is not None and e["low"] <= e["high"], (name, e)

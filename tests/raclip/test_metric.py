@@ -246,3 +246,34 @@ def test_hcs_text_center_bare_is_the_2024_code(clip, sets):
     torch.testing.assert_close(m.per_sample()["scores"], expected, rtol=1e-5, atol=1e-5)
     with pytest.raises(InputError, match="text_center"):
         gm.create_metric("hcs", backbone=model, tokenizer=tok, attributes=ATTRS, text_center="mean")
+
+
+def test_keep_scores_bootstrap_matches_per_image_scores():
+    """sad/pad with keep_scores=True: same value as streaming, and a bootstrap interval equal to the one
+    computed from per-image RA-CLIPScores of an explicit scorer run."""
+    import genmetrics as gm
+    from genmetrics.backbones.openclip import clip_image_batch
+    from genmetrics.raclip import RegionAttributeScorer
+    from genmetrics.raclip.report import bootstrap_means
+    from genmetrics.testing import random_images, tiny_clip
+
+    model, tok = tiny_clip()
+    attrs = ["smiling", "male", "wearing hat"]
+    real, gen = random_images(9, seed=1), random_images(7, seed=2)
+    scorer = RegionAttributeScorer(model, tok)
+    r = scorer(clip_image_batch(real, model), attrs).score.double()
+    g = scorer(clip_image_batch(gen, model), attrs).score.double()
+    for name in ("sad", "pad"):
+        kept = gm.create_metric(name, backbone=model, tokenizer=tok, attributes=attrs, keep_scores=True, batch_size=4)
+        plain = gm.create_metric(name, backbone=model, tokenizer=tok, attributes=attrs)
+        for m in (kept, plain):
+            m.update(candidates=gen)
+            m.update(reference=real)
+        assert torch.allclose(kept.compute()["mean"], plain.compute()["mean"], atol=1e-9)
+        ci = kept.bootstrap_ci(n_boot=50, seed=3)
+        ref = bootstrap_means(r, g, n_boot=50, seed=3, pad_budget=float("inf"))[name]
+        assert ci == pytest.approx(ref, rel=1e-4)  # float32 scores, other batch sizes
+        assert plain.bootstrap_ci() is None
+    rsad = gm.create_metric("rsad", backbone=model, tokenizer=tok, attributes=attrs, keep_scores=True)
+    rsad.update(reference=real, candidates=gen)
+    assert rsad.bootstrap_ci() is None  # R-SaD keeps map sums only; keep_scores is ignored there
