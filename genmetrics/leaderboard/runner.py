@@ -461,9 +461,7 @@ def _run_set(plan: Plan, mp: MetricPlan, done: set, writer: Any, dist: _Dist, we
              skip: _Skipper | None = None) -> int:
     import torch
 
-    from genmetrics.registry import create_metric
-
-    from genmetrics.registry import metric_options
+    from genmetrics.registry import create_metric, metric_options
 
     label = mp.spec.label
     todo = [g for g in plan.generators if (g.name, label, SET_ID) not in done]
