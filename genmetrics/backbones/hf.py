@@ -191,15 +191,22 @@ def load_vlm(
     The processor is ``AutoProcessor.from_pretrained`` of the same checkpoint, so its image settings
     (patch 16, merge 2, mean/std 0.5, pixel budget) follow the checkpoint; if its patch/merge sizes
     disagree with the model's vision config they are corrected to the model's values with a warning.
-    The model is returned in eval mode on ``device``.
+    The model is returned in eval mode on ``device``. An installed backbone provider
+    (:mod:`genmetrics.backbones.provider`, kind ``"vlm"``) is asked first.
     """
     import transformers
+
+    from genmetrics.backbones.provider import provide
 
     if kind is not None:
         kind = _KIND_ALIASES.get(kind, kind)
         if kind not in VLM_KINDS:
             raise InputError(f"kind={kind!r} is not supported; expected one of {sorted(VLM_KINDS)} or None")
     torch_dtype, dev = resolve_dtype_device(dtype, device)
+    provided = provide("vlm", os.fspath(model_id_or_path), vlm_kind=kind, for_generation=for_generation)
+    if provided is not None:  # a backbone provider (tests, plugins): see genmetrics.backbones.provider
+        model, processor = provided
+        return model.to(dev).eval(), processor
     name, kw, looked = _resolve(model_id_or_path, marker="config.json", local_files_only=local_files_only,
                                 revision=revision)
     if revision is not None:

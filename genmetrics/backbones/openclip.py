@@ -51,10 +51,20 @@ def _quickgelu(w: ClipWeights) -> ClipWeights:
 
 
 def load_open_clip(spec: str | ClipWeights | None = None, *, device: Any = "cpu", precision: str = "fp32"):
-    """Return ``(model, preprocess, tokenizer)`` for open_clip weights, honouring the offline policy."""
+    """Return ``(model, preprocess, tokenizer)`` for open_clip weights, honouring the offline policy.
+
+    An installed backbone provider (:mod:`genmetrics.backbones.provider`, kind ``"open_clip"``) is asked
+    first; its ``(model, tokenizer)`` is returned as ``(model, None, tokenizer)`` (genmetrics preprocesses
+    with :func:`clip_image_batch`, never with open_clip's ``preprocess``)."""
     import open_clip
 
+    from genmetrics.backbones.provider import provide
+
     w = parse_clip_weights(spec)
+    provided = provide("open_clip", str(w))
+    if provided is not None:
+        model, tokenizer = provided
+        return model.to(device).eval(), None, tokenizer
     cache_dir = str(genmetrics_home() / "open_clip")
     looked = [cache_dir]
     if w.pretrained and (os.sep in w.pretrained or w.pretrained.endswith((".bin", ".pt", ".safetensors"))):

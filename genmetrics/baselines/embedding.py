@@ -154,8 +154,13 @@ class DINOSimilarity(_ImagePairMetric):
     def _load_default(self) -> None:
         from transformers import AutoModel
 
+        from genmetrics.backbones.provider import provide
         from genmetrics.backbones.weights import genmetrics_home, weights_unavailable
 
+        provided = provide("dino", str(self.weights))
+        if provided is not None:
+            self._set_backbone(provided)
+            return
         try:
             model = AutoModel.from_pretrained(self.weights, cache_dir=str(genmetrics_home() / "hf"))
         except OSError as e:

@@ -31,7 +31,6 @@ Schema (every path is relative to the config file; see docs/leaderboard.md)::
     name = "psnr"                 # any registered metric
     label = "psnr"                # optional column name (default: name); lets one metric appear twice
     aspects = ["overall"]         # optional: condition texts scored one column each (tpips)
-    recipe = "testing"            # optional: tiny random backbones from genmetrics.testing (tests only)
     max_db = 100.0                # any other key is an option of create_metric(name, ...); a string
                                   # option that is a path relative to the config ("./x" or an existing
                                   # file or folder) is resolved against the config's folder
@@ -55,8 +54,7 @@ DATA_KEYS = ("references", "prompts", "real", "recursive")
 RUN_KEYS = ("seed", "n_boot", "ci", "batch_size", "device", "rank_by", "title", "out", "cache")
 GENERATOR_KEYS = ("name", "images", "references", "prompts")
 #: keys of a ``[[metrics]]`` table read by the runner; every other key is a metric option
-RUNNER_METRIC_KEYS = ("name", "label", "aspects", "recipe")
-RECIPES = ("testing",)
+RUNNER_METRIC_KEYS = ("name", "label", "aspects")
 
 KeyPath = tuple[Any, ...]
 
@@ -194,7 +192,6 @@ class MetricSpec:
     label: str
     options: dict[str, Any]
     aspects: list[str] | None
-    recipe: str | None
     index: int
 
     @property
@@ -445,11 +442,7 @@ def _from_dict(raw: dict[str, Any], *, path: Path | None, base_dir: Path, lines:
                 raise cfg.error((*key, "aspects"), f"expected a non-empty list of non-empty strings, got {aspects!r}")
             if len(set(aspects)) != len(aspects):
                 raise cfg.error((*key, "aspects"), f"aspects repeat: {aspects!r}")
-        recipe = c.string(m.get("recipe"), (*key, "recipe"))
-        if recipe is not None and recipe not in RECIPES:
-            raise cfg.error((*key, "recipe"), f"unknown recipe {recipe!r}; the only recipe is 'testing' "
-                                              "(tiny random backbones for tests)")
-        spec = MetricSpec(name=name, label=label, aspects=list(aspects) if aspects else None, recipe=recipe,
+        spec = MetricSpec(name=name, label=label, aspects=list(aspects) if aspects else None,
                           options={k: v for k, v in m.items() if k not in RUNNER_METRIC_KEYS}, index=i)
         for col in spec.columns():
             if col in columns:

@@ -183,16 +183,6 @@ def _reference_kind(card: Any) -> str:
     return "paired"
 
 
-def recipe_kwargs(name: str) -> dict[str, Any]:
-    """``create_metric`` kwargs with tiny random backbones: ``genmetrics.testing.metric_recipe(name)``."""
-    from genmetrics.testing import metric_recipe
-
-    try:
-        return dict(metric_recipe(name)["kwargs"])
-    except LookupError as e:
-        raise InputError(str(e)) from None
-
-
 def _resolve_paths(cfg: LeaderboardConfig, options: dict[str, Any]) -> dict[str, Any]:
     """String options that name a path relative to the config (``./x``, ``../x``, or an existing file or
     folder next to it) become absolute; anything else (hub ids, attribute-set names) is left alone."""
@@ -278,13 +268,8 @@ def build_plan(cfg: LeaderboardConfig, *, metric_kwargs: dict[str, dict[str, Any
                 hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
                 raise cfg.error((*key, opt), f"unknown key {opt!r} for metric {spec.name!r}{hint} "
                                              f"(metric options: {', '.join(accepted) or 'none'}; "
-                                             "runner keys: name, label, aspects, recipe)")
+                                             "runner keys: name, label, aspects)")
         kwargs: dict[str, Any] = {}
-        if spec.recipe == "testing":
-            try:
-                kwargs.update(recipe_kwargs(spec.name))
-            except InputError as e:
-                raise cfg.error((*key, "recipe"), str(e)) from None
         kwargs.update(_resolve_paths(cfg, spec.options))
         kwargs.update(metric_kwargs.get(spec.label, {}))
         if device is not None and "device" in accepted and "device" not in kwargs:

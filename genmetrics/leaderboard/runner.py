@@ -119,8 +119,10 @@ def _metric_identity(mp: MetricPlan) -> dict[str, Any]:
     # device, batch_size and cache_dir do not change results (metrics are batch-size invariant), so a
     # run may resume with others.
     options = {k: v for k, v in mp.kwargs.items() if k not in ("device", "batch_size", "cache_dir")}
-    return {"name": mp.spec.name, "options": _describe_option(options), "recipe": mp.spec.recipe,
-            "aspects": mp.spec.aspects}
+    from genmetrics.backbones.provider import describe_provider
+
+    return {"name": mp.spec.name, "options": _describe_option(options), "aspects": mp.spec.aspects,
+            "backbone_provider": describe_provider()}
 
 
 def backbone_fingerprint(module: Any) -> dict[str, Any]:

@@ -2,35 +2,31 @@
 
 Writes ``OUT/summary.json``, ``OUT/report.md``, ``OUT/manifest.json`` and the PNGs ``sad_bar``,
 ``pad_bar``, ``rsad_heatmaps``, ``rsad_overlay``, ``attribute_maps``. Every input is validated before
-weights load. For tests, ``GENMETRICS_TEST_BACKBONE=tiny`` replaces the weights with
-:func:`genmetrics.testing.tiny_clip` (random, 32 px input, 4x4 grid; nothing downloads).
+weights load. For tests, the public backbone-provider hook replaces the weights
+(``GENMETRICS_BACKBONE_PROVIDER=genmetrics.testing:tiny_backbones``: a random tiny CLIP, 32 px input, 4x4 grid;
+nothing downloads); see :mod:`genmetrics.backbones.provider`.
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
 import click
 
-TEST_BACKBONE_ENV = "GENMETRICS_TEST_BACKBONE"
-
 
 def _load_backbone(weights: str, device: str | None) -> tuple[Any, Any, str]:
-    """``(model, tokenizer, description)`` for ``--weights`` (or the tiny test backbone)."""
+    """``(model, tokenizer, description)`` for ``--weights`` (or what a backbone provider gives instead)."""
+    from genmetrics.backbones.openclip import load_open_clip, parse_clip_weights
+    from genmetrics.backbones.provider import describe_provider
     from genmetrics.data.device import select_device
 
-    dev = select_device(device)
-    if os.environ.get(TEST_BACKBONE_ENV, "").strip().lower() == "tiny":
-        from genmetrics.testing import tiny_clip
-
-        model, tok = tiny_clip()
-        return model.to(dev), tok, "tiny-random (GENMETRICS_TEST_BACKBONE=tiny)"
-    from genmetrics.backbones.openclip import load_open_clip, parse_clip_weights
-
-    model, _, tok = load_open_clip(weights, device=dev)
-    return model, tok, str(parse_clip_weights(weights))
+    model, _, tok = load_open_clip(weights, device=select_device(device))
+    desc = str(parse_clip_weights(weights))
+    provider = describe_provider()
+    if provider is not None:
+        desc += f" (backbone provider {provider})"
+    return model, tok, desc
 
 
 @click.command("compare")
@@ -79,8 +75,9 @@ def compare_cmd(real_dir: str, gen_dir: str, attributes: str, out_dir: str, weig
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise InputError(f"--out {str(out)!r} cannot be created ({e.strerror}); choose a writable folder") from None
-    if os.environ.get(TEST_BACKBONE_ENV, "").strip().lower() not in ("", "tiny"):
-        raise InputError(f"{TEST_BACKBONE_ENV}: only 'tiny' is supported, got {os.environ[TEST_BACKBONE_ENV]!r}")
+    from genmetrics.backbones.provider import current_provider
+
+    current_provider()  # a bad GENMETRICS_BACKBONE_PROVIDER fails here, before any image is read
     parse_clip_weights(weights)
 
     # ---- score

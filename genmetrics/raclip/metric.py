@@ -328,6 +328,10 @@ def _grid_of(model: Any) -> tuple[int, int]:
 
 def _grid_from_weights(spec: str | None) -> tuple[int, int] | None:
     """Patch grid from the open_clip model config, without loading weights (None when unknown)."""
+    from genmetrics.backbones.provider import current_provider
+
+    if current_provider() is not None:
+        return None  # a backbone provider may give another model: read the grid from the one it gives
     try:
         import open_clip
 

@@ -88,23 +88,75 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'genmetrics.testing' has no attribute {name!r}")
 
 
+_BUILTIN_RECIPES = {"genmetrics.baselines": "baselines", "genmetrics.raclip": "raclip",
+                    "genmetrics.tpips": "tpips", "genmetrics.mie": "mie"}
+
+
 def metric_recipe(name: str) -> dict[str, Any]:
     """``{"kwargs": ..., "updates": [...]}`` that builds metric ``name`` on tiny backbones and feeds it a few
-    small batches. Each family keeps its recipes in ``genmetrics/<family>/recipes.py`` (``RECIPES``);
-    a plugin can do the same in its own package (``<module of the card's factory>/../recipes.py``)."""
+    small batches. The built-in families keep theirs in ``genmetrics/testing/recipes/<family>.py``
+    (``RECIPES``); a plugin keeps its own next to its metric (``<package of the card's factory>.recipes``).
+
+    >>> r = metric_recipe("psnr")
+    >>> sorted(r), len(r["updates"]) >= 2
+    (['kwargs', 'updates'], True)
+    """
     import importlib
 
     from genmetrics.registry import get_card
 
     card = get_card(name)
+    name = card.name  # an alias finds the recipe of the metric it names
     package = card.factory.split(":")[0].rsplit(".", 1)[0]
+    top = ".".join(package.split(".")[:2])
+    module = f"genmetrics.testing.recipes.{_BUILTIN_RECIPES[top]}" if top in _BUILTIN_RECIPES else f"{package}.recipes"
     try:
-        recipes = importlib.import_module(f"{package}.recipes").RECIPES
+        recipes = importlib.import_module(module).RECIPES
     except (ImportError, AttributeError) as e:
-        raise LookupError(f"metric {name!r} has no test recipe ({package}.recipes.RECIPES): {e}") from None
+        raise LookupError(f"metric {name!r} has no test recipe ({module}.RECIPES): {e}") from None
     if name not in recipes:
-        raise LookupError(f"metric {name!r} has no entry in {package}.recipes.RECIPES")
+        raise LookupError(f"metric {name!r} has no entry in {module}.RECIPES")
     return recipes[name]()
+
+
+# ------------------------------------------------------------------------------ backbone provider
+def tiny_backbones(kind: str, weights: str, **options: Any) -> Any:
+    """A backbone provider (:mod:`genmetrics.backbones.provider`) that answers every default-weights load
+    with a tiny random model (seed 0; scores are meaningless, nothing downloads):
+
+    * ``open_clip`` -> ``(tiny_clip(), tokenizer)``; ``dino`` -> ``tiny_dino()``;
+    * ``vlm`` -> ``(model, processor)``: Qwen3.5 when ``vlm_kind`` is ``"qwen3_5"`` or ``weights`` names a
+      Qwen3.5 checkpoint (``Qwen/Qwen3.5-4B``), else Qwen3-VL; ``for_generation=True`` gives the
+      ``*ForConditionalGeneration`` model. Other kinds: ``None`` (load as usual).
+
+    Use it in-process, ``with use_provider(tiny_backbones): ...``, or for a CLI run,
+    ``GENMETRICS_BACKBONE_PROVIDER=genmetrics.testing:tiny_backbones``.
+
+    >>> from genmetrics.backbones.provider import use_provider
+    >>> import genmetrics as gm
+    >>> with use_provider(tiny_backbones):
+    ...     clip_i = gm.create_metric("clip_i")
+    ...     value = clip_i(reference=random_images(2, seed=1), candidates=random_images(2, seed=2))
+    >>> bool(-1.0 <= float(value) <= 1.0)
+    True
+    """
+    if kind == "open_clip":
+        return tiny_clip()
+    if kind == "dino":
+        return tiny_dino()
+    if kind == "vlm":
+        from genmetrics import _tiny_vlm as tv
+
+        vlm_kind = options.get("vlm_kind")
+        qwen35 = vlm_kind in ("qwen3_5", "qwen35") or (
+            vlm_kind is None and any(k in str(weights).lower() for k in ("qwen3.5", "qwen3_5", "qwen35")))
+        gen = bool(options.get("for_generation", False))
+        if qwen35:
+            model = (tv.tiny_qwen35_for_generation if gen else tv.tiny_qwen35)(0)
+            return model, tv.tiny_qwen35_processor()
+        model = (tv.tiny_qwen3vl_for_generation if gen else tv.tiny_qwen3vl)(0)
+        return model, tv.tiny_qwen3vl_processor()
+    return None
 
 
 def _free_port() -> int:

@@ -15,7 +15,9 @@ import pytest
 from lb_helpers import QUICKSTART, REPO
 from PIL import Image
 
+from genmetrics.backbones.provider import use_provider
 from genmetrics.leaderboard import build_plan, load_config, run_leaderboard
+from genmetrics.testing import tiny_backbones
 
 KNOWN_ORDER = ["slight-noise", "blur", "heavy-jpeg"]
 FOLDERS = ["refs", "gen/slight-noise", "gen/blur", "gen/heavy-jpeg"]
@@ -105,9 +107,8 @@ def test_config_models_is_valid(tmp_path):
 @pytest.mark.slow
 def test_config_models_runs_on_tiny_backbones(tmp_path):
     cfg = _models_subset(tmp_path, n=2)
-    for m in cfg.metrics:
-        m.recipe = "testing"  # tiny random backbones instead of the real weights
-    res = run_leaderboard(cfg, tmp_path / "out", plots=False)
+    with use_provider(tiny_backbones):  # tiny random backbones instead of the real weights
+        res = run_leaderboard(cfg, tmp_path / "out", plots=False)
     s = res.summary
     assert set(s["generators"]) == set(KNOWN_ORDER)
     for name, col in s["columns"].items():

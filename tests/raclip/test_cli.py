@@ -1,4 +1,4 @@
-"""``genmetrics compare`` with the tiny test backbone (GENMETRICS_TEST_BACKBONE=tiny) and its input errors."""
+"""``genmetrics compare`` with the tiny test backbone (GENMETRICS_BACKBONE_PROVIDER=genmetrics.testing:tiny_backbones) and its input errors."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def run(argv, capsys):
 
 
 def test_compare_writes_summary_report_and_plots(folders, capsys, monkeypatch):
-    monkeypatch.setenv("GENMETRICS_TEST_BACKBONE", "tiny")
+    monkeypatch.setenv("GENMETRICS_BACKBONE_PROVIDER", "genmetrics.testing:tiny_backbones")
     attrs = folders / "attrs.txt"
     attrs.write_text("smiling\nwearing hat\na red car\nbangs\n")
     out = folders / "out"
@@ -73,7 +73,7 @@ def test_compare_writes_summary_report_and_plots(folders, capsys, monkeypatch):
 ])
 def test_compare_input_errors_before_weights(folders, capsys, monkeypatch, case, needle):
     # no test backbone and weights that cannot exist: any error must come from input validation
-    monkeypatch.delenv("GENMETRICS_TEST_BACKBONE", raising=False)
+    monkeypatch.delenv("GENMETRICS_BACKBONE_PROVIDER", raising=False)
     real, gen, attrs = folders / "real", folders / "gen", "celeba-20"
     if case == "missing_real":
         real = folders / "nope"
