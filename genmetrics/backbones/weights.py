@@ -18,13 +18,17 @@ from genmetrics.errors import WeightsUnavailableError
 
 def genmetrics_home() -> Path:
     """Root of genmetrics' caches: ``$GENMETRICS_HOME`` or ``~/.cache/genmetrics``."""
-    root = os.environ.get("GENMETRICS_HOME")
-    return Path(root).expanduser() if root else Path.home() / ".cache" / "genmetrics"
+    from genmetrics.options import env
+
+    root = env("GENMETRICS_HOME")
+    return root if root is not None else Path.home() / ".cache" / "genmetrics"
 
 
 def offline() -> bool:
-    return any(os.environ.get(v, "").strip().lower() in ("1", "true", "yes", "on")
-               for v in ("GENMETRICS_OFFLINE", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
+    from genmetrics.options import env
+
+    return bool(env("GENMETRICS_OFFLINE", False)) or any(
+        os.environ.get(v, "").strip().lower() in ("1", "true", "yes", "on") for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
 
 
 def weights_unavailable(what: str, looked: list[str] | str, option: str, cause: BaseException | None = None) -> WeightsUnavailableError:

@@ -19,6 +19,7 @@ from torchmetrics.functional.image import (
 from genmetrics.data.images import ResizePolicy, as_image_list, to_tensor
 from genmetrics.errors import InputError
 from genmetrics.metric import SampleMetric
+from genmetrics.options import integer, number
 
 
 class _PairedPixelMetric(SampleMetric):
@@ -79,7 +80,7 @@ class PSNR(_PairedPixelMetric):
 
     def __init__(self, *, max_db: float = 100.0, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.max_db = float(max_db)
+        self.max_db = number("max_db", max_db, lo=0.0, lo_open=True, owner="psnr")
 
     def _fn(self, preds: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         v = peak_signal_noise_ratio(preds, target, data_range=1.0, reduction="none", dim=(1, 2, 3))
@@ -93,7 +94,8 @@ class SSIM(_PairedPixelMetric):
 
     def __init__(self, *, kernel_size: int = 11, sigma: float = 1.5, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.kernel_size, self.sigma = int(kernel_size), float(sigma)
+        self.kernel_size = integer("kernel_size", kernel_size, lo=3, owner="ssim")
+        self.sigma = number("sigma", sigma, lo=0.0, lo_open=True, owner="ssim")
 
     def _fn(self, preds: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         if min(preds.shape[-2:]) < self.kernel_size:
@@ -111,7 +113,10 @@ class MSSSIM(_PairedPixelMetric):
     def __init__(self, *, kernel_size: int = 11, betas: tuple[float, ...] = (0.0448, 0.2856, 0.3001, 0.2363, 0.1333),
                  **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.kernel_size, self.betas = int(kernel_size), tuple(float(b) for b in betas)
+        self.kernel_size = integer("kernel_size", kernel_size, lo=3, owner="ms_ssim")
+        if isinstance(betas, (str, bytes)) or not hasattr(betas, "__len__") or not len(betas):
+            raise InputError(f"ms_ssim: option betas: expected a non-empty list of scale weights, got {betas!r}")
+        self.betas = tuple(number(f"betas[{i}]", b, lo=0.0, owner="ms_ssim") for i, b in enumerate(betas))
 
     def _fn(self, preds: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         need = (self.kernel_size - 1) * 2 ** (len(self.betas) - 1)

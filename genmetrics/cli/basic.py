@@ -51,13 +51,14 @@ def info_cmd(name: str, as_json: bool) -> None:
 
 
 def _expand(paths: tuple[str, ...], role: str) -> list[Path]:
-    from genmetrics.data.images import list_images
+    from genmetrics.data.images import list_images, stem_index
 
     out: list[Path] = []
     for p in paths:
         out.extend(list_images(p))
     if not out:
         raise click.UsageError(f"--{role}: no images given")
+    stem_index(out, role=f"--{role}")  # the leaderboard's rule: one file per stem (sample ids are stems)
     return out
 
 
@@ -115,7 +116,7 @@ def score_cmd(name: str, reference: tuple[str, ...], candidates: tuple[str, ...]
     """Score candidate images with metric NAME."""
     import torch
 
-    from genmetrics.data.images import match_by_stem
+    from genmetrics.data.images import match_by_stem, unused_references
     from genmetrics.data.results import atomic_write_json, dumps_line
     from genmetrics.errors import InputError
     from genmetrics.registry import create_metric, get_card
@@ -154,7 +155,10 @@ def score_cmd(name: str, reference: tuple[str, ...], candidates: tuple[str, ...]
         if len(ref_files) == 1:
             pairs = [(c.stem, ref_files[0], c) for c in cand_files]
         else:
-            pairs = match_by_stem(ref_files, cand_files)
+            pairs = match_by_stem(ref_files, cand_files, ref_name="--reference", cand_name="--candidates")
+            note = unused_references(ref_files, cand_files, ref_name="--reference")
+            if note:
+                click.echo(f"warning: {note}", err=True)
         ids, refs, cand_files = [p[0] for p in pairs], [p[1] for p in pairs], [p[2] for p in pairs]
     else:
         ids, refs = [p.stem for p in cand_files], None

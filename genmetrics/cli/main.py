@@ -86,8 +86,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cli.main(args=args, prog_name="genmetrics", standalone_mode=False)
         return 0
-    except click.exceptions.Abort:
-        click.echo("error: aborted", err=True)
+    except (click.exceptions.Abort, KeyboardInterrupt):  # click turns Ctrl-C into Abort
+        click.echo("error: interrupted; finished results were kept", err=True)
         return 130
     except click.exceptions.Exit as e:
         return int(e.exit_code or 0)
@@ -96,9 +96,6 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exc()
         click.echo(f"error: {_first_line(e.format_message() if hasattr(e, 'format_message') else e)}", err=True)
         return 2
-    except KeyboardInterrupt:
-        click.echo("error: interrupted; finished results were kept", err=True)
-        return 130
     except (InputError, ValueError, FileNotFoundError, IsADirectoryError, NotADirectoryError) as e:
         if debug:
             traceback.print_exc()

@@ -11,7 +11,9 @@ import torch
 def select_device(device: str | torch.device | None = None) -> torch.device:
     """``None`` -> the local CUDA device (``LOCAL_RANK``-aware) if available, else CPU."""
     if device is not None:
-        return torch.device(device)
+        from genmetrics.options import device as check_device
+
+        return torch.device(check_device("device", device))
     if torch.cuda.is_available():
         import os
 

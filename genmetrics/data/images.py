@@ -16,10 +16,14 @@ Conversion rules for files and PIL images (documented in docs/errors.md):
 * EXIF orientation is applied (``ImageOps.exif_transpose``);
 * grayscale (``L``, ``1``), palette (``P``), CMYK, YCbCr and the like convert to RGB with Pillow;
 * images with alpha (``RGBA``, ``LA``, ``PA``, palette with transparency) are composited on **white**;
-* 16-bit and 32-bit integer images (``I;16``, ``I``) are scaled by their type's maximum (65535) to
-  8 bits; float images (``F``) are taken as 0..1 if their maximum is <= 1, else as 0..255;
-* images above :data:`MAX_PIXELS` pixels are refused (decompression-bomb guard); zero-size images are
-  refused.
+* the value range comes from the file's declared sample type, never from its values: 16-bit images
+  (``I;16``) are scaled by 255/65535; 32-bit integer images (``I``, signed) by 255/(2**31-1) (negative
+  values are refused); 32-bit float images (``F``) are 0..1 (values up to 1% outside are clipped, values
+  further out or NaN are refused: rescale the file);
+* animated GIF/WebP/PNG and multi-page TIFF: the first frame is used and a warning says how many frames
+  were dropped;
+* images above :data:`MAX_PIXELS` pixels (``GENMETRICS_MAX_PIXELS``) are refused (decompression-bomb
+  guard); zero-size images are refused.
 
 Resizing is never implicit: each backbone names one :class:`ResizePolicy`.
 """
@@ -43,8 +47,19 @@ from genmetrics.errors import InputError
 
 ImageLike = str | os.PathLike | Image.Image | torch.Tensor
 
-#: Largest image accepted (pixels). Pillow's own bomb limit is raised to this and turned into an error.
-MAX_PIXELS = int(os.environ.get("GENMETRICS_MAX_PIXELS", 16384 * 16384))
+#: Largest image accepted (pixels) unless GENMETRICS_MAX_PIXELS says otherwise. Pillow's own bomb limit is
+#: raised to this and turned into an error.
+MAX_PIXELS = 16384 * 16384
+
+
+def max_pixels() -> int:
+    from genmetrics.options import env
+
+    return int(env("GENMETRICS_MAX_PIXELS", MAX_PIXELS))
+
+
+class FramesDroppedWarning(UserWarning):
+    """An animated or multi-page image file was read as its first frame."""
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".webp", ".bmp", ".tif", ".tiff", ".gif")
 _RANGE_TOL = 1e-3  # relative tolerance on float range checks (rounding of normalised data)
 
@@ -68,22 +83,31 @@ def load_image(path: str | os.PathLike) -> Image.Image:
         raise InputError(f"{str(p)!r} is a folder, expected an image file; pass the folder where a folder is accepted")
     if p.stat().st_size == 0:
         raise InputError(f"image file {str(p)!r} is empty (0 bytes); regenerate or remove it")
+    limit = max_pixels()
     old_limit = Image.MAX_IMAGE_PIXELS
-    Image.MAX_IMAGE_PIXELS = MAX_PIXELS
+    Image.MAX_IMAGE_PIXELS = limit
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
             with Image.open(p) as im:
                 _check_pixels(im.size, str(p))
                 ImageFile.LOAD_TRUNCATED_IMAGES = False
+                frames = int(getattr(im, "n_frames", 1) or 1)
+                fmt = (im.format or "").upper()
+                im.seek(0)
                 im.load()
                 im = ImageOps.exif_transpose(im)
-                return to_rgb(im, name=str(p))
+                rgb = to_rgb(im, name=str(p))
+        if frames > 1:
+            kind = "pages" if fmt == "TIFF" else "frames"
+            warnings.warn(f"{p}: {frames} {kind}; the first is used and the other {frames - 1} are dropped "
+                          "(split the file to score each)", FramesDroppedWarning, stacklevel=2)
+        return rgb
     except InputError:
         raise
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as e:
         raise InputError(
-            f"image file {str(p)!r} is too large ({e}); the decompression-bomb limit is {MAX_PIXELS} pixels "
+            f"image file {str(p)!r} is too large ({e}); the decompression-bomb limit is {limit} pixels "
             "(set GENMETRICS_MAX_PIXELS to raise it if the file is trusted)"
         ) from None
     except UnidentifiedImageError:
@@ -99,9 +123,10 @@ def _check_pixels(size: tuple[int, int], name: str) -> None:
     w, h = size
     if w <= 0 or h <= 0:
         raise InputError(f"{name}: image has zero size {w}x{h}; expected a non-empty image")
-    if w * h > MAX_PIXELS:
+    limit = max_pixels()
+    if w * h > limit:
         raise InputError(
-            f"{name}: image of {w}x{h} = {w * h} pixels exceeds the decompression-bomb limit of {MAX_PIXELS} "
+            f"{name}: image of {w}x{h} = {w * h} pixels exceeds the decompression-bomb limit of {limit} "
             "pixels (set GENMETRICS_MAX_PIXELS to raise it if the file is trusted)"
         )
 
@@ -112,15 +137,8 @@ def to_rgb(im: Image.Image, *, name: str = "image") -> Image.Image:
     mode = im.mode
     if mode == "RGB":
         return im
-    if mode in ("I;16", "I;16B", "I;16L", "I;16N", "I"):
-        arr = np.asarray(im, dtype=np.float64)
-        arr = np.clip(arr / 65535.0 * 255.0 + 0.5, 0, 255).astype(np.uint8)
-        return Image.fromarray(arr, mode="L").convert("RGB")
-    if mode == "F":
-        arr = np.asarray(im, dtype=np.float64)
-        scale = 255.0 if np.nanmax(arr) <= 1.0 else 1.0
-        arr = np.clip(np.nan_to_num(arr) * scale + 0.5, 0, 255).astype(np.uint8)
-        return Image.fromarray(arr, mode="L").convert("RGB")
+    if mode in ("I;16", "I;16B", "I;16L", "I;16N", "I", "F"):
+        return _deep_to_rgb(im, name)
     if mode == "P" and "transparency" in im.info:
         im = im.convert("RGBA")
         mode = "RGBA"
@@ -129,6 +147,30 @@ def to_rgb(im: Image.Image, *, name: str = "image") -> Image.Image:
         background = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
         return Image.alpha_composite(background, rgba).convert("RGB")
     return im.convert("RGB")
+
+
+#: declared sample type -> the value that maps to 255 (see the module docstring and docs/errors.md)
+DEEP_MODES = {"I;16": 65535.0, "I;16B": 65535.0, "I;16L": 65535.0, "I;16N": 65535.0, "I": float(2**31 - 1), "F": 1.0}
+_FLOAT_CLIP = 0.01  # float images: values up to 1% outside 0..1 are rounding and are clipped
+
+
+def _deep_to_rgb(im: Image.Image, name: str) -> Image.Image:
+    """16-bit, 32-bit integer and 32-bit float single-channel images -> RGB, scaled by the declared type."""
+    full = DEEP_MODES[im.mode]
+    arr = np.asarray(im, dtype=np.float64)
+    if im.mode == "F":
+        if not np.isfinite(arr).all():
+            raise InputError(f"{name}: float image contains NaN or infinite values; clean the file first")
+        lo, hi = float(arr.min()), float(arr.max())
+        if lo < -_FLOAT_CLIP or hi > 1.0 + _FLOAT_CLIP:
+            raise InputError(f"{name}: 32-bit float image with values in [{lo:.4g}, {hi:.4g}]; float images are read "
+                             "as 0..1 (by their declared type, not their values): rescale the file to 0..1 or save "
+                             "it as 8- or 16-bit")
+    elif im.mode == "I" and float(arr.min()) < 0:
+        raise InputError(f"{name}: 32-bit integer image with negative values (min {arr.min():.0f}); integer images "
+                         "are read as 0..2**31-1: rescale the file or save it as 8- or 16-bit")
+    arr = np.clip(arr / full * 255.0 + 0.5, 0, 255).astype(np.uint8)
+    return Image.fromarray(arr, mode="L").convert("RGB")
 
 
 def pil_to_tensor(im: Image.Image) -> torch.Tensor:
@@ -306,15 +348,27 @@ def list_images(folder: str | os.PathLike, *, recursive: bool = False) -> list[P
     return files
 
 
+def stem_index(files: list[Path], *, role: str) -> dict[str, Path]:
+    """``{stem: file}``: THE matching rule of ``genmetrics score`` and the leaderboard. Sample ids are file
+    stems, so two files with one stem (``s0.png`` and ``s0.jpg``) are refused on either side, naming both."""
+    seen: dict[str, Path] = {}
+    for f in files:
+        f = Path(f)
+        if f.stem in seen:
+            raise InputError(f"{role}: two images share the stem {f.stem!r} ({seen[f.stem]}, {f}); sample ids are "
+                             "file stems (names without extension), so rename or remove one")
+        seen[f.stem] = f
+    return seen
+
+
 def match_by_stem(
     references: list[Path], candidates: list[Path], *, ref_name: str = "references", cand_name: str = "candidates"
 ) -> list[tuple[str, Path, Path]]:
-    """Pair candidate files with reference files of the same stem; every candidate must have one."""
-    by_stem: dict[str, Path] = {}
-    for r in references:
-        if r.stem in by_stem:
-            raise InputError(f"{ref_name}: two files share the stem {r.stem!r} ({by_stem[r.stem].name}, {r.name})")
-        by_stem[r.stem] = r
+    """Pair candidate files with reference files of the same stem; every candidate must have one, and a stem
+    may appear once per side (:func:`stem_index`). References without a candidate are not used: list them
+    with :func:`unused_references` to say so."""
+    by_stem = stem_index(references, role=ref_name)
+    stem_index(candidates, role=cand_name)
     out, missing = [], []
     for c in candidates:
         r = by_stem.get(c.stem)
@@ -328,6 +382,16 @@ def match_by_stem(
             f"(first: {', '.join(missing[:3])}); references are matched by file name without extension"
         )
     return out
+
+
+def unused_references(references: list[Path], candidates: list[Path], *, ref_name: str = "references") -> str | None:
+    """A one-line note naming the references no candidate matches (``None`` when every one is used)."""
+    stems = {Path(c).stem for c in candidates}
+    extra = [Path(r).name for r in references if Path(r).stem not in stems]
+    if not extra:
+        return None
+    return (f"{ref_name}: {len(extra)} reference image(s) have no candidate with the same stem and are not used "
+            f"(first: {', '.join(extra[:3])})")
 
 
 def image_id(x: ImageLike, index: int) -> str:

@@ -4,9 +4,23 @@ from __future__ import annotations
 
 import numpy as np
 
+#: most bootstrap resamples accepted (1e5 already gives a percentile interval to ~0.1% of its width)
+MAX_N_BOOT = 100_000
+
+
+def check_n_boot(n_boot: object, name: str = "n_boot") -> int:
+    """``n_boot`` as an int in ``[1, MAX_N_BOOT]`` (0 would give a zero-width interval), naming the option."""
+    from genmetrics.options import integer
+
+    return integer(name, n_boot, lo=1, hi=MAX_N_BOOT)
+
 
 def bootstrap_ci(values, *, n_boot: int = 1000, alpha: float = 0.05, seed: int = 0, stat=np.mean) -> tuple[float, float, float]:
     """``(estimate, low, high)``: the statistic of ``values`` and its percentile bootstrap interval."""
+    n_boot = check_n_boot(n_boot)
+    from genmetrics.options import number
+
+    alpha = number("alpha", alpha, lo=0.0, hi=1.0, lo_open=True, hi_open=True)
     x = np.asarray(values, dtype=np.float64)
     if x.ndim != 1 or x.size == 0:
         raise ValueError(f"bootstrap_ci expects a non-empty 1-D array, got shape {x.shape}")
@@ -23,6 +37,7 @@ def bootstrap_ci(values, *, n_boot: int = 1000, alpha: float = 0.05, seed: int =
 def paired_bootstrap(a, b, *, n_boot: int = 1000, alpha: float = 0.05, seed: int = 0) -> dict[str, float]:
     """Paired bootstrap of ``mean(a - b)`` over shared samples: estimate, interval and the two-sided
     bootstrap p-value that the mean difference is zero."""
+    n_boot = check_n_boot(n_boot)
     a = np.asarray(a, dtype=np.float64)
     b = np.asarray(b, dtype=np.float64)
     if a.shape != b.shape or a.ndim != 1 or a.size == 0:

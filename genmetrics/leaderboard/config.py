@@ -386,7 +386,7 @@ def _from_dict(raw: dict[str, Any], *, path: Path | None, base_dir: Path, lines:
     r = c.table(raw.get("run"), ("run",), RUN_KEYS)
     cfg.run = RunSpec(
         seed=c.number(r.get("seed"), ("run", "seed"), int, 0, lo=0),
-        n_boot=c.number(r.get("n_boot"), ("run", "n_boot"), int, 1000, lo=1),
+        n_boot=c.number(r.get("n_boot"), ("run", "n_boot"), int, 1000, lo=1, hi=100_000),
         ci=c.number(r.get("ci"), ("run", "ci"), float, 0.95, lo=0.0, hi=1.0, lo_open=True, hi_open=True),
         batch_size=c.number(r.get("batch_size"), ("run", "batch_size"), int, None, lo=1),
         device=c.string(r.get("device"), ("run", "device")) or "auto",

@@ -219,8 +219,9 @@ class CLIPScore(_ClipFamily, SampleMetric):
                  batch_size: int = 32, **kwargs: Any) -> None:
         super().__init__(batch_size=batch_size, **kwargs)
         self.attributes = resolve_attributes(attributes) if attributes is not None else None
-        if not isinstance(prompt_template, str) or prompt_template.count("{}") != 1:
-            raise InputError(f"prompt_template: expected a template with exactly one '{{}}', got {prompt_template!r}")
+        from genmetrics.options import template
+
+        template("prompt_template", prompt_template, slots=1)
         self.prompt_template = prompt_template
         self._init_backbone(backbone, tokenizer, weights, data_range)
 

@@ -245,9 +245,9 @@ def logit_scale_of(model: Any) -> float:
 
 
 def _check_template(t: str, name: str) -> str:
-    if not isinstance(t, str) or t.count("{}") != 1:
-        raise InputError(f"{name}: expected a template with exactly one '{{}}' for the attribute, got {t!r}")
-    return t
+    from genmetrics.options import template
+
+    return template(name, t, slots=1)
 
 
 class RegionAttributeScorer(nn.Module):

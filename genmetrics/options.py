@@ -1,0 +1,183 @@
+"""Checks for options and environment variables: every value is checked when the metric or run is created,
+and a bad one raises :class:`~genmetrics.errors.InputError` naming the option (or variable), what was
+expected and what arrived.
+
+* :func:`number`, :func:`integer`, :func:`choice`, :func:`template`, :func:`flag` check one option;
+* :func:`env` reads a ``GENMETRICS_*`` variable (the only place that does), parsed and checked by the
+  kind registered in :data:`ENV_VARS` (docs/errors.md lists them).
+
+Nothing here imports torch; it is cheap to import anywhere.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import string
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from genmetrics.errors import InputError
+
+__all__ = ["ENV_VARS", "EnvVar", "choice", "env", "flag", "integer", "number", "template"]
+
+
+def _who(name: str, owner: str | None) -> str:
+    return f"{owner}: option {name}" if owner else f"option {name}"
+
+
+def _range_text(lo: float | None, hi: float | None, lo_open: bool, hi_open: bool) -> str:
+    if lo is None and hi is None:
+        return ""
+    left, right = ("(" if lo_open else "["), (")" if hi_open else "]")
+    return f" in {left}{lo if lo is not None else '-inf'}, {hi if hi is not None else 'inf'}{right}"
+
+
+def _parse_number(name: str, value: Any, owner: str | None, what: str) -> float:
+    """A number from a number or a numeric string (``"3"``, ``"1e-3"``), else an error naming ``name``."""
+    if isinstance(value, bool) or value is None:
+        raise InputError(f"{_who(name, owner)}: expected {what}, got {value!r}")
+    if isinstance(value, str):
+        try:
+            return float(value.strip())
+        except ValueError:
+            raise InputError(f"{_who(name, owner)}: expected {what}, got the text {value!r}") from None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise InputError(f"{_who(name, owner)}: expected {what}, got {type(value).__name__} {value!r}"[:300]) from None
+
+
+def number(name: str, value: Any, *, lo: float | None = None, hi: float | None = None, lo_open: bool = False,
+           hi_open: bool = False, owner: str | None = None) -> float:
+    """A finite float in the given range (a numeric string is accepted: CLI values arrive as text)."""
+    what = "a finite number" + _range_text(lo, hi, lo_open, hi_open)
+    v = _parse_number(name, value, owner, what)
+    ok = math.isfinite(v) and (lo is None or (v > lo if lo_open else v >= lo)) and (
+        hi is None or (v < hi if hi_open else v <= hi))
+    if not ok:
+        raise InputError(f"{_who(name, owner)}: expected {what}, got {value!r}")
+    return v
+
+
+def integer(name: str, value: Any, *, lo: int | None = None, hi: int | None = None, owner: str | None = None) -> int:
+    """An integer in ``[lo, hi]`` (``3.0`` and ``"3"`` are accepted; ``3.5``, ``True``, ``nan`` are not)."""
+    what = "an integer" + _range_text(lo, hi, False, False)
+    v = _parse_number(name, value, owner, what)
+    if not math.isfinite(v) or not float(v).is_integer() or (lo is not None and v < lo) or (hi is not None and v > hi):
+        raise InputError(f"{_who(name, owner)}: expected {what}, got {value!r}")
+    return int(v)
+
+
+def choice(name: str, value: Any, choices: Sequence[str], *, owner: str | None = None) -> str:
+    if not isinstance(value, str) or value not in choices:
+        import difflib
+
+        close = difflib.get_close_matches(str(value), list(choices), n=1, cutoff=0.6)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise InputError(f"{_who(name, owner)}: expected one of {', '.join(map(repr, choices))}, got {value!r}{hint}")
+    return value
+
+
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off", "")
+
+
+def flag(name: str, value: Any, *, owner: str | None = None) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in _TRUE + _FALSE:
+        return value.strip().lower() in _TRUE
+    raise InputError(f"{_who(name, owner)}: expected true or false, got {value!r}")
+
+
+def template(name: str, value: Any, *, slots: int = 1, owner: str | None = None) -> str:
+    """A ``str.format`` template with exactly ``slots`` positional ``{}`` slots and no other field."""
+    if not isinstance(value, str):
+        raise InputError(f"{_who(name, owner)}: expected a text template with {slots} '{{}}', got {value!r}")
+    try:
+        fields = [f for _, f, _, _ in string.Formatter().parse(value) if f is not None]
+    except ValueError as e:
+        raise InputError(f"{_who(name, owner)}: {value!r} is not a valid template ({e}); write literal braces as "
+                         "'{{' and '}}'") from None
+    if len(fields) != slots or any(f != "" for f in fields):
+        raise InputError(f"{_who(name, owner)}: expected a template with exactly {slots} '{{}}' slot(s) and no "
+                         f"other field, got {value!r} ({len(fields)} field(s): {fields!r})")
+    return value
+
+
+# ------------------------------------------------------------------------------------------ environment
+@dataclass(frozen=True)
+class EnvVar:
+    name: str
+    kind: str  # "path", "flag", "int", "progress", "text"
+    help: str
+    lo: int | None = None
+
+
+ENV_VARS: dict[str, EnvVar] = {v.name: v for v in (
+    EnvVar("GENMETRICS_HOME", "path", "root of the weights and feature caches (default ~/.cache/genmetrics)"),
+    EnvVar("GENMETRICS_OFFLINE", "flag", "1/true: never download (as HF_HUB_OFFLINE)"),
+    EnvVar("GENMETRICS_PROGRESS", "progress", "0: no progress bars, 1: always, unset: on a terminal"),
+    EnvVar("GENMETRICS_MAX_PIXELS", "int", "largest image accepted, in pixels (decompression-bomb guard)", lo=1),
+    EnvVar("GENMETRICS_BACKBONE_PROVIDER", "text", "'package.module:function' that supplies backbones (tests)"),
+    EnvVar("GENMETRICS_TEST_BACKBONE", "text", "deprecated test switch of the raclip CLI"),
+)}
+
+
+def env(name: str, default: Any = None) -> Any:
+    """The value of the registered ``GENMETRICS_*`` variable ``name``, parsed by its kind; ``default`` when
+    it is unset or empty. A bad value raises :class:`InputError` naming the variable."""
+    spec = ENV_VARS[name]
+    raw = os.environ.get(name)
+    if raw is None or not raw.strip():
+        return default
+    raw = raw.strip()
+    try:
+        if spec.kind == "flag":
+            return flag(name, raw)
+        if spec.kind == "int":
+            return integer(name, raw, lo=spec.lo)
+        if spec.kind == "progress":
+            return choice(name, raw, ("0", "1"))
+    except InputError as e:
+        msg = str(e).replace(f"option {name}", f"environment variable {name}", 1)
+        raise InputError(f"{msg}; fix or unset it ({spec.help})") from None
+    if spec.kind == "path":
+        return _expand(raw, what=f"environment variable {name}")
+    return raw
+
+
+def expand_user(path: str | os.PathLike, *, what: str = "path") -> Path:
+    """``Path(path).expanduser()``, with an error naming ``what`` when ``~user`` names no user (Python's
+    own message is "Could not determine home directory")."""
+    return _expand(str(path), what=what)
+
+
+def _expand(raw: str, *, what: str) -> Path:
+    try:
+        return Path(raw).expanduser()
+    except RuntimeError:
+        user = raw[1:].split("/", 1)[0].split(os.sep, 1)[0]
+        raise InputError(f"{what} {raw!r}: '~{user}' names no user on this machine (no home directory); give the "
+                         "folder as an absolute path") from None
+
+
+def check_environment() -> None:
+    """Check every set ``GENMETRICS_*`` variable (called when a run or command starts)."""
+    for name in ENV_VARS:
+        env(name)
+
+
+def device(name: str, value: Any, *, owner: str | None = None) -> Any:
+    """A torch device string (``cpu``, ``cuda``, ``cuda:1``, ``mps``, ``auto`` where allowed) or a
+    ``torch.device``; an unknown one (``gpu``) is bad input, not a missing environment."""
+    if value is None or not isinstance(value, str):
+        return value
+    import re
+
+    if not re.fullmatch(r"(auto|cpu|mps|meta|xpu|cuda(:\d+)?)", value.strip()):
+        raise InputError(f"{_who(name, owner)}: unknown device {value!r}; expected cpu, cuda, cuda:N or mps "
+                         "(or auto where the command offers it)")
+    return value.strip()
