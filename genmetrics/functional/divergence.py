@@ -8,7 +8,7 @@ in float64 and return float64 tensors on the input's device.
 * :func:`gaussian_stats` / :func:`sad_from_stats` / :func:`pad_from_stats` — the same from sufficient
   statistics (counts, sums, cross-products), which is what the streaming metrics keep;
 * :func:`kde_sad`, :func:`kde_pad` — the 2024 HCS code's KDE-on-a-grid estimates (parity mode);
-* separation statistics of the paper's ablation (Supp. 0.B.4): :func:`cohens_d`,
+* separation statistics of the paper's ablation (Supp. B.4, Eqs. 17-19): :func:`cohens_d`,
   :func:`hellinger_gaussian`, :func:`one_minus_ovl`.
 
 KL direction: ``"gen||real"`` (default, DESIGN) is KL(N_gen || N_real); ``"real||gen"`` is the
@@ -39,8 +39,8 @@ def _f64(x: Any, name: str) -> torch.Tensor:
     if isinstance(x, np.ndarray):
         x = torch.from_numpy(x)
     if not isinstance(x, torch.Tensor):
-        try:
-            x = torch.as_tensor(x)
+        try:  # Python numbers: straight to float64 (torch.as_tensor would round them through float32)
+            x = torch.as_tensor(x, dtype=torch.float64)
         except (TypeError, ValueError, RuntimeError):
             raise InputError(f"{name}: expected a tensor, got {type(x).__name__}") from None
     if not (x.is_floating_point() or x.dtype in (torch.int32, torch.int64, torch.int16, torch.uint8)):
@@ -355,13 +355,18 @@ def _two_samples(pos: Any, neg: Any) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def cohens_d(pos: Any, neg: Any) -> float:
-    """Cohen's d of positive vs negative scores: ``(mean_pos - mean_neg) / pooled_std`` (unbiased)."""
+    """Cohen's d as the RA-CLIPScore paper defines it (Eq. 17):
+    ``|mu_p - mu_n| / sqrt((sigma_p^2 + sigma_n^2) / 2)``.
+
+    The two variances are averaged with equal weight whatever the group sizes (not pooled by size), each
+    the unbiased (N-1) sample variance of its group; the result is >= 0 and symmetric in its arguments.
+    Constant scores in both groups give ``inf`` (different means) or ``0`` (equal means)."""
     p, n = _two_samples(pos, neg)
-    n1, n2 = p.numel(), n.numel()
-    pooled = ((n1 - 1) * p.var() + (n2 - 1) * n.var()) / (n1 + n2 - 2)
-    if float(pooled) <= 0:
-        return math.inf if float(p.mean() - n.mean()) != 0 else 0.0
-    return float((p.mean() - n.mean()) / pooled.sqrt())
+    mean_var = (p.var() + n.var()) / 2.0
+    gap = float((p.mean() - n.mean()).abs())
+    if float(mean_var) <= 0:
+        return math.inf if gap != 0 else 0.0
+    return gap / math.sqrt(float(mean_var))
 
 
 def _kde_grid(p: torch.Tensor, n: torch.Tensor, n_points: int):

@@ -180,4 +180,20 @@ def test_separation_statistics():
     assert abs(one_minus_ovl(pos, neg) - (1 - ovl_true)) < 0.03
     assert abs(one_minus_ovl(pos, neg, method="gaussian") - (1 - ovl_true)) < 0.02
     assert one_minus_ovl(neg, neg) < 1e-6 and hellinger_gaussian(neg, neg) < 1e-3
-    assert cohens_d(neg, pos) < 0
+    assert cohens_d(neg, pos) == cohens_d(pos, neg) > 0  # Eq. 17 takes |mu_p - mu_n|
+
+
+def test_cohens_d_is_eq17_with_unequal_groups():
+    # CelebA-like imbalance: few positives, many negatives, different spreads
+    pos = [0.9, 0.4, 0.8, 0.99, 0.5]
+    neg = [0.1, 0.3, 0.2, 0.15, 0.4, 0.05, 0.35, 0.25, 0.3, 0.2, 0.1, 0.45]
+    mp, mn = sum(pos) / len(pos), sum(neg) / len(neg)
+    vp = sum((x - mp) ** 2 for x in pos) / (len(pos) - 1)
+    vn = sum((x - mn) ** 2 for x in neg) / (len(neg) - 1)
+    by_hand = abs(mp - mn) / math.sqrt((vp + vn) / 2)
+    assert cohens_d(pos, neg) == pytest.approx(by_hand, rel=1e-12)
+    assert cohens_d(neg, pos) == pytest.approx(by_hand, rel=1e-12)
+    # the size-weighted pooled variance (the textbook d) differs for unequal groups
+    pooled = ((len(pos) - 1) * vp + (len(neg) - 1) * vn) / (len(pos) + len(neg) - 2)
+    assert abs(abs(mp - mn) / math.sqrt(pooled) - by_hand) > 0.05 * by_hand
+    assert cohens_d([1.0, 1.0], [0.0, 0.0]) == math.inf and cohens_d([1.0, 1.0], [1.0, 1.0]) == 0.0
