@@ -116,6 +116,84 @@ class Metric(torchmetrics.Metric):
     def backbone(self, name: str = "backbone") -> nn.Module:
         return self._backbones[name]
 
+    # ----------------------------------------------------------------- public introspection
+    #: constructor options that change how work is done, never the value (left out of :meth:`options`)
+    RUNTIME_OPTIONS: ClassVar[frozenset[str]] = frozenset({
+        "device", "batch_size", "cache_dir", "compute_on_cpu", "dist_sync_on_step", "process_group",
+        "dist_sync_fn", "distributed_available_fn", "sync_on_compute", "compute_with_cache"})
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Metric:
+        self = super().__new__(cls)
+        import inspect
+
+        try:
+            bound = inspect.signature(cls.__init__).bind_partial(self, *args, **kwargs).arguments
+        except TypeError:  # __init__ will raise its own, clearer error
+            bound = dict(kwargs)
+        opts: dict[str, Any] = {}
+        for k, v in bound.items():
+            if k == "self":
+                continue
+            if isinstance(v, dict) and k == "kwargs":
+                opts.update(v)
+            else:
+                opts[k] = v
+        self.__dict__["_given_options"] = opts  # before nn.Module.__init__: plain attribute
+        return self
+
+    def options(self) -> dict[str, Any]:
+        """The options this metric was built with that define its values (``create_metric(name, **opts)``),
+        for manifests and for grouping equal metrics; runtime options (:attr:`RUNTIME_OPTIONS`: device,
+        batch size, caches, torchmetrics' sync settings) are left out. Values are as given (a backbone
+        module stays a module).
+
+        >>> import genmetrics as gm
+        >>> gm.create_metric("psnr", max_db=80.0, batch_size=4).options()
+        {'max_db': 80.0}
+        """
+        return {k: v for k, v in self.__dict__.get("_given_options", {}).items() if k not in self.RUNTIME_OPTIONS}
+
+    def has_data(self) -> bool:
+        """Whether :meth:`update` was called since construction or the last :meth:`reset` (in this process).
+
+        >>> import genmetrics as gm, torch
+        >>> m = gm.create_metric("psnr")
+        >>> m.has_data()
+        False
+        >>> m.update(reference=torch.zeros(1, 3, 8, 8), candidates=torch.ones(1, 3, 8, 8))
+        >>> m.has_data()
+        True
+        """
+        return self._update_count > 0
+
+    def backbones(self) -> dict[str, nn.Module]:
+        """The backbones loaded so far, by name (a metric that loads default weights lazily has none before
+        it first scores). They are frozen and outside ``state_dict()``.
+
+        >>> import genmetrics as gm
+        >>> from genmetrics.testing import tiny_dino
+        >>> sorted(gm.create_metric("dino", backbone=tiny_dino()).backbones())
+        ['backbone']
+        """
+        return dict(self.__dict__.get("_backbones", {}))
+
+    def state_snapshot(self) -> Any:
+        """An opaque copy of the accumulated state, for :meth:`restore_state` (e.g. score the same reference
+        state against several candidate sets)."""
+        state = {k: (v.clone() if isinstance(v, torch.Tensor) else [t.clone() for t in v])
+                 for k, v in ((k, getattr(self, k)) for k in self._defaults)}
+        return state, self._update_count, dict(self.__dict__.get("_id_names", {}))
+
+    def restore_state(self, snapshot: Any) -> None:
+        """Put back the state of a :meth:`state_snapshot` (the snapshot stays reusable)."""
+        state, count, names = snapshot
+        for k, v in state.items():
+            setattr(self, k, v.clone() if isinstance(v, torch.Tensor) else [t.clone() for t in v])
+        self._update_count = count
+        self._computed = None
+        if "_id_names" in self.__dict__:
+            self._id_names = dict(names)
+
     def _apply(self, fn: Any, exclude_state: Sequence[str] = "") -> nn.Module:  # type: ignore[override]
         this = super()._apply(fn, exclude_state)
         for module in self.__dict__.get("_backbones", {}).values():
@@ -207,6 +285,12 @@ class SampleMetric(Metric):
 
     def _reduce(self, scores: torch.Tensor) -> torch.Tensor:
         return scores.mean(0)
+
+    def has_data(self) -> bool:
+        """Whether at least one sample was scored in this process since the last :meth:`reset` (an
+        ``update`` that raised on bad input adds none)."""
+        ids = self.sample_ids
+        return bool(ids.numel()) if isinstance(ids, torch.Tensor) else any(t.numel() for t in ids)
 
     def per_sample(self, *, sync: bool = True) -> dict[str, Any]:
         """Per-sample scores, gathered from every process when running distributed (``sync=True``).

@@ -156,29 +156,10 @@ def _weights_info(metric: Any, mp: MetricPlan) -> dict[str, Any]:
     labels = getattr(metric, "attributes", None)  # what the columns of vector scores ("scores") are
     if isinstance(labels, (list, tuple)) and labels and all(isinstance(a, str) for a in labels):
         info["labels"] = list(labels)
-    backbones = getattr(metric, "_backbones", None) or {}
+    backbones = metric.backbones()
     if backbones:
         info["backbones"] = {k: backbone_fingerprint(m) for k, m in backbones.items()}
     return info
-
-
-def _snapshot(metric: Any) -> tuple[dict[str, Any], int]:
-    import torch
-
-    def clone(v: Any) -> Any:
-        return v.clone() if isinstance(v, torch.Tensor) else [t.clone() for t in v]
-
-    return {k: clone(getattr(metric, k)) for k in metric._defaults}, metric._update_count
-
-
-def _restore(metric: Any, snap: tuple[dict[str, Any], int]) -> None:
-    import torch
-
-    state, count = snap
-    for k, v in state.items():
-        setattr(metric, k, v.clone() if isinstance(v, torch.Tensor) else [t.clone() for t in v])
-    metric._update_count = count
-    metric._computed = None
 
 
 def set_value_score(value: Any) -> tuple[float | None, Any]:
@@ -358,7 +339,7 @@ def _with_context(err: Exception, msg: str) -> Exception:
 
 
 def _free(metric: Any) -> None:
-    heavy = bool(getattr(metric, "_backbones", None))
+    heavy = bool(metric.backbones())
     del metric
     if heavy:  # drop the model before the next metric loads its own
         gc.collect()
@@ -420,7 +401,7 @@ def _run_samples(plan: Plan, mp: MetricPlan, done: set, writer: Any, dist: _Dist
             assert mp.real is not None
             for batch in _bar(_chunks(mp.real, chunk), rank=dist.rank, desc=f"{mp.spec.label} | real set"):
                 metric.update(reference=[str(p) for p in batch])
-            base = _snapshot(metric)
+            base = metric.state_snapshot()
         for g in plan.generators:
             batches = _chunks(todo[g.name], chunk)
             for batch in _bar(batches, rank=dist.rank, desc=f"{mp.spec.label} | {g.name}"):
@@ -430,7 +411,7 @@ def _run_samples(plan: Plan, mp: MetricPlan, done: set, writer: Any, dist: _Dist
                     if not sub:
                         continue
                     if base is not None:
-                        _restore(metric, base)
+                        metric.restore_state(base)
                     else:
                         metric.reset()
                     cond = None
@@ -449,7 +430,7 @@ def _run_samples(plan: Plan, mp: MetricPlan, done: set, writer: Any, dist: _Dist
                         skip.update(metric, g.name, col.name, kwargs, len(sub), [s.id for s in sub])
                     else:
                         metric.update(**kwargs)
-                    if not getattr(metric, "sample_ids", [True]):
+                    if not metric.has_data():
                         continue
                     rows.extend(_sample_rows(_local_per_sample(metric), g.name, col.name, col.aspect))
                 written += writer.write(rows)
@@ -483,9 +464,9 @@ def _run_set(plan: Plan, mp: MetricPlan, done: set, writer: Any, dist: _Dist, we
                 skip.update(metric, "__real__", label, {"reference": paths}, len(paths), [Path(p).stem for p in paths])
             else:
                 metric.update(reference=paths)
-        real_state = _snapshot(metric)
+        real_state = metric.state_snapshot()
         for g in todo:
-            _restore(metric, real_state)
+            metric.restore_state(real_state)
             files = plan.images[g.name]
             for batch in _bar(_chunks(dist.shard(files), chunk), rank=dist.rank, desc=f"{label} | {g.name}"):
                 paths = [str(p) for p in batch]
