@@ -11,23 +11,23 @@
 Per-sample scores are the similarities ``f(reference, candidate | aspect)`` (``[B]`` or ``[B,K]``);
 ``compute()`` is their mean (per candidate column for ``[B,K]``); :meth:`TPIPS.per_aspect` gives the
 accumulated mean per aspect and :meth:`TPIPS.similarities` the one-shot per-sample similarities.
-Every image is resized to ``image_size`` (default 448) with ``ResizePolicy("resize", image_size)``.
+Images reach the backbone as the official Qwen3-VL-Embedding embedder sends them (``resize="smart"``:
+``smart_resize``, aspect kept; see docs/tpips.md); ``resize="square"`` / ``image_size=S`` is the older fixed
+``S x S`` policy.
 """
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import torch
 
-from genmetrics.data.images import ResizePolicy, as_image_list, load_batch
+from genmetrics.data.images import as_image_list, load_batch
 from genmetrics.errors import InputError
-from genmetrics.metric import SampleMetric, hash_id
-from genmetrics.tpips.model import CONFIG_NAME, DEFAULT_IMAGE_SIZE, DEFAULT_WEIGHTS, VARIANTS, check_aspects
+from genmetrics.metric import SampleMetric, _keep_index, hash_id
+from genmetrics.tpips.common import DEFAULT_WEIGHTS, VARIANTS, check_aspects
 
 
 class TPIPS(SampleMetric):
@@ -42,7 +42,8 @@ class TPIPS(SampleMetric):
             ``Qwen/Qwen3-VL-Embedding-8B`` or a local folder also work).
         adapter: a trained TPIPS adapter folder (``genmetrics train tpips`` writes ``OUT/adapter``) or hub id.
         aspect: the aspect used when ``update`` gets no ``condition``.
-        image_size: square resize side (multiple of 32; default 448, or the adapter's).
+        resize: ``"smart"`` (default, the official Qwen3-VL-Embedding policy) or ``"square"``.
+        image_size: side of the square policy (multiple of 32; default 448); alone it selects ``"square"``.
         data_range: the value range of float tensor images (1.0 or 255.0).
         dtype: backbone precision when loading weights (default bf16 on CUDA, fp32 on CPU).
         vision_cache_size: images whose vision-tower output is kept across calls.
@@ -50,10 +51,11 @@ class TPIPS(SampleMetric):
 
     name = "tpips"
     higher_is_better = True
+    paired = True  # preds= are the candidates, target= the references
 
     def __init__(self, backbone: Any = None, processor: Any = None, *, variant: str = "late", weights: str | None = None,
                  adapter: str | os.PathLike | None = None, aspect: str | None = None, image_size: int | None = None,
-                 data_range: float = 1.0, dtype: Any = None, vision_cache_size: int = 64, **kwargs: Any) -> None:
+                 resize: str | None = None, data_range: float = 1.0, dtype: Any = None, vision_cache_size: int = 64, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         if variant not in VARIANTS:
             raise InputError(f"variant={variant!r}: expected one of {', '.join(VARIANTS)}")
@@ -68,8 +70,10 @@ class TPIPS(SampleMetric):
         self.data_range = float(data_range)
         self.dtype_option = dtype
         self.vision_cache_size = int(vision_cache_size)
-        self.image_size = int(image_size) if image_size is not None else _adapter_image_size(adapter) or DEFAULT_IMAGE_SIZE
-        self.resize = ResizePolicy("resize", self.image_size)
+        if resize not in (None, "smart", "square"):
+            raise InputError(f"resize={resize!r}: expected 'smart' (the official Qwen3-VL-Embedding policy) or 'square'")
+        self.image_size = int(image_size) if image_size is not None else None
+        self.resize = resize
         self._candidate_k: int | None = None
         self.add_state("aspect_ids", default=[], dist_reduce_fx="cat")
         self._aspect_names: dict[int, str] = {}
@@ -88,6 +92,7 @@ class TPIPS(SampleMetric):
         else:
             model = load_tpips(self.adapter, backbone=backbone, processor=processor, weights=self.weights,
                                variant=None if self.adapter else self.variant, image_size=self.image_size,
+                               resize=self.resize,
                                dtype=self.dtype_option, vision_cache_size=self.vision_cache_size,
                                data_range=self.data_range)
         if not isinstance(model, TPIPSModel):
@@ -98,13 +103,22 @@ class TPIPS(SampleMetric):
         self._model_ready = True
         return model
 
+    @property
+    def value_range(self) -> tuple[float, float]:
+        """The range of the per-sample scores for this metric's variant: ``[-1, 1]`` for late and early fusion
+        (cosine), ``(-inf, 0]`` for mid fusion (a negative weighted distance). The card's range is their union."""
+        from genmetrics.tpips.model import VALUE_RANGE
+
+        variant = self.backbone("backbone").variant if self._model_ready else self.variant
+        return VALUE_RANGE[variant]
+
     def model(self) -> Any:
         """The underlying :class:`~genmetrics.tpips.model.TPIPSModel` (loads default weights on first use)."""
         return self.backbone("backbone") if self._model_ready else self._build()
 
     # -- inputs ------------------------------------------------------------------------------------
     def _images(self, images: Any, name: str) -> list[torch.Tensor]:
-        return [self.resize.apply_one(x.cpu()) for x in load_batch(images, data_range=self.data_range, name=name)]
+        return [x.cpu() for x in load_batch(images, data_range=self.data_range, name=name)]
 
     def _prepare(self, reference: Any, candidates: Any, condition: Any) -> dict[str, list[Any]]:
         if reference is None:
@@ -182,12 +196,7 @@ class TPIPS(SampleMetric):
             if not scores:
                 raise InputError("tpips: per_aspect() called before any update()")
             scores, ids, asp = torch.cat(scores), torch.cat(ids), torch.cat(asp)
-        seen: set[int] = set()
-        keep = []
-        for i, v in enumerate(ids.tolist()):
-            if v not in seen:
-                seen.add(v)
-                keep.append(i)
+        keep = _keep_index(ids)  # padded copies of named ids once; unnamed samples all kept
         scores, asp = scores[keep], asp[keep]
         out: dict[str, torch.Tensor] = {}
         for h in dict.fromkeys(asp.tolist()):
@@ -204,18 +213,6 @@ class TPIPS(SampleMetric):
         n = _batch_len(batch)
         parts = map_batches(lambda sl: self._score_batch(_slice(batch, sl)), n, self.batch_size)
         return torch.cat(parts, 0).double()
-
-
-def _adapter_image_size(adapter: Any) -> int | None:
-    if adapter is None:
-        return None
-    p = Path(os.fspath(adapter)).expanduser() / CONFIG_NAME
-    if p.is_file():
-        try:
-            return int(json.loads(p.read_text()).get("image_size") or 0) or None
-        except (ValueError, OSError):
-            return None
-    return None
 
 
 __all__ = ["DEFAULT_WEIGHTS", "TPIPS"]

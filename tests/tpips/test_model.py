@@ -15,6 +15,8 @@ from genmetrics.tpips.model import (
     prompt_for,
 )
 
+from genmetrics.tpips.late import single_items
+
 from .conftest import SIZE
 
 VARIANTS = ["late", "mid", "early"]
@@ -41,7 +43,7 @@ def test_positions_and_ids_match_transformers(vlm, processor, images):
     m = TPIPSModel(vlm, processor, "late", image_size=SIZE)
     aspects = ["lighting", "the pose of the cat on the left"]
     feats = m.vision_features(m.load_images(images[:2]))
-    batch = m._build_single(m._single_items(feats, aspects))
+    batch = m._build_single(single_items(m, feats, aspects))
     texts = [_late_text(prompt_for("late", a)) for a in aspects]
     out = processor(text=texts, images=list(images[:2]), return_tensors="pt", padding=True)
     am = out["attention_mask"].bool()

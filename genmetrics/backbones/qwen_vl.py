@@ -1,0 +1,459 @@
+"""The Qwen-VL runtime shared by the TPIPS and MIE families (Qwen3-VL and Qwen3.5 in transformers 5).
+
+One module for what both families need around a ``Qwen3VLModel`` / ``Qwen3_5Model`` (or a
+``*ForConditionalGeneration`` / ``peft.PeftModel`` around one):
+
+* :func:`resolve_parts` / :func:`core_vlm`: the base VLM (``.visual`` + ``.language_model``), the LM head;
+  :func:`linear_attention_layers` (Qwen3.5 Gated-DeltaNet layers), :func:`attn_implementation`;
+* :func:`token_ids`: the special token ids (image, vision start/end, pad);
+* :func:`smart_resize` and :class:`QwenResize`: the official Qwen3-VL(-Embedding) image policy (both sides
+  multiples of 32, between ``4*32*32`` and ``1800*32*32`` pixels, aspect ratio kept, PIL bicubic on 8-bit
+  RGB, the processor then told not to resize again) and the older fixed-square policy;
+* :func:`image_key`, :class:`VisionFeatures`, :class:`VisionCache`, :class:`VisionEncoder`: the frozen
+  vision tower run once per distinct image (content hash), its merged tokens **and DeepStack levels**
+  kept in an LRU cache;
+* :func:`scatter_features`, :func:`run_language_model`: the language tower called with ``inputs_embeds``,
+  explicit ``(3,B,S)`` M-RoPE positions and the DeepStack features at the image positions (hooks capture
+  chosen layer outputs); :func:`mm_encoder_outputs`: cached features in the form the standard forward
+  takes back (``vlm(..., mm_encoder_outputs={"image": ...})``);
+* :func:`resolve_folder`: a trained adapter or heads folder, local path first, then a hub id.
+
+Nothing here downloads at import time; transformers is imported lazily.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from genmetrics.errors import InputError
+
+__all__ = [
+    "OFFICIAL_MAX_TOKENS",
+    "OFFICIAL_MIN_TOKENS",
+    "QwenResize",
+    "TokenIds",
+    "VLMParts",
+    "VisionCache",
+    "VisionEncoder",
+    "VisionFeatures",
+    "attn_implementation",
+    "core_vlm",
+    "image_key",
+    "linear_attention_layers",
+    "mm_encoder_outputs",
+    "resolve_folder",
+    "resolve_parts",
+    "run_language_model",
+    "scatter_features",
+    "smart_resize",
+    "token_ids",
+]
+
+#: Qwen3-VL-Embedding's image budget in merged tokens of ``factor x factor`` pixels (factor = patch 16 x
+#: merge 2 = 32): ``MIN_PIXELS = 4 * 32 * 32`` and ``MAX_PIXELS = 1800 * 32 * 32``.
+OFFICIAL_MIN_TOKENS = 4
+OFFICIAL_MAX_TOKENS = 1800
+MAX_ASPECT_RATIO = 200
+
+
+# --------------------------------------------------------------------------------------------- parts
+@dataclass
+class VLMParts:
+    """The pieces of a Qwen-VL model: ``base`` has ``.visual`` and ``.language_model``."""
+
+    base: nn.Module
+    lm_head: nn.Module | None
+    config: Any
+
+
+def resolve_parts(backbone: Any, *, what: str = "backbone") -> VLMParts:
+    """Find the base VLM and LM head inside a model, a ``*ForConditionalGeneration`` or a ``peft.PeftModel``."""
+    if not isinstance(backbone, nn.Module):
+        raise InputError(f"{what}: expected a transformers Qwen3-VL / Qwen3.5 model (nn.Module), got "
+                         f"{type(backbone).__name__}")
+    m = backbone
+    if hasattr(m, "get_base_model") and callable(m.get_base_model):  # peft.PeftModel
+        m = m.get_base_model()
+    lm_head = getattr(m, "lm_head", None)
+    for _ in range(3):
+        if hasattr(m, "visual") and hasattr(m, "language_model"):
+            return VLMParts(base=m, lm_head=lm_head, config=m.config)
+        inner = getattr(m, "model", None)
+        if not isinstance(inner, nn.Module):
+            break
+        m = inner
+    raise InputError(
+        f"{what}: {type(backbone).__name__} is not a Qwen-VL-style vision-language model (expected .visual and "
+        ".language_model, e.g. transformers.Qwen3VLModel, Qwen3VLForConditionalGeneration or Qwen3_5Model); load "
+        "one with genmetrics.backbones.hf.load_vlm")
+
+
+def core_vlm(backbone: Any, *, what: str = "backbone") -> nn.Module:
+    """The base VLM (``.visual`` + ``.language_model``) inside ``backbone``."""
+    return resolve_parts(backbone, what=what).base
+
+
+def linear_attention_layers(backbone: Any) -> list[int]:
+    """Indices of language-tower layers that are not softmax attention (e.g. Qwen3.5 Gated-DeltaNet)."""
+    parts = resolve_parts(backbone)
+    tc = getattr(parts.config, "text_config", parts.config)
+    types = list(getattr(tc, "layer_types", None) or [])
+    out = {i for i, t in enumerate(types) if t != "full_attention" and ("linear" in str(t) or "delta" in str(t))}
+    for i, layer in enumerate(getattr(parts.base.language_model, "layers", [])):
+        if hasattr(layer, "linear_attn") or not hasattr(layer, "self_attn"):
+            out.add(i)
+    return sorted(out)
+
+
+def attn_implementation(parts: VLMParts) -> str:
+    tc = getattr(parts.config, "text_config", None)
+    impl = getattr(tc, "_attn_implementation", None) or getattr(parts.config, "_attn_implementation", None)
+    return str(impl or "sdpa")
+
+
+@dataclass(frozen=True)
+class TokenIds:
+    image: int
+    vision_start: int
+    vision_end: int
+    pad: int
+
+
+def token_ids(config: Any, tokenizer: Any) -> TokenIds:
+    """Special token ids from the model config (image / vision start / vision end) and the tokenizer (pad)."""
+    pad = getattr(tokenizer, "pad_token_id", None)
+    return TokenIds(image=int(config.image_token_id), vision_start=int(config.vision_start_token_id),
+                    vision_end=int(config.vision_end_token_id), pad=int(pad if pad is not None else 0))
+
+
+# --------------------------------------------------------------------------------------------- resizing
+def smart_resize(height: int, width: int, factor: int = 32, min_pixels: int | None = None,
+                 max_pixels: int | None = None) -> tuple[int, int]:
+    """Qwen-VL's ``smart_resize``: ``(h, w)`` both multiples of ``factor``, ``min_pixels <= h*w <= max_pixels``
+    (defaults ``4*factor**2`` and ``1800*factor**2``, Qwen3-VL-Embedding's), aspect ratio kept as closely
+    as possible (round to the nearest multiple; scale down with floor / up with ceil when out of range).
+
+    >>> smart_resize(96, 160)
+    (96, 160)
+    >>> smart_resize(100, 1000)
+    (96, 992)
+    """
+    lo = OFFICIAL_MIN_TOKENS * factor * factor if min_pixels is None else int(min_pixels)
+    hi = OFFICIAL_MAX_TOKENS * factor * factor if max_pixels is None else int(max_pixels)
+    if height <= 0 or width <= 0:
+        raise InputError(f"image of {width}x{height} pixels: both sides must be positive")
+    if max(height, width) / min(height, width) > MAX_ASPECT_RATIO:
+        raise InputError(f"image of {width}x{height} pixels: aspect ratio above {MAX_ASPECT_RATIO} is not supported "
+                         "by the Qwen-VL image policy; crop it first")
+    h = max(factor, round(height / factor) * factor)
+    w = max(factor, round(width / factor) * factor)
+    if h * w > hi:
+        beta = math.sqrt(height * width / hi)
+        h = max(factor, math.floor(height / beta / factor) * factor)
+        w = max(factor, math.floor(width / beta / factor) * factor)
+    elif h * w < lo:
+        beta = math.sqrt(lo / (height * width))
+        h = math.ceil(height * beta / factor) * factor
+        w = math.ceil(width * beta / factor) * factor
+    return h, w
+
+
+@dataclass(frozen=True)
+class QwenResize:
+    """How an image reaches the vision tower.
+
+    * ``"smart"`` (default): the official Qwen3-VL-Embedding policy: :func:`smart_resize` of the image's own
+      size, resampled with PIL bicubic on the 8-bit RGB image (as ``qwen_vl_utils.fetch_image`` does), so an
+      image keeps its aspect ratio and the embedder sees the pixels the official one sees. Float tensors are
+      rounded to 8 bit first (exact for images that came from 8-bit files).
+    * ``"square"``: bicubic (antialiased) resize of the float image to ``size x size``, aspect not kept
+      (genmetrics' earlier policy; every image gets the same token grid).
+
+    :meth:`pair_size` gives the one size both images of a pair take when a variant compares them token by
+    token (mid and early fusion): :func:`smart_resize` of the mean of the two sizes (symmetric; each image's
+    own smart size when both have the same size).
+    """
+
+    mode: str = "smart"
+    size: int | None = None
+    factor: int = 32
+    min_pixels: int | None = None
+    max_pixels: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("smart", "square"):
+            raise InputError(f"resize={self.mode!r}: expected 'smart' (the official Qwen3-VL-Embedding policy) or "
+                             "'square' (fixed image_size x image_size)")
+        if self.mode == "square" and (self.size is None or self.size <= 0 or self.size % self.factor):
+            raise InputError(f"image_size={self.size!r}: the square policy needs a positive multiple of "
+                             f"patch_size*merge_size = {self.factor} (e.g. 448)")
+
+    def target(self, height: int, width: int) -> tuple[int, int]:
+        if self.mode == "square":
+            return int(self.size), int(self.size)  # type: ignore[arg-type]
+        return smart_resize(height, width, self.factor, self.min_pixels, self.max_pixels)
+
+    def pair_size(self, a: torch.Tensor, b: torch.Tensor) -> tuple[int, int]:
+        ha, wa = int(a.shape[-2]), int(a.shape[-1])
+        hb, wb = int(b.shape[-2]), int(b.shape[-1])
+        return self.target(round((ha + hb) / 2), round((wa + wb) / 2))
+
+    def apply(self, x: torch.Tensor, size: tuple[int, int] | None = None) -> torch.Tensor:
+        """A float ``[3,H,W]`` image in [0,1] -> the resized float image (unchanged when already that size)."""
+        h, w = int(x.shape[-2]), int(x.shape[-1])
+        th, tw = size if size is not None else self.target(h, w)
+        if (h, w) == (th, tw):
+            return x
+        if self.mode == "square":
+            from genmetrics.data.images import ResizePolicy
+
+            return ResizePolicy("resize", th).apply_one(x) if th == tw else _torch_resize(x, (th, tw))
+        return _pil_bicubic(x, (th, tw))
+
+
+def _torch_resize(x: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
+    import torch.nn.functional as F
+
+    return F.interpolate(x[None], size=size, mode="bicubic", antialias=True, align_corners=False)[0].clamp_(0, 1)
+
+
+def _pil_bicubic(x: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
+    import numpy as np
+    from PIL import Image
+
+    arr = (x.detach().cpu().float().permute(1, 2, 0).numpy() * 255.0 + 0.5).clip(0, 255).astype(np.uint8)
+    im = Image.fromarray(arr, mode="RGB").resize((size[1], size[0]), Image.Resampling.BICUBIC)
+    return torch.from_numpy(np.asarray(im, dtype=np.uint8).copy()).permute(2, 0, 1).float().div_(255.0)
+
+
+# --------------------------------------------------------------------------------------------- vision
+def image_key(x: Any) -> str:
+    """Content hash of an image: a tensor (shape + float32 values) or a PIL image (size, mode, pixels)."""
+    h = hashlib.blake2b(digest_size=16)
+    if isinstance(x, torch.Tensor):
+        t = x.detach().to("cpu", torch.float32).contiguous()
+        h.update(str(tuple(t.shape)).encode())
+        h.update(t.numpy().tobytes())
+    else:
+        h.update(f"{x.size[0]}x{x.size[1]}:{x.mode}".encode())
+        h.update(x.tobytes())
+    return h.hexdigest()
+
+
+@dataclass
+class VisionFeatures:
+    """The frozen vision tower's output for one image: merged tokens ``[N,D]`` and DeepStack levels."""
+
+    embeds: torch.Tensor
+    deepstack: tuple[torch.Tensor, ...]
+    grid: tuple[int, int]  # (rows, cols) of the merged token grid; N = rows * cols
+
+    @property
+    def n_tokens(self) -> int:
+        return int(self.embeds.shape[0])
+
+
+class VisionCache:
+    """LRU cache ``image content hash -> VisionFeatures`` (``max_items=0`` keeps nothing across calls)."""
+
+    def __init__(self, max_items: int = 64):
+        self.max_items = int(max_items)
+        self._d: OrderedDict[str, Any] = OrderedDict()
+        self.hits = 0
+        self.misses = 0
+
+    def get(self, key: str) -> Any:
+        v = self._d.get(key)
+        if v is not None:
+            self._d.move_to_end(key)
+            self.hits += 1
+        return v
+
+    def put(self, key: str, v: Any) -> None:
+        if self.max_items <= 0:
+            return
+        self._d[key] = v
+        self._d.move_to_end(key)
+        while len(self._d) > self.max_items:
+            self._d.popitem(last=False)
+
+    def clear(self) -> None:
+        self._d.clear()
+
+    def __len__(self) -> int:
+        return len(self._d)
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._d
+
+
+class VisionEncoder:
+    """Images (float ``[3,H,W]`` in [0,1], already at their final size) -> :class:`VisionFeatures`, each
+    distinct image through the tower once per call, an LRU :class:`VisionCache` across calls.
+
+    ``calls`` counts the images pushed through the tower (for tests and benchmarks)."""
+
+    def __init__(self, visual: nn.Module, image_processor: Any, *, cache_size: int = 64, batch_size: int = 32):
+        self.visual = visual
+        self.image_processor = image_processor
+        self.patch_size = int(getattr(image_processor, "patch_size", 16))
+        self.merge_size = int(getattr(image_processor, "merge_size", 2))
+        self.batch_size = int(batch_size)
+        self.cache = VisionCache(cache_size)
+        self.calls = 0
+
+    @property
+    def factor(self) -> int:
+        return self.patch_size * self.merge_size
+
+    def pixels(self, images: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """``pixel_values`` and ``image_grid_thw`` from the processor, told not to resize or rescale again."""
+        for i, x in enumerate(images):
+            if int(x.shape[-2]) % self.factor or int(x.shape[-1]) % self.factor:
+                raise InputError(f"image {i}: {tuple(x.shape[-2:])} is not a multiple of patch_size*merge_size = "
+                                 f"{self.factor}; resize it with QwenResize first")
+        out = self.image_processor(images=images, do_resize=False, do_rescale=False, return_tensors="pt")
+        return out["pixel_values"], out["image_grid_thw"]
+
+    @torch.no_grad()
+    def encode(self, images: list[torch.Tensor]) -> list[VisionFeatures]:
+        """Run the tower on ``images`` (no caching) in chunks of ``batch_size``."""
+        p = next(self.visual.parameters())
+        out: list[VisionFeatures] = []
+        for i in range(0, len(images), self.batch_size):
+            chunk = images[i:i + self.batch_size]
+            pix, grid = self.pixels(chunk)
+            res = self.visual(pix.to(p.device, p.dtype), grid_thw=grid.to(p.device), return_dict=True)
+            self.calls += len(chunk)
+            sizes = (grid.prod(-1) // self.merge_size ** 2).tolist()
+            embeds = torch.split(res.pooler_output, sizes)
+            ds = [torch.split(f, sizes) for f in (getattr(res, "deepstack_features", None) or [])]
+            for j, e in enumerate(embeds):
+                g = grid[j].tolist()
+                out.append(VisionFeatures(embeds=e.detach(), deepstack=tuple(level[j].detach() for level in ds),
+                                          grid=(int(g[1]) // self.merge_size, int(g[2]) // self.merge_size)))
+        return out
+
+    def features(self, images: list[torch.Tensor], *, keys: list[str] | None = None,
+                 use_cache: bool = True) -> list[VisionFeatures]:
+        """Features for each image; every distinct image (content key) goes through the tower once."""
+        keys = keys_of(images) if keys is None else keys
+        found: dict[str, VisionFeatures] = {}
+        todo: dict[str, torch.Tensor] = {}
+        for k, x in zip(keys, images):
+            if k in found or k in todo:
+                continue
+            hit = self.cache.get(k) if use_cache else None
+            if hit is not None:
+                found[k] = hit
+            else:
+                todo[k] = x
+        if todo:
+            self.cache.misses += len(todo)
+            for k, f in zip(todo, self.encode(list(todo.values()))):
+                found[k] = f
+                if use_cache:
+                    self.cache.put(k, f)
+        return [found[k] for k in keys]
+
+
+def keys_of(images: list[Any]) -> list[str]:
+    """Content keys; an object repeated in the list is hashed once."""
+    memo: dict[int, str] = {}
+    out = []
+    for x in images:
+        k = memo.get(id(x))
+        if k is None:
+            k = memo[id(x)] = image_key(x)
+        out.append(k)
+    return out
+
+
+def mm_encoder_outputs(features: Sequence[VisionFeatures], *, device: Any, dtype: torch.dtype,
+                       deepstack: bool = True) -> Any:
+    """Cached features in the form ``vlm(..., mm_encoder_outputs={"image": obj})`` takes back (in the
+    sequence's image order): ``BaseModelOutputWithDeepstackFeatures`` for Qwen3-VL, else
+    ``BaseModelOutputWithPooling`` (Qwen3.5 has no DeepStack)."""
+    pooled = tuple(f.embeds.to(device, dtype) for f in features)
+    if deepstack and features and features[0].deepstack:
+        from transformers.models.qwen3_vl.modeling_qwen3_vl import BaseModelOutputWithDeepstackFeatures
+
+        levels = [tuple(f.deepstack[lvl].to(device, dtype) for f in features) for lvl in range(len(features[0].deepstack))]
+        return BaseModelOutputWithDeepstackFeatures(pooler_output=pooled, deepstack_features=levels)
+    from transformers.modeling_outputs import BaseModelOutputWithPooling
+
+    return BaseModelOutputWithPooling(pooler_output=pooled)
+
+
+# --------------------------------------------------------------------------------------------- language tower
+def scatter_features(language_model: nn.Module, input_ids: torch.Tensor, visual_mask: torch.Tensor,
+                     features: Sequence[VisionFeatures]) -> tuple[torch.Tensor, list[torch.Tensor] | None]:
+    """Token embeddings with the image features written at ``visual_mask`` (in order), and the DeepStack
+    levels concatenated in the same order (None when the backbone has none)."""
+    embeds = language_model.embed_tokens(input_ids)
+    deepstack = None
+    if features:
+        vis = torch.cat([f.embeds for f in features], 0).to(embeds.device, embeds.dtype)
+        embeds = embeds.masked_scatter(visual_mask.unsqueeze(-1), vis)
+        if features[0].deepstack:
+            deepstack = [torch.cat([f.deepstack[lvl] for f in features], 0).to(embeds.device, embeds.dtype)
+                         for lvl in range(len(features[0].deepstack))]
+    return embeds, deepstack
+
+
+def run_language_model(language_model: nn.Module, embeds: torch.Tensor, attention_mask: torch.Tensor,
+                       position_ids: torch.Tensor, visual_mask: torch.Tensor, deepstack: list[torch.Tensor] | None,
+                       capture: Sequence[int] = ()) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
+    """The language tower on ``inputs_embeds`` with explicit ``(3,B,S)`` positions (and DeepStack at the
+    image positions): ``(last_hidden_state, {layer: output of that decoder layer})``."""
+    kwargs: dict[str, Any] = {"inputs_embeds": embeds, "attention_mask": attention_mask,
+                              "position_ids": position_ids, "use_cache": False}
+    if deepstack is not None:
+        kwargs["visual_pos_masks"] = visual_mask
+        kwargs["deepstack_visual_embeds"] = deepstack
+    captured: dict[int, torch.Tensor] = {}
+    hooks = []
+    for li in capture:
+        def hook(_m, _inp, out, li=li):
+            captured[li] = out[0] if isinstance(out, tuple) else out
+        hooks.append(language_model.layers[li].register_forward_hook(hook))
+    try:
+        out = language_model(**kwargs)
+    finally:
+        for h in hooks:
+            h.remove()
+    return out.last_hidden_state, captured
+
+
+# --------------------------------------------------------------------------------------------- folders
+def resolve_folder(path_or_id: str | os.PathLike, marker: str, *, what: str, hint: str) -> Path:
+    """A trained adapter / heads folder: an existing local folder holding ``marker``, else a hub id
+    downloaded (snapshot) into the genmetrics cache. Raises ``WeightsUnavailableError`` naming where it
+    looked and ``hint`` (how to make or point at one)."""
+    from genmetrics.backbones.hf import _unavailable, hf_cache_dir
+    from genmetrics.backbones.weights import offline
+
+    s = os.fspath(path_or_id)
+    p = Path(s).expanduser()
+    if p.is_dir():
+        if not (p / marker).is_file():
+            raise _unavailable(str(p), [str(p)], hint=f"The folder has no {marker}. {hint}")
+        return p.resolve()
+    if p.exists() or s.startswith((".", "/", "~")) or s.count("/") != 1:
+        raise _unavailable(str(p), [str(p)], hint=f"No such {what} folder. {hint}")
+    try:
+        from huggingface_hub import snapshot_download
+
+        return Path(snapshot_download(s, cache_dir=str(hf_cache_dir()), local_files_only=offline()))
+    except Exception as e:  # noqa: BLE001 - any hub failure becomes one clear error
+        raise _unavailable(s, [str(hf_cache_dir()), "the Hugging Face Hub"], cause=e, hint=hint) from e

@@ -1,0 +1,257 @@
+"""The machinery every TPIPS model shares: images -> (resize policy) -> cached vision features -> the
+language tower with explicit M-RoPE positions (the shared Qwen-VL runtime,
+:mod:`genmetrics.backbones.qwen_vl`), plus text helpers and right-padded sequence building."""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from genmetrics.backbones.qwen_vl import (
+    QwenResize,
+    VisionCache,
+    VisionEncoder,
+    VisionFeatures,
+    keys_of,
+    resolve_parts,
+    run_language_model,
+    scatter_features,
+    token_ids,
+)
+from genmetrics.data.images import as_image_list, to_tensor
+from genmetrics.errors import InputError
+from genmetrics.tpips.common import MAX_ASPECT_TOKENS
+
+
+def make_resize(resize: str | None, image_size: int | None, factor: int) -> QwenResize:
+    """``resize`` None: ``"square"`` when ``image_size`` is given (the older fixed-square policy), else
+    ``"smart"`` (the official Qwen3-VL-Embedding policy)."""
+    mode = resize or ("square" if image_size is not None else "smart")
+    if mode == "square" and image_size is None:
+        from genmetrics.tpips.common import DEFAULT_IMAGE_SIZE
+
+        image_size = DEFAULT_IMAGE_SIZE
+    return QwenResize(mode, int(image_size) if mode == "square" else None, factor)
+
+
+class VLMBase(nn.Module):
+    """Images -> cached vision features -> language tower with explicit positions (see module docstring)."""
+
+    def __init__(self, backbone: nn.Module, processor: Any, *, image_size: int | None = None, resize: str | None = None,
+                 vision_cache_size: int = 64, batch_size: int = 16, vision_batch_size: int = 32,
+                 data_range: float = 1.0, max_aspect_tokens: int = MAX_ASPECT_TOKENS) -> None:
+        super().__init__()
+        self.backbone = backbone
+        self._parts = resolve_parts(backbone)
+        if processor is None or not hasattr(processor, "tokenizer") or not hasattr(processor, "image_processor"):
+            raise InputError("processor: expected the model's transformers processor (with .tokenizer and "
+                             f".image_processor, e.g. Qwen3VLProcessor), got {type(processor).__name__}")
+        self.processor = processor
+        self.tokenizer = processor.tokenizer
+        self.vision = VisionEncoder(self._parts.base.visual, processor.image_processor, cache_size=vision_cache_size,
+                                    batch_size=vision_batch_size)
+        self.patch_size, self.merge_size = self.vision.patch_size, self.vision.merge_size
+        self.resize = make_resize(resize, image_size, self.vision.factor)
+        self.data_range = float(data_range)
+        self.batch_size = int(batch_size)
+        self.max_aspect_tokens = int(max_aspect_tokens)
+        ids = token_ids(self._parts.config, self.tokenizer)
+        self.image_token_id, self.vision_start_id, self.vision_end_id, self.pad_id = (
+            ids.image, ids.vision_start, ids.vision_end, ids.pad)
+        self._tok_cache: dict[str, list[int]] = {}
+
+    # -- basic properties --------------------------------------------------------------------------
+    @property
+    def image_size(self) -> int | None:
+        """Side of the square policy (None under the default ``"smart"`` policy)."""
+        return self.resize.size
+
+    @property
+    def vision_cache(self) -> VisionCache:
+        return self.vision.cache
+
+    @property
+    def vision_calls(self) -> int:
+        """Images pushed through the vision tower so far (for tests and benchmarks)."""
+        return self.vision.calls
+
+    @property
+    def language_model(self) -> nn.Module:
+        return self._parts.base.language_model
+
+    @property
+    def device(self) -> torch.device:
+        return self.language_model.embed_tokens.weight.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.language_model.embed_tokens.weight.dtype
+
+    @property
+    def hidden_size(self) -> int:
+        return int(self.language_model.embed_tokens.weight.shape[1])
+
+    def train(self, mode: bool = True) -> VLMBase:
+        super().train(mode)
+        self._parts.base.visual.eval()  # frozen tower: never dropout
+        return self
+
+    # -- text --------------------------------------------------------------------------------------
+    def _ids(self, text: str) -> list[int]:
+        ids = self._tok_cache.get(text)
+        if ids is None:
+            ids = list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+            if len(self._tok_cache) < 4096:
+                self._tok_cache[text] = ids
+        return ids
+
+    def _clip_aspect(self, aspect: str) -> str:
+        """Truncate an over-long aspect with the tokenizer (never by slicing the prompt's ids)."""
+        enc = self.tokenizer(aspect, add_special_tokens=False, truncation=True, max_length=self.max_aspect_tokens)
+        ids = enc["input_ids"]
+        if len(ids) >= self.max_aspect_tokens:
+            full = len(self.tokenizer(aspect, add_special_tokens=False)["input_ids"])
+            if full > self.max_aspect_tokens:
+                warnings.warn(f"aspect of {full} tokens truncated to {self.max_aspect_tokens} tokens by the tokenizer",
+                              stacklevel=3)
+                return self.tokenizer.decode(ids)
+        return aspect
+
+    # -- images ------------------------------------------------------------------------------------
+    def load_images(self, images: Any, *, name: str = "images") -> list[torch.Tensor]:
+        """Any accepted batch -> list of float ``[3,H,W]`` tensors in [0,1] at their own size (the resize
+        policy is applied when they are scored). An input object repeated in the batch is decoded once."""
+        items = as_image_list(images, name=name)
+        if not items:
+            raise InputError(f"{name}: the batch is empty; expected at least one image")
+        done: dict[int, torch.Tensor] = {}
+        out = []
+        for i, x in enumerate(items):
+            t = done.get(id(x))
+            if t is None:
+                label = str(x) if isinstance(x, (str, os.PathLike)) else f"{name}[{i}]"
+                t = done[id(x)] = to_tensor(x, data_range=self.data_range, name=label).cpu()
+            out.append(t)
+        return out
+
+    def resized(self, images: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        """Each image under the resize policy, on its own (late fusion); a repeated object is resized once."""
+        memo: dict[int, torch.Tensor] = {}
+        for x in images:
+            if id(x) not in memo:
+                memo[id(x)] = self.resize.apply(x)
+        return [memo[id(x)] for x in images]
+
+    def resized_pairs(self, a: Sequence[torch.Tensor], b: Sequence[torch.Tensor]
+                      ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """Both images of each pair at one size (:meth:`QwenResize.pair_size`), for token-wise comparison."""
+        memo: dict[tuple[int, tuple[int, int]], torch.Tensor] = {}
+
+        def one(x: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
+            k = (id(x), size)
+            if k not in memo:
+                memo[k] = self.resize.apply(x, size)
+            return memo[k]
+
+        out_a, out_b = [], []
+        for x, y in zip(a, b):
+            size = self.resize.pair_size(x, y)
+            out_a.append(one(x, size))
+            out_b.append(one(y, size))
+        return out_a, out_b
+
+    def vision_features(self, images: list[torch.Tensor], *, use_cache: bool = True,
+                        keys: list[str] | None = None) -> list[VisionFeatures]:
+        """Features of already-resized images; every distinct image goes through the vision tower once."""
+        return self.vision.features(images, keys=keys, use_cache=use_cache and self.vision_cache.max_items > 0)
+
+    @staticmethod
+    def _keys(images: list[torch.Tensor]) -> list[str]:
+        return keys_of(images)
+
+    # -- sequences ---------------------------------------------------------------------------------
+    def _build_single(self, items: list[list[tuple[str, Any]]]) -> dict[str, Any]:
+        """Right-padded batch of sequences made of ``("text", str)`` / ``("instruction", str)`` /
+        ``("image", VisionFeatures)`` segments, with the standard Qwen3-VL layout (``<|vision_start|>`` image
+        tokens ``<|vision_end|>``) and M-RoPE positions as ``Qwen3VLModel.get_rope_index`` computes them."""
+        seqs, poss, vis_masks, feats, spans = [], [], [], [], []
+        for segs in items:
+            ids: list[int] = []
+            pos: list[tuple[int, int, int]] = []
+            vmask: list[bool] = []
+            fs: list[VisionFeatures] = []
+            span: dict[str, Any] = {"images": []}
+            p = 0
+            for kind, val in segs:
+                if kind in ("text", "instruction"):
+                    t = self._ids(val)
+                    if kind == "instruction":
+                        span["instruction"] = (len(ids), len(ids) + len(t))
+                    ids += t
+                    pos += [(p + i, p + i, p + i) for i in range(len(t))]
+                    vmask += [False] * len(t)
+                    p += len(t)
+                    continue
+                f: VisionFeatures = val
+                gh, gw = f.grid
+                ids.append(self.vision_start_id)
+                pos.append((p, p, p))
+                p += 1
+                span["images"].append((len(ids), len(ids) + gh * gw))
+                ids += [self.image_token_id] * (gh * gw)
+                pos += [(p, p + r, p + c) for r in range(gh) for c in range(gw)]
+                p += max(gh, gw)
+                ids.append(self.vision_end_id)
+                pos.append((p, p, p))
+                p += 1
+                vmask += [False] + [True] * (gh * gw) + [False]
+                fs.append(f)
+            seqs.append(ids)
+            poss.append(pos)
+            vis_masks.append(vmask)
+            feats.append(fs)
+            spans.append(span)
+        B, S = len(seqs), max(len(s) for s in seqs)
+        input_ids = torch.full((B, S), self.pad_id, dtype=torch.long)
+        attn = torch.zeros((B, S), dtype=torch.long)
+        position_ids = torch.zeros((3, B, S), dtype=torch.long)
+        vmask_t = torch.zeros((B, S), dtype=torch.bool)
+        for b in range(B):
+            n = len(seqs[b])
+            input_ids[b, :n] = torch.tensor(seqs[b])
+            attn[b, :n] = 1
+            pt = torch.tensor(poss[b], dtype=torch.long).T
+            position_ids[:, b, :n] = pt
+            last = int(pt[:, -1].max()) if n else 0
+            position_ids[:, b, n:] = torch.arange(last + 1, last + 1 + S - n)
+            vmask_t[b, :n] = torch.tensor(vis_masks[b])
+        dev = self.device
+        return {"input_ids": input_ids.to(dev), "attention_mask": attn.to(dev), "position_ids": position_ids.to(dev),
+                "visual_mask": vmask_t.to(dev), "features": [f for fs in feats for f in fs],
+                "lengths": [len(s) for s in seqs], "spans": spans}
+
+    def _embed(self, input_ids: torch.Tensor, visual_mask: torch.Tensor, features: list[VisionFeatures]
+               ) -> tuple[torch.Tensor, list[torch.Tensor] | None]:
+        return scatter_features(self.language_model, input_ids, visual_mask, features)
+
+    def _run_lm(self, embeds: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
+                visual_mask: torch.Tensor, deepstack: list[torch.Tensor] | None,
+                capture: Sequence[int] = ()) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
+        return run_language_model(self.language_model, embeds, attention_mask, position_ids, visual_mask, deepstack,
+                                  capture)
+
+    def run_batch(self, batch: dict[str, Any], capture: Sequence[int] = ()) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
+        """The language tower on a :meth:`_build_single` batch: ``(last hidden states, captured layers)``."""
+        embeds, ds = self._embed(batch["input_ids"], batch["visual_mask"], batch["features"])
+        return self._run_lm(embeds, batch["attention_mask"], batch["position_ids"], batch["visual_mask"], ds, capture)
+
+    def last_token_states(self, batch: dict[str, Any]) -> torch.Tensor:
+        """``[B,D]`` final hidden state of each sequence's last real token (right padding)."""
+        hidden, _ = self.run_batch(batch)
+        last = torch.tensor([n - 1 for n in batch["lengths"]], device=hidden.device)
+        return hidden[torch.arange(hidden.shape[0], device=hidden.device), last]

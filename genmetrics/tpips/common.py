@@ -1,0 +1,95 @@
+"""TPIPS constants and text helpers shared by every variant: default weights, temperatures, the prompts of
+Appendix C.1 / C.3, aspect validation and the exact float64 cosine."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from genmetrics.errors import InputError
+
+DEFAULT_WEIGHTS = "Qwen/Qwen3-VL-Embedding-2B"
+WEIGHTS_8B = "Qwen/Qwen3-VL-Embedding-8B"
+TRIPLET_WEIGHTS = "Qwen/Qwen3-VL-8B-Instruct"
+VARIANTS = ("late", "mid", "early")
+DEFAULT_TEMPERATURE = {"late": 0.05, "early": 0.05, "mid": 0.0025}
+DEFAULT_IMAGE_SIZE = 448  # side of the "square" resize policy
+RESIZE_MODES = ("smart", "square")
+CONFIG_NAME = "tpips.json"
+HEAD_NAME = "tpips_head.safetensors"
+FORMAT = "genmetrics.tpips/1"
+
+#: (template with {aspect}, template for the "overall" aspect) per prompt family (Appendix C.1, C.3)
+PROMPTS: dict[str, tuple[str, str]] = {
+    "late": ("Represent the similarity of the image based on {aspect}.", "Represent the similarity of the image."),
+    "mid": ("Represent the similarity of the image based on {aspect}.", "Represent the similarity of the image."),
+    "early": ("Measure the similarity between the two images based on {aspect}.",
+              "Measure the similarity between the two images."),
+    # Appendix C.3 zero-shot embedding baseline (Qwen3-VL-Embedding).
+    "embedding_baseline": ("Represent the visual similarity of this image in terms of {aspect}.",
+                           "Represent the visual similarity of this image."),
+    "triplet": ("I provide three horizontally concatenated images (left, middle, right). Which image is the most "
+                "different among the three in terms of {aspect}? You need to choose: left, middle, right. Answer:",
+                "I provide three horizontally concatenated images (left, middle, right). Which image is the most "
+                "different among the three? You need to choose: left, middle, right. Answer:"),
+    "triplet_2afc": ("I provide three horizontally concatenated images. The center image is the reference. Which "
+                     "candidate (left or right) is more similar to the reference in terms of {aspect}? Answer with "
+                     "one word: left or right. Answer:",
+                     "I provide three horizontally concatenated images. The center image is the reference. Which "
+                     "candidate (left or right) is more similar to the reference? Answer with one word: left or "
+                     "right. Answer:"),
+    "pairwise": ("I show you two images placed side by side (left and right). Rate how similar these two images "
+                 "are in terms of {aspect} on a scale of 0 to 10, where 0 means completely different and 10 means "
+                 "identical. Answer with a single number from 0 to 10. Answer:",
+                 "I show you two images placed side by side (left and right). Rate how similar these two images "
+                 "are overall on a scale of 0 to 10, where 0 means completely different and 10 means identical. "
+                 "Answer with a single number from 0 to 10. Answer:"),
+}
+
+MAX_ASPECT_TOKENS = 128
+
+
+# --------------------------------------------------------------------------------------------- helpers
+def is_overall(aspect: str) -> bool:
+    return aspect.strip().rstrip(".").strip().lower() == "overall"
+
+
+def prompt_for(family: str, aspect: str, prompts: tuple[str, str] | None = None) -> str:
+    """The instruction for ``aspect`` (``"overall"`` drops the "based on <c>" part)."""
+    template, overall = prompts if prompts is not None else PROMPTS[family]
+    if is_overall(aspect):
+        return overall
+    a = aspect.strip()
+    while a.endswith("."):
+        a = a[:-1].rstrip()
+    return template.format(aspect=a)
+
+
+def check_aspects(aspects: Any, n: int, *, name: str = "aspects") -> list[str]:
+    """A string (used for all ``n`` samples) or a list of ``n`` non-empty strings -> list of ``n`` strings."""
+    if isinstance(aspects, str):
+        aspects = [aspects] * n
+    if not isinstance(aspects, Sequence) or isinstance(aspects, (bytes, bytearray)):
+        raise InputError(f"{name}: expected a string or a list of strings, got {type(aspects).__name__}")
+    aspects = list(aspects)
+    if len(aspects) != n:
+        raise InputError(f"{name}: got {len(aspects)} aspects for {n} image pairs; pass one aspect per pair "
+                         "(or a single string for all)")
+    for i, a in enumerate(aspects):
+        if not isinstance(a, str):
+            raise InputError(f"{name}[{i}]: expected a string, got {type(a).__name__} {a!r}"[:200])
+        if not a.strip():
+            raise InputError(f"{name}[{i}]: the aspect is empty or whitespace only; give a text such as "
+                             "'lighting' or 'overall'")
+    return aspects
+
+
+def unit_cosine(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Cosine of the rows of ``a`` and ``b`` as ``1 - ||u - v||^2 / 2`` of the float64 unit vectors: exactly 1
+    for bitwise-equal inputs and exactly symmetric, in [-1, 1]."""
+    u = F.normalize(a.double(), dim=-1, eps=1e-300)
+    v = F.normalize(b.double(), dim=-1, eps=1e-300)
+    return (1.0 - 0.5 * ((u - v) ** 2).sum(-1)).clamp(-1.0, 1.0)

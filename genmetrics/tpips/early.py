@@ -1,0 +1,101 @@
+"""Early fusion (Appendix C.2): one sequence ``[text | x1 patches | x2 patches | r1 | r2]`` with a custom
+boolean 4D mask (text causal among itself; patches see the text and both images; ``r_k`` sees the text, the
+patches of ``x_k`` and itself), M-RoPE positions built here (text ``(t,0,0)`` for ``t = 1..M``, patches of
+both images ``(0,h,w)``, both registers ``(M+1,0,0)``), one learned register vector; ``f = cos(h_r1, h_r2)``.
+Symmetric and ``f(x,x) = 1`` by construction. Both images of a pair share one token grid
+(:meth:`~genmetrics.backbones.qwen_vl.QwenResize.pair_size`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from genmetrics.backbones.qwen_vl import VisionFeatures, attn_implementation
+from genmetrics.errors import InputError
+from genmetrics.tpips.common import prompt_for, unit_cosine
+
+
+def early_inputs(model: Any, fa: list[VisionFeatures], fb: list[VisionFeatures], aspects: list[str]) -> dict[str, Any]:
+    """The Appendix C.2 inputs for a batch of pairs: ids, 4D bool mask ``[B,1,S,S]`` (True = may attend),
+    positions ``(3,B,S)``, patch/register masks and the register indices."""
+    texts = []
+    for a in aspects:
+        instr = prompt_for("early", model._clip_aspect(a), model.prompts)
+        texts.append(model._ids("<|im_start|>system\n") + model._ids(instr) + model._ids("<|im_end|>\n<|im_start|>user\n"))
+    B = len(aspects)
+    for x, y in zip(fa, fb):
+        if x.grid != y.grid:
+            raise InputError(f"early fusion needs both images on the same token grid, got {x.grid} and {y.grid}")
+    lens = [len(t) + fa[i].n_tokens + fb[i].n_tokens + 2 for i, t in enumerate(texts)]
+    S = max(lens)
+    ids = torch.full((B, S), model.pad_id, dtype=torch.long)
+    pos = torch.zeros((3, B, S), dtype=torch.long)
+    mask = torch.zeros((B, 1, S, S), dtype=torch.bool)
+    patch = torch.zeros((B, S), dtype=torch.bool)
+    reg = torch.zeros((B, S), dtype=torch.bool)
+    r_idx = torch.zeros((B, 2), dtype=torch.long)
+    for i, t in enumerate(texts):
+        M, N = len(t), fa[i].n_tokens
+        gh, gw = fa[i].grid
+        x1, x2, r1, r2 = M, M + N, M + 2 * N, M + 2 * N + 1
+        ids[i, :M] = torch.tensor(t)
+        ids[i, x1:r1] = model.image_token_id
+        patch[i, x1:r1] = True
+        reg[i, r1] = reg[i, r2] = True
+        r_idx[i] = torch.tensor([r1, r2])
+        # positions: text (t, 0, 0) with t = 1..M; patches (0, h, w) for both images; registers (M+1, 0, 0)
+        pos[0, i, :M] = torch.arange(1, M + 1)
+        hh = torch.arange(gh).repeat_interleave(gw)
+        ww = torch.arange(gw).repeat(gh)
+        for s in (x1, x2):
+            pos[1, i, s:s + N] = hh
+            pos[2, i, s:s + N] = ww
+        pos[0, i, r1] = pos[0, i, r2] = M + 1
+        m = mask[i, 0]
+        m[:M, :M] = torch.tril(torch.ones(M, M, dtype=torch.bool))  # text: causal among itself
+        m[x1:r1, :M] = True  # patches: all text ...
+        m[x1:r1, x1:r1] = True  # ... and both images
+        m[r1, :M] = m[r2, :M] = True  # registers: text ...
+        m[r1, x1:x2] = True  # ... r1 -> x1 patches
+        m[r2, x2:r1] = True  # ... r2 -> x2 patches
+        m[r1, r1] = m[r2, r2] = True  # ... and itself
+        for p in range(lens[i], S):  # padding attends to itself only; nothing attends to padding
+            m[p, p] = True
+    dev = model.device
+    return {"input_ids": ids.to(dev), "mask": mask.to(dev), "position_ids": pos.to(dev),
+            "patch_mask": patch.to(dev), "register_mask": reg.to(dev), "register_index": r_idx.to(dev),
+            "lengths": lens}
+
+
+def early_registers(model: Any, fa: list[VisionFeatures], fb: list[VisionFeatures], aspects: list[str]
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Final hidden states ``h_r1``, ``h_r2`` (``[B,D]`` float32) of the two registers."""
+    inp = early_inputs(model, fa, fb, aspects)
+    features = [f for pair in zip(fa, fb) for f in pair]  # sequence order: x1 then x2 per row
+    embeds, ds = model._embed(inp["input_ids"], inp["patch_mask"], features)
+    embeds = torch.where(inp["register_mask"].unsqueeze(-1), model.register_vector.to(embeds.dtype), embeds)
+    mask = inp["mask"]
+    if attn_implementation(model._parts) == "eager":  # eager adds the mask: give it 0 / -inf
+        mask = torch.zeros(mask.shape, dtype=embeds.dtype, device=mask.device).masked_fill(
+            ~mask, torch.finfo(embeds.dtype).min)
+    hidden, _ = model._run_lm(embeds, mask, inp["position_ids"], inp["patch_mask"], ds)
+    rows = torch.arange(hidden.shape[0], device=hidden.device)
+    return hidden[rows, inp["register_index"][:, 0]].float(), hidden[rows, inp["register_index"][:, 1]].float()
+
+
+def early_pairs(model: Any, a: list[torch.Tensor], b: list[torch.Tensor], aspects: list[str]) -> torch.Tensor:
+    """``[B]`` early-fusion similarities of image pairs (resized to a shared grid per pair)."""
+    a, b = model.resized_pairs(a, b)
+    feats = model.vision_features(list(a) + list(b))
+    fa, fb = feats[:len(a)], feats[len(a):]
+    outs = []
+    for i in range(0, len(a), model.batch_size):
+        sl = slice(i, i + model.batch_size)
+        h1, h2 = early_registers(model, fa[sl], fb[sl], aspects[sl])
+        if torch.is_grad_enabled() and h1.requires_grad:
+            outs.append(F.cosine_similarity(h1, h2, dim=-1, eps=1e-12))
+        else:
+            outs.append(unit_cosine(h1, h2))
+    return torch.cat(outs, 0)

@@ -1,0 +1,99 @@
+"""Mid fusion (Eq. 3): per probe layer ``l`` the image-token states are unit-normalised (``phi_l``), channel
+weights ``w_l(c) = softplus(MLP_l(mean instruction-token state at layer l))`` and
+``f = -sum_l mean_t ||w_l * (phi_l(x1) - phi_l(x2))||^2``.
+
+Initialisation (a stability fix, not in the paper): every weight starts at ``w0 = sqrt(tau / L)`` for ``L``
+probe layers, so the Eq. 2 logits ``f / tau`` start as ``-mean_l mean_t ||phi_l(x1) - phi_l(x2)||^2`` in
+``[-4, 0]``: the first-step loss is near ``ln 3`` and the gradients are bounded whatever ``tau``, ``L`` and the
+model width (with ``w0 = 1``, ``tau = 0.0025`` and 20 layers the logits reach ``-3e4``)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from genmetrics.errors import InputError
+from genmetrics.tpips.late import single_items
+
+
+def initial_weight(temperature: float, n_layers: int) -> float:
+    """``w0 = sqrt(tau / L)``: the Eq. 2 logits start as minus the mean squared unit-feature distance."""
+    return math.sqrt(float(temperature) / max(1, int(n_layers)))
+
+
+class MidFusionHead(nn.Module):
+    """Text-conditioned channel weights ``w_l(c) = softplus(MLP_l(mean text state))`` per probe layer.
+
+    The last linear layer starts at zero weight and bias ``softplus^-1(init_weight)``, so every weight
+    starts at ``init_weight`` (see :func:`initial_weight`)."""
+
+    def __init__(self, hidden_size: int, n_layers: int, mlp_hidden: int = 256, init_weight: float = 1.0):
+        super().__init__()
+        if not init_weight > 0:
+            raise InputError(f"mid-fusion init_weight must be positive, got {init_weight!r}")
+        bias = init_weight + math.log(-math.expm1(-init_weight))  # softplus^-1, stable for small and large values
+        self.mlps = nn.ModuleList()
+        for _ in range(n_layers):
+            mlp = nn.Sequential(nn.Linear(hidden_size, mlp_hidden), nn.GELU(), nn.Linear(mlp_hidden, hidden_size))
+            nn.init.zeros_(mlp[2].weight)
+            nn.init.constant_(mlp[2].bias, bias)
+            self.mlps.append(mlp)
+
+    def forward(self, text_means: list[torch.Tensor]) -> list[torch.Tensor]:
+        return [F.softplus(mlp(t.float())) for mlp, t in zip(self.mlps, text_means)]
+
+
+def probe_indices(n_layers: int, probe_layers: int | Sequence[int]) -> list[int]:
+    """``probe_layers`` evenly spaced layers (the last included), or explicit indices."""
+    if isinstance(probe_layers, int):
+        if probe_layers <= 0:
+            raise InputError(f"probe_layers must be positive, got {probe_layers}")
+        k = min(probe_layers, n_layers)
+        if k == 1:
+            return [n_layers - 1]
+        return sorted({round(i * (n_layers - 1) / (k - 1)) for i in range(k)})
+    idx = sorted({int(i) % n_layers for i in probe_layers})
+    if not idx:
+        raise InputError("probe_layers: empty list")
+    return idx
+
+
+def mid_features(model: Any, images: list[torch.Tensor], aspects: list[str], *, keys: list[str] | None = None
+                 ) -> dict[str, list]:
+    """Per (image, aspect): unit-normalised image-token states ``[N,d]`` and the instruction-token mean, per
+    probe layer."""
+    feats = model.vision_features(images, keys=keys)
+    phis: list[list[torch.Tensor]] = [[] for _ in model.probe_layers]
+    texts: list[list[torch.Tensor]] = [[] for _ in model.probe_layers]
+    for i in range(0, len(images), model.batch_size):
+        batch = model._build_single(single_items(model, feats[i:i + model.batch_size], aspects[i:i + model.batch_size]))
+        _, cap = model.run_batch(batch, capture=model.probe_layers)
+        for j, li in enumerate(model.probe_layers):
+            h = cap[li].float()
+            for b, span in enumerate(batch["spans"]):
+                s0, s1 = span["images"][0]
+                t0, t1 = span["instruction"]
+                phis[j].append(F.normalize(h[b, s0:s1], dim=-1))
+                texts[j].append(h[b, t0:t1].mean(0))
+    return {"phi": phis, "text": texts}
+
+
+def mid_distance(head: MidFusionHead, enc: dict[str, list], ra: list[int], rb: list[int]) -> torch.Tensor:
+    """``f = -sum_l mean_t ||w_l * (phi_l(a) - phi_l(b))||^2`` for the encoded rows ``ra`` / ``rb``."""
+    total = None
+    for j, mlp in enumerate(head.mlps):
+        phi_a = torch.stack([enc["phi"][j][r] for r in ra])
+        phi_b = torch.stack([enc["phi"][j][r] for r in rb])
+        ta = torch.stack([enc["text"][j][r] for r in ra])
+        tb = torch.stack([enc["text"][j][r] for r in rb])
+        # The instruction precedes the image and attention is causal, so both passes see the same text
+        # states; averaging the two weights makes f exactly symmetric in floating point as well.
+        w = 0.5 * (F.softplus(mlp(ta.float())) + F.softplus(mlp(tb.float())))
+        d = ((w.unsqueeze(1) * (phi_a - phi_b)) ** 2).sum(-1).mean(-1)
+        total = d if total is None else total + d
+    return 0.0 - total  # type: ignore[operator]  (0 - x: no negative zero for identical images)

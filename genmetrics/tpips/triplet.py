@@ -1,0 +1,186 @@
+"""The triplet-head variant (Appendix B.1) and the zero-shot triplet baseline (Appendix C.3): the three
+images side by side, "which is the most different", answer logits for left / middle / right from a 3-way
+head initialised from the LM-head rows of the answer tokens, averaged over the 6 orders.
+
+Each image is first brought to ``image_size x image_size`` (the square policy, default 448) so the strip is
+``S x 3S``, itself a multiple of 32 within Qwen3-VL's pixel budget (the official ``smart_resize`` leaves it
+as is)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from genmetrics.errors import InputError
+from genmetrics.tpips.base import VLMBase
+from genmetrics.tpips.common import (
+    CONFIG_NAME,
+    DEFAULT_IMAGE_SIZE,
+    FORMAT,
+    HEAD_NAME,
+    MAX_ASPECT_TOKENS,
+    PROMPTS,
+    check_aspects,
+    prompt_for,
+)
+
+ANSWERS_3 = ("left", "middle", "right")
+
+
+def _concat(images: list[torch.Tensor]) -> torch.Tensor:
+    return torch.cat(images, dim=-1)
+
+
+def _mean_over_orders(fn, columns: list[list[torch.Tensor]], orders: list[tuple[int, ...]]) -> torch.Tensor:
+    """Average ``fn(ordered columns) -> [B,k]`` probabilities mapped back to the original positions."""
+    total = None
+    for order in orders:
+        probs = fn([columns[j] for j in order])
+        back = torch.zeros_like(probs)
+        for pos, orig in enumerate(order):
+            back[:, orig] = probs[:, pos]
+        total = back if total is None else total + back
+    return total / len(orders)  # type: ignore[operator]
+
+
+class TPIPSTripletModel(VLMBase):
+    """Appendix B.1 triplet head (trainable) and Appendix C.3 zero-shot triplet baseline.
+
+    The three images (each resized to ``image_size``) are concatenated horizontally into one image; the
+    model answers which one is the most different. A 3-way linear head over the final hidden state of the
+    last prompt token, initialised from the LM-head rows (or tied input embeddings) of the answer tokens
+    ``left`` / ``middle`` / ``right``, gives the logits; untrained it reproduces the zero-shot answer
+    probabilities. Inference averages the probabilities over all 6 orders (2 for 2AFC) mapped back to the
+    original positions; training permutes each triplet at random (permutation augmentation).
+    """
+
+    variant = "triplet"
+
+    def __init__(self, backbone: nn.Module, processor: Any, *, image_size: int | None = None,
+                 prompts: tuple[str, str] | None = None, two_afc_prompts: tuple[str, str] | None = None,
+                 vision_cache_size: int = 8, batch_size: int = 8, data_range: float = 1.0,
+                 max_aspect_tokens: int = MAX_ASPECT_TOKENS) -> None:
+        super().__init__(backbone, processor, image_size=image_size or DEFAULT_IMAGE_SIZE, resize="square",
+                         vision_cache_size=vision_cache_size, batch_size=batch_size, data_range=data_range,
+                         max_aspect_tokens=max_aspect_tokens)
+        self.prompts = tuple(prompts) if prompts is not None else PROMPTS["triplet"]
+        self.two_afc_prompts = tuple(two_afc_prompts) if two_afc_prompts is not None else PROMPTS["triplet_2afc"]
+        self.answer_ids = self._answer_token_ids(ANSWERS_3)
+        weight = self._answer_rows(self.answer_ids)
+        self.head = nn.Linear(self.hidden_size, 3, bias=True)
+        with torch.no_grad():
+            self.head.weight.copy_(weight.float())
+            self.head.bias.zero_()
+        self.head.to(self.device)
+        self.temperature = 1.0
+
+    def _answer_token_ids(self, words: Sequence[str]) -> list[int]:
+        ids = [self._ids(w)[0] for w in words]
+        if len(set(ids)) != len(ids):
+            raise InputError(f"the tokenizer maps the answers {list(words)} to clashing first tokens {ids}")
+        return ids
+
+    def _answer_rows(self, ids: list[int]) -> torch.Tensor:
+        head = self._parts.lm_head
+        w = head.weight if head is not None and hasattr(head, "weight") else self.language_model.embed_tokens.weight
+        return w.detach()[ids].clone()
+
+    def _logits(self, images: list[torch.Tensor], aspects: list[str], prompts: tuple[str, str]) -> torch.Tensor:
+        feats = self.vision_features(images, use_cache=self.vision_cache.max_items > 0)
+        outs = []
+        for i in range(0, len(images), self.batch_size):
+            items = [[("text", "<|im_start|>user\n"), ("image", f),
+                      ("text", prompt_for("triplet", self._clip_aspect(a), prompts)),
+                      ("text", "<|im_end|>\n<|im_start|>assistant\n")]
+                     for f, a in zip(feats[i:i + self.batch_size], aspects[i:i + self.batch_size])]
+            batch = self._build_single(items)
+            h = self.last_token_states(batch)
+            outs.append(self.head(h.to(self.head.weight.dtype)))
+        return torch.cat(outs, 0)
+
+    def ordered_logits(self, x1: list[torch.Tensor], x2: list[torch.Tensor], x3: list[torch.Tensor],
+                       aspects: list[str]) -> torch.Tensor:
+        """``[B,3]`` answer logits for the images in the given (left, middle, right) order."""
+        x1, x2, x3 = self.resized(x1), self.resized(x2), self.resized(x3)
+        return self._logits([_concat([a, b, c]) for a, b, c in zip(x1, x2, x3)], aspects, self.prompts)
+
+    def forward(self, images1: Any, images2: Any, images3: Any, aspects: list[str],
+                permutations: list[tuple[int, int, int]] | None = None) -> torch.Tensor:
+        """Training forward: ``[B,3]`` logits over the original positions; each row ``i`` is shown in the
+        order ``permutations[i]`` (identity if None)."""
+        cols = [self.load_images(im) for im in (images1, images2, images3)]
+        n = len(cols[0])
+        perms = permutations or [(0, 1, 2)] * n
+        shown = [[cols[perms[i][p]][i] for i in range(n)] for p in range(3)]
+        logits = self.ordered_logits(*shown, list(aspects))
+        back = torch.empty_like(logits)
+        for i, order in enumerate(perms):
+            for pos, orig in enumerate(order):
+                back[i, orig] = logits[i, pos]
+        return back
+
+    def odd_one_out(self, images1: Any, images2: Any, images3: Any, aspects: Any) -> torch.Tensor:
+        """``[B,3]`` probability that each image is the odd one out, averaged over the 6 orders."""
+        cols = [self.load_images(im, name=f"images{i + 1}") for i, im in enumerate((images1, images2, images3))]
+        if not (len(cols[0]) == len(cols[1]) == len(cols[2])):
+            raise InputError(f"triplets: got {len(cols[0])}, {len(cols[1])} and {len(cols[2])} images")
+        asp = check_aspects(aspects, len(cols[0]))
+        with torch.no_grad():
+            return _mean_over_orders(lambda c: torch.softmax(self.ordered_logits(*c, asp).double(), 1), cols,
+                                     list(itertools.permutations(range(3)))).float()
+
+    def two_afc(self, reference: Any, candidates0: Any, candidates1: Any, aspects: Any) -> torch.Tensor:
+        """``[B,2]`` probability that each candidate is more similar to the reference (reference in the
+        centre, both left/right orders averaged)."""
+        ref = self.load_images(reference, name="reference")
+        c0 = self.load_images(candidates0, name="candidates0")
+        c1 = self.load_images(candidates1, name="candidates1")
+        if not (len(ref) == len(c0) == len(c1)):
+            raise InputError(f"2AFC: got {len(ref)} references and {len(c0)}/{len(c1)} candidates")
+        asp = check_aspects(aspects, len(ref))
+
+        def probs(cands: list[list[torch.Tensor]]) -> torch.Tensor:
+            imgs = [_concat([x, r, y]) for x, r, y in zip(self.resized(cands[0]), self.resized(ref), self.resized(cands[1]))]
+            lg = self._logits(imgs, asp, self.two_afc_prompts)
+            return torch.softmax(lg[:, [0, 2]].double(), 1)  # left / right
+
+        with torch.no_grad():
+            return _mean_over_orders(probs, [c0, c1], [(0, 1), (1, 0)]).float()
+
+    def save_pretrained(self, path: str | os.PathLike, *, base_weights: str | None = None) -> Path:
+        from safetensors.torch import save_file
+
+        out = Path(path)
+        out.mkdir(parents=True, exist_ok=True)
+        from genmetrics.tpips.loading import save_peft
+
+        save_peft(self.backbone, out)
+        save_file({f"head.{k}": v.detach().cpu().contiguous() for k, v in self.head.state_dict().items()},
+                  str(out / HEAD_NAME))
+        cfg = {"format": FORMAT, "variant": "triplet", "image_size": self.image_size, "prompts": list(self.prompts),
+               "base_weights": base_weights}
+        (out / CONFIG_NAME).write_text(json.dumps(cfg, indent=2))
+        return out
+
+    def head_state_dict(self) -> dict[str, torch.Tensor]:
+        return {f"head.{k}": v.detach().cpu().contiguous() for k, v in self.head.state_dict().items()}
+
+    def load_head_state_dict(self, sd: dict[str, torch.Tensor]) -> None:
+        self.head.load_state_dict({k[5:]: v for k, v in sd.items() if k.startswith("head.")})
+        self.head.to(self.device)
+
+    @classmethod
+    def from_pretrained(cls, path: str | os.PathLike, **kwargs: Any) -> TPIPSTripletModel:
+        from genmetrics.tpips.loading import load_tpips
+
+        m = load_tpips(path, **kwargs)
+        if not isinstance(m, TPIPSTripletModel):
+            raise InputError(f"{path!s} holds a {m.variant}-fusion TPIPS model, not a triplet head")
+        return m
