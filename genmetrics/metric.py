@@ -12,13 +12,30 @@ moved by ``.to(device)``, and are **not** part of ``state_dict()`` or ``paramete
 per-sample scores (float64) and their ids, drops the duplicates a distributed sampler pads in, and
 scores in chunks of ``batch_size`` with CUDA out-of-memory back-off. Results do not depend on
 ``batch_size``.
+
+torchmetrics conventions hold (issue 15, tested by ``tests/contract``): ``forward()`` / ``metric(batch)``
+returns the batch value and accumulates every batch; ``merge_state``, pickling, ``torch.save``,
+``state_dict`` round trips (with ``persistent(True)``), ``set_dtype`` (floating states only; the int64 id
+state is never cast), ``MetricCollection(compute_groups=True)`` (metrics whose :meth:`Metric.options`
+differ never share a state), DDP ranks without any update, ``plot()`` and the ``preds=``/``target=``
+keywords of paired metrics (``preds`` = candidates, ``target`` = reference).
+
+Sample ids (issue 14.2): samples updated without ``ids=`` are all kept (never de-duplicated). Named ids
+are de-duplicated only across processes, for the copies a ``DistributedSampler`` pads in; an id repeated
+within one update is an error, an id already scored in this process is dropped with a warning.
 """
 
 from __future__ import annotations
 
+import copy
+import functools
 import hashlib
 import math
-from collections.abc import Sequence
+import operator
+import os
+import warnings
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, ClassVar
 
 import torch
@@ -27,15 +44,65 @@ from torch import nn
 
 from genmetrics.errors import InputError
 
+#: the id of every sample updated without ``ids=`` (such samples are never de-duplicated)
+UNNAMED_ID = -1
+#: the prefix of the (always empty) state whose name encodes the metric's options: torchmetrics'
+#: MetricCollection only groups metrics whose state names are equal, so differing options never share a state
+OPTIONS_STATE_PREFIX = "_options_"
 
-def hash_id(sample_id: Any) -> int:
-    """A stable signed 64-bit integer for a sample id (strings, ints, paths)."""
+
+def hash_id(sample_id: Any, *, name: str = "ids") -> int:
+    """A stable signed 64-bit integer for a sample id: integers (Python, NumPy or a one-element integer
+    tensor, taken by value) as they are, anything else (strings, paths) by a hash of its text."""
+    if isinstance(sample_id, torch.Tensor):
+        if sample_id.is_meta:
+            raise InputError(f"{name}: a meta tensor has no value to use as an id; pass the id itself (int or str)")
+        if sample_id.numel() != 1 or sample_id.is_floating_point() or sample_id.is_complex() \
+                or sample_id.dtype == torch.bool:
+            raise InputError(f"{name}: a tensor id must hold one integer, got a {str(sample_id.dtype)[6:]} tensor of "
+                             f"shape {tuple(sample_id.shape)}; pass ints or strings")
+        sample_id = int(sample_id.item())
+    elif not isinstance(sample_id, (str, bytes, int, os.PathLike)) and hasattr(sample_id, "__index__"):
+        sample_id = operator.index(sample_id)  # NumPy integers
     if isinstance(sample_id, bool):
-        raise InputError(f"ids: expected str or int sample ids, got {sample_id!r}")
+        raise InputError(f"{name}: expected str or int sample ids, got {sample_id!r}")
     if isinstance(sample_id, int):
+        if not -(1 << 63) <= sample_id < (1 << 63):
+            shown = str(sample_id) if len(str(sample_id)) < 40 else str(sample_id)[:36] + "..."
+            raise InputError(f"{name}: the integer id {shown} does not fit in 64 bits (ids must be below 2**63); "
+                             "pass such ids as strings, e.g. ids=[str(i) for i in ids]")
         return int(sample_id)
     digest = hashlib.blake2b(str(sample_id).encode("utf-8"), digest_size=8).digest()
     return int.from_bytes(digest, "little", signed=True)
+
+
+def _canonical(value: Any) -> str:
+    """A stable text for an option value (modules and other objects by type: equal options, equal text)."""
+    if value is None or isinstance(value, (bool, int, float, str, bytes, torch.dtype, torch.device)):
+        return repr(value)
+    if isinstance(value, os.PathLike):
+        return repr(os.fspath(value))
+    if isinstance(value, torch.Tensor):
+        if value.is_meta:
+            return f"tensor{tuple(value.shape)}:meta"
+        data = value.detach().cpu().contiguous()
+        return f"tensor{tuple(value.shape)}{value.dtype}:{hashlib.sha1(data.numpy().tobytes()).hexdigest()}"
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{_canonical(k)}:{_canonical(v)}" for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))) + "}"
+    if isinstance(value, (list, tuple, set, frozenset)):
+        items = sorted(value, key=repr) if isinstance(value, (set, frozenset)) else value
+        return "[" + ",".join(_canonical(v) for v in items) + "]"
+    return type(value).__module__ + "." + type(value).__qualname__
+
+
+def _has_meta(value: Any, depth: int = 0) -> bool:
+    if isinstance(value, torch.Tensor):
+        return value.is_meta
+    if isinstance(value, (list, tuple)) and depth < 3:
+        return any(_has_meta(v, depth + 1) for v in value)
+    if isinstance(value, dict) and depth < 3:
+        return any(_has_meta(v, depth + 1) for v in value.values())
+    return False
 
 
 class Metric(torchmetrics.Metric):
@@ -46,6 +113,9 @@ class Metric(torchmetrics.Metric):
     full_state_update: ClassVar[bool] = False
     is_differentiable: ClassVar[bool] = False
     higher_is_better: ClassVar[bool | None] = None
+    #: a paired metric compares each candidate with its own reference and takes torchmetrics' ``preds=``
+    #: (the candidates) and ``target=`` (the references) keywords too
+    paired: ClassVar[bool] = False
 
     def __init__(self, *, batch_size: int = 32, device: str | torch.device | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -53,39 +123,93 @@ class Metric(torchmetrics.Metric):
             raise InputError(f"batch_size: expected a positive integer, got {batch_size!r}")
         self.batch_size = batch_size
         self._backbones: dict[str, nn.Module] = {}
-        self._install_compute()
+        self._in_forward = False
+        key = hashlib.blake2b(_canonical((type(self).__module__, type(self).__qualname__, self.options())).encode(),
+                              digest_size=8).hexdigest()
+        self.add_state(OPTIONS_STATE_PREFIX + key, default=[], dist_reduce_fx="cat", persistent=False)
         if device is not None:
-            self.to(device)
+            from genmetrics.options import device as check_device
+
+            self.to(check_device("device", device))
 
     # ----------------------------------------------------------------- compute dispatch
-    def _install_compute(self) -> None:
-        self._compute_accumulated = self._wrap_compute(self._compute_state)
-        self.compute = self._dispatch_compute  # type: ignore[method-assign]
+    # torchmetrics wraps ``compute`` and ``update`` per instance in ``__init__`` and again in ``__setstate__``
+    # (the wrappers are never pickled); these overrides hook into that, so metrics pickle and deep-copy.
+    def _wrap_compute(self, compute: Any) -> Any:
+        accumulated = super()._wrap_compute(self._compute_state)
 
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        super().__setstate__(state)
-        self._install_compute()
+        @functools.wraps(compute)
+        def dispatch(reference: Any = None, candidates: Any = None, condition: Any = None, **kwargs: Any) -> Any:
+            kwargs = self._translate_keywords({"reference": reference, "candidates": candidates, **kwargs})
+            reference, candidates = kwargs.pop("reference"), kwargs.pop("candidates")
+            if reference is None and candidates is None and condition is None and not kwargs:
+                distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
+                if self._update_count == 0 and not distributed:
+                    raise InputError(
+                        f"{self.name or type(self).__name__}: compute() called before any update(); nothing to score. "
+                        "Call update(...) first, or compute(reference, candidates, condition) for a one-shot score."
+                    )
+                return accumulated()
+            return self.score(reference, candidates, condition, **kwargs)
 
-    def compute(self, reference: Any = None, candidates: Any = None, condition: Any = None) -> Any:  # noqa: D102
-        # Replaced per instance by _dispatch_compute; kept for signature and docs.
-        return self._dispatch_compute(reference, candidates, condition)
+        return dispatch
 
-    def _dispatch_compute(self, reference: Any = None, candidates: Any = None, condition: Any = None) -> Any:
-        if reference is None and candidates is None and condition is None:
-            distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
-            if self._update_count == 0 and not distributed:
-                raise InputError(
-                    f"{self.name or type(self).__name__}: compute() called before any update(); nothing to score. "
-                    "Call update(...) first, or compute(reference, candidates, condition) for a one-shot score."
-                )
-            return self._compute_accumulated()
-        return self.score(reference, candidates, condition)
+    def _wrap_update(self, update: Any) -> Any:
+        wrapped = super()._wrap_update(update)
+        roles = ("reference", "candidates", "condition")
+
+        @functools.wraps(update)
+        def checked(*args: Any, **kwargs: Any) -> None:
+            kwargs = self._translate_keywords(kwargs)
+            for i, a in enumerate(args):
+                if _has_meta(a):
+                    raise InputError(_meta_message(roles[i] if i < len(roles) else f"argument {i}"))
+            for k, v in kwargs.items():
+                if _has_meta(v):
+                    raise InputError(_meta_message(k))
+            return wrapped(*args, **kwargs)
+
+        return checked
+
+    def _translate_keywords(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+        """``preds=`` -> ``candidates=``, ``target=`` -> ``reference=`` (paired metrics only)."""
+        if "preds" not in kwargs and "target" not in kwargs:
+            return kwargs
+        kwargs = dict(kwargs)
+        label = self.name or type(self).__name__
+        for alias, role in (("preds", "candidates"), ("target", "reference")):
+            if alias not in kwargs:
+                continue
+            value = kwargs.pop(alias)
+            if value is None:
+                continue
+            if not self.paired:
+                raise InputError(f"{label}: {alias}= is for paired metrics (a candidate against its own reference: "
+                                 f"psnr, ssim, ms_ssim, clip_i, dino, tpips); pass reference=/candidates=/condition= "
+                                 f"to {label}")
+            if kwargs.get(role) is not None:
+                raise InputError(f"{label}: got both {alias}= and {role}= (the same input); pass one of them")
+            kwargs[role] = value
+        return kwargs
+
+    def _filter_kwargs(self, **kwargs: Any) -> dict[str, Any]:
+        # MetricCollection passes each metric the keywords of its update signature; keep the aliases
+        out = super()._filter_kwargs(**kwargs)
+        if self.paired:
+            out.update({k: kwargs[k] for k in ("preds", "target") if k in kwargs})
+        return out
+
+    def compute(self, reference: Any = None, candidates: Any = None, condition: Any = None, **kwargs: Any) -> Any:
+        """``compute()``: the accumulated value (synchronised across processes); ``compute(reference,
+        candidates, condition)``: the value of just these inputs, the accumulated state left untouched.
+        (torchmetrics replaces this method per instance with the dispatching wrapper above.)"""
+        return self._wrap_compute(lambda: None)(reference, candidates, condition, **kwargs)
 
     def score(self, reference: Any = None, candidates: Any = None, condition: Any = None, **kwargs: Any) -> Any:
         """One-shot value of just these inputs; the accumulated state is left untouched."""
         saved = {k: (v.clone() if isinstance(v, torch.Tensor) else list(v)) for k, v in
                  ((k, getattr(self, k)) for k in self._defaults)}
-        saved_meta = (self._update_count, self._computed, dict(self.__dict__.get("_id_names", {})))
+        saved_meta = (self._update_count, self._computed, self._bookkeeping())
         try:
             self.reset()
             self.update(reference, candidates, condition, **kwargs)
@@ -93,9 +217,217 @@ class Metric(torchmetrics.Metric):
         finally:
             for k, v in saved.items():
                 setattr(self, k, v)
-            self._update_count, self._computed, names = saved_meta
-            if "_id_names" in self.__dict__:
-                self._id_names = names
+            self._update_count, self._computed, book = saved_meta
+            self._set_bookkeeping(book)
+
+    # ----------------------------------------------------------------- torchmetrics conventions
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        """The value of this batch alone; the batch is also accumulated (torchmetrics' ``forward``).
+
+        One ``update`` per batch. A batch that fails validation leaves the accumulated state as it was; a
+        batch whose value alone is undefined (a set metric given one set) returns NaN and is accumulated."""
+        from torchmetrics.utilities.exceptions import TorchMetricsUserError
+
+        if self._is_synced:
+            raise TorchMetricsUserError("The Metric shouldn't be synced when performing ``forward``. "
+                                        "HINT: Did you forget to call ``unsync`` ?.")
+        saved = self._copy_state_dict()
+        count = self._update_count
+        self._in_forward = True
+        try:
+            self.reset()
+            try:
+                self.update(*args, **kwargs)
+            except BaseException:
+                for k, v in saved.items():
+                    setattr(self, k, v)
+                self._update_count = count
+                raise
+            to_sync, on_cpu = self._to_sync, self.compute_on_cpu
+            self._to_sync, self.compute_on_cpu = self.dist_sync_on_step, False
+            try:
+                value = self.compute()
+            except InputError:
+                value = self._undefined_value()
+            finally:
+                self._to_sync, self.compute_on_cpu = to_sync, on_cpu
+                self._computed = None
+                self._update_count = count + 1
+                with torch.no_grad():
+                    self._reduce_states(saved)
+        finally:
+            self._in_forward = False
+        if self.compute_on_cpu:
+            self._move_list_states_to_cpu()
+        self._forward_cache = value
+        return value
+
+    def _undefined_value(self) -> Any:
+        """What ``forward`` returns for a batch whose value alone is undefined."""
+        return torch.tensor(float("nan"), dtype=torch.float64, device=self.device)
+
+    def reset(self) -> None:
+        super().reset()
+        if not self.__dict__.get("_in_forward", False):
+            self._set_bookkeeping(None)
+
+    # per-process bookkeeping outside the torchmetrics states (e.g. the names of sample ids)
+    def _bookkeeping(self) -> Any:
+        return None
+
+    def _set_bookkeeping(self, book: Any) -> None:
+        """Put back a :meth:`_bookkeeping` copy; ``None`` clears it."""
+
+    def _merge_bookkeeping(self, other: Metric) -> None:
+        pass
+
+    def _options_state(self) -> str:
+        return next(k for k in self._defaults if k.startswith(OPTIONS_STATE_PREFIX))
+
+    def merge_state(self, incoming_state: dict[str, Any] | torchmetrics.Metric) -> None:
+        """Add another metric's state (or a state dict) to this one: every incoming sample is kept (named
+        ids present on both sides count once, as after a distributed gather)."""
+        label = self.name or type(self).__name__
+        if isinstance(incoming_state, torchmetrics.Metric):
+            if type(incoming_state) is not type(self):
+                raise InputError(f"{label}: merge_state expects another {type(self).__name__}, got "
+                                 f"{type(incoming_state).__name__}")
+            if incoming_state._options_state() != self._options_state():
+                mine, theirs = self.options(), incoming_state.options()
+                diff = sorted(k for k in set(mine) | set(theirs)
+                              if _canonical(mine.get(k)) != _canonical(theirs.get(k)))
+                raise InputError(f"{label}: cannot merge the state of a metric built with other options "
+                                 f"({', '.join(diff) or 'options'} differ); merge metrics built alike")
+            added = incoming_state._update_count
+            self._merge_bookkeeping(incoming_state)
+            super().merge_state(incoming_state)
+        else:
+            if isinstance(incoming_state, dict):
+                incoming_state = {**{k: [] for k in self._defaults if k.startswith(OPTIONS_STATE_PREFIX)},
+                                  **incoming_state}
+            added = 1
+            super().merge_state(incoming_state)
+            self._rebuild_bookkeeping()
+        self._update_count += added
+        self._computed = None
+
+    def _rebuild_bookkeeping(self) -> None:
+        """Re-derive the bookkeeping from the states (after a state was loaded or merged from a dict)."""
+
+    def set_dtype(self, dst_type: str | torch.dtype) -> Metric:
+        """Cast the floating-point states (and their defaults) to ``dst_type``; integer states (sample ids)
+        and the backbones are never cast."""
+        dtype = getattr(torch, dst_type, None) if isinstance(dst_type, str) else dst_type
+        if not isinstance(dtype, torch.dtype):
+            raise InputError(f"set_dtype: expected a torch dtype such as torch.float64 or 'float16', got {dst_type!r}")
+
+        def cast(t: torch.Tensor) -> torch.Tensor:
+            return t.to(dtype) if t.is_floating_point() else t
+
+        self._dtype_convert = True
+        try:
+            self._apply(cast)
+        finally:
+            self._dtype_convert = False
+        self._computed = None
+        return self
+
+    def _sync_dist(self, dist_sync_fn: Any = None, process_group: Any = None) -> None:
+        """Gather states across processes. List states are first agreed on a dtype and trailing shape, so a
+        process without any update sends an empty tensor that matches the others (gloo aborts otherwise)."""
+        from torchmetrics.utilities.distributed import gather_all_tensors
+
+        dist = torch.distributed
+        group = process_group or self.process_group
+        lists = [k for k in self._reductions if isinstance(getattr(self, k), list)]
+        if lists and dist.is_available() and dist.is_initialized():
+            local: dict[str, Any] = {}
+            for k in lists:
+                v = [t for t in getattr(self, k) if isinstance(t, torch.Tensor)]
+                local[k] = None if not v else (functools.reduce(torch.promote_types, [t.dtype for t in v]),
+                                               tuple(v[0].shape[1:]))
+            gathered: list[Any] = [None] * dist.get_world_size(group)
+            dist.all_gather_object(gathered, local, group=group)
+            for k in lists:
+                metas = [g[k] for g in gathered if g.get(k) is not None]
+                if not metas:
+                    continue  # empty everywhere: torchmetrics' placeholder is the same on every process
+                dtype = functools.reduce(torch.promote_types, [m[0] for m in metas])
+                v = getattr(self, k)
+                if v:
+                    setattr(self, k, [t.to(dtype) for t in v])
+                else:
+                    setattr(self, k, [torch.empty((0, *metas[0][1]), dtype=dtype, device=self.device)])
+        super()._sync_dist(dist_sync_fn or gather_all_tensors, process_group)
+
+    def _state_has_data(self) -> bool:
+        for k, default in self._defaults.items():
+            v = getattr(self, k)
+            if isinstance(v, list):
+                if any(isinstance(t, torch.Tensor) and t.numel() for t in v):
+                    return True
+            elif isinstance(v, torch.Tensor) and isinstance(default, torch.Tensor):
+                if v.shape != default.shape or not torch.equal(v.cpu(), default.to(v.dtype).cpu()):
+                    return True
+        return False
+
+    def _load_from_state_dict(self, state_dict: dict, prefix: str, *args: Any, **kwargs: Any) -> None:
+        # the options state is never saved: a state saved before it existed (or by torchmetrics) loads too
+        for k in self._defaults:
+            if k.startswith(OPTIONS_STATE_PREFIX):
+                state_dict.pop(prefix + k, None)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+        if self._update_count == 0 and self._state_has_data():
+            self._update_count = 1  # a reloaded persistent state computes like the one that was saved
+        self._computed = None
+        self._rebuild_bookkeeping()
+
+    def persistent(self, mode: bool = False) -> None:
+        super().persistent(mode)
+        for k in self._persistent:
+            if k.startswith(OPTIONS_STATE_PREFIX):
+                self._persistent[k] = False
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Metric:
+        # frozen backbones are shared by copies (clone(), BootStrapper, MetricTracker copy the metric)
+        for module in self.__dict__.get("_backbones", {}).values():
+            memo.setdefault(id(module), module)
+        new = type(self).__new__(type(self))
+        memo[id(self)] = new
+        new.__setstate__(copy.deepcopy(self.__getstate__(), memo))
+        return new
+
+    # ----------------------------------------------------------------- plotting
+    @property
+    def plot_lower_bound(self) -> float | None:  # type: ignore[override]
+        return self._card_range()[0]
+
+    @property
+    def plot_upper_bound(self) -> float | None:  # type: ignore[override]
+        return self._card_range()[1]
+
+    def _card_range(self) -> tuple[float | None, float | None]:
+        from genmetrics.registry import get_card
+
+        try:
+            rng = get_card(self.name).range if self.name else None
+        except ValueError:
+            rng = None
+        if not rng:
+            return None, None
+        return tuple(float(b) if b is not None and math.isfinite(float(b)) else None for b in rng)  # type: ignore[return-value]
+
+    def plot(self, val: Any = None, ax: Any = None) -> Any:
+        """Plot a value (or a list of values, e.g. one per epoch) with torchmetrics' plotting helpers; the
+        bounds are the card's range. Dict results plot their ``"mean"``. Returns ``(figure, axes)``.
+        """
+        val = val if val is not None else self.compute()
+
+        def scalar(v: Any) -> Any:
+            return v["mean"] if isinstance(v, dict) and "mean" in v else v
+
+        val = [scalar(v) for v in val] if isinstance(val, (list, tuple)) else scalar(val)
+        return self._plot(val, ax)
 
     def _compute_state(self) -> Any:
         raise NotImplementedError
@@ -196,8 +528,9 @@ class Metric(torchmetrics.Metric):
 
     def _apply(self, fn: Any, exclude_state: Sequence[str] = "") -> nn.Module:  # type: ignore[override]
         this = super()._apply(fn, exclude_state)
-        for module in self.__dict__.get("_backbones", {}).values():
-            module._apply(fn)
+        if not self._dtype_convert:  # set_dtype() casts states only
+            for module in self.__dict__.get("_backbones", {}).values():
+                module._apply(fn)
         return this
 
     def train(self, mode: bool = True) -> Metric:
@@ -224,7 +557,7 @@ class SampleMetric(Metric):
         self.add_state("scores", default=[], dist_reduce_fx="cat")
         self.add_state("sample_ids", default=[], dist_reduce_fx="cat")
         self._id_names: dict[int, str] = {}
-        self._extras: dict[str, list[torch.Tensor]] = {}
+        self._seen_ids: set[int] = set()
 
     # -- hooks ------------------------------------------------------------------------
     def _prepare(self, reference: Any, candidates: Any, condition: Any) -> dict[str, list[Any]]:
@@ -235,37 +568,88 @@ class SampleMetric(Metric):
 
     # -- update -----------------------------------------------------------------------
     def update(self, reference: Any = None, candidates: Any = None, condition: Any = None, *, ids: Any = None) -> None:
+        """Score and accumulate one batch. ``ids`` (one per candidate; str, int or integer tensors) name the
+        samples: a DistributedSampler's padded copies are then counted once. An id repeated within the
+        update is an error; an id this metric already scored in this process is dropped with a warning."""
         from genmetrics.data.batching import map_batches
 
         batch = self._prepare(reference, candidates, condition)
         n = _batch_len(batch)
-        hashed = self._hash_ids(ids, n)
+        hashed, labels = self._hash_ids(ids, n)
+        repeated = [j for j, h in enumerate(hashed) if h >= 0 and h in self._seen_ids]
+        if repeated:
+            warnings.warn(
+                f"{self.name or type(self).__name__}: {len(repeated)} sample id(s) were already scored by this metric "
+                f"in this process (first: {labels[repeated[0]]!r}); the repeats are dropped and the first score kept. "
+                "De-duplication by id exists for the copies a DistributedSampler pads in across processes; call "
+                "reset() between epochs, or give every sample its own id.", UserWarning, stacklevel=4)
+            keep = [j for j in range(n) if j not in set(repeated)]
+            if not keep:
+                return
+            batch = {k: (None if v is None else [v[j] for j in keep]) for k, v in batch.items()}
+            hashed, labels, n = [hashed[j] for j in keep], [labels[j] for j in keep], len(keep)
         results = map_batches(lambda sl: self._score_batch(_slice(batch, sl)), n, self.batch_size)
         score = torch.cat([r["score"] if isinstance(r, dict) else r for r in results], 0)
         if score.shape[0] != n:
             raise RuntimeError(f"{type(self).__name__}._score_batch returned {score.shape[0]} scores for {n} samples")
+        extras = {k: torch.cat([r[k] for r in results], 0) for k in (results[0] if isinstance(results[0], dict) else ())
+                  if k != "score" and k in self._defaults}
         self.scores.append(score.detach().to(device=self.device, dtype=torch.float64))
+        for k, v in extras.items():  # per-sample extras kept as states of the same name (e.g. mie diagnostics)
+            getattr(self, k).append(v.detach().to(device=self.device, dtype=torch.float64))
         self.sample_ids.append(torch.tensor(hashed, dtype=torch.long, device=self.device))
+        for h, label in zip(hashed, labels):
+            if h >= 0:
+                self._seen_ids.add(h)
+                self._id_names[h] = label
 
-    def _hash_ids(self, ids: Any, n: int) -> list[int]:
+    def _hash_ids(self, ids: Any, n: int) -> tuple[list[int], list[str]]:
+        """``(hashed ids, their texts)``; unnamed samples all get :data:`UNNAMED_ID` (never de-duplicated)."""
         if ids is None:
-            # Unnamed samples never collide: a negative running counter per metric instance and rank.
-            start = sum(int(t.numel()) for t in self.sample_ids)
-            rank = torch.distributed.get_rank() if torch.distributed.is_available() and torch.distributed.is_initialized() else 0
-            return [-(1 + start + i) - (rank << 40) for i in range(n)]
-        ids = list(ids) if not isinstance(ids, (str, bytes)) else [ids]
+            return [UNNAMED_ID] * n, [""] * n
+        if isinstance(ids, torch.Tensor):
+            if ids.is_meta:
+                raise InputError("ids: a meta tensor has no values to use as ids; pass the ids themselves")
+            ids = [ids] if ids.ndim == 0 else list(ids.reshape(-1).unbind(0)) if ids.ndim == 1 else [ids]
+        else:
+            ids = list(ids) if not isinstance(ids, (str, bytes)) else [ids]
         if len(ids) != n:
             raise InputError(f"ids: got {len(ids)} ids for {n} samples; pass one id per candidate")
-        out = []
-        for i in ids:
-            h = hash_id(i)
-            if h < 0 and not isinstance(i, int):
+        out, labels = [], []
+        first: dict[int, int] = {}
+        for j, i in enumerate(ids):
+            h = hash_id(i, name=f"ids[{j}]")
+            if isinstance(i, torch.Tensor) or (not isinstance(i, (str, bytes, os.PathLike)) and hasattr(i, "__index__")):
+                if h < 0:
+                    raise InputError(f"ids[{j}]: integer ids must be >= 0, got {h}")
+                text = str(h)  # integers by value: tensor(3) and 3 are the same id
+            else:
                 h = h & ((1 << 62) - 1)  # keep named ids non-negative: negatives are reserved for unnamed samples
-            elif isinstance(i, int) and i < 0:
-                raise InputError(f"ids: integer ids must be >= 0, got {i}")
-            self._id_names[h] = str(i)
+                text = str(i)
+            if h in first:
+                raise InputError(f"ids: {text!r} appears twice in one update (positions {first[h]} and {j}); "
+                                 "every sample needs its own id")
+            first[h] = j
             out.append(h)
-        return out
+            labels.append(text)
+        return out, labels
+
+    def _bookkeeping(self) -> Any:
+        return dict(self._id_names), set(self._seen_ids)
+
+    def _set_bookkeeping(self, book: Any) -> None:
+        names, seen = book if book is not None else ({}, set())
+        self._id_names, self._seen_ids = dict(names), set(seen)
+
+    def _merge_bookkeeping(self, other: Metric) -> None:
+        self._id_names.update(getattr(other, "_id_names", {}))
+        self._seen_ids |= getattr(other, "_seen_ids", set())
+
+    def _rebuild_bookkeeping(self) -> None:
+        ids = self.sample_ids
+        ids = torch.cat(ids) if isinstance(ids, list) and ids else ids
+        if isinstance(ids, torch.Tensor) and ids.numel():
+            self._seen_ids = {int(i) for i in ids.tolist() if i >= 0}
 
     # -- results ----------------------------------------------------------------------
     def _gathered(self) -> tuple[torch.Tensor, torch.Tensor]:
@@ -292,22 +676,30 @@ class SampleMetric(Metric):
         ids = self.sample_ids
         return bool(ids.numel()) if isinstance(ids, torch.Tensor) else any(t.numel() for t in ids)
 
+    @contextmanager
+    def _synced(self, sync: bool = True) -> Iterator[dict[int, str]]:
+        """Inside the block the states hold every process's samples (when ``sync`` and running distributed);
+        yields the names of the ids of every process."""
+        names = dict(self._id_names)
+        dist = torch.distributed
+        if sync and dist.is_available() and dist.is_initialized() and dist.get_world_size(self.process_group) > 1 \
+                and not self._is_synced:
+            gathered: list[Any] = [None] * dist.get_world_size(self.process_group)
+            dist.all_gather_object(gathered, names, group=self.process_group)
+            for g in gathered:
+                names.update(g)
+            with self.sync_context(dist_sync_fn=self.dist_sync_fn, should_sync=True, should_unsync=True):
+                yield names
+        else:
+            yield names
+
     def per_sample(self, *, sync: bool = True) -> dict[str, Any]:
         """Per-sample scores, gathered from every process when running distributed (``sync=True``).
 
         Returns ``{"ids": [str|None], "scores": Tensor [N] or [N,C]}`` with padded duplicates dropped;
         ids are ``None`` for samples updated without ``ids=``.
         """
-        names = dict(self._id_names)
-        distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
-        if sync and distributed and torch.distributed.get_world_size() > 1:
-            gathered: list[Any] = [None] * torch.distributed.get_world_size()
-            torch.distributed.all_gather_object(gathered, names)
-            for g in gathered:
-                names.update(g)
-            with self.sync_context(dist_sync_fn=self.dist_sync_fn, should_sync=True, should_unsync=True):
-                scores, ids = self._gathered()
-        else:
+        with self._synced(sync) as names:
             scores, ids = self._gathered()
         return {"ids": [names.get(int(i)) if int(i) >= 0 else None for i in ids], "scores": scores}
 
@@ -329,17 +721,35 @@ def _slice(batch: dict[str, Any], sl: slice) -> dict[str, Any]:
     return {k: (v[sl] if v is not None else None) for k, v in batch.items()}
 
 
+def _meta_message(role: str) -> str:
+    return (f"{role}: got a meta tensor (a shape without data), so there is nothing to score; materialise it "
+            "first (load the data, or .to_empty(device=...) and fill it)")
+
+
+def _keep_index(ids: torch.Tensor) -> torch.Tensor:
+    """Positions to keep: every unnamed sample (id < 0) and the first occurrence of every named id (the
+    copies a distributed sampler pads in)."""
+    positions = torch.arange(ids.numel(), device=ids.device)
+    named = ids >= 0
+    if not bool(named.any()):
+        return positions
+    uniq, inverse = torch.unique(ids[named], return_inverse=True)
+    if uniq.numel() == int(named.sum()):
+        return positions
+    pos_named = positions[named]
+    first = torch.full((uniq.numel(),), ids.numel(), dtype=torch.long, device=ids.device)
+    first = first.scatter_reduce(0, inverse, pos_named, reduce="amin")
+    return torch.sort(torch.cat([positions[~named], first])).values
+
+
 def _drop_duplicate_ids(scores: torch.Tensor, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Keep the first occurrence of every id (distributed samplers pad by repeating samples)."""
+    """Keep the first occurrence of every named id (distributed samplers pad by repeating samples) and every
+    unnamed sample."""
     if ids.numel() == 0:
         return scores, ids
-    uniq, inverse = torch.unique(ids, return_inverse=True)
-    if uniq.numel() == ids.numel():
+    keep = _keep_index(ids)
+    if keep.numel() == ids.numel():
         return scores, ids
-    positions = torch.arange(ids.numel(), device=ids.device)
-    first = torch.full((uniq.numel(),), ids.numel(), dtype=torch.long, device=ids.device)
-    first = first.scatter_reduce(0, inverse, positions, reduce="amin")
-    keep = torch.sort(first).values
     return scores[keep], ids[keep]
 
 

@@ -82,6 +82,8 @@ class _EmbeddingMetric(SampleMetric):
 
 
 class _ImagePairMetric(_EmbeddingMetric):
+    paired = True  # preds= are the candidates, target= the references
+
     def _prepare(self, reference: Any, candidates: Any, condition: Any) -> dict[str, list[Any]]:
         if reference is None or candidates is None:
             raise InputError(f"{self.name}: needs reference images and candidates, one reference per candidate")

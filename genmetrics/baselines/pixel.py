@@ -24,6 +24,7 @@ from genmetrics.options import integer, number
 
 class _PairedPixelMetric(SampleMetric):
     higher_is_better = True
+    paired = True  # preds= are the candidates, target= the references
 
     def __init__(self, *, resize: str = "none", data_range: float = 1.0, batch_size: int = 32, **kwargs: Any) -> None:
         super().__init__(batch_size=batch_size, **kwargs)

@@ -22,7 +22,7 @@ from typing import Any, ClassVar
 import torch
 
 from genmetrics.errors import InputError
-from genmetrics.metric import SampleMetric, _drop_duplicate_ids, _slice
+from genmetrics.metric import SampleMetric, _drop_duplicate_ids
 from genmetrics.mie.model import (
     DIMENSIONS,
     MAX_REFERENCES,
@@ -141,19 +141,6 @@ class MIEMetric(SampleMetric):
         out = self.mie_model().score(batch["reference"], batch["condition"], batch["candidates"])
         return {"score": out.score, "diagnostics": out.diagnostics}
 
-    def update(self, reference: Any = None, candidates: Any = None, condition: Any = None, *, ids: Any = None) -> None:
-        from genmetrics.data.batching import map_batches
-
-        batch = self._prepare(reference, candidates, condition)
-        n = len(batch["candidates"])
-        hashed = self._hash_ids(ids, n)
-        results = map_batches(lambda sl: self._score_batch(_slice(batch, sl)), n, self.batch_size)
-        score = torch.cat([r["score"] for r in results]).detach()
-        diag = torch.cat([r["diagnostics"] for r in results]).detach()
-        self.scores.append(score.to(device=self.device, dtype=torch.float64))
-        self.diagnostics.append(diag.to(device=self.device, dtype=torch.float64))
-        self.sample_ids.append(torch.tensor(hashed, dtype=torch.long, device=self.device))
-
     # ------------------------------------------------------------------ results
     def _gathered_all(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         scores, diags, ids = self.scores, self.diagnostics, self.sample_ids
@@ -166,10 +153,12 @@ class MIEMetric(SampleMetric):
         both, ids = _drop_duplicate_ids(torch.cat([scores[:, None], diags.reshape(-1, len(DIMENSIONS))], 1), ids)
         return both[:, 0], both[:, 1:], ids
 
-    def per_sample(self) -> dict[str, Any]:
-        """``{"ids": [str|None], "scores": [N], "diagnostics": [N,3] logits, "dimensions": (...)}``."""
-        scores, diags, ids = self._gathered_all()
-        names = [self._id_names.get(int(i)) if int(i) >= 0 else None for i in ids]
+    def per_sample(self, *, sync: bool = True) -> dict[str, Any]:
+        """``{"ids": [str|None], "scores": [N], "diagnostics": [N,3] logits, "dimensions": (...)}``, gathered
+        from every process when running distributed (``sync=True``)."""
+        with self._synced(sync) as id_names:
+            scores, diags, ids = self._gathered_all()
+        names = [id_names.get(int(i)) if int(i) >= 0 else None for i in ids]
         return {"ids": names, "scores": scores, "diagnostics": diags, "dimensions": DIMENSIONS}
 
     def per_generator(self, sep: str = "/") -> dict[str, dict[str, Any]]:

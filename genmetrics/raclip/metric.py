@@ -475,6 +475,20 @@ class _SetDivergence(_RAMixin, Metric):
             setattr(self, f"{s}_maps", getattr(self, f"{s}_maps") + maps.sum(0))
 
     # -- compute ------------------------------------------------------------------------
+    def _undefined_value(self) -> dict[str, torch.Tensor]:
+        """forward() on a batch that alone is not two sets of >= 2 images: NaN of the usual structure."""
+        c = len(self.attributes)
+
+        def nan(*shape: int) -> torch.Tensor:
+            return torch.full(shape, float("nan"), dtype=torch.float64, device=self.device)
+
+        if self.name == "pad":
+            return {"mean": nan(), "per_pair": nan(c * (c - 1) // 2)}
+        out = {"mean": nan(), "per_attribute": nan(c)}
+        if self._needs_maps:
+            out["map"] = nan(self.grid[0] * self.grid[1], c)
+        return out
+
     def _check_sets(self, minimum: int) -> None:
         for s, role, arg in (("real", "reference (real)", "reference"), ("gen", "generated", "candidates")):
             n = int(float(getattr(self, f"{s}_n")))

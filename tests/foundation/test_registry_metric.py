@@ -51,7 +51,8 @@ def test_plugin_registration_and_ids_dedup(plugin):
     m = gm.create_metric("plugin_mean", batch_size=2)
     xs = [torch.full((2,), float(i)) for i in range(5)]
     m.update(candidates=xs[:3], ids=["a", "b", "c"])
-    m.update(candidates=xs[2:], ids=["c", "d", "e"])  # "c" padded in twice
+    with pytest.warns(UserWarning, match="already scored by this metric in this process"):
+        m.update(candidates=xs[2:], ids=["c", "d", "e"])  # "c" again in one process: dropped, with a warning
     assert float(m.compute()) == pytest.approx(2.0)
     per = m.per_sample()
     assert per["ids"] == ["a", "b", "c", "d", "e"]
