@@ -29,7 +29,7 @@ _LAZY = {
     "MIEModel": "genmetrics.mie.model",
     "MIEOutput": "genmetrics.mie.model",
     "MIEBatch": "genmetrics.mie.model",
-    "mie_loss": "genmetrics.mie.model",
+    "mie_loss": "genmetrics.mie.loss",
     "DIMENSIONS": "genmetrics.mie.model",
     "MIEMetric": "genmetrics.mie.metric",
     "TrainConfig": "genmetrics.mie.train",

@@ -25,34 +25,43 @@ def _check_images(records: list[Any], path: str) -> None:
 
 @click.command("mie")
 @click.option("--data", required=True, type=click.Path(dir_okay=False), help="MIB pairs JSONL (silver labels).")
-@click.option("--out", required=True, type=click.Path(file_okay=False), help="Output folder (checkpoint + resumable state).")
-@click.option("--backbone", default="4b", show_default=True,
-              help="0.8b | 2b | 4b (Qwen3.5), a hub id or local folder of a Qwen3.5/Qwen3-VL VLM; tiny-qwen35 for smoke tests.")
-@click.option("--tuning", type=click.Choice(["lora_layer", "layer_only"]), default="lora_layer", show_default=True)
-@click.option("--last-k", default=2, show_default=True, type=int, help="Final decoder layers trained fully.")
+@click.option("--out", required=True, type=click.Path(file_okay=False), help="Output folder (checkpoints, best/, final/).")
+@click.option("--val-data", default=None, type=click.Path(dir_okay=False),
+              help="Validation pairs JSONL (default: a seeded --val-fraction of --data).")
+@click.option("--val-fraction", default=0.1, show_default=True, type=float, help="Validation share when --val-data is not given.")
+@click.option("--backbone", default="0.8b", show_default=True,
+              help="0.8b | 2b | 4b (Qwen3.5), a hub id or local folder of a Qwen3.5/Qwen3-VL VLM.")
+@click.option("--tuning", type=click.Choice(["layer_only", "lora_layer"]), default="layer_only", show_default=True)
+@click.option("--unfreeze-layers", default=4, show_default=True, type=int, help="Top language layers trained fully.")
 @click.option("--lora-r", default=16, show_default=True, type=int)
-@click.option("--lora-alpha", default=None, type=int, help="Default 2 * r.")
-@click.option("--lora-dropout", default=0.05, show_default=True, type=float)
-@click.option("--instruction", default=None, help="Instruction text at the start of every sequence (default: built in).")
+@click.option("--lora-alpha", default=32, show_default=True, type=int)
+@click.option("--lora-dropout", default=0.0, show_default=True, type=float)
+@click.option("--image-size", default=512, show_default=True, type=int, help="Longer image side in px (aspect kept).")
 @click.option("--subset", default=9600, show_default=True, type=int, help="Random subset of pairs (0 = all).")
-@click.option("--epochs", default=1.0, show_default=True, type=float)
-@click.option("--lr", default=1e-4, show_default=True, type=float)
+@click.option("--epochs", default=3, show_default=True, type=int, help="Maximum epochs (early stopping may end sooner).")
+@click.option("--lr", default=2e-5, show_default=True, type=float)
 @click.option("--weight-decay", default=0.01, show_default=True, type=float)
-@click.option("--warmup", default=0.03, show_default=True, type=float, help="Warmup fraction of the steps.")
+@click.option("--warmup", default=0.03, show_default=True, type=float, help="Warm-up fraction of the steps (cosine schedule).")
 @click.option("--grad-clip", default=1.0, show_default=True, type=float)
 @click.option("--batch-pairs", default=4, show_default=True, type=int, help="Pairs per micro-batch per process.")
-@click.option("--grad-accum", default=4, show_default=True, type=int)
-@click.option("--alpha", default=1.0, show_default=True, type=float, help="Weight of the Bradley-Terry rank loss.")
-@click.option("--beta", default=1.0, show_default=True, type=float, help="Weight of the diagnostic BCE loss.")
-@click.option("--token-budget", default=16384, show_default=True, type=int, help="Padded tokens per forward batch.")
-@click.option("--max-steps", default=None, type=int, help="Stop after this many optimizer steps.")
+@click.option("--grad-accum", default=8, show_default=True, type=int)
+@click.option("--alpha", default=1.0, show_default=True, type=float, help="Weight of the rank loss.")
+@click.option("--beta", default=0.5, show_default=True, type=float, help="Weight of the diagnostic BCE loss.")
+@click.option("--margin", default=0.1, show_default=True, type=float, help="Margin of the margin ranking loss.")
+@click.option("--rank-loss", type=click.Choice(["margin", "bradley_terry"]), default="margin", show_default=True)
+@click.option("--patience", "early_stopping_patience", default=2, show_default=True, type=int,
+              help="Early stopping: epochs without improvement of the validation monitor.")
+@click.option("--min-delta", "early_stopping_min_delta", default=1e-3, show_default=True, type=float)
+@click.option("--token-budget", default=16384, show_default=True, type=int, help="Tokens per forward batch.")
+@click.option("--max-steps", default=None, type=int, help="Cap on optimizer steps (caps the schedule).")
 @click.option("--save-every", default=200, show_default=True, type=int, help="Checkpoint every N optimizer steps.")
-@click.option("--seed", default=0, show_default=True, type=int)
-@click.option("--resume/--no-resume", default=True, show_default=True, help="Continue from the last checkpoint in --out.")
+@click.option("--seed", default=3407, show_default=True, type=int)
+@click.option("--resume", is_flag=True, help="Continue the unfinished run in --out from its newest checkpoint.")
+@click.option("--overwrite", is_flag=True, help="Train again into an --out that holds a finished run.")
 @click.option("--gradient-checkpointing", is_flag=True)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def train_cmd(**kw: Any) -> None:
-    """Train MIE (rank + diagnostic heads, LoRA / last layers) on pairwise preferences.
+    """Train MIE (score + diagnostic heads; top layers, and LoRA for lora_layer) on pairwise preferences.
 
     Multi-GPU: ``accelerate launch -m genmetrics train mie ...``."""
     from genmetrics.mie.train import TrainConfig, load_training_pairs, train_mie
@@ -63,11 +72,13 @@ def train_cmd(**kw: Any) -> None:
     cfg.check()
     load_training_pairs(cfg.data, subset=cfg.subset, seed=cfg.seed)  # validate before weights load
     res = train_mie(cfg)
+    train_rows = [h for h in res["history"] if h.get("kind") == "train"]
+    final = train_rows[-1]["loss"] if train_rows else None
     if as_json:
-        click.echo(json.dumps({k: v for k, v in res.items() if k != "history"} | {"final_loss": res["history"][-1]["loss"] if res["history"] else None}))
+        click.echo(json.dumps({k: v for k, v in res.items() if k != "history"} | {"final_loss": final}))
     else:
-        last = res["history"][-1] if res["history"] else {}
-        click.echo(f"trained {res['steps']} steps; final loss {last.get('loss', float('nan')):.4f}; checkpoint: {res['out']}")
+        click.echo(f"trained {res['steps']} steps; final loss {final if final is not None else float('nan'):.4f}; "
+                   f"checkpoint: {res['checkpoint']}")
 
 
 @click.command("mie")
@@ -91,8 +102,8 @@ def evaluate_cmd(data: str, heads: str | None, backbone: str | None, baselines: 
     import genmetrics as gm
     from genmetrics.cli.common import progress
     from genmetrics.data.jsonl import load_mib_pairs
+    from genmetrics.mie.checkpoint import resolve_heads
     from genmetrics.mie.evaluate import evaluate_human, write_report
-    from genmetrics.mie.model import resolve_heads
 
     records = load_mib_pairs(data)
     _check_images(records, data)

@@ -23,14 +23,8 @@ import torch
 
 from genmetrics.errors import InputError
 from genmetrics.metric import SampleMetric, _drop_duplicate_ids
-from genmetrics.mie.model import (
-    DIMENSIONS,
-    MAX_REFERENCES,
-    MIEModel,
-    no_heads_error,
-    resolve_heads,
-    validate_inputs,
-)
+from genmetrics.mie.checkpoint import no_heads_error, resolve_heads
+from genmetrics.mie.model import DIMENSIONS, MAX_REFERENCES, MIEModel, validate_inputs
 
 
 def _is_image(x: Any) -> bool:

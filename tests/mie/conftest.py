@@ -5,6 +5,24 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+#: the tiny Qwen3.5 of these tests: 2 text layers (one Gated-DeltaNet, one full attention)
+TINY_TEXT = {"num_hidden_layers": 2, "layer_types": ["linear_attention", "full_attention"]}
+
+
+def tiny_backbone(seed=0):
+    from genmetrics.testing import tiny_qwen35
+
+    return tiny_qwen35(seed, text_config=dict(TINY_TEXT))
+
+
+def tiny_provider(kind, weights, **options):
+    """Backbone provider for the MIE tests: every VLM is the 2-layer tiny Qwen3.5 (seed 0)."""
+    if kind != "vlm":
+        return None
+    from genmetrics.testing import tiny_qwen35_processor
+
+    return tiny_backbone(0), tiny_qwen35_processor()
+
 
 @pytest.fixture(scope="session")
 def proc():
@@ -15,13 +33,21 @@ def proc():
 
 @pytest.fixture(scope="session")
 def make_model(proc):
-    from genmetrics.mie.model import MIEModel, tiny_backbone
+    from genmetrics.mie.model import MIEModel
 
-    def make(tuning="lora_layer", last_k=1, seed=0, **kw):
-        kw.setdefault("instruction", "Judge the binding.")
-        return MIEModel(tiny_backbone(seed), proc, tuning=tuning, last_k=last_k, backbone_name="tiny-qwen35", **kw).eval()
+    def make(tuning="lora_layer", unfreeze_layers=1, seed=0, **kw):
+        return MIEModel(tiny_backbone(seed), proc, tuning=tuning, unfreeze_layers=unfreeze_layers,
+                        backbone_name="tiny/qwen3.5", **kw).eval()
 
     return make
+
+
+@pytest.fixture()
+def provider():
+    from genmetrics.backbones.provider import use_provider
+
+    with use_provider(tiny_provider):
+        yield tiny_provider
 
 
 @pytest.fixture(scope="session")

@@ -7,15 +7,17 @@ import pytest
 from genmetrics.cli.main import main
 
 
-def test_train_evaluate_rank(tmp_path, pairs_file, capsys):
+def test_train_evaluate_rank(tmp_path, pairs_file, capsys, provider):
     run = tmp_path / "run"
-    rc = main(["train", "mie", "--data", str(pairs_file), "--out", str(run), "--backbone", "tiny-qwen35",
-               "--subset", "2", "--batch-pairs", "2", "--grad-accum", "1", "--last-k", "1", "--lr", "1e-3",
-               "--instruction", "Judge the binding.", "--json"])
+    rc = main(["train", "mie", "--data", str(pairs_file), "--out", str(run), "--tuning", "lora_layer",
+               "--subset", "2", "--val-fraction", "0", "--epochs", "1", "--batch-pairs", "2", "--grad-accum", "1",
+               "--unfreeze-layers", "1", "--lr", "1e-3", "--json"])
     out = capsys.readouterr()
     assert rc == 0, out.err
     res = json.loads(out.out.strip().splitlines()[-1])
-    assert res["steps"] == 1 and (run / "heads.safetensors").is_file() and (run / "adapter").is_dir()
+    ckpt = res["checkpoint"]
+    assert res["steps"] == 1 and (run / "final" / "mie_weights.safetensors").is_file() and ckpt == str(run / "final")
+    run = ckpt
 
     ev = tmp_path / "eval"
     rc = main(["evaluate-human", "mie", "--data", str(pairs_file), "--heads", str(run), "--out", str(ev),
@@ -41,9 +43,10 @@ def test_train_evaluate_rank(tmp_path, pairs_file, capsys):
 
 
 @pytest.mark.parametrize("args, needle", [
-    (["train", "mie", "--data", "{missing}", "--out", "{tmp}/x", "--backbone", "tiny-qwen35"], "does not exist"),
+    (["train", "mie", "--data", "{missing}", "--out", "{tmp}/x"], "does not exist"),
     (["train", "mie", "--data", "{pairs}", "--out", "{tmp}/x", "--tuning", "full"], "Invalid value"),
     (["train", "mie", "--data", "{pairs}", "--out", "{tmp}/x", "--batch-pairs", "0"], "batch_pairs"),
+    (["train", "mie", "--data", "{pairs}", "--out", "{tmp}/x", "--stop-after", "3"], "No such option"),
     (["evaluate-human", "mie", "--data", "{pairs}"], "nothing to evaluate"),
     (["evaluate-human", "mie", "--data", "{pairs}", "--metrics", "psnrr"], "unknown metric"),
     (["evaluate-human", "mie", "--data", "{pairs}", "--heads", "{tmp}/none"], "genmetrics train mie"),

@@ -22,7 +22,7 @@ def test_card():
 
 
 def test_no_heads_is_a_clear_error(proc):
-    from genmetrics.mie.model import tiny_backbone
+    from conftest import tiny_backbone
 
     with pytest.raises(WeightsUnavailableError) as e:
         gm.create_metric("mie")
@@ -37,7 +37,9 @@ def test_no_heads_is_a_clear_error(proc):
 
 
 def test_scores_diagnostics_and_generators(proc, heads_dir, imgs):
-    from genmetrics.mie.model import MIEModel, tiny_backbone
+    from conftest import tiny_backbone
+
+    from genmetrics.mie.model import MIEModel
 
     vlm = tiny_backbone(0)
     metric = gm.create_metric("mie", backbone=vlm, processor=proc, heads=heads_dir)

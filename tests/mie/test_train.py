@@ -1,7 +1,6 @@
-"""Training: the loss goes down on a few synthetic pairs, the checkpoint reloads to identical outputs,
-and a run stopped after a checkpoint resumes to the same result as an uninterrupted one."""
-
-import json
+"""Training on the shared loop: the loss goes down, the checkpoint reloads to identical outputs, a run
+killed mid-way resumes to the same result; the loss equations (rank sign, margin, each candidate's own
+diagnostic targets) against explicit computations; a micro-batch without labels keeps the head in the graph."""
 
 import pytest
 import torch
@@ -10,76 +9,152 @@ from genmetrics.errors import InputError
 
 
 def _opts(tmp_path, data, name, **kw):
-    base = dict(data=str(data), out=str(tmp_path / name), backbone="tiny-qwen35", tuning="lora_layer", last_k=1,
-                lr=3e-3, batch_pairs=2, grad_accum=1, subset=4, epochs=2, warmup=0.0, progress=False,
-                save_every=10, lora_dropout=0.0, instruction="Judge the binding.")
+    base = dict(data=str(data), out=str(tmp_path / name), tuning="lora_layer", unfreeze_layers=1,
+                lr=3e-3, batch_pairs=2, grad_accum=1, subset=None, val_fraction=0.0, epochs=2, warmup=0.0,
+                progress=False, save_every=1)
     base.update(kw)
     return base
 
 
-def test_loss_goes_down_reload_and_resume(tmp_path, pairs_file):
-    from genmetrics.backbones.weights import load_state_dict
+def _vlm(proc):
+    from conftest import tiny_backbone
+
+    return dict(vlm=tiny_backbone(0), processor=proc)
+
+
+def test_loss_goes_down_reload_and_resume(tmp_path, pairs_file, proc):
     from genmetrics.data.jsonl import load_mib_pairs
     from genmetrics.mie.model import MIEModel
-    from genmetrics.mie.train import latest_checkpoint, train_mie
+    from genmetrics.mie.train import MIETask, train_mie
 
-    straight = train_mie(**_opts(tmp_path, pairs_file, "a"))
-    losses = [h["loss"] for h in straight["history"]]
-    assert straight["steps"] == 4 and straight["finished"]
+    recs = load_mib_pairs(pairs_file)[:4]
+    sub = pairs_file.parent / "four.jsonl"
+    sub.write_text("".join(line + "\n" for line in pairs_file.read_text().splitlines()[:4]))
+    straight = train_mie(**_opts(tmp_path, sub, "a"), **_vlm(proc))
+    losses = [h["loss"] for h in straight["history"] if h["kind"] == "train"]
+    assert straight["steps"] == 4
     assert losses[-1] < 0.8 * losses[0]
-    assert straight["history"][-1]["rank"] < straight["history"][0]["rank"]
-    info = json.loads((tmp_path / "a" / "training.json").read_text())
-    assert info["pairs"] == 4 and info["generators"] == ["gen_a", "gen_b"]
 
-    # the checkpoint reloads (backbone rebuilt from its name) and ranks the training pairs
-    model = MIEModel.from_pretrained(tmp_path / "a")
-    recs = load_mib_pairs(pairs_file)
+    model = MIEModel.from_pretrained(straight["checkpoint"], **{"backbone": _vlm(proc)["vlm"], "processor": proc})
     a, b = model.score_pairs([[str(p) for p in r.references] for r in recs], [r.prompt for r in recs],
                              [str(r.candidates[0]) for r in recs], [str(r.candidates[1]) for r in recs])
     prefers_a = torch.tensor([r.preference == 0 for r in recs])
     assert ((a.score > b.score) == prefers_a).float().mean() >= 0.75
 
-    # the same run stopped after step 3 (as if killed right after its checkpoint), then resumed
-    first = train_mie(**_opts(tmp_path, pairs_file, "b", stop_after=3))
-    assert first["steps"] == 3 and not first["finished"]
-    assert not (tmp_path / "b" / "heads.safetensors").exists()
-    assert latest_checkpoint(tmp_path / "b").name == "step_00000003"
-    resumed = train_mie(**_opts(tmp_path, pairs_file, "b"))
-    assert resumed["resumed_from"] is not None and resumed["steps"] == 4 and resumed["finished"]
-    assert [h["loss"] for h in resumed["history"]] == pytest.approx(losses, rel=1e-4, abs=1e-5)
-    sa = load_state_dict(tmp_path / "a" / "heads.safetensors")
-    sb = load_state_dict(tmp_path / "b" / "heads.safetensors")
-    assert sa.keys() == sb.keys()
-    for k in sa:
-        torch.testing.assert_close(sa[k], sb[k], atol=1e-5, rtol=1e-4)
+    class Killed(MIETask):  # dies in its 3rd micro-batch (after the checkpoint of step 2)
+        calls = 0
+
+        def loss(self, module, x):
+            Killed.calls += 1
+            if Killed.calls == 3:
+                raise KeyboardInterrupt
+            return super().loss(module, x)
+
+    with pytest.raises(KeyboardInterrupt):
+        train_mie(**_opts(tmp_path, sub, "b"), **_vlm(proc), task_cls=Killed)
+    resumed = train_mie(**_opts(tmp_path, sub, "b", resume=True), **_vlm(proc))
+    assert resumed["resumed_from"] is not None and resumed["steps"] == 4
+    again = [h["loss"] for h in resumed["history"] if h["kind"] == "train"]
+    assert again == pytest.approx(losses, rel=1e-4, abs=1e-5)
+    other = MIEModel.from_pretrained(resumed["checkpoint"], _vlm(proc)["vlm"], proc)
+    b2 = other.score_pairs([[str(p) for p in r.references] for r in recs], [r.prompt for r in recs],
+                           [str(r.candidates[0]) for r in recs], [str(r.candidates[1]) for r in recs])[1]
+    torch.testing.assert_close(b2.score, b.score, atol=1e-5, rtol=1e-4)
 
 
-def test_layer_only_and_bad_options(tmp_path, pairs_file):
-    from genmetrics.mie.train import TrainConfig, lr_lambda, train_mie
+def test_validation_split_early_stopping_and_bad_options(tmp_path, pairs_file, proc):
+    from genmetrics.mie.train import TrainConfig, train_mie
 
-    res = train_mie(**_opts(tmp_path, pairs_file, "lo", tuning="layer_only", epochs=1, subset=2, beta=0.0))
-    assert res["steps"] == 1 and not (tmp_path / "lo" / "adapter").exists()
-    assert res["history"][0]["diag"] == 0.0
+    res = train_mie(**_opts(tmp_path, pairs_file, "lo", tuning="layer_only", epochs=3, val_fraction=0.25,
+                            early_stopping_patience=1, early_stopping_min_delta=10.0), **_vlm(proc))
+    evals = [h for h in res["history"] if h["kind"] == "eval"]
+    assert res["n_val"] == 2 and res["n_train"] == 6
+    assert res["stopped_early"] and len(evals) == 2  # min_delta 10: epoch 2 is "no better", patience 1 stops
+    assert "pairwise_accuracy" in evals[0] and res["checkpoint"].endswith("best")
     with pytest.raises(InputError, match="tuning"):
         TrainConfig(data="x", out="y", tuning="full").check()
+    with pytest.raises(InputError, match="rank_loss"):
+        TrainConfig(data="x", out="y", rank_loss="hinge").check()
     with pytest.raises(InputError, match="does not exist"):
         train_mie(**_opts(tmp_path, tmp_path / "missing.jsonl", "bad"))
-    f = lr_lambda(10, 2)
-    assert f(0) == 0.5 and f(1) == 1.0 and f(2) == pytest.approx(1.0) and f(10) == pytest.approx(0.0)
-    assert f(6) == pytest.approx(0.5)
 
 
-def test_loss_formula():
-    import torch.nn.functional as F
+def test_defaults_are_appendix_e():
+    from genmetrics.mie.train import TrainConfig
 
-    from genmetrics.mie.model import MIEOutput, mie_loss
+    c = TrainConfig(data="x", out="y")
+    assert (c.lr, c.weight_decay, c.warmup, c.grad_clip, c.batch_pairs, c.grad_accum, c.epochs, c.seed) == \
+        (2e-5, 0.01, 0.03, 1.0, 4, 8, 3, 3407)
+    assert (c.alpha, c.beta, c.margin, c.rank_loss, c.tuning, c.unfreeze_layers) == (1.0, 0.5, 0.1, "margin", "layer_only", 4)
+    assert (c.early_stopping_patience, c.early_stopping_min_delta, c.image_size) == (2, 1e-3, 512)
 
-    w = MIEOutput(torch.tensor([1.0, 0.0]), torch.tensor([[2.0, -1.0, 0.0], [0.5, 0.5, 0.5]]))
-    lo = MIEOutput(torch.tensor([0.0, 2.0]), torch.tensor([[0.0, 1.0, -3.0], [1.0, 1.0, 1.0]]))
-    tw = torch.tensor([[0.9, 0.2, 0.5], [1.0, 1.0, 1.0]])
-    tl = torch.tensor([[0.1, 0.7, 0.5], [0.0, 0.0, 0.0]])
-    loss, parts = mie_loss(w, lo, tw, tl, alpha=0.7, beta=0.3, diag_mask=torch.tensor([True, False]))
-    rank = (-F.logsigmoid(torch.tensor(1.0)) - F.logsigmoid(torch.tensor(-2.0))) / 2
-    diag = F.binary_cross_entropy_with_logits(torch.cat([w.diagnostics[:1], lo.diagnostics[:1]]), torch.cat([tw[:1], tl[:1]]))
-    assert loss.item() == pytest.approx((0.7 * rank + 0.3 * diag).item(), rel=1e-6)
-    assert parts["rank"] == pytest.approx(rank.item(), rel=1e-6) and parts["diag"] == pytest.approx(diag.item(), rel=1e-6)
+
+def test_loss_formula_and_sign():
+    from genmetrics.mie.loss import mie_loss
+    from genmetrics.mie.model import MIEOutput
+
+    w = MIEOutput(torch.tensor([1.0, 0.0, 0.3]), torch.tensor([[2.0, -1.0, 0.0], [0.5, 0.5, 0.5], [0.0, 0.0, 0.0]]))
+    lo = MIEOutput(torch.tensor([0.0, 2.0, 0.25]), torch.tensor([[0.0, 1.0, -3.0], [1.0, 1.0, 1.0], [1.0, 1.0, 1.0]]))
+    tw = torch.tensor([[0.9, 0.2, 0.5], [1.0, 1.0, 1.0], [0.0, 0.0, 0.0]])
+    tl = torch.tensor([[0.1, 0.7, 0.5], [0.0, 0.0, 0.0], [1.0, 1.0, 1.0]])
+    mask = torch.tensor([True, False, True])
+    loss, parts = mie_loss(w, lo, tw, tl, alpha=0.7, beta=0.3, diag_mask=mask)
+    # margin ranking, written out: max(0, 0.1 - (s_w - s_l)) per pair -> 0, 2.1, 0.05
+    rank = (0.0 + 2.1 + 0.05) / 3
+    bce = torch.nn.functional.binary_cross_entropy_with_logits
+    diag = 0.5 * (bce(w.diagnostics[mask], tw[mask]) + bce(lo.diagnostics[mask], tl[mask]))
+    assert parts["rank"] == pytest.approx(rank, rel=1e-6) and parts["diag"] == pytest.approx(diag.item(), rel=1e-6)
+    assert loss.item() == pytest.approx(0.7 * rank + 0.3 * diag.item(), rel=1e-6)
+    # the sign: swapping winner and loser must change the rank loss (it is not symmetric)
+    _, swapped = mie_loss(lo, w, tl, tw, alpha=1.0, beta=0.0)
+    assert swapped["rank"] == pytest.approx((1.1 + 0.0 + 0.15) / 3, rel=1e-6)
+    _, bt = mie_loss(w, lo, rank_loss_kind="bradley_terry", beta=0.0)
+    logsig = torch.nn.functional.logsigmoid
+    assert bt["rank"] == pytest.approx(-(logsig(torch.tensor(1.0)) + logsig(torch.tensor(-2.0))
+                                         + logsig(torch.tensor(0.05))).item() / 3, rel=1e-6)
+
+
+def test_task_loss_uses_each_candidates_own_targets_and_references(make_model, pairs_file):
+    """The training loss of a micro-batch of several pairs equals the loss written out from each candidate
+    scored alone against its own pair's references, with its own diagnostic labels."""
+    from genmetrics.data.jsonl import load_mib_pairs
+    from genmetrics.mie.loss import mie_loss
+    from genmetrics.mie.model import MIEOutput
+    from genmetrics.mie.train import MIETask, TrainConfig
+
+    recs = load_mib_pairs(pairs_file)[:4]
+    for i, r in enumerate(recs):  # labels that differ per candidate and per pair
+        object.__setattr__(r, "diagnostics", ((0.1 * i, 0.9, 0.3), (0.8, 0.05 * i, 0.6)))
+    m = make_model("layer_only", unfreeze_layers=1)
+    cfg = TrainConfig(data="x", out="y", beta=1.0)
+    task = MIETask(m, cfg)
+    with torch.no_grad():
+        loss, parts = task.loss(m, task.collate(recs))
+        win, lose, tw, tl = [], [], [], []
+        for r in recs:
+            refs = [[str(p) for p in r.references]]
+            out = [m.score(refs, [r.prompt], [str(r.candidates[j])]) for j in (0, 1)]
+            win.append(out[r.preference])
+            lose.append(out[1 - r.preference])
+            tw.append(r.diagnostics[r.preference])
+            tl.append(r.diagnostics[1 - r.preference])
+    cat = lambda xs: MIEOutput(torch.cat([x.score for x in xs]), torch.cat([x.diagnostics for x in xs]))  # noqa: E731
+    expected, eparts = mie_loss(cat(win), cat(lose), torch.tensor(tw), torch.tensor(tl), beta=1.0)
+    assert parts["rank"] == pytest.approx(eparts["rank"], abs=1e-5)
+    assert parts["diag"] == pytest.approx(eparts["diag"], abs=1e-6)
+
+
+def test_unlabelled_micro_batch_keeps_the_diagnostic_head_in_the_graph(make_model, pairs_file):
+    from genmetrics.data.jsonl import load_mib_pairs
+    from genmetrics.mie.train import MIETask, TrainConfig
+
+    recs = load_mib_pairs(pairs_file)[:2]
+    for r in recs:
+        object.__setattr__(r, "diagnostics", None)
+    m = make_model("layer_only", unfreeze_layers=1).train()
+    task = MIETask(m, TrainConfig(data="x", out="y"))
+    loss, parts = task.loss(m, task.collate(recs))
+    loss.backward()
+    assert parts["diag"] == 0.0
+    for p in m.classification_head.parameters():  # a gradient (zero), not None: DDP finds every parameter used
+        assert p.grad is not None and torch.count_nonzero(p.grad) == 0

@@ -6,17 +6,24 @@ import tempfile
 from typing import Any
 
 
-def tiny_heads_dir(seed: int = 0, *, tuning: str = "lora_layer", last_k: int = 1) -> str:
+def tiny_backbone(seed: int = 0) -> Any:
+    """The tiny Qwen3.5 of the MIE recipes: 2 text layers (one Gated-DeltaNet, one full attention)."""
+    from genmetrics.testing import tiny_qwen35
+
+    return tiny_qwen35(seed, text_config={"num_hidden_layers": 2, "layer_types": ["linear_attention", "full_attention"]})
+
+
+def tiny_heads_dir(seed: int = 0, *, tuning: str = "lora_layer", unfreeze_layers: int = 1) -> str:
     """Save an (untrained, seeded) tiny MIE checkpoint in a temporary folder and return its path."""
     import torch
 
-    from genmetrics.mie.model import MIEModel, tiny_backbone
+    from genmetrics.mie.model import MIEModel
     from genmetrics.testing import tiny_qwen35_processor
 
     with torch.random.fork_rng(devices=[]):  # LoRA and head initialisation draw from the global RNG
         torch.manual_seed(seed)
-        model = MIEModel(tiny_backbone(seed), tiny_qwen35_processor(), tuning=tuning, last_k=last_k,
-                         backbone_name="tiny-qwen35", instruction="Judge the binding.")
+        model = MIEModel(tiny_backbone(seed), tiny_qwen35_processor(), tuning=tuning, unfreeze_layers=unfreeze_layers,
+                         backbone_name="Qwen/Qwen3.5-0.8B")
     with torch.no_grad():  # move LoRA B off zero so the adapter matters
         g = torch.Generator().manual_seed(seed + 1)
         for n, p in model.named_parameters():
@@ -28,7 +35,6 @@ def tiny_heads_dir(seed: int = 0, *, tuning: str = "lora_layer", last_k: int = 1
 
 
 def _mie() -> dict[str, Any]:
-    from genmetrics.mie.model import tiny_backbone
     from genmetrics.testing import random_images, tiny_qwen35_processor
 
     imgs = random_images(14, 64, seed=5)

@@ -1,0 +1,179 @@
+"""The authors' evaluator, re-implemented independently (plain transformers + peft, no genmetrics code),
+writes a checkpoint in the authors' layout; genmetrics loads it and gives the same score and diagnostic
+logits (fp32, 1e-5), for both tuning modes and 2 and 4 references. Also: the token ids equal the
+processor's, and partial or unsafe checkpoints are refused."""
+
+import json
+
+import pytest
+import torch
+
+from genmetrics.errors import WeightsUnavailableError
+
+TEMPLATE = ("You are evaluating a multi-subject personalization result. The first images are subject references. "
+            "The last image is the generated candidate. Prompt: {prompt}")
+# LoRA on every attention / MLP linear of the vision blocks and the language layers (the authors' unsloth
+# finetune_vision + finetune_language + attention + mlp selection), written as its own regex here.
+AUTHOR_REGEX = (r".*?(?:visual|language_model).*?(?:self_attn|linear_attn|attn|mlp)\.(?:q_proj|k_proj|v_proj|o_proj|"
+                r"qkv|proj|in_proj_qkv|in_proj_z|in_proj_a|in_proj_b|out_proj|gate_proj|up_proj|down_proj|linear_fc1|"
+                r"linear_fc2)")
+TEXT = {"num_hidden_layers": 6}  # 6 language layers: the top 4 train, 2 stay frozen
+
+
+def _base(seed=0):
+    from genmetrics.testing import tiny_qwen35_for_generation
+
+    return tiny_qwen35_for_generation(seed, text_config=dict(TEXT))
+
+
+class AuthorsMIE(torch.nn.Module):
+    """What the authors' mie/model.py computes, in plain transformers + peft."""
+
+    def __init__(self, mode, processor, seed=0):
+        super().__init__()
+        base = _base(seed)
+        if mode == "lora_layer":
+            from peft import LoraConfig, get_peft_model
+
+            self.backbone = get_peft_model(base, LoraConfig(r=16, lora_alpha=32, lora_dropout=0.0, bias="none",
+                                                            target_modules=AUTHOR_REGEX))
+        else:
+            self.backbone = base
+            for p in base.parameters():
+                p.requires_grad_(False)
+        for layer in base.model.language_model.layers[-4:]:
+            for p in layer.parameters():
+                p.requires_grad_(True)
+        h = base.config.text_config.hidden_size
+        g = torch.Generator().manual_seed(seed + 7)
+        self.score_head = torch.nn.Sequential(torch.nn.Linear(h, h // 2), torch.nn.GELU(), torch.nn.Linear(h // 2, 1)).float()
+        self.classification_head = torch.nn.Sequential(torch.nn.Linear(h, h // 2), torch.nn.GELU(),
+                                                       torch.nn.Linear(h // 2, 3)).float()
+        with torch.no_grad():  # every trained tensor away from its initial value, so each one matters
+            for p in [p for p in self.backbone.parameters() if p.requires_grad] + list(self.score_head.parameters()) + \
+                    list(self.classification_head.parameters()):
+                p.add_(torch.randn(p.shape, generator=g) * 0.05)
+        self.mode, self.processor = mode, processor
+
+    def inputs(self, refs, prompt, cand):
+        content = [{"type": "image"} for _ in refs] + [{"type": "image"}, {"type": "text", "text": TEMPLATE.format(prompt=prompt)}]
+        text = self.processor.apply_chat_template([{"role": "user", "content": content}], tokenize=False,
+                                                  add_generation_prompt=False)
+        return self.processor(text=[text], images=[*refs, cand], return_tensors="pt", padding=False, truncation=False)
+
+    @torch.no_grad()
+    def forward(self, refs, prompt, cand):
+        x = self.inputs(refs, prompt, cand)
+        keep = {k: v for k, v in x.items() if k in ("input_ids", "attention_mask", "pixel_values", "image_grid_thw",
+                                                      "mm_token_type_ids")}
+        out = self.backbone(**keep, output_hidden_states=True)
+        last = keep["attention_mask"].sum(1) - 1
+        h = out.hidden_states[-1][torch.arange(1), last].float()
+        return self.score_head(h).squeeze(-1), self.classification_head(h)
+
+    def save(self, folder, legacy=False):
+        folder.mkdir(parents=True)
+        pre = "lens" if legacy else "mie"
+        torch.save({"score_head": self.score_head.state_dict(), "classification_head": self.classification_head.state_dict()},
+                   folder / f"{pre}_heads.pt")
+        if self.mode == "lora_layer":
+            self.backbone.save_pretrained(str(folder / "lora_adapter"))
+        tb = {n: p.detach().float() for n, p in self.backbone.named_parameters() if p.requires_grad and "lora_" not in n}
+        torch.save(tb, folder / "trainable_backbone.pt")
+        (folder / f"{pre}_config.json").write_text(json.dumps({"base_model_name": "tiny/qwen3.5", "mode": self.mode,
+                                                               "num_error_classes": 3, "unfreeze_layers": 4}))
+        return len(tb)
+
+
+@pytest.fixture(scope="module")
+def samples():
+    from genmetrics.testing import random_images
+
+    im = random_images(12, 64, seed=11)
+    return [([im[0], im[1]], "a dog and a cat on a sofa", im[2]),
+            ([im[3], im[4], im[5], im[6]], "four friends holding umbrellas", im[7]),
+            ([im[8], im[9]], "the cat sits left of the dog", im[10]),
+            ([im[0], im[5], im[9], im[11]], "Ein Hund, eine Katze und zwei Kinder", im[1])]
+
+
+@pytest.mark.parametrize("mode", ["layer_only", "lora_layer"])
+def test_authors_checkpoint_loads_exactly(mode, proc, samples, tmp_path):
+    from genmetrics.mie.model import MIEModel
+
+    ref = AuthorsMIE(mode, proc).eval()
+    n_layer_tensors = ref.save(tmp_path / "ckpt", legacy=(mode == "lora_layer"))
+    model = MIEModel.from_pretrained(tmp_path / "ckpt", _base(0), proc)
+    assert model.tuning == mode and model.unfreeze_layers == 4
+    assert model.load_report["backbone"] == n_layer_tensors > 0
+    if mode == "lora_layer":
+        n_lora = sum(1 for n, _ in ref.backbone.named_parameters() if "lora_" in n)
+        assert model.load_report["lora"] == n_lora > 0
+        assert any("visual" in n for n in model.lora_parameter_names())  # the vision tower has LoRA too
+    ours = model.score([s[0] for s in samples], [s[1] for s in samples], [s[2] for s in samples])
+    worst = 0.0
+    for i, (refs, prompt, cand) in enumerate(samples):
+        s, d = ref(refs, prompt, cand)
+        torch.testing.assert_close(ours.score[i:i + 1], s, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(ours.diagnostics[i:i + 1], d, atol=1e-5, rtol=1e-5)
+        worst = max(worst, float((ours.score[i] - s[0]).abs()), float((ours.diagnostics[i] - d[0]).abs().max()))
+    print(f"parity {mode}: max |genmetrics - authors| = {worst:.2e}")
+    # a second load from genmetrics' own format gives the same numbers again
+    model.save_pretrained(tmp_path / "own")
+    again = MIEModel.from_pretrained(tmp_path / "own", _base(0), proc)
+    torch.testing.assert_close(again.score([s[0] for s in samples], [s[1] for s in samples], [s[2] for s in samples]).score,
+                               ours.score, atol=0, rtol=0)
+
+
+def test_token_ids_equal_the_processors(proc):
+    from genmetrics.mie.model import MIEModel
+    from genmetrics.testing import random_images
+
+    model = MIEModel(_base(0), proc, tuning=None)
+    im = random_images(4, 64, seed=2)
+    im2 = random_images(1, 96, seed=3)[0]
+    prompts = ["cat", "a cat", "A dog and a cat", " leading space", "trailing space ", "two  spaces",
+               "newline\nin the prompt", "tab\there", "emoji \U0001F600 and accents caf\u00e9", "Chinese \u732b\u548c\u72d7",
+               "numbers 123 and 4.5", "punctuation: (a), [b]; {c}!", "quotes 'single' and \"double\"",
+               "Prompt: nested", "<not a tag>", "a very long prompt " * 12, "UPPER lower MiXeD", "x",
+               "the cat is left of the dog, touching it", "ends with a period."]
+    ref = AuthorsMIE("layer_only", proc)
+    for k, p in enumerate(prompts):
+        refs = [im[0], im2] if k % 2 else [im[0], im[1], im[2]]
+        batch = model.prepare([refs], [p], [im[3]])
+        expected = ref.inputs(refs, p, im[3])["input_ids"][0]
+        assert batch.sequences[0].ids.tolist() == expected.tolist(), p
+
+
+def test_partial_or_unsafe_checkpoints_are_refused(proc, tmp_path):
+    from genmetrics.mie.model import MIEModel
+
+    ref = AuthorsMIE("layer_only", proc)
+    ref.save(tmp_path / "ok")
+    tb = torch.load(tmp_path / "ok" / "trainable_backbone.pt", weights_only=True)
+    # keys that match nothing (the classic silent strict=False no-op)
+    bad = tmp_path / "renamed"
+    ref.save(bad)
+    torch.save({"backbone." + k.replace("layers", "blocks"): v for k, v in tb.items()}, bad / "trainable_backbone.pt")
+    with pytest.raises(WeightsUnavailableError, match="0 of"):
+        MIEModel.from_pretrained(bad, _base(0), proc)
+    # one tensor missing: partial
+    part = tmp_path / "partial"
+    ref.save(part)
+    torch.save(dict(list(tb.items())[1:]), part / "trainable_backbone.pt")
+    with pytest.raises(WeightsUnavailableError, match="partial"):
+        MIEModel.from_pretrained(part, _base(0), proc)
+    # a pickle with code is not loaded
+    unsafe = tmp_path / "unsafe"
+    ref.save(unsafe)
+    torch.save({"score_head": ref.score_head.state_dict(), "classification_head": ref.classification_head.state_dict(),
+                "extra": _Evil()}, unsafe / "mie_heads.pt")
+    with pytest.raises(WeightsUnavailableError, match="weights_only"):
+        MIEModel.from_pretrained(unsafe, _base(0), proc)
+    # the mode needs files that are missing
+    (tmp_path / "ok" / "trainable_backbone.pt").unlink()
+    with pytest.raises(WeightsUnavailableError, match="trainable_backbone.pt"):
+        MIEModel.from_pretrained(tmp_path / "ok", _base(0), proc)
+
+
+class _Evil:
+    pass
