@@ -7,8 +7,10 @@ pair are scored and compared with the human preference, as in the paper's Figure
 * pairwise accuracy overall, on seen generators (both generators of the pair were in training) and on
   unseen generators (neither was), with percentile bootstrap confidence intervals; a score tie counts
   as half right;
-* per-dimension F1 and macro-F1 of the diagnostic logits (threshold 0) against the human labels
-  (threshold 0.5), where the scorer has diagnostics and the pair has labels;
+* per-dimension F1 and macro-F1 of the diagnostic logits against the human labels, as the authors'
+  analysis script computes them (labels of exactly 0.5 -- annotators split -- dropped; prediction
+  ``sigmoid >= 0.5``), each beside its balanced accuracy and the F1 of the constant "always passes"
+  answer, where the scorer has diagnostics and the pair has labels;
 * breakdowns of the accuracy by subject count, human/object ratio and relation type (from each pair's
   ``bucket``: ``subjects`` (default: the number of references), ``ratio``, ``relation``).
 
@@ -136,23 +138,55 @@ def _ci(values: np.ndarray, n_boot: int, alpha: float, seed: int) -> dict[str, f
     return {"value": est, "low": lo, "high": hi, "n": int(values.size)}
 
 
-def _f1_block(pred: np.ndarray, labels: np.ndarray, n_boot: int, alpha: float, seed: int) -> dict[str, Any]:
-    from genmetrics.functional.bootstrap import bootstrap_ci
-    from genmetrics.functional.ranking import f1_per_class, macro_f1
+def diagnostic_agreement(pred_logits: np.ndarray, labels: np.ndarray) -> dict[str, dict[str, float]]:
+    """Per-dimension agreement of diagnostic logits [N,3] with human labels [N,3], as the authors' analysis
+    script computes it: a label of exactly 0.5 (annotators split) is dropped from that dimension; a
+    label > 0.5 means "passes"; a prediction passes when ``sigmoid(logit) >= 0.5``. Beside each F1:
+    balanced accuracy (mean of the recalls of both classes) and ``f1_always_passes``, the F1 of the
+    constant answer "passes", so an F1 lifted by the majority class is visible."""
+    from torchmetrics.functional.classification import binary_f1_score, binary_recall
+
     from genmetrics.mie.model import DIMENSIONS
 
-    per = f1_per_class(torch.from_numpy(pred), torch.from_numpy(labels)).numpy()
-    res: dict[str, Any] = {"n": int(pred.shape[0])}
-    for d, v in zip(DIMENSIONS, per):
-        res[f"f1_{d}"] = float(v)
+    out: dict[str, dict[str, float]] = {}
+    for c, d in enumerate(DIMENSIONS):
+        keep = labels[:, c] != 0.5
+        y = torch.from_numpy(labels[keep, c] > 0.5).long()
+        p = torch.from_numpy(pred_logits[keep, c] >= 0.0).long()
+        if y.numel() == 0:
+            out[d] = {"f1": float("nan"), "balanced_accuracy": float("nan"), "f1_always_passes": float("nan"),
+                      "n": 0, "dropped_ties": int((~keep).sum())}
+            continue
+        bal = 0.5 * (float(binary_recall(p, y)) + float(binary_recall(1 - p, 1 - y)))
+        out[d] = {"f1": float(binary_f1_score(p, y)), "balanced_accuracy": bal,
+                  "f1_always_passes": float(binary_f1_score(torch.ones_like(y), y)), "n": int(y.numel()),
+                  "positive_rate": float(y.float().mean()), "dropped_ties": int((~keep).sum())}
+    return out
+
+
+def _f1_block(pred: np.ndarray, labels: np.ndarray, n_boot: int, alpha: float, seed: int) -> dict[str, Any]:
+    from genmetrics.functional.bootstrap import bootstrap_ci
+    from genmetrics.mie.model import DIMENSIONS
+
+    per = diagnostic_agreement(pred, labels)
+    res: dict[str, Any] = {"n": int(pred.shape[0]), "dimensions": per}
+    for d in DIMENSIONS:
+        res[f"f1_{d}"] = per[d]["f1"]
+        res[f"balanced_accuracy_{d}"] = per[d]["balanced_accuracy"]
+        res[f"f1_always_passes_{d}"] = per[d]["f1_always_passes"]
+    res["macro_balanced_accuracy"] = float(np.mean([per[d]["balanced_accuracy"] for d in DIMENSIONS]))
+    res["macro_f1_always_passes"] = float(np.mean([per[d]["f1_always_passes"] for d in DIMENSIONS]))
     idx = np.arange(pred.shape[0], dtype=np.float64)
 
     def stat(ix: np.ndarray) -> float:
         ii = ix.astype(np.int64)
-        return macro_f1(torch.from_numpy(pred[ii]), torch.from_numpy(labels[ii]))
+        agg = diagnostic_agreement(pred[ii], labels[ii])
+        return float(np.mean([agg[d]["f1"] for d in DIMENSIONS]))
 
     est, lo, hi = bootstrap_ci(idx, n_boot=n_boot, alpha=alpha, seed=seed, stat=stat)
-    res["macro_f1"] = {"value": est, "low": lo, "high": hi, "n": int(pred.shape[0])}
+    res["macro_f1"] = {"value": float(np.mean([per[d]["f1"] for d in DIMENSIONS])), "low": lo, "high": hi,
+                       "n": int(pred.shape[0])}
+    del est
     return res
 
 
@@ -269,12 +303,16 @@ def report_markdown(report: dict[str, Any]) -> str:
             lines.append(f"| {name} | failed: {v['error']} |" + " |" * (len(subsets) - 1))
     diag = [n for n in order if "diagnostics" in ok[n]]
     if diag:
-        lines += ["", "## Diagnostics (F1 per dimension, macro-F1)", "",
-                  "| metric | subset | " + " | ".join(DIMENSIONS) + " | macro-F1 |", "|---|---|" + "---|" * (len(DIMENSIONS) + 1)]
+        lines += ["", "## Diagnostics: F1 / balanced accuracy / F1 of always answering \"passes\"", "",
+                  "Labels of exactly 0.5 (annotators split) are left out, as in the authors' analysis. An F1 near "
+                  "the always-passes F1 with balanced accuracy near 0.5 is the majority class, not agreement.", "",
+                  "| metric | subset | " + " | ".join(DIMENSIONS) + " | macro-F1 | macro bal. acc. |",
+                  "|---|---|" + "---|" * (len(DIMENSIONS) + 2)]
         for name in diag:
             for sub, blk in ok[name]["diagnostics"].items():
-                lines.append(f"| {name} | {sub} | " + " | ".join(f"{blk[f'f1_{d}']:.3f}" for d in DIMENSIONS)
-                             + f" | {_fmt(blk['macro_f1'])} |")
+                lines.append(f"| {name} | {sub} | " + " | ".join(
+                    f"{blk[f'f1_{d}']:.3f} / {blk[f'balanced_accuracy_{d}']:.3f} / {blk[f'f1_always_passes_{d}']:.3f}"
+                    for d in DIMENSIONS) + f" | {_fmt(blk['macro_f1'])} | {blk['macro_balanced_accuracy']:.3f} |")
     for what in BREAKDOWNS:
         lines += ["", f"## Accuracy by {what}", ""]
         keys: list[str] = []

@@ -59,11 +59,34 @@ def test_evaluate_scores_explicit(pairs_file):
     diag = rep["metrics"]["x"]["diagnostics"]["overall"]
     f1s = []
     for c, d in enumerate(("existence", "appearance", "interaction")):
-        p, t = pred[:, c] > 0, lab[:, c] >= 0.5
+        p, t = pred[:, c] >= 0, lab[:, c] > 0.5
         tp, fp, fn = (p & t).sum(), (p & ~t).sum(), (~p & t).sum()
         f1s.append(2 * tp / (2 * tp + fp + fn))
         assert diag[f"f1_{d}"] == pytest.approx(f1s[-1])
     assert diag["macro_f1"]["value"] == pytest.approx(np.mean(f1s))
+
+
+def test_diagnostics_drop_split_labels_and_show_the_majority_answer():
+    """Labels of exactly 0.5 are left out (the authors' analysis); a constant "passes" predictor gets the
+    F1 of the always-passes answer and balanced accuracy 0.5."""
+    from genmetrics.mie.evaluate import diagnostic_agreement
+
+    labels = np.array([[1.0, 0.5, 1.0], [1.0, 1.0, 0.0], [0.0, 0.5, 1.0], [2 / 3, 0.0, 1.0], [1 / 3, 1.0, 1.0]])
+    always = np.full((5, 3), 3.0)  # every logit says "passes"
+    agg = diagnostic_agreement(always, labels)
+    # existence: labels 1,1,0,1,0 -> precision 3/5, recall 1 -> F1 0.75
+    assert agg["existence"]["f1"] == pytest.approx(0.75) and agg["existence"]["balanced_accuracy"] == pytest.approx(0.5)
+    assert agg["existence"]["f1_always_passes"] == pytest.approx(0.75)
+    # appearance: the two 0.5 labels are dropped -> labels 1,0,1
+    assert agg["appearance"]["n"] == 3 and agg["appearance"]["dropped_ties"] == 2
+    assert agg["appearance"]["f1"] == pytest.approx(2 * (2 / 3) / (2 / 3 + 1))
+    # interaction: 4 of 5 pass: the constant answer has F1 0.889 and still balanced accuracy 0.5
+    assert agg["interaction"]["f1"] == pytest.approx(8 / 9) and agg["interaction"]["balanced_accuracy"] == 0.5
+    # a perfect predictor: balanced accuracy 1; a 0.5 label never counts whatever is predicted
+    perfect = np.where(labels > 0.5, 2.0, -2.0)
+    perfect[0, 1] = perfect[2, 1] = -5.0
+    agg = diagnostic_agreement(perfect, labels)
+    assert all(agg[d]["balanced_accuracy"] == 1.0 and agg[d]["f1"] == 1.0 for d in agg)
 
 
 def test_evaluate_human_with_mie_and_registered_metrics(pairs_file, make_model, dummy_metrics, tmp_path):
