@@ -10,7 +10,7 @@ import platform
 import sys
 import tempfile
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -72,8 +72,39 @@ def dumps_line(obj: Any) -> str:
     return json.dumps(_jsonable(obj), separators=(",", ":"))
 
 
-def read_results(path: str | os.PathLike) -> list[dict[str, Any]]:
-    """Rows of a results JSONL file; a torn (unterminated or unparsable) last line is ignored."""
+RowCheck = Callable[[Any], "str | None"]
+
+
+def _is_number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def check_result_row(row: Any, key: Iterable[str] = ("generator", "metric", "id")) -> str | None:
+    """Why ``row`` is not a result row (``None`` when it is): a JSON object with string key fields and a
+    ``score`` that is a finite number (or null), ``scores`` a list of numbers when present."""
+    if not isinstance(row, dict):
+        return f"expected a JSON object (a result row), got {type(row).__name__}"
+    for k in key:
+        v = row.get(k)
+        if not isinstance(v, str) or not v:
+            return f"{k!r} should be a non-empty string, got {v!r}"[:200]
+    if "score" not in row:
+        return "no 'score'"
+    s = row["score"]
+    if s is not None and not (_is_number(s) and math.isfinite(s)):
+        return f"'score' should be a finite number, got {s!r}"[:200]
+    if "scores" in row and not (isinstance(row["scores"], list) and all(_is_number(x) for x in row["scores"])):
+        return "'scores' should be a list of numbers"
+    return None
+
+
+def read_results(path: str | os.PathLike, *, check: RowCheck | None = None) -> list[dict[str, Any]]:
+    """Rows of a results JSONL file; a torn (unterminated or unparsable) last line is ignored.
+
+    With ``check`` (e.g. :func:`check_result_row`), a line that parses but is not an acceptable row is
+    refused with :class:`~genmetrics.errors.InputError` naming the file and line; it is never used."""
+    from genmetrics.errors import InputError
+
     p = Path(path)
     if not p.exists():
         return []
@@ -84,12 +115,40 @@ def read_results(path: str | os.PathLike) -> list[dict[str, Any]]:
         if not line.strip():
             continue
         try:
-            rows.append(json.loads(line))
+            row = json.loads(line)
         except json.JSONDecodeError:
             if i >= len(lines) - 2:  # the last line (possibly torn by a kill)
                 break
-            raise ValueError(f"{p}:{i + 1}: corrupt results line (not the last one); fix or delete the file") from None
+            raise InputError(f"{p}:{i + 1}: corrupt results line (not the last one); fix or delete the line, or run "
+                             "without --resume to start afresh") from None
+        if check is not None:
+            why = check(row)
+            if why:
+                raise InputError(f"{p}:{i + 1}: not a result row of this run ({why}); fix or delete the line, or run "
+                                 "without --resume to start afresh")
+        rows.append(row)
     return rows
+
+
+_HASHES: dict[tuple[str, int, int], str] = {}
+
+
+def content_hash(path: str | os.PathLike) -> str:
+    """sha256 (first 16 hex digits) of a file's bytes, computed once per file and cached by path, size and
+    modification time (hashing is cheap next to decoding the image)."""
+    p = os.path.abspath(os.fspath(path))
+    st = os.stat(p)
+    key = (p, st.st_size, st.st_mtime_ns)
+    h = _HASHES.get(key)
+    if h is None:
+        import hashlib
+
+        d = hashlib.sha256()
+        with open(p, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                d.update(block)
+        h = _HASHES[key] = d.hexdigest()[:16]
+    return h
 
 
 class ResultsWriter:

@@ -281,13 +281,16 @@ def run_leaderboard(
     plan = build_plan(cfg, metric_kwargs=metric_kwargs, device=dev)
     identities = {mp.spec.label: _metric_identity(mp) for mp in plan.metrics}
     old_manifest = _read_manifest(out_dir) if resume else None
-    if old_manifest is not None:
-        _check_resumable(cfg, plan, identities, old_manifest, out_dir)
+    unknown_options = _check_resumable(cfg, plan, identities, old_manifest, out_dir) if resume else set()
+    if not isinstance(old_manifest, dict):
+        old_manifest = None
 
     dist = _Dist(dev)
+    lock = None
     try:
         if dist.rank == 0:
             out_dir.mkdir(parents=True, exist_ok=True)
+            lock = OutputLock(out_dir)  # a second run on the same --out refuses here, before touching anything
             if not resume:
                 for name in OUTPUTS:
                     (out_dir / name).unlink(missing_ok=True)
@@ -298,7 +301,11 @@ def run_leaderboard(
         dist.barrier()
         from genmetrics.data.results import ResultsWriter, read_results
 
+        hashes = InputHashes(plan)
         sources = [out_dir / RESULTS, *sorted((out_dir / SHARDS).glob("*.jsonl"))]
+        if dist.rank == 0 and resume:  # refuse rows that are not this run's; rescore rows whose inputs changed
+            _drop_stale_rows(sources, _row_check(plan, unknown_options), hashes)
+        dist.barrier()
         done = {(str(r.get("generator")), str(r.get("metric")), str(r.get("id"))) for s in sources for r in read_results(s)}
         dist.barrier()  # every rank has read the finished keys before any rank writes
         mine = out_dir / RESULTS if dist.world == 1 else out_dir / SHARDS / f"rank-{dist.rank:05d}.jsonl"
@@ -312,9 +319,9 @@ def run_leaderboard(
                 torch.manual_seed(cfg.run.seed)
                 try:
                     if mp.level == "set":
-                        scored += _run_set(plan, mp, done, writer, dist, weights, skip)
+                        scored += _run_set(plan, mp, done, writer, dist, weights, skip, hashes)
                     else:
-                        scored += _run_samples(plan, mp, done, writer, dist, weights, skip)
+                        scored += _run_samples(plan, mp, done, writer, dist, weights, skip, hashes)
                 except GenmetricsError as e:  # missing weights, a corrupt image...: say which metric
                     raise _with_context(e, f"{cfg.where((*mp.spec.key, 'name'))} ({mp.spec.name}): {e} "
                                            f"[finished results are kept in {str(out_dir)!r}; rerun with "
@@ -328,6 +335,8 @@ def run_leaderboard(
         dist.barrier()
         return RunResult(out=out_dir, rank=dist.rank, world_size=dist.world, summary=summary, scored=scored)
     finally:
+        if lock is not None:
+            lock.release()
         dist.close()
 
 
@@ -379,9 +388,37 @@ class _Skipper:
                 print(f"warning: skipped {generator}/{ids[i]} for {label}: {e}", file=sys.stderr)
                 self.writer.write([{"generator": generator, "metric": label, "id": ids[i], "error": str(e)}])
 
+    def report(self, generator: str, label: str, sid: str, msg: str) -> None:
+        import sys
+
+        self.count += 1
+        print(f"warning: skipped {generator}/{sid} for {label}: {msg}", file=sys.stderr)
+        self.writer.write([{"generator": generator, "metric": label, "id": sid, "error": msg}])
+
+
+def finite_rows(rows: list[dict[str, Any]], skip: _Skipper | None) -> list[dict[str, Any]]:
+    """Rows whose score is a finite number (or null: a set-level value without one). A NaN or infinite
+    score is refused naming the generator, column and id, or with ``--on-error skip`` reported in
+    ``skipped.jsonl`` and left out: it is never written, averaged or ranked."""
+    import math
+
+    out = []
+    for r in rows:
+        s = r.get("score")
+        if s is None or math.isfinite(s):
+            out.append(r)
+            continue
+        msg = (f"the score is {s} (not finite); scores that are not finite are never ranked: check the image "
+               "and the metric's options")
+        if skip is None:
+            raise InputError(f"{r['generator']}/{r['id']} for {r['metric']}: {msg}, or pass --on-error skip to "
+                             "report it and score the rest")
+        skip.report(str(r["generator"]), str(r["metric"]), str(r["id"]), msg)
+    return out
+
 
 def _run_samples(plan: Plan, mp: MetricPlan, done: set, writer: Any, dist: _Dist, weights: dict,
-                 skip: _Skipper | None = None) -> int:
+                 skip: _Skipper | None = None, hashes: InputHashes | None = None) -> int:
     import torch
 
     from genmetrics.registry import create_metric
@@ -432,8 +469,13 @@ def _run_samples(plan: Plan, mp: MetricPlan, done: set, writer: Any, dist: _Dist
                         metric.update(**kwargs)
                     if not metric.has_data():
                         continue
-                    rows.extend(_sample_rows(_local_per_sample(metric), g.name, col.name, col.aspect))
-                written += writer.write(rows)
+                    new = _sample_rows(_local_per_sample(metric), g.name, col.name, col.aspect)
+                    if hashes is not None:
+                        by_id = {s.id: s for s in sub}
+                        for r in new:
+                            r["input"] = hashes.sample(mp, col, by_id[str(r["id"])])
+                    rows.extend(new)
+                written += writer.write(finite_rows(rows, skip))
     metric.reset()
     weights[mp.spec.label] = _weights_info(metric, mp)
     _free(metric)
@@ -441,7 +483,7 @@ def _run_samples(plan: Plan, mp: MetricPlan, done: set, writer: Any, dist: _Dist
 
 
 def _run_set(plan: Plan, mp: MetricPlan, done: set, writer: Any, dist: _Dist, weights: dict,
-             skip: _Skipper | None = None) -> int:
+             skip: _Skipper | None = None, hashes: InputHashes | None = None) -> int:
     import torch
 
     from genmetrics.registry import create_metric, metric_options
@@ -493,7 +535,9 @@ def _run_set(plan: Plan, mp: MetricPlan, done: set, writer: Any, dist: _Dist, we
                 grid = getattr(metric, "grid", None)
                 if isinstance(grid, (list, tuple)) and len(grid) == 2 and all(isinstance(x, int) for x in grid):
                     row["grid"] = list(grid)
-                written += writer.write([row])
+                if hashes is not None:
+                    row["input"] = hashes.set_level(mp, g.name)
+                written += writer.write(finite_rows([row], skip))
     metric.reset()
     weights[label] = _weights_info(metric, mp)
     _free(metric)
@@ -515,24 +559,184 @@ def _finish(out_dir: Path, plan: Plan, *, plots: bool) -> dict[str, Any]:
     return summary
 
 
+# ------------------------------------------------------------------------------------------ lock
+LOCK = ".genmetrics.lock"
+
+
+class OutputLock:
+    """An exclusive lock on an output folder while a run writes to it (``fcntl.flock`` on ``OUT/.genmetrics.lock``:
+    released by the OS when the process ends, so a killed run leaves no stale lock). A second run on the
+    same folder refuses with one line naming the holder."""
+
+    def __init__(self, out_dir: Path):
+        self.path = Path(out_dir) / LOCK
+        self._f = open(self.path, "a+", encoding="utf-8")
+        try:
+            import fcntl
+        except ImportError:  # pragma: no cover - Windows: no advisory locks here; runs are not guarded
+            return
+        try:
+            fcntl.flock(self._f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            self._f.seek(0)
+            holder = self._f.read().strip() or "another process"
+            self._f.close()
+            raise InputError(f"--out {str(out_dir)!r} is in use by another run ({holder}); wait for it to finish or "
+                             "choose another --out folder") from None
+        self._f.seek(0)
+        self._f.truncate()
+        import socket
+
+        self._f.write(f"pid {os.getpid()} on {socket.gethostname()}, started {time.strftime('%Y-%m-%d %H:%M:%S')}")
+        self._f.flush()
+
+    def release(self) -> None:
+        if not self._f.closed:
+            self._f.close()  # closing the descriptor releases the flock
+
+
+# ------------------------------------------------------------------------------------------ inputs by content
+class InputHashes:
+    """What each result row was computed from, by content: sha256 over the bytes of the candidate, its
+    reference(s) (or the whole real set) and the condition text. Stored as ``input`` in every row, so a
+    resumed run rescores exactly the rows whose files changed (even with the same names and sizes). File
+    hashes are computed once per file (cached by path, size and mtime)."""
+
+    def __init__(self, plan: Plan):
+        self.plan = plan
+        self._real: dict[int, str] = {}
+        self._index: dict[tuple[str, str, str], tuple[MetricPlan, Any, Any]] | None = None
+
+    @staticmethod
+    def _files(files: list[Path]) -> str:
+        from genmetrics.data.results import content_hash
+
+        h = hashlib.sha256()
+        for f in sorted(files, key=lambda p: (p.stem, p.name)):
+            h.update(f"{f.stem}\t{content_hash(f)}\n".encode())
+        return h.hexdigest()[:16]
+
+    def real(self, mp: MetricPlan) -> str:
+        k = id(mp)
+        if k not in self._real:
+            self._real[k] = self._files(list(mp.real or []))
+        return self._real[k]
+
+    def sample(self, mp: MetricPlan, col: Any, s: Any) -> str:
+        from genmetrics.data.results import content_hash
+
+        h = hashlib.sha256(content_hash(s.candidate).encode())
+        refs = s.reference if isinstance(s.reference, list) else ([s.reference] if s.reference is not None else [])
+        for r in refs:
+            h.update(b"|r" + content_hash(r).encode())
+        if "real" in mp.uses:
+            h.update(b"|real" + self.real(mp).encode())
+        if col.aspect is None and s.condition is not None:
+            h.update(b"|c" + s.condition.encode())
+        return h.hexdigest()[:16]
+
+    def set_level(self, mp: MetricPlan, generator: str) -> str:
+        return hashlib.sha256(f"{self.real(mp)}|{self._files(self.plan.images[generator])}".encode()).hexdigest()[:16]
+
+    def of_key(self, key: tuple[str, str, str]) -> str | None:
+        if self._index is None:
+            self._index = {}
+            for mp in self.plan.metrics:
+                for col in mp.columns:
+                    for g in self.plan.generators:
+                        if mp.level == "set":
+                            self._index[(g.name, col.name, SET_ID)] = (mp, col, None)
+                        else:
+                            for s in mp.samples[g.name]:
+                                self._index[(g.name, col.name, s.id)] = (mp, col, s)
+        hit = self._index.get(key)
+        if hit is None:
+            return None
+        mp, col, s = hit
+        return self.set_level(mp, key[0]) if s is None else self.sample(mp, col, s)
+
+
+def _row_check(plan: Plan, unknown_options: set[str]) -> Any:
+    """The check of a results row on resume: a result row (:func:`check_result_row`) of a generator, metric
+    column and id of this config, of a metric whose options the manifest records."""
+    from genmetrics.data.results import check_result_row
+
+    gens = {g.name for g in plan.generators}
+    cols = {c.name: mp.spec.label for mp in plan.metrics for c in mp.columns}
+    planned = set(plan.keys())
+
+    def check(row: Any) -> str | None:
+        why = check_result_row(row)
+        if why:
+            return why
+        g, m, i = row["generator"], row["metric"], row["id"]
+        if g not in gens:
+            return f"generator {g!r} is not in the config"
+        if m not in cols:
+            return f"metric column {m!r} is not in the config"
+        if (g, m, i) not in planned:
+            return f"id {i!r} is not an image of generator {g!r}"
+        if cols[m] in unknown_options:
+            return f"manifest.json does not record the options of metric {cols[m]!r}, so this row cannot be trusted"
+        return None
+
+    return check
+
+
+def _drop_stale_rows(sources: list[Path], check: Any, hashes: InputHashes) -> None:
+    """Check every row of ``sources`` (refusing foreign rows with file:line) and remove the rows whose inputs
+    changed since they were scored (they are scored again); says how many on stderr."""
+    import sys
+
+    from genmetrics.data.results import atomic_write_text, dumps_line, read_results
+
+    stale_total = 0
+    for src in sources:
+        rows = read_results(src, check=check)
+        keep = [r for r in rows if r.get("input") == hashes.of_key((r["generator"], r["metric"], r["id"]))]
+        if len(keep) != len(rows):
+            stale_total += len(rows) - len(keep)
+            atomic_write_text(src, "".join(dumps_line(r) + "\n" for r in keep))
+    if stale_total:
+        print(f"note: --resume: {stale_total} finished row(s) were scored from files that changed since (same names, "
+              "other content); they are scored again", file=sys.stderr)
+
+
 # ------------------------------------------------------------------------------------------ manifest
-def _read_manifest(out_dir: Path) -> dict[str, Any] | None:
+def _read_manifest(out_dir: Path) -> dict[str, Any] | str | None:
+    """The manifest, ``None`` when there is none, or a string saying why it cannot be read."""
     p = out_dir / MANIFEST
     if not p.exists():
         return None
     try:
-        return json.loads(p.read_text(encoding="utf-8"))
-    except json.JSONDecodeError:
-        return None
+        doc = json.loads(p.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        return f"{p} cannot be read ({type(e).__name__}: {e})"
+    if not isinstance(doc, dict) or not isinstance(doc.get("metrics"), dict):
+        return f"{p} is not a run manifest (no 'metrics' table)"
+    return doc
 
 
-def _check_resumable(cfg: LeaderboardConfig, plan: Plan, identities: dict[str, Any], old: dict[str, Any],
-                     out_dir: Path) -> None:
+def _check_resumable(cfg: LeaderboardConfig, plan: Plan, identities: dict[str, Any], old: dict[str, Any] | str | None,
+                     out_dir: Path) -> set[str]:
+    """Refuse a resume whose options or input files differ from the run being resumed, or whose manifest is
+    missing or unreadable while results exist. Returns the metric labels the manifest does not record."""
     hint = f"start a new --out folder, or run without --resume to start {str(out_dir)!r} afresh"
+    has_rows = any(p.is_file() and p.stat().st_size > 0
+                   for p in [out_dir / RESULTS, *sorted((out_dir / SHARDS).glob("*.jsonl"))])
+    if not isinstance(old, dict):
+        if has_rows:
+            why = old if isinstance(old, str) else f"{out_dir / MANIFEST} is missing"
+            raise InputError(f"--resume: {why}, so the options the finished rows were computed with are unknown; {hint}")
+        return set()
+    unknown: set[str] = set()
     old_metrics = old.get("metrics", {})
     for mp in plan.metrics:
-        prev = old_metrics.get(mp.spec.label, {}).get("identity")
-        if prev is not None and prev != identities[mp.spec.label]:
+        prev = old_metrics.get(mp.spec.label)
+        prev = prev.get("identity") if isinstance(prev, dict) else None
+        if prev is None:
+            unknown.add(mp.spec.label)
+        elif prev != identities[mp.spec.label]:
             raise cfg.error(mp.spec.key, f"metric {mp.spec.label!r} is configured differently from the run being "
                                          f"resumed in {str(out_dir)!r} (was {json.dumps(prev)}, now "
                                          f"{json.dumps(identities[mp.spec.label])}); {hint}")
@@ -541,6 +745,7 @@ def _check_resumable(cfg: LeaderboardConfig, plan: Plan, identities: dict[str, A
         if key in old_inputs and old_inputs[key] != fp:
             raise InputError(f"{cfg.source}: {key}: the image files changed since the run being resumed in "
                              f"{str(out_dir)!r} (files added, removed or rewritten); {hint}")
+    return unknown
 
 
 def _write_manifest(out_dir: Path, cfg: LeaderboardConfig, plan: Plan, identities: dict[str, Any],

@@ -156,8 +156,10 @@ def evaluate_cmd(data: str, heads: str | None, backbone: str | None, baselines: 
 @click.option("--out", default=None, type=click.Path(file_okay=False), help="Write ranking.json, ranking.md, ranking.png here.")
 @click.option("--device", default=None)
 @click.option("--json", "as_json", is_flag=True)
+@click.option("--on-error", type=click.Choice(["stop", "skip"]), default="stop", show_default=True,
+              help="A score that is not finite (NaN, inf): stop naming it, or leave its pair out and report it.")
 def rank_cmd(scores_path: str | None, data: str | None, heads: str | None, metric: str, human: bool, n_boot: int,
-             prior: float, out: str | None, device: str | None, as_json: bool) -> None:
+             prior: float, out: str | None, device: str | None, as_json: bool, on_error: str = "stop") -> None:
     """Rank generators from scored pairs: mean score, win-rate matrix, Bradley-Terry ratings with CIs."""
     from genmetrics.mie.ranking import rank_generators, ranking_markdown, ranking_plot
 
@@ -187,7 +189,7 @@ def rank_cmd(scores_path: str | None, data: str | None, heads: str | None, metri
             model = MIEModel.from_pretrained(heads, device=device, vision_cache_size=256)
             sc = score_pairs_mie(model, records, progress=progress)
             sa, sb, outcome = sc["a"].tolist(), sc["b"].tolist(), None
-    result = rank_generators(ga, gb, sa, sb, outcome=outcome, n_boot=n_boot, prior=prior)
+    result = rank_generators(ga, gb, sa, sb, outcome=outcome, n_boot=n_boot, prior=prior, on_error=on_error)
     result["by"] = "human" if human else metric
     if out:
         from genmetrics.data.results import atomic_write_json, atomic_write_text

@@ -30,6 +30,7 @@ def rank_generators(
     alpha: float = 0.05,
     prior: float = 0.5,
     seed: int = 0,
+    on_error: str = "stop",
 ) -> dict[str, Any]:
     """Rank generators from pairwise comparisons.
 
@@ -41,6 +42,8 @@ def rank_generators(
         n_boot: bootstrap resamples of the pairs for the confidence intervals (0 = none).
         prior: Bradley-Terry regulariser (virtual wins per direction per pair of generators; see
             :func:`genmetrics.functional.ranking.bradley_terry`).
+        on_error: a score that is not finite (NaN, inf) is never ranked: ``"stop"`` refuses it naming the
+            pair; ``"skip"`` leaves such pairs out, warns, and lists them in ``skipped_pairs``.
 
     Returns a dict: ``generators`` (ranking order, best first), ``mean_score`` (per generator ``mean``,
     ``low``, ``high``, ``n``; only with scores), ``win_rate`` (``generators``, ``matrix`` R[i][j] = share of
@@ -57,18 +60,46 @@ def rank_generators(
         raise InputError("rank_generators: no pairs given")
     if len(gb) != n:
         raise InputError(f"rank_generators: {len(ga)} generators_a but {len(gb)} generators_b")
+    from genmetrics.options import choice, integer, number
+
+    choice("on_error", on_error, ("stop", "skip"), owner="rank_generators")
+    n_boot = integer("n_boot", n_boot, lo=0, hi=100_000, owner="rank_generators")
+    prior = number("prior", prior, lo=0.0, owner="rank_generators")
+    alpha = number("alpha", alpha, lo=0.0, hi=1.0, lo_open=True, hi_open=True, owner="rank_generators")
     has_scores = scores_a is not None and scores_b is not None
+    skipped: list[int] = []
     if has_scores:
         sa, sb = np.asarray(scores_a, dtype=np.float64), np.asarray(scores_b, dtype=np.float64)
         if sa.shape != (n,) or sb.shape != (n,):
             raise InputError(f"rank_generators: expected {n} scores per side, got {sa.shape} and {sb.shape}")
+        bad = np.flatnonzero(~(np.isfinite(sa) & np.isfinite(sb)))
+        if bad.size and on_error == "stop":
+            i = int(bad[0])
+            raise InputError(f"rank_generators: {bad.size} pair(s) have a score that is not finite (first: pair {i}, "
+                             f"{ga[i]} {sa[i]} vs {gb[i]} {sb[i]}); such scores are never ranked: fix them, or pass "
+                             "on_error='skip' (--on-error skip) to leave those pairs out")
+        if bad.size:
+            import warnings
+
+            skipped = [int(i) for i in bad]
+            warnings.warn(f"rank_generators: {bad.size} pair(s) with a score that is not finite were left out "
+                          f"(pairs {skipped[:5]}{'...' if bad.size > 5 else ''})", stacklevel=2)
+            keep = np.isfinite(sa) & np.isfinite(sb)
+            sa, sb = sa[keep], sb[keep]
+            ga = [g for g, k in zip(ga, keep) if k]
+            gb = [g for g, k in zip(gb, keep) if k]
+            if outcome is not None:
+                outcome = [o for o, k in zip(outcome, keep) if k]
+            n = len(ga)
+            if n == 0:
+                raise InputError("rank_generators: every pair has a score that is not finite; nothing to rank")
     if outcome is None:
         if not has_scores:
             raise InputError("rank_generators: give scores_a and scores_b, or outcome")
         out = np.where(sa > sb, 1.0, np.where(sa < sb, 0.0, 0.5))
     else:
         out = np.asarray(outcome, dtype=np.float64)
-        if out.shape != (n,) or ((out < 0) | (out > 1)).any():
+        if out.shape != (n,) or not np.isfinite(out).all() or ((out < 0) | (out > 1)).any():
             raise InputError("rank_generators: outcome must hold one value in [0, 1] per pair")
     names = sorted(set(ga) | set(gb))
     pos = {g: i for i, g in enumerate(names)}
@@ -103,6 +134,8 @@ def rank_generators(
                  "wins": float(wins[i].sum()), "games": float(games[i].sum())}
 
     result: dict[str, Any] = {"n_pairs": int(n), "bradley_terry": bt}
+    if skipped:
+        result["skipped_pairs"] = skipped
     if has_scores:
         per: dict[str, list[float]] = {g: [] for g in names}
         for g, s in zip(ga, sa):

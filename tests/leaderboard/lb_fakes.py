@@ -20,9 +20,9 @@ CALLS: dict[str, Any] = {"updates": 0, "max_batch": 0, "max_pending": 0, "create
 
 
 def _card(name: str, factory: str, inputs: dict[str, str], *, level: str = "sample", hib: bool | None = True,
-          tags: tuple[str, ...] = ()) -> None:
+          tags: tuple[str, ...] = (), **typed: Any) -> None:
     register_metric(MetricCard(name=name, factory=f"lb_fakes:{factory}", family="lbtest", summary=f"test metric {name}",
-                               inputs=inputs, higher_is_better=hib, range=None, level=level, tags=tags))
+                               inputs=inputs, higher_is_better=hib, range=None, level=level, tags=tags, **typed))
 
 
 class SpyPSNR(PSNR):
@@ -83,6 +83,26 @@ class AspectMetric(_Mean):
     def _score_batch(self, batch: dict[str, list[Any]]) -> torch.Tensor:
         d = (self._mean(batch["candidates"]) - self._mean(batch["reference"])).abs()
         return d + torch.tensor([float(len(t)) for t in batch["condition"]], dtype=torch.float64)
+
+
+class NanMetric(_Mean):
+    """Mean intensity of the candidate, but NaN for files whose stem is in ``nan_ids`` (a broken metric)."""
+
+    name = "_lb_nan"
+
+    def __init__(self, *, nan_ids: Any = ("s1",), **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.nan_ids = tuple(nan_ids)
+
+    def _prepare(self, reference: Any, candidates: Any, condition: Any) -> dict[str, list[Any]]:
+        return {"candidates": as_image_list(candidates)}
+
+    def _score_batch(self, batch: dict[str, list[Any]]) -> torch.Tensor:
+        from pathlib import Path
+
+        m = self._mean(batch["candidates"])
+        bad = torch.tensor([Path(str(c)).stem in self.nan_ids for c in batch["candidates"]])
+        return torch.where(bad, torch.full_like(m, float("nan")), m)
 
 
 class RefSetMetric(_Mean):
@@ -210,16 +230,18 @@ FAKES = {
     "_lb_spy": ("SpyPSNR", _PAIR, {}),
     "_lb_slow": ("SlowPSNR", _PAIR, {}),
     "_lb_prompt": ("PromptMetric", {"candidates": "generated images [B]", "condition": "prompts [B]"}, {}),
-    "_lb_aspect": ("AspectMetric", {**_PAIR, "condition": "aspect texts [B]"}, {}),
+    "_lb_aspect": ("AspectMetric", {**_PAIR, "condition": "aspect texts [B]"}, {"condition": "aspects"}),
     "_lb_refsets": ("RefSetMetric", {"reference": "reference image lists [B]", "candidates": "generated images [B]",
-                                     "condition": "prompts [B]"}, {"tags": ("reference_sets",)}),
+                                     "condition": "prompts [B]"}, {"reference": "image_list"}),
+    "_lb_nan": ("NanMetric", {"candidates": "generated images [B]"}, {}),
     "_lb_vector": ("VectorMetric", {"candidates": "generated images [B]"}, {"hib": None}),
-    "_lb_center": ("CenterMetric", {"reference": "real images (only for the centre)", "candidates": "images"}, {}),
+    "_lb_center": ("CenterMetric", {"reference": "real images (only for the centre)", "candidates": "images"},
+                   {"reference": "real_set"}),
     "_lb_attr": ("AttrMetric", {"candidates": "images [B]",
                                 "condition": "one text per image, only when the metric is built without attributes="},
-                 {}),
+                 {"condition_option": "attributes"}),
     "_lb_set": ("SetMetric", {"reference": "real images", "candidates": "generated images"},
-                {"level": "set", "hib": False}),
+                {"level": "set", "hib": False, "reference": "real_set"}),
 }
 
 

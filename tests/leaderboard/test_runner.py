@@ -156,6 +156,7 @@ def test_resume_keeps_leftover_shards_without_duplicates(small_set, tmp_path):
     (out / "shards" / "rank-00000.jsonl").write_bytes(b"".join(rows[0:10:2]))
     (out / "shards" / "rank-00001.jsonl").write_bytes(b"".join(rows[1:10:2]) + rows[10][:7])
     (out / "results.jsonl").write_bytes(b"".join(rows[3:5]))  # overlaps the shards
+    (out / "manifest.json").write_bytes((full.out / "manifest.json").read_bytes())  # the killed run wrote one
     res = run_leaderboard(cfg, out, resume=True, plots=False)
     assert res.scored == len(rows) - 10
     assert res.results.read_bytes() == full.results.read_bytes()
