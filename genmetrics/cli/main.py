@@ -7,10 +7,13 @@ family (``genmetrics/<family>/cli.py``) and are imported only when called.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import logging
 import sys
 import traceback
+import warnings
+from collections.abc import Iterator
 from typing import Any
 
 import click
@@ -77,6 +80,23 @@ def _first_line(err: BaseException) -> str:
     return " ".join(msg.split())
 
 
+@contextlib.contextmanager
+def _warnings_as_lines(debug: bool) -> Iterator[None]:
+    """Python warnings (a dropped animation frame, a truncated prompt) as one ``warning: ...`` line each."""
+    with warnings.catch_warnings():
+        if not debug:
+            seen: set[str] = set()
+
+            def show(message: Any, category: Any, filename: str, lineno: int, file: Any = None, line: Any = None) -> None:
+                text = " ".join(str(message).split())
+                if text not in seen:  # the same file is read by the pre-check and by the metric
+                    seen.add(text)
+                    click.echo(f"warning: {text}", err=True)
+
+            warnings.showwarning = show
+        yield
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; map errors to exit codes and a single ``error:`` line."""
     from genmetrics.errors import GenmetricsError, InputError
@@ -84,7 +104,11 @@ def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args
     try:
-        cli.main(args=args, prog_name="genmetrics", standalone_mode=False)
+        with _warnings_as_lines(debug):
+            from genmetrics.options import check_environment
+
+            check_environment()  # a bad GENMETRICS_* variable is named before any work
+            cli.main(args=args, prog_name="genmetrics", standalone_mode=False)
         return 0
     except (click.exceptions.Abort, KeyboardInterrupt):  # click turns Ctrl-C into Abort
         click.echo("error: interrupted; finished results were kept", err=True)
