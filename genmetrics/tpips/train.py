@@ -64,7 +64,8 @@ class TrainConfig:
     lora_dropout: float = 0.05
     head_lr_mult: float | None = None  # default 5 for the triplet head, 1 otherwise
     probe_layers: int = 20
-    image_size: int = 448
+    image_size: int | None = None  # side of the "square" policy; None: resize="smart"
+    resize: str | None = None  # "smart" (official Qwen3-VL-Embedding policy, default) or "square"
     val_every: int = 100
     save_every: int = 200
     keep_checkpoints: int = 2
@@ -92,7 +93,7 @@ class TrainConfig:
             raise InputError(f"epochs must be positive, got {c.epochs}")
         if not 0 <= c.warmup_ratio < 1:
             raise InputError(f"warmup_ratio must be in [0, 1), got {c.warmup_ratio}")
-        if c.image_size % 32:
+        if c.image_size is not None and c.image_size % 32:
             raise InputError(f"image_size must be a multiple of 32, got {c.image_size}")
         return c
 
@@ -139,15 +140,13 @@ def _example_stream(n: int, seed: int, start: int, count: int) -> list[int]:
 class _Decode:
     """Picklable decoder for DataLoader workers: a record -> resized image tensors."""
 
-    def __init__(self, image_size: int):
-        from genmetrics.data.images import ResizePolicy
-
-        self.policy = ResizePolicy("resize", image_size)
+    def __init__(self, image_size: int | None = None):
+        self.image_size = image_size  # the model applies its resize policy when scoring
 
     def __call__(self, rec: OddOneOutRecord) -> tuple[list[torch.Tensor], str, torch.Tensor]:
         from genmetrics.data.images import load_batch
 
-        imgs = [self.policy.apply_one(x) for x in load_batch(list(rec.images), name=f"record {rec.id}")]
+        imgs = load_batch(list(rec.images), name=f"record {rec.id}")
         return imgs, rec.aspect, torch.tensor(rec.votes, dtype=torch.float64)
 
 
@@ -225,9 +224,9 @@ def build_model(config: TrainConfig, backbone: Any, processor: Any) -> torch.nn.
             warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
             backbone = add_lora(backbone, r=config.lora_r, alpha=config.lora_alpha, dropout=config.lora_dropout)
     if config.variant == "triplet":
-        model: torch.nn.Module = TPIPSTripletModel(backbone, processor, image_size=config.image_size)
+        model: torch.nn.Module = TPIPSTripletModel(backbone, processor, image_size=config.image_size)  # square
     else:
-        model = TPIPSModel(backbone, processor, config.variant, image_size=config.image_size,
+        model = TPIPSModel(backbone, processor, config.variant, image_size=config.image_size, resize=config.resize,
                            temperature=config.temperature, probe_layers=config.probe_layers)
     for n, p in model.named_parameters():
         if "visual" in n:

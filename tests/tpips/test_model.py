@@ -8,14 +8,13 @@ import torch
 import torch.nn.functional as F
 
 from genmetrics.errors import InputError
+from genmetrics.tpips.late import single_items
 from genmetrics.tpips.model import (
     PairwiseScoreModel,
     TPIPSModel,
     TPIPSTripletModel,
     prompt_for,
 )
-
-from genmetrics.tpips.late import single_items
 
 from .conftest import SIZE
 
