@@ -1,0 +1,108 @@
+"""The options of :func:`genmetrics.train.fit` and which of them a resume must keep."""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from genmetrics import options as opt
+from genmetrics.errors import InputError
+
+__all__ = ["TrainLoopConfig", "SCHEDULERS", "RESUME_FREE"]
+
+# transformers.get_scheduler names that take (num_warmup_steps, num_training_steps) and nothing else
+SCHEDULERS = ("cosine", "linear", "constant_with_warmup", "constant", "cosine_with_restarts", "polynomial")
+MIXED_PRECISION = ("no", "fp16", "bf16")
+# options that do not change the trained numbers: a resume may change them freely
+RESUME_FREE = ("out_dir", "resume", "overwrite", "progress", "save_every", "keep_checkpoints", "num_workers")
+_OWNER = "TrainLoopConfig"
+
+
+@dataclass
+class TrainLoopConfig:
+    """Options of the training loop (family hyper-parameters go in ``extra``; they are recorded in
+    ``train_config.json`` and a resume with other values is refused like any other option).
+
+    * ``batch_size``: examples per micro-batch per process; one optimizer step sees
+      ``batch_size * grad_accum * processes`` examples (the *global batch*).
+    * ``epochs`` / ``max_steps``: the run is ``max_steps`` optimizer steps when given, else ``epochs`` passes.
+    * ``warmup_ratio``: ``ceil(warmup_ratio * total_steps)`` warm-up steps (as transformers' Trainer).
+    * ``eval_every``: ``None`` evaluates once per epoch, ``N`` every N optimizer steps (and at the end).
+    * ``early_stopping_patience``: stop after that many evaluations in a row that do not improve
+      ``metric_for_best`` by more than ``early_stopping_min_delta``; ``None`` never stops early.
+    * ``save_every``: ``None`` checkpoints after each evaluation and at the end of each epoch; ``N`` also
+      every N optimizer steps. The newest ``keep_checkpoints`` checkpoints are kept.
+    """
+
+    out_dir: str | os.PathLike = "train_out"
+    lr: float = 1e-4
+    weight_decay: float = 0.01
+    epochs: int = 1
+    max_steps: int | None = None
+    batch_size: int = 4
+    grad_accum: int = 1
+    warmup_ratio: float = 0.03
+    scheduler: str = "cosine"
+    max_grad_norm: float | None = 1.0
+    seed: int = 3407
+    eval_every: int | None = None
+    early_stopping_patience: int | None = None
+    early_stopping_min_delta: float = 0.0
+    metric_for_best: str = "loss"
+    greater_is_better: bool = False
+    save_every: int | None = None
+    keep_checkpoints: int = 2
+    resume: bool = False
+    overwrite: bool = False
+    mixed_precision: str = "no"
+    find_unused_parameters: bool = False
+    num_workers: int = 0
+    progress: bool = True
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def checked(self) -> TrainLoopConfig:
+        """A copy with every option parsed and range-checked (``InputError`` naming the option)."""
+        c = TrainLoopConfig(**asdict(self))
+        c.out_dir = Path(opt.expand_user(self.out_dir, what="out_dir"))
+        c.lr = opt.number("lr", c.lr, lo=0.0, lo_open=True, owner=_OWNER)
+        c.weight_decay = opt.number("weight_decay", c.weight_decay, lo=0.0, owner=_OWNER)
+        c.epochs = opt.integer("epochs", c.epochs, lo=1, owner=_OWNER)
+        if c.max_steps is not None:
+            c.max_steps = opt.integer("max_steps", c.max_steps, lo=1, owner=_OWNER)
+        c.batch_size = opt.integer("batch_size", c.batch_size, lo=1, owner=_OWNER)
+        c.grad_accum = opt.integer("grad_accum", c.grad_accum, lo=1, owner=_OWNER)
+        c.warmup_ratio = opt.number("warmup_ratio", c.warmup_ratio, lo=0.0, hi=1.0, hi_open=True, owner=_OWNER)
+        c.scheduler = opt.choice("scheduler", c.scheduler, SCHEDULERS, owner=_OWNER)
+        if c.max_grad_norm is not None:
+            c.max_grad_norm = opt.number("max_grad_norm", c.max_grad_norm, lo=0.0, lo_open=True, owner=_OWNER)
+        c.seed = opt.integer("seed", c.seed, lo=0, owner=_OWNER)
+        for name in ("eval_every", "early_stopping_patience", "save_every"):
+            if getattr(c, name) is not None:
+                setattr(c, name, opt.integer(name, getattr(c, name), lo=1, owner=_OWNER))
+        c.early_stopping_min_delta = opt.number("early_stopping_min_delta", c.early_stopping_min_delta, lo=0.0,
+                                                owner=_OWNER)
+        if not isinstance(c.metric_for_best, str) or not c.metric_for_best:
+            raise InputError(f"{_OWNER}: option metric_for_best: expected the name of a metric returned by the "
+                             f"task's evaluate(), got {c.metric_for_best!r}")
+        c.keep_checkpoints = opt.integer("keep_checkpoints", c.keep_checkpoints, lo=1, owner=_OWNER)
+        c.mixed_precision = opt.choice("mixed_precision", c.mixed_precision, MIXED_PRECISION, owner=_OWNER)
+        c.num_workers = opt.integer("num_workers", c.num_workers, lo=0, owner=_OWNER)
+        for name in ("greater_is_better", "resume", "overwrite", "find_unused_parameters", "progress"):
+            setattr(c, name, opt.flag(name, getattr(c, name), owner=_OWNER))
+        if not isinstance(c.extra, dict):
+            raise InputError(f"{_OWNER}: option extra: expected a dict of family hyper-parameters, got "
+                             f"{type(c.extra).__name__}")
+        return c
+
+    def recorded(self) -> dict[str, Any]:
+        """The options as written to ``train_config.json`` (``out_dir`` as text)."""
+        d = asdict(self)
+        d["out_dir"] = str(self.out_dir)
+        return d
+
+
+def warmup_steps(total_steps: int, warmup_ratio: float) -> int:
+    return int(math.ceil(warmup_ratio * total_steps))

@@ -1,0 +1,45 @@
+"""Two gloo processes with batch_size b train exactly like one process with batch_size 2b."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from genmetrics.train import TrainLoopConfig, fit
+
+from .toy import Toy, make_data, params
+
+
+def _cfg(out, batch_size, **kw):
+    return TrainLoopConfig(out_dir=out, lr=0.05, epochs=2, batch_size=batch_size, grad_accum=2, warmup_ratio=0.1,
+                           max_grad_norm=0.5, seed=11, progress=False, **kw)
+
+
+def _worker(rank, world_size, out):
+    import os
+
+    os.environ["LOCAL_RANK"] = str(rank)
+    res = fit(Toy(), make_data(24), _cfg(out, 2), val_examples=make_data(5, seed=2))
+    return res.history, params(res.module), res.config["derived"]["global_batch"], res.best_step
+
+
+@pytest.mark.distributed
+def test_two_processes_equal_one(tmp_path):
+    from genmetrics.testing import spawn_gloo
+
+    single = fit(Toy(), make_data(24), _cfg(tmp_path / "one", 4), val_examples=make_data(5, seed=2))
+    assert single.steps == 6  # 24 examples / (4 x 2 accumulation) x 2 epochs
+    ref = params(single.module)
+    results = spawn_gloo(_worker, 2, (str(tmp_path / "two"),))
+    for history, weights, global_batch, best_step in results:
+        assert global_batch == 8 == single.config["derived"]["global_batch"]
+        assert [r["kind"] for r in history] == [r["kind"] for r in single.history]
+        for a, b in zip(history, single.history):
+            assert a.keys() == b.keys()
+            for k in a:
+                assert a[k] == pytest.approx(b[k], rel=1e-5, abs=1e-7), (a["step"], k)
+        assert best_step == single.best_step
+        for k in ref:
+            torch.testing.assert_close(weights[k], ref[k], atol=1e-6, rtol=1e-5)
+    assert (tmp_path / "two" / "final" / "trainable.safetensors").is_file()
+    assert (tmp_path / "two" / "train_result.json").is_file()
