@@ -24,7 +24,8 @@ TRAINABLE_FILE = "trainable.safetensors"
 
 @dataclass
 class TrainResult:
-    """What :func:`fit` returns. ``history``: the rows of ``metrics.jsonl`` (``kind`` "train": step, epoch,
+    """What :func:`fit` returns. ``history``: the rows of ``metrics.jsonl`` (``kind`` "train": step, epoch
+    (epochs done, fractional: 1.0 at the end of the first),
     loss, lr, grad_norm and the task's loss parts; ``kind`` "eval": step, epoch and the task's metrics).
     ``best_dir`` is None without validation examples. ``module`` is the trained (unwrapped) module."""
 
@@ -225,7 +226,7 @@ def fit(task: Any, train_examples: Any, cfg: TrainLoopConfig, val_examples: Any 
 
     hooks = [acc.register_save_state_pre_hook(save_hook), acc.register_load_state_pre_hook(load_hook)]
 
-    state = {"step": 0, "epoch": 0, "micro_in_epoch": 0, "best_metric": None, "best_step": None, "bad_evals": 0,
+    state = {"step": 0, "epoch": 0, "micro_in_epoch": 0, "epoch_progress": 0.0, "best_metric": None, "best_step": None, "bad_evals": 0,
              "stopped_early": False}
     history: list[dict[str, Any]] = []
     if ckpt is not None:
@@ -291,7 +292,7 @@ def fit(task: Any, train_examples: Any, cfg: TrainLoopConfig, val_examples: Any 
         if cfg.metric_for_best not in metrics:
             raise InputError(f"fit: metric_for_best={cfg.metric_for_best!r} is not among the task's evaluate() "
                              f"results {sorted(metrics)}; set metric_for_best to one of them")
-        log({"kind": "eval", "step": state["step"], "epoch": state["epoch"], **metrics})
+        log({"kind": "eval", "step": state["step"], "epoch": state["epoch_progress"], **metrics})
         value = metrics[cfg.metric_for_best]
         if _improved(value, state["best_metric"], cfg):
             state.update(best_metric=value, best_step=state["step"], bad_evals=0)
@@ -339,7 +340,8 @@ def fit(task: Any, train_examples: Any, cfg: TrainLoopConfig, val_examples: Any 
                 mean = acc.reduce(torch.tensor([sums[k] / n_in_step for k in keys], device=acc.device), "mean")
                 state["step"] += 1
                 end_of_epoch = state["micro_in_epoch"] == n_micro
-                row = {"kind": "train", "step": state["step"], "epoch": state["epoch"], "lr": lr,
+                state["epoch_progress"] = round(state["epoch"] + state["micro_in_epoch"] / n_micro, 6)
+                row = {"kind": "train", "step": state["step"], "epoch": state["epoch_progress"], "lr": lr,
                        **dict(zip(keys, mean.cpu().tolist()))}
                 if grad_norm is not None:
                     row["grad_norm"] = float(grad_norm)
