@@ -110,8 +110,10 @@ def _resolve(
     ``marker`` is the file that must exist (``config.json`` for a model, ``adapter_config.json`` for an
     adapter).
     """
+    from genmetrics.options import expand_user
+
     s = os.fspath(model_id_or_path)
-    p = Path(s).expanduser()
+    p = expand_user(s, what="weights path")  # local paths first (relative: from the working directory), then hub ids
     if p.exists():
         if not p.is_dir():
             raise _unavailable(
@@ -135,7 +137,7 @@ def _resolve(
 
     lfo = offline() if local_files_only is None else bool(local_files_only)
     ours = hf_cache_dir()
-    looked = [f"{ours} (GENMETRICS_HOME cache)"]
+    looked = [f"{p.absolute()} (local folder: none)", f"{ours} (GENMETRICS_HOME cache)"]
     caches: list[Path | None] = [ours, None]
     try:
         from huggingface_hub.constants import HF_HUB_CACHE

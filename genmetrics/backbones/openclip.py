@@ -37,10 +37,20 @@ def parse_clip_weights(spec: str | ClipWeights | None) -> ClipWeights:
         return _quickgelu(spec)
     if spec.startswith("hf-hub:"):
         return ClipWeights(spec, "")
-    for sep in ("/", ":"):
-        model, s, tag = spec.partition(sep)
-        if s and model and tag:
-            return _quickgelu(ClipWeights(model, tag))
+    # MODEL:PATH first: the path keeps its leading '/' (absolute) and '~' is expanded
+    model, s, tag = spec.partition(":")
+    if s and model and tag and "/" not in model and "\\" not in model and len(model) > 1:
+        from genmetrics.options import expand_user
+
+        return _quickgelu(ClipWeights(model, str(expand_user(tag, what="--weights")) if tag.startswith("~") else tag))
+    if spec.startswith(("/", "./", "../", "~", "\\")) or Path(spec).expanduser().is_file():
+        from genmetrics.errors import InputError
+
+        raise InputError(f"--weights {spec!r}: a local open_clip checkpoint needs its architecture; write "
+                         f"MODEL:PATH, e.g. 'ViT-B-32:{spec}' (see `open_clip.list_models()`)")
+    model, s, tag = spec.partition("/")
+    if s and model and tag:
+        return _quickgelu(ClipWeights(model, tag))
     return _quickgelu(ClipWeights(spec, "openai"))
 
 

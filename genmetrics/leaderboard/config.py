@@ -260,7 +260,10 @@ def load_config(config: str | Path | Mapping[str, Any], *, base_dir: str | Path 
         raise InputError(f"config file {str(path)!r} does not exist; check the path")
     if path.is_dir():
         raise InputError(f"config {str(path)!r} is a folder; expected a .toml or .yaml file")
-    text = path.read_text(encoding="utf-8")
+    try:  # utf-8-sig: a byte-order mark (Windows editors) is accepted; CRLF line ends are valid TOML and YAML
+        text = path.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise InputError(f"config {str(path)!r} is not UTF-8 text ({e.reason} at byte {e.start}); save it as UTF-8") from None
     suffix = path.suffix.lower()
     if suffix in (".yaml", ".yml"):
         raw, lines = _parse_yaml(path, text)
@@ -346,7 +349,12 @@ class _Checker:
         s = self.string(value, key, required=required)
         if s is None:
             return None
-        p = Path(s).expanduser()
+        from genmetrics.options import expand_user
+
+        try:
+            p = expand_user(s, what="path")
+        except InputError as e:
+            raise self.cfg.error(key, str(e)) from None
         return p if p.is_absolute() else self.cfg.base_dir / p
 
     def number(self, value: Any, key: KeyPath, typ: type, default: Any, *, lo: float | None = None,
