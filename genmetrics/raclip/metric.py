@@ -10,7 +10,6 @@ real set, known only at the end).
 
 from __future__ import annotations
 
-import math
 import os
 from itertools import combinations
 from typing import Any, ClassVar
@@ -26,17 +25,20 @@ from genmetrics.metric import Metric, SampleMetric, as_text_list
 from genmetrics.raclip.attributes import resolve_attributes
 from genmetrics.raclip.model import (
     HCS_TEMPLATE,
-    NEGATIVE_TEMPLATE,
     POSITIVE_TEMPLATE,
     RegionAttributeScorer,
     check_vit,
     clipscore,
     encode_texts,
     hcs,
+    scorer_options,
 )
 
 DEFAULT_WEIGHTS = "ViT-B-32-quickgelu/openai"
 SCORES = ("raclip", "clipscore", "hcs")
+#: ``compat="hcs2024"``: what the 2024 SaD/PaD/HCS code (Kim et al., github.com/notou10/sadpad) does
+HCS2024 = dict(score="hcs", text_center="bare", kl_direction="real||gen", divergence="kde", kde_range=D.HCS_GRID)
+COMPAT = ("hcs2024",)
 
 
 def _check_text_center(text_center: str) -> str:
@@ -44,6 +46,26 @@ def _check_text_center(text_center: str) -> str:
         raise InputError(f"text_center: expected 'prompts' (Eq. 2: mean of the attribute vectors) or 'bare' (the "
                          f"2024 HCS code: mean of the bare attribute strings), got {text_center!r}")
     return text_center
+
+
+def _check_compat(owner: str, compat: Any, given: dict[str, Any]) -> None:
+    """``compat`` is None or one of :data:`COMPAT`; it fixes the options in ``given`` (refused when set)."""
+    if compat is None:
+        return
+    if compat not in COMPAT:
+        raise InputError(f"{owner}: option compat: expected None or one of {COMPAT}, got {compat!r}")
+    clash = [k for k, v in given.items() if v is not None]
+    if clash:
+        fixed = ", ".join(f"{k}={HCS2024[k]!r}" for k in given)
+        raise InputError(f"{owner}: option {clash[0]} cannot be combined with compat={compat!r}, which fixes "
+                         f"{fixed} (the 2024 code's choices); drop {clash[0]}= or drop compat=")
+
+
+def _refuse_given(owner: str, given: dict[str, Any], why: str) -> None:
+    """Refuse the first option of ``given`` that was set (not None): it would change nothing (``why``)."""
+    for k, v in given.items():
+        if v is not None:
+            raise InputError(f"{owner}: option {k} has no effect {why}; drop {k}=")
 
 
 def _light_check(items: list[Any], name: str, data_range: float) -> None:
@@ -76,6 +98,9 @@ class _ClipFamily:
             raise InputError(f"{self.name}: pass either backbone= (a built model) or weights= (a name to load), not both")
         if backbone is not None and tokenizer is None:
             raise InputError(f"{self.name}: backbone= needs its tokenizer= (open_clip.get_tokenizer(model_name))")
+        if backbone is None and tokenizer is not None:
+            raise InputError(f"{self.name}: option tokenizer has no effect without backbone= (weights= load their own "
+                             "tokenizer); pass backbone= with it or drop tokenizer=")
         if not isinstance(data_range, (int, float)) or not data_range > 0:
             raise InputError(f"data_range: expected a positive number (1.0 or 255.0), got {data_range!r}")
         self.weights = weights if backbone is None else None
@@ -128,13 +153,12 @@ class _ClipFamily:
         return state
 
 
-def _scorer_options(dual_prompt: bool, local_tokens: bool, global_token: bool, temperature: float,
-                    positive_template: str, negative_template: str) -> dict[str, Any]:
-    return dict(dual_prompt=dual_prompt, local_tokens=local_tokens, global_token=global_token,
-                temperature=temperature, positive_template=positive_template, negative_template=negative_template)
-
-
 class _RAMixin(_ClipFamily):
+    def _set_scorer_options(self, **given: Any) -> None:
+        """Check the scorer options (None = not given; no-ops refused) and keep the given ones."""
+        scorer_options(owner=self.name, **given)
+        self._ra_options = {k: v for k, v in given.items() if v is not None}
+
     def _accept_backbone(self, backbone: Any) -> None:
         check_vit(backbone)
 
@@ -162,17 +186,14 @@ class RAClipScore(_RAMixin, SampleMetric):
 
     def __init__(self, attributes: Any = None, *, backbone: Any = None, tokenizer: Any = None,
                  weights: str | None = None, dual_prompt: bool = True, local_tokens: bool = True,
-                 global_token: bool = True, temperature: float = 1.0, positive_template: str = POSITIVE_TEMPLATE,
-                 negative_template: str = NEGATIVE_TEMPLATE, data_range: float = 1.0, batch_size: int = 32,
+                 global_token: bool = True, temperature: float | None = None, positive_template: str = POSITIVE_TEMPLATE,
+                 negative_template: str | None = None, data_range: float = 1.0, batch_size: int = 32,
                  **kwargs: Any) -> None:
         super().__init__(batch_size=batch_size, **kwargs)
         self.attributes = resolve_attributes(attributes) if attributes is not None else None
-        self._ra_options = _scorer_options(dual_prompt, local_tokens, global_token, temperature,
-                                           positive_template, negative_template)
-        if not (global_token or local_tokens):
-            raise InputError("global_token and local_tokens cannot both be False: no token would be left to aggregate")
-        if not isinstance(temperature, (int, float)) or not temperature > 0 or not math.isfinite(temperature):
-            raise InputError(f"temperature: expected a finite number > 0, got {temperature!r}")
+        self._set_scorer_options(dual_prompt=dual_prompt, local_tokens=local_tokens, global_token=global_token,
+                                 temperature=temperature, positive_template=positive_template,
+                                 negative_template=negative_template)
         self._init_backbone(backbone, tokenizer, weights, data_range)
 
     def _prepare(self, reference: Any, candidates: Any, condition: Any) -> dict[str, list[Any]]:
@@ -250,18 +271,21 @@ class HCS(_ClipFamily, SampleMetric):
     only feed ``C_img``; candidates are scored. ``update(reference=...)`` and ``update(candidates=...)``
     may come in any order because candidate embeddings are kept and scored at ``compute()``, which
     returns the mean HCS per attribute ``[C]``. ``image_center=`` (a tensor ``[E]``) fixes ``C_img``
-    instead. ``per_sample()`` gives the per-candidate HCS ``[N,C]``.
+    instead. ``per_sample()`` gives the per-candidate HCS ``[N,C]``. ``compat="hcs2024"`` is the 2024
+    code's HCS (``text_center="bare"``; it cannot be combined with ``text_center=``).
     """
 
     name = "hcs"
     higher_is_better = True
 
     def __init__(self, attributes: Any = None, *, backbone: Any = None, tokenizer: Any = None,
-                 weights: str | None = None, image_center: Any = None, text_center: str = "prompts",
-                 data_range: float = 1.0, batch_size: int = 32, **kwargs: Any) -> None:
+                 weights: str | None = None, image_center: Any = None, text_center: str | None = None,
+                 compat: str | None = None, data_range: float = 1.0, batch_size: int = 32, **kwargs: Any) -> None:
         super().__init__(batch_size=batch_size, **kwargs)
         self.attributes = resolve_attributes(attributes)
-        self.text_center = _check_text_center(text_center)
+        _check_compat(self.name, compat, {"text_center": text_center})
+        self.compat = compat
+        self.text_center = _check_text_center(HCS2024["text_center"] if compat else (text_center or "prompts"))
         self.image_center = None if image_center is None else torch.as_tensor(image_center, dtype=torch.float64)
         # per-update partial sums of reference embeddings ([k,E], "cat"): C_img without knowing E up front
         self.add_state("ref_sums", default=[], dist_reduce_fx="cat")
@@ -353,73 +377,35 @@ def _grid_from_weights(spec: str | None) -> tuple[int, int] | None:
         return None
 
 
+#: options of sad / pad that R-SaD (a difference of mean maps) has no use for
+_KL_ONLY = ("score", "kl_direction", "eps", "divergence", "kde_points", "kde_range", "text_center", "keep_scores",
+            "compat")
+
+
 class _SetDivergence(_RAMixin, Metric):
-    """Shared machinery of sad / pad / rsad: two sets, any update order, float64 sum states."""
+    """Shared machinery of sad / pad / rsad: two sets, any update order, float64 states.
+
+    Scorer options default to ``None`` ("not given", the scorer's defaults apply) so that an option that
+    would change nothing can be told apart and refused."""
 
     higher_is_better = False
     _needs_cross: ClassVar[bool] = False
     _needs_maps: ClassVar[bool] = False
 
     def __init__(self, attributes: Any = None, *, backbone: Any = None, tokenizer: Any = None,
-                 weights: str | None = None, score: str = "raclip", kl_direction: str = "gen||real",
-                 eps: float = D.DEFAULT_EPS, divergence: str = "gaussian", kde_points: int = D.HCS_POINTS,
-                 kde_range: tuple[float, float] | None = None, dual_prompt: bool = True, local_tokens: bool = True,
-                 global_token: bool = True, temperature: float = 1.0, positive_template: str = POSITIVE_TEMPLATE,
-                 negative_template: str = NEGATIVE_TEMPLATE, text_center: str = "prompts", data_range: float = 1.0,
-                 keep_scores: bool = False, batch_size: int = 32, **kwargs: Any) -> None:
+                 weights: str | None = None, dual_prompt: bool | None = None, local_tokens: bool | None = None,
+                 global_token: bool | None = None, temperature: float | None = None,
+                 positive_template: str | None = None, negative_template: str | None = None,
+                 data_range: float = 1.0, batch_size: int = 32, **kwargs: Any) -> None:
         super().__init__(batch_size=batch_size, **kwargs)
         self.attributes = resolve_attributes(attributes)
-        self.text_center = _check_text_center(text_center)
-        if score not in SCORES:
-            raise InputError(f"score: expected one of {SCORES}, got {score!r}")
-        if self._needs_maps and score != "raclip":
-            raise InputError(f"{self.name}: R-SaD needs the refined patch scores of RA-CLIPScore; use score='raclip'")
-        if self._needs_maps and divergence != "gaussian":
-            raise InputError(f"{self.name}: R-SaD is a difference of mean maps and has no divergence option; "
-                             "drop divergence=")
-        if divergence not in ("gaussian", "kde"):
-            raise InputError(f"divergence: expected 'gaussian' (closed-form KL, streaming) or 'kde' (HCS-compatible "
-                             f"KDE on a grid), got {divergence!r}")
-        self.score_kind = score
-        self.kl_direction = D.check_direction(kl_direction)
-        self.eps = D._check_eps(eps)
-        self.divergence = divergence
-        self.kde_points = int(kde_points)
-        if kde_range is None:
-            kde_range = D.HCS_GRID if score in ("hcs", "clipscore") else (0.0, 1.0)
-        if len(tuple(kde_range)) != 2 or not float(kde_range[1]) > float(kde_range[0]):
-            raise InputError(f"kde_range: expected (low, high) with low < high, got {kde_range!r}")
-        self.kde_range = (float(kde_range[0]), float(kde_range[1]))
-        if not (global_token or local_tokens):
-            raise InputError("global_token and local_tokens cannot both be False: no token would be left to aggregate")
-        if not isinstance(temperature, (int, float)) or not temperature > 0 or not math.isfinite(temperature):
-            raise InputError(f"temperature: expected a finite number > 0, got {temperature!r}")
-        self._ra_options = _scorer_options(dual_prompt, local_tokens, global_token, temperature,
-                                           positive_template, negative_template)
+        self._set_scorer_options(dual_prompt=dual_prompt, local_tokens=local_tokens, global_token=global_token,
+                                 temperature=temperature, positive_template=positive_template,
+                                 negative_template=negative_template)
+        self.score_kind = "raclip"
+        self._keep_rows = False
         self._init_backbone(backbone, tokenizer, weights, data_range)
 
-        c = len(self.attributes)
-        f64 = torch.float64
-        self._keep_rows = (divergence == "kde" or score == "hcs" or bool(keep_scores)) and not self._needs_maps
-        self.keep_scores = bool(keep_scores) and not self._needs_maps  # R-SaD keeps map sums only: ignored
-        for s in ("real", "gen"):
-            self.add_state(f"{s}_n", default=torch.tensor(0.0, dtype=f64), dist_reduce_fx="sum")
-            if self._keep_rows:
-                # KDE needs the samples; HCS needs C_img of the whole real set: rows are kept (documented)
-                self.add_state(f"{s}_rows", default=[], dist_reduce_fx="cat")
-            elif not self._needs_maps:
-                self.add_state(f"{s}_sum", default=torch.zeros(c, dtype=f64), dist_reduce_fx="sum")
-                if self._needs_cross:
-                    self.add_state(f"{s}_cross", default=torch.zeros(c, c, dtype=f64), dist_reduce_fx="sum")
-                else:
-                    self.add_state(f"{s}_sq", default=torch.zeros(c, dtype=f64), dist_reduce_fx="sum")
-        if self._needs_maps:
-            grid = _grid_of(backbone) if backbone is not None else _grid_from_weights(self.weights)
-            if grid is None:
-                grid = _grid_of(self._model())
-            self.grid = grid
-            for s in ("real", "gen"):
-                self.add_state(f"{s}_maps", default=torch.zeros(grid[0] * grid[1], c, dtype=f64), dist_reduce_fx="sum")
 
     # -- scoring ------------------------------------------------------------------------
     @torch.no_grad()
@@ -498,6 +484,81 @@ class _SetDivergence(_RAMixin, Metric):
                 raise InputError(f"{self.name}: {n} {role} image(s); fitting a Gaussian per set needs at least "
                                  f"{minimum} images in each set")
 
+
+class _KLDivergence(_SetDivergence):
+    """sad / pad: a distribution per set (Gaussian or KDE) of per-image scores, compared with KL."""
+
+    def __init__(self, attributes: Any = None, *, score: str | None = None, kl_direction: str | None = None,
+                 eps: float | None = None, divergence: str | None = None, kde_points: int | None = None,
+                 kde_range: tuple[float, float] | None = None, text_center: str | None = None,
+                 keep_scores: bool = False, compat: str | None = None, **kwargs: Any) -> None:
+        owner = self.name
+        _check_compat(owner, compat, dict(score=score, text_center=text_center, kl_direction=kl_direction,
+                                          divergence=divergence, kde_range=kde_range))
+        if compat is not None:
+            score, text_center, kl_direction = HCS2024["score"], HCS2024["text_center"], HCS2024["kl_direction"]
+            divergence, kde_range = HCS2024["divergence"], HCS2024["kde_range"]
+        score = "raclip" if score is None else score
+        if score not in SCORES:
+            raise InputError(f"{owner}: option score: expected one of {SCORES}, got {score!r}")
+        divergence = "gaussian" if divergence is None else divergence
+        if divergence not in ("gaussian", "kde"):
+            raise InputError(f"{owner}: option divergence: expected 'gaussian' (closed-form KL, streaming) or 'kde' "
+                             f"(KDE on a grid, as the 2024 HCS code), got {divergence!r}")
+        # options that would change nothing are refused, naming the option
+        if score != "raclip":
+            _refuse_given(owner, {k: kwargs.get(k) for k in ("dual_prompt", "local_tokens", "global_token",
+                                                             "temperature", "positive_template", "negative_template")},
+                          f"with score={score!r} (it configures the RA-CLIPScore scorer)")
+        if score != "hcs":
+            _refuse_given(owner, {"text_center": text_center}, f"with score={score!r} (C_text belongs to HCS)")
+        if divergence == "gaussian":
+            _refuse_given(owner, {"kde_points": kde_points, "kde_range": kde_range},
+                          "with divergence='gaussian' (it sets the KDE grid)")
+        else:
+            _refuse_given(owner, {"eps": eps}, "with divergence='kde' (it is the Gaussian mode's variance ridge)")
+            if keep_scores:
+                raise InputError(f"{owner}: option keep_scores has no effect with divergence='kde' (the KDE mode keeps "
+                                 "the scores anyway and offers no bootstrap interval); drop keep_scores=")
+        super().__init__(attributes, **kwargs)
+        self.compat = compat
+        self.score_kind = score
+        self.text_center = _check_text_center("prompts" if text_center is None else text_center)
+        self.kl_direction = D.check_direction("gen||real" if kl_direction is None else kl_direction)
+        self.eps = D._check_eps(D.DEFAULT_EPS if eps is None else eps)
+        self.divergence = divergence
+        from genmetrics import options as O
+
+        self.kde_points = O.integer("kde_points", D.HCS_POINTS if kde_points is None else kde_points, lo=4,
+                                    owner=owner)
+        if kde_range is None:
+            kde_range = D.HCS_GRID if score in ("hcs", "clipscore") else (0.0, 1.0)
+        if len(tuple(kde_range)) != 2 or not float(kde_range[1]) > float(kde_range[0]):
+            raise InputError(f"{owner}: option kde_range: expected (low, high) with low < high, got {kde_range!r}")
+        self.kde_range = (float(kde_range[0]), float(kde_range[1]))
+
+        c = len(self.attributes)
+        f64 = torch.float64
+        self._keep_rows = divergence == "kde" or score == "hcs" or bool(keep_scores)
+        self.keep_scores = bool(keep_scores)
+        for st in ("real", "gen"):
+            self.add_state(f"{st}_n", default=torch.tensor(0.0, dtype=f64), dist_reduce_fx="sum")
+            if self._keep_rows:
+                # KDE needs the samples; HCS needs C_img of the whole real set: rows are kept (documented)
+                self.add_state(f"{st}_rows", default=[], dist_reduce_fx="cat")
+            else:
+                self.add_state(f"{st}_sum", default=torch.zeros(c, dtype=f64), dist_reduce_fx="sum")
+                if self._needs_cross:
+                    self.add_state(f"{st}_cross", default=torch.zeros(c, c, dtype=f64), dist_reduce_fx="sum")
+                else:
+                    self.add_state(f"{st}_sq", default=torch.zeros(c, dtype=f64), dist_reduce_fx="sum")
+
+    def _compat_extras(self, mean: torch.Tensor) -> dict[str, torch.Tensor]:
+        """``compat="hcs2024"``: also the number the 2024 code prints (mean rounded to 10 decimals, x 1e7)."""
+        if self.compat != "hcs2024":
+            return {}
+        return {"printed_x1e7": torch.tensor(round(float(mean), 10) * 1e7, dtype=torch.float64, device=mean.device)}
+
     def _rows(self) -> tuple[torch.Tensor, torch.Tensor]:
         def cat(v: Any) -> torch.Tensor:
             return torch.cat(v, 0) if isinstance(v, list) else v
@@ -533,7 +594,7 @@ class _SetDivergence(_RAMixin, Metric):
         return boot["pad" if self.name == "pad" else "sad"]
 
 
-class SaD(_SetDivergence):
+class SaD(_KLDivergence):
     """``sad``: Single-attribute Divergence (Eq. 12) between the real and the generated set.
 
     ``compute()`` -> ``{"mean": scalar, "per_attribute": [C]}`` (float64, nats; tables often show x1000).
@@ -553,10 +614,10 @@ class SaD(_SetDivergence):
             per = D.sad_from_stats(self._stats("real", "sq"), self._stats("gen", "sq"),
                                    direction=self.kl_direction, eps=self.eps)
         per = per.to(self.device)
-        return {"mean": per.mean(), "per_attribute": per}
+        return {"mean": per.mean(), "per_attribute": per, **self._compat_extras(per.mean())}
 
 
-class PaD(_SetDivergence):
+class PaD(_KLDivergence):
     """``pad``: Pair-attribute Divergence (Eq. 13) over every unordered attribute pair.
 
     ``compute()`` -> ``{"mean": scalar, "per_pair": [C*(C-1)//2]}`` (float64, nats; pairs in
@@ -583,7 +644,7 @@ class PaD(_SetDivergence):
             per = D.pad_from_stats(self._stats("real", "cross"), self._stats("gen", "cross"),
                                    direction=self.kl_direction, eps=self.eps)
         per = per.to(self.device)
-        return {"mean": per.mean(), "per_pair": per}
+        return {"mean": per.mean(), "per_pair": per, **self._compat_extras(per.mean())}
 
 
 class RSaD(_SetDivergence):
@@ -597,6 +658,24 @@ class RSaD(_SetDivergence):
 
     name = "rsad"
     _needs_maps = True
+
+    def __init__(self, attributes: Any = None, **kwargs: Any) -> None:
+        for k in _KL_ONLY:
+            if k in kwargs:
+                raise InputError(f"rsad: option {k} has no effect on R-SaD (Eq. 14 is a difference of mean refined "
+                                 "patch maps: no score choice, distribution fit, KL direction or KDE); drop "
+                                 f"{k}=, or use sad / pad for it")
+        super().__init__(attributes, **kwargs)
+        c = len(self.attributes)
+        grid = _grid_of(self._backbones["backbone"]) if "backbone" in self._backbones else (
+            _grid_from_weights(self.weights))
+        if grid is None:
+            grid = _grid_of(self._model())
+        self.grid = grid
+        for st in ("real", "gen"):
+            self.add_state(f"{st}_n", default=torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
+            self.add_state(f"{st}_maps", default=torch.zeros(grid[0] * grid[1], c, dtype=torch.float64),
+                           dist_reduce_fx="sum")
 
     def _compute_state(self) -> dict[str, torch.Tensor]:
         self._check_sets(1)

@@ -166,13 +166,18 @@ def _embed(visual: nn.Module, images: torch.Tensor) -> torch.Tensor:
     return visual.ln_pre(x)
 
 
-def dense_tokens(model: Any, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, tuple[int, int]]:
+def dense_tokens(model: Any, images: torch.Tensor, *, global_layer: str = "last",
+                 ) -> tuple[torch.Tensor, torch.Tensor, tuple[int, int]]:
     """The single masked pass (Eq. 5-7).
 
     Returns ``z [B,1+P,E]`` (projected tokens: ``z[:,0]`` equals ``encode_image``, ``z[:,1:]`` the dense
     patch tokens of Eq. 6), ``attn [B,P,P]`` (the patch-to-patch head-averaged attention summed over
-    blocks ``1..L-1``) and the patch grid.
+    blocks ``1..L-1``) and the patch grid. ``global_layer="penultimate"`` (Table 2, "w/o GE") takes
+    ``z[:,0]`` from the [CLS] token that leaves block ``L-1`` (through the tower's ``ln_post`` and
+    ``proj``, the only map into the joint space) instead of block ``L``; the patch tokens are unchanged.
     """
+    if global_layer not in ("last", "penultimate"):
+        raise InputError(f"global_layer: expected 'last' or 'penultimate', got {global_layer!r}")
     visual = check_vit(model)
     expected = tuple(int(s) for s in visual.image_size) if isinstance(visual.image_size, (tuple, list)) else (
         int(visual.image_size), int(visual.image_size))
@@ -194,7 +199,10 @@ def dense_tokens(model: Any, images: torch.Tensor) -> tuple[torch.Tensor, torch.
         x, w = block_with_attention(blk, x)
         wp = w[:, 1:, 1:]
         attn_sum = wp if attn_sum is None else attn_sum + wp
+    cls_penultimate = x[:, :1]
     x = last_block_masked(blocks[-1], x)
+    if global_layer == "penultimate":
+        x = torch.cat([cls_penultimate, x[:, 1:]], dim=1)
     x = visual.ln_post(x)
     z = x @ visual.proj if visual.proj is not None else x
     gh, gw = (int(g) for g in visual.grid_size)
@@ -215,11 +223,10 @@ def refine(r_hat_patches: torch.Tensor, attn_mean: torch.Tensor) -> torch.Tensor
 
 
 def aggregate(r_tilde: torch.Tensor, cos_pos: torch.Tensor, scale: float | torch.Tensor, *,
-              temperature: float = 1.0, global_token: bool = True, local_tokens: bool = True) -> torch.Tensor:
-    """Eq. 9: ``Σ_j softmax_j(s cos(z_j, T+) / τ) r̃_j`` over the kept tokens. Inputs ``[B,1+P,C]`` -> ``[B,C]``."""
-    if not (global_token or local_tokens):
-        raise InputError("global_token and local_tokens cannot both be False: no token would be left to aggregate")
-    sl = slice(0, None) if (global_token and local_tokens) else (slice(0, 1) if global_token else slice(1, None))
+              temperature: float = 1.0, local_tokens: bool = True) -> torch.Tensor:
+    """Eq. 9: ``Σ_j softmax_j(s cos(z_j, T+) / τ) r̃_j`` over all tokens (``local_tokens=False``, "w/o LT":
+    the [CLS] token only, so the score is ``r̃_0``). Inputs ``[B,1+P,C]`` -> ``[B,C]``."""
+    sl = slice(0, None) if local_tokens else slice(0, 1)
     w = torch.softmax(scale * cos_pos[:, sl] / temperature, dim=1)
     return (w * r_tilde[:, sl]).sum(1)
 
@@ -250,6 +257,38 @@ def _check_template(t: str, name: str) -> str:
     return template(name, t, slots=1)
 
 
+SCORER_DEFAULTS: dict[str, Any] = dict(dual_prompt=True, local_tokens=True, global_token=True, temperature=1.0,
+                                       positive_template=POSITIVE_TEMPLATE, negative_template=NEGATIVE_TEMPLATE)
+
+
+def scorer_options(*, owner: str = "RA-CLIPScore", **given: Any) -> dict[str, Any]:
+    """The scorer options with defaults filled in, after checks; ``None`` means "not given".
+
+    Refuses (naming the option) a value that is invalid and an option that would change nothing:
+    ``temperature`` with ``local_tokens=False`` (one token, softmax weight 1) and ``negative_template``
+    with ``dual_prompt=False`` (no negative prompt is encoded)."""
+    unknown = set(given) - set(SCORER_DEFAULTS)
+    if unknown:
+        raise InputError(f"{owner}: unknown scorer option(s) {sorted(unknown)}; expected {sorted(SCORER_DEFAULTS)}")
+    opts = {k: (given.get(k) if given.get(k) is not None else v) for k, v in SCORER_DEFAULTS.items()}
+    for k in ("dual_prompt", "local_tokens", "global_token"):
+        if not isinstance(opts[k], bool):
+            raise InputError(f"{owner}: option {k}: expected True or False, got {opts[k]!r}")
+    if not opts["local_tokens"] and given.get("temperature") is not None:
+        raise InputError(f"{owner}: option temperature has no effect with local_tokens=False (w/o LT scores the "
+                         "[CLS] token alone, whose softmax weight is 1); drop temperature=")
+    if not opts["dual_prompt"] and given.get("negative_template") is not None:
+        raise InputError(f"{owner}: option negative_template has no effect with dual_prompt=False (w/o DP encodes "
+                         "only the positive prompt); drop negative_template=")
+    t = opts["temperature"]
+    if not isinstance(t, (int, float)) or isinstance(t, bool) or not t > 0 or not math.isfinite(t):
+        raise InputError(f"{owner}: option temperature: expected a finite number > 0, got {t!r}")
+    opts["temperature"] = float(t)
+    _check_template(opts["positive_template"], "positive_template")
+    _check_template(opts["negative_template"], "negative_template")
+    return opts
+
+
 class RegionAttributeScorer(nn.Module):
     """RA-CLIPScore of images for a list of attributes (DESIGN section 3, Eq. 3-9).
 
@@ -257,9 +296,14 @@ class RegionAttributeScorer(nn.Module):
 
     * ``dual_prompt`` (default True; False = the "w/o DP" ablation: ``r̂_j = cos(z_j, T+)`` in [-1, 1]);
     * ``local_tokens`` (default True; False = "w/o LT": aggregate the [CLS] token only, score = r̂_0);
-    * ``global_token`` (default True; False = "w/o GE": aggregate the patch tokens only);
-    * ``temperature`` τ of the Eq. 9 softmax, ``softmax(s cos(z_j, T+) / τ)`` (default 1);
-    * ``positive_template`` / ``negative_template``: the Eq. 3 prompts.
+    * ``global_token`` (default True; False = "w/o GE" as in Table 2: the global token is the [CLS]
+      token leaving block ``L-1`` instead of block ``L``; it is still aggregated with the patch tokens);
+    * ``temperature`` τ of the Eq. 9 softmax, ``softmax(s cos(z_j, T+) / τ)`` (default 1; with
+      ``local_tokens=False`` one token is left and τ changes nothing, so it is refused there);
+    * ``positive_template`` / ``negative_template``: the Eq. 3 prompts (the negative one only with
+      ``dual_prompt=True``; otherwise it is unused and refused).
+
+    Options that would change nothing are refused with an :class:`InputError` naming them.
 
     ``forward(images, attributes)``: ``images`` preprocessed ``[B,3,H,W]`` at the model's input size
     (see :func:`genmetrics.backbones.openclip.clip_image_batch`); returns :class:`RAOutput`. Text
@@ -268,19 +312,20 @@ class RegionAttributeScorer(nn.Module):
     """
 
     def __init__(self, model: Any, tokenizer: Any, *, dual_prompt: bool = True, local_tokens: bool = True,
-                 global_token: bool = True, temperature: float = 1.0,
-                 positive_template: str = POSITIVE_TEMPLATE, negative_template: str = NEGATIVE_TEMPLATE,
+                 global_token: bool = True, temperature: float | None = None,
+                 positive_template: str = POSITIVE_TEMPLATE, negative_template: str | None = None,
                  cache_size: int = 8) -> None:
         super().__init__()
         check_vit(model)
         if tokenizer is None or not callable(tokenizer):
             raise InputError("tokenizer: expected the open_clip tokenizer of the model (callable), got "
                              f"{type(tokenizer).__name__}; e.g. open_clip.get_tokenizer('ViT-B-32')")
-        if not (global_token or local_tokens):
-            raise InputError("global_token and local_tokens cannot both be False: no token would be left to aggregate")
-        if not isinstance(temperature, (int, float)) or isinstance(temperature, bool) or not temperature > 0 \
-                or not math.isfinite(temperature):
-            raise InputError(f"temperature: expected a finite number > 0, got {temperature!r}")
+        opts = scorer_options(dual_prompt=dual_prompt, local_tokens=local_tokens, global_token=global_token,
+                              temperature=temperature, positive_template=positive_template,
+                              negative_template=negative_template)
+        dual_prompt, local_tokens, global_token = opts["dual_prompt"], opts["local_tokens"], opts["global_token"]
+        temperature, positive_template = opts["temperature"], opts["positive_template"]
+        negative_template = opts["negative_template"]
         self.model = model
         self.tokenizer = tokenizer
         self.dual_prompt = bool(dual_prompt)
@@ -317,7 +362,8 @@ class RegionAttributeScorer(nn.Module):
     @torch.no_grad()
     def forward(self, images: torch.Tensor, attributes: Sequence[str]) -> RAOutput:
         t_pos, t_neg = self.text_embeddings(attributes)
-        z, attn_sum, grid = dense_tokens(self.model, images)
+        z, attn_sum, grid = dense_tokens(self.model, images,
+                                         global_layer="last" if self.global_token else "penultimate")
         zn = F.normalize(z.float(), dim=-1)
         s = logit_scale_of(self.model)
         cos_pos = zn @ t_pos.T  # [B,1+P,C]
@@ -326,8 +372,7 @@ class RegionAttributeScorer(nn.Module):
         n_psi = len(self.model.visual.transformer.resblocks) - 1
         patches = refine(r_hat[:, 1:], attn_sum.float() / n_psi)
         r_tilde = torch.cat([r_hat[:, :1], patches], dim=1)
-        score = aggregate(r_tilde, cos_pos, s, temperature=self.temperature, global_token=self.global_token,
-                          local_tokens=self.local_tokens)
+        score = aggregate(r_tilde, cos_pos, s, temperature=self.temperature, local_tokens=self.local_tokens)
         return RAOutput(score=score, global_score=r_hat[:, 0], patch_scores=patches, grid=grid)
 
 

@@ -1,6 +1,7 @@
 """raclip / clipscore / hcs / sad / pad / rsad metrics: streaming == functional, order and batch-size
 invariance, HCS antisymmetry, options and errors."""
 
+import numpy as np
 import pytest
 import torch
 
@@ -98,11 +99,12 @@ def test_state_is_constant_size(clip, sets):
     real, gen = sets
     m = _make("pad", clip)
     m.update(reference=real, candidates=gen)
-    size = {k: tuple(getattr(m, k).shape) for k in m._defaults}
+    states = [k for k in m._defaults if k.startswith(("real_", "gen_"))]  # the set statistics
+    size = {k: tuple(getattr(m, k).shape) for k in states}
     m.update(reference=real, candidates=gen)
-    assert {k: tuple(getattr(m, k).shape) for k in m._defaults} == size
-    assert all(getattr(m, k).dtype == torch.float64 for k in m._defaults)
-    assert all(getattr(f, "__name__", "") == "dim_zero_sum" for f in m._reductions.values())  # dist_reduce_fx="sum"
+    assert {k: tuple(getattr(m, k).shape) for k in states} == size
+    assert all(getattr(m, k).dtype == torch.float64 for k in states)
+    assert all(getattr(f, "__name__", "") == "dim_zero_sum" for k, f in m._reductions.items() if k in states)  # dist_reduce_fx="sum"
 
 
 def test_kl_direction_and_kde_mode(clip, sets, scored):
@@ -216,7 +218,7 @@ def test_errors(clip, sets):
         gm.create_metric("pad", backbone=model, tokenizer=tok, attributes=["hat"])
     with pytest.raises(InputError, match="candidates"):
         _make("sad", clip).update(candidates=torch.zeros(2, 4, 32, 32))
-    with pytest.raises(InputError, match="R-SaD"):
+    with pytest.raises(ValueError, match="unknown option 'score' for metric 'rsad'"):
         _make("rsad", clip, score="hcs")
 
 
@@ -274,6 +276,167 @@ def test_keep_scores_bootstrap_matches_per_image_scores():
         ref = bootstrap_means(r, g, n_boot=50, seed=3, pad_budget=float("inf"))[name]
         assert ci == pytest.approx(ref, rel=1e-4)  # float32 scores, other batch sizes
         assert plain.bootstrap_ci() is None
-    rsad = gm.create_metric("rsad", backbone=model, tokenizer=tok, attributes=attrs, keep_scores=True)
-    rsad.update(reference=real, candidates=gen)
-    assert rsad.bootstrap_ci() is None  # R-SaD keeps map sums only; keep_scores is ignored there
+    with pytest.raises(ValueError, match="keep_scores"):  # R-SaD keeps map sums only: the option is refused
+        gm.create_metric("rsad", backbone=model, tokenizer=tok, attributes=attrs, keep_scores=True)
+
+
+# ------------------------------------------------------------------- KL direction, by explicit formulas
+def _kl_normal(mu_p, var_p, mu_q, var_q):
+    """KL(N(mu_p, var_p) || N(mu_q, var_q)) in nats, written out."""
+    return 0.5 * np.log(var_q / var_p) + (var_p + (mu_p - mu_q) ** 2) / (2 * var_q) - 0.5
+
+
+def _kl_bivariate(mp, cp, mq, cq):
+    inv = np.linalg.inv(cq)
+    d = mq - mp
+    return 0.5 * (np.trace(inv @ cp) + d @ inv @ d - 2 + np.log(np.linalg.det(cq) / np.linalg.det(cp)))
+
+
+def test_kl_direction_is_gen_given_real_by_explicit_formula(clip, sets, scored):
+    """Eq. 12 / 13: KL(N_gen || N_real), checked against formulas written here (not genmetrics.functional),
+    so a flipped direction anywhere in the stack fails; Eq. 14's sign likewise."""
+    real, gen = sets
+    r, g = (o.score.double().numpy() for o in scored)
+    eps = 1e-6
+    mr, vr, mg, vg = r.mean(0), r.var(0, ddof=1) + eps, g.mean(0), g.var(0, ddof=1) + eps
+    expected = _kl_normal(mg, vg, mr, vr)
+    other = _kl_normal(mr, vr, mg, vg)
+    assert np.abs(expected - other).max() > 0.05 * np.abs(expected).max()  # the data tell the directions apart
+    got = _make("sad", clip).compute(real, gen)["per_attribute"].numpy()
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-9)
+    got_rg = _make("sad", clip, kl_direction="real||gen").compute(real, gen)["per_attribute"].numpy()
+    np.testing.assert_allclose(got_rg, other, rtol=1e-4, atol=1e-9)
+    pairs, pairs_rg = [], []
+    for i, j in ((0, 1), (0, 2), (1, 2)):
+        cr = np.cov(r[:, [i, j]].T) + eps * np.eye(2)
+        cg = np.cov(g[:, [i, j]].T) + eps * np.eye(2)
+        pairs.append(_kl_bivariate(g[:, [i, j]].mean(0), cg, r[:, [i, j]].mean(0), cr))
+        pairs_rg.append(_kl_bivariate(r[:, [i, j]].mean(0), cr, g[:, [i, j]].mean(0), cg))
+    np.testing.assert_allclose(_make("pad", clip).compute(real, gen)["per_pair"].numpy(), pairs, rtol=1e-4, atol=1e-9)
+    np.testing.assert_allclose(_make("pad", clip, kl_direction="real||gen").compute(real, gen)["per_pair"].numpy(),
+                               pairs_rg, rtol=1e-4, atol=1e-9)
+    rs = _make("rsad", clip).compute(real, gen)["map"]
+    expected_map = scored[0].patch_scores.double().mean(0) - scored[1].patch_scores.double().mean(0)
+    torch.testing.assert_close(rs, expected_map, rtol=1e-5, atol=1e-6)  # positive = more present in real
+
+
+# ------------------------------------------------------------------------------- compat="hcs2024"
+def _hcs2024_reference(model, tok, real, gen, attrs, n_points):
+    """The 2024 code's math (notou10/sadpad core/hcs.py, core/sad.py, core/pad.py, utils/plot.py) re-done
+    in float64 numpy/scipy: C_text = mean of the bare attribute strings, prompts "a photo of " + attr,
+    C_img = mean of the real set; KDE on linspace(-35, 35, n) x 70/n (+1e-10); PaD on an (nb+1)^2 grid
+    averaged over 2x2 windows x (70/nb)^2; KL = mean over cells of P log(P/Q) with P = real, clipped at 0;
+    printed value = round(mean, 10) * 1e7."""
+    from scipy.stats import gaussian_kde
+
+    from genmetrics.backbones.openclip import clip_image_batch
+
+    with torch.no_grad():
+        e_r = model.encode_image(clip_image_batch(real, model)).double().numpy()
+        e_g = model.encode_image(clip_image_batch(gen, model)).double().numpy()
+        t_prompt = model.encode_text(tok(["a photo of " + a for a in attrs])).double().numpy()
+        t_bare = model.encode_text(tok(list(attrs))).double().numpy()
+    img_mean, text_mean = e_r.mean(0), t_bare.mean(0)
+    t = t_prompt - text_mean
+    t = t / np.linalg.norm(t, axis=1, keepdims=True)
+
+    def hcs(e):
+        x = e - img_mean
+        return 100.0 * (x / np.linalg.norm(x, axis=1, keepdims=True)) @ t.T
+
+    h_r, h_g = hcs(e_r), hcs(e_g)
+    xs = np.linspace(-35, 35, n_points)
+    sad = []
+    for c in range(len(attrs)):
+        p = gaussian_kde(h_r[:, c])(xs) * (70 / n_points) + 1e-10
+        q = gaussian_kde(h_g[:, c])(xs) * (70 / n_points) + 1e-10
+        sad.append(max(np.mean((-p * np.log(q)) - (-p * np.log(p))), 0.0))
+    nb = int(np.sqrt(n_points))
+    ax = np.linspace(-35, 35, nb + 1)
+    gx, gy = np.meshgrid(ax, ax)
+    pts = np.array([gx.flatten(), gy.flatten()])
+
+    def cells(h, i, j):
+        d = gaussian_kde(np.vstack((h[:, i], h[:, j])))(pts).reshape(nb + 1, nb + 1)
+        pooled = np.lib.stride_tricks.sliding_window_view(d, (2, 2)).mean(axis=(-1, -2))  # AvgPool2d(2, stride 1)
+        return pooled * (70 / nb) * (70 / nb) + 1e-10
+
+    pad = []
+    for i in range(len(attrs)):
+        for j in range(i + 1, len(attrs)):
+            p, q = cells(h_r, i, j), cells(h_g, i, j)
+            pad.append(max(np.mean(p * np.log(p) - p * np.log(q)), 0.0))
+    return h_g, np.array(sad), np.array(pad)
+
+
+def test_hcs2024_compat_reproduces_the_2024_code(clip):
+    model, tok = clip
+    attrs = ["smiling", "wearing hat", "a red car"]
+    real = random_images(16, 32, seed=61)
+    gen = (random_images(12, 32, seed=62).int() * 3 // 4).to(torch.uint8)
+    n_points = 400
+    h_g, sad_ref, pad_ref = _hcs2024_reference(model, tok, real, gen, attrs, n_points)
+    assert sad_ref.max() > 1e-6 and pad_ref.max() > 1e-6  # a non-trivial case
+    kw = dict(backbone=model, tokenizer=tok, attributes=attrs, compat="hcs2024", kde_points=n_points)
+    for name, key, ref in (("sad", "per_attribute", sad_ref), ("pad", "per_pair", pad_ref)):
+        m = gm.create_metric(name, **kw)
+        m.update(candidates=gen)
+        m.update(reference=real)
+        out = m.compute()
+        np.testing.assert_allclose(out[key].numpy(), ref, rtol=1e-6, atol=1e-12)
+        assert float(out["mean"]) == pytest.approx(ref.mean(), rel=1e-6)
+        assert float(out["printed_x1e7"]) == pytest.approx(round(ref.mean(), 10) * 1e7, rel=1e-6)
+        assert (m.score_kind, m.text_center, m.kl_direction, m.divergence, m.kde_range) == (
+            "hcs", "bare", "real||gen", "kde", (-35.0, 35.0))
+    h = gm.create_metric("hcs", backbone=model, tokenizer=tok, attributes=attrs, compat="hcs2024")
+    h.update(reference=real, candidates=gen)
+    np.testing.assert_allclose(h.per_sample()["scores"].numpy(), h_g, rtol=1e-6, atol=1e-6)
+    # the default (paper) modes are not the 2024 numbers
+    assert "printed_x1e7" not in _make("sad", clip).compute(real, gen)
+
+
+# ------------------------------------------------------------------------------ no-op options refused
+@pytest.mark.parametrize("name, kw, needle", [
+    ("sad", {"score": "hcs", "temperature": 0.5}, "option temperature has no effect with score='hcs'"),
+    ("pad", {"score": "clipscore", "dual_prompt": False}, "option dual_prompt has no effect with score='clipscore'"),
+    ("sad", {"score": "hcs", "global_token": True}, "option global_token has no effect with score='hcs'"),
+    ("sad", {"text_center": "bare"}, "option text_center has no effect with score='raclip'"),
+    ("sad", {"kde_points": 100}, "option kde_points has no effect with divergence='gaussian'"),
+    ("pad", {"kde_range": (0.0, 1.0)}, "option kde_range has no effect with divergence='gaussian'"),
+    ("sad", {"divergence": "kde", "eps": 1e-3}, "option eps has no effect with divergence='kde'"),
+    ("pad", {"divergence": "kde", "keep_scores": True}, "option keep_scores has no effect with divergence='kde'"),
+    ("sad", {"compat": "hcs2024", "kl_direction": "gen||real"}, "option kl_direction cannot be combined with compat"),
+    ("pad", {"compat": "hcs2024", "score": "hcs"}, "option score cannot be combined with compat"),
+    ("sad", {"compat": "hcs2024", "temperature": 2.0}, "option temperature has no effect with score='hcs'"),
+    ("sad", {"compat": "hcs2024", "eps": 1e-3}, "option eps has no effect with divergence='kde'"),
+    ("sad", {"compat": "hcs2020"}, "option compat: expected None or one of"),
+    ("hcs", {"compat": "hcs2024", "text_center": "bare"}, "option text_center cannot be combined with compat"),
+    ("raclip", {"local_tokens": False, "temperature": 0.5}, "option temperature has no effect with local_tokens=False"),
+    ("raclip", {"dual_prompt": False, "negative_template": "no {}"}, "option negative_template has no effect"),
+    ("rsad", {"local_tokens": False, "temperature": 0.5}, "option temperature has no effect with local_tokens=False"),
+])
+def test_noop_options_refused(clip, name, kw, needle):
+    with pytest.raises(InputError, match=needle.replace("(", r"\(").replace(")", r"\)")):
+        _make(name, clip, **kw)
+
+
+def test_rsad_refuses_the_divergence_options(clip):
+    from genmetrics.raclip.metric import _KL_ONLY, RSaD
+    from genmetrics.registry import metric_options
+
+    model, tok = clip
+    assert not set(_KL_ONLY) & set(metric_options("rsad"))
+    values = {"score": "raclip", "kl_direction": "gen||real", "eps": 1e-6, "divergence": "gaussian", "kde_points": 100,
+              "kde_range": (0.0, 1.0), "text_center": "prompts", "keep_scores": True, "compat": "hcs2024"}
+    for k in _KL_ONLY:
+        with pytest.raises(InputError, match=f"rsad: option {k} has no effect on R-SaD"):
+            RSaD(ATTRS, backbone=model, tokenizer=tok, **{k: values[k]})
+        with pytest.raises(ValueError, match=f"unknown option '{k}' for metric 'rsad'"):
+            _make("rsad", clip, **{k: values[k]})
+    with pytest.raises(InputError, match="option tokenizer has no effect without backbone"):
+        gm.create_metric("sad", tokenizer=tok, attributes=ATTRS)
+    # the same options where they do act are accepted
+    _make("sad", clip, score="hcs", text_center="bare")
+    _make("pad", clip, divergence="kde", kde_points=100, kde_range=(0.0, 1.0))
+    _make("sad", clip, eps=1e-4, keep_scores=True, temperature=0.5, negative_template="no {} at all")
+    _make("sad", clip, compat="hcs2024", kde_points=100)

@@ -100,7 +100,7 @@ def test_scores_in_unit_interval_and_constant_refined_scores(clip, pixels):
     for t in (out.score, out.global_score, out.patch_scores):
         assert float(t.min()) >= 0.0 and float(t.max()) <= 1.0
     cos = torch.randn(2, 17, 3)
-    for kw in ({}, {"global_token": False}, {"local_tokens": False}, {"temperature": 0.1}):
+    for kw in ({}, {"local_tokens": False}, {"temperature": 0.1}):
         res = aggregate(torch.full((2, 17, 3), 0.37), cos, 100.0, **kw)
         torch.testing.assert_close(res, torch.full((2, 3), 0.37))
 
@@ -119,8 +119,6 @@ def test_ablations(clip, pixels):
     full = RegionAttributeScorer(model, tok)(pixels, ATTRS)
     no_lt = RegionAttributeScorer(model, tok, local_tokens=False)(pixels, ATTRS)
     torch.testing.assert_close(no_lt.score, full.global_score)  # w/o LT: only the [CLS] token
-    no_ge = RegionAttributeScorer(model, tok, global_token=False)(pixels, ATTRS)
-    assert not torch.allclose(no_ge.score, full.score)
     no_dp = RegionAttributeScorer(model, tok, dual_prompt=False)(pixels, ATTRS)
     z, _, _ = dense_tokens(model, pixels)
     tp, _ = RegionAttributeScorer(model, tok, dual_prompt=False).text_embeddings(ATTRS)
@@ -128,10 +126,85 @@ def test_ablations(clip, pixels):
     flat = RegionAttributeScorer(model, tok, temperature=1e6)(pixels, ATTRS)  # huge τ: plain mean over tokens
     r_tilde = torch.cat([full.global_score[:, None], full.patch_scores], 1)
     torch.testing.assert_close(flat.score, r_tilde.mean(1), atol=1e-4, rtol=1e-4)
-    with pytest.raises(InputError, match="cannot both be False"):
-        RegionAttributeScorer(model, tok, local_tokens=False, global_token=False)
     with pytest.raises(InputError, match="temperature"):
         RegionAttributeScorer(model, tok, temperature=0)
+
+
+def test_without_ge_takes_cls_from_block_before_last(clip, pixels):
+    """Table 2, "w/o GE": the global token is the [CLS] leaving block L-1 (then ln_post, proj); the patch
+    tokens and Eq. 8 are unchanged and all tokens are still aggregated (Eq. 9)."""
+    model, tok = clip
+    full = RegionAttributeScorer(model, tok)(pixels, ATTRS)
+    no_ge = RegionAttributeScorer(model, tok, global_token=False)(pixels, ATTRS)
+    v = model.visual
+    with torch.no_grad():
+        h = v._embeds(pixels)
+        for blk in v.transformer.resblocks[:-1]:  # open_clip's own blocks 1..L-1
+            h = blk(h)
+        z0 = F.normalize(v.ln_post(h[:, 0]) @ v.proj, dim=-1)
+        z, _, _ = dense_tokens(model, pixels)
+        tp, tn = RegionAttributeScorer(model, tok).text_embeddings(ATTRS)
+    s = model.logit_scale.exp().item()
+    r0 = torch.sigmoid(s * (z0 @ tp.T - z0 @ tn.T))  # Eq. 4 on the layer L-1 [CLS] token
+    torch.testing.assert_close(no_ge.global_score, r0, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(no_ge.patch_scores, full.patch_scores)  # local tokens untouched
+    zp = F.normalize(z[:, 1:], dim=-1)
+    logits = torch.cat([(z0 @ tp.T)[:, None], zp @ tp.T], 1) * s  # Eq. 9 weights over [CLS_{L-1}] + patches
+    r_tilde = torch.cat([r0[:, None], full.patch_scores], 1)
+    expected = (torch.softmax(logits, 1) * r_tilde).sum(1)
+    torch.testing.assert_close(no_ge.score, expected, atol=1e-5, rtol=1e-5)
+    # not the same as dropping the global token from the aggregation (the old reading)
+    dropped = (torch.softmax(logits[:, 1:], 1) * full.patch_scores).sum(1)
+    assert float((no_ge.score - dropped).abs().max()) > 1e-3
+    assert float((no_ge.global_score - full.global_score).abs().max()) > 1e-3
+
+
+class _Recorder:
+    """Wraps a tokenizer and records every text it is asked to encode."""
+
+    def __init__(self, tok):
+        self.tok, self.texts = tok, []
+        self.context_length = getattr(tok, "context_length", 77)
+
+    def __call__(self, texts, *a, **k):
+        self.texts.extend([texts] if isinstance(texts, str) else list(texts))
+        return self.tok(texts, *a, **k)
+
+    def __getattr__(self, name):
+        return getattr(self.tok, name)
+
+
+def test_dual_prompts_are_the_papers_and_in_order(clip, pixels):
+    """Eq. 3: T+ = "This is a photo of {t}.", T- = "This is a photo without {t}." -- the texts actually
+    encoded, and which of the two is the positive in Eq. 4."""
+    model, tok = clip
+    rec = _Recorder(tok)
+    scorer = RegionAttributeScorer(model, rec)
+    out = scorer(pixels, ["smiling", "wearing hat"])
+    assert rec.texts == ["This is a photo of smiling.", "This is a photo of wearing hat.",
+                         "This is a photo without smiling.", "This is a photo without wearing hat."]
+    with torch.no_grad():
+        emb = F.normalize(model.encode_text(tok(rec.texts)).float(), dim=-1)
+        z, _, _ = dense_tokens(model, pixels)
+    tp, tn = scorer.text_embeddings(["smiling", "wearing hat"])
+    torch.testing.assert_close(tp, emb[:2])
+    torch.testing.assert_close(tn, emb[2:])
+    z0 = F.normalize(z[:, 0], dim=-1)
+    s = model.logit_scale.exp().item()
+    pos = torch.softmax(torch.stack([s * z0 @ emb[:2].T, s * z0 @ emb[2:].T]), 0)[0]  # P("of" prompt wins)
+    torch.testing.assert_close(out.global_score, pos, atol=1e-5, rtol=1e-5)
+    rec.texts.clear()
+    RegionAttributeScorer(model, rec, dual_prompt=False)(pixels, ["smiling"])
+    assert rec.texts == ["This is a photo of smiling."]  # w/o DP: the positive prompt only
+
+
+def test_noop_scorer_options_refused(clip):
+    model, tok = clip
+    with pytest.raises(InputError, match="option temperature has no effect with local_tokens=False"):
+        RegionAttributeScorer(model, tok, local_tokens=False, temperature=0.5)
+    with pytest.raises(InputError, match="option negative_template has no effect with dual_prompt=False"):
+        RegionAttributeScorer(model, tok, dual_prompt=False, negative_template="no {} here")
+    RegionAttributeScorer(model, tok, local_tokens=False, global_token=False)  # w/o LT on the L-1 [CLS]: allowed
 
 
 def test_text_cache(clip, pixels):
