@@ -493,7 +493,8 @@ def _run_set(plan: Plan, mp: MetricPlan, done: set, writer: Any, dist: _Dist, we
     if not todo:
         return 0
     kwargs = dict(mp.kwargs)
-    if "keep_scores" in metric_options(mp.spec.name):  # per-image scores for a bootstrap interval
+    # per-image scores for a bootstrap interval (the KDE modes offer none and refuse keep_scores)
+    if "keep_scores" in metric_options(mp.spec.name) and kwargs.get("divergence") != "kde" and not kwargs.get("compat"):
         kwargs.setdefault("keep_scores", True)
     metric = create_metric(mp.spec.name, **kwargs)
     chunk = plan.config.run.batch_size or int(getattr(metric, "batch_size", 32) or 32)
