@@ -100,3 +100,23 @@ def test_compact_set_names_are_accepted():
 
     assert load_attribute_set("celeba20") == load_attribute_set("celeba-20") == load_attribute_set("CelebA_20")
     assert len(load_attribute_set("coco80")) == 80
+
+
+def test_reproduce_script_uses_each_experiments_list():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "reproduce_raclip_paper.py"
+    spec = importlib.util.spec_from_file_location("reproduce_raclip_paper", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)  # no work at import time
+    lists = mod.EXPERIMENT_LISTS
+    assert lists["injection"] == lists["dataset_comparison"] == lists["separation"] == "celeba-20"  # Table 7 row 1
+    assert lists["ffhq_table"] == "hcs-celeba-20"  # Fig. 14's "bald head"
+    assert "bald head" in load_attribute_set(lists["ffhq_table"])
+    assert lists["celeba_classification_r"] == "celeba-28"
+    for name in lists.values():
+        for part in name.split(" + "):
+            load_attribute_set(part)
+    assert set(mod.SEPARATION.values()) <= set(load_attribute_set("celeba-20"))
+    assert {k: _words(k) for k in mod.SEPARATION} == mod.SEPARATION  # CelebA column -> its Table 7 words
