@@ -339,10 +339,11 @@ class HCS(_ClipFamily, SampleMetric):
         return hcs(emb, t_attr, c_img, c_text).mean(0)
 
     def per_sample(self, *, sync: bool = True) -> dict[str, Any]:
-        out = super().per_sample(sync=sync)
-        c_img, t_attr, c_text = self._centers()
-        out["scores"] = hcs(out["scores"], t_attr, c_img, c_text)
-        return out
+        with self._synced(sync) as names:  # C_img from every process's reference images
+            emb, ids = self._gathered()
+            c_img, t_attr, c_text = self._centers()
+        return {"ids": [names.get(int(i)) if int(i) >= 0 else None for i in ids],
+                "scores": hcs(emb, t_attr, c_img, c_text)}
 
 
 # ---------------------------------------------------------------------------------- set level
