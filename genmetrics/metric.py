@@ -514,17 +514,16 @@ class Metric(torchmetrics.Metric):
         state against several candidate sets)."""
         state = {k: (v.clone() if isinstance(v, torch.Tensor) else [t.clone() for t in v])
                  for k, v in ((k, getattr(self, k)) for k in self._defaults)}
-        return state, self._update_count, dict(self.__dict__.get("_id_names", {}))
+        return state, self._update_count, self._bookkeeping()
 
     def restore_state(self, snapshot: Any) -> None:
         """Put back the state of a :meth:`state_snapshot` (the snapshot stays reusable)."""
-        state, count, names = snapshot
+        state, count, book = snapshot
         for k, v in state.items():
             setattr(self, k, v.clone() if isinstance(v, torch.Tensor) else [t.clone() for t in v])
         self._update_count = count
         self._computed = None
-        if "_id_names" in self.__dict__:
-            self._id_names = dict(names)
+        self._set_bookkeeping(book)
 
     def _apply(self, fn: Any, exclude_state: Sequence[str] = "") -> nn.Module:  # type: ignore[override]
         this = super()._apply(fn, exclude_state)

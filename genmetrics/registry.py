@@ -13,42 +13,154 @@ import fnmatch
 import importlib
 import inspect
 from dataclasses import asdict, dataclass, field
+from enum import Enum
 from typing import Any
 
 ENTRY_POINT_GROUP = "genmetrics.metrics"
 _BUILTIN_FAMILIES = ("genmetrics.baselines", "genmetrics.raclip", "genmetrics.tpips", "genmetrics.mie")
 
 
+class ReferenceKind(str, Enum):
+    """What a metric's ``reference`` input is; the leaderboard and ``genmetrics score`` wire it from this."""
+
+    MATCHED = "matched"  #: one reference image per candidate, matched by sample id (file stem)
+    REAL_SET = "real_set"  #: the set of real images as a whole (fed once, before or after the candidates)
+    IMAGE_LIST = "image_list"  #: a list of reference images per candidate (e.g. the subjects of a prompt)
+    NONE = "none"  #: no reference
+
+
+class ConditionKind(str, Enum):
+    """What a metric's ``condition`` input is."""
+
+    PROMPT = "prompt"  #: a text per candidate (its prompt or caption)
+    ASPECTS = "aspects"  #: an aspect text ("lighting", "overall"); the leaderboard scores one column per aspect
+    ATTRIBUTES = "attributes"  #: a list of attributes, given as an option (``condition_option``), not per sample
+    NONE = "none"  #: no condition
+
+
+class Need(str, Enum):
+    """Whether an input must be given (``required``) or may be left out (``optional``)."""
+
+    REQUIRED = "required"
+    OPTIONAL = "optional"
+
+
+class Granularity(str, Enum):
+    """What one value describes: one candidate (``sample``) or a whole set of candidates (``set``)."""
+
+    SAMPLE = "sample"
+    SET = "set"
+
+
+def _enum(enum: type[Enum], value: Any, what: str, card: str) -> Any:
+    try:
+        return enum(value.value if isinstance(value, Enum) else value)
+    except ValueError:
+        raise ValueError(f"metric card {card!r}: {what}={value!r} is not one of "
+                         f"{', '.join(repr(e.value) for e in enum)} ({enum.__name__})") from None
+
+
 @dataclass(frozen=True)
 class MetricCard:
-    """Everything a user (or the CLI) needs to know about a metric before building it."""
+    """Everything a user (or the CLI) needs to know about a metric before building it.
+
+    The typed input fields say how callers wire inputs (the leaderboard planner and ``genmetrics score``
+    read only these, never the prose of ``inputs``):
+
+    * ``reference`` (:class:`ReferenceKind`) and ``reference_need`` (:class:`Need`);
+    * ``condition`` (:class:`ConditionKind`) and ``condition_need``;
+    * ``reference_option`` / ``condition_option``: a constructor option that supplies the input instead
+      (hcs: ``image_center``; raclip metrics: ``attributes``); when the metric is built with it, the input
+      is not fed per sample;
+    * ``level`` (:class:`Granularity`): one value per candidate or per set.
+
+    A card that describes a ``reference`` (or ``condition``) role in ``inputs`` but leaves its kind unset
+    gets ``MATCHED`` (``PROMPT``); one that describes neither gets ``NONE``. Strings are accepted for the
+    enums (``reference="real_set"``). ``aliases`` are other names of the same metric.
+
+    >>> card = get_card("psnr")
+    >>> card.reference, card.condition, card.level
+    (<ReferenceKind.MATCHED: 'matched'>, <ConditionKind.NONE: 'none'>, <Granularity.SAMPLE: 'sample'>)
+    """
 
     name: str
     factory: str  # "package.module:ClassName", imported only when the metric is created
     family: str
     summary: str
-    inputs: dict[str, str]  # role -> what it takes; roles: reference, candidates, condition
+    inputs: dict[str, str]  # role -> what it takes, in words (for people; never parsed)
     higher_is_better: bool | None
     range: tuple[float, float] | None
     paper: str = ""
     default_weights: str | None = None
-    level: str = "sample"  # "sample": one score per candidate; "set": one value per pair of sets
+    level: Granularity = Granularity.SAMPLE
     output: str = "scalar"  # what compute() returns, in words
     tags: tuple[str, ...] = field(default_factory=tuple)
+    reference: ReferenceKind | None = None
+    reference_need: Need = Need.REQUIRED
+    reference_option: str | None = None
+    condition: ConditionKind | None = None
+    condition_need: Need = Need.REQUIRED
+    condition_option: str | None = None
+    aliases: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        put = object.__setattr__
+        put(self, "level", _enum(Granularity, self.level, "level", self.name))
+        put(self, "reference_need", _enum(Need, self.reference_need, "reference_need", self.name))
+        put(self, "condition_need", _enum(Need, self.condition_need, "condition_need", self.name))
+        for role, enum, default in (("reference", ReferenceKind, ReferenceKind.MATCHED),
+                                    ("condition", ConditionKind, ConditionKind.PROMPT)):
+            value = getattr(self, role)
+            described = role in self.inputs
+            if value is None:
+                value = default if described else enum("none")
+            value = _enum(enum, value, role, self.name)
+            if value is ConditionKind.ATTRIBUTES:
+                if not self.condition_option:
+                    raise ValueError(f"metric card {self.name!r}: condition=ATTRIBUTES needs condition_option= (the "
+                                     "name of the constructor option that takes the attributes)")
+            elif (value.value != "none") != described:
+                raise ValueError(
+                    f"metric card {self.name!r}: {role}={value.value!r} but inputs "
+                    f"{'describes' if described else 'does not describe'} a {role!r} role; describe the input in "
+                    f"inputs[{role!r}] and set {role}= to its kind (or NONE and drop the description)")
+            put(self, role, value)
+        put(self, "tags", tuple(self.tags))
+        put(self, "aliases", tuple(self.aliases))
+
+    def feeds(self, role: str, options: Any = ()) -> bool:
+        """Whether a caller must feed input ``role`` ("reference" or "condition") per sample to a metric
+        built with ``options`` (names): the card has the input, it is required, no ``*_option`` that
+        replaces it is among ``options``, and (for a condition) it is not given as an option anyway.
+
+        >>> get_card("raclip").feeds("condition"), get_card("raclip").feeds("condition", {"attributes"})
+        (True, False)
+        """
+        kind, need, option = (getattr(self, role), getattr(self, f"{role}_need"), getattr(self, f"{role}_option"))
+        if kind.value == "none" or kind is ConditionKind.ATTRIBUTES:
+            return False
+        if option is not None and option in options:
+            return False
+        return need is Need.REQUIRED
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["range"] = list(self.range) if self.range is not None else None
         d["tags"] = list(self.tags)
+        d["aliases"] = list(self.aliases)
+        for k, v in d.items():
+            if isinstance(v, Enum):
+                d[k] = v.value
         return d
 
 
 _CARDS: dict[str, MetricCard] = {}
+_ALIASES: dict[str, str] = {}  # alias -> name of the card
 _LOADED = False
 
 
 def register_metric(card: MetricCard, *, overwrite: bool = False) -> MetricCard:
-    """Register ``card`` under ``card.name``. Re-registering the same card is a no-op."""
+    """Register ``card`` under ``card.name`` (and its ``aliases``). Re-registering the same card is a no-op."""
     if not isinstance(card, MetricCard):
         raise TypeError(f"register_metric expects a MetricCard, got {type(card).__name__}")
     old = _CARDS.get(card.name)
@@ -57,7 +169,20 @@ def register_metric(card: MetricCard, *, overwrite: bool = False) -> MetricCard:
             f"metric name {card.name!r} is already registered by {old.factory}; "
             f"choose another name for {card.factory} or pass overwrite=True"
         )
+    for name in (card.name, *card.aliases):
+        owner = _ALIASES.get(name) if name != card.name else None
+        taken = (name in _CARDS and name != card.name) or (owner is not None and owner != card.name)
+        if taken and not overwrite:
+            raise ValueError(f"metric name {name!r} (of card {card.name!r}) is already registered "
+                             f"({'an alias of ' + repr(owner) if owner else 'as a metric'}); choose another name")
+    if old is not None:
+        for a in old.aliases:
+            _ALIASES.pop(a, None)
     _CARDS[card.name] = card
+    _ALIASES.pop(card.name, None)
+    for a in card.aliases:
+        _CARDS.pop(a, None)
+        _ALIASES[a] = card.name
     return card
 
 
@@ -79,8 +204,11 @@ def lazy_exports(package: str, names: dict[str, str]) -> tuple[Any, Any]:
 
 
 def unregister_metric(name: str) -> MetricCard | None:
-    """Remove ``name`` from the registry (plugins and tests); returns its card, or None if absent."""
-    return _CARDS.pop(name, None)
+    """Remove ``name`` (and its aliases) from the registry (plugins and tests); returns its card, or None."""
+    card = _CARDS.pop(name, None)
+    for a in card.aliases if card is not None else ():
+        _ALIASES.pop(a, None)
+    return card
 
 
 def _load_all() -> None:
@@ -106,9 +234,12 @@ def _close_matches(word: str, options: list[str]) -> str:
 
 
 def get_card(name: str) -> MetricCard:
+    """The card of metric ``name`` (an alias gives the card of the metric it names)."""
     _load_all()
+    if isinstance(name, str) and name in _ALIASES:
+        name = _ALIASES[name]
     if not isinstance(name, str) or name not in _CARDS:
-        names = sorted(_CARDS)
+        names = sorted([*_CARDS, *_ALIASES])
         raise ValueError(
             f"unknown metric {name!r}{_close_matches(str(name), names)} "
             f"Available metrics: {', '.join(names)} (see `genmetrics list`)."
@@ -116,10 +247,24 @@ def get_card(name: str) -> MetricCard:
     return _CARDS[name]
 
 
-def list_metrics(pattern: str = "*") -> list[str]:
-    """Registered metric names matching the fnmatch ``pattern``, sorted."""
+def alias_of(name: str) -> str | None:
+    """The metric ``name`` is an alias of, or None when it is a metric's own name.
+
+    >>> alias_of("clip_t"), alias_of("clipscore")
+    ('clipscore', None)
+    """
     _load_all()
-    return sorted(n for n in _CARDS if fnmatch.fnmatchcase(n, pattern))
+    return _ALIASES.get(name)
+
+
+def list_metrics(pattern: str = "*") -> list[str]:
+    """Registered metric names (aliases included) matching the fnmatch ``pattern``, sorted.
+
+    >>> list_metrics("*ssim")
+    ['ms_ssim', 'ssim']
+    """
+    _load_all()
+    return sorted(n for n in [*_CARDS, *_ALIASES] if fnmatch.fnmatchcase(n, pattern))
 
 
 def metric_class(name: str) -> type:
@@ -160,8 +305,19 @@ def metric_options(name: str) -> dict[str, Any]:
 
 
 def metric_info(name: str) -> dict[str, Any]:
-    """The metric's card as a plain dict: inputs, higher_is_better, range, paper, default weights."""
-    return get_card(name).to_dict()
+    """The metric's card as a plain dict: inputs, higher_is_better, range, paper, default weights; for an
+    alias, the card of the metric it names with ``name`` the alias and ``alias_of`` that metric (else None).
+
+    >>> info = metric_info("clip_t")
+    >>> info["name"], info["alias_of"], info["condition"]
+    ('clip_t', 'clipscore', 'prompt')
+    """
+    d = get_card(name).to_dict()
+    target = alias_of(name)
+    if target is not None:
+        d["name"] = name
+    d["alias_of"] = target
+    return d
 
 
 def create_metric(name: str, **kwargs: Any):

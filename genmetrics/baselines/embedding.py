@@ -1,6 +1,7 @@
-"""Embedding baselines: CLIP-I (image-image), CLIP-T (CLIPScore, image-text) and DINO-I.
+"""Embedding baselines: CLIP-I (image-image) and DINO-I. (CLIP-T is ``clip_t``, an alias of the raclip
+family's ``clipscore``, which computes the same ``100 * cos``.)
 
-Each takes a caller-built backbone (``backbone=``, plus ``tokenizer=`` for CLIP-T) or loads its default
+Each takes a caller-built backbone (``backbone=``) or loads its default
 weights lazily on first use. Image embeddings can be cached on disk (``cache_dir=``), keyed by image
 content and weights identity.
 """
@@ -13,11 +14,11 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from genmetrics.backbones.openclip import clip_image_batch, load_open_clip, tokenize
+from genmetrics.backbones.openclip import clip_image_batch, load_open_clip
 from genmetrics.data.cache import FeatureCache
 from genmetrics.data.images import ResizePolicy, as_image_list, load_batch
 from genmetrics.errors import InputError
-from genmetrics.metric import SampleMetric, as_text_list
+from genmetrics.metric import SampleMetric
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -115,34 +116,6 @@ class CLIPImageSimilarity(_ClipMixin, _ImagePairMetric):
     """CLIP-I: ``cos(E_v(reference), E_v(candidate))`` with an open_clip model."""
 
     name = "clip_i"
-
-
-class CLIPTextScore(_ClipMixin, _EmbeddingMetric):
-    """CLIP-T / CLIPScore (DESIGN Eq. 1): ``100 * cos(E_v(image), E_t(text))``, no clamp, no 2.5 weight."""
-
-    name = "clip_t"
-
-    def __init__(self, *, backbone: Any = None, tokenizer: Any = None, **kwargs: Any) -> None:
-        if backbone is not None and tokenizer is None:
-            raise InputError("clip_t: backbone= needs its tokenizer= (open_clip.get_tokenizer(model_name))")
-        self.tokenizer = tokenizer
-        super().__init__(backbone=backbone, **kwargs)
-
-    def _prepare(self, reference: Any, candidates: Any, condition: Any) -> dict[str, list[Any]]:
-        if reference is not None:
-            raise InputError("clip_t: takes no reference images; pass candidates and condition (prompts)")
-        if candidates is None or condition is None:
-            raise InputError("clip_t: needs candidates (images) and condition (one prompt per image)")
-        return {"candidates": as_image_list(candidates, name="candidates"),
-                "condition": as_text_list(condition, name="condition")}
-
-    def _score_batch(self, batch: dict[str, list[Any]]) -> torch.Tensor:
-        model = self._model()
-        img = self.embed(batch["candidates"])
-        with torch.inference_mode():
-            ids = tokenize(self.tokenizer, batch["condition"], name="condition").to(self.device)
-            txt = F.normalize(model.encode_text(ids).float(), dim=-1)
-        return (100.0 * (img * txt).sum(-1)).double()
 
 
 class DINOSimilarity(_ImagePairMetric):

@@ -15,7 +15,7 @@ from genmetrics.cli.common import echo_json, parse_options, progress
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list of metric cards.")
 @click.argument("pattern", required=False, default="*")
 def list_cmd(pattern: str, as_json: bool) -> None:
-    """List registered metrics (optionally matching an fnmatch PATTERN)."""
+    """List registered metrics and aliases (optionally matching an fnmatch PATTERN)."""
     from genmetrics.registry import list_metrics, metric_info
 
     names = list_metrics(pattern)
@@ -26,7 +26,8 @@ def list_cmd(pattern: str, as_json: bool) -> None:
     for n in names:
         info = metric_info(n)
         arrow = {True: "higher=better", False: "lower=better", None: ""}[info["higher_is_better"]]
-        click.echo(f"{n:<{width}}  {info['family']:<9}  {arrow:<13}  {info['summary']}")
+        summary = f"alias of {info['alias_of']}" if info["alias_of"] else info["summary"]
+        click.echo(f"{n:<{width}}  {info['family']:<9}  {arrow:<13}  {summary}")
 
 
 @click.command("info")
@@ -119,49 +120,54 @@ def score_cmd(name: str, reference: tuple[str, ...], candidates: tuple[str, ...]
     from genmetrics.data.images import match_by_stem, unused_references
     from genmetrics.data.results import atomic_write_json, dumps_line
     from genmetrics.errors import InputError
-    from genmetrics.registry import create_metric, get_card
+    from genmetrics.registry import ConditionKind, Granularity, ReferenceKind, create_metric, get_card
 
     card = get_card(name)
     kwargs: dict[str, Any] = parse_options(options)
     if attributes:
-        kwargs["attributes"] = attributes
-    if weights:
-        kwargs["weights"] = weights
-    if heads:
-        kwargs["heads"] = heads
-    if adapter:
-        kwargs["adapter"] = adapter
-    if batch_size is not None:
-        kwargs["batch_size"] = batch_size
-    if device:
-        kwargs["device"] = device
+        if card.condition_option is None:
+            raise InputError(f"{name}: --attributes is not an input of this metric (it takes "
+                             f"{card.condition.value} as its condition); drop --attributes")
+        kwargs[card.condition_option] = attributes
+    for key, value in (("weights", weights), ("heads", heads), ("adapter", adapter), ("batch_size", batch_size),
+                       ("device", device)):
+        if value is not None:
+            kwargs[key] = value
     cand_files = _expand(candidates, "candidates")
-    needs_ref = "reference" in card.inputs
     ref_files = _expand(reference, "reference") if reference else []
-    if needs_ref and not ref_files and "condition" not in card.inputs and card.level != "set":
-        raise InputError(f"{name}: --reference is required ({card.inputs['reference']})")
-    if "condition" in card.inputs and not condition and "attributes" not in kwargs and name not in ("raclip",):
-        if "reference" not in card.inputs or name in ("clip_t", "tpips", "mie"):
-            raise InputError(f"{name}: --condition is required ({card.inputs['condition']})")
-    # Pair up inputs (before any weights load).
-    if card.level == "set":
+    ref_kind = card.reference if card.level is Granularity.SAMPLE else ReferenceKind.REAL_SET
+    if card.feeds("reference", kwargs) or card.level is Granularity.SET:
         if not ref_files:
-            raise InputError(f"{name}: --reference (the real set) is required for set-level metrics")
-        ids = [p.stem for p in cand_files]
-        refs: list[Any] | None = ref_files
-    elif {"reference_sets", "reference-sets"} & set(card.tags):
-        ids, refs = [p.stem for p in cand_files], [ref_files] * len(cand_files) if ref_files else None
-    elif ref_files:
-        if len(ref_files) == 1:
-            pairs = [(c.stem, ref_files[0], c) for c in cand_files]
-        else:
-            pairs = match_by_stem(ref_files, cand_files, ref_name="--reference", cand_name="--candidates")
-            note = unused_references(ref_files, cand_files, ref_name="--reference")
-            if note:
-                click.echo(f"warning: {note}", err=True)
-        ids, refs, cand_files = [p[0] for p in pairs], [p[1] for p in pairs], [p[2] for p in pairs]
+            what = {ReferenceKind.MATCHED: "one reference image per candidate, matched by file stem",
+                    ReferenceKind.REAL_SET: "the real images, as a set",
+                    ReferenceKind.IMAGE_LIST: "the reference images every candidate is compared with"}[ref_kind]
+            raise InputError(f"{name}: --reference is required ({what})")
+    elif ref_files and card.reference is ReferenceKind.NONE:
+        raise InputError(f"{name}: takes no reference images; drop --reference")
+    if card.feeds("condition", kwargs) and not condition:
+        raise InputError(f"{name}: --condition is required ({card.condition.value}: one text per candidate, or "
+                         "one for all)")
+    if condition and card.condition in (ConditionKind.NONE, ConditionKind.ATTRIBUTES):
+        hint = " (give the attributes with --attributes)" if card.condition is ConditionKind.ATTRIBUTES else ""
+        raise InputError(f"{name}: takes no --condition{hint}; drop it")
+    # Pair up inputs (before any weights load).
+    ids = [p.stem for p in cand_files]
+    refs: list[Any] | None = None
+    if not ref_files:
+        pass
+    elif ref_kind is ReferenceKind.REAL_SET:
+        refs = ref_files  # fed once as a set, before the candidates
+    elif ref_kind is ReferenceKind.IMAGE_LIST:
+        refs = [ref_files] * len(cand_files)
+    elif len(ref_files) == 1:
+        refs = ref_files * len(cand_files)
     else:
-        ids, refs = [p.stem for p in cand_files], None
+        pairs = match_by_stem(ref_files, cand_files, ref_name="--reference", cand_name="--candidates")
+        note = unused_references(ref_files, cand_files, ref_name="--reference")
+        if note:
+            click.echo(f"warning: {note}", err=True)
+        ids, refs, cand_files = [p[0] for p in pairs], [p[1] for p in pairs], [p[2] for p in pairs]
+    as_set = refs is not None and ref_kind is ReferenceKind.REAL_SET
     conds = _conditions(condition, len(cand_files))
     bad = _bad_files(cand_files + (ref_files if refs is not None else []))
     if bad and on_error == "stop":
@@ -171,7 +177,7 @@ def score_cmd(name: str, reference: tuple[str, ...], candidates: tuple[str, ...]
     if bad:
         for f, msg in bad.items():
             click.echo(f"warning: skipped {f}: {msg}", err=True)
-        if card.level == "set":
+        if as_set:
             ref_files = [f for f in ref_files if f not in bad]
             refs = ref_files
             keep = [i for i, c in enumerate(cand_files) if c not in bad]
@@ -182,15 +188,17 @@ def score_cmd(name: str, reference: tuple[str, ...], candidates: tuple[str, ...]
                 refs = [refs[i] for i in keep]
         cand_files, ids = [cand_files[i] for i in keep], [ids[i] for i in keep]
         conds = [conds[i] for i in keep] if conds is not None else None
-        if not cand_files or (card.level == "set" and not ref_files):
+        if not cand_files or (as_set and not ref_files):
             raise InputError("every candidate (or every reference) was a bad file; nothing left to score")
 
     metric = create_metric(name, **kwargs)
     bs = max(1, getattr(metric, "batch_size", 32))
     with torch.inference_mode():
-        if card.level == "set":
+        if as_set:  # the real set as a whole, then the candidates
             for i in progress(range(0, len(ref_files), bs), desc=f"{name}: reference", unit="batch"):
                 metric.update(reference=ref_files[i:i + bs])
+            refs = None
+        if card.level is Granularity.SET:
             for i in progress(range(0, len(cand_files), bs), desc=f"{name}: candidates", unit="batch"):
                 metric.update(candidates=cand_files[i:i + bs])
         else:
@@ -200,7 +208,7 @@ def score_cmd(name: str, reference: tuple[str, ...], candidates: tuple[str, ...]
                               condition=conds[sl] if conds is not None else None, ids=ids[sl])
         value = metric.compute()
     result: dict[str, Any] = {"metric": name, "n": len(cand_files), "value": value}
-    per = metric.per_sample() if hasattr(metric, "per_sample") and card.level != "set" else None
+    per = metric.per_sample() if hasattr(metric, "per_sample") and card.level is Granularity.SAMPLE else None
     if out:
         outp = Path(out)
         if outp.suffix == ".jsonl":

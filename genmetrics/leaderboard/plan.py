@@ -1,34 +1,33 @@
 """Turn a config into a checked plan: every file, image folder, stem match, prompt and metric option is
 validated here, before any metric scores anything (and before any weights load).
 
-What each metric gets is read from its card (:func:`genmetrics.registry.get_card`), never from the
-family's code:
+What each metric gets is read from the typed input fields of its card
+(:class:`genmetrics.registry.MetricCard`), never from the family's code, the card's prose or its name:
 
-* ``level == "set"`` (sad, pad, rsad): the real set (``data.real``, else ``data.references``) and each
-  generator's folder; one value per generator;
-* a required ``reference`` role: for cards tagged ``reference_sets`` (or ``reference-sets``; mie) the
-  list ``references`` of the sample's prompts-file line; when the card describes the reference as
-  *real* images (hcs: they only feed an image centre) the whole real set, fed once before the
-  candidates; otherwise the reference image with the same file stem;
-* a required ``condition`` role: the sample's ``prompt`` from the prompts file, or, when the metric entry
-  has ``aspects = [...]``, each aspect in turn (one result column per aspect; required when the card's
-  condition is an aspect, as for tpips).
+* ``level`` :attr:`~genmetrics.registry.Granularity.SET`: the real set (``data.real``, else
+  ``data.references``) and each generator's folder; one value per generator;
+* ``reference``: :attr:`~genmetrics.registry.ReferenceKind.MATCHED` the reference image with the same
+  file stem; ``REAL_SET`` the whole real set, fed once before the candidates; ``IMAGE_LIST`` the list
+  ``references`` of the sample's prompts-file line;
+* ``condition``: ``PROMPT`` the sample's ``prompt`` from the prompts file, or, when the metric entry has
+  ``aspects = [...]``, each aspect in turn (one result column per aspect); ``ASPECTS`` requires
+  ``aspects``; ``ATTRIBUTES`` is an option of the metric, never fed per sample.
 
-A role is not filled in when its card description says "optional", or says "only when the metric is
-built without NAME=" and the option NAME is set (raclip and clipscore with ``attributes``).
+An input is fed only when :meth:`MetricCard.feeds` says so: it is required, and the option that would
+replace it (``reference_option`` / ``condition_option``, e.g. ``attributes``) is not set.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from genmetrics.errors import GenmetricsError, InputError
 from genmetrics.leaderboard.config import GeneratorSpec, KeyPath, LeaderboardConfig, MetricSpec, key_str
+from genmetrics.registry import ConditionKind, Granularity, MetricCard, ReferenceKind
 
 SET_ID = "__set__"  #: the ``id`` of the one results row a set-level metric writes per generator
 
@@ -51,7 +50,7 @@ class Column:
 @dataclass
 class MetricPlan:
     spec: MetricSpec
-    card: Any  # MetricCard
+    card: MetricCard
     kwargs: dict[str, Any]
     columns: list[Column]
     samples: dict[str, list[Sample]] = field(default_factory=dict)  # generator -> samples (sample level)
@@ -59,7 +58,7 @@ class MetricPlan:
     uses: tuple[str, ...] = ()  # inputs filled in: reference, reference_sets, real, prompt, aspects
 
     @property
-    def level(self) -> str:
+    def level(self) -> Granularity:
         return self.card.level
 
     @property
@@ -90,7 +89,7 @@ class Plan:
         for m in self.metrics:
             for c in m.columns:
                 for g in self.generators:
-                    if m.level == "set":
+                    if m.level is Granularity.SET:
                         out.append((g.name, c.name, SET_ID))
                     else:
                         out.extend((g.name, c.name, s.id) for s in m.samples[g.name])
@@ -162,25 +161,9 @@ def _load_prompts(cfg: LeaderboardConfig, path: Path, key: KeyPath) -> dict[str,
     return rows
 
 
-def _required(card: Any, role: str, kwargs: dict[str, Any]) -> bool:
-    """Whether the runner must fill ``role``: the card lists it, its description does not say
-    "optional", and it is not conditional on an option that is set ("only when the metric is built
-    without attributes=" and ``attributes`` is given)."""
-    desc = card.inputs.get(role)
-    if desc is None or "optional" in str(desc).lower():
-        return False
-    m = re.search(r"without (\w+)=", str(desc))
-    return not (m and m.group(1) in kwargs)
-
-
-def _reference_kind(card: Any) -> str:
-    """``reference_sets`` (a list of images per sample: cards tagged so, e.g. mie), ``real`` (the real
-    set as a whole, e.g. hcs whose reference feeds an image centre) or ``paired`` (matched by stem)."""
-    if {"reference_sets", "reference-sets"} & set(card.tags):
-        return "reference_sets"
-    if re.search(r"\breal\b", str(card.inputs.get("reference", "")).lower()):
-        return "real"
-    return "paired"
+#: what the planner calls each reference kind in ``MetricPlan.uses``
+_REFERENCE_USE = {ReferenceKind.MATCHED: "reference", ReferenceKind.REAL_SET: "real",
+                  ReferenceKind.IMAGE_LIST: "reference_sets"}
 
 
 def _resolve_paths(cfg: LeaderboardConfig, options: dict[str, Any]) -> dict[str, Any]:
@@ -291,7 +274,7 @@ def build_plan(cfg: LeaderboardConfig, *, metric_kwargs: dict[str, dict[str, Any
 
         mp = MetricPlan(spec=spec, card=card, kwargs=kwargs,
                         columns=[Column(c, spec, a) for c, a in zip(spec.columns(), spec.aspects or [None])])
-        if card.level == "set":
+        if card.level is Granularity.SET:
             if spec.aspects:
                 raise cfg.error((*key, "aspects"), f"{spec.name!r} is a set-level metric; it takes no aspects")
             if real is None:
@@ -316,20 +299,19 @@ def _plan_samples(cfg: LeaderboardConfig, mp: MetricPlan, images: dict[str, list
                   prompts: dict[Path, dict[str, _PromptRow]], prompt_keys: dict[Path, KeyPath],
                   real: list[Path] | None) -> None:
     spec, card, key = mp.spec, mp.card, mp.spec.key
-    needs_ref = _required(card, "reference", mp.kwargs)
-    kind = _reference_kind(card) if needs_ref else None
-    ref_sets = kind == "reference_sets"
-    needs_cond = _required(card, "condition", mp.kwargs)
-    if spec.aspects and "condition" not in card.inputs:
-        raise cfg.error((*key, "aspects"), f"{spec.name!r} takes no condition, so it takes no aspects")
+    use = _REFERENCE_USE.get(card.reference) if card.feeds("reference", mp.kwargs) else None
+    ref_sets = use == "reference_sets"
+    needs_cond = card.feeds("condition", mp.kwargs)
+    if spec.aspects and card.condition not in (ConditionKind.PROMPT, ConditionKind.ASPECTS):
+        raise cfg.error((*key, "aspects"), f"{spec.name!r} takes no condition (text per sample), so it takes no aspects")
     use_aspects = bool(spec.aspects)
-    if needs_cond and not use_aspects and "aspect" in str(card.inputs.get("condition", "")).lower():
+    if needs_cond and not use_aspects and card.condition is ConditionKind.ASPECTS:
         raise cfg.error(key, f"{spec.name!r} compares images with respect to an aspect: add "
                              "aspects = [\"overall\", ...] to this metric (one result column per aspect)")
     needs_prompt = needs_cond and not use_aspects
-    mp.uses = tuple(u for u, on in (("reference_sets", ref_sets), ("reference", kind == "paired"),
-                                    ("real", kind == "real"), ("prompt", needs_prompt), ("aspects", use_aspects)) if on)
-    if kind == "real":
+    mp.uses = tuple(u for u, on in (("reference_sets", ref_sets), ("reference", use == "reference"),
+                                    ("real", use == "real"), ("prompt", needs_prompt), ("aspects", use_aspects)) if on)
+    if use == "real":
         if real is None:
             raise cfg.error(key, f"{spec.name!r} needs the real set ({card.inputs['reference']}): set data.real "
                                  "(or data.references) to a folder of real images")
@@ -366,7 +348,7 @@ def _plan_samples(cfg: LeaderboardConfig, mp: MetricPlan, images: dict[str, list
                             raise cfg.error(pkey, f"{prompt_file.name}:{row.line}: reference image {str(r)!r} of "
                                                   f"id {s.id!r} does not exist")
                     s.reference = list(row.references)
-        if kind == "paired":
+        if use == "reference":
             folder = g.references or cfg.data.references
             if folder is None:
                 raise cfg.error(key, f"{spec.name!r} compares each image with its reference: set data.references "

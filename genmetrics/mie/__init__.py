@@ -10,17 +10,25 @@ Registered metric: ``mie``. Heavy names load lazily: :class:`MIEModel`, :class:`
 
 from __future__ import annotations
 
-from genmetrics.registry import MetricCard, lazy_exports, register_metric
+from genmetrics.registry import (
+    ConditionKind,
+    Granularity,
+    MetricCard,
+    ReferenceKind,
+    lazy_exports,
+    register_metric,
+)
 
 register_metric(MetricCard(
-    name="mie", factory="genmetrics.mie.metric:MIEMetric", family="mie",
+    name="mie", reference=ReferenceKind.IMAGE_LIST, condition=ConditionKind.PROMPT,
+    factory="genmetrics.mie.metric:MIEMetric", family="mie",
     summary="Multi-subject binding score of a generated image given its reference subjects and prompt "
             "(learned dual-head Qwen3.5 evaluator: rank score + existence/appearance/interaction logits).",
     inputs={"reference": "one list of 1-8 reference subject images per sample",
             "candidates": "generated images [B]",
             "condition": "prompts [B] (or one prompt for all)"},
     higher_is_better=True, range=None, paper="MIBE (Multi-subject Interaction Benchmark and Evaluator), 2026",
-    default_weights=None, level="sample",
+    default_weights=None, level=Granularity.SAMPLE,
     output="mean rank-head score; per_sample() adds diagnostics [N,3] logits; per_generator() groups by id prefix",
     tags=("learned", "vlm", "multi-subject", "reference-sets"),
 ))

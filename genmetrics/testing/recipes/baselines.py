@@ -33,20 +33,10 @@ def _clip_i() -> dict[str, Any]:
     return {"kwargs": {"backbone": model}, "updates": _pairs()}
 
 
-def _clip_t() -> dict[str, Any]:
-    from genmetrics.testing import random_images, tiny_clip
-
-    model, tok = tiny_clip()
-    imgs = random_images(5, seed=3)
-    texts = ["a red car", "a dog on grass", "two people talking", "a bowl of fruit", "a city at night"]
-    return {"kwargs": {"backbone": model, "tokenizer": tok},
-            "updates": [{"candidates": imgs[:2], "condition": texts[:2]}, {"candidates": imgs[2:], "condition": texts[2:]}]}
-
-
 def _dino() -> dict[str, Any]:
     from genmetrics.testing import tiny_dino
 
     return {"kwargs": {"backbone": tiny_dino()}, "updates": _pairs()}
 
 
-RECIPES = {"psnr": _psnr, "ssim": _ssim, "ms_ssim": _ms_ssim, "clip_i": _clip_i, "clip_t": _clip_t, "dino": _dino}
+RECIPES = {"psnr": _psnr, "ssim": _ssim, "ms_ssim": _ms_ssim, "clip_i": _clip_i, "dino": _dino}
