@@ -297,6 +297,9 @@ class HCS(_ClipFamily, SampleMetric):
             raise InputError("hcs: takes no condition; the attributes are fixed when the metric is created")
         if reference is None and candidates is None:
             raise InputError("hcs: pass reference= (real images, for C_img) and/or candidates= (images to score)")
+        if reference is not None and self.image_center is not None:
+            raise InputError("hcs: built with image_center=, so reference images would change nothing (they only "
+                             "feed C_img); drop reference= or build the metric without image_center=")
         if reference is not None:
             items = _images(reference, "reference", self.data_range)
             from genmetrics.data.batching import map_batches

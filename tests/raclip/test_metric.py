@@ -433,6 +433,9 @@ def test_rsad_refuses_the_divergence_options(clip):
             RSaD(ATTRS, backbone=model, tokenizer=tok, **{k: values[k]})
         with pytest.raises(ValueError, match=f"unknown option '{k}' for metric 'rsad'"):
             _make("rsad", clip, **{k: values[k]})
+    with pytest.raises(InputError, match="image_center=, so reference images would change nothing"):
+        gm.create_metric("hcs", backbone=model, tokenizer=tok, attributes=ATTRS,
+                         image_center=torch.zeros(32)).update(reference=random_images(2, 32, seed=1))
     with pytest.raises(InputError, match="option tokenizer has no effect without backbone"):
         gm.create_metric("sad", tokenizer=tok, attributes=ATTRS)
     # the same options where they do act are accepted
