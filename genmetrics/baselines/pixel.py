@@ -75,13 +75,27 @@ class _PairedPixelMetric(SampleMetric):
 
 
 class PSNR(_PairedPixelMetric):
-    """PSNR in dB per image, ``10 log10(1 / MSE)`` on [0,1] images; identical images give ``max_db``."""
+    """PSNR in dB per image, ``10 log10(1 / MSE)`` on [0,1] images; identical images give ``max_db``.
+
+    ``reduction="mean"`` (default): ``compute()`` is the mean of the per-image PSNRs. ``reduction="pooled"``:
+    ``10 log10(1 / mean_i MSE_i)``, the PSNR of the pooled MSE that torchmetrics' ``PeakSignalNoiseRatio()``
+    reports (equal to it when the images share one size; see docs/torchmetrics.md)."""
 
     name = "psnr"
 
-    def __init__(self, *, max_db: float = 100.0, **kwargs: Any) -> None:
+    def __init__(self, *, max_db: float = 100.0, reduction: str = "mean", **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.max_db = number("max_db", max_db, lo=0.0, lo_open=True, owner="psnr")
+        if reduction not in ("mean", "pooled"):
+            raise InputError(f"psnr: option reduction: expected 'mean' (mean of per-image PSNR) or 'pooled' (PSNR of "
+                             f"the pooled MSE, torchmetrics' default), got {reduction!r}")
+        self.reduction = reduction
+
+    def _reduce(self, scores: torch.Tensor) -> torch.Tensor:
+        if self.reduction == "mean":
+            return scores.mean(0)
+        mse = torch.pow(10.0, -scores / 10.0).mean(0)  # each image's MSE back from its PSNR (float64)
+        return (-10.0 * torch.log10(mse)).clamp(max=self.max_db)
 
     def _fn(self, preds: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         v = peak_signal_noise_ratio(preds, target, data_range=1.0, reduction="none", dim=(1, 2, 3))
@@ -102,8 +116,11 @@ class SSIM(_PairedPixelMetric):
         if min(preds.shape[-2:]) < self.kernel_size:
             raise InputError(f"ssim: images of {tuple(preds.shape[-2:])} are smaller than the {self.kernel_size}px window; "
                              "pass kernel_size=... smaller or use larger images")
-        return structural_similarity_index_measure(preds, target, data_range=1.0, reduction="none",
-                                                   kernel_size=self.kernel_size, sigma=self.sigma)
+        if self.kernel_size % 2 == 0:
+            raise InputError(f"ssim: option kernel_size: expected an odd window size (e.g. 7 or 11), got {self.kernel_size}")
+        if self.kernel_size == _gauss_size(self.sigma):  # torchmetrics sizes its Gaussian window from sigma
+            return structural_similarity_index_measure(preds, target, data_range=1.0, reduction="none", sigma=self.sigma)
+        return _ssim_window(preds, target, self.kernel_size, self.sigma)
 
 
 class MSSSIM(_PairedPixelMetric):
@@ -127,6 +144,35 @@ class MSSSIM(_PairedPixelMetric):
                 f"{self.kernel_size}px window (each side must exceed {need}); use larger images, fewer betas "
                 "(e.g. betas=(0.0448, 0.2856, 0.3001)) or a smaller kernel_size"
             )
+        if self.kernel_size % 2 == 0:
+            raise InputError(f"ms_ssim: option kernel_size: expected an odd window size (e.g. 7 or 11), got {self.kernel_size}")
+        # torchmetrics sizes the Gaussian window from sigma (kernel_size alone has no effect): the standard
+        # sigma 1.5 for the standard 11 px window, else the sigma whose window is kernel_size (sigma = half / 3.5)
+        sigma = 1.5 if self.kernel_size == 11 else (self.kernel_size - 1) / 7.0
         return multiscale_structural_similarity_index_measure(
-            preds, target, data_range=1.0, reduction="none", kernel_size=self.kernel_size, betas=self.betas,
-            normalize="relu")
+            preds, target, data_range=1.0, reduction="none", sigma=sigma, betas=self.betas, normalize="relu")
+
+
+def _gauss_size(sigma: float) -> int:
+    """The Gaussian window torchmetrics uses for ``sigma`` (it ignores ``kernel_size`` for Gaussian windows)."""
+    return int(3.5 * sigma + 0.5) * 2 + 1
+
+
+def _ssim_window(preds: torch.Tensor, target: torch.Tensor, k: int, sigma: float) -> torch.Tensor:
+    """SSIM per image with a ``k`` x ``k`` Gaussian window of ``sigma`` (K1 0.01, K2 0.03, data range 1),
+    computed as torchmetrics does (reflect padding, variances clamped at 0, mean over the whole image)."""
+    import torch.nn.functional as F
+
+    c = preds.shape[1]
+    x = torch.arange(k, dtype=preds.dtype, device=preds.device) - (k - 1) / 2
+    g = torch.exp(-(x**2) / (2 * sigma**2))
+    g = g / g.sum()
+    w = (g[:, None] * g[None, :]).expand(c, 1, k, k)
+    p = (k - 1) // 2
+    stack = torch.cat([preds, target, preds * preds, target * target, preds * target])
+    out = F.conv2d(F.pad(stack, (p, p, p, p), mode="reflect"), w, groups=c)
+    mu_p, mu_t, pp, tt, pt = out.split(preds.shape[0])
+    c1, c2 = 0.01**2, 0.03**2
+    s_p, s_t, s_pt = (pp - mu_p**2).clamp(min=0.0), (tt - mu_t**2).clamp(min=0.0), pt - mu_p * mu_t
+    ssim = ((2 * mu_p * mu_t + c1) * (2 * s_pt + c2)) / ((mu_p**2 + mu_t**2 + c1) * (s_p + s_t + c2))
+    return ssim.reshape(preds.shape[0], -1).mean(-1)

@@ -51,6 +51,7 @@ class FeatureCache:
         self.dir = self.root / self.model_key
         self.hits = 0
         self.misses = 0
+        self.read_only = False  # set when a write fails (read-only folder): the cache is then only read
 
     def _path(self, key: str) -> Path:
         return self.dir / key[:2] / f"{key}.safetensors"
@@ -74,12 +75,22 @@ class FeatureCache:
     def put(self, image: Any, tensors: dict[str, torch.Tensor], *, key: str | None = None) -> None:
         from safetensors.torch import save_file
 
+        if self.read_only:
+            return
         p = self._path(key or content_hash(image))
-        p.parent.mkdir(parents=True, exist_ok=True)
         tmp = p.with_suffix(f".{os.getpid()}.tmp")
-        save_file({k: v.detach().cpu().contiguous() for k, v in tensors.items()}, str(tmp),
-                  metadata={"model_id": self.model_id})
-        os.replace(tmp, p)
+        try:
+            p.parent.mkdir(parents=True, exist_ok=True)
+            save_file({k: v.detach().cpu().contiguous() for k, v in tensors.items()}, str(tmp),
+                      metadata={"model_id": self.model_id})
+            os.replace(tmp, p)
+        except OSError as e:  # a read-only GENMETRICS_HOME must not block a run: score without caching
+            import warnings
+
+            self.read_only = True
+            warnings.warn(f"the feature cache {str(self.root)!r} is not writable ({type(e).__name__}: {e}); "
+                          "scoring continues without caching. Turn the cache off (cache_dir=None; run.cache = false "
+                          "in a leaderboard config) or set GENMETRICS_HOME to a writable folder", stacklevel=2)
 
     def __len__(self) -> int:
         return sum(1 for _ in self.dir.rglob("*.safetensors")) if self.dir.exists() else 0

@@ -8,8 +8,10 @@ by a documented rule (no error).
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +35,7 @@ class Case:
     api: Callable[[Path], Any] | None = None
     cli: Callable[[Path], list[str]] | None = None
     exit_code: int = 2
+    env: dict[str, str] | None = None  # environment variables set while the CLI runs
 
 
 class Payload:
@@ -79,7 +82,65 @@ def make_workspace(root: Path) -> Path:
     # a pickled object: torch.load(weights_only=True) must refuse it
     torch.save({"w": torch.zeros(2), "obj": Payload()}, root / "pickled.pt")
     torch.save({"w": torch.zeros(2)}, root / "plain.pt")
+    _deep_files(root)
+    _stem_folders(root)
+    _leaderboard_files(root)
     return root
+
+
+def _deep_files(root: Path) -> None:
+    """Files whose sample type decides the conversion (issue 14.8)."""
+    Image.fromarray(np.full((24, 24), 1.01, np.float32)).save(root / "float_101.tif")
+    Image.fromarray(np.full((24, 24), 0.5, np.float32)).save(root / "float_half.tif")
+    Image.fromarray(np.full((24, 24), 200.0, np.float32)).save(root / "float_255.tif")
+    Image.fromarray(np.full((24, 24), np.nan, np.float32)).save(root / "float_nan.tif")
+    Image.fromarray(np.full((24, 24), 2**31 - 1, np.int32)).save(root / "int32_full.tif")
+    Image.fromarray(np.full((24, 24), 2**30, np.int32)).save(root / "int32_half.tif")
+    Image.fromarray(np.full((24, 24), -5, np.int32)).save(root / "int32_negative.tif")
+    Image.fromarray(np.full((24, 24), 65535, np.uint16)).save(root / "deep16.tif")
+    frames = [Image.new("RGB", (24, 24), (60 * i, 0, 0)) for i in range(3)]
+    frames[0].save(root / "animated.gif", save_all=True, append_images=frames[1:])
+    frames[0].save(root / "pages.tif", save_all=True, append_images=frames[1:])
+    frames[0].save(root / "animated.webp", save_all=True, append_images=frames[1:])
+
+
+def _stem_folders(root: Path) -> None:
+    """Two files with one stem on either side, and references no candidate uses (issue 14.4/6)."""
+    src = root / "ref"
+    for d in ("dupstem", "refs_extra"):
+        (root / d).mkdir()
+        for f in src.iterdir():
+            (root / d / f.name).write_bytes(f.read_bytes())
+    Image.open(src / "s0.png").save(root / "dupstem" / "s0.jpg")
+    Image.open(src / "s0.png").save(root / "refs_extra" / "s9.png")
+    (root / "scores_nan.jsonl").write_text(
+        '{"generators":["a","b"],"scores":{"mie":[1.0,NaN]}}\n{"generators":["a","b"],"scores":{"mie":[1.0,0.5]}}\n'
+        '{"generators":["b","a"],"scores":{"mie":[0.7,0.2]}}\n')
+
+
+LB = '''[data]
+references = "ref"
+
+[run]
+n_boot = 50
+
+[[generators]]
+name = "g"
+images = "gen"
+
+[[metrics]]
+name = "psnr"
+'''
+
+
+def _leaderboard_files(root: Path) -> None:
+    (root / "lb.toml").write_text(LB)
+    (root / "lb_bom_crlf.toml").write_bytes(b"\xef\xbb\xbf" + LB.replace("\n", "\r\n").encode())
+    (root / "lb_latin1.toml").write_bytes(LB.replace('"g"', '"g\xe9"').encode("latin-1"))
+    (root / "lb_tilde.toml").write_text(LB.replace('images = "gen"', 'images = "~nosuchuser_gm/gen"'))
+    (root / "lb_nboot.toml").write_text(LB.replace("n_boot = 50", "n_boot = 100000000"))
+    (root / "lb_ci.toml").write_text(LB.replace("n_boot = 50", "ci = 1.0"))
+    (root / "lb_maxdb.toml").write_text(LB + "max_db = -3\n")
 
 
 def _psnr(ref: Any, cand: Any, **kw: Any) -> Any:
@@ -121,6 +182,172 @@ def _ok_or_raise(fn: Callable[[], Any]) -> Any:
     if isinstance(out, torch.Tensor):
         assert torch.isfinite(out).all()
     return out
+
+
+@contextlib.contextmanager
+def _env(**values: str):
+    old = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _with_env(values: dict[str, str], fn: Callable[[], Any]) -> Any:
+    with _env(**values):
+        return fn()
+
+
+def _pixels(ws: Path, name: str, expect: float, warns: str | None = None) -> None:
+    """A documented conversion: the file reads as the uniform gray ``expect`` (0..255), within rounding."""
+    import warnings
+
+    from genmetrics.data.images import load_image
+
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        arr = np.asarray(load_image(ws / name), dtype=np.float64)
+    assert abs(arr.mean() - expect) <= 1.0, (name, arr.mean(), expect)
+    if warns is not None:
+        assert any(warns in str(x.message) for x in w), [str(x.message) for x in w]
+
+
+def _lb(ws: Path, config: str = "lb.toml", out: str = "lb_out", **kw: Any) -> Any:
+    from genmetrics.leaderboard import run_leaderboard
+
+    return run_leaderboard(ws / config, ws / out, plots=False, **kw)
+
+
+def _damaged(ws: Path, tag: str, damage: Callable[[Path], None]) -> Path:
+    """A finished leaderboard run in ``ws/resume_<tag>`` with ``damage`` applied to its folder."""
+    out = ws / f"resume_{tag}"
+    if out.exists():
+        import shutil
+
+        shutil.rmtree(out)
+    _lb(ws, out=out.name)
+    damage(out)
+    return out
+
+
+def _add_row(row: str) -> Callable[[Path], None]:
+    def damage(out: Path) -> None:
+        with open(out / "results.jsonl", "a", encoding="utf-8") as f:
+            f.write(row + "\n")
+    return damage
+
+
+def _resume_api(ws: Path, tag: str, damage: Callable[[Path], None], config: str = "lb.toml") -> Any:
+    out = _damaged(ws, tag + "_api", damage)
+    return _lb(ws, config=config, out=out.name, resume=True)
+
+
+def _resume_cli(ws: Path, tag: str, damage: Callable[[Path], None], config: str = "lb.toml") -> list[str]:
+    out = _damaged(ws, tag + "_cli", damage)
+    return ["leaderboard", str(ws / config), "--out", str(out), "--resume", "--no-plots"]
+
+
+def _swap_same_size(out: Path) -> None:
+    """Replace gen/s1.png by other pixels of the same byte size is not possible with PNG; change content and
+    keep the name (the size check of the old resume would pass whenever sizes happen to agree)."""
+    p = out.parent / "gen" / "s1.png"
+    arr = np.asarray(Image.open(p)).copy()
+    arr[0, 0] ^= 0xFF
+    Image.fromarray(arr).save(p)
+
+
+def _rescored(ws: Path) -> None:
+    out = _damaged(ws, "swap", lambda o: None)
+    before = {r["id"]: r["score"] for r in _read(out)}
+    _swap_same_size(out)
+    res = _lb(ws, out=out.name, resume=True)
+    assert res.scored == 1, res.scored
+    after = {r["id"]: r["score"] for r in _read(out)}
+    assert after["s1"] != before["s1"] and after["s0"] == before["s0"]
+
+
+def _read(out: Path) -> list[dict]:
+    from genmetrics.data.results import read_results
+
+    return read_results(out / "results.jsonl")
+
+
+def _locked(ws: Path, cli: bool = False) -> Any:
+    from genmetrics.leaderboard.runner import OutputLock
+
+    out = ws / ("locked_cli" if cli else "locked_api")
+    out.mkdir(exist_ok=True)
+    _LOCKS.append(OutputLock(out))  # held until the test process ends: stands for a run in progress
+    if cli:
+        return ["leaderboard", str(ws / "lb.toml"), "--out", str(out), "--no-plots"]
+    return _lb(ws, out=out.name)
+
+
+_LOCKS: list[Any] = []
+
+
+def _rank(sa: list[float], sb: list[float], **kw: Any) -> Any:
+    from genmetrics.mie.ranking import rank_generators
+
+    return rank_generators(["a", "b", "a"], ["b", "a", "b"], sa, sb, **{"n_boot": 20, **kw})
+
+
+def _rank_skip() -> None:
+    import warnings
+
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        r = _rank([1.0, float("nan"), 0.3], [0.5, 0.2, 0.9], on_error="skip")
+    assert r["skipped_pairs"] == [1] and r["n_pairs"] == 2
+
+
+def _boot(**kw: Any) -> Any:
+    from genmetrics.functional.bootstrap import bootstrap_ci
+
+    return bootstrap_ci([1.0, 2.0, 3.0], **kw)
+
+
+def _clip_spec(spec: str) -> Any:
+    from genmetrics.backbones.openclip import parse_clip_weights
+
+    return parse_clip_weights(spec)
+
+
+def _abs_path_kept() -> None:
+    w = _clip_spec("ViT-B-32:/models/clip/ckpt.safetensors")
+    assert w.pretrained == "/models/clip/ckpt.safetensors", w
+
+
+def _resolve(path: str) -> Any:
+    from genmetrics.backbones.hf import _resolve as resolve
+
+    return resolve(path, marker="adapter_config.json", local_files_only=True, revision=None)
+
+
+def _check_row(row: dict, fragment: str) -> None:
+    from genmetrics.data.results import check_result_row
+
+    why = check_result_row(row)
+    assert why is not None and fragment in why, why
+
+
+def _readonly_cache(ws: Path) -> None:
+    import warnings
+
+    from genmetrics.data.cache import FeatureCache
+
+    (ws / "not_a_folder").write_text("x")
+    cache = FeatureCache("m", root=ws / "not_a_folder")
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        cache.put(b"img", {"f": torch.zeros(2)})
+        cache.put(b"img2", {"f": torch.zeros(2)})
+    assert cache.read_only and len(w) == 1 and "cache_dir=None" in str(w[0].message)
 
 
 X = torch.rand(2, 3, 16, 16)
@@ -242,4 +469,173 @@ CASES: list[Case] = [
          cli=lambda ws: _score("sad", ws, "gen", "ref", "--attributes", "celeba20"), exit_code=1),
     Case("vlm-missing-path", "a VLM checkpoint folder that does not exist", WeightsUnavailableError, "not available",
          api=lambda ws: __import__("genmetrics.backbones.hf", fromlist=["x"]).load_vlm(str(ws / "no_model"))),
+
+    # ================= issue 14, class 3: options and environment, checked at creation, named
+    Case("option-max-db-nan", "psnr max_db = nan", InputError, "option max_db",
+         api=lambda ws: gm.create_metric("psnr", max_db=float("nan"))),
+    Case("option-max-db-negative", "psnr max_db = -3", InputError, "option max_db",
+         api=lambda ws: gm.create_metric("psnr", max_db=-3),
+         cli=lambda ws: _score("psnr", ws, "gen", "ref", "--option", "max_db=-3")),
+    Case("option-parse-named", "an option value that is not a number (--option max_db=()", InputError,
+         "option max_db: expected a finite number",
+         api=lambda ws: gm.create_metric("psnr", max_db="("),
+         cli=lambda ws: _score("psnr", ws, "gen", "ref", "--option", "max_db=(")),
+    Case("option-max-db-bool", "psnr max_db = true", InputError, "option max_db",
+         api=lambda ws: gm.create_metric("psnr", max_db=True)),
+    Case("option-sigma-zero", "ssim sigma = 0", InputError, "option sigma",
+         api=lambda ws: gm.create_metric("ssim", sigma=0)),
+    Case("option-kernel-fraction", "ssim kernel_size = 7.5", InputError, "option kernel_size: expected an integer",
+         api=lambda ws: gm.create_metric("ssim", kernel_size=7.5)),
+    Case("option-betas-empty", "ms_ssim betas = []", InputError, "option betas",
+         api=lambda ws: gm.create_metric("ms_ssim", betas=[])),
+    Case("option-betas-negative", "ms_ssim betas with a negative weight", InputError, "option betas[1]",
+         api=lambda ws: gm.create_metric("ms_ssim", betas=[0.5, -1.0])),
+    Case("option-in-config-named", "a bad metric option in a leaderboard config (max_db = -3)", InputError,
+         "lb_maxdb.toml", api=lambda ws: _lb(ws, config="lb_maxdb.toml"),
+         cli=lambda ws: ["leaderboard", str(ws / "lb_maxdb.toml"), "--out", str(ws / "o_maxdb")]),
+    Case("bootstrap-n-boot-zero", "bootstrap with n_boot = 0 (a zero-width interval)", InputError, "option n_boot",
+         api=lambda ws: _boot(n_boot=0)),
+    Case("bootstrap-n-boot-huge", "bootstrap with n_boot = 1e8 (gigabytes of indices)", InputError,
+         "option n_boot: expected an integer in [1, 100000]", api=lambda ws: _boot(n_boot=10**8)),
+    Case("bootstrap-alpha", "bootstrap with alpha = 1.5", InputError, "option alpha", api=lambda ws: _boot(alpha=1.5)),
+    Case("config-n-boot-huge", "run.n_boot = 1e8 in a leaderboard config", InputError, "run.n_boot",
+         api=lambda ws: _lb(ws, config="lb_nboot.toml"),
+         cli=lambda ws: ["leaderboard", str(ws / "lb_nboot.toml"), "--out", str(ws / "o_nboot")]),
+    Case("config-ci-one", "run.ci = 1.0", InputError, "run.ci", api=lambda ws: _lb(ws, config="lb_ci.toml")),
+    Case("template-two-slots", "a positive_template with two {} slots", InputError, "exactly 1 '{}'",
+         api=lambda ws: _raclip(positive_template="a photo of {} {}")),
+    Case("template-named-field", "a template with a named field {attr}", InputError, "no other field",
+         api=lambda ws: _raclip(positive_template="a photo of {attr}")),
+    Case("template-no-slot", "a template without a slot", InputError, "0 field(s)",
+         api=lambda ws: _raclip(positive_template="a photo")),
+    Case("rank-n-boot-negative", "rank_generators n_boot = -1", InputError, "option n_boot",
+         api=lambda ws: _rank([1.0, 0.0, 0.3], [0.0, 1.0, 0.2], n_boot=-1)),
+    Case("rank-prior-nan", "rank_generators prior = nan", InputError, "option prior",
+         api=lambda ws: _rank([1.0, 0.0, 0.3], [0.0, 1.0, 0.2], prior=float("nan"))),
+    Case("device-gpu", "--device gpu (not a torch device)", InputError, "unknown device 'gpu'",
+         api=lambda ws: gm.create_metric("psnr", device="gpu"),
+         cli=lambda ws: _score("psnr", ws, "gen", "ref", "--device", "gpu")),
+    Case("env-max-pixels-text", "GENMETRICS_MAX_PIXELS=abc", InputError, "environment variable GENMETRICS_MAX_PIXELS",
+         api=lambda ws: _with_env({"GENMETRICS_MAX_PIXELS": "abc"}, lambda: _psnr([ws / "ref" / "s0.png"], [ws / "gen" / "s0.png"])),
+         cli=lambda ws: _score("psnr", ws, "gen", "ref"), env={"GENMETRICS_MAX_PIXELS": "abc"}),
+    Case("env-max-pixels-zero", "GENMETRICS_MAX_PIXELS=0", InputError, "GENMETRICS_MAX_PIXELS",
+         api=lambda ws: _with_env({"GENMETRICS_MAX_PIXELS": "0"}, lambda: _psnr([ws / "ref" / "s0.png"], [ws / "gen" / "s0.png"]))),
+    Case("env-max-pixels-small", "GENMETRICS_MAX_PIXELS below the image size", InputError, "100 pixels (set GENMETRICS_MAX_PIXELS",
+         api=lambda ws: _with_env({"GENMETRICS_MAX_PIXELS": "100"}, lambda: _psnr([ws / "ref" / "s0.png"], [ws / "gen" / "s0.png"]))),
+    Case("env-offline-bad", "GENMETRICS_OFFLINE=maybe", InputError, "environment variable GENMETRICS_OFFLINE",
+         api=lambda ws: _with_env({"GENMETRICS_OFFLINE": "maybe"}, __import__("genmetrics.backbones.weights", fromlist=["x"]).offline),
+         cli=lambda ws: ["list"], env={"GENMETRICS_OFFLINE": "maybe"}),
+    Case("env-progress-bad", "GENMETRICS_PROGRESS=yes (expects 0 or 1)", InputError, "GENMETRICS_PROGRESS",
+         cli=lambda ws: ["list"], env={"GENMETRICS_PROGRESS": "yes"}),
+    Case("env-home-unknown-user", "GENMETRICS_HOME=~nosuchuser_gm/cache", InputError, "names no user",
+         api=lambda ws: _with_env({"GENMETRICS_HOME": "~nosuchuser_gm/cache"},
+                                  __import__("genmetrics.backbones.weights", fromlist=["x"]).genmetrics_home),
+         cli=lambda ws: ["list"], env={"GENMETRICS_HOME": "~nosuchuser_gm/cache"}),
+    Case("env-provider-bad", "GENMETRICS_BACKBONE_PROVIDER without module:function", InputError,
+         "GENMETRICS_BACKBONE_PROVIDER",
+         api=lambda ws: _with_env({"GENMETRICS_BACKBONE_PROVIDER": "nomodule"},
+                                  __import__("genmetrics.backbones.provider", fromlist=["x"]).current_provider)),
+    Case("cache-read-only", "a feature cache folder that cannot be written: warned once, scoring goes on", None, "",
+         api=_readonly_cache),
+    # ================= class 4: paths
+    Case("weights-absolute-path", "MODEL:/absolute/ckpt keeps its leading '/'", None, "",
+         api=lambda ws: _abs_path_kept()),
+    Case("weights-bare-checkpoint", "--weights /path/ckpt.pt without the open_clip architecture", InputError,
+         "needs its architecture", api=lambda ws: _clip_spec(str(ws / "plain.pt"))),
+    Case("weights-unknown-user", "an adapter path ~nosuchuser/x", InputError, "names no user",
+         api=lambda ws: _resolve("~nosuchuser_gm/adapter")),
+    Case("adapter-relative-missing", "a relative adapter folder that does not exist (looked up locally, then hub)",
+         WeightsUnavailableError, "(local folder: none)", api=lambda ws: _resolve("runs/adapter")),
+    Case("adapter-is-file", "an adapter path that is a file", WeightsUnavailableError, "folder",
+         api=lambda ws: _resolve(str(ws / "plain.pt"))),
+    Case("config-bom-crlf", "a TOML config saved with a byte-order mark and CRLF line ends", None, "",
+         api=lambda ws: _lb(ws, config="lb_bom_crlf.toml", out="o_bom"),
+         cli=lambda ws: ["leaderboard", str(ws / "lb_bom_crlf.toml"), "--out", str(ws / "o_bom_cli"), "--no-plots"],
+         exit_code=0),
+    Case("config-not-utf8", "a config saved as Latin-1", InputError, "not UTF-8",
+         api=lambda ws: _lb(ws, config="lb_latin1.toml")),
+    Case("config-unknown-user", "images = '~nosuchuser/gen' in a config", InputError, "generators[0].images",
+         api=lambda ws: _lb(ws, config="lb_tilde.toml")),
+    Case("candidates-share-stem", "candidates s0.png and s0.jpg (a stray copy)", InputError,
+         "--candidates: two images share the stem 's0'", cli=lambda ws: _score("psnr", ws, "dupstem", "ref")),
+    Case("references-share-stem", "references s0.png and s0.jpg", InputError, "--reference: two images share the stem",
+         cli=lambda ws: _score("psnr", ws, "gen", "dupstem")),
+    Case("references-unused", "references without a candidate: scored, and the unused ones named", None,
+         "1 reference image(s) have no candidate", cli=lambda ws: _score("psnr", ws, "gen", "refs_extra"), exit_code=0),
+    Case("stems-shared-rule", "match_by_stem refuses a shared stem on the candidate side as on the reference side",
+         InputError, "candidates: two images share the stem",
+         api=lambda ws: __import__("genmetrics.data.images", fromlist=["x"]).match_by_stem(
+             sorted((ws / "ref").iterdir()), sorted((ws / "dupstem").iterdir()))),
+    # ================= class 1: resume
+    Case("resume-manifest-missing", "--resume when manifest.json was deleted", InputError, "manifest.json is missing",
+         api=lambda ws: _resume_api(ws, "nomanifest", lambda o: (o / "manifest.json").unlink()),
+         cli=lambda ws: _resume_cli(ws, "nomanifest", lambda o: (o / "manifest.json").unlink())),
+    Case("resume-manifest-torn", "--resume with a torn manifest.json", InputError, "cannot be read",
+         api=lambda ws: _resume_api(ws, "torn", lambda o: (o / "manifest.json").write_text('{"metrics": {')),
+         cli=lambda ws: _resume_cli(ws, "torn", lambda o: (o / "manifest.json").write_text('{"metrics": {'))),
+    Case("resume-manifest-foreign", "--resume with a manifest.json that is not a run manifest", InputError,
+         "not a run manifest", api=lambda ws: _resume_api(ws, "foreign", lambda o: (o / "manifest.json").write_text("[]"))),
+    Case("resume-row-list", "a results row that is a JSON list", InputError, "results.jsonl:4: not a result row",
+         api=lambda ws: _resume_api(ws, "list", _add_row("[1, 2]")),
+         cli=lambda ws: _resume_cli(ws, "list", _add_row("[1, 2]"))),
+    Case("resume-row-empty", "an empty JSON object as a results row", InputError, "results.jsonl:4",
+         api=lambda ws: _resume_api(ws, "empty", _add_row("{}"))),
+    Case("resume-row-string-score", "a results row whose score is a string", InputError, "'score' should be a finite number",
+         api=lambda ws: _resume_api(ws, "strscore", _add_row('{"generator":"g","metric":"psnr","id":"s0","score":"31"}'))),
+    Case("resume-row-unknown-generator", "a results row of a generator not in the config", InputError,
+         "generator 'other' is not in the config",
+         api=lambda ws: _resume_api(ws, "gen", _add_row('{"generator":"other","metric":"psnr","id":"s0","score":1}'))),
+    Case("resume-row-unknown-metric", "a results row of a metric not in the config", InputError,
+         "metric column 'ssim' is not in the config",
+         api=lambda ws: _resume_api(ws, "met", _add_row('{"generator":"g","metric":"ssim","id":"s0","score":1}'))),
+    Case("resume-row-corrupt-middle", "an unparsable line that is not the last one", InputError, "corrupt results line",
+         api=lambda ws: _resume_api(ws, "corrupt", lambda o: (o / "results.jsonl").write_text(
+             "{oops\n" + (o / "results.jsonl").read_text()))),
+    Case("resume-options-changed", "--resume with a metric option changed since", InputError, "configured differently",
+         api=lambda ws: _resume_api(ws, "opts", lambda o: (ws / "lb_opts.toml").write_text(LB + "max_db = 50\n"),
+                                    config="lb_opts.toml")),
+    Case("resume-content-changed", "--resume after an image was rewritten under the same name: that row is rescored",
+         None, "", api=_rescored),
+    # ================= class 5: non-finite scores
+    Case("rank-nan-score", "a NaN score among the pairs to rank", InputError, "not finite",
+         api=lambda ws: _rank([1.0, float("nan"), 0.3], [0.5, 0.2, 0.9]),
+         cli=lambda ws: ["rank-generators", "--scores", str(ws / "scores_nan.jsonl"), "--n-boot", "20"]),
+    Case("rank-inf-score", "an infinite score", InputError, "not finite",
+         api=lambda ws: _rank([1.0, float("inf"), 0.3], [0.5, 0.2, 0.9])),
+    Case("rank-nan-skip", "a NaN score with on_error='skip': left out and reported", None, "left out",
+         api=lambda ws: _rank_skip(),
+         cli=lambda ws: ["rank-generators", "--scores", str(ws / "scores_nan.jsonl"), "--n-boot", "20", "--on-error",
+                         "skip"], exit_code=0),
+    Case("rank-outcome-nan", "a NaN outcome", InputError, "outcome",
+         api=lambda ws: __import__("genmetrics.mie.ranking", fromlist=["x"]).rank_generators(
+             ["a", "b"], ["b", "a"], outcome=[1.0, float("nan")])),
+    Case("result-row-nan", "a results row with a NaN score is not a result row", None, "",
+         api=lambda ws: _check_row({"generator": "g", "metric": "m", "id": "s", "score": float("nan")}, "finite")),
+    # ================= class 6: one writer per folder
+    Case("out-locked", "a second leaderboard run on a folder another run is writing", InputError,
+         "is in use by another run", api=lambda ws: _locked(ws), cli=lambda ws: _locked(ws, cli=True)),
+    # ================= class 8: conversions decided by the declared sample type
+    Case("file-float-tiff-101", "a 32-bit float TIFF whose maximum is 1.01 (read as 0..1, clipped: white)", None, "",
+         api=lambda ws: _pixels(ws, "float_101.tif", 255.0), cli=lambda ws: _one_file(ws, "float_101.tif")),
+    Case("file-float-tiff-half", "a 32-bit float TIFF of 0.5 (read as 0..1: mid gray)", None, "",
+         api=lambda ws: _pixels(ws, "float_half.tif", 127.5)),
+    Case("file-float-tiff-255", "a 32-bit float TIFF with values up to 200 (not 0..1)", InputError, "float images are read as 0..1",
+         api=lambda ws: _psnr([ws / "ref" / "s0.png"], [ws / "float_255.tif"]), cli=lambda ws: _one_file(ws, "float_255.tif")),
+    Case("file-float-tiff-nan", "a float TIFF holding NaN", InputError, "NaN",
+         api=lambda ws: _psnr([ws / "ref" / "s0.png"], [ws / "float_nan.tif"])),
+    Case("file-int32-full", "a full-range 32-bit integer TIFF (2**31-1 is white, no saturation below)", None, "",
+         api=lambda ws: _pixels(ws, "int32_full.tif", 255.0), cli=lambda ws: _one_file(ws, "int32_full.tif")),
+    Case("file-int32-half", "a 32-bit integer TIFF at 2**30 (mid gray, not saturated)", None, "",
+         api=lambda ws: _pixels(ws, "int32_half.tif", 127.5)),
+    Case("file-int32-negative", "a 32-bit integer TIFF with negative values", InputError, "negative values",
+         api=lambda ws: _psnr([ws / "ref" / "s0.png"], [ws / "int32_negative.tif"])),
+    Case("file-16bit-tiff", "a 16-bit TIFF at 65535 (white)", None, "", api=lambda ws: _pixels(ws, "deep16.tif", 255.0)),
+    Case("file-animated-gif", "an animated GIF: the first frame, and a warning naming the dropped frames", None,
+         "the other 2 are dropped", api=lambda ws: _pixels(ws, "animated.gif", 0.0, warns="3 frames"),
+         cli=lambda ws: _one_file(ws, "animated.gif"), exit_code=0),
+    Case("file-multipage-tiff", "a multi-page TIFF: the first page, and a warning", None, "3 pages",
+         api=lambda ws: _pixels(ws, "pages.tif", 0.0, warns="3 pages"), cli=lambda ws: _one_file(ws, "pages.tif"),
+         exit_code=0),
+    Case("file-animated-webp", "an animated WebP: the first frame, and a warning", None, "",
+         api=lambda ws: _pixels(ws, "animated.webp", 0.0, warns="3 frames")),
 ]

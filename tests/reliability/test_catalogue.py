@@ -18,7 +18,7 @@ def ws(tmp_path_factory):
 
 
 def test_catalogue_is_large_and_documented():
-    assert len(CASES) >= 30
+    assert len(CASES) >= 100
     ids = [c.id for c in CASES]
     assert len(ids) == len(set(ids))
     doc = (Path(__file__).parents[2] / "docs" / "errors.md").read_text()
@@ -37,7 +37,9 @@ def test_api(case, ws):
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if c.cli], ids=lambda c: c.id)
-def test_cli(case, ws, capsys):
+def test_cli(case, ws, capsys, monkeypatch):
+    for k, v in (case.env or {}).items():
+        monkeypatch.setenv(k, v)
     rc = main(case.cli(ws))
     out = capsys.readouterr()
     assert "Traceback" not in out.err
