@@ -41,7 +41,7 @@ class RAOutput:
     """What :class:`RegionAttributeScorer` returns (float32 tensors on the model's device)."""
 
     score: torch.Tensor  # [B,C] Eq. 9 RA-CLIPScore
-    global_score: torch.Tensor  # [B,C] r̂_0, the [CLS] token's Eq. 4 score
+    global_score: torch.Tensor  # [B,C] r̂_0, the global token's Eq. 4 score ([CLS] of block L; L-1 with global_token=False)
     patch_scores: torch.Tensor  # [B,P,C] refined patch scores r̃_j, j>=1 (Eq. 8), row-major over the grid
     grid: tuple[int, int]  # (gh, gw), gh*gw == P
 
