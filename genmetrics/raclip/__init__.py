@@ -52,14 +52,14 @@ register_metric(MetricCard(
     factory="genmetrics.raclip.metric:SaD", family="raclip",
     summary="Single-attribute Divergence (Eq. 12): KL(N_gen || N_real) of per-attribute RA-CLIPScores, in nats.",
     inputs=_SETS, higher_is_better=False, range=(0.0, float("inf")), paper=PAPER, default_weights=DEFAULT_WEIGHTS,
-    level=Granularity.SET, output='dict: "mean" (scalar, the reported SaD) and "per_attribute" [C]',
+    level=Granularity.SET, output='dict: "mean" (scalar, the reported SaD) and "per_attribute" [C] (compat="hcs2024" adds "printed_x1e7")',
     tags=("clip", "attributes", "divergence")))
 register_metric(MetricCard(
     name="pad", reference=ReferenceKind.REAL_SET, condition=ConditionKind.ATTRIBUTES, condition_option="attributes",
     factory="genmetrics.raclip.metric:PaD", family="raclip",
     summary="Pair-attribute Divergence (Eq. 13): KL of bivariate Gaussians over every attribute pair, in nats.",
     inputs=_SETS, higher_is_better=False, range=(0.0, float("inf")), paper=PAPER, default_weights=DEFAULT_WEIGHTS,
-    level=Granularity.SET, output='dict: "mean" (scalar, the reported PaD) and "per_pair" [C*(C-1)/2] (combinations order)',
+    level=Granularity.SET, output='dict: "mean" (scalar, the reported PaD) and "per_pair" [C*(C-1)/2] (combinations order; compat="hcs2024" adds "printed_x1e7")',
     tags=("clip", "attributes", "divergence")))
 register_metric(MetricCard(
     name="rsad", reference=ReferenceKind.REAL_SET, condition=ConditionKind.ATTRIBUTES, condition_option="attributes",
