@@ -22,7 +22,6 @@ Checkpoints (genmetrics' format and the authors' layout) are read and written by
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 from collections import OrderedDict
@@ -34,6 +33,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from genmetrics.backbones.qwen_vl import VisionCache, VisionFeatures, core_vlm, image_key, mm_encoder_outputs
 from genmetrics.errors import InputError
 
 DIMENSIONS = ("existence", "appearance", "interaction")
@@ -109,7 +109,7 @@ class MIEBatch:
     sequences: list[_Sequence]
     images: dict[str, _Image]
     pixels: dict[str, torch.Tensor] = field(default_factory=dict)
-    features: dict[str, tuple[torch.Tensor, tuple[torch.Tensor, ...] | None]] = field(default_factory=dict)
+    features: dict[str, VisionFeatures] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.sequences)
@@ -126,30 +126,6 @@ def build_backbone(name: str, *, device: Any = None, dtype: Any = None) -> tuple
     from genmetrics.backbones.hf import load_vlm
 
     return load_vlm(resolve_backbone_name(name), dtype=dtype, device=device)
-
-
-def _core_vlm(backbone: nn.Module) -> nn.Module:
-    """The base VLM (``.visual`` + ``.language_model``) inside a model or a ``*ForConditionalGeneration``."""
-    m = backbone
-    for _ in range(3):
-        if hasattr(m, "visual") and hasattr(m, "language_model"):
-            return m
-        inner = getattr(m, "model", None)
-        if inner is None:
-            break
-        m = inner
-    raise InputError(
-        f"MIE needs a Qwen3.5 or Qwen3-VL vision-language model (with .visual and .language_model), got "
-        f"{type(backbone).__name__}; load one with genmetrics.backbones.hf.load_vlm or pass backbone='4b'"
-    )
-
-
-def image_key(im: Any) -> str:
-    """Content hash of an RGB PIL image (size + pixels)."""
-    h = hashlib.blake2b(digest_size=16)
-    h.update(f"{im.size[0]}x{im.size[1]}:{im.mode}".encode())
-    h.update(im.tobytes())
-    return h.hexdigest()
 
 
 def canonical_name(name: str) -> str:
@@ -226,7 +202,7 @@ class MIEModel(nn.Module):
             raise InputError(f"tuning={tuning!r} is not supported; expected one of {TUNING_MODES} or None (heads only)")
         if "{prompt}" not in prompt_template:
             raise InputError(f"prompt_template must contain '{{prompt}}', got {prompt_template!r}")
-        vlm = _core_vlm(backbone)
+        vlm = core_vlm(backbone, what="MIE backbone")
         n_layers = len(vlm.language_model.layers)
         if not isinstance(unfreeze_layers, int) or isinstance(unfreeze_layers, bool) or unfreeze_layers < 0:
             raise InputError(f"unfreeze_layers must be an integer >= 0, got {unfreeze_layers!r}")
@@ -245,8 +221,7 @@ class MIEModel(nn.Module):
         self.token_budget = int(token_budget)
         self.max_batch_size = max_batch_size
         self.max_references = int(max_references)
-        self.vision_cache_size = int(vision_cache_size)
-        self._vision_cache: OrderedDict[str, tuple[torch.Tensor, tuple[torch.Tensor, ...] | None]] = OrderedDict()
+        self._vision_cache = VisionCache(max_items=int(vision_cache_size))
         self._texts: OrderedDict[tuple[int, str], list[int]] = OrderedDict()
         #: counters: ``images_encoded`` (images through the vision tower), ``vision_calls`` (tower calls)
         self.stats = {"images_encoded": 0, "vision_calls": 0, "sequences": 0, "forward_batches": 0}
@@ -260,7 +235,6 @@ class MIEModel(nn.Module):
         pos_max = getattr(text_cfg, "max_position_embeddings", None) or 10**9
         self.max_length = int(max_length if max_length is not None else min(tok_max if tok_max < 10**8 else 10**9, pos_max))
         self._deepstack = bool(getattr(cfg.vision_config, "deepstack_visual_indexes", None))
-        self._vision_output_cls: Any = None
 
         vlm.requires_grad_(False)
         self.vlm = vlm
@@ -335,6 +309,17 @@ class MIEModel(nn.Module):
         if mode:
             self._vision_cache.clear()  # cached features may be stale once weights change
         return self
+
+    @property
+    def vision_cache_size(self) -> int:
+        """Images whose features are kept across calls in eval mode (LRU, the shared ``VisionCache``)."""
+        return self._vision_cache.max_items
+
+    @vision_cache_size.setter
+    def vision_cache_size(self, n: int) -> None:
+        self._vision_cache.max_items = int(n)
+        if n <= 0:
+            self._vision_cache.clear()
 
     @property
     def device(self) -> torch.device:
@@ -431,7 +416,6 @@ class MIEModel(nn.Module):
                 continue
             hit = self._vision_cache.get(k) if use_cache else None
             if hit is not None:
-                self._vision_cache.move_to_end(k)
                 batch.features[k] = hit
             else:
                 need.append(k)
@@ -458,29 +442,19 @@ class MIEModel(nn.Module):
             out = self.vlm.get_image_features(pv, grid, return_dict=True)
         self.stats["vision_calls"] += 1
         self.stats["images_encoded"] += len(keys)
-        self._vision_output_cls = type(out)
         deep = getattr(out, "deepstack_features", None) if self._deepstack else None
         for i, k in enumerate(keys):
-            feat = (out.pooler_output[i], tuple(d[i] for d in deep) if deep else None)
+            g = batch.images[k].grid
+            feat = VisionFeatures(embeds=out.pooler_output[i], deepstack=tuple(d[i] for d in deep) if deep else (),
+                                  grid=(int(g[1]) // self.merge, int(g[2]) // self.merge))
             batch.features[k] = feat
             if use_cache:
-                self._vision_cache[k] = feat
-                while len(self._vision_cache) > self.vision_cache_size:
-                    self._vision_cache.popitem(last=False)
+                self._vision_cache.put(k, feat)
 
     def clear_vision_cache(self) -> None:
         self._vision_cache.clear()
 
     # ------------------------------------------------------------------ forward
-    def _mm_outputs(self, keys: list[str], feats: dict[str, Any], dtype: torch.dtype) -> Any:
-        pooled = tuple(feats[k][0].to(dtype) for k in keys)
-        cls = self._vision_output_cls
-        if self._deepstack:
-            levels = len(feats[keys[0]][1])
-            deep = [tuple(feats[k][1][lvl].to(dtype) for k in keys) for lvl in range(levels)]
-            return cls(pooler_output=pooled, deepstack_features=deep)
-        return cls(pooler_output=pooled)
-
     def _forward_group(self, batch: MIEBatch, rows: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
         """One forward over sequences of equal length (no padding, no attention mask)."""
         seqs = [batch.sequences[r] for r in rows]
@@ -491,7 +465,8 @@ class MIEModel(nn.Module):
         emb_dtype = self.vlm.get_input_embeddings().weight.dtype
         out = self.vlm(
             input_ids=ids, attention_mask=None, mm_token_type_ids=(ids == self.image_token_id).to(torch.int32),
-            image_grid_thw=grid, mm_encoder_outputs={"image": self._mm_outputs(keys, batch.features, emb_dtype)},
+            image_grid_thw=grid, mm_encoder_outputs={"image": mm_encoder_outputs(
+                [batch.features[k] for k in keys], device=dev, dtype=emb_dtype, deepstack=self._deepstack)},
             use_cache=False,
         )
         h = out.last_hidden_state[:, -1]  # the last valid token: sequences in a group are unpadded
