@@ -1,7 +1,7 @@
 """Aggregation and reports: ``summary.json``, ``leaderboard.md``, ``leaderboard.csv``, ``paired.csv`` and a
 self-contained ``leaderboard.html`` (plots embedded as PNG data URIs).
 
-* Per-sample columns: the mean over images with a percentile bootstrap interval
+* Per-sample columns: the mean over images with a BCa bootstrap interval
   (:func:`genmetrics.functional.bootstrap.bootstrap_ci`; ``run.n_boot`` resamples, ``run.ci`` level,
   ``run.seed``); missing or non-finite scores are left out and counted.
 * Set-level columns: the one value per generator; an interval when the metric offers ``bootstrap_ci``

@@ -5,7 +5,7 @@ For every scorer — the MIE model and any registered metric (``psnr``, ``ssim``
 pair are scored and compared with the human preference, as in the paper's Figure 1:
 
 * pairwise accuracy overall, on seen generators (both generators of the pair were in training) and on
-  unseen generators (neither was), with percentile bootstrap confidence intervals; a score tie counts
+  unseen generators (neither was), with BCa bootstrap confidence intervals (scipy); a score tie counts
   as half right;
 * per-dimension F1 and macro-F1 of the diagnostic logits against the human labels, as the authors'
   analysis script computes them (labels of exactly 0.5 -- annotators split -- dropped; prediction

@@ -583,7 +583,7 @@ class _KLDivergence(_SetDivergence):
         return list(combinations(self.attributes, 2))
 
     def bootstrap_ci(self, *, n_boot: int = 200, alpha: float = 0.05, seed: int = 0) -> list[float] | None:
-        """Percentile bootstrap interval of the reported mean (both sets resampled independently), from
+        """BCa bootstrap interval (scipy) of the reported mean (both sets resampled independently), from
         the per-image scores kept with ``keep_scores=True`` (or the rows kept by hcs / kde modes);
         ``None`` for the KDE mode or when no rows are kept. Synchronised across processes like ``compute()``."""
         if not self._keep_rows or self.divergence != "gaussian":
