@@ -291,6 +291,7 @@ def run_leaderboard(
         if dist.rank == 0:
             out_dir.mkdir(parents=True, exist_ok=True)
             lock = OutputLock(out_dir)  # a second run on the same --out refuses here, before touching anything
+            _note_unused_references(plan)
             if not resume:
                 for name in OUTPUTS:
                     (out_dir / name).unlink(missing_ok=True)
@@ -558,6 +559,26 @@ def _finish(out_dir: Path, plan: Plan, *, plots: bool) -> dict[str, Any]:
     summary = summarize(plan, rows)
     write_reports(out_dir, plan, summary, plots=plots)
     return summary
+
+
+def _note_unused_references(plan: Plan) -> None:
+    """Say which reference images no generator image matches (they are not used), once per folder and
+    generator, on stderr: nothing is skipped without a word."""
+    import sys
+
+    from genmetrics.data.images import list_images, unused_references
+
+    if not any("reference" in mp.uses for mp in plan.metrics):
+        return
+    cfg = plan.config
+    for g in plan.generators:
+        folder = g.references or cfg.data.references
+        if folder is None:
+            continue
+        note = unused_references(list_images(folder, recursive=cfg.data.recursive), plan.images[g.name],
+                                 ref_name=f"generator {g.name!r}: references {str(folder)!r}")
+        if note:
+            print(f"note: {note}", file=sys.stderr)
 
 
 # ------------------------------------------------------------------------------------------ lock

@@ -188,3 +188,13 @@ def test_manifest_records_the_input_of_every_row(tmp_path):
     # hold different images, so every row's input differs from its neighbour's
     assert len({r["input"] for r in rows}) == len(rows)
     assert json.loads((res.out / "manifest.json").read_text())["status"] == "complete"
+
+
+def test_references_without_a_candidate_are_named(tmp_path, capsys):
+    cfg = _bmp_set(tmp_path / "set")
+    (tmp_path / "set" / "gen" / "b" / "s3.bmp").unlink()
+    res = run_leaderboard(cfg, tmp_path / "out", plots=False)
+    err = capsys.readouterr().err
+    assert "generator 'b': references" in err and "1 reference image(s) have no candidate" in err and "s3.bmp" in err
+    assert "generator 'a'" not in err  # a uses every reference
+    assert res.scored == 7
