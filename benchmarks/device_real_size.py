@@ -248,17 +248,17 @@ def run_mie(args, dev, dtype) -> None:
     from transformers import Qwen3_5Model
 
     from genmetrics._tiny_vlm import tiny_qwen35_config
-    from genmetrics.mie.model import MIEModel, tiny_backbone
-    from genmetrics.testing import random_images, tiny_qwen35_processor
+    from genmetrics.mie.model import MIEModel
+    from genmetrics.testing import random_images, tiny_qwen35, tiny_qwen35_processor
 
     reset_peak(dev)
     if args.tiny:
-        vlm, proc, ref_px, cand_px, label = tiny_backbone(0).to(device=dev, dtype=dtype), tiny_qwen35_processor(), \
+        vlm, proc, ref_px, cand_px, label = tiny_qwen35(0).to(device=dev, dtype=dtype), tiny_qwen35_processor(), \
             64, 64, "tiny-qwen35"
     else:
         vlm = build_on(dev, dtype, Qwen3_5Model, tiny_qwen35_config(**REAL_LIKE))
         proc, ref_px, cand_px, label = tiny_qwen35_processor(image_size=1024), 512, 1024, "0.8b-like"
-    model = MIEModel(vlm, proc, tuning="lora_layer", last_k=1, token_budget=args.mie_budget,
+    model = MIEModel(vlm, proc, tuning="lora_layer", token_budget=args.mie_budget,
                      max_length=32768).to(dev).eval()
     base = {"model": f"Qwen3_5Model {label} (random weights{'' if args.tiny else '; mie_throughput.REAL_LIKE'})", "reference_px": ref_px,
             "candidate_px": cand_px, "token_budget": args.mie_budget, "params_m": n_params_m(vlm),

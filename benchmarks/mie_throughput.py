@@ -37,25 +37,25 @@ def main() -> None:
     ap.add_argument("--size", choices=["tiny", "0.8b-like"], default="tiny")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--pairs", type=int, default=16)
-    ap.add_argument("--budget", type=int, default=16384)
+    ap.add_argument("--budget", type=int, default=16384, help="tokens per forward batch")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
 
     import torch
 
-    from genmetrics.mie.model import MIEModel, tiny_backbone
+    from genmetrics.mie.model import MIEModel
     from genmetrics.testing import random_images, tiny_qwen35, tiny_qwen35_processor
 
     dev = torch.device(args.device)
     if args.size == "tiny":
-        vlm, proc, ref_px, cand_px = tiny_backbone(0), tiny_qwen35_processor(), 64, 64
+        vlm, proc, ref_px, cand_px = tiny_qwen35(0), tiny_qwen35_processor(), 64, 64
     else:
         vlm = tiny_qwen35(0, **REAL_LIKE)
         proc = tiny_qwen35_processor(image_size=1024)
         ref_px, cand_px = 512, 1024
         if dev.type == "cuda":
             vlm = vlm.to(torch.bfloat16)
-    model = MIEModel(vlm, proc, tuning="lora_layer", last_k=1, token_budget=args.budget, max_length=32768).to(dev).eval()
+    model = MIEModel(vlm, proc, tuning="lora_layer", token_budget=args.budget, max_length=32768).to(dev).eval()
     rng = random.Random(args.seed)
     refs_pool = list(random_images(16, ref_px, seed=1))
     cands = random_images(2 * args.pairs, cand_px, seed=2)

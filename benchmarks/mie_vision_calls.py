@@ -15,10 +15,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def main() -> None:
-    from genmetrics.mie.model import MIEModel, tiny_backbone
-    from genmetrics.testing import random_images, tiny_qwen35_processor
+    from genmetrics.mie.model import MIEModel
+    from genmetrics.testing import random_images, tiny_qwen35, tiny_qwen35_processor
 
-    model = MIEModel(tiny_backbone(0), tiny_qwen35_processor(), tuning=None, instruction="Judge.").eval()
+    model = MIEModel(tiny_qwen35(0), tiny_qwen35_processor(), tuning=None, max_length=4096).eval()
     seen: list[int] = []
     model.vlm.visual.register_forward_hook(
         lambda mod, args, kwargs, out: seen.append(int(kwargs["grid_thw"].shape[0])), with_kwargs=True)
