@@ -327,15 +327,15 @@ def report_markdown(report: dict[str, Any]) -> str:
 
 def accuracy_plot(report: dict[str, Any], path: Any) -> None:
     """Grouped bar chart: pairwise accuracy per metric (overall / seen / unseen) with CI error bars."""
-    import matplotlib
-
-    matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
 
     ok = {k: v for k, v in report["metrics"].items() if "error" not in v}
     names = sorted(ok, key=lambda k: -ok[k]["accuracy"]["overall"]["value"])
     subsets = [s for s in ("overall", "seen", "unseen") if s in report["subsets"]]
-    fig, ax = plt.subplots(figsize=(max(4.0, 0.9 * len(names) * len(subsets) / 2 + 2), 3.6))
+    fig = Figure(figsize=(max(4.0, 0.9 * len(names) * len(subsets) / 2 + 2), 3.6))  # object API: no backend switch
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot(1, 1, 1)
     width = 0.8 / max(1, len(subsets))
     for j, s in enumerate(subsets):
         vals = [ok[n]["accuracy"][s]["value"] for n in names]
@@ -351,7 +351,6 @@ def accuracy_plot(report: dict[str, Any], path: Any) -> None:
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
-    plt.close(fig)
 
 
 def write_report(report: dict[str, Any], scores: dict[str, dict[str, np.ndarray]], records: Sequence[Any],

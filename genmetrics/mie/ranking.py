@@ -183,20 +183,19 @@ def ranking_markdown(result: dict[str, Any], *, title: str = "Generator ranking"
 
 def ranking_plot(result: dict[str, Any], path: Any) -> None:
     """Bar chart of the Bradley-Terry ratings (Elo scale) with their confidence intervals (PNG)."""
-    import matplotlib
-
-    matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
 
     names = result["generators"]
     bt = result["bradley_terry"]
     vals = [bt[g]["elo"] for g in names]
     err = [[bt[g]["elo"] - bt[g]["elo_low"] for g in names], [bt[g]["elo_high"] - bt[g]["elo"] for g in names]]
-    fig, ax = plt.subplots(figsize=(max(4.0, 0.8 * len(names) + 2), 3.5))
+    fig = Figure(figsize=(max(4.0, 0.8 * len(names) + 2), 3.5))  # object API: no backend switch, no pyplot state
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot(1, 1, 1)
     ax.bar(range(len(names)), vals, yerr=err, capsize=3, color="#4C72B0")
     ax.set_xticks(range(len(names)), names, rotation=30, ha="right")
     ax.set_ylabel("Bradley-Terry rating (Elo scale)")
     ax.axhline(1000.0, color="gray", lw=0.8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
-    plt.close(fig)
