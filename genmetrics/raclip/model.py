@@ -351,9 +351,11 @@ class RegionAttributeScorer(nn.Module):
         if hit is not None:
             self._text_cache.move_to_end(key)
             return hit
-        pos = encode_texts(self.model, self.tokenizer, [self.positive_template.format(a) for a in attrs])
-        neg = (encode_texts(self.model, self.tokenizer, [self.negative_template.format(a) for a in attrs])
-               if self.dual_prompt else None)
+        texts = [self.positive_template.format(a) for a in attrs]
+        if self.dual_prompt:
+            texts += [self.negative_template.format(a) for a in attrs]
+        emb = encode_texts(self.model, self.tokenizer, texts, name="prompts")  # one call: one truncation warning
+        pos, neg = emb[: len(attrs)], (emb[len(attrs):] if self.dual_prompt else None)
         self._text_cache[key] = (pos, neg)
         while len(self._text_cache) > self.cache_size:
             self._text_cache.popitem(last=False)
