@@ -74,8 +74,8 @@ class MetricCard:
       is not fed per sample;
     * ``level`` (:class:`Granularity`): one value per candidate or per set.
 
-    A card that describes a ``reference`` (or ``condition``) role in ``inputs`` but leaves its kind unset
-    gets ``MATCHED`` (``PROMPT``); one that describes neither gets ``NONE``. Strings are accepted for the
+    A card that describes a ``reference`` (or ``condition``) role in ``inputs`` but leaves its kind at
+    ``NONE`` gets ``MATCHED`` (``PROMPT``); a kind other than ``NONE`` needs its role described. Strings are accepted for the
     enums (``reference="real_set"``). ``aliases`` are other names of the same metric.
 
     >>> card = get_card("psnr")
@@ -95,10 +95,10 @@ class MetricCard:
     level: Granularity = Granularity.SAMPLE
     output: str = "scalar"  # what compute() returns, in words
     tags: tuple[str, ...] = field(default_factory=tuple)
-    reference: ReferenceKind | None = None
+    reference: ReferenceKind = ReferenceKind.NONE
     reference_need: Need = Need.REQUIRED
     reference_option: str | None = None
-    condition: ConditionKind | None = None
+    condition: ConditionKind = ConditionKind.NONE
     condition_need: Need = Need.REQUIRED
     condition_option: str | None = None
     aliases: tuple[str, ...] = ()
@@ -110,20 +110,18 @@ class MetricCard:
         put(self, "condition_need", _enum(Need, self.condition_need, "condition_need", self.name))
         for role, enum, default in (("reference", ReferenceKind, ReferenceKind.MATCHED),
                                     ("condition", ConditionKind, ConditionKind.PROMPT)):
-            value = getattr(self, role)
             described = role in self.inputs
-            if value is None:
-                value = default if described else enum("none")
-            value = _enum(enum, value, role, self.name)
+            value = _enum(enum, getattr(self, role), role, self.name)
+            if value.value == "none" and described:
+                value = default
             if value is ConditionKind.ATTRIBUTES:
                 if not self.condition_option:
                     raise ValueError(f"metric card {self.name!r}: condition=ATTRIBUTES needs condition_option= (the "
                                      "name of the constructor option that takes the attributes)")
-            elif (value.value != "none") != described:
+            elif value.value != "none" and not described:
                 raise ValueError(
-                    f"metric card {self.name!r}: {role}={value.value!r} but inputs "
-                    f"{'describes' if described else 'does not describe'} a {role!r} role; describe the input in "
-                    f"inputs[{role!r}] and set {role}= to its kind (or NONE and drop the description)")
+                    f"metric card {self.name!r}: {role}={value.value!r} but inputs does not describe a {role!r} "
+                    f"role; describe the input in inputs[{role!r}] (or drop {role}=)")
             put(self, role, value)
         put(self, "tags", tuple(self.tags))
         put(self, "aliases", tuple(self.aliases))

@@ -75,7 +75,7 @@ def cli(ctx: click.Context, debug: bool, verbose: int) -> None:
                         format="%(levelname)s %(name)s: %(message)s")
 
 
-def _first_line(err: BaseException) -> str:
+def _first_line(err: BaseException | str) -> str:
     msg = str(err).strip() or type(err).__name__
     return " ".join(msg.split())
 

@@ -42,6 +42,7 @@ types only. Files, images and metric names are checked by :func:`genmetrics.lead
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -275,14 +276,10 @@ def load_config(config: str | Path | Mapping[str, Any], *, base_dir: str | Path 
 
 
 def _parse_toml(path: Path, text: str) -> tuple[dict[str, Any], dict[KeyPath, int]]:
-    try:
+    if sys.version_info >= (3, 11):
         import tomllib
-    except ModuleNotFoundError:  # Python 3.10
-        try:
-            import tomli as tomllib  # type: ignore[no-redef]
-        except ModuleNotFoundError:
-            raise InputError(f"{path}: reading TOML on Python 3.10 needs the 'tomli' package "
-                             "(pip install tomli), or write the config as YAML") from None
+    else:  # Python 3.10: tomli is a dependency there (pyproject.toml)
+        import tomli as tomllib
 
     try:
         raw = tomllib.loads(text)

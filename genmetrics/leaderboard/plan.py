@@ -98,18 +98,13 @@ class Plan:
 
 # ------------------------------------------------------------------------------------------ helpers
 def _files(cfg: LeaderboardConfig, folder: Path, key: KeyPath) -> list[Path]:
-    from genmetrics.data.images import list_images
+    from genmetrics.data.images import list_images, stem_index
 
     try:
         files = list_images(folder, recursive=cfg.data.recursive)
+        stem_index(files, role=str(folder))  # the rule `genmetrics score` applies too: one file per stem
     except InputError as e:
         raise cfg.error(key, str(e)) from None
-    seen: dict[str, Path] = {}
-    for f in files:
-        if f.stem in seen:
-            raise cfg.error(key, f"two images share the stem {f.stem!r} ({seen[f.stem]}, {f}); sample ids are file "
-                                 "stems, so rename one")
-        seen[f.stem] = f
     return sorted(files, key=lambda p: p.stem)
 
 
@@ -169,9 +164,13 @@ _REFERENCE_USE = {ReferenceKind.MATCHED: "reference", ReferenceKind.REAL_SET: "r
 def _resolve_paths(cfg: LeaderboardConfig, options: dict[str, Any]) -> dict[str, Any]:
     """String options that name a path relative to the config (``./x``, ``../x``, or an existing file or
     folder next to it) become absolute; anything else (hub ids, attribute-set names) is left alone."""
+    from genmetrics.options import expand_user
+
     out = {}
     for k, v in options.items():
-        if isinstance(v, str) and v and not Path(v).expanduser().is_absolute():
+        if isinstance(v, str) and v.startswith("~"):
+            v = str(expand_user(v, what=f"option {k}"))
+        if isinstance(v, str) and v and not Path(v).is_absolute():
             p = cfg.base_dir / v
             if v.startswith(("./", "../", ".\\", "..\\")) or p.exists():
                 v = str(p.resolve())
@@ -272,8 +271,9 @@ def build_plan(cfg: LeaderboardConfig, *, metric_kwargs: dict[str, dict[str, Any
                 raise type(e)(f"{cfg.where(key)}: {e}") from None
             del m
 
+        aspects: list[str | None] = list(spec.aspects) if spec.aspects else [None]
         mp = MetricPlan(spec=spec, card=card, kwargs=kwargs,
-                        columns=[Column(c, spec, a) for c, a in zip(spec.columns(), spec.aspects or [None])])
+                        columns=[Column(c, spec, a) for c, a in zip(spec.columns(), aspects)])
         if card.level is Granularity.SET:
             if spec.aspects:
                 raise cfg.error((*key, "aspects"), f"{spec.name!r} is a set-level metric; it takes no aspects")

@@ -96,4 +96,4 @@ def mid_distance(head: MidFusionHead, enc: dict[str, list], ra: list[int], rb: l
         w = 0.5 * (F.softplus(mlp(ta.float())) + F.softplus(mlp(tb.float())))
         d = ((w.unsqueeze(1) * (phi_a - phi_b)) ** 2).sum(-1).mean(-1)
         total = d if total is None else total + d
-    return 0.0 - total  # type: ignore[operator]  (0 - x: no negative zero for identical images)
+    return 0.0 - total  # type: ignore[operator]  # 0 - x: no negative zero for identical images
