@@ -15,6 +15,23 @@ from typing import Any
 
 import torch
 
+from genmetrics._tiny_vlm import (  # the VLM builders live in a module of their own; re-exported here
+    tiny_qwen3vl,
+    tiny_qwen3vl_config,
+    tiny_qwen3vl_for_generation,
+    tiny_qwen3vl_processor,
+    tiny_qwen35,
+    tiny_qwen35_config,
+    tiny_qwen35_for_generation,
+    tiny_qwen35_processor,
+    tiny_tokenizer,
+)
+
+__all__ = ["metric_recipe", "random_images", "spawn_gloo", "tiny_backbones", "tiny_clip", "tiny_clip_resnet",
+           "tiny_dino", "tiny_qwen3vl", "tiny_qwen3vl_config", "tiny_qwen3vl_for_generation", "tiny_qwen3vl_processor",
+           "tiny_qwen35", "tiny_qwen35_config", "tiny_qwen35_for_generation", "tiny_qwen35_processor",
+           "tiny_tokenizer"]
+
 
 def tiny_clip(
     seed: int = 0,
@@ -76,18 +93,6 @@ def random_images(n: int, size: int = 32, seed: int = 0, *, height: int | None =
     return torch.randint(0, 256, (n, 3, height or size, size), generator=g, dtype=torch.uint8)
 
 
-def __getattr__(name: str) -> Any:
-    # The VLM builders live in a module of their own (heavier imports); re-exported here.
-    import importlib
-
-    if name.startswith("__"):
-        raise AttributeError(name)
-    mod = importlib.import_module("genmetrics._tiny_vlm")
-    if hasattr(mod, name):
-        return getattr(mod, name)
-    raise AttributeError(f"module 'genmetrics.testing' has no attribute {name!r}")
-
-
 _BUILTIN_RECIPES = {"genmetrics.baselines": "baselines", "genmetrics.raclip": "raclip",
                     "genmetrics.tpips": "tpips", "genmetrics.mie": "mie"}
 
@@ -145,17 +150,15 @@ def tiny_backbones(kind: str, weights: str, **options: Any) -> Any:
     if kind == "dino":
         return tiny_dino()
     if kind == "vlm":
-        from genmetrics import _tiny_vlm as tv
-
         vlm_kind = options.get("vlm_kind")
         qwen35 = vlm_kind in ("qwen3_5", "qwen35") or (
             vlm_kind is None and any(k in str(weights).lower() for k in ("qwen3.5", "qwen3_5", "qwen35")))
         gen = bool(options.get("for_generation", False))
         if qwen35:
-            model = (tv.tiny_qwen35_for_generation if gen else tv.tiny_qwen35)(0)
-            return model, tv.tiny_qwen35_processor()
-        model = (tv.tiny_qwen3vl_for_generation if gen else tv.tiny_qwen3vl)(0)
-        return model, tv.tiny_qwen3vl_processor()
+            model = (tiny_qwen35_for_generation if gen else tiny_qwen35)(0)
+            return model, tiny_qwen35_processor()
+        model = (tiny_qwen3vl_for_generation if gen else tiny_qwen3vl)(0)
+        return model, tiny_qwen3vl_processor()
     return None
 
 
