@@ -55,22 +55,27 @@ def _load_model(adapter: str | None, weights: str | None, variant: str | None, i
 @click.option("--warmup-ratio", type=float, default=0.03, show_default=True)
 @click.option("--weight-decay", type=float, default=0.01, show_default=True)
 @click.option("--max-grad-norm", type=float, default=1.0, show_default=True)
-@click.option("--image-size", type=int, default=448, show_default=True)
+@click.option("--resize", type=click.Choice(["smart", "square"]), default=None,
+              help="Image policy: smart (default; the official Qwen3-VL-Embedding smart_resize) or square.")
+@click.option("--image-size", type=int, default=None, help="Side of the square policy (selects --resize square).")
+@click.option("--lora-targets", type=click.Choice(["qkv-mlp", "all-linear"]), default="qkv-mlp", show_default=True,
+              help="qkv-mlp: q,k,v,gate,up,down (the official Qwen3-VL-Embedding training's); all-linear adds o_proj.")
 @click.option("--probe-layers", type=int, default=20, show_default=True, help="Mid fusion: number of probe layers.")
-@click.option("--val-every", type=int, default=100, show_default=True)
+@click.option("--val-every", type=int, default=None, help="Validate every N optimizer steps (default: once per epoch).")
 @click.option("--save-every", type=int, default=200, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--num-workers", type=int, default=0, show_default=True)
 @click.option("--gradient-checkpointing/--no-gradient-checkpointing", default=None,
               help="Default: on CUDA, off on CPU.")
 @click.option("--resume", is_flag=True, help="Continue from the newest checkpoint in --out.")
+@click.option("--overwrite", is_flag=True, help="Train again into a folder that holds a finished run.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as indented JSON.")
 def train_cmd(data: str, out: str, variant: str, val_data: str | None, weights: str | None, lr: float | None,
               batch_size: int | None, micro_batch_size: int, epochs: float, max_steps: int | None,
               temperature: float | None, lora_r: int, lora_alpha: int | None, lora_dropout: float, warmup_ratio: float,
-              weight_decay: float, max_grad_norm: float, image_size: int, probe_layers: int, val_every: int,
-              save_every: int, seed: int, num_workers: int, gradient_checkpointing: bool | None, resume: bool,
-              as_json: bool) -> None:
+              weight_decay: float, max_grad_norm: float, resize: str | None, image_size: int | None, lora_targets: str,
+              probe_layers: int, val_every: int | None, save_every: int, seed: int, num_workers: int,
+              gradient_checkpointing: bool | None, resume: bool, overwrite: bool, as_json: bool) -> None:
     """Train TPIPS on odd-one-out votes (Eq. 2; LoRA on the language tower). Multi-GPU:
     ``accelerate launch -m genmetrics train tpips ...``."""
     from genmetrics.tpips.train import TrainConfig, train_tpips
@@ -78,11 +83,12 @@ def train_cmd(data: str, out: str, variant: str, val_data: str | None, weights: 
     cfg = TrainConfig(variant=variant, lr=lr, batch_size=batch_size, micro_batch_size=micro_batch_size, epochs=epochs,
                       max_steps=max_steps, temperature=temperature, lora_r=lora_r, lora_alpha=lora_alpha,
                       lora_dropout=lora_dropout, warmup_ratio=warmup_ratio, weight_decay=weight_decay,
-                      max_grad_norm=max_grad_norm, image_size=image_size, probe_layers=probe_layers,
+                      max_grad_norm=max_grad_norm, resize=resize, image_size=image_size, lora_targets=lora_targets,
+                      probe_layers=probe_layers,
                       val_every=val_every, save_every=save_every, seed=seed, num_workers=num_workers,
                       gradient_checkpointing=gradient_checkpointing)
-    res = train_tpips(data, out, config=cfg, weights=weights, val_data=val_data, resume=resume)
-    _echo({"adapter": str(res.adapter_dir), "steps": res.steps,
+    res = train_tpips(data, out, config=cfg, weights=weights, val_data=val_data, resume=resume, overwrite=overwrite)
+    _echo({"adapter": str(res.adapter_dir), "best": str(res.best_dir) if res.best_dir else None, "steps": res.steps,
            "final_loss": res.losses[-1] if res.losses else None, "val": res.val[-1] if res.val else None}, as_json)
 
 

@@ -1,34 +1,32 @@
-"""Training TPIPS on odd-one-out human votes (Eq. 2, Appendix C.1).
+"""Training TPIPS on odd-one-out human votes (Eq. 2, Appendix C.1) through the project's training loop
+(:func:`genmetrics.train.fit`).
 
 For a triplet ``(x1, x2, x3)`` and aspect ``c`` with vote distribution ``y``: ``s_bar_k = f(x_i, x_j | c)``
 for ``{i,j} = {1,2,3} \\ {k}``, ``p = softmax(s_bar / tau)`` and the loss is ``-sum_k y_k log p_k``. The
 triplet-head variant trains its 3-way answer head with the same cross-entropy, each triplet shown in a
 random order (permutation augmentation).
 
-* LoRA (peft) on the language tower only: r=16, alpha=2r, dropout 0.05 (vision tower frozen); the
-  mid-fusion MLPs, the early-fusion register vector and the triplet head are trained in full (the triplet
-  head at ``head_lr_mult`` = 5x the learning rate, as in the paper).
-* AdamW (weight decay 0.01), gradient clipping 1.0, linear warmup over 3% of the steps then cosine to 0.
+* LoRA (peft) on the language tower only, vision tower frozen: r=16, alpha=2r, dropout 0.05; targets
+  ``lora_targets="qkv-mlp"`` (q, k, v, gate, up, down: the official Qwen3-VL-Embedding training's) or
+  ``"all-linear"`` (adds o_proj). The mid-fusion MLPs, the early-fusion register vector and the triplet head
+  are trained in full (the triplet head at ``head_lr_mult`` = 5x the learning rate).
+* AdamW (weight decay 0.01), gradient clipping 1.0, warm-up over 3% of the steps then cosine to 0
+  (``transformers.get_scheduler``), gradient accumulation, checkpoints and exact resume, validation with the
+  best adapter kept, multi-process via accelerate: all in :mod:`genmetrics.train`.
 * Learning rate 5e-5 (late), 1e-4 (early, mid), 3e-5 (triplet); effective batch 128 (late, early) or 32
-  (mid, triplet); one epoch; every (triplet, aspect) record is one example.
-* Multi-GPU through accelerate (``accelerate launch -m genmetrics train tpips ...``): each optimizer step
-  takes ``batch_size`` examples from one seeded global order, split over processes and
-  ``batch_size / (micro_batch_size * processes)`` accumulation micro-steps; bf16 autocast and gradient
-  checkpointing on CUDA, fp32 on CPU.
-* ``OUT/checkpoints/step_XXXXXXX`` (trainable weights, optimizer, scheduler, RNG, step) every
-  ``save_every`` steps, the last ``keep_checkpoints`` kept; ``resume=True`` continues from the newest.
-  Validation agreement every ``val_every`` steps into ``OUT/val_log.jsonl``; the loss into
-  ``OUT/train_log.jsonl``; the final adapter (peft + ``tpips.json`` + head) into ``OUT/adapter``.
+  (mid, triplet): ``batch_size`` examples per optimizer step over all processes, as
+  ``micro_batch_size`` examples per forward and ``batch_size / (micro_batch_size * processes)`` accumulation
+  steps; every (triplet, aspect) record is one example.
+* ``OUT/final`` (the adapter: peft + ``tpips.json`` + head), ``OUT/best`` (best validation agreement, with
+  validation data), ``OUT/checkpoints/step-N``, ``OUT/metrics.jsonl``, ``OUT/train_config.json``.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
+import hashlib
 import math
 import os
-import shutil
-import sys
+import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -37,12 +35,19 @@ import torch
 
 from genmetrics.data.jsonl import OddOneOutRecord, load_odd_one_out
 from genmetrics.errors import InputError
+from genmetrics.train import TrainLoopConfig, TrainTask, fit
 
-__all__ = ["TrainConfig", "TrainResult", "train_tpips", "DEFAULT_LR", "DEFAULT_BATCH"]
+__all__ = ["DEFAULT_BATCH", "DEFAULT_LR", "LORA_TARGETS", "TPIPSTrainTask", "TrainConfig", "TrainResult",
+           "build_model", "soft_cross_entropy", "train_tpips"]
 
 DEFAULT_LR = {"late": 5e-5, "early": 1e-4, "mid": 1e-4, "triplet": 3e-5}
 DEFAULT_BATCH = {"late": 128, "early": 128, "mid": 32, "triplet": 32}
 TRAIN_VARIANTS = ("late", "mid", "early", "triplet")
+#: LoRA target choices: the official Qwen3-VL-Embedding training's projections (default), or every linear
+#: layer of the language tower (adds the attention output projection)
+LORA_TARGETS: dict[str, Any] = {"qkv-mlp": ["q_proj", "k_proj", "v_proj", "gate_proj", "up_proj", "down_proj"],
+                                "all-linear": "all-linear"}
+PERMUTATIONS = ((0, 1, 2), (0, 2, 1), (1, 0, 2), (1, 2, 0), (2, 0, 1), (2, 1, 0))
 
 
 @dataclass
@@ -62,19 +67,18 @@ class TrainConfig:
     lora_r: int = 16
     lora_alpha: int | None = None  # default 2 * lora_r
     lora_dropout: float = 0.05
+    lora_targets: str = "qkv-mlp"
     head_lr_mult: float | None = None  # default 5 for the triplet head, 1 otherwise
     probe_layers: int = 20
     image_size: int | None = None  # side of the "square" policy; None: resize="smart"
     resize: str | None = None  # "smart" (official Qwen3-VL-Embedding policy, default) or "square"
-    val_every: int = 100
-    save_every: int = 200
+    val_every: int | None = None  # None: validate once per epoch (and at the end)
+    save_every: int | None = 200
     keep_checkpoints: int = 2
-    log_every: int = 1
     seed: int = 0
     gradient_checkpointing: bool | None = None  # default: on CUDA
     mixed_precision: str | None = None  # default: "bf16" on CUDA, "no" on CPU
     num_workers: int = 0
-    val_batch_size: int = 16
 
     def resolved(self) -> TrainConfig:
         if self.variant not in TRAIN_VARIANTS:
@@ -95,17 +99,20 @@ class TrainConfig:
             raise InputError(f"warmup_ratio must be in [0, 1), got {c.warmup_ratio}")
         if c.image_size is not None and c.image_size % 32:
             raise InputError(f"image_size must be a multiple of 32, got {c.image_size}")
+        if c.lora_targets not in LORA_TARGETS:
+            raise InputError(f"lora_targets={c.lora_targets!r}: expected one of {', '.join(LORA_TARGETS)}")
         return c
 
 
 @dataclass
 class TrainResult:
     out_dir: Path
-    adapter_dir: Path
+    adapter_dir: Path  # OUT/final
     steps: int
     losses: list[float]
     val: list[dict[str, Any]]
     model: Any = None  # the trained TPIPS model (unwrapped), in eval mode
+    best_dir: Path | None = None
 
 
 # --------------------------------------------------------------------------------------------- data
@@ -123,93 +130,11 @@ def _records(data: Any, name: str) -> list[OddOneOutRecord]:
     return recs
 
 
-def _example_stream(n: int, seed: int, start: int, count: int) -> list[int]:
-    """Positions ``start .. start+count`` of the infinite stream of per-epoch seeded permutations."""
-    out: list[int] = []
-    pos = start
-    while len(out) < count:
-        epoch, off = divmod(pos, n)
-        g = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
-        perm = torch.randperm(n, generator=g).tolist()
-        take = min(n - off, count - len(out))
-        out += perm[off:off + take]
-        pos += take
-    return out
-
-
-class _Decode:
-    """Picklable decoder for DataLoader workers: a record -> resized image tensors."""
-
-    def __init__(self, image_size: int | None = None):
-        self.image_size = image_size  # the model applies its resize policy when scoring
-
-    def __call__(self, rec: OddOneOutRecord) -> tuple[list[torch.Tensor], str, torch.Tensor]:
-        from genmetrics.data.images import load_batch
-
-        imgs = load_batch(list(rec.images), name=f"record {rec.id}")
-        return imgs, rec.aspect, torch.tensor(rec.votes, dtype=torch.float64)
-
-
-class _MicroBatches(torch.utils.data.Dataset):
-    def __init__(self, records: list[OddOneOutRecord], batches: list[list[int]], decode: _Decode):
-        self.records, self.batches, self.decode = records, batches, decode
-
-    def __len__(self) -> int:
-        return len(self.batches)
-
-    def __getitem__(self, i: int) -> dict[str, Any]:
-        items = [self.decode(self.records[j]) for j in self.batches[i]]
-        return {"x": [[it[0][k] for it in items] for k in range(3)], "aspects": [it[1] for it in items],
-                "votes": torch.stack([it[2] for it in items]), "index": self.batches[i]}
-
-
-def _first(batch: list[Any]) -> Any:
-    return batch[0]
-
-
-# --------------------------------------------------------------------------------------------- helpers
 def soft_cross_entropy(logits: torch.Tensor, votes: torch.Tensor) -> torch.Tensor:
     """``-sum_k y_k log softmax(logits)_k`` per row, with ``y = votes / votes.sum()``."""
     y = votes.to(logits.device, torch.float32)
     y = y / y.sum(-1, keepdim=True)
     return -(y * torch.log_softmax(logits.float(), -1)).sum(-1)
-
-
-def lr_lambda(total_steps: int, warmup_ratio: float):
-    warm = int(math.ceil(warmup_ratio * total_steps))
-
-    def f(step: int) -> float:
-        if warm and step < warm:
-            return (step + 1) / warm
-        progress = (step - warm) / max(1, total_steps - warm)
-        return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
-
-    return f
-
-
-def _bar(total: int, initial: int, disable: bool):
-    from tqdm.auto import tqdm
-
-    env = os.environ.get("GENMETRICS_PROGRESS", "")
-    off = disable or env == "0" or (not sys.stderr.isatty() and env != "1")
-    return tqdm(total=total, initial=initial, desc="train tpips", unit="step", disable=off, file=sys.stderr,
-                dynamic_ncols=True)
-
-
-def _trainable(model: torch.nn.Module) -> dict[str, torch.nn.Parameter]:
-    return {n: p for n, p in model.named_parameters() if p.requires_grad}
-
-
-def _latest_checkpoint(out: Path) -> Path | None:
-    ck = sorted((out / "checkpoints").glob("step_*")) if (out / "checkpoints").is_dir() else []
-    ck = [c for c in ck if (c / "state.json").is_file()]
-    return ck[-1] if ck else None
-
-
-def _append_jsonl(path: Path, row: dict[str, Any]) -> None:
-    with open(path, "a", encoding="utf-8") as f:
-        f.write(json.dumps(row) + "\n")
-        f.flush()
 
 
 def build_model(config: TrainConfig, backbone: Any, processor: Any) -> torch.nn.Module:
@@ -218,11 +143,10 @@ def build_model(config: TrainConfig, backbone: Any, processor: Any) -> torch.nn.
     from genmetrics.tpips.model import TPIPSModel, TPIPSTripletModel
 
     if not hasattr(backbone, "peft_config"):
-        import warnings
-
         with warnings.catch_warnings():  # peft calls a deprecated transformers alias (is_gradient_checkpointing)
             warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
-            backbone = add_lora(backbone, r=config.lora_r, alpha=config.lora_alpha, dropout=config.lora_dropout)
+            backbone = add_lora(backbone, r=config.lora_r, alpha=config.lora_alpha, dropout=config.lora_dropout,
+                                target_modules=LORA_TARGETS[config.lora_targets])
     if config.variant == "triplet":
         model: torch.nn.Module = TPIPSTripletModel(backbone, processor, image_size=config.image_size)  # square
     else:
@@ -234,230 +158,139 @@ def build_model(config: TrainConfig, backbone: Any, processor: Any) -> torch.nn.
     return model
 
 
+class TPIPSTrainTask(TrainTask):
+    """The TPIPS side of :func:`genmetrics.train.fit`: Eq. 2 on odd-one-out records."""
+
+    def __init__(self, model: torch.nn.Module, config: TrainConfig, base_weights: str | None):
+        self.model, self.cfg, self.base_weights = model, config, base_weights
+
+    def trainable_module(self) -> torch.nn.Module:
+        return self.model
+
+    def collate(self, examples: list) -> dict[str, Any]:
+        from genmetrics.data.images import load_batch
+
+        cols = [load_batch([r.images[k] for r in examples], name=f"images{k + 1}") for k in range(3)]
+        return {"x": cols, "aspects": [r.aspect for r in examples],
+                "votes": torch.tensor([r.votes for r in examples], dtype=torch.float64)}
+
+    def loss(self, module: torch.nn.Module, batch: dict[str, Any]) -> tuple[torch.Tensor, dict[str, float]]:
+        x, asp, votes = batch["x"], batch["aspects"], batch["votes"]
+        if self.cfg.variant == "triplet":  # permutation augmentation (the loop checkpoints the global RNG)
+            perms = [PERMUTATIONS[int(i)] for i in torch.randint(6, (len(asp),))]
+            logits = module(*x, asp, perms)
+        else:
+            logits = module(*x, asp)
+        return soft_cross_entropy(logits, votes).mean(), {}
+
+    def evaluate(self, module: torch.nn.Module, examples: list) -> dict[str, float]:
+        from genmetrics.functional.agreement import odd_one_out_agreement
+
+        preds = []
+        for i in range(0, len(examples), 16):
+            chunk = examples[i:i + 16]
+            preds.append(module.odd_one_out(*[[r.images[k] for r in chunk] for k in range(3)],
+                                            [r.aspect for r in chunk]).double().cpu())
+        mean, se = odd_one_out_agreement(torch.cat(preds), torch.tensor([r.votes for r in examples]))
+        return {"agreement": mean, "stderr": se}
+
+    def save(self, module: torch.nn.Module, path: Path) -> None:
+        module.save_pretrained(path, base_weights=self.base_weights)
+
+    def data_fingerprint(self, examples: list) -> str:
+        """Records by content; image files by path, size and modification time (not re-read)."""
+        h = hashlib.sha256()
+        for r in examples:
+            h.update(repr((r.id, r.aspect, tuple(float(v) for v in r.votes))).encode())
+            for p in r.images:
+                if isinstance(p, (str, os.PathLike)):
+                    st = os.stat(p)
+                    h.update(f"{os.fspath(p)}:{st.st_size}:{st.st_mtime_ns}".encode())
+                else:
+                    from genmetrics.backbones.qwen_vl import image_key
+
+                    h.update(image_key(p if not isinstance(p, torch.Tensor) else p.float()).encode())
+        return h.hexdigest()
+
+    def param_groups(self, module: torch.nn.Module) -> list[dict[str, Any]]:
+        params = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
+        if not params:
+            raise RuntimeError("no trainable parameters after adding LoRA")
+        lora = [p for n, p in params if "lora_" in n]
+        head = [p for n, p in params if "lora_" not in n]
+        return [g for g in ({"params": lora, "lr_scale": 1.0}, {"params": head, "lr_scale": self.cfg.head_lr_mult})
+                if g["params"]]
+
+
+def _loop_config(cfg: TrainConfig, out: Path, n_train: int, resume: bool, progress: bool, world: int) -> TrainLoopConfig:
+    if cfg.batch_size % world:  # type: ignore[operator]
+        raise InputError(f"batch_size {cfg.batch_size} must be a multiple of the number of processes ({world})")
+    per_rank = cfg.batch_size // world  # type: ignore[operator]
+    micro = min(cfg.micro_batch_size, per_rank)
+    if per_rank % micro:
+        raise InputError(f"batch_size {cfg.batch_size} over {world} process(es) is {per_rank} examples each, not a "
+                         f"multiple of micro_batch_size {micro}; choose sizes that divide")
+    epochs = cfg.epochs
+    max_steps = cfg.max_steps
+    if max_steps is None and float(epochs) != int(epochs):
+        max_steps = max(1, math.ceil(epochs * n_train / cfg.batch_size))  # type: ignore[operator]
+    extra = {k: v for k, v in asdict(cfg).items()
+             if k not in ("lr", "epochs", "max_steps", "warmup_ratio", "weight_decay", "max_grad_norm", "seed",
+                          "val_every", "save_every", "keep_checkpoints", "num_workers", "mixed_precision")}
+    cuda = torch.cuda.is_available()
+    return TrainLoopConfig(
+        out_dir=out, lr=float(cfg.lr), weight_decay=cfg.weight_decay, epochs=max(1, math.ceil(epochs)),  # type: ignore[arg-type]
+        max_steps=max_steps, batch_size=micro, grad_accum=per_rank // micro, warmup_ratio=cfg.warmup_ratio,
+        scheduler="cosine", max_grad_norm=cfg.max_grad_norm, seed=cfg.seed, eval_every=cfg.val_every or None,
+        metric_for_best="agreement", greater_is_better=True, save_every=cfg.save_every or None,
+        keep_checkpoints=cfg.keep_checkpoints, resume=resume, mixed_precision=cfg.mixed_precision or (
+            "bf16" if cuda else "no"), find_unused_parameters=cfg.variant == "mid", num_workers=cfg.num_workers,
+        progress=progress, extra=extra)
+
+
 # --------------------------------------------------------------------------------------------- main
 def train_tpips(data: Any, out_dir: str | os.PathLike, *, config: TrainConfig | None = None, backbone: Any = None,
                 processor: Any = None, weights: str | None = None, val_data: Any = None, resume: bool = False,
-                progress: bool = True) -> TrainResult:
+                overwrite: bool = False, progress: bool = True) -> TrainResult:
     """Train TPIPS on odd-one-out records (a JSONL path or a list of ``OddOneOutRecord``).
 
     Inputs are validated before any weights load. ``backbone``/``processor``: a Qwen3-VL model and its
     processor (the tiny ones in tests); otherwise ``weights`` (default ``Qwen/Qwen3-VL-Embedding-2B``,
     ``Qwen/Qwen3-VL-8B-Instruct`` for the triplet head) is loaded with ``load_vlm``.
     """
-    from accelerate import Accelerator
-    from safetensors.torch import load_file, save_file
-
-    from genmetrics.functional.agreement import odd_one_out_agreement
+    from accelerate import PartialState
 
     cfg = (config or TrainConfig()).resolved()
     records = _records(data, "data")
-    val_records = _records(val_data, "val_data") if val_data is not None else []
+    val_records = _records(val_data, "val_data") if val_data is not None else None
     out = Path(out_dir)
-    if out.exists() and not out.is_dir():
-        raise InputError(f"--out {str(out)!r} is a file; expected a folder")
-    ckpt = _latest_checkpoint(out) if resume else None
-    if not resume and (out / "adapter").exists():
-        raise InputError(f"{str(out)!r} already holds a trained adapter; pass resume=True (--resume) to continue or "
-                         "choose another --out folder")
+    state = PartialState(cpu=not torch.cuda.is_available())
+    loop_cfg = _loop_config(cfg, out, len(records), resume, progress, state.num_processes)
+    loop_cfg.overwrite = overwrite
+    loop_cfg.checked()  # refuse bad options before loading weights
 
-    cuda = torch.cuda.is_available()
-    mp = cfg.mixed_precision or ("bf16" if cuda else "no")
-    from accelerate.utils import DistributedDataParallelKwargs
-
-    # mid fusion may leave LoRA layers after the last probe layer without gradient
-    acc = Accelerator(mixed_precision=mp, cpu=not cuda,  # cpu=True lets torchrun/gloo CPU runs be distributed
-                      kwargs_handlers=[DistributedDataParallelKwargs(find_unused_parameters=cfg.variant == "mid")])
-    world, rank = acc.num_processes, acc.process_index
-    per_step_rank = cfg.batch_size // world
-    if per_step_rank < 1 or cfg.batch_size % world:
-        raise InputError(f"batch_size {cfg.batch_size} must be a positive multiple of the number of processes ({world})")
-    micro = min(cfg.micro_batch_size, per_step_rank)
-    accum = int(math.ceil(per_step_rank / micro))
-    n = len(records)
-    total = cfg.max_steps or int(math.ceil(cfg.epochs * n / cfg.batch_size))
-
-    torch.manual_seed(cfg.seed)
     base_weights = weights
     if backbone is None:
         from genmetrics.backbones.hf import load_vlm
-        from genmetrics.tpips.model import DEFAULT_WEIGHTS, TRIPLET_WEIGHTS
+        from genmetrics.tpips.common import DEFAULT_WEIGHTS, TRIPLET_WEIGHTS
 
         base_weights = weights or (TRIPLET_WEIGHTS if cfg.variant == "triplet" else DEFAULT_WEIGHTS)
-        backbone, processor = load_vlm(base_weights, device=acc.device, for_generation=cfg.variant == "triplet")
+        backbone, processor = load_vlm(base_weights, device=state.device, for_generation=cfg.variant == "triplet")
     elif processor is None:
         raise InputError("processor: pass the backbone's processor together with backbone=")
-    model = build_model(cfg, backbone, processor)
-    model.to(acc.device)
-    gc = cuda if cfg.gradient_checkpointing is None else cfg.gradient_checkpointing
-    if gc:
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(cfg.seed)  # head initialisation (mid-fusion MLPs) is part of the seeded run
+        model = build_model(cfg, backbone, processor)
+    if cfg.gradient_checkpointing if cfg.gradient_checkpointing is not None else torch.cuda.is_available():
         bb = model.backbone
         if hasattr(bb, "activation_checkpointing_enable"):  # transformers >= 5.x name
             bb.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
         else:
             bb.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    params = _trainable(model)
-    if not params:
-        raise RuntimeError("no trainable parameters after adding LoRA")
-    head_names = {n for n in params if "lora_" not in n}
-    groups = [{"params": [p for n, p in params.items() if n not in head_names], "lr": cfg.lr},
-              {"params": [p for n, p in params.items() if n in head_names], "lr": cfg.lr * cfg.head_lr_mult}]
-    groups = [g for g in groups if g["params"]]
-    opt = torch.optim.AdamW(groups, lr=cfg.lr, weight_decay=cfg.weight_decay)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(total, cfg.warmup_ratio))
-
-    start = 0
-    rng_state = None
-    if ckpt is not None:
-        sd = load_file(str(ckpt / "trainable.safetensors"))
-        missing = [k for k in params if k not in sd]
-        if missing:
-            raise InputError(f"checkpoint {ckpt} does not match this model (missing {missing[:2]}); resume with the same "
-                             "variant and options")
-        with torch.no_grad():
-            for k, p in params.items():
-                p.copy_(sd[k].to(p.device, p.dtype))
-        opt.load_state_dict(torch.load(ckpt / "optimizer.pt", map_location="cpu", weights_only=True))
-        sched.load_state_dict(torch.load(ckpt / "scheduler.pt", map_location="cpu", weights_only=True))
-        rng_state = torch.load(ckpt / "rng.pt", map_location="cpu", weights_only=True)["cpu"]
-        start = int(json.loads((ckpt / "state.json").read_text())["step"])
-    model, opt = acc.prepare(model, opt)
-    raw = acc.unwrap_model(model)
-
-    if acc.is_main_process:
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "train_config.json").write_text(json.dumps({**asdict(cfg), "base_weights": base_weights,
-                                                           "n_train": n, "n_val": len(val_records),
-                                                           "processes": world, "total_steps": total}, indent=2))
-    acc.wait_for_everyone()
-
-    # this process's micro-batches for steps start..total
-    batches: list[list[int]] = []
-    stream = _example_stream(n, cfg.seed, start * cfg.batch_size, (total - start) * cfg.batch_size)
-    for s_i in range(total - start):
-        ids = stream[s_i * cfg.batch_size:(s_i + 1) * cfg.batch_size][rank::world]
-        batches += [ids[i:i + micro] for i in range(0, len(ids), micro)]
-        while len(batches) % accum:
-            batches.append([])
-    loader = torch.utils.data.DataLoader(
-        _MicroBatches(records, [b for b in batches], _Decode(cfg.image_size)), batch_size=1, shuffle=False,
-        num_workers=cfg.num_workers, collate_fn=_first)
-
-    def validate(step: int) -> dict[str, Any] | None:
-        if not val_records:
-            return None
-        was = raw.training
-        raw.eval()
-        mine = val_records[rank::world]
-        preds = []
-        with torch.no_grad(), acc.autocast():
-            for i in range(0, len(mine), cfg.val_batch_size):
-                chunk = mine[i:i + cfg.val_batch_size]
-                x = [[r.images[k] for r in chunk] for k in range(3)]
-                preds.append(raw.odd_one_out(*x, [r.aspect for r in chunk]).double().cpu())
-        raw.train(was)
-        width = int(math.ceil(len(val_records) / world))
-        local = torch.full((width, 3), float("nan"), dtype=torch.float64)
-        if preds:
-            p = torch.cat(preds)
-            local[:p.shape[0]] = p
-        allp = acc.gather(local.to(acc.device)).cpu().reshape(world, width, 3)
-        order = torch.empty((len(val_records), 3), dtype=torch.float64)
-        for r in range(world):
-            idx = list(range(r, len(val_records), world))
-            order[idx] = allp[r, :len(idx)]
-        mean, se = odd_one_out_agreement(order, torch.tensor([r.votes for r in val_records]))
-        row = {"step": step, "agreement": mean, "stderr": se, "n": len(val_records)}
-        if acc.is_main_process:
-            _append_jsonl(out / "val_log.jsonl", row)
-        return row
-
-    def save_checkpoint(step: int) -> None:
-        if acc.is_main_process:
-            d = out / "checkpoints" / f"step_{step:07d}"
-            tmp = d.with_name(d.name + ".tmp")
-            if tmp.exists():
-                shutil.rmtree(tmp)
-            tmp.mkdir(parents=True)
-            save_file({k: v.detach().cpu().contiguous() for k, v in _trainable(raw).items()},
-                      str(tmp / "trainable.safetensors"))
-            torch.save(opt.state_dict(), tmp / "optimizer.pt")
-            torch.save(sched.state_dict(), tmp / "scheduler.pt")
-            torch.save({"cpu": torch.get_rng_state()}, tmp / "rng.pt")
-            (tmp / "state.json").write_text(json.dumps({"step": step, "total_steps": total}))
-            if d.exists():
-                shutil.rmtree(d)
-            tmp.rename(d)
-            old = sorted((out / "checkpoints").glob("step_*"))
-            for o in old[:-max(1, cfg.keep_checkpoints)]:
-                shutil.rmtree(o, ignore_errors=True)
-        acc.wait_for_everyone()
-
-    losses: list[float] = []
-    vals: list[dict[str, Any]] = []
-    model.train()
-    raw.train()
-    trainable_list = list(_trainable(raw).values())
-    bar = _bar(total, start, not (progress and acc.is_main_process))
-    it = iter(loader)  # (creating the iterator draws from the global RNG: restore the checkpoint's RNG after it)
-    if rng_state is not None:
-        torch.set_rng_state(rng_state)
-    gen = torch.Generator().manual_seed(cfg.seed + 7919 * (rank + 1))
-    perms = [(0, 1, 2), (0, 2, 1), (1, 0, 2), (1, 2, 0), (2, 0, 1), (2, 1, 0)]
-    for step in range(start, total):
-        gen.manual_seed(cfg.seed * 31 + step * 7919 + rank)
-        step_loss = torch.zeros((), device=acc.device)
-        for m_i in range(accum):
-            mb = next(it)
-            ctx = acc.no_sync(model) if m_i < accum - 1 else contextlib.nullcontext()
-            if not mb["index"]:
-                # padding micro-step (uneven split): a zero loss that still touches every parameter for DDP
-                with ctx:
-                    acc.backward(sum(p.sum() * 0.0 for p in trainable_list))
-                continue
-            with ctx, acc.autocast():
-                x, asp, votes = mb["x"], mb["aspects"], mb["votes"]
-                if cfg.variant == "triplet":
-                    pr = [perms[int(torch.randint(6, (1,), generator=gen))] for _ in asp]
-                    logits = model(*x, asp, pr)
-                else:
-                    logits = model(*x, asp)
-                loss_vec = soft_cross_entropy(logits, votes)
-                loss = loss_vec.sum() / per_step_rank
-                acc.backward(loss)
-            step_loss += loss.detach()
-        grad_norm = acc.clip_grad_norm_(trainable_list, cfg.max_grad_norm)
-        opt.step()
-        sched.step()
-        opt.zero_grad(set_to_none=True)
-        mean_loss = float(acc.reduce(step_loss, reduction="mean"))
-        losses.append(mean_loss)
-        done = step + 1
-        if acc.is_main_process and (done % max(1, cfg.log_every) == 0 or done == total):
-            _append_jsonl(out / "train_log.jsonl", {"step": done, "loss": mean_loss, "lr": sched.get_last_lr()[0],
-                                                   "grad_norm": float(grad_norm) if grad_norm is not None else None})
-        bar.update(1)
-        bar.set_postfix(loss=f"{mean_loss:.4f}")
-        if cfg.val_every and done % cfg.val_every == 0 and done != total:
-            v = validate(done)
-            if v:
-                vals.append(v)
-        if cfg.save_every and done % cfg.save_every == 0 and done != total:
-            save_checkpoint(done)
-    bar.close()
-    v = validate(total)
-    if v:
-        vals.append(v)
-    save_checkpoint(total)
-    adapter_dir = out / "adapter"
-    if acc.is_main_process:
-        raw.save_pretrained(adapter_dir, base_weights=base_weights)
-        summary = {"steps": total, "final_loss": losses[-1] if losses else None, "val": vals,
-                   "adapter": str(adapter_dir)}
-        from genmetrics.data.results import atomic_write_json, manifest
-
-        atomic_write_json(out / "summary.json", summary)
-        atomic_write_json(out / "manifest.json", manifest(task="train tpips", config=asdict(cfg),
-                                                           base_weights=base_weights))
-    acc.wait_for_everyone()
-    raw.eval()
-    return TrainResult(out_dir=out, adapter_dir=adapter_dir, steps=total, losses=losses, val=vals, model=raw)
+    res = fit(TPIPSTrainTask(model, cfg, base_weights), records, loop_cfg, val_examples=val_records)
+    losses = [r["loss"] for r in res.history if r.get("kind") == "train"]
+    val = [{k: v for k, v in r.items() if k != "kind"} for r in res.history if r.get("kind") == "eval"]
+    trained = res.module if res.module is not None else model
+    trained.eval()
+    return TrainResult(out_dir=out, adapter_dir=res.final_dir, steps=res.steps, losses=losses, val=val, model=trained,
+                       best_dir=res.best_dir)

@@ -35,6 +35,7 @@ def test_soft_cross_entropy_matches_eq2():
 
 
 def test_lora_on_language_tower_only(processor):
+    from genmetrics.errors import InputError
     from genmetrics.testing import tiny_qwen3vl
 
     cfg = TrainConfig(variant="early", image_size=SIZE).resolved()
@@ -46,6 +47,12 @@ def test_lora_on_language_tower_only(processor):
     lora = [m for n, m in model.named_modules() if n.endswith("q_proj") and hasattr(m, "r")][0]
     assert lora.r["default"] == 16 and lora.scaling["default"] == 2.0  # alpha = 2r
     assert lora.lora_dropout["default"].p == 0.05
+    wrapped = {n.rsplit(".", 1)[-1] for n, m in model.named_modules() if hasattr(m, "lora_A") and "language_model" in n}
+    assert wrapped == {"q_proj", "k_proj", "v_proj", "gate_proj", "up_proj", "down_proj"}  # the default, qkv-mlp
+    every = build_model(TrainConfig(variant="late", lora_targets="all-linear").resolved(), tiny_qwen3vl(), processor)
+    assert "o_proj" in {n.rsplit(".", 1)[-1] for n, m in every.named_modules() if hasattr(m, "lora_A")}
+    with pytest.raises(InputError, match="lora_targets"):
+        TrainConfig(lora_targets="qv").resolved()
 
 
 def test_loss_goes_down_on_8_triplets(tmp_path, data, processor, images):
@@ -55,10 +62,13 @@ def test_loss_goes_down_on_8_triplets(tmp_path, data, processor, images):
                       val_data=data, progress=False)
     assert len(res.losses) == 12
     assert min(res.losses[-3:]) < res.losses[0] - 0.05, res.losses
-    log = [json.loads(x) for x in (tmp_path / "out" / "train_log.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in log] == list(range(1, 13)) and log[-1]["lr"] == pytest.approx(0.0, abs=1e-9)
-    val = [json.loads(x) for x in (tmp_path / "out" / "val_log.jsonl").read_text().splitlines()]
+    rows = [json.loads(x) for x in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
+    log = [r for r in rows if r["kind"] == "train"]
+    assert [r["step"] for r in log] == list(range(1, 13))
+    assert log[0]["lr"] == pytest.approx(2e-3) and log[-1]["lr"] < log[0]["lr"] / 10  # cosine towards 0
+    val = [r for r in rows if r["kind"] == "eval"]
     assert val[-1]["step"] == 12 and 0.0 <= val[-1]["agreement"] <= 1.0
+    assert (res.best_dir / "tpips.json").is_file()
     assert not any(p.requires_grad for n, p in res.model.named_parameters() if "visual" in n)
 
 
@@ -86,36 +96,40 @@ def test_adapter_reloads_identical(tmp_path, data, processor, images, variant):
         assert not torch.equal(fresh.similarity(images[:3], images[3:6], ["color", "overall", "lighting"]), a)
 
 
-def test_resume_continues_identically(tmp_path, data, processor, monkeypatch):
+@pytest.mark.parametrize("variant", ["late", "triplet"])
+def test_resume_continues_identically(tmp_path, data, processor, monkeypatch, variant):
+    """Killed after step 3 (checkpoint at step 2), resumed: the same losses and the same adapter as a run that
+    was never stopped (the triplet variant also draws its permutations from the checkpointed RNG)."""
     from safetensors.torch import load_file
 
-    from genmetrics.testing import tiny_qwen3vl
-    from genmetrics.tpips import train as train_mod
+    from genmetrics.testing import tiny_qwen3vl, tiny_qwen3vl_for_generation
+    from genmetrics.train import run_dir
 
-    cfg = _cfg(max_steps=4, save_every=2, batch_size=4, micro_batch_size=2)
-    full = train_tpips(data, tmp_path / "full", config=cfg, backbone=tiny_qwen3vl(), processor=processor,
-                       progress=False)
-    real = train_mod._append_jsonl
+    build = tiny_qwen3vl_for_generation if variant == "triplet" else tiny_qwen3vl
+    cfg = _cfg(variant=variant, max_steps=4, save_every=2, batch_size=4, micro_batch_size=2)
+    full = train_tpips(data, tmp_path / "full", config=cfg, backbone=build(), processor=processor, progress=False)
+    real = run_dir.append_metrics
 
-    def killed(path, row):
-        if row.get("step") == 3 and "loss" in row:
+    def killed(out, row):
+        if row.get("step") == 3 and row.get("kind") == "train":
             raise KeyboardInterrupt
-        real(path, row)
+        real(out, row)
 
-    monkeypatch.setattr(train_mod, "_append_jsonl", killed)
+    monkeypatch.setattr(run_dir, "append_metrics", killed)
     with pytest.raises(KeyboardInterrupt):
-        train_tpips(data, tmp_path / "cut", config=cfg, backbone=tiny_qwen3vl(), processor=processor, progress=False)
-    monkeypatch.setattr(train_mod, "_append_jsonl", real)
-    assert (tmp_path / "cut" / "checkpoints" / "step_0000002").is_dir()
-    resumed = train_tpips(data, tmp_path / "cut", config=cfg, backbone=tiny_qwen3vl(), processor=processor,
+        train_tpips(data, tmp_path / "cut", config=cfg, backbone=build(), processor=processor, progress=False)
+    monkeypatch.setattr(run_dir, "append_metrics", real)
+    assert (tmp_path / "cut" / "checkpoints" / "step-2").is_dir()
+    resumed = train_tpips(data, tmp_path / "cut", config=cfg, backbone=build(), processor=processor,
                           resume=True, progress=False)
-    assert resumed.losses and len(resumed.losses) == 2
-    assert resumed.losses[-1] == pytest.approx(full.losses[-1], rel=1e-5, abs=1e-6)
-    a = load_file(str(full.out_dir / "checkpoints" / "step_0000004" / "trainable.safetensors"))
-    b = load_file(str(resumed.out_dir / "checkpoints" / "step_0000004" / "trainable.safetensors"))
-    assert a.keys() == b.keys()
-    for k in a:
-        assert torch.allclose(a[k], b[k], atol=1e-6), k
+    assert len(resumed.losses) == 4 and resumed.steps == 4
+    assert resumed.losses == pytest.approx(full.losses, rel=1e-5, abs=1e-6)
+    for name in ("adapter_model.safetensors", "tpips_head.safetensors"):
+        a = load_file(str(full.adapter_dir / name))
+        b = load_file(str(resumed.adapter_dir / name))
+        assert a.keys() == b.keys()
+        for k in a:
+            assert torch.allclose(a[k], b[k], atol=1e-6), k
 
 
 def test_refuses_to_overwrite_and_bad_config(tmp_path, data, processor):
@@ -124,7 +138,7 @@ def test_refuses_to_overwrite_and_bad_config(tmp_path, data, processor):
 
     train_tpips(data, tmp_path / "o", config=_cfg(max_steps=1), backbone=tiny_qwen3vl(), processor=processor,
                 progress=False)
-    with pytest.raises(InputError, match="already holds"):
+    with pytest.raises(InputError, match="finished run"):
         train_tpips(data, tmp_path / "o", config=_cfg(max_steps=1), backbone=tiny_qwen3vl(), processor=processor)
     with pytest.raises(InputError, match="variant"):
         TrainConfig(variant="fused").resolved()
@@ -140,7 +154,7 @@ def test_cli_train_and_errors(tmp_path, data, tiny_folder):
                "late", "--max-steps", "2", "--batch-size", "4", "--micro-batch-size", "2", "--image-size", str(SIZE),
                "--lr", "1e-3"])
     assert rc == 0
-    cfg = json.loads((out / "adapter" / "tpips.json").read_text())
+    cfg = json.loads((out / "final" / "tpips.json").read_text())
     assert cfg["variant"] == "late" and cfg["base_weights"] == str(tiny_folder)
     assert main(["train", "tpips", "--data", str(tmp_path / "nope.jsonl"), "--out", str(tmp_path / "y"),
                  "--weights", "/does/not/exist"]) == 2
@@ -190,4 +204,4 @@ def test_two_processes_train_like_one(tmp_path, data, processor):
         assert params.keys() == ref.keys()
         for n, p in ref.items():
             assert torch.allclose(params[n], p, atol=1e-5), n
-    assert (tmp_path / "ddp" / "adapter" / "tpips.json").is_file()
+    assert (tmp_path / "ddp" / "final" / "tpips.json").is_file()
