@@ -25,14 +25,23 @@ def _echo(obj: Any, as_json: bool) -> None:
 
 
 def _load_model(adapter: str | None, weights: str | None, variant: str | None, image_size: int | None,
-                batch_size: int | None = None, device: str | None = None, dtype: str | None = None) -> Any:
+                batch_size: int | None = None, device: str | None = None, dtype: str | None = None,
+                resize: str | None = None) -> Any:
     from genmetrics.tpips.model import load_tpips
 
     kw: dict[str, Any] = {}
     if batch_size:
         kw["batch_size"] = batch_size
     return load_tpips(adapter, weights=weights, variant=variant, image_size=image_size, device=device, dtype=dtype,
-                      **kw)
+                      resize=resize, **kw)
+
+
+def _portable(ref: str | None) -> str | None:
+    """A local file or folder as an absolute path (so a saved reference works from any folder); a hub id as is."""
+    if not ref:
+        return ref
+    p = Path(ref).expanduser()
+    return str(p.resolve()) if p.exists() else ref
 
 
 # --------------------------------------------------------------------------------------------- train
@@ -109,7 +118,8 @@ def train_cmd(data: str, out: str, variant: str, val_data: str | None, weights: 
               help="Backbone of the pairwise / triplet baselines.")
 @click.option("--no-model", is_flag=True, help="Only the baselines (skip the TPIPS model).")
 @click.option("--label", default=None, help="Row label (Family column) of the TPIPS model.")
-@click.option("--image-size", type=int, default=None, help="Square resize (default: the adapter's, else 448).")
+@click.option("--image-size", type=int, default=None,
+              help="Square resize side (default: the adapter's policy, else the official smart_resize).")
 @click.option("--batch-size", type=int, default=16, show_default=True)
 @click.option("--limit", type=int, default=None, help="Evaluate only the first N records of each dataset.")
 @click.option("--out", "out", type=click.Path(), default=None, help="Folder for results.json, table.md, per_sample.jsonl.")
@@ -263,8 +273,9 @@ def index_cmd(images: str, index_dir: str, aspects: tuple[str, ...], overall: bo
         raise InputError(f"--batch-size must be >= 1, got {batch_size}")
     model = _load_model(adapter, weights, "late", image_size, batch_size=batch_size)
     idx = AspectIndex.build(files, index_dir, model, list(aspects), overall=overall, batch_size=batch_size,
-                            factory=factory, model_info={"adapter": adapter, "weights": weights or _adapter_base(adapter),
-                                                         "image_size": model.image_size})
+                            factory=factory, model_info={"adapter": _portable(adapter),
+                                                         "weights": _portable(weights or _adapter_base(adapter)),
+                                                         "image_size": model.image_size, "resize": model.resize.mode})
     _echo({"index": str(idx.root), "images": len(idx), "aspects": idx.aspects}, as_json)
 
 
@@ -305,7 +316,8 @@ def query_cmd(index_dir: str, queries: tuple[str, ...], aspects: tuple[str, ...]
     if weights_ and len(weights_) != len(queries):
         raise InputError(f"--weight: got {len(weights_)} weights for {len(queries)} queries")
     info = idx.manifest.get("model", {})
-    model = _load_model(adapter or info.get("adapter"), weights or info.get("weights"), "late", info.get("image_size"))
+    model = _load_model(adapter or info.get("adapter"), weights or info.get("weights"), "late", info.get("image_size"),
+                        resize=info.get("resize") or ("square" if info.get("image_size") else None))
     hits = idx.search(model, list(queries), asp, k=k, adjust=adjust, weights=list(weights_) or None,
                       exclude=list(queries) if exclude_query else ())
     result = {"queries": [{"image": q, "aspect": a} for q, a in zip(queries, asp)], "adjust": adjust,

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from genmetrics.errors import InputError
+from genmetrics.errors import InputError, MissingDependencyError
 
 __all__ = ["AspectIndex", "Hit", "build_index", "contact_sheet", "model_fingerprint"]
 
@@ -40,6 +40,18 @@ INDEX_FORMAT = "genmetrics.tpips.index/1"
 MANIFEST = "manifest.json"
 OVERALL = "overall"
 _CHUNK_ROWS = 65536
+
+
+def _import_faiss() -> Any:
+    """faiss (the ``[retrieval]`` extra: faiss-cpu, or a faiss-gpu build the user installed), or a clear error."""
+    try:
+        import faiss
+    except ImportError as e:
+        raise MissingDependencyError(
+            f"TPIPS retrieval needs faiss, which is not installed ({e}); install the extra with "
+            "`pip install 'genmetrics[retrieval]'` (faiss-cpu), or a GPU build of faiss (faiss-gpu, e.g. "
+            "`conda install -c pytorch faiss-gpu`)") from None
+    return faiss
 
 
 def _slug(aspect: str) -> str:
@@ -114,6 +126,7 @@ class AspectIndex:
             for p in files:
                 if not p.is_file():
                     raise InputError(f"image file {str(p)!r} does not exist")
+        files = [p.resolve() for p in files]  # the index works from any folder
         if not files:
             raise InputError("no images to index")
         asp = list(dict.fromkeys(check_aspects(list(aspects), len(aspects), name="aspects"))) if aspects else []
@@ -121,6 +134,7 @@ class AspectIndex:
             asp.append(OVERALL)
         if not asp:
             raise InputError("aspects: give at least one aspect (or keep overall=True)")
+        _import_faiss()  # before any image is embedded
         root = Path(root)
         root.mkdir(parents=True, exist_ok=True)
         probe = model.embed([_probe_image()], [OVERALL])[0]
@@ -208,7 +222,7 @@ class AspectIndex:
 
     def faiss_index(self, aspect: str) -> Any:
         if aspect not in self._faiss:
-            import faiss
+            faiss = _import_faiss()
 
             self._faiss[aspect] = faiss.read_index(str(self.root / self._entry(aspect)["faiss"]))
         return self._faiss[aspect]
@@ -326,7 +340,7 @@ def _same_model(a: Any, b: Any, tol: float = 2e-2) -> bool:
 
 
 def _write_faiss(emb: np.ndarray, factory: str, path: Path) -> None:
-    import faiss
+    faiss = _import_faiss()
 
     d = int(emb.shape[1])
     try:

@@ -4,6 +4,7 @@ queries, contact sheet, CLI."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,6 +14,8 @@ from genmetrics.errors import InputError
 from genmetrics.tpips.retrieval import AspectIndex, contact_sheet
 
 from .conftest import SIZE, write_png
+
+pytest.importorskip("faiss", reason="TPIPS retrieval needs the [retrieval] extra (faiss)")
 
 
 @pytest.fixture(scope="module")
@@ -107,3 +110,32 @@ def test_cli_index_and_query(tmp_path, folder, tiny_folder):
     assert main(["retrieve", "query", "--index", str(idx), "--query", str(folder / "img3.png"), "--aspect", "shape"]) == 2
     assert main(["retrieve", "query", "--index", str(idx), "--query", str(tmp_path / "none.png"), "--aspect",
                  "lighting"]) == 2
+
+
+def test_index_built_with_relative_paths_works_from_another_folder(tmp_path, folder, tiny_folder, monkeypatch):
+    """An index built with a relative --adapter and --images stores what it needs to reload (absolute adapter,
+    weights and image paths), so a query from any other folder works."""
+    import shutil
+
+    from genmetrics.cli.main import main
+
+    from .conftest import make_triplets
+
+    work = tmp_path / "work"
+    shutil.copytree(folder, work / "imgs")
+    data = make_triplets(work / "votes", n=4)
+    monkeypatch.chdir(work)
+    assert main(["train", "tpips", "--data", str(data), "--out", "run", "--weights", str(tiny_folder), "--max-steps",
+                 "1", "--batch-size", "2", "--micro-batch-size", "2", "--lr", "1e-3"]) == 0
+    assert main(["retrieve", "index", "--images", "imgs", "--index", "idx", "--aspect", "lighting",
+                 "--adapter", "run/final"]) == 0
+    info = json.loads((work / "idx" / "manifest.json").read_text())
+    assert info["model"]["adapter"] == str((work / "run" / "final").resolve())
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    out = elsewhere / "hits.json"
+    assert main(["retrieve", "query", "--index", str(work / "idx"), "--query", str(work / "imgs" / "img3.png"),
+                 "--aspect", "lighting", "-k", "2", "--out", str(out)]) == 0
+    hits = json.loads(out.read_text())["hits"]
+    assert len(hits) == 2 and all(Path(h["path"]).is_absolute() and Path(h["path"]).is_file() for h in hits)
