@@ -15,3 +15,7 @@ class InputError(GenmetricsError, ValueError):
 
 class WeightsUnavailableError(GenmetricsError, OSError):
     """Model weights could not be found locally and could not be downloaded."""
+
+
+class MissingDependencyError(GenmetricsError, ImportError):
+    """An optional dependency (a ``genmetrics[...]`` extra) is not installed; the message names the extra."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -56,11 +57,11 @@ def _scipy_interval(data: tuple, statistic: Callable, *, n_boot: int, alpha: flo
     from scipy.stats import bootstrap
 
     est = float(statistic(*data, axis=-1) if vectorized else statistic(*data))
-    kw = dict(n_resamples=n_boot, confidence_level=1.0 - alpha, vectorized=vectorized, paired=paired, batch=batch)
     with warnings.catch_warnings():
         # scipy warns (DegenerateDataWarning) and returns nan when BCa cannot be computed: fall back below
         warnings.simplefilter("ignore", RuntimeWarning)
-        res = bootstrap(data, statistic, method=method, rng=np.random.default_rng(seed), **kw)
+        res = bootstrap(data, statistic, method=method, rng=np.random.default_rng(seed), n_resamples=n_boot,
+                        confidence_level=1.0 - alpha, vectorized=vectorized, paired=paired, batch=batch)
     dist = np.asarray(res.bootstrap_distribution, dtype=np.float64)
     lo, hi = float(res.confidence_interval.low), float(res.confidence_interval.high)
     if not (np.isfinite(lo) and np.isfinite(hi)):
@@ -141,7 +142,7 @@ def two_sample_ci(x: np.ndarray, y: np.ndarray, stat: Callable[[np.ndarray, np.n
 
 
 def paired_bootstrap(a, b, *, n_boot: int = 1000, alpha: float = 0.05, seed: int = 0,
-                     method: str = "BCa") -> dict[str, float]:
+                     method: str = "BCa") -> dict[str, Any]:
     """Paired bootstrap of ``mean(a - b)`` over shared samples: estimate, interval (BCa by default) and the
     two-sided bootstrap p-value that the mean difference is zero (from the same resamples)."""
     a = _vector_1d(a, "paired_bootstrap a")

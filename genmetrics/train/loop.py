@@ -226,7 +226,7 @@ def fit(task: Any, train_examples: Any, cfg: TrainLoopConfig, val_examples: Any 
 
     hooks = [acc.register_save_state_pre_hook(save_hook), acc.register_load_state_pre_hook(load_hook)]
 
-    state = {"step": 0, "epoch": 0, "micro_in_epoch": 0, "epoch_progress": 0.0, "best_metric": None, "best_step": None, "bad_evals": 0,
+    state: dict[str, Any] = {"step": 0, "epoch": 0, "micro_in_epoch": 0, "epoch_progress": 0.0, "best_metric": None, "best_step": None, "bad_evals": 0,
              "stopped_early": False}
     history: list[dict[str, Any]] = []
     if ckpt is not None:
