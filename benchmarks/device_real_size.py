@@ -217,7 +217,7 @@ def run_tpips(args, dev, dtype) -> None:
             reset_peak(dev)
             t_cache = timeit(lambda: cached.embed([x[0]] * 8, asp8))
             t_plain = timeit(lambda: [plain.embed(x, [s]) for s in asp8])
-            t_vision = timeit(lambda: cached._encode_images(x))
+            t_vision = timeit(lambda: cached.vision.encode(x))
             warm.embed(x, ["warm-up"])
             t_lang = timeit(lambda: warm.embed(x, ["lighting"]))
             ea = cached.embed([x[0]] * 8, asp8)
