@@ -19,6 +19,7 @@ from genmetrics.data.cache import FeatureCache
 from genmetrics.data.images import ResizePolicy, as_image_list, load_batch
 from genmetrics.errors import InputError
 from genmetrics.metric import SampleMetric
+from genmetrics.options import number
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -34,7 +35,7 @@ class _EmbeddingMetric(SampleMetric):
         if backbone is not None and weights is not None:
             raise InputError(f"{self.name}: pass either backbone= (a built model) or weights= (a name to load), not both")
         self.weights = weights or (None if backbone is not None else self.default_weights)
-        self.data_range = float(data_range)
+        self.data_range = number("data_range", data_range, lo=0.0, lo_open=True, owner=self.name or None)
         self._cache_dir = cache_dir
         self._cache: FeatureCache | None = None
         if backbone is not None:

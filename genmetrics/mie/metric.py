@@ -25,6 +25,7 @@ from genmetrics.errors import InputError
 from genmetrics.metric import SampleMetric, _drop_duplicate_ids
 from genmetrics.mie.checkpoint import no_heads_error, resolve_heads
 from genmetrics.mie.model import DIMENSIONS, MAX_REFERENCES, MIEModel, validate_inputs
+from genmetrics.options import integer
 
 
 def _is_image(x: Any) -> bool:
@@ -80,8 +81,8 @@ class MIEMetric(SampleMetric):
         self._heads = heads
         self._weights = weights
         self._dtype = dtype
-        self._token_budget = int(token_budget)
-        self._vision_cache_size = int(vision_cache_size)
+        self._token_budget = integer("token_budget", token_budget, lo=1, owner="mie")
+        self._vision_cache_size = integer("vision_cache_size", vision_cache_size, lo=0, owner="mie")
         if backbone is not None and model is None:
             import copy
 

@@ -22,6 +22,7 @@ from genmetrics.data.images import as_image_list, to_tensor
 from genmetrics.errors import InputError
 from genmetrics.functional import divergence as D
 from genmetrics.metric import Metric, SampleMetric, as_text_list
+from genmetrics.options import number
 from genmetrics.raclip.attributes import resolve_attributes
 from genmetrics.raclip.model import (
     HCS_TEMPLATE,
@@ -104,7 +105,7 @@ class _ClipFamily:
         if not isinstance(data_range, (int, float)) or not data_range > 0:
             raise InputError(f"data_range: expected a positive number (1.0 or 255.0), got {data_range!r}")
         self.weights = weights if backbone is None else None
-        self.data_range = float(data_range)
+        self.data_range = number("data_range", data_range, lo=0.0, lo_open=True, owner=self.name or None)
         self.tokenizer = tokenizer
         self._aux: dict[str, Any] = {}
         if backbone is not None:

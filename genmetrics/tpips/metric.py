@@ -27,6 +27,7 @@ import torch
 from genmetrics.data.images import as_image_list, load_batch
 from genmetrics.errors import InputError
 from genmetrics.metric import SampleMetric, _keep_index, hash_id
+from genmetrics.options import integer, number
 from genmetrics.tpips.common import DEFAULT_WEIGHTS, VARIANTS, check_aspects
 
 
@@ -67,12 +68,12 @@ class TPIPS(SampleMetric):
         self.weights = weights
         self.adapter = adapter
         self.aspect = aspect
-        self.data_range = float(data_range)
+        self.data_range = number("data_range", data_range, lo=0.0, lo_open=True, owner="tpips")
         self.dtype_option = dtype
-        self.vision_cache_size = int(vision_cache_size)
+        self.vision_cache_size = integer("vision_cache_size", vision_cache_size, lo=0, owner="tpips")
         if resize not in (None, "smart", "square"):
             raise InputError(f"resize={resize!r}: expected 'smart' (the official Qwen3-VL-Embedding policy) or 'square'")
-        self.image_size = int(image_size) if image_size is not None else None
+        self.image_size = integer("image_size", image_size, lo=1, owner="tpips") if image_size is not None else None
         self.resize = resize
         self._candidate_k: int | None = None
         self.add_state("aspect_ids", default=[], dist_reduce_fx="cat")
