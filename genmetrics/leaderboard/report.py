@@ -16,9 +16,7 @@ self-contained ``leaderboard.html`` (plots embedded as PNG data URIs).
 from __future__ import annotations
 
 import base64
-import csv
 import html
-import io
 import math
 from pathlib import Path
 from typing import Any
@@ -210,36 +208,36 @@ def to_markdown(summary: dict[str, Any], plots: list[tuple[str, str]]) -> str:
     return "\n".join(lines)
 
 
+def _csv(rows: list[dict[str, Any]], columns: list[str], counts: list[str]) -> str:
+    """A CSV table via pandas: numbers at full precision, missing values empty, count columns as integers."""
+    import pandas as pd
+
+    df = pd.DataFrame(rows, columns=columns)
+    for c in counts:
+        df[c] = df[c].astype("Int64")
+    return df.to_csv(index=False, lineterminator="\n")
+
+
 def to_csv(summary: dict[str, Any]) -> str:
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
+    """``leaderboard.csv``: one row per generator (best first); mean, low, high and n of every column."""
     cols = summary["columns"]
-    head = ["rank", "generator", "images"]
-    for n in cols:
-        head += [n, f"{n}_low", f"{n}_high", f"{n}_n"]
-    w.writerow(head)
+    head = ["rank", "generator", "images"] + [f"{n}{s}" for n in cols for s in ("", "_low", "_high", "_n")]
+    rows = []
     for item in summary["ranking"]:
         g = item["generator"]
-        row: list[Any] = [item["rank"], g, item["images"]]
-        for e in cols.values():
+        row = {"rank": item["rank"], "generator": g, "images": item["images"]}
+        for n, e in cols.items():
             v = e["generators"][g]
-            row += [_num(v["mean"]), _num(v.get("low")), _num(v.get("high")), v.get("n")]
-        w.writerow(row)
-    return buf.getvalue()
+            row.update({n: v["mean"], f"{n}_low": v.get("low"), f"{n}_high": v.get("high"), f"{n}_n": v.get("n")})
+        rows.append(row)
+    return _csv(rows, head, ["rank", "images"] + [f"{n}_n" for n in cols])
 
 
 def paired_csv(summary: dict[str, Any]) -> str:
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow(["metric", "a", "b", "diff", "low", "high", "p_value", "n"])
-    for n, e in summary["columns"].items():
-        for p in e["paired"]:
-            w.writerow([n, p["a"], p["b"], _num(p["diff"]), _num(p["low"]), _num(p["high"]), _num(p["p_value"]), p["n"]])
-    return buf.getvalue()
-
-
-def _num(x: Any) -> str:
-    return "" if x is None else repr(float(x))
+    """``paired.csv``: every paired comparison of every per-sample column."""
+    head = ["metric", "a", "b", "diff", "low", "high", "p_value", "n"]
+    rows = [{"metric": n, **{k: p[k] for k in head[1:]}} for n, e in summary["columns"].items() for p in e["paired"]]
+    return _csv(rows, head, ["n"])
 
 
 _CSS = """body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2rem auto;max-width:1100px;
