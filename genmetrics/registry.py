@@ -158,7 +158,16 @@ _LOADED = False
 
 
 def register_metric(card: MetricCard, *, overwrite: bool = False) -> MetricCard:
-    """Register ``card`` under ``card.name`` (and its ``aliases``). Re-registering the same card is a no-op."""
+    """Register ``card`` under ``card.name`` (and its ``aliases``). Re-registering the same card is a no-op.
+
+    >>> card = MetricCard(name="my_psnr", factory="genmetrics.baselines.pixel:PSNR", family="mine",
+    ...                   summary="PSNR again", inputs={"reference": "images", "candidates": "images"},
+    ...                   higher_is_better=True, range=None, reference=ReferenceKind.MATCHED)
+    >>> _ = register_metric(card)
+    >>> "my_psnr" in list_metrics("my_*"), get_card("my_psnr").reference.value
+    (True, 'matched')
+    >>> _ = unregister_metric("my_psnr")
+    """
     if not isinstance(card, MetricCard):
         raise TypeError(f"register_metric expects a MetricCard, got {type(card).__name__}")
     old = _CARDS.get(card.name)
@@ -319,7 +328,18 @@ def metric_info(name: str) -> dict[str, Any]:
 
 
 def create_metric(name: str, **kwargs: Any):
-    """Build the metric ``name``. Unknown names and unknown keyword arguments raise ``ValueError``."""
+    """Build the metric ``name``. Unknown names and unknown keyword arguments raise ``ValueError``.
+
+    >>> from genmetrics.testing import random_images
+    >>> psnr = create_metric("psnr", max_db=60.0)
+    >>> images = random_images(2, 16)
+    >>> float(psnr(reference=images, candidates=images))  # identical images: capped at max_db
+    60.0
+    >>> create_metric("psnr", max_dB=60.0)
+    Traceback (most recent call last):
+    ...
+    ValueError: unknown option 'max_dB' for metric 'psnr'; did you mean 'max_db'? ...
+    """
     card = get_card(name)
     cls = metric_class(name)
     accepted, _ = _accepted_kwargs(cls)

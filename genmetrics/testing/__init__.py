@@ -44,7 +44,12 @@ def tiny_clip(
     context_length: int = 16,
     quick_gelu: bool = True,
 ) -> tuple[Any, Any]:
-    """``(model, tokenizer)``: a random open_clip ViT CLIP (grid ``image_size/patch_size``) and tokenizer."""
+    """``(model, tokenizer)``: a random open_clip ViT CLIP (grid ``image_size/patch_size``) and tokenizer.
+
+    >>> model, tokenizer = tiny_clip()
+    >>> tuple(model.encode_image(random_images(2).float() / 255).shape), tuple(tokenizer(["a cat"]).shape)
+    ((2, 32), (1, 16))
+    """
     from open_clip.model import CLIP
     from open_clip.tokenizer import SimpleTokenizer
 
@@ -78,7 +83,11 @@ def tiny_clip_resnet(seed: int = 0) -> tuple[Any, Any]:
 
 
 def tiny_dino(seed: int = 0, *, image_size: int = 32, patch_size: int = 8) -> Any:
-    """A random transformers ``Dinov2Model`` (hidden 32, 2 layers)."""
+    """A random transformers ``Dinov2Model`` (hidden 32, 2 layers).
+
+    >>> tuple(tiny_dino()(pixel_values=torch.zeros(1, 3, 32, 32)).pooler_output.shape)
+    (1, 32)
+    """
     from transformers import Dinov2Config, Dinov2Model
 
     torch.manual_seed(seed)
@@ -88,7 +97,12 @@ def tiny_dino(seed: int = 0, *, image_size: int = 32, patch_size: int = 8) -> An
 
 
 def random_images(n: int, size: int = 32, seed: int = 0, *, height: int | None = None) -> torch.Tensor:
-    """``n`` reproducible random uint8 images ``[n,3,H,W]``."""
+    """``n`` reproducible random uint8 images ``[n,3,H,W]``.
+
+    >>> x = random_images(2, 16, seed=1)
+    >>> x.dtype, tuple(x.shape), bool((x == random_images(2, 16, seed=1)).all())
+    (torch.uint8, (2, 3, 16, 16), True)
+    """
     g = torch.Generator().manual_seed(seed)
     return torch.randint(0, 256, (n, 3, height or size, size), generator=g, dtype=torch.uint8)
 
