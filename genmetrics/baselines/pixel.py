@@ -1,39 +1,82 @@
-"""Weight-free pixel metrics on torchmetrics' functional code: PSNR, SSIM, MS-SSIM.
+"""Weight-free pixel metrics: PSNR, SSIM, MS-SSIM (math in :mod:`genmetrics.functional.pixel`).
 
 Images are compared at their own size: a candidate whose size differs from its reference is an error
 unless ``resize="to_first"`` (the candidate is resized to its reference with bicubic antialiasing).
-Scores are computed in float64 on [0,1] images (``data_range`` describes float *inputs*).
+``data_range`` describes float *inputs*; scores are computed on [0,1] images.
+
+Precision (option ``precision``): ``"auto"`` (default) computes in float32, or in float64 when the
+images arrive as float64 tensors; ``"float32"`` / ``"float64"`` force one. Means over pixels are
+accumulated in float64 either way; float32 is within 1e-6 (SSIM, MS-SSIM) and 1e-5 dB (PSNR) of float64
+on the benchmark workload (benchmarks/peers.py).
+
+A batch of tensors of one shape and dtype is validated once (dtype, shape, finiteness and range with one
+reduction); only when that check fails are the images looked at one by one, so the error names the
+first bad image exactly as for a single image.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
-from torchmetrics.functional.image import (
-    multiscale_structural_similarity_index_measure,
-    peak_signal_noise_ratio,
-    structural_similarity_index_measure,
-)
 
 from genmetrics.data.images import ResizePolicy, as_image_list, to_tensor
 from genmetrics.errors import InputError
+from genmetrics.functional import pixel as P
 from genmetrics.metric import SampleMetric
-from genmetrics.options import integer, number
+from genmetrics.options import choice, integer, number
+
+_RANGE_TOL = 1e-3  # as genmetrics.data.images: relative tolerance on the declared float range
+PRECISIONS = ("auto", "float32", "float64")
+
+
+def stack_images(items: list[Any], *, data_range: float, dtype: torch.dtype | None) -> torch.Tensor | None:
+    """Tensors of one shape/dtype/device -> one validated ``[B,3,H,W]`` batch in [0,1] (``dtype``, or
+    float32 / the input's float64 when None); None when the items need the one-by-one path (other
+    inputs, mixed shapes, or a batch that fails validation, so the per-image check names the culprit)."""
+    if not items or not all(isinstance(x, torch.Tensor) for x in items):
+        return None
+    first = items[0]
+    if (first.ndim != 3 or first.shape[0] != 3 or first.shape[1] == 0 or first.shape[2] == 0
+            or first.device.type == "meta" or not (first.dtype == torch.uint8 or first.is_floating_point())):
+        return None
+    if any(x.shape != first.shape or x.dtype != first.dtype or x.device != first.device for x in items):
+        return None
+    from genmetrics.data.images import MAX_PIXELS
+
+    if int(first.shape[1]) * int(first.shape[2]) > MAX_PIXELS:
+        return None
+    x = torch.stack([t.detach() for t in items])
+    if first.dtype == torch.uint8:
+        return x.to(dtype or torch.float32).div_(255.0)
+    target = dtype or (torch.float64 if first.dtype == torch.float64 else torch.float32)
+    lo, hi = (float(v) for v in torch.aminmax(x))
+    tol = _RANGE_TOL * data_range
+    if not (math.isfinite(lo) and math.isfinite(hi)) or lo < -tol or hi > data_range + tol:
+        return None
+    x = x.to(target)  # torch.stack made a new tensor: the in-place ops below never touch the caller's images
+    if data_range != 1.0:
+        x.div_(data_range)
+    if lo < 0.0 or hi > data_range:
+        x.clamp_(0.0, 1.0)
+    return x
 
 
 class _PairedPixelMetric(SampleMetric):
     higher_is_better = True
     paired = True  # preds= are the candidates, target= the references
 
-    def __init__(self, *, resize: str = "none", data_range: float = 1.0, batch_size: int = 32, **kwargs: Any) -> None:
+    def __init__(self, *, resize: str = "none", data_range: float = 1.0, precision: str = "auto",
+                 batch_size: int = 32, **kwargs: Any) -> None:
         super().__init__(batch_size=batch_size, **kwargs)
         if resize not in ("none", "to_first"):
             raise InputError(f"resize: expected 'none' or 'to_first' for pixel metrics, got {resize!r}")
         if not (isinstance(data_range, (int, float)) and data_range > 0):
             raise InputError(f"data_range: expected a positive number (1.0 or 255.0), got {data_range!r}")
         self.resize = ResizePolicy(resize)
-        self.data_range = float(data_range)
+        self.data_range = number("data_range", data_range, lo=0.0, lo_open=True, owner=self.name or None)
+        self.precision = choice("precision", precision, PRECISIONS, owner=self.name)
 
     def _prepare(self, reference: Any, candidates: Any, condition: Any) -> dict[str, list[Any]]:
         if reference is None:
@@ -45,29 +88,48 @@ class _PairedPixelMetric(SampleMetric):
         return {"reference": as_image_list(reference, name="reference"),
                 "candidates": as_image_list(candidates, name="candidates")}
 
-    def _pair(self, ref: Any, cand: Any, i: int) -> tuple[torch.Tensor, torch.Tensor]:
-        r = to_tensor(ref, data_range=self.data_range, name=f"reference[{i}]")
-        c = to_tensor(cand, data_range=self.data_range, name=f"candidates[{i}]")
-        if r.shape != c.shape:
-            if self.resize.name == "none":
-                raise InputError(
-                    f"candidates[{i}]: size {tuple(c.shape[1:])} differs from its reference {tuple(r.shape[1:])}; "
-                    f"resize the images or pass resize='to_first' to resize candidates to their reference"
-                )
-            c = self.resize.apply_one(c, (int(r.shape[1]), int(r.shape[2])))
-        return r.double(), c.double()
+    def _compute_dtype(self) -> torch.dtype | None:
+        return None if self.precision == "auto" else getattr(torch, self.precision)
+
+    def _one(self, x: Any, name: str) -> torch.Tensor:
+        t = to_tensor(x, data_range=self.data_range, name=name)
+        dtype = self._compute_dtype() or (torch.float64 if isinstance(x, torch.Tensor) and x.dtype == torch.float64
+                                  else torch.float32)
+        return t.to(dtype)
 
     def _score_batch(self, batch: dict[str, list[Any]]) -> torch.Tensor:
-        pairs = [self._pair(r, c, i) for i, (r, c) in enumerate(zip(batch["reference"], batch["candidates"]))]
+        dtype = self._compute_dtype()
+        refs = stack_images(batch["reference"], data_range=self.data_range, dtype=dtype)
+        cands = stack_images(batch["candidates"], data_range=self.data_range, dtype=dtype)
+        if refs is not None and cands is not None and refs.shape == cands.shape:
+            if refs.dtype != cands.dtype:
+                refs, cands = refs.double(), cands.double()
+            return self._fn(cands, refs)
+        n = len(batch["reference"])
+        rl = list(refs.unbind(0)) if refs is not None else [self._one(x, f"reference[{i}]")
+                                                            for i, x in enumerate(batch["reference"])]
+        cl = list(cands.unbind(0)) if cands is not None else [self._one(x, f"candidates[{i}]")
+                                                              for i, x in enumerate(batch["candidates"])]
+        for i in range(n):
+            r, c = rl[i], cl[i]
+            if r.shape != c.shape:
+                if self.resize.name == "none":
+                    raise InputError(
+                        f"candidates[{i}]: size {tuple(c.shape[1:])} differs from its reference {tuple(r.shape[1:])}; "
+                        f"resize the images or pass resize='to_first' to resize candidates to their reference"
+                    )
+                cl[i] = self.resize.apply_one(c, (int(r.shape[1]), int(r.shape[2])))
         # Group equal sizes so each group is one batched call; order is restored afterwards.
-        out = torch.empty(len(pairs), dtype=torch.float64)
+        out = torch.empty(n, dtype=torch.float64)
         groups: dict[tuple, list[int]] = {}
-        for i, (r, _) in enumerate(pairs):
+        for i, r in enumerate(rl):
             groups.setdefault(tuple(r.shape), []).append(i)
         for idx in groups.values():
-            refs = torch.stack([pairs[i][0] for i in idx])
-            cands = torch.stack([pairs[i][1] for i in idx])
-            out[idx] = self._fn(cands, refs).reshape(-1).double()
+            gr = torch.stack([rl[i] for i in idx])
+            gc = torch.stack([cl[i] for i in idx])
+            if gr.dtype != gc.dtype:
+                gr, gc = gr.double(), gc.double()
+            out[idx] = self._fn(gc, gr).reshape(-1).to(out.device)
         return out
 
     def _fn(self, preds: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -98,8 +160,7 @@ class PSNR(_PairedPixelMetric):
         return (-10.0 * torch.log10(mse)).clamp(max=self.max_db)
 
     def _fn(self, preds: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        v = peak_signal_noise_ratio(preds, target, data_range=1.0, reduction="none", dim=(1, 2, 3))
-        return v.clamp(max=self.max_db)
+        return P.psnr(preds, target).clamp(max=self.max_db)
 
 
 class SSIM(_PairedPixelMetric):
@@ -111,27 +172,29 @@ class SSIM(_PairedPixelMetric):
         super().__init__(**kwargs)
         self.kernel_size = integer("kernel_size", kernel_size, lo=3, owner="ssim")
         self.sigma = number("sigma", sigma, lo=0.0, lo_open=True, owner="ssim")
+        _odd(self.kernel_size, "ssim")
 
     def _fn(self, preds: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         if min(preds.shape[-2:]) < self.kernel_size:
             raise InputError(f"ssim: images of {tuple(preds.shape[-2:])} are smaller than the {self.kernel_size}px window; "
                              "pass kernel_size=... smaller or use larger images")
-        if self.kernel_size % 2 == 0:
-            raise InputError(f"ssim: option kernel_size: expected an odd window size (e.g. 7 or 11), got {self.kernel_size}")
-        if self.kernel_size == _gauss_size(self.sigma):  # torchmetrics sizes its Gaussian window from sigma
-            return structural_similarity_index_measure(preds, target, data_range=1.0, reduction="none", sigma=self.sigma)
-        return _ssim_window(preds, target, self.kernel_size, self.sigma)
+        return P.ssim(preds, target, kernel_size=self.kernel_size, sigma=self.sigma)
 
 
 class MSSSIM(_PairedPixelMetric):
-    """MS-SSIM per image with the standard 5 scale weights; each side must exceed (kernel-1)*2^(scales-1)."""
+    """MS-SSIM per image with the standard 5 scale weights; each side must exceed (kernel-1)*2^(scales-1).
+
+    ``sigma=None`` (default): 1.5 for the standard 11 px window, else ``(kernel_size - 1) / 7``, the sigma
+    whose 3.5-sigma Gaussian window has ``kernel_size`` taps (how torchmetrics pairs the two)."""
 
     name = "ms_ssim"
 
     def __init__(self, *, kernel_size: int = 11, betas: tuple[float, ...] = (0.0448, 0.2856, 0.3001, 0.2363, 0.1333),
-                 **kwargs: Any) -> None:
+                 sigma: float | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.kernel_size = integer("kernel_size", kernel_size, lo=3, owner="ms_ssim")
+        _odd(self.kernel_size, "ms_ssim")
+        self.sigma = None if sigma is None else number("sigma", sigma, lo=0.0, lo_open=True, owner="ms_ssim")
         if isinstance(betas, (str, bytes)) or not hasattr(betas, "__len__") or not len(betas):
             raise InputError(f"ms_ssim: option betas: expected a non-empty list of scale weights, got {betas!r}")
         self.betas = tuple(number(f"betas[{i}]", b, lo=0.0, owner="ms_ssim") for i, b in enumerate(betas))
@@ -144,35 +207,14 @@ class MSSSIM(_PairedPixelMetric):
                 f"{self.kernel_size}px window (each side must exceed {need}); use larger images, fewer betas "
                 "(e.g. betas=(0.0448, 0.2856, 0.3001)) or a smaller kernel_size"
             )
-        if self.kernel_size % 2 == 0:
-            raise InputError(f"ms_ssim: option kernel_size: expected an odd window size (e.g. 7 or 11), got {self.kernel_size}")
-        # torchmetrics sizes the Gaussian window from sigma (kernel_size alone has no effect): the standard
-        # sigma 1.5 for the standard 11 px window, else the sigma whose window is kernel_size (sigma = half / 3.5)
-        sigma = 1.5 if self.kernel_size == 11 else (self.kernel_size - 1) / 7.0
-        return multiscale_structural_similarity_index_measure(
-            preds, target, data_range=1.0, reduction="none", sigma=sigma, betas=self.betas, normalize="relu")
+        return P.ms_ssim(preds, target, kernel_size=self.kernel_size, sigma=self._sigma(), betas=self.betas)
+
+    def _sigma(self) -> float:
+        if self.sigma is not None:
+            return self.sigma
+        return 1.5 if self.kernel_size == 11 else (self.kernel_size - 1) / 7.0
 
 
-def _gauss_size(sigma: float) -> int:
-    """The Gaussian window torchmetrics uses for ``sigma`` (it ignores ``kernel_size`` for Gaussian windows)."""
-    return int(3.5 * sigma + 0.5) * 2 + 1
-
-
-def _ssim_window(preds: torch.Tensor, target: torch.Tensor, k: int, sigma: float) -> torch.Tensor:
-    """SSIM per image with a ``k`` x ``k`` Gaussian window of ``sigma`` (K1 0.01, K2 0.03, data range 1),
-    computed as torchmetrics does (reflect padding, variances clamped at 0, mean over the whole image)."""
-    import torch.nn.functional as F
-
-    c = preds.shape[1]
-    x = torch.arange(k, dtype=preds.dtype, device=preds.device) - (k - 1) / 2
-    g = torch.exp(-(x**2) / (2 * sigma**2))
-    g = g / g.sum()
-    w = (g[:, None] * g[None, :]).expand(c, 1, k, k)
-    p = (k - 1) // 2
-    stack = torch.cat([preds, target, preds * preds, target * target, preds * target])
-    out = F.conv2d(F.pad(stack, (p, p, p, p), mode="reflect"), w, groups=c)
-    mu_p, mu_t, pp, tt, pt = out.split(preds.shape[0])
-    c1, c2 = 0.01**2, 0.03**2
-    s_p, s_t, s_pt = (pp - mu_p**2).clamp(min=0.0), (tt - mu_t**2).clamp(min=0.0), pt - mu_p * mu_t
-    ssim = ((2 * mu_p * mu_t + c1) * (2 * s_pt + c2)) / ((mu_p**2 + mu_t**2 + c1) * (s_p + s_t + c2))
-    return ssim.reshape(preds.shape[0], -1).mean(-1)
+def _odd(kernel_size: int, owner: str) -> None:
+    if kernel_size % 2 == 0:
+        raise InputError(f"{owner}: option kernel_size: expected an odd window size (e.g. 7 or 11), got {kernel_size}")

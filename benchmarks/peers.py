@@ -1,0 +1,259 @@
+"""genmetrics against the libraries users would otherwise pick, on the same inputs (issue 16).
+
+Pixel metrics (psnr, ssim, ms_ssim): ``--pairs`` image pairs of ``--size`` px (float32 tensors in [0,1],
+candidates are noisy copies of their references), scored in chunks of ``--batch`` by genmetrics,
+torchmetrics' float32 classes, piq and pyiqa (each only where installed; ``pip install -e .[bench]``).
+``clipscore``: genmetrics' ``clipscore`` on a random open_clip ViT-B-16 against torchmetrics'
+``CLIPScore`` on a random transformers ``CLIPModel`` of the same size (different random weights, so
+only the speeds compare; genmetrics' trimmed text path is checked against the untrimmed one instead).
+
+Rounds are interleaved (every tool once per round, order rotated), speeds are medians over rounds, at
+``--threads`` threads. One JSON line per metric: pairs (images) per second of each tool, genmetrics'
+ratio to each, the largest per-image difference to each, and genmetrics' largest difference to an
+explicit float64 computation (torchmetrics' functional code on float64 tensors).
+
+    python benchmarks/peers.py                         # full workload: 256 pairs of 256x256, 5 rounds
+    python benchmarks/peers.py --pairs 32 --rounds 3   # quick look
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+PIXEL = ("psnr", "ssim", "ms_ssim")
+
+
+def _chunks(n: int, b: int) -> list[slice]:
+    return [slice(i, min(n, i + b)) for i in range(0, n, b)]
+
+
+def _float64_reference(metric: str, ref: torch.Tensor, cand: torch.Tensor) -> torch.Tensor:
+    from torchmetrics.functional.image import (
+        multiscale_structural_similarity_index_measure,
+        peak_signal_noise_ratio,
+        structural_similarity_index_measure,
+    )
+
+    out = []
+    for sl in _chunks(ref.shape[0], 32):
+        p, t = cand[sl].double(), ref[sl].double()
+        if metric == "psnr":
+            v = peak_signal_noise_ratio(p, t, data_range=1.0, reduction="none", dim=(1, 2, 3))
+        elif metric == "ssim":
+            v = structural_similarity_index_measure(p, t, data_range=1.0, reduction="none")
+        else:
+            v = multiscale_structural_similarity_index_measure(p, t, data_range=1.0, reduction="none", normalize="relu")
+        out.append(v.reshape(-1))
+    return torch.cat(out)
+
+
+def _pixel_tools(metric: str, batch: int) -> dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]]:
+    import genmetrics
+
+    tools: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {}
+
+    def gm(ref: torch.Tensor, cand: torch.Tensor) -> torch.Tensor:
+        m = genmetrics.create_metric(metric, batch_size=batch)
+        m.update(reference=ref, candidates=cand)
+        return m.per_sample()["scores"]
+
+    tools["genmetrics"] = gm
+
+    from torchmetrics.image import (
+        MultiScaleStructuralSimilarityIndexMeasure,
+        PeakSignalNoiseRatio,
+        StructuralSimilarityIndexMeasure,
+    )
+
+    def tm(ref: torch.Tensor, cand: torch.Tensor) -> torch.Tensor:
+        if metric == "psnr":
+            m = PeakSignalNoiseRatio(data_range=1.0, reduction="none", dim=(1, 2, 3))
+        elif metric == "ssim":
+            m = StructuralSimilarityIndexMeasure(data_range=1.0, reduction="none")
+        else:
+            m = MultiScaleStructuralSimilarityIndexMeasure(data_range=1.0, reduction="none", normalize="relu")
+        for sl in _chunks(ref.shape[0], batch):
+            m.update(cand[sl], ref[sl])
+        return m.compute().reshape(-1)
+
+    tools["torchmetrics"] = tm
+    try:
+        import piq
+
+        def pq(ref: torch.Tensor, cand: torch.Tensor) -> torch.Tensor:
+            out = []
+            for sl in _chunks(ref.shape[0], batch):
+                if metric == "psnr":
+                    v = piq.psnr(cand[sl], ref[sl], data_range=1.0, reduction="none")
+                elif metric == "ssim":
+                    v = piq.ssim(cand[sl], ref[sl], data_range=1.0, reduction="none", downsample=False)
+                else:
+                    v = piq.multi_scale_ssim(cand[sl], ref[sl], data_range=1.0, reduction="none")
+                out.append(v.reshape(-1))
+            return torch.cat(out)
+
+        tools["piq"] = pq
+    except ImportError:
+        pass
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            import pyiqa
+        name = {"psnr": "psnr", "ssim": "ssimc", "ms_ssim": "ms_ssim"}[metric]
+        opts = {"test_y_channel": False} if metric == "ms_ssim" else {}
+        iqa = pyiqa.create_metric(name, device="cpu", **opts)
+
+        def pi(ref: torch.Tensor, cand: torch.Tensor) -> torch.Tensor:
+            return torch.cat([iqa(cand[sl], ref[sl]).reshape(-1) for sl in _chunks(ref.shape[0], batch)])
+
+        tools["pyiqa"] = pi
+    except ImportError:
+        pass
+    return tools
+
+
+def _interleaved(tools: dict[str, Callable[[], Any]], rounds: int) -> tuple[dict[str, float], dict[str, Any]]:
+    times: dict[str, list[float]] = {k: [] for k in tools}
+    last: dict[str, Any] = {}
+    names = list(tools)
+    for r in range(rounds):
+        order = names[r % len(names):] + names[:r % len(names)]
+        for k in order:
+            t0 = time.perf_counter()
+            last[k] = tools[k]()
+            times[k].append(time.perf_counter() - t0)
+    return {k: statistics.median(v) for k, v in times.items()}, last
+
+
+def bench_pixel(metric: str, args: argparse.Namespace) -> dict[str, Any]:
+    g = torch.Generator().manual_seed(0)
+    ref = torch.rand(args.pairs, 3, args.size, args.size, generator=g)
+    cand = (ref + 0.08 * torch.randn(ref.shape, generator=g)).clamp_(0.0, 1.0)
+    tools = _pixel_tools(metric, args.batch)
+    med, vals = _interleaved({k: (lambda f=f: f(ref, cand)) for k, f in tools.items()}, args.rounds)
+    ref64 = _float64_reference(metric, ref, cand)
+    gm = vals["genmetrics"].double().cpu()
+    line: dict[str, Any] = {"benchmark": "peers", "metric": metric, "pairs": args.pairs, "size": args.size,
+                            "batch": args.batch, "threads": torch.get_num_threads(), "rounds": args.rounds}
+    for k, t in med.items():
+        line[f"{k}_pairs_per_s"] = round(args.pairs / t, 3)
+    for k in med:
+        if k != "genmetrics":
+            line[f"ratio_vs_{k}"] = round(med[k] / med["genmetrics"], 3)
+            line[f"max_abs_diff_{k}"] = float((vals[k].double().cpu() - gm).abs().max())
+    line["genmetrics_max_abs_diff_vs_float64"] = float((gm - ref64).abs().max())
+    return line
+
+
+def _hf_clip_b16() -> tuple[Any, Any]:
+    """A random transformers CLIPModel with ViT-B/16's sizes and a processor for torchmetrics' CLIPScore."""
+    from open_clip.tokenizer import SimpleTokenizer
+    from transformers import CLIPConfig, CLIPImageProcessor, CLIPModel
+
+    torch.manual_seed(0)
+    cfg = CLIPConfig(
+        text_config={"hidden_size": 512, "intermediate_size": 2048, "num_attention_heads": 8, "num_hidden_layers": 12,
+                     "max_position_embeddings": 77, "vocab_size": 49408, "bos_token_id": 49406, "eos_token_id": 49407},
+        vision_config={"hidden_size": 768, "intermediate_size": 3072, "num_attention_heads": 12, "num_hidden_layers": 12,
+                       "image_size": 224, "patch_size": 16},
+        projection_dim=512)
+    class TensorCLIP(CLIPModel):  # transformers 5 returns output objects; torchmetrics 1.9 expects tensors
+        def get_image_features(self, *a: Any, **k: Any) -> torch.Tensor:
+            out = super().get_image_features(*a, **k)
+            return out if isinstance(out, torch.Tensor) else out.pooler_output
+
+        def get_text_features(self, *a: Any, **k: Any) -> torch.Tensor:
+            out = super().get_text_features(*a, **k)
+            return out if isinstance(out, torch.Tensor) else out.pooler_output
+
+    model = TensorCLIP(cfg).eval()
+    images = CLIPImageProcessor(size={"shortest_edge": 224}, crop_size={"height": 224, "width": 224})
+    tok = SimpleTokenizer()
+
+    class Processor:  # the CLIP BPE (open_clip's copy; no files to download), padded to the longest like HF's
+        def __call__(self, text: Any = None, images_: Any = None, **kw: Any) -> dict[str, torch.Tensor]:
+            imgs = kw.pop("images", images_)
+            if imgs is not None:
+                return dict(images(imgs, return_tensors="pt"))
+            ids = tok(text)
+            n = int((ids != 0).sum(1).max())
+            ids = ids[:, :n]
+            return {"input_ids": ids, "attention_mask": (ids != 0).long()}
+
+    return model, Processor()
+
+
+def bench_clipscore(args: argparse.Namespace) -> dict[str, Any]:
+    import open_clip
+    from torchmetrics.multimodal.clip_score import CLIPScore as TMCLIPScore
+
+    import genmetrics
+
+    n = args.clip_images
+    g = torch.Generator().manual_seed(0)
+    imgs = (torch.rand(n, 3, 256, 256, generator=g) * 255).to(torch.uint8)
+    words = ["a photo of", "a red", "small", "dog", "cat", "on a table", "in the snow", "painting of", "city at night",
+             "two", "people", "walking", "with an umbrella", "close-up", "wooden", "house"]
+    prompts = [" ".join(words[(i * 7 + j * 3) % len(words)] for j in range(3 + i % 6)) for i in range(n)]
+    torch.manual_seed(0)
+    oc = open_clip.create_model("ViT-B-16-quickgelu", pretrained=None).eval()
+    tok = open_clip.get_tokenizer("ViT-B-16-quickgelu")
+    tm = TMCLIPScore(model_name_or_path=_hf_clip_b16)
+
+    def gm() -> torch.Tensor:
+        m = genmetrics.create_metric("clipscore", backbone=oc, tokenizer=tok, batch_size=args.batch)
+        m.update(candidates=imgs, condition=prompts)
+        return m.per_sample()["scores"]
+
+    def tmf() -> torch.Tensor:
+        tm.reset()
+        for sl in _chunks(n, args.batch):
+            tm.update(list(imgs[sl]), prompts[sl])
+        return tm.compute()
+
+    med, vals = _interleaved({"genmetrics": gm, "torchmetrics": tmf}, args.rounds)
+    line: dict[str, Any] = {"benchmark": "peers", "metric": "clipscore", "images": n, "model": "ViT-B/16 (random)",
+                            "batch": args.batch, "threads": torch.get_num_threads(), "rounds": args.rounds,
+                            "genmetrics_images_per_s": round(n / med["genmetrics"], 3),
+                            "torchmetrics_images_per_s": round(n / med["torchmetrics"], 3),
+                            "ratio_vs_torchmetrics": round(med["torchmetrics"] / med["genmetrics"], 3),
+                            "max_abs_diff_torchmetrics": None}
+    try:  # genmetrics' text path against the untrimmed, uncached open_clip encode_text
+        from genmetrics.backbones.openclip import clip_image_batch
+
+        with torch.inference_mode():
+            img = torch.nn.functional.normalize(oc.encode_image(clip_image_batch(list(imgs), oc)).float(), dim=-1)
+            txt = torch.nn.functional.normalize(oc.encode_text(tok(prompts)).float(), dim=-1)
+        plain = (100.0 * (img * txt).sum(-1)).double()
+        line["genmetrics_max_abs_diff_vs_untrimmed"] = float((vals["genmetrics"].double() - plain).abs().max())
+    except Exception as e:  # noqa: BLE001 - a benchmark line still comes out
+        line["genmetrics_max_abs_diff_vs_untrimmed"] = f"error: {e}"
+    return line
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--pairs", type=int, default=256)
+    ap.add_argument("--size", type=int, default=256)
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--clip-images", type=int, default=64)
+    ap.add_argument("--metrics", default="psnr,ssim,ms_ssim,clipscore")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    for metric in args.metrics.split(","):
+        line = bench_clipscore(args) if metric == "clipscore" else bench_pixel(metric, args)
+        print(json.dumps(line), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,145 @@
+"""psnr / ssim / ms_ssim (issue 16): float32 compute against explicit float64 computations, options that
+change the value, one vectorised validation per batch that still names the bad image."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torchmetrics.functional.image import (
+    multiscale_structural_similarity_index_measure,
+    peak_signal_noise_ratio,
+    structural_similarity_index_measure,
+)
+
+import genmetrics as gm
+from genmetrics.errors import InputError
+
+
+def _pairs(n=4, size=48, seed=0, noise=0.08):
+    g = torch.Generator().manual_seed(seed)
+    ref = torch.rand(n, 3, size, size, generator=g)
+    smooth = F.interpolate(torch.rand(n, 3, 6, 6, generator=g), size=size, mode="bicubic", align_corners=False)
+    ref[: n // 2] = smooth[: n // 2].clamp(0, 1)  # half natural-ish (smooth), half noise
+    cand = (ref + noise * torch.randn(ref.shape, generator=g)).clamp(0, 1)
+    return ref, cand
+
+
+def _scores(name, ref, cand, **opts):
+    m = gm.create_metric(name, **opts)
+    m.update(reference=ref, candidates=cand)
+    return m.per_sample()["scores"]
+
+
+def _naive_ssim64(pred, target, k, sigma):
+    """A second SSIM: full 2-D k x k Gaussian window, float64, reflect padding, whole-image mean."""
+    pred, target = pred.double(), target.double()
+    x = torch.arange(k, dtype=torch.float64) - (k - 1) / 2
+    g = torch.exp(-x**2 / (2 * sigma**2))
+    g = g / g.sum()
+    w = torch.outer(g, g).expand(3, 1, k, k)
+    p = (k - 1) // 2
+
+    def blur(a):
+        return F.conv2d(F.pad(a, (p, p, p, p), mode="reflect"), w, groups=3)
+
+    mu_x, mu_y = blur(pred), blur(target)
+    sxx = (blur(pred * pred) - mu_x**2).clamp(min=0)
+    syy = (blur(target * target) - mu_y**2).clamp(min=0)
+    sxy = blur(pred * target) - mu_x * mu_y
+    c1, c2 = 0.01**2, 0.03**2
+    s = ((2 * mu_x * mu_y + c1) * (2 * sxy + c2)) / ((mu_x**2 + mu_y**2 + c1) * (sxx + syy + c2))
+    return s.flatten(1).mean(1)
+
+
+def test_float32_within_issue_tolerance_of_float64_reference():
+    ref, cand = _pairs(4, 48)
+    psnr64 = peak_signal_noise_ratio(cand.double(), ref.double(), data_range=1.0, reduction="none", dim=(1, 2, 3))
+    assert (_scores("psnr", ref, cand) - psnr64).abs().max() < 1e-4
+    ssim64 = structural_similarity_index_measure(cand.double(), ref.double(), data_range=1.0, reduction="none")
+    assert (_scores("ssim", ref, cand) - ssim64).abs().max() < 1e-5
+    assert (_scores("ssim", ref, cand) - _naive_ssim64(cand, ref, 11, 1.5)).abs().max() < 1e-5
+    big_ref, big_cand = _pairs(2, 176, seed=1)
+    ms64 = multiscale_structural_similarity_index_measure(big_cand.double(), big_ref.double(), data_range=1.0,
+                                                         reduction="none", normalize="relu")
+    assert (_scores("ms_ssim", big_ref, big_cand) - ms64).abs().max() < 1e-5
+
+
+def test_precision_float64_matches_the_float64_reference_closely():
+    ref, cand = _pairs(3, 40)
+    ssim64 = structural_similarity_index_measure(cand.double(), ref.double(), data_range=1.0, reduction="none")
+    assert (_scores("ssim", ref, cand, precision="float64") - ssim64).abs().max() < 1e-12
+    ms = multiscale_structural_similarity_index_measure(cand.double(), ref.double(), data_range=1.0, reduction="none",
+                                                       normalize="relu", betas=(0.5, 0.5), sigma=(6 / 7, 6 / 7))
+    assert (_scores("ms_ssim", ref, cand, precision="float64", kernel_size=7, betas=(0.5, 0.5)) - ms).abs().max() < 1e-12
+    # "auto" keeps float64 inputs in float64
+    assert (_scores("ssim", ref.double(), cand.double()) - ssim64).abs().max() < 1e-12
+    f32, f64 = _scores("ssim", ref, cand, precision="float32"), _scores("ssim", ref, cand, precision="float64")
+    assert 0 < (f32 - f64).abs().max() < 1e-5  # the option changes the computation, not the meaning
+
+
+def test_kernel_size_and_sigma_take_effect_and_match_a_naive_window():
+    ref, cand = _pairs(3, 40)
+    for k, sigma in ((7, 1.0), (5, 1.5), (11, 1.5), (11, 2.5)):
+        ours = _scores("ssim", ref, cand, kernel_size=k, sigma=sigma)
+        assert (ours - _naive_ssim64(cand, ref, k, sigma)).abs().max() < 1e-5
+    values = {(k, s): float(_scores("ssim", ref, cand, kernel_size=k, sigma=s).mean())
+              for k, s in ((7, 1.5), (11, 1.5), (11, 0.8))}
+    assert len(set(values.values())) == 3
+    with pytest.raises(InputError, match="odd"):
+        gm.create_metric("ssim", kernel_size=6)
+
+
+def test_ms_ssim_options_change_the_value():
+    ref, cand = _pairs(2, 176, seed=2)
+    base = _scores("ms_ssim", ref, cand)
+    for opts in ({"kernel_size": 7}, {"sigma": 1.0}, {"betas": (0.0448, 0.2856, 0.3001)}):
+        assert (_scores("ms_ssim", ref, cand, **opts) - base).abs().max() > 1e-4, opts
+
+
+def test_psnr_options_change_the_value():
+    ref, cand = _pairs(3, 32)
+    assert float(_scores("psnr", ref, ref, max_db=55.0).max()) == 55.0
+    assert float(_scores("psnr", ref, ref).max()) == 100.0
+    by_hand = 10 * torch.log10(1 / ((ref.double() - cand.double()) ** 2).flatten(1).mean(1))
+    assert (_scores("psnr", ref * 255, cand * 255, data_range=255.0) - by_hand).abs().max() < 1e-4
+
+
+def test_results_do_not_depend_on_input_form_or_batch_size():
+    ref, cand = _pairs(5, 32)
+    base = _scores("ssim", ref, cand, batch_size=32)
+    assert torch.equal(_scores("ssim", ref, cand, batch_size=2), base)
+    assert torch.equal(_scores("ssim", list(ref), list(cand)), base)
+    u8r, u8c = (ref * 255).round().to(torch.uint8), (cand * 255).round().to(torch.uint8)
+    from_u8 = _scores("ssim", u8r, u8c)
+    assert torch.allclose(from_u8, _scores("ssim", u8r.float() / 255, u8c.float() / 255), atol=0, rtol=0)
+    # mixed forms (a PIL image among tensors) take the one-by-one path and agree
+    from genmetrics.data.images import to_pil
+
+    mixed = [to_pil(u8c[0])] + list(u8c[1:])
+    assert torch.allclose(_scores("ssim", u8r, mixed), from_u8, atol=1e-12)
+    # data_range=255 scales a copy, never the caller's tensors
+    r255 = ref * 255
+    keep = r255.clone()
+    _scores("psnr", r255, cand * 255, data_range=255.0)
+    assert torch.equal(r255, keep)
+
+
+@pytest.mark.parametrize("bad,match", [(float("nan"), "candidates\\[3\\]: tensor contains NaN"),
+                                       (float("inf"), "candidates\\[3\\]: tensor contains NaN"),
+                                       (1.5, "candidates\\[3\\]: float values in")])
+def test_one_bad_image_in_a_batch_is_named(bad, match):
+    ref, cand = _pairs(6, 16)
+    cand = cand.clone()
+    cand[3, 1, 2, 2] = bad
+    with pytest.raises(InputError, match=match):
+        _scores("psnr", ref, cand)
+
+
+def test_size_mismatch_is_named_and_to_first_resizes():
+    ref, _ = _pairs(2, 32)
+    cand = torch.rand(2, 3, 24, 24)
+    with pytest.raises(InputError, match="candidates\\[0\\]: size"):
+        _scores("psnr", ref, cand)
+    v = _scores("psnr", ref, cand, resize="to_first")
+    assert v.shape == (2,) and torch.isfinite(v).all()
