@@ -43,3 +43,39 @@ def test_two_processes_equal_one(tmp_path):
             torch.testing.assert_close(weights[k], ref[k], atol=1e-6, rtol=1e-5)
     assert (tmp_path / "two" / "final" / "trainable.safetensors").is_file()
     assert (tmp_path / "two" / "train_result.json").is_file()
+
+
+def _resume_worker(rank, world_size, out, resume):
+    import os
+
+    os.environ["LOCAL_RANK"] = str(rank)
+    cfg = TrainLoopConfig(out_dir=out, lr=0.05, epochs=2, batch_size=2, grad_accum=1, warmup_ratio=0.1, seed=5,
+                          save_every=2, keep_checkpoints=10, resume=resume, progress=False)
+    res = fit(Toy(dropout=0.3, init_seed=1 if not resume else 77), make_data(16), cfg)
+    return res.history, params(res.module), str(res.resumed_from)
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+def test_two_process_run_resumes_exactly(tmp_path):
+    """Two processes with dropout (each its own RNG stream): the run cut back to its step-2 checkpoint (what a
+    kill right after it leaves, plus log rows written later) and resumed in two processes ends identical."""
+    import shutil
+
+    from genmetrics.testing import spawn_gloo
+
+    out = tmp_path / "run"
+    full = spawn_gloo(_resume_worker, 2, (str(out), False))
+    assert len([r for r in full[0][0] if r["kind"] == "train"]) == 8  # 16 / (2 x 2) x 2 epochs
+    for name in ("train_result.json", "final"):
+        p = out / name
+        shutil.rmtree(p) if p.is_dir() else p.unlink()
+    for ck in (out / "checkpoints").iterdir():
+        if int(ck.name.split("-")[1]) > 2:
+            shutil.rmtree(ck)
+    resumed = spawn_gloo(_resume_worker, 2, (str(out), True))
+    for (h_full, p_full, _), (h_res, p_res, since) in zip(full, resumed):
+        assert since.endswith("step-2")
+        assert h_res == h_full
+        for k in p_full:
+            assert torch.equal(p_res[k], p_full[k]), k
