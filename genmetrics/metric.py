@@ -576,6 +576,7 @@ class SampleMetric(Metric):
         n = _batch_len(batch)
         hashed, labels = self._hash_ids(ids, n)
         repeated = [j for j, h in enumerate(hashed) if h >= 0 and h in self._seen_ids]
+        self._last_kept: list[int] | None = None  # positions of this update's samples that were kept (None: all)
         if repeated:
             warnings.warn(
                 f"{self.name or type(self).__name__}: {len(repeated)} sample id(s) were already scored by this metric "
@@ -583,6 +584,7 @@ class SampleMetric(Metric):
                 "De-duplication by id exists for the copies a DistributedSampler pads in across processes; call "
                 "reset() between epochs, or give every sample its own id.", UserWarning, stacklevel=4)
             keep = [j for j in range(n) if j not in set(repeated)]
+            self._last_kept = keep
             if not keep:
                 return
             batch = {k: (None if v is None else [v[j] for j in keep]) for k, v in batch.items()}

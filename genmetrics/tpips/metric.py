@@ -172,12 +172,31 @@ class TPIPS(SampleMetric):
         return model.similarity(ref, cand, asp)
 
     def update(self, reference: Any = None, candidates: Any = None, condition: Any = None, *, ids: Any = None) -> None:
+        import warnings
+
         n_before = sum(int(t.shape[0]) for t in self.scores) if isinstance(self.scores, list) else 0
-        super().update(reference, candidates, condition, ids=ids)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            super().update(reference, candidates, condition, ids=ids)
+        cut = [w for w in caught if "tokens truncated to" in str(w.message)]
+        for w in caught:
+            if w not in cut:
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
         self._candidate_k = self._pending_k
         n_new = sum(int(t.shape[0]) for t in self.scores) - n_before
         asp = condition if condition is not None else self.aspect
         asp = [asp] * n_new if isinstance(asp, str) else list(asp)
+        if cut:  # one warning per update naming how many aspects were cut (the model warns per call)
+            model = self.model()
+            tok, limit = getattr(model, "tokenizer", None), getattr(model, "max_aspect_tokens", None)
+            uniq = list(dict.fromkeys(asp))
+            long = [a for a in uniq if tok is not None and limit and
+                    len(tok(a, add_special_tokens=False)["input_ids"]) > limit] or uniq[:1]
+            warnings.warn(f"tpips: {len(long)} aspect text(s) exceed the model's {limit} aspect tokens and were "
+                          f"truncated by the tokenizer (first: {long[0][:60]!r}); shorten them to use all of the text",
+                          UserWarning, stacklevel=2)
+        if self._last_kept is not None and not isinstance(condition if condition is not None else self.aspect, str):
+            asp = [asp[j] for j in self._last_kept]  # ids already scored were dropped: their aspects too
         hashed = []
         for a in asp:
             h = hash_id(a) & ((1 << 62) - 1)

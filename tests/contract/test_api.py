@@ -254,3 +254,18 @@ def test_over_long_conditions_warn_once_with_the_count(name):
     assert len(cut) == 1, [str(w.message) for w in caught]  # one warning per update, naming the count
     # clip_t / clipscore cut the two long prompts; raclip the positive and negative prompt of the one long text
     assert "2 text(s)" in str(cut[0].message)
+
+
+def test_tpips_over_long_aspects_warn_once_and_repeated_ids_keep_aspects_aligned():
+    m = T.build("tpips")
+    u = T.batches("tpips")[1]
+    long = " ".join(["the exact pose and lighting of the cat"] * 40)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        m.update(u["reference"], u["candidates"], [long, "color", long + " too"], ids=["a", "b", "c"])
+    cut = [str(w.message) for w in caught if "truncated" in str(w.message)]
+    assert len(cut) == 1 and "2 aspect text(s)" in cut[0], cut
+    with pytest.warns(UserWarning, match="already scored"):
+        m.update(u["reference"][:2], u["candidates"][:2], ["lighting", "pose"], ids=["b", "d"])
+    per_aspect = m.per_aspect()
+    assert set(per_aspect) == {long, "color", long + " too", "pose"}  # "lighting" belonged to the dropped "b"
