@@ -62,6 +62,9 @@ def changes(before: dict[str, Any], now: dict[str, Any]) -> list[str]:
         a, b = before.get(k, "<unset>"), now.get(k, "<unset>")
         if isinstance(a, dict) and isinstance(b, dict):
             out += [f"{k}.{c}" for c in changes(a, b)]
+        elif a != b and k.endswith("fingerprint") and isinstance(a, str) and isinstance(b, str):
+            what = "the validation examples" if k.startswith("val") else "the training examples"
+            out.append(f"{k}: {a[:12]} -> {b[:12]} ({what} changed)")
         elif a != b:
             out.append(f"{k}: {a!r} -> {b!r}")
     return out

@@ -38,7 +38,8 @@ def test_resume_with_other_settings_or_data_is_refused(killed):
     with pytest.raises(InputError) as e:  # other data (same size) and another family option: one message, both
         fit(Toy(), make_data(8, seed=5), _cfg(killed, resume=True, extra={"head": "linear"}))
     msg = str(e.value)
-    assert "data_fingerprint" in msg and "extra.head: 'mlp' -> 'linear'" in msg and "lr" not in msg.split("(", 1)[1]
+    assert "extra.head: 'mlp' -> 'linear'" in msg and "lr" not in msg.split("(", 1)[1]
+    assert "data_fingerprint: " in msg and "(the training examples changed)" in msg and "val_fingerprint" not in msg
 
     with pytest.raises(InputError, match=r"batch_size: 4 -> 2.*grad_accum: 1 -> 2"):
         fit(Toy(), make_data(8), _cfg(killed, resume=True, batch_size=2, grad_accum=2, extra={"head": "mlp"}))
