@@ -22,7 +22,7 @@ import torch
 from PIL import Image
 
 import genmetrics as gm
-from genmetrics.errors import InputError, WeightsUnavailableError
+from genmetrics.errors import InputError, MissingDependencyError, WeightsUnavailableError
 from genmetrics.testing import random_images, tiny_clip
 
 
@@ -638,4 +638,86 @@ CASES: list[Case] = [
          exit_code=0),
     Case("file-animated-webp", "an animated WebP: the first frame, and a warning", None, "",
          api=lambda ws: _pixels(ws, "animated.webp", 0.0, warns="3 frames")),
+]
+
+
+# ================= class 7: training state (genmetrics.train, the loop behind `train tpips|mie`)
+def _train(ws: Path, name: str, *, seed: int = 0, **cfg: Any) -> Any:
+    """A tiny regression trained with the shared loop into ``ws/train/name``."""
+    from genmetrics.train import TrainLoopConfig, TrainTask, fit
+
+    class Regression(TrainTask):
+        def __init__(self) -> None:
+            torch.manual_seed(0)
+            self.net = torch.nn.Linear(3, 1)
+
+        def trainable_module(self) -> torch.nn.Module:
+            return self.net
+
+        def collate(self, examples: list) -> Any:
+            return torch.stack([x for x, _ in examples]), torch.stack([y for _, y in examples])
+
+        def loss(self, module: torch.nn.Module, batch: Any) -> Any:
+            x, y = batch
+            return ((module(x).squeeze(-1) - y) ** 2).mean(), {}
+
+    xs = torch.randn(8, 3, generator=torch.Generator().manual_seed(seed))
+    opts = {"lr": 0.05, "epochs": 2, "batch_size": 4, "warmup_ratio": 0.0, "progress": False, **cfg}
+    return fit(Regression(), [(x, x.sum()) for x in xs], TrainLoopConfig(out_dir=ws / "train" / name, **opts))
+
+
+def _train_twice(ws: Path, name: str, first: dict[str, Any], second: dict[str, Any]) -> Any:
+    import shutil
+
+    shutil.rmtree(ws / "train" / name, ignore_errors=True)
+    _train(ws, name, **first)
+    return _train(ws, name, **second)
+
+
+def _unfinished_then(ws: Path, name: str, **second: Any) -> Any:
+    """A run that stopped after its epoch-1 checkpoint (its finish marker removed), then ``second``."""
+    import shutil
+
+    shutil.rmtree(ws / "train" / name, ignore_errors=True)
+    _train(ws, name)
+    (ws / "train" / name / "train_result.json").unlink()
+    for ck in (ws / "train" / name / "checkpoints").iterdir():
+        if ck.name != "step-2":
+            shutil.rmtree(ck)
+    return _train(ws, name, **second)
+
+
+def _without_faiss() -> Any:
+    import sys
+
+    from genmetrics.tpips.retrieval import _import_faiss
+
+    saved = sys.modules.get("faiss")
+    sys.modules["faiss"] = None  # type: ignore[assignment]
+    try:
+        return _import_faiss()
+    finally:
+        if saved is None:
+            del sys.modules["faiss"]
+        else:
+            sys.modules["faiss"] = saved
+
+
+CASES += [
+    Case("train-resume-lr-changed", "a training resume with another learning rate than the checkpoint's", InputError,
+         "lr: 0.05 -> 0.1", api=lambda ws: _unfinished_then(ws, "lr", resume=True, lr=0.1)),
+    Case("train-resume-data-changed", "a training resume on other data (same size)", InputError,
+         "(the training examples changed)", api=lambda ws: _unfinished_then(ws, "data", resume=True, seed=1)),
+    Case("train-resume-same", "a training resume with the same data and settings: continues from the checkpoint",
+         None, "", api=lambda ws: _unfinished_then(ws, "same", resume=True)),
+    Case("train-unfinished-no-resume", "training into a folder holding an unfinished run, without resume",
+         InputError, "holds an unfinished run", api=lambda ws: _unfinished_then(ws, "unfinished")),
+    Case("train-finished-no-overwrite", "training into a folder holding a finished run, without overwrite",
+         InputError, "holds a finished run", api=lambda ws: _train_twice(ws, "finished", {}, {})),
+    Case("train-finished-overwrite", "the same with overwrite=True (--overwrite): trained again", None, "",
+         api=lambda ws: _train_twice(ws, "overwrite", {}, {"overwrite": True})),
+    Case("train-option-text", "a learning rate given as text", InputError, "option lr: expected a finite number",
+         api=lambda ws: _train(ws, "text", lr="fast")),
+    Case("retrieval-no-faiss", "TPIPS retrieval without faiss installed", MissingDependencyError,
+         "pip install 'genmetrics[retrieval]'", api=lambda ws: _without_faiss()),
 ]
