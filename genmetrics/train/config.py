@@ -17,7 +17,8 @@ __all__ = ["TrainLoopConfig", "SCHEDULERS", "RESUME_FREE"]
 SCHEDULERS = ("cosine", "linear", "constant_with_warmup", "constant", "cosine_with_restarts", "polynomial")
 MIXED_PRECISION = ("no", "fp16", "bf16")
 # options that do not change the trained numbers: a resume may change them freely
-RESUME_FREE = ("out_dir", "resume", "overwrite", "progress", "save_every", "keep_checkpoints", "num_workers")
+RESUME_FREE = ("out_dir", "resume", "overwrite", "progress", "save_every", "save_every_minutes", "keep_checkpoints",
+               "num_workers")
 _OWNER = "TrainLoopConfig"
 
 
@@ -34,7 +35,8 @@ class TrainLoopConfig:
     * ``early_stopping_patience``: stop after that many evaluations in a row that do not improve
       ``metric_for_best`` by more than ``early_stopping_min_delta``; ``None`` never stops early.
     * ``save_every``: ``None`` checkpoints after each evaluation and at the end of each epoch; ``N`` also
-      every N optimizer steps. The newest ``keep_checkpoints`` checkpoints are kept.
+      every N optimizer steps; and whenever ``save_every_minutes`` have passed since the last checkpoint (so a
+      long epoch without validation does not lose its work). The newest ``keep_checkpoints`` are kept.
     """
 
     out_dir: str | os.PathLike = "train_out"
@@ -54,6 +56,7 @@ class TrainLoopConfig:
     metric_for_best: str = "loss"
     greater_is_better: bool = False
     save_every: int | None = None
+    save_every_minutes: float | None = 30.0
     keep_checkpoints: int = 2
     resume: bool = False
     overwrite: bool = False
@@ -87,6 +90,8 @@ class TrainLoopConfig:
         if not isinstance(c.metric_for_best, str) or not c.metric_for_best:
             raise InputError(f"{_OWNER}: option metric_for_best: expected the name of a metric returned by the "
                              f"task's evaluate(), got {c.metric_for_best!r}")
+        if c.save_every_minutes is not None:
+            c.save_every_minutes = opt.number("save_every_minutes", c.save_every_minutes, lo=0.0, owner=_OWNER)
         c.keep_checkpoints = opt.integer("keep_checkpoints", c.keep_checkpoints, lo=1, owner=_OWNER)
         c.mixed_precision = opt.choice("mixed_precision", c.mixed_precision, MIXED_PRECISION, owner=_OWNER)
         c.num_workers = opt.integer("num_workers", c.num_workers, lo=0, owner=_OWNER)

@@ -7,6 +7,7 @@ import contextlib
 import math
 import os
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -277,6 +278,18 @@ def fit(task: Any, train_examples: Any, cfg: TrainLoopConfig, val_examples: Any 
             for old in rd.checkpoints(out)[:-cfg.keep_checkpoints]:
                 shutil.rmtree(old, ignore_errors=True)
         acc.wait_for_everyone()
+        last_save[0] = time.monotonic()
+
+    last_save = [time.monotonic()]
+
+    def time_to_save() -> bool:
+        """``save_every_minutes`` passed since the last checkpoint (the main process's clock decides for all)."""
+        if cfg.save_every_minutes is None:
+            return False
+        due = [time.monotonic() - last_save[0] >= 60.0 * cfg.save_every_minutes]
+        if world > 1:
+            broadcast_object_list(due, from_process=0)
+        return bool(due[0])
 
     def evaluate() -> bool:
         """Validate, keep the best artifact; True when early stopping says stop."""
@@ -362,7 +375,8 @@ def fit(task: Any, train_examples: Any, cfg: TrainLoopConfig, val_examples: Any 
                         epoch_loader.end()  # leaving mid-epoch: accelerate's gradient state forgets this loader
                 if last or state["stopped_early"]:
                     break
-                if evaluated or end_of_epoch or (cfg.save_every and state["step"] % cfg.save_every == 0):
+                if evaluated or end_of_epoch or (cfg.save_every and state["step"] % cfg.save_every == 0) or \
+                        time_to_save():
                     checkpoint()
     finally:
         bar.close()

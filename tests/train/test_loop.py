@@ -174,3 +174,12 @@ def test_checkpoint_holds_trained_weights_only(tmp_path):
     assert set(load_file(str(ck / "trainable.safetensors"))) == {"3.weight", "3.bias"}
     assert not list(ck.glob("model*.safetensors"))
     assert torch.equal(res.module[0].weight, Toy().net[0].weight)  # frozen weights untouched
+
+
+def test_time_based_checkpoints(tmp_path):
+    """save_every_minutes: a checkpoint whenever that much time passed (0: after every step); None: only at
+    epoch ends and evaluations."""
+    fit(Toy(), make_data(16), _cfg(tmp_path / "a", epochs=1, save_every_minutes=0, keep_checkpoints=100))
+    assert sorted(p.name for p in (tmp_path / "a" / "checkpoints").iterdir()) == ["step-1", "step-2", "step-3"]
+    fit(Toy(), make_data(16), _cfg(tmp_path / "b", epochs=2, save_every_minutes=None, keep_checkpoints=100))
+    assert sorted(p.name for p in (tmp_path / "b" / "checkpoints").iterdir()) == ["step-4"]  # the epoch end
