@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from genmetrics.errors import InputError
@@ -301,12 +302,18 @@ def fit(task: Any, train_examples: Any, cfg: TrainLoopConfig, val_examples: Any 
         box = [metrics]
         if world > 1:
             broadcast_object_list(box, from_process=0)
-        metrics = {k: float(v) for k, v in box[0].items()}
+        if not isinstance(box[0], dict):
+            raise InputError(f"fit: the task's evaluate() must return a dict of metrics, got {type(box[0]).__name__}")
+        metrics = {k: float(v) if isinstance(v, (int, float, torch.Tensor, np.floating, np.integer)) else v
+                   for k, v in box[0].items()}
         if cfg.metric_for_best not in metrics:
             raise InputError(f"fit: metric_for_best={cfg.metric_for_best!r} is not among the task's evaluate() "
                              f"results {sorted(metrics)}; set metric_for_best to one of them")
         log({"kind": "eval", "step": state["step"], "epoch": state["epoch_progress"], **metrics})
         value = metrics[cfg.metric_for_best]
+        if not isinstance(value, float):
+            raise InputError(f"fit: metric_for_best={cfg.metric_for_best!r} must be a number, evaluate() gave "
+                             f"{type(value).__name__} {value!r}"[:300])
         if _improved(value, state["best_metric"], cfg):
             state.update(best_metric=value, best_step=state["step"], bad_evals=0)
             artifact(rd.BEST)
