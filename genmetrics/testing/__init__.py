@@ -146,7 +146,8 @@ def tiny_backbones(kind: str, weights: str, **options: Any) -> Any:
     * ``open_clip`` -> ``(tiny_clip(), tokenizer)``; ``dino`` -> ``tiny_dino()``;
     * ``vlm`` -> ``(model, processor)``: Qwen3.5 when ``vlm_kind`` is ``"qwen3_5"`` or ``weights`` names a
       Qwen3.5 checkpoint (``Qwen/Qwen3.5-4B``), else Qwen3-VL; ``for_generation=True`` gives the
-      ``*ForConditionalGeneration`` model. Other kinds: ``None`` (load as usual).
+      ``*ForConditionalGeneration`` model; the kinds ``qwen3vl`` and ``qwen35`` give that family directly.
+      Other kinds: ``None`` (load as usual).
 
     Use it in-process, ``with use_provider(tiny_backbones): ...``, or for a CLI run,
     ``GENMETRICS_BACKBONE_PROVIDER=genmetrics.testing:tiny_backbones``.
@@ -159,6 +160,8 @@ def tiny_backbones(kind: str, weights: str, **options: Any) -> Any:
     >>> bool(-1.0 <= float(value) <= 1.0)
     True
     """
+    if kind in ("qwen3vl", "qwen35", "qwen3_5"):  # a loader that names the VLM family as its kind
+        kind, options = "vlm", {**options, "vlm_kind": kind}
     if kind == "open_clip":
         return tiny_clip()
     if kind == "dino":
