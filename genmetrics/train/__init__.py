@@ -58,8 +58,8 @@ Example (a linear regression; runs in a second on CPU)::
     ...         x, y = batch
     ...         loss = torch.nn.functional.mse_loss(module(x).squeeze(-1), y)
     ...         return loss, {}
-    ...     def evaluate(self, module, examples):
-    ...         x, y = self.collate(examples)
+    ...     def evaluate(self, module, examples):  # examples as given: move them to the module's device
+    ...         x, y = (t.to(module.weight.device) for t in self.collate(examples))
     ...         return {"loss": float(torch.nn.functional.mse_loss(module(x).squeeze(-1), y))}
     >>> g = torch.Generator().manual_seed(0)
     >>> xs = torch.randn(32, 3, generator=g)

@@ -144,6 +144,12 @@ def fit(task: Any, train_examples: Any, cfg: TrainLoopConfig, val_examples: Any 
     if out.exists() and not out.is_dir():
         raise InputError(f"out_dir {str(out)!r} is a file; expected a folder (or a path that does not exist yet)")
 
+    from accelerate.state import AcceleratorState, GradientState
+
+    shared = AcceleratorState._shared_state
+    if shared and shared.get("_mixed_precision") not in (None, cfg.mixed_precision):
+        AcceleratorState._reset_state()  # an earlier fit in this process used another precision (the process group stays)
+    GradientState._reset_state()  # no data loader left registered by an earlier, interrupted fit
     acc = Accelerator(mixed_precision=cfg.mixed_precision, cpu=not torch.cuda.is_available(),
                       gradient_accumulation_steps=cfg.grad_accum,
                       kwargs_handlers=[DistributedDataParallelKwargs(find_unused_parameters=cfg.find_unused_parameters)])

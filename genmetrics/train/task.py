@@ -26,7 +26,7 @@ class TrainTask:
       of floats to log. Call ``module(...)`` (its ``forward``): in multi-process runs it is the DDP wrapper.
     * :meth:`evaluate` -- ``(module, examples) -> {name: value}`` on the validation examples (called on every
       process with the whole list, under ``torch.no_grad()`` and ``module.eval()``; the main process's
-      numbers are used everywhere).
+      numbers are used everywhere). The examples arrive as given: move tensors to the module's device.
     * :meth:`save` -- ``(module, path)``: write the family's artifact (adapter, heads, config) into the folder
       ``path`` (called on the main process only, with the unwrapped module).
     * :meth:`data_fingerprint` -- ``(examples) -> str``: a hash of the examples' content, for resume checks.

@@ -173,7 +173,7 @@ def test_checkpoint_holds_trained_weights_only(tmp_path):
     ck = sorted((tmp_path / "o" / "checkpoints").iterdir())[-1]
     assert set(load_file(str(ck / "trainable.safetensors"))) == {"3.weight", "3.bias"}
     assert not list(ck.glob("model*.safetensors"))
-    assert torch.equal(res.module[0].weight, Toy().net[0].weight)  # frozen weights untouched
+    assert torch.equal(res.module[0].weight.cpu(), Toy().net[0].weight)  # frozen weights untouched
 
 
 def test_time_based_checkpoints(tmp_path):
@@ -183,3 +183,16 @@ def test_time_based_checkpoints(tmp_path):
     assert sorted(p.name for p in (tmp_path / "a" / "checkpoints").iterdir()) == ["step-1", "step-2", "step-3"]
     fit(Toy(), make_data(16), _cfg(tmp_path / "b", epochs=2, save_every_minutes=None, keep_checkpoints=100))
     assert sorted(p.name for p in (tmp_path / "b" / "checkpoints").iterdir()) == ["step-4"]  # the epoch end
+
+
+def test_bf16_autocast_resumes_exactly(tmp_path):
+    """Mixed precision (bf16 autocast on CPU or CUDA): the kill-and-resume run still equals the straight one."""
+    train = make_data(16)
+    cfg = dict(mixed_precision="bf16", save_every=2, epochs=2)
+    full = fit(Toy(dropout=0.2), train, _cfg(tmp_path / "full", **cfg))
+    assert json.loads((tmp_path / "full" / "train_config.json").read_text())["derived"]["mixed_precision"] == "bf16"
+    with pytest.raises(KeyboardInterrupt):
+        fit(Toy(dropout=0.2, kill_at=11), train, _cfg(tmp_path / "cut", **cfg))
+    res = fit(Toy(dropout=0.2, init_seed=3), train, _cfg(tmp_path / "cut", resume=True, **cfg))
+    assert res.resumed_from is not None and res.history == full.history
+    _assert_same_params(params(res.module), params(full.module))

@@ -40,8 +40,8 @@ class Toy(TrainTask):
         return (err ** 2).mean(), {"mae": float(err.detach().abs().mean())}
 
     def evaluate(self, module, examples):
-        self.seen.append({k: v.clone() for k, v in module.state_dict().items()})
-        x, y = self.collate(examples)
+        self.seen.append({k: v.detach().cpu().clone() for k, v in module.state_dict().items()})
+        x, y = (t.to(next(module.parameters()).device) for t in self.collate(examples))  # the loop moves batches only
         mse = float(((module(x).squeeze(-1) - y) ** 2).mean())
         if self.script is not None:
             return {"loss": self.script[len(self.seen) - 1], "mse": mse}
@@ -49,4 +49,4 @@ class Toy(TrainTask):
 
 
 def params(module) -> dict[str, torch.Tensor]:
-    return {k: v.detach().clone() for k, v in module.state_dict().items()}
+    return {k: v.detach().cpu().clone() for k, v in module.state_dict().items()}
