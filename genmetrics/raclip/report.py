@@ -127,13 +127,14 @@ def bootstrap_means(real: torch.Tensor, gen: torch.Tensor, *, n_boot: int = 200,
         return D.gaussian_kl_2d(*pairs(mp, cp), *pairs(mq, cq)).clamp_min(0.0).mean(-1).numpy()
 
     jack = (n + m) * max(n, m)
+    jack_ok = min(n, m) >= 3  # a leave-one-out sample of 1 row has no variance: no BCa jackknife below 3 rows
     sad = two_sample_ci(x, y, sad_stat, n_boot=n_boot, alpha=alpha, seed=seed,
-                        method=method if jack * c <= bca_budget else "percentile")
+                        method=method if jack_ok and jack * c <= bca_budget else "percentile")
     out: dict[str, Any] = {"sad": [sad.low, sad.high], "sad_method": sad.method, "sad_estimate": sad.estimate,
                            "pad": None}
     if c >= 2 and n_boot * (n + m) * c * c <= pad_budget:
         pad = two_sample_ci(x, y, pad_stat, n_boot=n_boot, alpha=alpha, seed=seed, budget=max(1.0, 2e7 / (c * c)),
-                            method=method if (n_boot * (n + m) + jack) * c * c <= pad_budget else "percentile")
+                            method=method if jack_ok and (n_boot * (n + m) + jack) * c * c <= pad_budget else "percentile")
         out.update(pad=[pad.low, pad.high], pad_method=pad.method, pad_estimate=pad.estimate)
     out.update(n_boot=int(n_boot), level=1 - alpha, seed=int(seed), method=method)
     return out

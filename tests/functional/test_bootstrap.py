@@ -78,6 +78,10 @@ def test_report_bootstrap_estimates_are_sad_and_pad():
         assert out["sad_method"] == out["pad_method"] == "BCa"
     out = bootstrap_means(real, gen, n_boot=200, pad_budget=0.0, bca_budget=0.0)
     assert out["pad"] is None and out["sad_method"] == "percentile"  # over budget: no jackknife
+    # two rows in a set: a leave-one-out sample has no variance, so no BCa; the percentile interval is finite
+    out = bootstrap_means(real[:2], gen, n_boot=100, pad_budget=float("inf"))
+    assert out["sad_method"] == out["pad_method"] == "percentile"
+    assert all(np.isfinite(out["sad"])) and all(np.isfinite(out["pad"]))
 
 
 def _sad_coverage(method: str, reps: int, n: int, c: int, level: float) -> float:
