@@ -6,7 +6,7 @@ Names are loaded from their modules on first use:
   one_minus_ovl, kde_sad, kde_pad
 * ``agreement``: odd_one_out_agreement, two_afc_agreement, human_consensus, triplet_probabilities
 * ``ranking``: pairwise_accuracy, macro_f1, f1_per_class, bradley_terry, win_rate_matrix
-* ``bootstrap``: bootstrap_ci, paired_bootstrap
+* ``bootstrap``: bootstrap_ci, bootstrap_interval, paired_bootstrap, two_sample_ci (scipy.stats.bootstrap, BCa)
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ _EXPORTS = {
                    "hellinger_gaussian", "one_minus_ovl", "kde_sad", "kde_pad"),
     "agreement": ("odd_one_out_agreement", "two_afc_agreement", "human_consensus", "triplet_probabilities"),
     "ranking": ("pairwise_accuracy", "macro_f1", "f1_per_class", "bradley_terry", "win_rate_matrix"),
-    "bootstrap": ("bootstrap_ci", "paired_bootstrap"),
+    "bootstrap": ("bootstrap_ci", "bootstrap_interval", "paired_bootstrap", "two_sample_ci"),
 }
 _WHERE = {name: mod for mod, names in _EXPORTS.items() for name in names}
 __all__ = sorted(_WHERE)
