@@ -10,7 +10,7 @@ import torch
 import genmetrics as gm
 from genmetrics.testing import metric_recipe
 
-NAMES = gm.list_metrics()
+NAMES = [n for n in gm.list_metrics() if gm.registry.alias_of(n) is None]  # an alias is the same metric
 
 
 def _close(a, b, tol=1e-5):
