@@ -313,7 +313,7 @@ def _plan_samples(cfg: LeaderboardConfig, mp: MetricPlan, images: dict[str, list
                                     ("real", use == "real"), ("prompt", needs_prompt), ("aspects", use_aspects)) if on)
     if use == "real":
         if real is None:
-            raise cfg.error(key, f"{spec.name!r} needs the real set ({card.inputs['reference']}): set data.real "
+            raise cfg.error(key, f"{spec.name!r} needs the real set (its reference is the real images as a set): set data.real "
                                  "(or data.references) to a folder of real images")
         mp.real = real
     for g in cfg.generators:

@@ -276,3 +276,18 @@ def test_clip_t_is_an_alias_of_clipscore_listed_as_such(capsys):
     assert "alias of clipscore" in next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("clip_t"))
     with pytest.raises(ValueError, match="already registered"):
         registry.register_metric(dataclasses.replace(get_card("psnr"), name="psnr2", aliases=("clip_t",)))
+
+
+def test_planner_and_score_name_no_metric_and_parse_no_prose():
+    """The wiring code holds no metric name (string constant) and no regular expression over card text."""
+    import ast
+
+    names = set(gm.list_metrics())
+    for rel in ("genmetrics/leaderboard/plan.py", "genmetrics/cli/basic.py"):
+        tree = ast.parse((REPO / rel).read_text(encoding="utf-8"))
+        consts = {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
+        assert not consts & names, (rel, consts & names)
+        imported = {a.name for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names}
+        assert "re" not in imported, rel
+        reads_inputs = [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Attribute) and n.attr == "inputs"]
+        assert not reads_inputs, (rel, "reads card.inputs (prose) at lines", reads_inputs)
