@@ -122,7 +122,6 @@ ENV_VARS: dict[str, EnvVar] = {v.name: v for v in (
     EnvVar("GENMETRICS_PROGRESS", "progress", "0: no progress bars, 1: always, unset: on a terminal"),
     EnvVar("GENMETRICS_MAX_PIXELS", "int", "largest image accepted, in pixels (decompression-bomb guard)", lo=1),
     EnvVar("GENMETRICS_BACKBONE_PROVIDER", "text", "'package.module:function' that supplies backbones (tests)"),
-    EnvVar("GENMETRICS_TEST_BACKBONE", "text", "deprecated test switch of the raclip CLI"),
 )}
 
 
