@@ -142,6 +142,11 @@ class MetricCard:
         return need is Need.REQUIRED
 
     def to_dict(self) -> dict[str, Any]:
+        """The card as JSON-able values (enums as their strings).
+
+        >>> get_card("tpips").to_dict()["condition"]
+        'aspects'
+        """
         d = asdict(self)
         d["range"] = list(self.range) if self.range is not None else None
         d["tags"] = list(self.tags)
@@ -195,7 +200,12 @@ def register_metric(card: MetricCard, *, overwrite: bool = False) -> MetricCard:
 
 def lazy_exports(package: str, names: dict[str, str]) -> tuple[Any, Any]:
     """Module ``__getattr__`` and ``__dir__`` that import ``names`` (``name -> module``) on first use, so a
-    family's ``__init__`` stays free of heavy imports: ``__getattr__, __dir__ = lazy_exports(__name__, _LAZY)``."""
+    family's ``__init__`` stays free of heavy imports: ``__getattr__, __dir__ = lazy_exports(__name__, _LAZY)``.
+
+    >>> getattr_, dir_ = lazy_exports("pkg", {"sqrt": "math"})
+    >>> getattr_("sqrt")(9.0), dir_()
+    (3.0, ['sqrt'])
+    """
     exported = sorted(names)
 
     def __getattr__(name: str) -> Any:
@@ -211,7 +221,11 @@ def lazy_exports(package: str, names: dict[str, str]) -> tuple[Any, Any]:
 
 
 def unregister_metric(name: str) -> MetricCard | None:
-    """Remove ``name`` (and its aliases) from the registry (plugins and tests); returns its card, or None."""
+    """Remove ``name`` (and its aliases) from the registry (plugins and tests); returns its card, or None.
+
+    >>> unregister_metric("no_such_metric") is None
+    True
+    """
     card = _CARDS.pop(name, None)
     for a in card.aliases if card is not None else ():
         _ALIASES.pop(a, None)
@@ -241,7 +255,11 @@ def _close_matches(word: str, options: list[str]) -> str:
 
 
 def get_card(name: str) -> MetricCard:
-    """The card of metric ``name`` (an alias gives the card of the metric it names)."""
+    """The card of metric ``name`` (an alias gives the card of the metric it names).
+
+    >>> get_card("clip_t").name, get_card("sad").level.value
+    ('clipscore', 'set')
+    """
     _load_all()
     if isinstance(name, str) and name in _ALIASES:
         name = _ALIASES[name]
@@ -275,6 +293,11 @@ def list_metrics(pattern: str = "*") -> list[str]:
 
 
 def metric_class(name: str) -> type:
+    """The class that builds metric ``name`` (imported on this call).
+
+    >>> metric_class("psnr").__name__
+    'PSNR'
+    """
     card = get_card(name)
     module_name, _, attr = card.factory.partition(":")
     return getattr(importlib.import_module(module_name), attr)
@@ -294,7 +317,11 @@ def _accepted_kwargs(cls: type) -> tuple[set[str], bool]:
 
 
 def metric_options(name: str) -> dict[str, Any]:
-    """The keyword arguments ``create_metric(name, ...)`` accepts, with their defaults (repr)."""
+    """The keyword arguments ``create_metric(name, ...)`` accepts, with their defaults (repr).
+
+    >>> metric_options("psnr")["max_db"]
+    '100.0'
+    """
     cls = metric_class(name)
     out: dict[str, Any] = {}
     for klass in cls.__mro__:

@@ -54,7 +54,12 @@ _env_cache: tuple[str, Provider] | None = None
 
 
 def set_provider(fn: Provider | None) -> Provider | None:
-    """Install ``fn`` as the process-wide provider (``None`` removes it); returns the previous one."""
+    """Install ``fn`` as the process-wide provider (``None`` removes it); returns the previous one.
+
+    >>> previous = set_provider(lambda kind, weights, **o: None)
+    >>> set_provider(previous) is not None
+    True
+    """
     global _provider
     if fn is not None and not callable(fn):
         raise InputError(f"set_provider expects a callable fn(kind, weights, **options) or None, got "
@@ -65,7 +70,12 @@ def set_provider(fn: Provider | None) -> Provider | None:
 
 @contextlib.contextmanager
 def use_provider(fn: Provider | None) -> Iterator[Provider | None]:
-    """Use ``fn`` as the provider inside the ``with`` block, then restore the previous one."""
+    """Use ``fn`` as the provider inside the ``with`` block, then restore the previous one.
+
+    >>> with use_provider(lambda kind, weights, **o: f"{kind}:{weights}"):
+    ...     provide("dino", "facebook/dinov2-base")
+    'dino:facebook/dinov2-base'
+    """
     previous = set_provider(fn)
     try:
         yield fn
@@ -96,13 +106,25 @@ def _from_env() -> Provider | None:
 
 
 def current_provider() -> Provider | None:
-    """The provider in force: the in-process one, else the one named by ``GENMETRICS_BACKBONE_PROVIDER``."""
+    """The provider in force: the in-process one, else the one named by ``GENMETRICS_BACKBONE_PROVIDER``.
+
+    >>> from genmetrics.testing import tiny_backbones
+    >>> with use_provider(tiny_backbones):
+    ...     current_provider() is tiny_backbones
+    True
+    """
     return _provider if _provider is not None else _from_env()
 
 
 def describe_provider() -> str | None:
     """A name for the provider in force (for manifests: results from a provider's models are not mixed
-    with results from real weights), or ``None``."""
+    with results from real weights), or ``None``.
+
+    >>> from genmetrics.testing import tiny_backbones
+    >>> with use_provider(tiny_backbones):
+    ...     describe_provider()
+    'genmetrics.testing:tiny_backbones'
+    """
     fn = current_provider()
     if fn is None:
         return None
@@ -111,7 +133,12 @@ def describe_provider() -> str | None:
 
 def provide(kind: str, weights: str, **options: Any) -> Any:
     """Ask the installed provider for a ``kind`` backbone standing in for ``weights``; ``None`` when no
-    provider is installed or it declines (then the caller loads the real weights)."""
+    provider is installed or it declines (then the caller loads the real weights).
+
+    >>> with use_provider(lambda kind, weights, **o: None):  # a provider may decline
+    ...     provide("open_clip", "ViT-B-32/openai") is None
+    True
+    """
     fn = current_provider()
     if fn is None:
         return None

@@ -69,7 +69,11 @@ def tiny_clip(
 
 
 def tiny_clip_resnet(seed: int = 0) -> tuple[Any, Any]:
-    """A tiny open_clip CLIP with a ModifiedResNet image tower (for "not a ViT" error tests)."""
+    """A tiny open_clip CLIP with a ModifiedResNet image tower (for "not a ViT" error tests).
+
+    >>> type(tiny_clip_resnet()[0].visual).__name__
+    'ModifiedResNet'
+    """
     from open_clip.model import CLIP
     from open_clip.tokenizer import SimpleTokenizer
 
@@ -210,7 +214,8 @@ def _gloo_worker(rank: int, world_size: int, port: int, fn: Any, args: tuple, qu
 
 def spawn_gloo(fn: Any, world_size: int = 2, args: tuple = ()) -> list[Any]:
     """Run ``fn(rank, world_size, *args)`` in ``world_size`` processes joined by a gloo process group on
-    127.0.0.1 and return the per-rank results (``fn`` must be importable: a module-level function)."""
+    127.0.0.1 and return the per-rank results (``fn`` must be importable: a module-level function).
+    For example ``spawn_gloo(my_module.worker, 2)`` in a test (not run here: it starts processes)."""
     import torch.multiprocessing as mp
 
     ctx = mp.get_context("spawn")
