@@ -36,7 +36,7 @@ import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 import numpy as np
 import torch
@@ -45,7 +45,7 @@ from PIL import Image, ImageFile, ImageOps, UnidentifiedImageError
 
 from genmetrics.errors import InputError
 
-ImageLike = str | os.PathLike | Image.Image | torch.Tensor
+ImageLike: TypeAlias = str | os.PathLike | Image.Image | torch.Tensor
 
 #: Largest image accepted (pixels) unless GENMETRICS_MAX_PIXELS says otherwise. Pillow's own bomb limit is
 #: raised to this and turned into an error.

@@ -54,7 +54,7 @@ def load_attribute_set(name: str) -> list[str]:
             f"attributes: unknown attribute set {name!r}{hint} Shipped sets: {', '.join(list_attribute_sets())}; "
             "or pass a text file with one attribute per line, or a list of strings"
         )
-    text = resources.files("genmetrics.data").joinpath("attributes", ATTRIBUTE_SETS[key]).read_text(encoding="utf-8")
+    text = (resources.files("genmetrics.data") / "attributes" / ATTRIBUTE_SETS[key]).read_text(encoding="utf-8")
     return parse_attribute_text(text)
 
 
