@@ -1,6 +1,6 @@
 """Does training make TPIPS separate aspects? Held-out odd-one-out agreement before and after training,
 for each variant, on procedural triplets whose aspects disagree (genmetrics.tpips.synthetic: by "color"
-one image is odd, by "shape" another), so an aspect-blind metric gets at most 50% mean agreement and 0%
+one image is odd, by "position" another), so an aspect-blind metric gets at most 50% mean agreement and 0%
 "both aspects right".
 
 Backbone: a small random Qwen3-VL built in code (genmetrics.testing.tiny_qwen3vl with a 128-wide vision
@@ -44,7 +44,7 @@ def scores(pred: torch.Tensor, pairs: list) -> dict[str, float]:
     """``pred`` ``[2N,3]`` odd-one-out scores for the records ``[color_0, shape_0, color_1, ...]``."""
     right = torch.tensor([[float(r.votes[int(pred[2 * i + k].argmax())]) for k, r in enumerate(p)]
                           for i, p in enumerate(pairs)])
-    return {"color": round(float(right[:, 0].mean()), 4), "shape": round(float(right[:, 1].mean()), 4),
+    return {"color": round(float(right[:, 0].mean()), 4), "position": round(float(right[:, 1].mean()), 4),
             "mean": round(float(right.mean()), 4), "both": round(float((right.sum(1) == 2).float().mean()), 4)}
 
 
@@ -85,7 +85,8 @@ def run(args) -> dict:
         t0 = time.time()
         cfg = TrainConfig(variant=variant, lr=args.lr, batch_size=args.batch, micro_batch_size=args.batch,
                           epochs=args.epochs, warmup_ratio=0.05, image_size=None, val_every=0, save_every=0,
-                          probe_layers=2, lora_dropout=0.0, seed=args.seed)
+                          probe_layers=2, lora_dropout=0.0, seed=args.seed,
+                          temperature=args.temperature.get(variant) if args.temperature else None)
         before = evaluate(build_model(cfg.resolved(), small_backbone(args.seed), processor), test)
         with tempfile.TemporaryDirectory() as tmp:
             res = train_tpips([r for p in train for r in p], os.path.join(tmp, "run"), config=cfg,
@@ -106,18 +107,20 @@ def run(args) -> dict:
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--variants", nargs="+", default=["late", "mid", "early"])
-    ap.add_argument("--train", type=int, default=192, help="training triplets (2 records each)")
+    ap.add_argument("--train", type=int, default=384, help="training triplets (2 records each)")
     ap.add_argument("--test", type=int, default=96, help="held-out triplets")
     ap.add_argument("--size", type=int, default=64)
-    ap.add_argument("--epochs", type=float, default=3.0)
+    ap.add_argument("--epochs", type=float, default=5.0)
     ap.add_argument("--batch", type=int, default=16)
-    ap.add_argument("--lr", type=float, default=2e-3)
+    ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--temperature", nargs="*", default=[], help="VARIANT=TAU overrides of Eq. 2's temperature")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--quick", action="store_true", help="the slow test's setting (smaller)")
     args = ap.parse_args(argv)
+    args.temperature = {k: float(v) for k, v in (t.split("=") for t in args.temperature)}
     if args.quick:
-        args.train, args.test, args.epochs = 96, 48, 3.0
+        args.train, args.test = 192, 48
     print(json.dumps(run(args)))
 
 

@@ -1,10 +1,10 @@
 """Procedural odd-one-out triplets whose aspects disagree (a learnability check for TPIPS).
 
-Each image is one object (a shape: circle, square or triangle; a colour: red, green or blue, with jittered
-shade, size and position) on a grey background of random brightness. A triplet is three objects
-``A = (c1, s1)``, ``B = (c1, s2)``, ``C = (c2, s2)`` in a random order: by **colour** the odd one is ``C``, by
-**shape** it is ``A``. Each triplet gives two records (aspect ``"color"`` and aspect ``"shape"``, one vote on
-the odd image), so a metric that ignores the aspect names the same image for both records and scores at most
+Each image is one object (a colour: red, green or blue; a position: one of the four quadrants; a random
+shape -- circle, square or triangle -- and jittered shade, size and offset as nuisances) on a grey background
+of random brightness. A triplet is three objects ``A = (c1, p1)``, ``B = (c1, p2)``, ``C = (c2, p2)`` in a
+random order: by **colour** the odd one is ``C``, by **position** it is ``A``. Each triplet gives two records
+(aspect ``"color"`` and aspect ``"position"``, one vote on the odd image), so a metric that ignores the aspect names the same image for both records and scores at most
 50% mean agreement and 0% "both aspects right"; chance is 1/3 per record and 1/9 for both.
 """
 
@@ -16,21 +16,25 @@ import torch
 
 from genmetrics.data.jsonl import OddOneOutRecord
 
-__all__ = ["ASPECTS", "COLORS", "SHAPES", "aspect_triplets", "draw_object"]
+__all__ = ["ASPECTS", "COLORS", "POSITIONS", "SHAPES", "aspect_triplets", "draw_object"]
 
 COLORS = {"red": (0.85, 0.15, 0.15), "green": (0.15, 0.75, 0.2), "blue": (0.15, 0.25, 0.85)}
 SHAPES = ("circle", "square", "triangle")
-ASPECTS = ("color", "shape")
-JIT = 0.1
+POSITIONS = ("top left", "top right", "bottom left", "bottom right")
+ASPECTS = ("color", "position")
 
 
-def draw_object(color: str, shape: str, size: int, g: torch.Generator) -> torch.Tensor:
-    """One ``uint8 [3,size,size]`` image: the object on a grey background (shade, size, position jittered)."""
+def draw_object(color: str, position: str, size: int, g: torch.Generator, shape: str | None = None) -> torch.Tensor:
+    """One ``uint8 [3,size,size]`` image: the object in its quadrant on a grey background (shape random unless
+    given; shade, size, offset and background jittered)."""
+    if shape is None:
+        shape = SHAPES[int(torch.randint(len(SHAPES), (1,), generator=g))]
     bg = 0.35 + 0.3 * float(torch.rand((), generator=g))
     img = torch.full((3, size, size), bg)
-    r = size * (0.22 + 0.12 * float(torch.rand((), generator=g)))
-    cy = size / 2 + (float(torch.rand((), generator=g)) - 0.5) * (size - 2 * r) * JIT
-    cx = size / 2 + (float(torch.rand((), generator=g)) - 0.5) * (size - 2 * r) * JIT
+    r = size * (0.12 + 0.06 * float(torch.rand((), generator=g)))
+    row, col = divmod(POSITIONS.index(position), 2)
+    cy = size * (0.25 + 0.5 * row) + (float(torch.rand((), generator=g)) - 0.5) * size * 0.08
+    cx = size * (0.25 + 0.5 * col) + (float(torch.rand((), generator=g)) - 0.5) * size * 0.08
     yy, xx = torch.meshgrid(torch.arange(size) + 0.5, torch.arange(size) + 0.5, indexing="ij")
     dy, dx = yy - cy, xx - cx
     if shape == "circle":
@@ -50,18 +54,18 @@ def draw_object(color: str, shape: str, size: int, g: torch.Generator) -> torch.
 
 
 def aspect_triplets(n: int, *, seed: int = 0, size: int = 64) -> list[tuple[OddOneOutRecord, OddOneOutRecord]]:
-    """``n`` triplets, each as ``(color record, shape record)`` over the same three images (uint8 tensors)."""
+    """``n`` triplets, each as ``(color record, position record)`` over the same three images (uint8 tensors)."""
     g = torch.Generator().manual_seed(seed)
     out = []
-    colors, shapes = list(COLORS), list(SHAPES)
+    colors = list(COLORS)
     for i in range(n):
         c1, c2 = (colors[j] for j in torch.randperm(3, generator=g)[:2].tolist())
-        s1, s2 = (shapes[j] for j in torch.randperm(3, generator=g)[:2].tolist())
-        objs = [(c1, s1), (c1, s2), (c2, s2)]  # A, B, C: colour odd = C, shape odd = A
+        p1, p2 = (POSITIONS[j] for j in torch.randperm(4, generator=g)[:2].tolist())
+        objs = [(c1, p1), (c1, p2), (c2, p2)]  # A, B, C: colour odd = C, position odd = A
         order = torch.randperm(3, generator=g).tolist()
         images = tuple(draw_object(*objs[k], size, g) for k in order)
-        odd_color, odd_shape = order.index(2), order.index(0)
-        votes = [tuple(1.0 if k == odd else 0.0 for k in range(3)) for odd in (odd_color, odd_shape)]
+        odd_color, odd_position = order.index(2), order.index(0)
+        votes = [tuple(1.0 if k == odd else 0.0 for k in range(3)) for odd in (odd_color, odd_position)]
         out.append((OddOneOutRecord(id=f"s{seed}-{i}-color", images=images, aspect="color", votes=votes[0]),  # type: ignore[arg-type]
-                    OddOneOutRecord(id=f"s{seed}-{i}-shape", images=images, aspect="shape", votes=votes[1])))  # type: ignore[arg-type]
+                    OddOneOutRecord(id=f"s{seed}-{i}-position", images=images, aspect="position", votes=votes[1])))  # type: ignore[arg-type]
     return out
