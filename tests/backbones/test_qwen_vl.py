@@ -102,7 +102,7 @@ def test_smart_policy_is_pil_bicubic_on_8bit():
     assert (th, tw) == qv.smart_resize(96, 160, 32, None, 64 * 96) and (th, tw) != (96, 160)
     y = pol.apply(x.float() / 255)
     ref = Image.fromarray(x.permute(1, 2, 0).numpy()).resize((tw, th), Image.Resampling.BICUBIC)
-    assert torch.equal((y * 255).round().to(torch.uint8), torch.from_numpy(__import__("numpy").asarray(ref)).permute(2, 0, 1))
+    assert torch.equal((y * 255).round().to(torch.uint8), torch.from_numpy(__import__("numpy").array(ref)).permute(2, 0, 1))
     same = torch.rand(3, 64, 96)
     assert pol.apply(same) is same  # already at its size: untouched
     assert pol.pair_size(torch.rand(3, 64, 64), torch.rand(3, 128, 64)) == pol.target(96, 64)
