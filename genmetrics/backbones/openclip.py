@@ -227,7 +227,10 @@ def tokenize(tokenizer: Any, texts: Any, *, name: str = "text"):
     if ctx is None:
         ctx = int(ids.shape[-1])
     long = []
+    pad = _pad_id(tokenizer)
     for i, t in enumerate(texts):
+        if pad is not None and int(ids[i, -1]) == pad:
+            continue  # the row ends in padding: the text fit (no second tokenization needed)
         n = _token_count(tokenizer, t)
         if n is None:  # unknown: a full row may mean truncation
             if int(ids[i, -1]) != 0:
@@ -245,3 +248,134 @@ def tokenize(tokenizer: Any, texts: Any, *, name: str = "text"):
             stacklevel=2,
         )
     return ids
+
+
+def _pad_id(tokenizer: Any) -> int | None:
+    """The id that pads a row after the end token: 0 for open_clip's ``SimpleTokenizer``, the wrapped
+    tokenizer's ``pad_token_id`` for Hugging Face tokenizers; None when unknown."""
+    if hasattr(tokenizer, "encode") and hasattr(tokenizer, "eot_token_id"):
+        return 0
+    inner = getattr(tokenizer, "tokenizer", None)
+    pad = getattr(inner, "pad_token_id", None)
+    return int(pad) if isinstance(pad, int) else None
+
+
+# ------------------------------------------------------------------------------ text encoding
+def _text_tower(model: Any) -> tuple[Any, str, int | None] | None:
+    """``(tower, pool_type, eos_id)`` when ``model``'s text tower is open_clip's causal transformer (the
+    ``CLIP`` class, or a ``TextTransformer`` without an appended class token), else None.
+
+    Only then may the padding after the end token be cut: with a causal mask no position attends to a
+    later one, so the outputs at and before the end token do not depend on what follows it, and the
+    pooled token (``argmax`` = the end token, ``eos``, ``first``) is one of those.
+    """
+    tower = model if hasattr(model, "token_embedding") and hasattr(model, "transformer") else getattr(model, "text", None)
+    if tower is None or not all(hasattr(tower, a) for a in ("token_embedding", "positional_embedding", "transformer",
+                                                             "ln_final", "attn_mask")):
+        return None
+    if tower is model:
+        pool, eos = getattr(model, "text_pool_type", "argmax"), getattr(model, "text_eos_id", None)
+    else:
+        if getattr(tower, "cls_emb", None) is not None or not hasattr(tower, "_embeds"):
+            return None  # CoCa-style towers pool a class token appended after the padding
+        pool, eos = getattr(tower, "pool_type", "argmax"), getattr(tower, "eos_id", None)
+    mask = tower.attn_mask
+    if mask is None or pool not in ("argmax", "eos", "first"):
+        return None
+    return tower, pool, eos
+
+
+def trim_padding(ids: Any, pad_id: int | None) -> Any:
+    """Drop the trailing columns that are padding in every row (``ids`` unchanged when nothing to cut)."""
+    if pad_id is None or ids.shape[-1] == 0:
+        return ids
+    used = (ids != pad_id).any(0).nonzero()
+    n = int(used[-1]) + 1 if used.numel() else 1
+    return ids if n == ids.shape[-1] else ids[:, :n]
+
+
+def encode_text_ids(model: Any, ids: Any, *, pad_id: int | None = 0):
+    """``model.encode_text(ids)`` run on the ids cut after the longest text in the batch.
+
+    Equal to the full-context call for open_clip's causal text towers (see :func:`_text_tower`; tested
+    on the tiny models, incl. the pad-mask variant); any other text tower gets the full ``ids``.
+    """
+    import torch
+
+    found = _text_tower(model)
+    short = trim_padding(ids, pad_id) if found is not None else ids
+    if short is ids:
+        return model.encode_text(ids)
+    tower, pool, eos = found
+    from open_clip.transformer import text_global_pool
+
+    n = short.shape[-1]
+    if tower is model:
+        cast = tower.transformer.get_cast_dtype()
+        x = tower.token_embedding(short).to(cast) + tower.positional_embedding[:n].to(cast)
+        mask = tower.attn_mask[:n, :n]
+    else:
+        x, mask = tower._embeds(short)  # slices the position table; builds the pad mask at this length
+        if mask is not None and mask.shape[-1] != n:
+            mask = mask[..., :n, :n]
+    x = tower.transformer(x, attn_mask=mask)
+    x = tower.ln_final(x)
+    x = text_global_pool(x, short, pool, eos_token_id=eos)
+    proj = tower.text_projection
+    if proj is not None:
+        x = proj(x) if isinstance(proj, torch.nn.Module) else x @ proj
+    return x
+
+
+class TextEmbeddingCache:
+    """Text embeddings keyed by the text, so each distinct prompt or attribute is encoded once per metric.
+
+    :meth:`embed` tokenizes only the texts it has not seen (one truncation warning for those), encodes
+    them in one call with the context cut to the longest (:func:`encode_text_ids`), and keeps the float32
+    embeddings (at most ``max_entries``, least recently used dropped first). A different model, device
+    or dtype starts a fresh cache.
+    """
+
+    def __init__(self, max_entries: int = 50_000) -> None:
+        from collections import OrderedDict
+
+        self.max_entries = int(max_entries)
+        self._store: OrderedDict[str, Any] = OrderedDict()
+        self._owner: tuple | None = None
+        self.encoded = 0  # texts sent through the text tower (for tests and benchmarks)
+
+    def __len__(self) -> int:
+        return len(self._store)
+
+    def clear(self) -> None:
+        self._store.clear()
+
+    def embed(self, model: Any, tokenizer: Any, texts: Any, *, name: str = "text", normalize: bool = False):
+        """``[N,E]`` float32 embeddings of ``texts`` on the model's device (L2-normalised if asked)."""
+        import torch
+        import torch.nn.functional as F
+
+        from genmetrics.metric import as_text_list
+
+        texts = as_text_list(texts, name=name)
+        p = next(iter(model.parameters()), None)
+        owner = (id(model), str(p.device) if p is not None else "cpu", str(p.dtype) if p is not None else "")
+        if owner != self._owner:
+            self._store.clear()
+            self._owner = owner
+        todo = list(dict.fromkeys(t for t in texts if t not in self._store))
+        if todo:
+            ids = tokenize(tokenizer, todo, name=name).to(_model_device(model))
+            with torch.inference_mode():
+                emb = encode_text_ids(model, ids, pad_id=_pad_id(tokenizer)).float()
+            self.encoded += len(todo)
+            for t, e in zip(todo, emb):
+                self._store[t] = e
+        out = []
+        for t in texts:
+            self._store.move_to_end(t)
+            out.append(self._store[t])
+        while len(self._store) > self.max_entries:
+            self._store.popitem(last=False)
+        x = torch.stack(out)
+        return F.normalize(x, dim=-1) if normalize else x

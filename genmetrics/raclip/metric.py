@@ -256,8 +256,12 @@ class CLIPScore(_ClipFamily, SampleMetric):
         if self.attributes is not None:
             txt = self._texts([self.prompt_template.format(a) for a in self.attributes])
             return clipscore(img, txt).double()
-        txt = encode_texts(model, self.tokenizer, [self.prompt_template.format(t) for t in batch["condition"]],
-                           name="condition")
+        # each distinct prompt is encoded once per metric (issue 16; cache keyed by the text)
+        from genmetrics.backbones.openclip import TextEmbeddingCache
+
+        cache = self._aux.setdefault("prompt_cache", TextEmbeddingCache())
+        txt = cache.embed(model, self.tokenizer, [self.prompt_template.format(t) for t in batch["condition"]],
+                          name="condition", normalize=True)
         return (100.0 * (F.normalize(img.float(), dim=-1) * txt).sum(-1)).double()
 
 

@@ -1,0 +1,92 @@
+"""CLIP text side (issue 16): the context cut to the longest prompt gives the full-context embeddings,
+non-causal towers are left alone, each distinct text is encoded once, long text warns once with a count."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+from open_clip.model import CustomTextCLIP
+
+import genmetrics as gm
+from genmetrics.backbones.openclip import TextEmbeddingCache, encode_text_ids, trim_padding
+from genmetrics.testing import tiny_clip
+
+TEXTS = ["a dog", "a photo of a red car on the street", "x"]
+
+
+def _custom(no_causal_mask: bool):
+    torch.manual_seed(0)
+    return CustomTextCLIP(embed_dim=32, vision_cfg=dict(image_size=32, patch_size=8, width=64, layers=1, head_width=16),
+                          text_cfg=dict(context_length=16, vocab_size=49408, width=32, heads=4, layers=2,
+                                        no_causal_mask=no_causal_mask)).eval()
+
+
+def test_trimmed_equals_full_context_on_causal_towers():
+    model, tok = tiny_clip()
+    ids = tok(TEXTS)
+    assert trim_padding(ids, 0).shape[1] < ids.shape[1]
+    for m in (model, _custom(False)):
+        with torch.inference_mode():
+            full, short = m.encode_text(ids), encode_text_ids(m, ids)
+        assert (full - short).abs().max() < 1e-5
+        assert not torch.equal(short[0], short[1])
+
+
+def test_bidirectional_tower_is_not_trimmed():
+    m = _custom(True)
+    ids = tok_ids = tiny_clip()[1](TEXTS)
+    with torch.inference_mode():
+        # padding does change a bidirectional tower's output, so cutting it would be wrong ...
+        assert (m.encode_text(ids) - m.encode_text(ids[:, :9])).abs().max() > 1e-3
+        # ... and the helper leaves such towers on the full context
+        assert torch.equal(encode_text_ids(m, tok_ids), m.encode_text(tok_ids))
+
+
+def test_cache_encodes_each_distinct_text_once_and_matches_fresh_encoding():
+    model, tok = tiny_clip()
+    cache = TextEmbeddingCache()
+    a = cache.embed(model, tok, ["a dog", "a cat", "a dog"])
+    assert cache.encoded == 2
+    b = cache.embed(model, tok, ["a cat", "a bird"])
+    assert cache.encoded == 3
+    with torch.inference_mode():
+        ref = model.encode_text(tok(["a dog", "a cat", "a bird"])).float()
+    assert (a - ref[[0, 1, 0]]).abs().max() < 1e-5 and (b - ref[[1, 2]]).abs().max() < 1e-5
+    other, _ = tiny_clip(seed=1)
+    cache.embed(other, tok, ["a dog"])  # another model starts a fresh cache
+    assert cache.encoded == 4 and len(cache) == 1
+
+
+def test_clipscore_equals_untrimmed_path():
+    model, tok = tiny_clip()
+    g = torch.Generator().manual_seed(0)
+    images = torch.rand(4, 3, 32, 32, generator=g)
+    prompts = ["a dog", "a photo of a red car on the street", "a dog", "snow"]
+    m = gm.create_metric("clipscore", backbone=model, tokenizer=tok)
+    m.update(candidates=images, condition=prompts)
+    ours = m.per_sample()["scores"]
+    from genmetrics.backbones.openclip import clip_image_batch
+
+    with torch.inference_mode():
+        img = torch.nn.functional.normalize(model.encode_image(clip_image_batch(list(images), model)).float(), dim=-1)
+        txt = torch.nn.functional.normalize(model.encode_text(tok(prompts)).float(), dim=-1)
+    plain = (100.0 * (img * txt).sum(-1)).double()
+    assert (ours - plain).abs().max() <= 1e-4
+    assert m._aux["prompt_cache"].encoded == 3  # "a dog" once
+
+
+def test_long_text_is_truncated_keeping_the_end_token_with_one_warning():
+    model, tok = tiny_clip()  # context 16
+    long_text = " ".join(["word"] * 40)
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        emb = TextEmbeddingCache().embed(model, tok, [long_text, "short", long_text + " more"], name="condition")
+    msgs = [str(x.message) for x in w if issubclass(x.category, UserWarning)]
+    assert len(msgs) == 1 and "2 text(s)" in msgs[0] and "condition" in msgs[0]
+    ids = tok([long_text])
+    assert int(ids[0, -1]) == tok.eot_token_id
+    assert emb.shape[0] == 3
+    with pytest.raises(Exception, match="condition"):
+        TextEmbeddingCache().embed(model, tok, ["ok", ""], name="condition")
