@@ -322,6 +322,11 @@ def metric_options(name: str) -> dict[str, Any]:
     >>> metric_options("psnr")["max_db"]
     '100.0'
     """
+    from genmetrics.static_options import static_options
+
+    static = static_options(get_card(name).factory)  # read from the source: `info` imports no torch
+    if static is not None:
+        return static
     cls = metric_class(name)
     out: dict[str, Any] = {}
     for klass in cls.__mro__:

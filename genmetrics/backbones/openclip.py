@@ -209,13 +209,14 @@ def _token_count(tokenizer: Any, text: str) -> int | None:
     return None
 
 
-def tokenize(tokenizer: Any, texts: Any, *, name: str = "text"):
+def tokenize(tokenizer: Any, texts: Any, *, name: str = "text", positions: list[list[int]] | None = None):
     """Tokenize ``texts`` (a string or a list of strings) -> ``LongTensor [N, context_length]``.
 
     Text longer than the tokenizer's context is truncated **by the tokenizer**, which keeps the end
     token (open_clip's ``SimpleTokenizer`` puts it back at the last position, Hugging Face tokenizers
     truncate inside the special tokens); ids are never sliced here. A ``UserWarning`` names every text
-    that was truncated.
+    that was truncated. ``positions`` (for de-duplicated texts): where each text occurs in the caller's
+    list, so the warning counts and names those places.
     """
     import warnings
 
@@ -237,6 +238,8 @@ def tokenize(tokenizer: Any, texts: Any, *, name: str = "text"):
                 long.append((i, t, None))
         elif n > ctx:
             long.append((i, t, n))
+    if long and positions is not None:
+        long = sorted((p, t, n) for i, t, n in long for p in positions[i])
     if long:
         first = long[0]
         what = f"{first[2]} tokens" if first[2] is not None else "possibly more tokens than fit"
@@ -363,9 +366,13 @@ class TextEmbeddingCache:
         if owner != self._owner:
             self._store.clear()
             self._owner = owner
-        todo = list(dict.fromkeys(t for t in texts if t not in self._store))
+        where: dict[str, list[int]] = {}
+        for i, t in enumerate(texts):
+            if t not in self._store:
+                where.setdefault(t, []).append(i)
+        todo = list(where)
         if todo:
-            ids = tokenize(tokenizer, todo, name=name).to(_model_device(model))
+            ids = tokenize(tokenizer, todo, name=name, positions=list(where.values())).to(_model_device(model))
             with torch.inference_mode():
                 emb = encode_text_ids(model, ids, pad_id=_pad_id(tokenizer)).float()
             self.encoded += len(todo)

@@ -47,20 +47,41 @@ def stack_images(items: list[Any], *, data_range: float, dtype: torch.dtype | No
 
     if int(first.shape[1]) * int(first.shape[2]) > MAX_PIXELS:
         return None
-    x = torch.stack([t.detach() for t in items])
+    x = _batch_view(items)
+    copied = x is None
+    if x is None:
+        x = torch.stack([t.detach() for t in items])
     if first.dtype == torch.uint8:
-        return x.to(dtype or torch.float32).div_(255.0)
+        return x.to(dtype or torch.float32).div_(255.0)  # .to made a new tensor
     target = dtype or (torch.float64 if first.dtype == torch.float64 else torch.float32)
     lo, hi = (float(v) for v in torch.aminmax(x))
     tol = _RANGE_TOL * data_range
     if not (math.isfinite(lo) and math.isfinite(hi)) or lo < -tol or hi > data_range + tol:
         return None
-    x = x.to(target)  # torch.stack made a new tensor: the in-place ops below never touch the caller's images
+    y = x.to(target)
+    copied = copied or y.data_ptr() != x.data_ptr()  # in place only on our own copy, never the caller's images
     if data_range != 1.0:
-        x.div_(data_range)
+        y = y.div_(data_range) if copied else y / data_range
+        copied = True
     if lo < 0.0 or hi > data_range:
-        x.clamp_(0.0, 1.0)
-    return x
+        y = y.clamp_(0.0, 1.0) if copied else y.clamp(0.0, 1.0)
+    return y
+
+
+def _batch_view(items: list[torch.Tensor]) -> torch.Tensor | None:
+    """The caller's ``[B,3,H,W]`` tensor again when ``items`` are its consecutive rows (``as_image_list``
+    unbinds a batch tensor), so a batch is not copied just to be stacked back; else None."""
+    base = items[0]._base
+    if base is None or base.ndim != 4 or base.requires_grad or any(t._base is not base for t in items):
+        return None
+    step = base.stride(0)
+    start = items[0].storage_offset() - base.storage_offset()
+    if start % step or any(t.storage_offset() - items[0].storage_offset() != i * step for i, t in enumerate(items)):
+        return None
+    if any(t.stride() != base.stride()[1:] for t in items):
+        return None
+    i0 = start // step
+    return base.detach()[i0:i0 + len(items)]
 
 
 class _PairedPixelMetric(SampleMetric):

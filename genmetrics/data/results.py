@@ -16,13 +16,9 @@ from typing import Any
 
 
 def _jsonable(x: Any) -> Any:
-    try:
-        import torch
-
-        if isinstance(x, torch.Tensor):
-            x = x.detach().cpu().tolist()
-    except ImportError:  # pragma: no cover
-        pass
+    torch = sys.modules.get("torch")  # a tensor can only exist if torch is imported; never import it here
+    if torch is not None and isinstance(x, torch.Tensor):
+        x = x.detach().cpu().tolist()
     if isinstance(x, float) and not math.isfinite(x):
         return None if math.isnan(x) else (1e308 if x > 0 else -1e308)
     if isinstance(x, dict):
