@@ -239,6 +239,37 @@ def bench_clipscore(args: argparse.Namespace) -> dict[str, Any]:
     return line
 
 
+def bench_startup(args: argparse.Namespace) -> dict[str, Any]:
+    """Wall time of ``genmetrics list`` and of ``genmetrics score psnr`` on 12 PNG pairs (fresh processes)."""
+    import subprocess
+    import sys
+    import tempfile
+    from pathlib import Path
+
+    from PIL import Image
+
+    tmp = Path(tempfile.mkdtemp(prefix="gm_startup_"))
+    g = torch.Generator().manual_seed(0)
+    for role in ("ref", "gen"):
+        (tmp / role).mkdir()
+        for i in range(12):
+            a = (torch.rand(64, 64, 3, generator=g) * 255).to(torch.uint8).numpy()
+            Image.fromarray(a).save(tmp / role / f"{i:02d}.png")
+    cmds = {"list": ["list"], "score_psnr_12": ["score", "psnr", "-r", str(tmp / "ref"), "-c", str(tmp / "gen")]}
+    times: dict[str, list[float]] = {k: [] for k in cmds}
+    for _ in range(args.rounds):
+        for k, c in cmds.items():
+            t0 = time.perf_counter()
+            subprocess.run([sys.executable, "-c", "from genmetrics.cli.main import entry; entry()", *c], check=True,
+                           capture_output=True)
+            times[k].append(time.perf_counter() - t0)
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, "-c", "pass"], check=True)
+    bare = time.perf_counter() - t0
+    return {"benchmark": "peers", "metric": "startup", "rounds": args.rounds, "python_bare_s": round(bare, 3),
+            **{f"{k}_s": round(statistics.median(v), 3) for k, v in times.items()}}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--pairs", type=int, default=256)
@@ -247,11 +278,14 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--clip-images", type=int, default=64)
-    ap.add_argument("--metrics", default="psnr,ssim,ms_ssim,clipscore")
+    ap.add_argument("--metrics", default="psnr,ssim,ms_ssim,clipscore,startup")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     for metric in args.metrics.split(","):
-        line = bench_clipscore(args) if metric == "clipscore" else bench_pixel(metric, args)
+        if metric == "startup":
+            line = bench_startup(args)
+        else:
+            line = bench_clipscore(args) if metric == "clipscore" else bench_pixel(metric, args)
         print(json.dumps(line), flush=True)
 
 
