@@ -157,7 +157,12 @@ def _resolve(
             return s, kw, looked
     if lfo:
         raise _unavailable(s, looked)
-    ours.mkdir(parents=True, exist_ok=True)
+    try:
+        ours.mkdir(parents=True, exist_ok=True)
+    except OSError as e:  # a read-only GENMETRICS_HOME: say so, and how to do without it
+        raise _unavailable(s, looked, cause=e, hint=f"{ours} cannot be created or written (GENMETRICS_HOME is "
+                           "read-only?). Fix: set GENMETRICS_HOME to a writable folder, or pass a local folder with "
+                           f"{_FIX_OPTION}.") from None
     looked.append("the Hugging Face Hub (download)")
     return s, {"cache_dir": str(ours), "local_files_only": False}, looked
 

@@ -260,6 +260,9 @@ def run_leaderboard(
     they override the config's options. Under torchrun every rank calls this; rank 0 merges and reports."""
     import torch
 
+    from genmetrics.options import check_environment
+
+    check_environment()  # a bad GENMETRICS_* variable is named before any work
     cfg = config if isinstance(config, LeaderboardConfig) else load_config(config, base_dir=base_dir)
     if on_error not in ("stop", "skip"):
         raise InputError(f"--on-error: expected 'stop' or 'skip', got {on_error!r}")

@@ -535,6 +535,11 @@ CASES: list[Case] = [
          "GENMETRICS_BACKBONE_PROVIDER",
          api=lambda ws: _with_env({"GENMETRICS_BACKBONE_PROVIDER": "nomodule"},
                                   __import__("genmetrics.backbones.provider", fromlist=["x"]).current_provider)),
+    Case("home-read-only-download", "GENMETRICS_HOME that cannot be written when weights must be downloaded",
+         WeightsUnavailableError, "GENMETRICS_HOME is read-only?",
+         api=lambda ws: _with_env({"GENMETRICS_HOME": str(ws / "plain.pt")}, lambda: __import__(
+             "genmetrics.backbones.hf", fromlist=["x"])._resolve("org/model", marker="config.json",
+                                                                 local_files_only=False, revision=None))),
     Case("cache-read-only", "a feature cache folder that cannot be written: warned once, scoring goes on", None, "",
          api=_readonly_cache),
     # ================= class 4: paths

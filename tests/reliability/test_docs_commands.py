@@ -123,3 +123,18 @@ def test_parser_reads_continuations_env_and_exit_codes(tmp_path):
                                                               ["error: ..."], 2, 2)
     assert _matches("psnr: 42.0... (n=12)", "psnr: 42.025925864743144  (n=12)")
     assert not _matches("psnr: 41.0... (n=12)", "psnr: 42.025925864743144  (n=12)")
+
+
+@pytest.mark.parametrize("exc", [KeyboardInterrupt, __import__("click").exceptions.Abort])
+def test_ctrl_c_prints_the_documented_message(exc, monkeypatch, capsys):
+    """docs/cli.md and docs/errors.md: Ctrl-C exits 130 with this one line (click turns it into Abort)."""
+    from genmetrics.cli import main as main_module
+
+    def interrupted(*a, **k):
+        raise exc()
+
+    monkeypatch.setattr(main_module.cli, "main", interrupted)
+    assert main([]) == 130
+    line = "error: interrupted; finished results were kept"
+    assert capsys.readouterr().err.strip() == line
+    assert line in (REPO / "docs" / "cli.md").read_text() and line in (REPO / "docs" / "errors.md").read_text()
