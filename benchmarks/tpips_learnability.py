@@ -26,18 +26,38 @@ import torch
 _HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [os.path.dirname(_HERE)]
 
-VISION = {"hidden_size": 128, "intermediate_size": 256}
-TEXT = {k: int(v) for k, v in (x.split("=") for x in os.environ.get("TPIPS_LEARN_TEXT", "").split(",") if x)}
+
+def _env(name: str) -> dict[str, int]:
+    return {k: int(v) for k, v in (x.split("=") for x in os.environ.get(name, "").split(",") if x)}
+
+
+#: the small random backbone (docs/tpips.md, "Does training learn aspects?", says why each setting):
+#: a 128-wide vision tower; a 4-layer text tower (2 layers learn one aspect only)
+VISION = {"hidden_size": 128, "intermediate_size": 256, **_env("TPIPS_LEARN_VISION")}
+TEXT = {"num_hidden_layers": 4, **_env("TPIPS_LEARN_TEXT")}
+#: the random learned position table (std 0.02) is scaled to std 0.6, the order of the patch projection's output
+#: (0.02 * sqrt(3*2*16*16) = 0.78 per unit of pixel std), so that each frozen token says where it is, as a trained
+#: ViT's tokens do; at std 0.02 position is not in any single token (probe in docs/tpips.md)
+POS_SCALE = float(os.environ.get("TPIPS_LEARN_POS_SCALE", 30.0))
+#: M-RoPE base with the 8B model's per-channel rotation frequencies on the first 8 channel pairs:
+#: theta ** (2i / 16) == 5e6 ** (2i / 128); with 5e6 the tiny 16-dim heads rotate 0.15 rad per row, 0.02 per column
+ROPE_THETA = float(os.environ.get("TPIPS_LEARN_ROPE_THETA", 5e6 ** (16 / 128)))
 
 
 def small_backbone(seed: int = 0):
     from genmetrics.testing import tiny_qwen3vl
 
     text = dict(TEXT)
+    text["rope_parameters"] = {"rope_type": "default", "rope_theta": ROPE_THETA, "mrope_section": [4, 2, 2],
+                               "mrope_interleaved": True}
     if "hidden_size" in text:
         text.setdefault("intermediate_size", 2 * text["hidden_size"])
     vision = dict(VISION, out_hidden_size=text.get("hidden_size", 64))
-    return tiny_qwen3vl(seed=seed, vision_config=vision, text_config=text)
+    model = tiny_qwen3vl(seed=seed, vision_config=vision, text_config=text)
+    if POS_SCALE != 1.0:
+        with torch.no_grad():
+            model.visual.pos_embed.weight.mul_(POS_SCALE)
+    return model
 
 
 def scores(pred: torch.Tensor, pairs: list) -> dict[str, float]:
@@ -78,22 +98,24 @@ def run(args) -> dict:
     test = aspect_triplets(args.test, seed=args.seed + 1000, size=args.size)
     processor = tiny_qwen3vl_processor(args.size)
     out: dict = {"benchmark": "tpips_learnability", "train_triplets": args.train, "test_triplets": args.test,
-                 "image_size": args.size, "backbone": f"tiny_qwen3vl(vision {VISION}, text 64x2 layers), random",
+                 "image_size": args.size, "backbone": f"tiny_qwen3vl(vision {VISION}, position table x{POS_SCALE:g}, text {TEXT}, "
+                             f"rope_theta {ROPE_THETA:.3g}), random",
                  "aspect_blind_pixel_l2": pixel_baseline(test), "aspect_blind_bound": {"mean": 0.5, "both": 0.0},
                  "variants": {}}
     for variant in args.variants:
         t0 = time.time()
         cfg = TrainConfig(variant=variant, lr=args.lr, batch_size=args.batch, micro_batch_size=args.batch,
                           epochs=args.epochs, warmup_ratio=0.05, image_size=None, val_every=0, save_every=0,
-                          probe_layers=2, lora_dropout=0.0, seed=args.seed,
+                          probe_layers=2, lora_dropout=0.0, seed=args.seed, lora_targets=args.lora_targets,
                           temperature=args.temperature.get(variant) if args.temperature else None)
         before = evaluate(build_model(cfg.resolved(), small_backbone(args.seed), processor), test)
         with tempfile.TemporaryDirectory() as tmp:
             res = train_tpips([r for p in train for r in p], os.path.join(tmp, "run"), config=cfg,
                               backbone=small_backbone(args.seed), processor=processor, progress=False)
-        after = evaluate(res.model, test)
-        out["variants"][variant] = {"before": before, "after": after, "steps": res.steps,
-                                    "first_loss": round(res.losses[0], 4), "last_loss": round(res.losses[-1], 4),
+        model, steps, losses = res.model, res.steps, res.losses
+        after = evaluate(model, test)
+        out["variants"][variant] = {"before": before, "after": after, "steps": steps,
+                                    "first_loss": round(losses[0], 4), "last_loss": round(losses[-1], 4),
                                     "seconds": round(time.time() - t0, 1)}
     v = out["variants"]
     ok = all(v[k]["after"]["mean"] >= 0.70 and v[k]["after"]["both"] >= 0.40 for k in ("late", "early") if k in v)
@@ -110,11 +132,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--train", type=int, default=384, help="training triplets (2 records each)")
     ap.add_argument("--test", type=int, default=96, help="held-out triplets")
     ap.add_argument("--size", type=int, default=64)
-    ap.add_argument("--epochs", type=float, default=5.0)
+    ap.add_argument("--epochs", type=float, default=10.0)
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--temperature", nargs="*", default=[], help="VARIANT=TAU overrides of Eq. 2's temperature")
+    ap.add_argument("--lora-targets", default="qkv-mlp", help="LoRA targets (genmetrics.tpips.train.LORA_TARGETS)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--quick", action="store_true", help="the slow test's setting (smaller)")
     args = ap.parse_args(argv)

@@ -1,8 +1,8 @@
 """Training makes TPIPS separate aspects on held-out data: procedural triplets where "color" names one image
 as the odd one and "position" another, so an aspect-blind metric scores at most 50% mean agreement and 0% "both
 aspects right". Each variant is trained through the project's trainer on a small random Qwen3-VL and scored
-on new random objects (benchmarks/tpips_learnability.py --quick; the full run and its numbers are in
-docs/tpips.md)."""
+on new random objects (benchmarks/tpips_learnability.py --quick; the full run, its numbers and why the small
+backbone is configured as it is are in docs/tpips.md). Late and early fusion must reach issue 12's goals."""
 
 from __future__ import annotations
 
@@ -47,3 +47,5 @@ def test_training_learns_aspects_on_held_out_triplets(bench, capsys):
         # right), and both aspects right on a share of triplets no aspect-blind metric reaches (0%)
         assert max(after["color"], after["position"]) >= 0.9, (variant, r)
         assert after["both"] >= 0.2 and after["mean"] >= 0.6 and after["mean"] > before["mean"] + 0.2, (variant, r)
+        if variant in ("late", "early"):  # issue 12's goals (measured: late 0.94 / 0.88, early 1.0 / 1.0)
+            assert after["mean"] >= 0.7 and after["both"] >= 0.4, (variant, r)
