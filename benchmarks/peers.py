@@ -227,13 +227,22 @@ def bench_clipscore(args: argparse.Namespace) -> dict[str, Any]:
                             "ratio_vs_torchmetrics": round(med["torchmetrics"] / med["genmetrics"], 3),
                             "max_abs_diff_torchmetrics": None}
     try:  # genmetrics' text path against the untrimmed, uncached open_clip encode_text
+        import copy
+
         from genmetrics.backbones.openclip import clip_image_batch
 
+        nf = torch.nn.functional.normalize
         with torch.inference_mode():
-            img = torch.nn.functional.normalize(oc.encode_image(clip_image_batch(list(imgs), oc)).float(), dim=-1)
-            txt = torch.nn.functional.normalize(oc.encode_text(tok(prompts)).float(), dim=-1)
-        plain = (100.0 * (img * txt).sum(-1)).double()
+            img = nf(oc.encode_image(clip_image_batch(list(imgs), oc)).double(), dim=-1)
+            txt = nf(oc.encode_text(tok(prompts)).double(), dim=-1)
+            # the exact text embeddings: the untrimmed tower in float64 (float32 rounding differs by GEMM shape)
+            text64 = copy.deepcopy(oc, memo={id(oc.visual): None}).double()  # text tower only
+            txt64 = nf(text64.encode_text(tok(prompts)), dim=-1)
+        plain = 100.0 * (img * txt).sum(-1)
         line["genmetrics_max_abs_diff_vs_untrimmed"] = float((vals["genmetrics"].double() - plain).abs().max())
+        exact = 100.0 * (img * txt64).sum(-1)
+        line["untrimmed_float32_text_error_vs_float64"] = float((plain - exact).abs().max())
+        line["genmetrics_text_error_vs_float64"] = float((vals["genmetrics"].double() - exact).abs().max())
     except Exception as e:  # noqa: BLE001 - a benchmark line still comes out
         line["genmetrics_max_abs_diff_vs_untrimmed"] = f"error: {e}"
     return line

@@ -261,8 +261,9 @@ class CLIPScore(_ClipFamily, SampleMetric):
 
         cache = self._aux.setdefault("prompt_cache", TextEmbeddingCache())
         txt = cache.embed(model, self.tokenizer, [self.prompt_template.format(t) for t in batch["condition"]],
-                          name="condition", normalize=True)
-        return (100.0 * (F.normalize(img.float(), dim=-1) * txt).sum(-1)).double()
+                          name="condition", normalize=False)
+        # cosine in float64: a float32 product alone rounds ~1e-6 at |score| ~ 16 (issue 16 exactness)
+        return 100.0 * (F.normalize(img.double(), dim=-1) * F.normalize(txt.double(), dim=-1)).sum(-1)
 
 
 class HCS(_ClipFamily, SampleMetric):

@@ -3,6 +3,7 @@ non-causal towers are left alone, each distinct text is encoded once, long text 
 
 from __future__ import annotations
 
+import copy
 import warnings
 
 import pytest
@@ -90,3 +91,42 @@ def test_long_text_is_truncated_keeping_the_end_token_with_one_warning():
     assert emb.shape[0] == 3
     with pytest.raises(Exception, match="condition"):
         TextEmbeddingCache().embed(model, tok, ["ok", ""], name="condition")
+
+
+def _b16_text_tower():
+    """A random text tower with ViT-B/16's sizes (width 512, 12 layers, 8 heads, 77 tokens); tiny image tower."""
+    torch.manual_seed(0)
+    return CustomTextCLIP(embed_dim=512, vision_cfg=dict(image_size=32, patch_size=8, width=64, layers=1, head_width=16),
+                          text_cfg=dict(context_length=77, vocab_size=49408, width=512, heads=8, layers=12)).eval()
+
+
+def _scores(img: torch.Tensor, txt: torch.Tensor) -> torch.Tensor:
+    f = torch.nn.functional.normalize
+    return 100.0 * (f(img.double(), dim=-1) * f(txt.double(), dim=-1)).sum(-1)
+
+
+@pytest.mark.parametrize("which", ["tiny", "b16"])
+def test_trimming_is_exact_and_float32_gap_is_rounding_of_the_untrimmed_path(which):
+    """Cutting the padding is exact: in float64 trimmed == untrimmed to 1e-9 score units. In float32 the two
+    differ only by rounding (GEMMs of another shape), never by more than the untrimmed float32 path's own
+    error against float64 -- so <= 1e-6 against float32 untrimmed is not reachable by either path (measured)."""
+    if which == "tiny":
+        model, tok = tiny_clip()
+        texts = TEXTS
+    else:
+        from open_clip import get_tokenizer
+
+        model, tok = _b16_text_tower(), get_tokenizer("ViT-B-16")
+        texts = TEXTS + ["two people walking with an umbrella in the snow", "close-up painting of a wooden house"]
+    ids = tok(texts)
+    assert trim_padding(ids, 0).shape[1] < ids.shape[1]
+    with torch.inference_mode():
+        dim = model.encode_text(ids[:1]).shape[-1]
+        img = torch.randn(len(texts), dim, generator=torch.Generator().manual_seed(1))
+        full32, short32 = _scores(img, model.encode_text(ids)), _scores(img, encode_text_ids(model, ids))
+        m64 = copy.deepcopy(model).double()
+        full64, short64 = _scores(img, m64.encode_text(ids)), _scores(img, encode_text_ids(m64, ids))
+    assert (full64 - short64).abs().max() <= 1e-9
+    rounding = (full32 - full64).abs().max()
+    assert (short32 - full32).abs().max() <= max(2 * rounding, 1e-6)
+    assert (short32 - full64).abs().max() <= max(2 * rounding, 1e-6)
