@@ -4,7 +4,8 @@ one image is odd, by "position" another), so an aspect-blind metric gets at most
 "both aspects right".
 
 Backbone: a small random Qwen3-VL built in code (genmetrics.testing.tiny_qwen3vl with a 128-wide vision
-tower so that its frozen random patch features keep the shape information; see docs/tpips.md), LoRA on
+tower, its position table scaled so that each frozen token carries where it is, 4 text layers and the 8B
+model's M-RoPE frequencies; see ``small_backbone`` and docs/tpips.md for the probes behind each), LoRA on
 the language tower, trained with the project's trainer (genmetrics.tpips.train.train_tpips) on CPU.
 Held-out triplets are new random objects (another seed: other shades, sizes, positions, backgrounds).
 Reported next to the variants: the aspect-blind pixel-L2 baseline on the same held-out triplets.
