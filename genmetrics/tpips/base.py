@@ -25,7 +25,7 @@ from genmetrics.backbones.qwen_vl import (
 )
 from genmetrics.data.images import as_image_list, to_tensor
 from genmetrics.errors import InputError
-from genmetrics.tpips.common import MAX_ASPECT_TOKENS
+from genmetrics.tpips.common import MAX_ASPECT_TOKENS, check_aspects
 
 
 def make_resize(resize: str | None, image_size: int | None, factor: int) -> QwenResize:
@@ -123,6 +123,15 @@ class VLMBase(nn.Module):
         return aspect
 
     # -- images ------------------------------------------------------------------------------------
+    def load_triplets(self, images1: Any, images2: Any, images3: Any, aspects: Any
+                      ) -> tuple[list[list[torch.Tensor]], list[str]]:
+        """The three image columns of a batch of triplets, decoded, and one aspect per row (checked)."""
+        cols = [self.load_images(im, name=f"images{i + 1}") for i, im in enumerate((images1, images2, images3))]
+        if not (len(cols[0]) == len(cols[1]) == len(cols[2])):
+            raise InputError(f"triplets: got {len(cols[0])}, {len(cols[1])} and {len(cols[2])} images; "
+                             "pass one of each per row")
+        return cols, check_aspects(aspects, len(cols[0]))
+
     def load_images(self, images: Any, *, name: str = "images") -> list[torch.Tensor]:
         """Any accepted batch -> list of float ``[3,H,W]`` tensors in [0,1] at their own size (the resize
         policy is applied when they are scored). An input object repeated in the batch is decoded once."""

@@ -184,10 +184,7 @@ class TPIPSModel(VLMBase):
 
     def odd_one_out(self, images1: Any, images2: Any, images3: Any, aspects: Any) -> torch.Tensor:
         """``[B,3]`` Eq. 2 probabilities that each image is the odd one out (float64, no gradient)."""
-        x = [self.load_images(im, name=f"images{i + 1}") for i, im in enumerate((images1, images2, images3))]
-        if not (len(x[0]) == len(x[1]) == len(x[2])):
-            raise InputError(f"triplets: got {len(x[0])}, {len(x[1])} and {len(x[2])} images; pass one of each per row")
-        asp = check_aspects(aspects, len(x[0]))
+        x, asp = self.load_triplets(images1, images2, images3, aspects)
         with torch.no_grad():
             return torch.softmax(self.triplet_scores(*x, asp).double() / self.temperature, dim=1)
 

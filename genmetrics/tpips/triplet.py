@@ -128,10 +128,7 @@ class TPIPSTripletModel(VLMBase):
 
     def odd_one_out(self, images1: Any, images2: Any, images3: Any, aspects: Any) -> torch.Tensor:
         """``[B,3]`` probability that each image is the odd one out, averaged over the 6 orders."""
-        cols = [self.load_images(im, name=f"images{i + 1}") for i, im in enumerate((images1, images2, images3))]
-        if not (len(cols[0]) == len(cols[1]) == len(cols[2])):
-            raise InputError(f"triplets: got {len(cols[0])}, {len(cols[1])} and {len(cols[2])} images")
-        asp = check_aspects(aspects, len(cols[0]))
+        cols, asp = self.load_triplets(images1, images2, images3, aspects)
         with torch.no_grad():
             return _mean_over_orders(lambda c: torch.softmax(self.ordered_logits(*c, asp).double(), 1), cols,
                                      list(itertools.permutations(range(3)))).float()
