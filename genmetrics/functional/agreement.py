@@ -54,7 +54,11 @@ def _vote_distribution(votes, k: int | None) -> torch.Tensor:
 
 
 def mean_stderr(values) -> tuple[float, float]:
-    """``(mean, std(ddof=1)/sqrt(N))`` of a 1-D sequence, in float64; stderr is NaN for ``N < 2``."""
+    """``(mean, std(ddof=1)/sqrt(N))`` of a 1-D sequence, in float64; stderr is NaN for ``N < 2``.
+
+    >>> mean_stderr([1.0, 3.0])  # std(ddof=1) = sqrt(2), divided by sqrt(2)
+    (2.0, 1.0)
+    """
     x = torch.as_tensor(values, dtype=torch.float64).reshape(-1)
     if x.numel() == 0:
         raise ValueError("mean_stderr: no values")
@@ -65,7 +69,11 @@ def mean_stderr(values) -> tuple[float, float]:
 
 
 def per_sample_agreement(pred, votes) -> torch.Tensor:
-    """``[N]`` float64: ``y[argmax pred]`` per record (ties: mean of ``y`` over the tied maxima)."""
+    """``[N]`` float64: ``y[argmax pred]`` per record (ties: mean of ``y`` over the tied maxima).
+
+    >>> per_sample_agreement([[0.9, 0.1, 0.0], [0.5, 0.5, 0.5]], [[3, 1, 0], [3, 1, 0]]).tolist()
+    [0.75, 0.3333333333333333]
+    """
     p = _as2d(pred, "pred", None)
     y = _vote_distribution(votes, p.shape[1])
     if p.shape[0] != y.shape[0]:
@@ -83,6 +91,12 @@ def odd_one_out_agreement(pred, votes) -> tuple[float, float]:
         votes: ``[N,3]`` vote counts (or a distribution) for which image is the odd one out.
 
     Returns ``(mean, stderr)`` of ``y[argmax pred]``.
+
+    >>> votes = [[8, 1, 1], [0, 6, 4]]  # raters' picks for the odd image
+    >>> odd_one_out_agreement([[0.7, 0.2, 0.1], [0.1, 0.3, 0.6]], votes)[0]  # mean of 0.8 and 0.4
+    0.6000000000000001
+    >>> odd_one_out_agreement([[1.0, 1.0, 1.0]] * 2, votes)[0]  # a constant model: chance, 1/3
+    0.3333333333333333
     """
     _as2d(pred, "pred", 3)
     return mean_stderr(per_sample_agreement(pred, votes))
@@ -94,20 +108,31 @@ def two_afc_agreement(pred, votes) -> tuple[float, float]:
     Args:
         pred: ``[N,2]`` similarity of each candidate to the reference (higher = more similar).
         votes: ``[N,2]`` vote counts (or fractions) for which candidate is more similar to the reference.
+
+    >>> two_afc_agreement([[0.9, 0.2], [0.1, 0.8]], [[3, 1], [1, 3]])  # both right with 3 of 4 raters
+    (0.75, 0.0)
     """
     _as2d(pred, "pred", 2)
     return mean_stderr(per_sample_agreement(pred, votes))
 
 
 def human_consensus_per_sample(votes) -> torch.Tensor:
-    """``[N]`` float64: ``sum_k y_k**2`` per record."""
+    """``[N]`` float64: ``sum_k y_k**2`` per record.
+
+    >>> human_consensus_per_sample([[4, 0, 0], [1, 1, 2]]).tolist()  # unanimous -> 1
+    [1.0, 0.375]
+    """
     y = _vote_distribution(votes, None)
     return (y * y).sum(1)
 
 
 def human_consensus(votes) -> tuple[float, float]:
     """Human consensus ``mean_n sum_k y_k**2`` (the expected agreement of two random raters) and its
-    standard error; ``votes`` is ``[N,C]`` counts (C = 3 odd-one-out, 2 for 2AFC)."""
+    standard error; ``votes`` is ``[N,C]`` counts (C = 3 odd-one-out, 2 for 2AFC).
+
+    >>> human_consensus([[2, 2], [4, 0]])  # a split vote gives 0.5, a unanimous one 1.0
+    (0.75, 0.25)
+    """
     return mean_stderr(human_consensus_per_sample(votes))
 
 
@@ -121,6 +146,12 @@ def triplet_probabilities(pair_sims, temperature: float = 0.05) -> torch.Tensor:
         temperature: ``tau > 0`` (0.05 late/early fusion, 0.0025 mid fusion in the paper).
 
     Returns ``[N,3]`` float64 probabilities that each image is the odd one out.
+
+    Images 1 and 2 are the most similar pair (the last column), so image 3 is the likely odd one:
+
+    >>> p = triplet_probabilities([[0.1, 0.2, 0.9]])
+    >>> int(p.argmax()), round(float(p.sum()), 6)
+    (2, 1.0)
     """
     if not (isinstance(temperature, (int, float)) and temperature > 0):
         raise ValueError(f"temperature must be a positive number, got {temperature!r}")

@@ -81,7 +81,14 @@ def _vector_1d(values, name: str) -> np.ndarray:
 
 def bootstrap_interval(values, *, n_boot: int = 1000, alpha: float = 0.05, seed: int = 0,
                        stat: Callable = np.mean, method: str = "BCa") -> Interval:
-    """:func:`bootstrap_ci` with the method used and the bootstrap distribution."""
+    """:func:`bootstrap_ci` with the method used and the bootstrap distribution.
+
+    >>> r = bootstrap_interval([0.1, 0.4, 0.35, 0.8, 0.5, 0.3], n_boot=500, seed=0)
+    >>> r.method, r.distribution.shape, r.low < r.estimate < r.high
+    ('BCa', (500,), True)
+    >>> bootstrap_interval([2.0, 2.0, 2.0]).method  # nothing to resample
+    'none (one distinct value)'
+    """
     n_boot, alpha, method = _check(n_boot, alpha, method)
     x = _vector_1d(values, "bootstrap_ci values")
     if x.size == 1 or np.all(x == x[0]):
@@ -117,6 +124,15 @@ def two_sample_ci(x: np.ndarray, y: np.ndarray, stat: Callable[[np.ndarray, np.n
     statistics are ``w @ x``, never a copy of the resampled rows. ``budget`` bounds ``B * max(N, M)`` per
     call. BCa needs a jackknife (``N + M`` more evaluations); it is used when ``method="BCa"``, else the
     method given.
+
+    The difference of two means, with the data closed over by ``stat``:
+
+    >>> rng = np.random.default_rng(0)
+    >>> x, y = rng.normal(1.0, 1.0, 200), rng.normal(0.0, 1.0, 300)
+    >>> stat = lambda wx, wy: wx @ x / wx.sum(1) - wy @ y / wy.sum(1)
+    >>> r = two_sample_ci(x, y, stat, n_boot=500, method="percentile")
+    >>> abs(r.estimate - float(x.mean() - y.mean())) < 1e-12, r.low < 1.0 < r.high  # the true difference is 1
+    (True, True)
     """
     n_boot, alpha, method = _check(n_boot, alpha, method)
     n, m = int(np.shape(x)[0]), int(np.shape(y)[0])
@@ -144,7 +160,15 @@ def two_sample_ci(x: np.ndarray, y: np.ndarray, stat: Callable[[np.ndarray, np.n
 def paired_bootstrap(a, b, *, n_boot: int = 1000, alpha: float = 0.05, seed: int = 0,
                      method: str = "BCa") -> dict[str, Any]:
     """Paired bootstrap of ``mean(a - b)`` over shared samples: estimate, interval (BCa by default) and the
-    two-sided bootstrap p-value that the mean difference is zero (from the same resamples)."""
+    two-sided bootstrap p-value that the mean difference is zero (from the same resamples).
+
+    >>> a = np.linspace(0.5, 0.9, 20)
+    >>> r = paired_bootstrap(a, a - 0.1, n_boot=500)  # b is a shifted by exactly 0.1 everywhere
+    >>> round(r["diff"], 6), r["n"], r["p_value"]
+    (0.1, 20, 0.0)
+    >>> paired_bootstrap(a, a[::-1], n_boot=500)["p_value"] > 0.5  # same values, reordered
+    True
+    """
     a = _vector_1d(a, "paired_bootstrap a")
     b = _vector_1d(b, "paired_bootstrap b")
     if a.shape != b.shape:

@@ -20,14 +20,24 @@ import torch.nn.functional as F
 
 def gaussian_window(kernel_size: int, sigma: float, *, dtype: torch.dtype = torch.float32,
                     device: torch.device | str | None = None) -> torch.Tensor:
-    """The normalised 1-D Gaussian ``[kernel_size]`` centred on the middle tap."""
+    """The normalised 1-D Gaussian ``[kernel_size]`` centred on the middle tap.
+
+    >>> w = gaussian_window(5, 1.0, dtype=torch.float64)
+    >>> round(float(w.sum()), 12), int(w.argmax()), bool(torch.equal(w, w.flip(0)))
+    (1.0, 2, True)
+    """
     x = torch.arange(kernel_size, dtype=torch.float64) - (kernel_size - 1) / 2.0
     g = torch.exp(-(x * x) / (2.0 * sigma * sigma))
     return (g / g.sum()).to(dtype=dtype, device=device)
 
 
 def psnr(preds: torch.Tensor, target: torch.Tensor, *, data_range: float = 1.0) -> torch.Tensor:
-    """``10 log10(data_range^2 / MSE)`` per image of ``[B,C,H,W]``, float64 ``[B]`` (inf for equal images)."""
+    """``10 log10(data_range^2 / MSE)`` per image of ``[B,C,H,W]``, float64 ``[B]`` (inf for equal images).
+
+    >>> x = torch.zeros(2, 3, 8, 8)
+    >>> [round(v, 4) for v in psnr(x, x + 0.1).tolist()], psnr(x, x).tolist()  # MSE 0.01 -> 20 dB; equal -> inf
+    ([20.0, 20.0], [inf, inf])
+    """
     d = (preds - target).reshape(preds.shape[0], -1, preds.shape[-1])
     # Each image row is summed in the input dtype (short sums: exact to rounding), rows in float64.
     mse = torch.linalg.vector_norm(d, dim=-1).double().square().sum(1) / (d.shape[1] * d.shape[2])
@@ -91,23 +101,37 @@ def _image_mean(x: torch.Tensor) -> torch.Tensor:
 
 def ssim(preds: torch.Tensor, target: torch.Tensor, *, kernel_size: int = 11, sigma: float = 1.5,
          k1: float = 0.01, k2: float = 0.03, data_range: float = 1.0) -> torch.Tensor:
-    """SSIM per image of ``[B,C,H,W]`` (reflect padding, whole-image mean), float64 ``[B]``."""
+    """SSIM per image of ``[B,C,H,W]`` (reflect padding, whole-image mean), float64 ``[B]``.
+
+    >>> x = torch.rand(2, 3, 32, 32, generator=torch.Generator().manual_seed(0))
+    >>> ssim(x, x).tolist(), bool((ssim(x, 1 - x) < 0).all())  # identical -> 1; an inverted image anticorrelates
+    ([1.0, 1.0], True)
+    """
     win = gaussian_window(kernel_size, sigma, dtype=preds.dtype, device=preds.device)
     s, _ = _ssim_terms(preds, target, win, (k1 * data_range) ** 2, (k2 * data_range) ** 2, pad=True, luminance=True)
+    assert s is not None  # luminance=True always returns the SSIM map
     return _image_mean(s)
 
 
 def ms_ssim(preds: torch.Tensor, target: torch.Tensor, *, kernel_size: int = 11, sigma: float = 1.5,
             betas: tuple[float, ...] = (0.0448, 0.2856, 0.3001, 0.2363, 0.1333), k1: float = 0.01, k2: float = 0.03,
             data_range: float = 1.0) -> torch.Tensor:
-    """MS-SSIM per image of ``[B,C,H,W]`` with the ``relu`` normalisation, float64 ``[B]``."""
+    """MS-SSIM per image of ``[B,C,H,W]`` with the ``relu`` normalisation, float64 ``[B]``.
+
+    Five scales with an 11-tap window need at least 161 px per side:
+
+    >>> x = torch.rand(1, 1, 161, 161, generator=torch.Generator().manual_seed(0))
+    >>> noisy = (x + 0.2 * torch.rand(1, 1, 161, 161, generator=torch.Generator().manual_seed(1))).clamp(0, 1)
+    >>> [round(v, 6) for v in ms_ssim(x, x).tolist()], bool(ms_ssim(x, noisy) < 1)
+    ([1.0], True)
+    """
     win = gaussian_window(kernel_size, sigma, dtype=preds.dtype, device=preds.device)
     c1, c2 = (k1 * data_range) ** 2, (k2 * data_range) ** 2
     out = torch.ones(preds.shape[0], dtype=torch.float64, device=preds.device)
     for i, beta in enumerate(betas):
         last = i == len(betas) - 1
         s, cs = _ssim_terms(preds, target, win, c1, c2, pad=last, luminance=last)
-        v = _image_mean(s if last else cs).clamp_(min=0.0)  # type: ignore[arg-type]
+        v = _image_mean(cs if s is None else s).clamp_(min=0.0)  # the SSIM map only exists at the last scale
         out = out * v.pow(beta)
         if not last:
             preds = F.avg_pool2d(preds, 2)

@@ -40,6 +40,11 @@ def pairwise_accuracy(score_a: Any, score_b: Any, human_prefers_a: Any) -> float
     soft preference in [0, 1]). A pair is right with weight ``p`` if ``score_a > score_b`` (``p`` = the
     human preference for a), ``1 - p`` if ``score_a < score_b``, and 0.5 on a score tie. NaN scores count
     as ties. Returns a Python float; an empty input is a ``ValueError``.
+
+    >>> pairwise_accuracy([0.9, 0.2, 0.5], [0.1, 0.8, 0.3], [1, 1, 1])  # right, wrong, right
+    0.6666666666666666
+    >>> pairwise_accuracy([0.5, 0.5], [0.5, 0.5], [1, 0])  # a constant metric scores chance
+    0.5
     """
     a, b, h = _vec(score_a, "score_a"), _vec(score_b, "score_b"), _vec(human_prefers_a, "human_prefers_a")
     if not (a.numel() == b.numel() == h.numel()):
@@ -83,7 +88,11 @@ def _binary_stats(pred_logits: Any, labels: Any) -> tuple[torch.Tensor, torch.Te
 def f1_per_class(pred_logits: Any, labels: Any, *, zero_division: float = 0.0) -> torch.Tensor:
     """Binary F1 per column: ``pred_logits`` [N,C] thresholded at 0, ``labels`` [N,C] (0/1 or soft,
     thresholded at 0.5). ``F1 = 2TP / (2TP + FP + FN)``; ``zero_division`` when the denominator is 0.
-    Returns float64 [C]."""
+    Returns float64 [C].
+
+    >>> f1_per_class([[2.0, -1.0], [-3.0, 1.0]], [[1, 0], [0, 0]]).tolist()  # column 1: one false positive
+    [1.0, 0.0]
+    """
     tp, fp, fn = _binary_stats(pred_logits, labels)
     den = 2 * tp + fp + fn
     return torch.where(den > 0, 2 * tp / den.clamp_min(1), torch.full_like(den, float(zero_division)))
@@ -91,7 +100,11 @@ def f1_per_class(pred_logits: Any, labels: Any, *, zero_division: float = 0.0) -
 
 def macro_f1(pred_logits: Any, labels: Any) -> float:
     """Unweighted mean of :func:`f1_per_class` over the columns (for MIE: existence, appearance,
-    interaction). ``pred_logits`` [N,3] logits (threshold 0), ``labels`` [N,3] in {0,1} or soft."""
+    interaction). ``pred_logits`` [N,3] logits (threshold 0), ``labels`` [N,3] in {0,1} or soft.
+
+    >>> macro_f1([[2.0, -1.0, 0.5], [-3.0, 1.0, 0.5]], [[1, 0, 1], [0, 0, 1]])  # mean of 1, 0, 1
+    0.6666666666666666
+    """
     return float(f1_per_class(pred_logits, labels).mean())
 
 
@@ -116,7 +129,11 @@ def _pairs(item_a: Any, item_b: Any, outcome: Any, n_items: int | None) -> tuple
 
 
 def win_counts(item_a: Any, item_b: Any, outcome: Any, n_items: int | None = None) -> torch.Tensor:
-    """``W[i, j]`` = (fractional) wins of item i over item j, float64 [K,K]; ties give 0.5 to each."""
+    """``W[i, j]`` = (fractional) wins of item i over item j, float64 [K,K]; ties give 0.5 to each.
+
+    >>> win_counts([0, 0, 1], [1, 2, 2], [1.0, 0.5, 0.0]).tolist()
+    [[0.0, 1.0, 0.5], [0.0, 0.0, 0.0], [0.5, 1.0, 0.0]]
+    """
     ia, ib, o, k = _pairs(item_a, item_b, outcome, n_items)
     w = torch.zeros(k, k, dtype=torch.float64)
     w.index_put_((ia, ib), o, accumulate=True)
@@ -126,7 +143,12 @@ def win_counts(item_a: Any, item_b: Any, outcome: Any, n_items: int | None = Non
 
 def win_rate_matrix(item_a: Any, item_b: Any, outcome: Any, n_items: int | None = None) -> torch.Tensor:
     """``R[i, j]`` = fraction of the comparisons between i and j that i won, float64 [K,K];
-    ``R[i, j] + R[j, i] = 1`` where they met, NaN where they never met (and on the diagonal)."""
+    ``R[i, j] + R[j, i] = 1`` where they met, NaN where they never met (and on the diagonal).
+
+    >>> r = win_rate_matrix([0, 0, 0, 1], [1, 1, 1, 2], [1, 1, 0, 1])
+    >>> round(float(r[0, 1]), 4), round(float(r[1, 0]), 4), bool(r[0, 2].isnan())  # 0 and 2 never met
+    (0.6667, 0.3333, True)
+    """
     w = win_counts(item_a, item_b, outcome, n_items)
     games = w + w.T
     return torch.where(games > 0, w / games.clamp_min(1e-300), torch.full_like(w, float("nan")))
@@ -173,6 +195,13 @@ def bradley_terry(
     that never lost, never won, or never met the others) is a ``ValueError``.
 
     For an Elo-like scale use ``1000 + 400 / ln(10) * theta``.
+
+    Item 0 beats item 1 in 3 of 4 games: the fitted gap is ``logit(3/4) = ln 3``:
+
+    >>> import math
+    >>> theta = bradley_terry([0, 0, 0, 0], [1, 1, 1, 1], [1, 1, 1, 0])
+    >>> round(float(theta[0] - theta[1]), 6), round(math.log(3), 6), round(float(theta.sum()), 9)
+    (1.098612, 1.098612, 0.0)
     """
     import numpy as np
 
