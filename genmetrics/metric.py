@@ -53,7 +53,11 @@ OPTIONS_STATE_PREFIX = "_options_"
 
 def hash_id(sample_id: Any, *, name: str = "ids") -> int:
     """A stable signed 64-bit integer for a sample id: integers (Python, NumPy or a one-element integer
-    tensor, taken by value) as they are, anything else (strings, paths) by a hash of its text."""
+    tensor, taken by value) as they are, anything else (strings, paths) by a hash of its text.
+
+    >>> hash_id(7), hash_id(torch.tensor(7)), hash_id("img_001.png") == hash_id("img_001.png")
+    (7, 7, True)
+    """
     if isinstance(sample_id, torch.Tensor):
         if sample_id.is_meta:
             raise InputError(f"{name}: a meta tensor has no value to use as an id; pass the id itself (int or str)")
@@ -106,7 +110,21 @@ def _has_meta(value: Any, depth: int = 0) -> bool:
 
 
 class Metric(torchmetrics.Metric):
-    """Base class of every genmetrics metric (see module docstring for the contract)."""
+    """Base class of every genmetrics metric (see module docstring for the contract).
+
+    ``update`` accumulates; ``compute()`` gives the accumulated value; ``compute(reference, candidates)``
+    (or ``score``) scores just those inputs and leaves the state alone:
+
+    >>> import genmetrics as gm
+    >>> m = gm.create_metric("psnr")
+    >>> ref = torch.full((2, 3, 8, 8), 0.5)
+    >>> m.update(reference=ref, candidates=ref + 0.1)
+    >>> float(m.compute(ref, ref)), round(float(m.compute()), 3)  # one-shot (identical: max_db); accumulated
+    (100.0, 20.0)
+    >>> m.reset()
+    >>> m.has_data()
+    False
+    """
 
     #: the registry name; set by each subclass
     name: ClassVar[str] = ""
@@ -549,6 +567,22 @@ class SampleMetric(Metric):
     lists, without loading weights) and :meth:`_score_batch` (score one chunk, return a tensor ``[b]`` or
     ``[b, C]``, or a dict whose ``"score"`` entry is that and whose other entries are per-sample extras).
     ``compute()`` is the mean over samples (per column for ``[b, C]``).
+
+    A complete plugin metric (register it with a :class:`~genmetrics.registry.MetricCard` to use it from
+    the CLI and leaderboards):
+
+    >>> class MeanAbsDiff(SampleMetric):
+    ...     name = "mean_abs_diff"
+    ...     paired = True
+    ...     def _prepare(self, reference, candidates, condition):
+    ...         return {"reference": list(reference), "candidates": list(candidates)}
+    ...     def _score_batch(self, batch):
+    ...         r, c = torch.stack(batch["reference"]), torch.stack(batch["candidates"])
+    ...         return (r - c).abs().flatten(1).mean(1).double()
+    >>> m = MeanAbsDiff(batch_size=2)  # results do not depend on batch_size
+    >>> m.update(torch.zeros(3, 4), torch.tensor([[1.0], [2.0], [3.0]]).expand(3, 4), ids=["a", "b", "c"])
+    >>> m.per_sample()["ids"], m.per_sample()["scores"].tolist(), float(m.compute())
+    (['a', 'b', 'c'], [1.0, 2.0, 3.0], 2.0)
     """
 
     def __init__(self, **kwargs: Any) -> None:
@@ -755,7 +789,15 @@ def _drop_duplicate_ids(scores: torch.Tensor, ids: torch.Tensor) -> tuple[torch.
 
 
 def as_text_list(texts: Any, *, name: str = "condition", allow_empty: bool = False) -> list[str]:
-    """A string or a list of strings -> list of stripped-checked strings (empty ones are an error)."""
+    """A string or a list of strings -> list of stripped-checked strings (empty ones are an error).
+
+    >>> as_text_list("a cat"), as_text_list(["a cat", "a dog"], name="prompts")
+    (['a cat'], ['a cat', 'a dog'])
+    >>> as_text_list(["a cat", " "], name="prompts")
+    Traceback (most recent call last):
+        ...
+    genmetrics.errors.InputError: prompts[1]: the text is empty or whitespace only; give a non-empty text
+    """
     if isinstance(texts, str):
         texts = [texts]
     if not isinstance(texts, Sequence) or isinstance(texts, (bytes, bytearray)):
@@ -771,4 +813,9 @@ def as_text_list(texts: Any, *, name: str = "condition", allow_empty: bool = Fal
 
 
 def finite_or_nan(x: float) -> float:
+    """``x`` when it is finite, else NaN (one marker for "no value" in reports).
+
+    >>> finite_or_nan(0.5), finite_or_nan(float("inf"))
+    (0.5, nan)
+    """
     return x if math.isfinite(x) else float("nan")

@@ -92,7 +92,19 @@ class BootStrapper(tw.BootStrapper):
 
 
 class MetricTracker(tw.MetricTracker):
-    """``torchmetrics.wrappers.MetricTracker`` whose ``best_metric`` also ranks dict results (by ``"mean"``)."""
+    """``torchmetrics.wrappers.MetricTracker`` whose ``best_metric`` also ranks dict results (by ``"mean"``).
+
+    >>> import torch, genmetrics as gm
+    >>> from genmetrics.wrappers import MetricTracker
+    >>> tracker = MetricTracker(gm.create_metric("psnr"))
+    >>> ref = torch.full((2, 3, 8, 8), 0.5)
+    >>> for noise in (0.2, 0.1, 0.3):  # one step per epoch; less noise is better
+    ...     tracker.increment()
+    ...     tracker.update(reference=ref, candidates=ref + noise)
+    >>> value, step = tracker.best_metric(return_step=True)
+    >>> round(value, 3), step
+    (20.0, 1)
+    """
 
     def best_metric(self, return_step: bool = False) -> Any:
         res = self.compute_all()
@@ -105,7 +117,18 @@ class MetricTracker(tw.MetricTracker):
 class ClasswiseWrapper(tw.ClasswiseWrapper):
     """``torchmetrics.wrappers.ClasswiseWrapper`` for per-attribute results: a dict result gives its
     ``per_attribute`` (or ``per_pair``) entry; ``labels`` default to the metric's attributes (pairs as
-    ``"a|b"``)."""
+    ``"a|b"``).
+
+    >>> import genmetrics as gm
+    >>> from genmetrics.testing import random_images, tiny_clip
+    >>> from genmetrics.wrappers import ClasswiseWrapper
+    >>> model, tokenizer = tiny_clip()
+    >>> sad = gm.create_metric("sad", attributes=["smiling", "wearing hat"], backbone=model, tokenizer=tokenizer)
+    >>> per_attribute = ClasswiseWrapper(sad)
+    >>> per_attribute.update(reference=random_images(4, seed=1), candidates=random_images(4, seed=2))
+    >>> sorted(per_attribute.compute())
+    ['sad_smiling', 'sad_wearing hat']
+    """
 
     def __init__(self, metric: Any, labels: list[str] | None = None, **kwargs: Any) -> None:
         if labels is None and getattr(metric, "attributes", None) is not None:

@@ -114,7 +114,16 @@ class _ClipMixin:
 
 
 class CLIPImageSimilarity(_ClipMixin, _ImagePairMetric):
-    """CLIP-I: ``cos(E_v(reference), E_v(candidate))`` with an open_clip model."""
+    """CLIP-I: ``cos(E_v(reference), E_v(candidate))`` with an open_clip model.
+
+    On a tiny random CLIP (``genmetrics.testing``; ``CLIPImageSimilarity()`` loads the default weights):
+
+    >>> from genmetrics.testing import random_images, tiny_clip
+    >>> clip_i = CLIPImageSimilarity(backbone=tiny_clip()[0])
+    >>> x, y = random_images(2, seed=1), random_images(2, seed=2)
+    >>> round(float(clip_i.score(x, x)), 4), abs(float(clip_i.score(x, y) - clip_i.score(y, x))) < 1e-6
+    (1.0, True)
+    """
 
     name = "clip_i"
 
@@ -122,7 +131,16 @@ class CLIPImageSimilarity(_ClipMixin, _ImagePairMetric):
 class DINOSimilarity(_ImagePairMetric):
     """DINO-I: cosine of DINOv2 [CLS] (``pooler_output``) embeddings. Images are resized (shorter side,
     bicubic) and centre-cropped to the model's ``config.image_size`` and normalised with ImageNet
-    statistics; the default weights are ``facebook/dinov2-base`` at 224 px."""
+    statistics; the default weights are ``facebook/dinov2-base`` at 224 px.
+
+    On a tiny random DINOv2 (``genmetrics.testing``; ``DINOSimilarity()`` loads the default weights):
+
+    >>> from genmetrics.testing import random_images, tiny_dino
+    >>> dino = DINOSimilarity(backbone=tiny_dino())
+    >>> x, y = random_images(2, seed=1), random_images(2, seed=2)
+    >>> round(float(dino.score(x, x)), 4), abs(float(dino.score(x, y) - dino.score(y, x))) < 1e-6
+    (1.0, True)
+    """
 
     name = "dino"
     default_weights = "facebook/dinov2-base"

@@ -162,7 +162,17 @@ class PSNR(_PairedPixelMetric):
 
     ``reduction="mean"`` (default): ``compute()`` is the mean of the per-image PSNRs. ``reduction="pooled"``:
     ``10 log10(1 / mean_i MSE_i)``, the PSNR of the pooled MSE that torchmetrics' ``PeakSignalNoiseRatio()``
-    reports (equal to it when the images share one size; see docs/torchmetrics.md)."""
+    reports (equal to it when the images share one size; see docs/torchmetrics.md).
+
+    >>> ref = torch.full((2, 3, 16, 16), 0.5)
+    >>> psnr = PSNR()
+    >>> psnr.update(reference=ref, candidates=ref + 0.1)  # MSE 0.01: 20 dB
+    >>> psnr.update(reference=ref, candidates=ref)  # identical: max_db
+    >>> [round(v, 3) for v in psnr.per_sample()["scores"].tolist()], round(float(psnr.compute()), 3)
+    ([20.0, 20.0, 100.0, 100.0], 60.0)
+    >>> round(float(PSNR(reduction="pooled").score(torch.cat([ref, ref]), torch.cat([ref + 0.1, ref]))), 3)
+    23.01
+    """
 
     name = "psnr"
 
@@ -185,7 +195,13 @@ class PSNR(_PairedPixelMetric):
 
 
 class SSIM(_PairedPixelMetric):
-    """SSIM per image (Gaussian kernel 11, sigma 1.5, K1 0.01, K2 0.03)."""
+    """SSIM per image (Gaussian kernel 11, sigma 1.5, K1 0.01, K2 0.03).
+
+    >>> x = torch.rand(2, 3, 32, 32, generator=torch.Generator().manual_seed(0))
+    >>> ssim = SSIM()
+    >>> round(float(ssim.score(x, x)), 6), bool(ssim.score(x, 1 - x) < 0)  # identical; inverted
+    (1.0, True)
+    """
 
     name = "ssim"
 
@@ -206,7 +222,19 @@ class MSSSIM(_PairedPixelMetric):
     """MS-SSIM per image with the standard 5 scale weights; each side must exceed (kernel-1)*2^(scales-1).
 
     ``sigma=None`` (default): 1.5 for the standard 11 px window, else ``(kernel_size - 1) / 7``, the sigma
-    whose 3.5-sigma Gaussian window has ``kernel_size`` taps (how torchmetrics pairs the two)."""
+    whose 3.5-sigma Gaussian window has ``kernel_size`` taps (how torchmetrics pairs the two).
+
+    Small images need a smaller window or fewer scales (here each side must exceed ``6 * 2**2 = 24``):
+
+    >>> x = torch.rand(2, 3, 32, 32, generator=torch.Generator().manual_seed(0))
+    >>> m = MSSSIM(kernel_size=7, betas=(0.3, 0.4, 0.3))
+    >>> round(float(m.score(x, x)), 6), bool(m.score(x, x.flip(-1)) < 0.5)
+    (1.0, True)
+    >>> MSSSIM().score(x, x)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+        ...
+    genmetrics.errors.InputError: ms_ssim: images of (32, 32) are too small for 5 scales with an 11px window ...
+    """
 
     name = "ms_ssim"
 

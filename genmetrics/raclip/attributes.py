@@ -29,7 +29,11 @@ ATTRIBUTE_SETS: dict[str, str] = {
 
 
 def list_attribute_sets() -> list[str]:
-    """Names of the shipped attribute sets."""
+    """Names of the shipped attribute sets.
+
+    >>> "celeba-20" in list_attribute_sets()
+    True
+    """
     return sorted(ATTRIBUTE_SETS)
 
 
@@ -43,7 +47,12 @@ def parse_attribute_text(text: str) -> list[str]:
 
 
 def load_attribute_set(name: str) -> list[str]:
-    """The attributes of a shipped set (see :data:`ATTRIBUTE_SETS`)."""
+    """The attributes of a shipped set (see :data:`ATTRIBUTE_SETS`).
+
+    >>> attrs = load_attribute_set("celeba-20")
+    >>> len(attrs), attrs[:2], load_attribute_set("CelebA_20") == attrs
+    (20, ['arched eyebrows', 'bald'], True)
+    """
     key = _norm(name)
     compact = {k.replace("-", ""): k for k in ATTRIBUTE_SETS}  # "celeba20", "coco80", "imagenet1k"
     key = compact.get(key.replace("-", ""), key)
@@ -77,7 +86,11 @@ def read_attribute_file(path: str | os.PathLike) -> list[str]:
 
 def resolve_attributes(spec: Any, *, name: str = "attributes") -> list[str]:
     """A list of attribute strings from a list, a shipped set name or a text file; validated
-    (non-empty, no empty strings, no duplicates)."""
+    (non-empty, no empty strings, no duplicates).
+
+    >>> resolve_attributes("smiling, wearing hat"), len(resolve_attributes("coco-80"))
+    (['smiling', 'wearing hat'], 80)
+    """
     from genmetrics.raclip._checks import check_attributes
 
     if spec is None:

@@ -180,6 +180,21 @@ class RAClipScore(_RAMixin, SampleMetric):
     attribute (``[B,C]``) and ``compute()`` is the mean per attribute ``[C]``. Without ``attributes``,
     ``condition`` gives one text per candidate, each image is scored against its own text (``[B]``) and
     ``compute()`` is the mean (a scalar tensor).
+
+    On a tiny random CLIP (``RAClipScore("celeba-20")`` loads the default ViT-B/32 weights):
+
+    >>> from genmetrics.testing import random_images, tiny_clip
+    >>> model, tokenizer = tiny_clip()
+    >>> images = random_images(3)
+    >>> ra = RAClipScore(["smiling", "wearing hat"], backbone=model, tokenizer=tokenizer)
+    >>> ra.update(candidates=images)
+    >>> per = ra.per_sample()["scores"]
+    >>> tuple(per.shape), tuple(ra.compute().shape)
+    ((3, 2), (2,))
+    >>> by_text = RAClipScore(backbone=model, tokenizer=tokenizer)  # one text per image instead
+    >>> by_text.update(candidates=images, condition=["smiling"] * 3)
+    >>> torch.allclose(by_text.per_sample()["scores"], per[:, 0])
+    True
     """
 
     name = "raclip"
@@ -231,6 +246,19 @@ class CLIPScore(_ClipFamily, SampleMetric):
 
     With ``attributes`` each attribute is the text (``prompt_template`` applied, default ``"{}"``) and
     ``compute()`` is the mean per attribute ``[C]``; without, ``condition`` holds one text per image.
+
+    ``clip_t`` is the same metric under another name. On a tiny random CLIP:
+
+    >>> import genmetrics as gm
+    >>> from genmetrics.testing import random_images, tiny_clip
+    >>> model, tokenizer = tiny_clip()
+    >>> clip_t = gm.create_metric("clip_t", backbone=model, tokenizer=tokenizer)
+    >>> type(clip_t).__name__
+    'CLIPScore'
+    >>> clip_t.update(candidates=random_images(2), condition=["a cat", "a red car"])
+    >>> s = clip_t.per_sample()["scores"]
+    >>> tuple(s.shape), bool((s.abs() <= 100).all())  # 100 * cosine
+    ((2,), True)
     """
 
     name = "clipscore"
@@ -279,6 +307,16 @@ class HCS(_ClipFamily, SampleMetric):
     returns the mean HCS per attribute ``[C]``. ``image_center=`` (a tensor ``[E]``) fixes ``C_img``
     instead. ``per_sample()`` gives the per-candidate HCS ``[N,C]``. ``compat="hcs2024"`` is the 2024
     code's HCS (``text_center="bare"``; it cannot be combined with ``text_center=``).
+
+    With two attributes the centred text vectors are opposite, so the two scores are negatives:
+
+    >>> from genmetrics.testing import random_images, tiny_clip
+    >>> model, tokenizer = tiny_clip()
+    >>> hcs = HCS(["smiling", "frowning"], backbone=model, tokenizer=tokenizer)
+    >>> hcs.update(reference=random_images(4, seed=1), candidates=random_images(3, seed=2))
+    >>> per = hcs.per_sample()["scores"]
+    >>> tuple(per.shape), torch.allclose(per[:, 0], -per[:, 1], atol=1e-6)
+    ((3, 2), True)
     """
 
     name = "hcs"
@@ -608,6 +646,16 @@ class SaD(_KLDivergence):
     """``sad``: Single-attribute Divergence (Eq. 12) between the real and the generated set.
 
     ``compute()`` -> ``{"mean": scalar, "per_attribute": [C]}`` (float64, nats; tables often show x1000).
+
+    >>> from genmetrics.testing import random_images, tiny_clip
+    >>> model, tokenizer = tiny_clip()
+    >>> sad = SaD(["smiling", "wearing hat"], backbone=model, tokenizer=tokenizer)
+    >>> real = random_images(6, seed=1)
+    >>> same = sad.score(reference=real, candidates=real)  # a set against itself
+    >>> sorted(same), float(same["mean"]) < 1e-9
+    (['mean', 'per_attribute'], True)
+    >>> bool(sad.score(reference=real, candidates=random_images(6, seed=2) // 2)["mean"] > 0)  # darker set
+    True
     """
 
     name = "sad"
@@ -632,6 +680,14 @@ class PaD(_KLDivergence):
 
     ``compute()`` -> ``{"mean": scalar, "per_pair": [C*(C-1)//2]}`` (float64, nats; pairs in
     ``itertools.combinations`` order, labels in :attr:`pairs`).
+
+    >>> from genmetrics.testing import random_images, tiny_clip
+    >>> model, tokenizer = tiny_clip()
+    >>> pad = PaD(["smiling", "wearing hat", "a red car"], backbone=model, tokenizer=tokenizer)
+    >>> real = random_images(6, seed=1)
+    >>> out = pad.score(reference=real, candidates=random_images(6, seed=2) // 2)
+    >>> pad.pairs[0], tuple(out["per_pair"].shape), bool(out["mean"] > 0)
+    (('smiling', 'wearing hat'), (3,), True)
     """
 
     name = "pad"
@@ -664,6 +720,14 @@ class RSaD(_SetDivergence):
     mean(gen) of the refined patch scores (positive = more present there in the real set),
     ``per_attribute`` the ranking score ``mean_j |R-SaD_j|`` and ``mean`` its mean over attributes.
     The grid is :attr:`grid` (row-major).
+
+    >>> from genmetrics.testing import random_images, tiny_clip
+    >>> model, tokenizer = tiny_clip()  # a 32 px ViT with 8 px patches: a 4 x 4 grid
+    >>> rsad = RSaD(["smiling", "wearing hat"], backbone=model, tokenizer=tokenizer)
+    >>> real = random_images(3, seed=1)
+    >>> out = rsad.score(reference=real, candidates=real)
+    >>> rsad.grid, tuple(out["map"].shape), float(out["map"].abs().max())  # a set against itself: 0
+    ((4, 4), (16, 2), 0.0)
     """
 
     name = "rsad"

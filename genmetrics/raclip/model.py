@@ -38,7 +38,12 @@ HCS_TEMPLATE = "a photo of {}"
 
 @dataclass
 class RAOutput:
-    """What :class:`RegionAttributeScorer` returns (float32 tensors on the model's device)."""
+    """What :class:`RegionAttributeScorer` returns (float32 tensors on the model's device).
+
+    >>> import dataclasses
+    >>> [f.name for f in dataclasses.fields(RAOutput)]
+    ['score', 'global_score', 'patch_scores', 'grid']
+    """
 
     score: torch.Tensor  # [B,C] Eq. 9 RA-CLIPScore
     global_score: torch.Tensor  # [B,C] r̂_0, the global token's Eq. 4 score ([CLS] of block L; L-1 with global_token=False)
@@ -309,6 +314,14 @@ class RegionAttributeScorer(nn.Module):
     (see :func:`genmetrics.backbones.openclip.clip_image_batch`); returns :class:`RAOutput`. Text
     embeddings are computed once per attribute list (and device) and cached. Scoring runs without
     autograd (``torch.no_grad``).
+
+    >>> from genmetrics.backbones.openclip import clip_image_batch
+    >>> from genmetrics.testing import random_images, tiny_clip
+    >>> model, tokenizer = tiny_clip()
+    >>> scorer = RegionAttributeScorer(model, tokenizer)
+    >>> out = scorer(clip_image_batch(random_images(2), model), ["smiling", "wearing hat"])
+    >>> tuple(out.score.shape), tuple(out.patch_scores.shape), out.grid
+    ((2, 2), (2, 16, 2), (4, 4))
     """
 
     def __init__(self, model: Any, tokenizer: Any, *, dual_prompt: bool = True, local_tokens: bool = True,
