@@ -126,25 +126,71 @@ def read_results(path: str | os.PathLike, *, check: RowCheck | None = None) -> l
     return rows
 
 
-_HASHES: dict[tuple[str, int, int], str] = {}
+def _sha256_file(path: str) -> str:
+    import hashlib
+
+    d = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            d.update(block)
+    return d.hexdigest()[:16]
+
+
+class HashCache:
+    """sha256 (first 16 hex digits) of files' bytes, computed once per file and cached by absolute path,
+    size, modification time, change time and inode (hashing is cheap next to decoding the image).
+
+    With ``file`` the cache persists as JSON, so a resumed run does not read unchanged files again. A file
+    replaced by another of the same size, even with its modification time set back (``cp -p``, ``rsync
+    -t``), gets a new change time (ctime cannot be set by a program) or inode and is hashed again. An
+    unreadable or torn cache file is ignored (hashes are computed afresh); the cache only saves reading,
+    it never decides a result on its own.
+    """
+
+    VERSION = 1
+
+    def __init__(self, file: str | os.PathLike | None = None):
+        self.file = Path(file) if file is not None else None
+        self._known: dict[str, list[Any]] = {}
+        self._dirty = False
+        if self.file is not None:
+            try:
+                data = json.loads(self.file.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                data = None
+            if isinstance(data, dict) and data.get("version") == self.VERSION and isinstance(data.get("files"), dict):
+                self._known = {k: v for k, v in data["files"].items() if self._valid(v)}
+
+    @staticmethod
+    def _valid(v: Any) -> bool:
+        return (isinstance(v, list) and len(v) == 5 and all(type(x) is int for x in v[:4])
+                and isinstance(v[4], str) and len(v[4]) == 16)
+
+    def __call__(self, path: str | os.PathLike) -> str:
+        p = os.path.abspath(os.fspath(path))
+        st = os.stat(p)
+        stamp = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
+        hit = self._known.get(p)
+        if hit is not None and hit[:4] == stamp:
+            return hit[4]
+        h = _sha256_file(p)
+        self._known[p] = [*stamp, h]
+        self._dirty = True
+        return h
+
+    def save(self) -> None:
+        """Write the cache file (when there is one and something new was hashed)."""
+        if self.file is not None and self._dirty:
+            atomic_write_text(self.file, json.dumps({"version": self.VERSION, "files": self._known}) + "\n")
+            self._dirty = False
+
+
+_HASHES = HashCache()
 
 
 def content_hash(path: str | os.PathLike) -> str:
-    """sha256 (first 16 hex digits) of a file's bytes, computed once per file and cached by path, size and
-    modification time (hashing is cheap next to decoding the image)."""
-    p = os.path.abspath(os.fspath(path))
-    st = os.stat(p)
-    key = (p, st.st_size, st.st_mtime_ns)
-    h = _HASHES.get(key)
-    if h is None:
-        import hashlib
-
-        d = hashlib.sha256()
-        with open(p, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                d.update(block)
-        h = _HASHES[key] = d.hexdigest()[:16]
-    return h
+    """sha256 (first 16 hex digits) of a file's bytes, cached in this process (see :class:`HashCache`)."""
+    return _HASHES(path)
 
 
 class ResultsWriter:

@@ -41,6 +41,7 @@ SHARDS = "shards"
 MANIFEST = "manifest.json"
 SUMMARY = "summary.json"
 SKIPPED = "skipped.jsonl"
+HASHES = ".genmetrics.hashes.json"  # content hashes of the inputs, kept for --resume (see InputHashes)
 log = logging.getLogger(__name__)
 OUTPUTS = (SKIPPED, RESULTS, MANIFEST, SUMMARY, "leaderboard.md", "leaderboard.csv", "leaderboard.html", "paired.csv")
 
@@ -290,6 +291,7 @@ def run_leaderboard(
 
     dist = _Dist(dev)
     lock = None
+    hashes: InputHashes | None = None
     try:
         if dist.rank == 0:
             out_dir.mkdir(parents=True, exist_ok=True)
@@ -305,10 +307,11 @@ def run_leaderboard(
         dist.barrier()
         from genmetrics.data.results import ResultsWriter, read_results
 
-        hashes = InputHashes(plan)
+        hashes = InputHashes(plan, cache_file=out_dir / HASHES)
         sources = [out_dir / RESULTS, *sorted((out_dir / SHARDS).glob("*.jsonl"))]
         if dist.rank == 0 and resume:  # refuse rows that are not this run's; rescore rows whose inputs changed
             _drop_stale_rows(sources, _row_check(plan, unknown_options), hashes)
+            hashes.save()
         dist.barrier()
         done = {(str(r.get("generator")), str(r.get("metric")), str(r.get("id"))) for s in sources for r in read_results(s)}
         dist.barrier()  # every rank has read the finished keys before any rank writes
@@ -339,6 +342,8 @@ def run_leaderboard(
         dist.barrier()
         return RunResult(out=out_dir, rank=dist.rank, world_size=dist.world, summary=summary, scored=scored)
     finally:
+        if hashes is not None and dist.rank == 0:
+            hashes.save()  # also after a crash or Ctrl-C: a resume then reads only files it has not hashed
         if lock is not None:
             lock.release()
         dist.close()
@@ -625,20 +630,24 @@ class InputHashes:
     """What each result row was computed from, by content: sha256 over the bytes of the candidate, its
     reference(s) (or the whole real set) and the condition text. Stored as ``input`` in every row, so a
     resumed run rescores exactly the rows whose files changed (even with the same names and sizes). File
-    hashes are computed once per file (cached by path, size and mtime)."""
+    hashes are computed once per file, cached by path, size, mtime, ctime and inode in ``cache_file`` (the
+    run folder's ``.genmetrics.hashes.json``), so a resumed run does not read unchanged files again."""
 
-    def __init__(self, plan: Plan):
+    def __init__(self, plan: Plan, cache_file: Path | None = None):
+        from genmetrics.data.results import HashCache
+
         self.plan = plan
+        self.hash = HashCache(cache_file)
         self._real: dict[int, str] = {}
         self._index: dict[tuple[str, str, str], tuple[MetricPlan, Any, Any]] | None = None
 
-    @staticmethod
-    def _files(files: list[Path]) -> str:
-        from genmetrics.data.results import content_hash
+    def save(self) -> None:
+        self.hash.save()
 
+    def _files(self, files: list[Path]) -> str:
         h = hashlib.sha256()
         for f in sorted(files, key=lambda p: (p.stem, p.name)):
-            h.update(f"{f.stem}\t{content_hash(f)}\n".encode())
+            h.update(f"{f.stem}\t{self.hash(f)}\n".encode())
         return h.hexdigest()[:16]
 
     def real(self, mp: MetricPlan) -> str:
@@ -648,12 +657,10 @@ class InputHashes:
         return self._real[k]
 
     def sample(self, mp: MetricPlan, col: Any, s: Any) -> str:
-        from genmetrics.data.results import content_hash
-
-        h = hashlib.sha256(content_hash(s.candidate).encode())
+        h = hashlib.sha256(self.hash(s.candidate).encode())
         refs = s.reference if isinstance(s.reference, list) else ([s.reference] if s.reference is not None else [])
         for r in refs:
-            h.update(b"|r" + content_hash(r).encode())
+            h.update(b"|r" + self.hash(r).encode())
         if "real" in mp.uses:
             h.update(b"|real" + self.real(mp).encode())
         if col.aspect is None and s.condition is not None:
