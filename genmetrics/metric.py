@@ -36,7 +36,7 @@ import os
 import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import torch
 import torchmetrics
@@ -134,6 +134,11 @@ class Metric(torchmetrics.Metric):
     #: a paired metric compares each candidate with its own reference and takes torchmetrics' ``preds=``
     #: (the candidates) and ``target=`` (the references) keywords too
     paired: ClassVar[bool] = False
+    # torchmetrics is not analysed by mypy (follow_imports = skip); the base-class attributes used here:
+    _update_count: int
+    _computed: Any
+    _to_sync: bool
+    compute_on_cpu: bool
 
     def __init__(self, *, batch_size: int = 32, device: str | torch.device | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -417,11 +422,11 @@ class Metric(torchmetrics.Metric):
 
     # ----------------------------------------------------------------- plotting
     @property
-    def plot_lower_bound(self) -> float | None:  # type: ignore[override]
+    def plot_lower_bound(self) -> float | None:
         return self._card_range()[0]
 
     @property
-    def plot_upper_bound(self) -> float | None:  # type: ignore[override]
+    def plot_upper_bound(self) -> float | None:
         return self._card_range()[1]
 
     def _card_range(self) -> tuple[float | None, float | None]:
@@ -543,7 +548,7 @@ class Metric(torchmetrics.Metric):
         self._computed = None
         self._set_bookkeeping(book)
 
-    def _apply(self, fn: Any, exclude_state: Sequence[str] = "") -> nn.Module:  # type: ignore[override]
+    def _apply(self, fn: Any, exclude_state: Sequence[str] = "") -> nn.Module:
         this = super()._apply(fn, exclude_state)
         if not self._dtype_convert:  # set_dtype() casts states only
             for module in self.__dict__.get("_backbones", {}).values():
@@ -627,7 +632,8 @@ class SampleMetric(Metric):
         score = torch.cat([r["score"] if isinstance(r, dict) else r for r in results], 0)
         if score.shape[0] != n:
             raise RuntimeError(f"{type(self).__name__}._score_batch returned {score.shape[0]} scores for {n} samples")
-        extras = {k: torch.cat([r[k] for r in results], 0) for k in (results[0] if isinstance(results[0], dict) else ())
+        # _score_batch returns dicts for every slice or for none
+        extras = {k: torch.cat([cast(dict, r)[k] for r in results], 0) for k in (results[0] if isinstance(results[0], dict) else ())
                   if k != "score" and k in self._defaults}
         self.scores.append(score.detach().to(device=self.device, dtype=torch.float64))
         for k, v in extras.items():  # per-sample extras kept as states of the same name (e.g. mie diagnostics)

@@ -396,7 +396,8 @@ def mm_encoder_outputs(features: Sequence[VisionFeatures], *, device: Any, dtype
 
 
 # --------------------------------------------------------------------------------------------- language tower
-def scatter_features(language_model: nn.Module, input_ids: torch.Tensor, visual_mask: torch.Tensor,
+# ``language_model`` is a transformers text model (``embed_tokens``, ``layers``), not analysed by mypy: Any.
+def scatter_features(language_model: Any, input_ids: torch.Tensor, visual_mask: torch.Tensor,
                      features: Sequence[VisionFeatures]) -> tuple[torch.Tensor, list[torch.Tensor] | None]:
     """Token embeddings with the image features written at ``visual_mask`` (in order), and the DeepStack
     levels concatenated in the same order (None when the backbone has none)."""
@@ -411,7 +412,7 @@ def scatter_features(language_model: nn.Module, input_ids: torch.Tensor, visual_
     return embeds, deepstack
 
 
-def run_language_model(language_model: nn.Module, embeds: torch.Tensor, attention_mask: torch.Tensor,
+def run_language_model(language_model: Any, embeds: torch.Tensor, attention_mask: torch.Tensor,
                        position_ids: torch.Tensor, visual_mask: torch.Tensor, deepstack: list[torch.Tensor] | None,
                        capture: Sequence[int] = ()) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
     """The language tower on ``inputs_embeds`` with explicit ``(3,B,S)`` positions (and DeepStack at the

@@ -57,9 +57,9 @@ class _Line:
             raise InputError(f"{self.where()}: key {key!r} should be {tname}, got {type(v).__name__} {v!r}"[:300])
         return v
 
-    def text(self, key: str, *, required: bool = True) -> str | None:
-        v = self.get(key, str, required=required)
-        if v is not None and not v.strip():
+    def text(self, key: str) -> str:
+        v: str = self.get(key, str)
+        if not v.strip():
             raise InputError(f"{self.where()}: key {key!r} is empty or whitespace only")
         return v
 
@@ -195,7 +195,7 @@ def load_mib_pairs(path: str | Path, *, max_references: int = MAX_REFERENCES) ->
             id=_unique_id(ids, line, f"line{line.n}"), prompt=line.text("prompt"),
             references=tuple(line.paths("references", min_n=1, max_n=max_references)),
             candidates=tuple(line.paths("candidates", 2)), generators=tuple(gens),  # type: ignore[arg-type]
-            preference=pref, diagnostics=diag, bucket=line.get("bucket", dict, required=False, default={}),  # type: ignore[arg-type]
+            preference=pref, diagnostics=diag, bucket=line.get("bucket", dict, required=False, default={}),
         )
 
     return _read(path, parse)

@@ -46,7 +46,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, overload
 
 from genmetrics.errors import InputError
 
@@ -333,6 +333,11 @@ class _Checker:
                                                     f"(allowed here: {', '.join(allowed)})")
         return dict(value)
 
+    @overload
+    def string(self, value: Any, key: KeyPath, *, required: Literal[True]) -> str: ...
+    @overload
+    def string(self, value: Any, key: KeyPath, *, required: bool = False) -> str | None: ...
+
     def string(self, value: Any, key: KeyPath, *, required: bool = False) -> str | None:
         if value is None:
             if required:
@@ -341,6 +346,11 @@ class _Checker:
         if not isinstance(value, str) or not value.strip():
             raise self.cfg.error(key, f"expected a non-empty string, got {type(value).__name__} {value!r}"[:300])
         return value
+
+    @overload
+    def path(self, value: Any, key: KeyPath, *, required: Literal[True]) -> Path: ...
+    @overload
+    def path(self, value: Any, key: KeyPath, *, required: bool = False) -> Path | None: ...
 
     def path(self, value: Any, key: KeyPath, *, required: bool = False) -> Path | None:
         s = self.string(value, key, required=required)

@@ -54,14 +54,14 @@ def summarize(plan: Plan, rows: list[dict[str, Any]]) -> dict[str, Any]:
             for g in gens:
                 d = data.get((col.name, g), {})
                 if mp.level == "set":
-                    r = d.get(SET_ID)
-                    ci = r.get("ci") if r else None
-                    res[g] = {"mean": r.get("score") if r else None, "low": ci[0] if ci else None,
+                    sr = d.get(SET_ID)
+                    ci = sr.get("ci") if sr else None
+                    res[g] = {"mean": sr.get("score") if sr else None, "low": ci[0] if ci else None,
                               "high": ci[1] if ci else None,
-                              "n": r.get("n") if r else 0, "n_real": r.get("n_real") if r else None}
+                              "n": sr.get("n") if sr else 0, "n_real": sr.get("n_real") if sr else None}
                     for extra in ("value", "labels", "grid"):
-                        if r and extra in r:
-                            res[g][extra] = r[extra]
+                        if sr and extra in sr:
+                            res[g][extra] = sr[extra]
                     continue
                 expected = [s.id for s in mp.samples[g]]
                 vals = [float(d[i]["score"]) for i in expected if i in d and _finite(d[i].get("score"))]

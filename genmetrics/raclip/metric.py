@@ -38,7 +38,7 @@ from genmetrics.raclip.model import (
 DEFAULT_WEIGHTS = "ViT-B-32-quickgelu/openai"
 SCORES = ("raclip", "clipscore", "hcs")
 #: ``compat="hcs2024"``: what the 2024 SaD/PaD/HCS code (Kim et al., github.com/notou10/sadpad) does
-HCS2024 = dict(score="hcs", text_center="bare", kl_direction="real||gen", divergence="kde", kde_range=D.HCS_GRID)
+HCS2024: dict[str, Any] = dict(score="hcs", text_center="bare", kl_direction="real||gen", divergence="kde", kde_range=D.HCS_GRID)
 COMPAT = ("hcs2024",)
 
 
@@ -107,7 +107,7 @@ class _ClipFamily:
         self.weights = weights if backbone is None else None
         self.data_range = number("data_range", data_range, lo=0.0, lo_open=True, owner=self.name or None)
         self.tokenizer = tokenizer
-        self._aux: dict[str, Any] = {}
+        self._aux: dict[Any, Any] = {}  # str keys and ("text", ...) tuples
         if backbone is not None:
             self._accept_backbone(backbone)
             self.register_backbone("backbone", backbone)  # type: ignore[attr-defined]
@@ -167,7 +167,7 @@ class _RAMixin(_ClipFamily):
         model = self._model()
         sc = self._aux.get("scorer")
         if sc is None or sc.model is not model:
-            sc = RegionAttributeScorer(model, self.tokenizer, **self._ra_options)  # type: ignore[attr-defined]
+            sc = RegionAttributeScorer(model, self.tokenizer, **self._ra_options)
             self._aux["scorer"] = sc
         return sc
 
@@ -485,8 +485,10 @@ class _SetDivergence(_RAMixin, Metric):
         from genmetrics.data.batching import map_batches
 
         for s, items, name in todo:
-            for res in map_batches(lambda sl, items=items, name=name: self._score_rows(items[sl], name),
-                                   len(items), self.batch_size):
+            def rows(sl: slice, items: list[Any] = items, name: str = name) -> dict[str, torch.Tensor]:
+                return self._score_rows(items[sl], name)
+
+            for res in map_batches(rows, len(items), self.batch_size):
                 self._accumulate(s, res)
 
     def _accumulate(self, s: str, res: dict[str, torch.Tensor]) -> None:

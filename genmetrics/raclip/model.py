@@ -91,11 +91,13 @@ def check_vit(model: Any, *, what: str = "RA-CLIPScore") -> Any:
 
 
 # ------------------------------------------------------------------------------ hand attention
-def _heads(attn: nn.Module) -> int:
+# Blocks and attention layers are duck-typed open_clip modules (nn.MultiheadAttention or open_clip's own
+# Attention, checked by check_vit), so they are typed Any: nn.Module's __getattr__ would give Tensor | Module.
+def _heads(attn: Any) -> int:
     return int(attn.num_heads)
 
 
-def _qkv(attn: nn.Module, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _qkv(attn: Any, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     b, n, d = y.shape
     h = _heads(attn)
     q, k, v = F.linear(y, attn.in_proj_weight, attn.in_proj_bias).chunk(3, dim=-1)
@@ -103,18 +105,18 @@ def _qkv(attn: nn.Module, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, 
     return q, k, v
 
 
-def _logits(attn: nn.Module, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+def _logits(attn: Any, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     """Attention logits ``[B,H,Nq,Nk]`` for open_clip's nn.MultiheadAttention and its custom Attention."""
     if getattr(attn, "logit_scale", None) is not None and getattr(attn, "scaled_cosine", False):
         scale = torch.clamp(attn.logit_scale, max=attn.logit_scale_max).exp()
         return (F.normalize(q, dim=-1) @ F.normalize(k, dim=-1).transpose(-1, -2)) * scale
-    ln_q, ln_k = getattr(attn, "ln_q", None), getattr(attn, "ln_k", None)
-    if ln_q is not None:
-        q, k = ln_q(q), ln_k(k)
+    ln_q = getattr(attn, "ln_q", None)
+    if ln_q is not None:  # open_clip's qk-norm: ln_q and ln_k come together
+        q, k = ln_q(q), attn.ln_k(k)
     return (q * (q.shape[-1] ** -0.5)) @ k.transpose(-1, -2)
 
 
-def _merge(attn: nn.Module, o: torch.Tensor) -> torch.Tensor:
+def _merge(attn: Any, o: torch.Tensor) -> torch.Tensor:
     """Per-head outputs ``[B,H,N,hd]`` -> block attention output ``[B,N,D]`` (head scale, inner norm, out_proj)."""
     head_scale = getattr(attn, "head_scale", None)
     if head_scale is not None:
@@ -127,7 +129,7 @@ def _merge(attn: nn.Module, o: torch.Tensor) -> torch.Tensor:
     return attn.out_proj(o)
 
 
-def _finish_block(blk: nn.Module, x: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
+def _finish_block(blk: Any, x: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
     ln_attn = getattr(blk, "ln_attn", None)
     if ln_attn is not None:
         a = ln_attn(a)
@@ -135,7 +137,7 @@ def _finish_block(blk: nn.Module, x: torch.Tensor, a: torch.Tensor) -> torch.Ten
     return x + blk.ls_2(blk.mlp(blk.ln_2(x)))
 
 
-def block_with_attention(blk: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def block_with_attention(blk: Any, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """One unmasked block ``[B,N,D] -> [B,N,D]`` plus its head-averaged attention weights ``[B,N,N]``."""
     q, k, v = _qkv(blk.attn, blk.ln_1(x))
     w = _logits(blk.attn, q, k).float().softmax(dim=-1)  # fp32 softmax, as SDPA does, also for bf16/fp16 towers
@@ -143,7 +145,7 @@ def block_with_attention(blk: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor,
     return out, w.mean(1)
 
 
-def last_block_masked(blk: nn.Module, x: torch.Tensor) -> torch.Tensor:
+def last_block_masked(blk: Any, x: torch.Tensor) -> torch.Tensor:
     """Block ``L`` under the Eq. 7 mask: [CLS] attends to all tokens, each patch only to itself."""
     q, k, v = _qkv(blk.attn, blk.ln_1(x))
     w0 = _logits(blk.attn, q[:, :, :1], k).float().softmax(dim=-1).to(v.dtype)  # [B,H,1,N]
@@ -159,7 +161,7 @@ def eq7_mask(n_tokens: int, *, dtype: torch.dtype = torch.float32, device: Any =
     return m
 
 
-def _embed(visual: nn.Module, images: torch.Tensor) -> torch.Tensor:
+def _embed(visual: Any, images: torch.Tensor) -> torch.Tensor:
     """Patch embedding + [CLS] + positions + ln_pre (open_clip's ``VisionTransformer._embeds``)."""
     if hasattr(visual, "_embeds"):
         return visual._embeds(images)
@@ -211,6 +213,7 @@ def dense_tokens(model: Any, images: torch.Tensor, *, global_layer: str = "last"
     x = visual.ln_post(x)
     z = x @ visual.proj if visual.proj is not None else x
     gh, gw = (int(g) for g in visual.grid_size)
+    assert attn_sum is not None  # check_vit: at least 2 blocks
     return z, attn_sum, (gh, gw)
 
 
@@ -275,7 +278,7 @@ def scorer_options(*, owner: str = "RA-CLIPScore", **given: Any) -> dict[str, An
     unknown = set(given) - set(SCORER_DEFAULTS)
     if unknown:
         raise InputError(f"{owner}: unknown scorer option(s) {sorted(unknown)}; expected {sorted(SCORER_DEFAULTS)}")
-    opts = {k: (given.get(k) if given.get(k) is not None else v) for k, v in SCORER_DEFAULTS.items()}
+    opts: dict[str, Any] = {k: (given.get(k) if given.get(k) is not None else v) for k, v in SCORER_DEFAULTS.items()}
     for k in ("dual_prompt", "local_tokens", "global_token"):
         if not isinstance(opts[k], bool):
             raise InputError(f"{owner}: option {k}: expected True or False, got {opts[k]!r}")

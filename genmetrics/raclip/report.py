@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from genmetrics.errors import InputError
 from genmetrics.functional import divergence as D
 
 
@@ -65,7 +66,9 @@ def score_images(scorer: Any, paths: Sequence[Any], attributes: list[str], *, ro
     model = scorer.model
     starts = range(0, len(paths), batch_size)
     it = progress(starts) if progress is not None else starts
-    scores, map_sum, examples = [], None, []
+    scores: list[torch.Tensor] = []
+    map_sum: torch.Tensor | None = None
+    examples: list[Example] = []
     for start in it:
         chunk = list(paths[start:start + batch_size])
         x = clip_image_batch(chunk, model, data_range=data_range, name=role)
@@ -78,6 +81,8 @@ def score_images(scorer: Any, paths: Sequence[Any], attributes: list[str], *, ro
             for i in range(min(len(chunk), keep_examples - len(examples))):
                 name = Path(chunk[i]).name if isinstance(chunk[i], (str, Path)) else f"{role}[{start + i}]"
                 examples.append(Example(role, name, imgs[i], out.score[i].double().cpu(), ps[i]))
+    if map_sum is None:
+        raise InputError(f"{role} images: none to score; pass at least one image")
     return ScoredSet(torch.cat(scores, 0), map_sum, examples)
 
 
