@@ -179,6 +179,11 @@ def tiny_tokenizer(*, padding_side: str = "right", model_max_length: int = 512) 
     * ``model_max_length`` (default 512) and ``padding_side`` ("right" or "left") as given; truncation
       side is "right".
     * ``chat_template`` set to :data:`TINY_CHAT_TEMPLATE`.
+
+    >>> tok = tiny_tokenizer()
+    >>> ids = tok("a cat sat on the mat")["input_ids"]
+    >>> tok.decode(ids), tok.eos_token_id, tok.pad_token_id
+    ('a cat sat on the mat', 0, 0)
     """
     from tokenizers import Tokenizer
     from transformers import PreTrainedTokenizerFast
@@ -249,6 +254,14 @@ def tiny_qwen3vl_processor(
 
     Video processor: ``Qwen3VLVideoProcessor`` with the same patch settings (required by the processor
     constructor; not used by the metrics). Chat template: :data:`TINY_CHAT_TEMPLATE`.
+
+    >>> from PIL import Image
+    >>> proc = tiny_qwen3vl_processor()
+    >>> turn = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "a cat"}]}]
+    >>> text = proc.apply_chat_template(turn, tokenize=False)
+    >>> batch = proc(text=[text], images=[Image.new("RGB", (64, 64))], return_tensors="pt")
+    >>> batch["image_grid_thw"].tolist(), int((batch["input_ids"] == 12).sum())  # 16 patches -> 4 image tokens
+    ([[1, 4, 4]], 4)
     """
     from transformers import Qwen3VLProcessor
 
@@ -268,6 +281,9 @@ def tiny_qwen35_processor(
     transformers 5.24 maps model type ``qwen3_5`` to the same ``Qwen3VLProcessor`` class (and the same
     ``Qwen2VLImageProcessor`` / ``Qwen3VLVideoProcessor``), so this is :func:`tiny_qwen3vl_processor`.
     The tiny Qwen3.5 config uses the same special-token ids as the tiny Qwen3-VL config.
+
+    >>> type(tiny_qwen35_processor()).__name__
+    'Qwen3VLProcessor'
     """
     return tiny_qwen3vl_processor(image_size, padding_side=padding_side, min_pixels=min_pixels)
 
@@ -312,6 +328,10 @@ def tiny_qwen3vl_config(**overrides: Any) -> Any:
 
     ``overrides`` are merged into the top-level kwargs; nested dicts ``text_config=`` / ``vision_config=``
     are merged key by key (e.g. ``tiny_qwen3vl_config(text_config={"num_hidden_layers": 4})``).
+
+    >>> cfg = tiny_qwen3vl_config(text_config={"num_hidden_layers": 4})
+    >>> cfg.text_config.num_hidden_layers, cfg.text_config.hidden_size, cfg.image_token_id  # merged, rest kept
+    (4, 64, 12)
     """
     from transformers import Qwen3VLConfig
 
@@ -357,6 +377,9 @@ def tiny_qwen35_config(**overrides: Any) -> Any:
     * vision: as Qwen3-VL's (depth 2, hidden 32, patch 16, merge 2, ``out_hidden_size`` 64) but Qwen3.5
       has no DeepStack.
     * token ids as :func:`tiny_qwen3vl_config`; ``attn_implementation="sdpa"``.
+
+    >>> tiny_qwen35_config().text_config.layer_types
+    ['linear_attention', 'linear_attention', 'linear_attention', 'full_attention']
     """
     from transformers import Qwen3_5Config
 
@@ -421,6 +444,11 @@ def tiny_qwen3vl(seed: int = 0, **overrides: Any) -> Any:
     Config: :func:`tiny_qwen3vl_config` (``overrides`` go there). The same ``seed`` always gives the
     same weights (``torch.manual_seed(seed)`` inside a forked RNG, so the caller's RNG is not advanced).
     Pair it with :func:`tiny_qwen3vl_processor`.
+
+    >>> import torch
+    >>> a, b = tiny_qwen3vl(0), tiny_qwen3vl(0)
+    >>> all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters())), a.training
+    (True, False)
     """
     from transformers import Qwen3VLModel
 
@@ -431,6 +459,9 @@ def tiny_qwen3vl_for_generation(seed: int = 0, **overrides: Any) -> Any:
     """``Qwen3VLForConditionalGeneration`` (base model + untied ``lm_head``) with the tiny config.
 
     For the generative baselines (triplet head answering left/middle/right, digit-logit scoring).
+
+    >>> tuple(tiny_qwen3vl_for_generation().lm_head.weight.shape)  # [vocab, hidden]
+    (512, 64)
     """
     from transformers import Qwen3VLForConditionalGeneration
 
@@ -442,6 +473,14 @@ def tiny_qwen35(seed: int = 0, **overrides: Any) -> Any:
 
     Config: :func:`tiny_qwen35_config` (3 Gated-DeltaNet linear-attention layers + 1 full-attention
     layer). Deterministic in ``seed``. Pair it with :func:`tiny_qwen35_processor`.
+
+    >>> from PIL import Image
+    >>> proc, model = tiny_qwen35_processor(), tiny_qwen35()
+    >>> turn = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "a cat"}]}]
+    >>> text = proc.apply_chat_template(turn, tokenize=False)
+    >>> batch = proc(text=[text], images=[Image.new("RGB", (64, 64))], return_tensors="pt")
+    >>> model(**batch).last_hidden_state.shape == (*batch["input_ids"].shape, 64)
+    True
     """
     from transformers import Qwen3_5Model
 
@@ -449,7 +488,11 @@ def tiny_qwen35(seed: int = 0, **overrides: Any) -> Any:
 
 
 def tiny_qwen35_for_generation(seed: int = 0, **overrides: Any) -> Any:
-    """``Qwen3_5ForConditionalGeneration`` with the tiny Qwen3.5 config."""
+    """``Qwen3_5ForConditionalGeneration`` with the tiny Qwen3.5 config.
+
+    >>> type(tiny_qwen35_for_generation()).__name__, tuple(tiny_qwen35_for_generation().lm_head.weight.shape)
+    ('Qwen3_5ForConditionalGeneration', (512, 64))
+    """
     from transformers import Qwen3_5ForConditionalGeneration
 
     return _build(Qwen3_5ForConditionalGeneration, tiny_qwen35_config(**overrides), seed)

@@ -208,7 +208,15 @@ class MetricSpec:
 
 @dataclass
 class LeaderboardConfig:
-    """A parsed config. ``error(key, msg)`` builds an :class:`InputError` naming the file, line and key."""
+    """A parsed config. ``error(key, msg)`` builds an :class:`InputError` naming the file, line and key.
+
+    >>> cfg = load_config({"data": {"references": "refs"}, "generators": [{"name": "a", "images": "gen/a"}],
+    ...                    "metrics": [{"name": "psnr"}, {"name": "ssim", "label": "ssim-7", "kernel_size": 7}]})
+    >>> [m.label for m in cfg.metrics], cfg.metrics[1].options, cfg.generators[0].images.name
+    (['psnr', 'ssim-7'], {'kernel_size': 7}, 'a')
+    >>> str(cfg.error(("generators", 0, "images"), "no such folder"))
+    'config: generators[0].images: no such folder'
+    """
 
     path: Path | None
     base_dir: Path
@@ -252,6 +260,17 @@ def load_config(config: str | Path | Mapping[str, Any], *, base_dir: str | Path 
     """Parse and check a config file (``.toml``, ``.yaml``/``.yml``) or an already-loaded mapping.
 
     For a mapping, relative paths resolve from ``base_dir`` (default: the current folder).
+
+    >>> import tempfile
+    >>> from genmetrics.testing import toy_leaderboard
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     cfg = load_config(toy_leaderboard(d), base_dir=d)
+    ...     [g.name for g in cfg.generators], cfg.data.references == Path(d).resolve() / "refs"
+    (['noisy', 'copy'], True)
+    >>> load_config({"generators": [{"name": "a"}], "metrics": [{"name": "psnr"}]})
+    Traceback (most recent call last):
+        ...
+    genmetrics.errors.InputError: config: generators[0].images: is required
     """
     if isinstance(config, Mapping):
         base = Path(base_dir) if base_dir is not None else Path.cwd()

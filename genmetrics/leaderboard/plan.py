@@ -194,7 +194,19 @@ def build_plan(cfg: LeaderboardConfig, *, metric_kwargs: dict[str, dict[str, Any
                device: str | None = None, check_construct: bool = True) -> Plan:
     """Check everything a run needs and list the work. Raises :class:`InputError` naming the config
     key and line; nothing is scored and no weights load here (metrics are constructed once to check
-    their options, which by the house rules loads no weights)."""
+    their options, which by the house rules loads no weights).
+
+    Inputs are wired from the metric cards' typed fields (psnr: a reference matched by file stem):
+
+    >>> import tempfile
+    >>> from genmetrics.leaderboard import load_config
+    >>> from genmetrics.testing import toy_leaderboard
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     plan = build_plan(load_config(toy_leaderboard(d), base_dir=d))
+    ...     sample = plan.metrics[0].samples["copy"][0]
+    ...     plan.metrics[0].uses, len(plan.keys()), sample.id, sample.reference.name == sample.candidate.name
+    (('reference',), 6, '000', True)
+    """
     from genmetrics.registry import get_card, metric_options
 
     metric_kwargs = dict(metric_kwargs or {})

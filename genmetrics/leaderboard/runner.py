@@ -48,6 +48,18 @@ OUTPUTS = (SKIPPED, RESULTS, MANIFEST, SUMMARY, "leaderboard.md", "leaderboard.c
 
 @dataclass
 class RunResult:
+    """What :func:`run_leaderboard` returns: the output folder, this process's rank, the number of rows it
+    wrote, and (rank 0) the summary; ``report`` and ``results`` are the paths of the Markdown report and
+    of ``results.jsonl``.
+
+    >>> import tempfile
+    >>> from genmetrics.testing import toy_leaderboard
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     result = run_leaderboard(toy_leaderboard(d), Path(d) / "out", base_dir=d, plots=False)
+    ...     result.rank, result.world_size, result.scored, result.report.is_file(), result.results.name
+    (0, 1, 6, True, 'results.jsonl')
+    """
+
     out: Path
     rank: int
     world_size: int
@@ -258,7 +270,20 @@ def run_leaderboard(
 ) -> RunResult:
     """Run a leaderboard (see the module docstring). ``metric_kwargs`` maps a metric label to extra
     ``create_metric`` keyword arguments (Python objects allowed, e.g. ``{"clip_i": {"backbone": m}}``);
-    they override the config's options. Under torchrun every rank calls this; rank 0 merges and reports."""
+    they override the config's options. Under torchrun every rank calls this; rank 0 merges and reports.
+
+    Two generators on 3 references (``toy_leaderboard``: an exact copy and a noisy one), ranked best first;
+    a resumed finished run scores nothing again:
+
+    >>> import tempfile
+    >>> from genmetrics.testing import toy_leaderboard
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     config, out = toy_leaderboard(d), Path(d) / "out"
+    ...     result = run_leaderboard(config, out, base_dir=d, plots=False)
+    ...     again = run_leaderboard(config, out, base_dir=d, plots=False, resume=True)
+    ...     result.summary["generators"], result.summary["ranking"][0]["psnr"], again.scored
+    (['copy', 'noisy'], 100.0, 0)
+    """
     import torch
 
     from genmetrics.options import check_environment

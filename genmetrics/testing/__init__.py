@@ -11,6 +11,7 @@ Every builder takes a ``seed`` so the same call gives the same weights.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -28,6 +29,7 @@ from genmetrics._tiny_vlm import (  # the VLM builders live in a module of their
 )
 
 __all__ = ["metric_recipe", "random_images", "spawn_gloo", "tiny_backbones", "tiny_clip", "tiny_clip_resnet",
+           "toy_leaderboard",
            "tiny_dino", "tiny_qwen3vl", "tiny_qwen3vl_config", "tiny_qwen3vl_for_generation", "tiny_qwen3vl_processor",
            "tiny_qwen35", "tiny_qwen35_config", "tiny_qwen35_for_generation", "tiny_qwen35_processor",
            "tiny_tokenizer"]
@@ -109,6 +111,35 @@ def random_images(n: int, size: int = 32, seed: int = 0, *, height: int | None =
     """
     g = torch.Generator().manual_seed(seed)
     return torch.randint(0, 256, (n, 3, height or size, size), generator=g, dtype=torch.uint8)
+
+
+def toy_leaderboard(root: str | Path, *, n: int = 3, size: int = 32, seed: int = 0) -> dict[str, Any]:
+    """Write a tiny leaderboard under ``root`` and return its config (a mapping; paths relative to ``root``).
+
+    ``root/refs/`` holds ``n`` random PNG references; generator ``copy`` (``root/copy/``) repeats them
+    exactly and generator ``noisy`` (``root/noisy/``) adds seeded uniform noise of +-64 grey levels, so
+    every fair metric ranks ``copy`` first. The config scores ``psnr`` with 100 bootstrap resamples; pass
+    it with ``base_dir=root`` (``load_config``, ``run_leaderboard``).
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     cfg = toy_leaderboard(d)
+    ...     sorted(p.name for p in Path(d).iterdir()), [g["name"] for g in cfg["generators"]]
+    (['copy', 'noisy', 'refs'], ['noisy', 'copy'])
+    """
+    from PIL import Image
+
+    root = Path(root)
+    refs = random_images(n, size, seed=seed)
+    noise = torch.randint(-64, 65, refs.shape, generator=torch.Generator().manual_seed(seed + 1))
+    noisy = (refs.int() + noise).clamp(0, 255).to(torch.uint8)
+    for folder, images in (("refs", refs), ("copy", refs), ("noisy", noisy)):
+        (root / folder).mkdir(parents=True, exist_ok=True)
+        for i, img in enumerate(images):
+            Image.fromarray(img.permute(1, 2, 0).numpy()).save(root / folder / f"{i:03d}.png")
+    return {"data": {"references": "refs"}, "run": {"n_boot": 100, "seed": 0},
+            "generators": [{"name": "noisy", "images": "noisy"}, {"name": "copy", "images": "copy"}],
+            "metrics": [{"name": "psnr"}]}
 
 
 _BUILTIN_RECIPES = {"genmetrics.baselines": "baselines", "genmetrics.raclip": "raclip",

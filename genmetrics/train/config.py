@@ -37,6 +37,14 @@ class TrainLoopConfig:
     * ``save_every``: ``None`` checkpoints after each evaluation and at the end of each epoch; ``N`` also
       every N optimizer steps; and whenever ``save_every_minutes`` have passed since the last checkpoint (so a
       long epoch without validation does not lose its work). The newest ``keep_checkpoints`` are kept.
+
+    >>> cfg = TrainLoopConfig(out_dir="~/runs/a", lr=1e-4, extra={"lora_r": 16}).checked()
+    >>> cfg.out_dir.is_absolute(), cfg.scheduler, cfg.recorded()["extra"]
+    (True, 'cosine', {'lora_r': 16})
+    >>> TrainLoopConfig(out_dir="runs/a", lr=0).checked()  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+        ...
+    genmetrics.errors.InputError: ...lr...
     """
 
     out_dir: str | os.PathLike = "train_out"

@@ -29,7 +29,12 @@ class TrainResult:
     """What :func:`fit` returns. ``history``: the rows of ``metrics.jsonl`` (``kind`` "train": step, epoch
     (epochs done, fractional: 1.0 at the end of the first),
     loss, lr, grad_norm and the task's loss parts; ``kind`` "eval": step, epoch and the task's metrics).
-    ``best_dir`` is None without validation examples. ``module`` is the trained (unwrapped) module."""
+    ``best_dir`` is None without validation examples. ``module`` is the trained (unwrapped) module.
+
+    >>> import dataclasses
+    >>> [f.name for f in dataclasses.fields(TrainResult)][:4]
+    ['out_dir', 'final_dir', 'best_dir', 'history']
+    """
 
     out_dir: Path
     final_dir: Path
@@ -129,7 +134,30 @@ def _improved(value: float, best: float | None, cfg: TrainLoopConfig) -> bool:
 
 def fit(task: Any, train_examples: Any, cfg: TrainLoopConfig, val_examples: Any = None) -> TrainResult:
     """Train ``task.trainable_module()`` on ``train_examples`` with the options ``cfg``; see
-    :mod:`genmetrics.train` for the folder layout and the guarantees (exact resume, refusals)."""
+    :mod:`genmetrics.train` for the folder layout and the guarantees (exact resume, refusals).
+
+    Learn the mean of some numbers with one weight; run again with ``resume=True`` and the finished run's
+    result comes back without training:
+
+    >>> import dataclasses, tempfile
+    >>> from genmetrics.train import TrainTask
+    >>> class Offset(TrainTask):
+    ...     def __init__(self):
+    ...         self.net = torch.nn.Linear(1, 1, bias=False)
+    ...         torch.nn.init.zeros_(self.net.weight)
+    ...     def trainable_module(self):
+    ...         return self.net
+    ...     def loss(self, module, batch):
+    ...         return ((module(torch.ones(len(batch), 1)).squeeze(-1) - batch) ** 2).mean(), {}
+    >>> data = [1.0, 2.0, 3.0, 4.0]
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     cfg = TrainLoopConfig(out_dir=d, lr=0.1, weight_decay=0.0, max_steps=200, batch_size=4, warmup_ratio=0.0,
+    ...                           progress=False)
+    ...     result = fit(Offset(), data, cfg)
+    ...     again = fit(Offset(), data, dataclasses.replace(cfg, resume=True))
+    ...     round(result.module.weight.detach().item(), 2), result.steps, again.history == result.history
+    (2.5, 200, True)
+    """
     from accelerate import Accelerator
     from accelerate.utils import DistributedDataParallelKwargs, broadcast_object_list, set_seed
     from transformers import get_scheduler

@@ -32,6 +32,19 @@ class TrainTask:
     * :meth:`data_fingerprint` -- ``(examples) -> str``: a hash of the examples' content, for resume checks.
     * :meth:`param_groups` -- optional: ``module -> [{"params": [...], "lr_scale": 5.0}, ...]`` for
       per-group learning rates (``lr_scale`` multiplies ``lr``; ``weight_decay`` may be given per group).
+
+    Only :meth:`trainable_module` and :meth:`loss` are required; the rest have defaults:
+
+    >>> class Offset(TrainTask):  # learn one number: the mean of the examples
+    ...     def __init__(self):
+    ...         self.net = nn.Linear(1, 1, bias=False)
+    ...     def trainable_module(self):
+    ...         return self.net
+    ...     def loss(self, module, batch):
+    ...         return ((module(torch.ones(len(batch), 1)).squeeze(-1) - batch) ** 2).mean(), {}
+    >>> task = Offset()
+    >>> task.collate([1.0, 2.0]).tolist(), task.data_fingerprint([1.0]) == fingerprint_examples([1.0])
+    ([1.0, 2.0], True)
     """
 
     def trainable_module(self) -> nn.Module:
@@ -89,7 +102,12 @@ def _feed(h: Any, obj: Any) -> None:
 def fingerprint_examples(examples: list) -> str:
     """A sha256 of the examples' content (tensors by their bytes, dataclasses and containers field by field,
     anything else by its JSON or ``repr``), in order. Files named by path are hashed by name only: a task
-    whose examples are file paths should hash the files' content instead."""
+    whose examples are file paths should hash the files' content instead.
+
+    >>> a = fingerprint_examples([torch.ones(2), {"label": 1}])
+    >>> a == fingerprint_examples([torch.ones(2), {"label": 1}]), a == fingerprint_examples([torch.zeros(2), {"label": 1}])
+    (True, False)
+    """
     h = hashlib.sha256()
     _feed(h, list(examples))
     return h.hexdigest()
