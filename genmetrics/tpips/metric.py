@@ -229,7 +229,12 @@ class TPIPS(SampleMetric):
         from genmetrics.data.batching import map_batches
         from genmetrics.metric import _batch_len, _slice
 
-        batch = self._prepare(reference, candidates, condition)
+        held, pending = self._candidate_k, getattr(self, "_pending_k", None)
+        self._candidate_k = None  # one-shot: neither checked against nor recorded in the accumulated state
+        try:
+            batch = self._prepare(reference, candidates, condition)
+        finally:
+            self._candidate_k, self._pending_k = held, pending
         n = _batch_len(batch)
         parts = map_batches(lambda sl: self._score_batch(_slice(batch, sl)), n, self.batch_size)
         return torch.cat(parts, 0).double()
