@@ -80,7 +80,7 @@ COMMANDS = [c for p in DOCS for c in runnable_commands(p)]
 
 def test_docs_have_runnable_commands():
     names = {c.source for c in COMMANDS}
-    assert {"cli.md", "leaderboard.md", "errors.md"} <= names, names
+    assert {"cli.md", "leaderboard.md", "errors.md", "raclip.md", "tpips.md", "mie.md"} <= names, names
 
 
 def _matches(expected: str, output: str) -> bool:

@@ -306,3 +306,25 @@ def test_doc_python_blocks_run(page, tmp_path, monkeypatch, capsys):
 def test_signature_check_catches_a_renamed_keyword():
     with pytest.raises(AssertionError, match="no parameter 'directio'"):
         _check_signatures(Block("x.md", 1, ["python", "signatures"], "sad(real, gen, *, directio=1) -> [C]\n"))
+
+
+# ----------------------------------------------------------------------------------------- named files
+def named_paths() -> list[tuple[str, str]]:
+    """Repository paths the docs name in code spans (``genmetrics/...``, ``tests/...::test_name``, ...)."""
+    out = []
+    for p in DOCS:
+        text = p.read_text(encoding="utf-8")
+        for m in re.finditer(r"`((?:genmetrics|tests|benchmarks|examples|docs)/[^`\s]*)`", text):
+            if "<" not in m[1]:  # a template such as genmetrics/<family>/cli.py
+                out.append((f"{p.name}:{text[:m.start()].count(chr(10)) + 1}", m[1]))
+    return out
+
+
+def test_paths_named_in_the_docs_exist():
+    missing = []
+    for where, path in named_paths():
+        file, _, test = path.partition("::")
+        target = REPO / file.rstrip("/")
+        if not target.exists() or (test and f"def {test}(" not in target.read_text(encoding="utf-8")):
+            missing.append(f"{where}: {path}")
+    assert len(named_paths()) > 30 and not missing, missing
