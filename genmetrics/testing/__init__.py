@@ -29,7 +29,7 @@ from genmetrics._tiny_vlm import (  # the VLM builders live in a module of their
 )
 
 __all__ = ["metric_recipe", "random_images", "spawn_gloo", "tiny_backbones", "tiny_clip", "tiny_clip_resnet",
-           "toy_leaderboard",
+           "toy_leaderboard", "write_images",
            "tiny_dino", "tiny_qwen3vl", "tiny_qwen3vl_config", "tiny_qwen3vl_for_generation", "tiny_qwen3vl_processor",
            "tiny_qwen35", "tiny_qwen35_config", "tiny_qwen35_for_generation", "tiny_qwen35_processor",
            "tiny_tokenizer"]
@@ -127,19 +127,36 @@ def toy_leaderboard(root: str | Path, *, n: int = 3, size: int = 32, seed: int =
     ...     sorted(p.name for p in Path(d).iterdir()), [g["name"] for g in cfg["generators"]]
     (['copy', 'noisy', 'refs'], ['noisy', 'copy'])
     """
-    from PIL import Image
-
     root = Path(root)
     refs = random_images(n, size, seed=seed)
     noise = torch.randint(-64, 65, refs.shape, generator=torch.Generator().manual_seed(seed + 1))
     noisy = (refs.int() + noise).clamp(0, 255).to(torch.uint8)
     for folder, images in (("refs", refs), ("copy", refs), ("noisy", noisy)):
-        (root / folder).mkdir(parents=True, exist_ok=True)
-        for i, img in enumerate(images):
-            Image.fromarray(img.permute(1, 2, 0).numpy()).save(root / folder / f"{i:03d}.png")
+        write_images(root / folder, images)
     return {"data": {"references": "refs"}, "run": {"n_boot": 100, "seed": 0},
             "generators": [{"name": "noisy", "images": "noisy"}, {"name": "copy", "images": "copy"}],
             "metrics": [{"name": "psnr"}]}
+
+
+def write_images(folder: str | Path, images: torch.Tensor) -> list[Path]:
+    """Save uint8 images ``[N,3,H,W]`` as ``folder/000.png, 001.png, ...`` (the folder is created);
+    returns the paths in order.
+
+    >>> import tempfile
+    >>> from genmetrics.data.images import load_image, pil_to_tensor
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     paths = write_images(Path(d) / "imgs", random_images(2, 16))
+    ...     [p.name for p in paths], torch.equal(pil_to_tensor(load_image(paths[1])), random_images(2, 16)[1] / 255)
+    (['000.png', '001.png'], True)
+    """
+    from PIL import Image
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = [folder / f"{i:03d}.png" for i in range(len(images))]
+    for img, path in zip(images, paths):
+        Image.fromarray(img.permute(1, 2, 0).numpy()).save(path)
+    return paths
 
 
 _BUILTIN_RECIPES = {"genmetrics.baselines": "baselines", "genmetrics.raclip": "raclip",

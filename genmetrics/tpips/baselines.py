@@ -18,7 +18,15 @@ class PairwiseScoreModel(VLMBase):
     """Appendix C.3 pairwise 0-10 score: both images side by side, the rating question, and the expected
     digit ``E[d] = sum_d d * P(d)`` from the digit-token probabilities (renormalised over 0..9; when "10"
     is not a single token, ``P(10) = P("1") * P("0" | "1")`` is read in the same forward pass by appending
-    "1"). Averaged over both left/right orders. Needs a backbone with an LM head."""
+    "1"). Averaged over both left/right orders. Needs a backbone with an LM head.
+
+    >>> from genmetrics.testing import random_images, tiny_qwen3vl_for_generation, tiny_qwen3vl_processor
+    >>> model = PairwiseScoreModel(tiny_qwen3vl_for_generation(), tiny_qwen3vl_processor(), image_size=64)
+    >>> a, b = random_images(2, 64, seed=1), random_images(2, 64, seed=2)
+    >>> s = model.score(a, b, ["color", "overall"])
+    >>> bool(((s >= 0) & (s <= 10)).all()), torch.allclose(s, model.score(b, a, ["color", "overall"]))
+    (True, True)
+    """
 
     def __init__(self, backbone: nn.Module, processor: Any, *, image_size: int | None = None,
                  prompts: tuple[str, str] | None = None, vision_cache_size: int = 64, batch_size: int = 8,

@@ -72,7 +72,14 @@ def source_label(source: str | None) -> str:
 
 @dataclass
 class Dataset:
-    """A named list of records of one kind (``"odd_one_out"`` or ``"two_afc"``)."""
+    """A named list of records of one kind (``"odd_one_out"`` or ``"two_afc"``).
+
+    >>> from genmetrics.tpips.synthetic import aspect_triplets
+    >>> records = [r for pair in aspect_triplets(2, size=32) for r in pair]  # a colour and a position record each
+    >>> ds = Dataset("synthetic", "odd_one_out", records)
+    >>> len(ds.records), sorted({r.aspect for r in ds.records})
+    (4, ['color', 'position'])
+    """
 
     name: str
     kind: str
@@ -94,7 +101,21 @@ class Dataset:
 def load_bapps(root: str | os.PathLike, *, split: str | None = None) -> list[TwoAFCRecord]:
     """BAPPS 2AFC (Zhang et al. 2018): every folder holding ``ref``, ``p0``, ``p1`` and ``judge`` below
     ``root`` (optionally only under a ``split`` folder, e.g. ``"val"``). ``votes = [1 - j, j]`` with ``j``
-    the fraction of raters preferring ``p1``; aspect "overall"; source = the category folder name."""
+    the fraction of raters preferring ``p1``; aspect "overall"; source = the category folder name.
+
+    >>> import tempfile
+    >>> import numpy as np
+    >>> from genmetrics.testing import random_images, write_images
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     cat = Path(d) / "val" / "cnn"
+    ...     for i, part in enumerate(("ref", "p0", "p1")):
+    ...         _ = write_images(cat / part, random_images(1, 16, seed=i))
+    ...     (cat / "judge").mkdir()
+    ...     np.save(cat / "judge" / "000.npy", np.array([0.25]))  # a quarter of raters preferred p1
+    ...     records = load_bapps(d, split="val")
+    >>> len(records), records[0].votes, records[0].source, records[0].aspect
+    (1, (0.75, 0.25), 'cnn', 'overall')
+    """
     import numpy as np
 
     base = Path(root)
@@ -131,7 +152,18 @@ def load_bapps(root: str | os.PathLike, *, split: str | None = None) -> list[Two
 def load_nights(root: str | os.PathLike, *, split: str | None = "test", min_votes: int = 6) -> list[TwoAFCRecord]:
     """NIGHTS (Fu et al. 2023, DreamSim): ``root/data.csv``; ``split`` in train/val/test/test_imagenet/
     test_no_imagenet or None for all; rows with fewer than ``min_votes`` (unanimous) votes dropped.
-    ``votes = [left_vote, right_vote]``; aspect "overall"; source "imagenet"/"non-imagenet" when given."""
+    ``votes = [left_vote, right_vote]``; aspect "overall"; source "imagenet"/"non-imagenet" when given.
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     _ = (Path(d) / "data.csv").write_text(
+    ...         "id,ref_path,left_path,right_path,left_vote,right_vote,votes,split,is_imagenet\\n"
+    ...         "1,r1.png,a1.png,b1.png,6,0,6,test,True\\n"
+    ...         "2,r2.png,a2.png,b2.png,3,2,5,test,False\\n")  # 5 votes: not unanimous enough, dropped
+    ...     records = load_nights(d)
+    >>> [(r.id, r.votes, r.source, r.reference.name) for r in records]
+    [('1', (6.0, 0.0), 'imagenet', 'r1.png')]
+    """
     base = Path(root)
     csv_path = base / "data.csv" if base.is_dir() else base
     if not csv_path.is_file():
@@ -186,7 +218,18 @@ def _detect_jsonl(path: Path) -> str:
 
 def load_human_data(path: str | os.PathLike, *, kind: str = "auto", split: str | None = None,
                     name: str | None = None) -> Dataset:
-    """Load an evaluation set: ``kind`` in ``auto``, ``odd-one-out``, ``2afc``, ``bapps``, ``nights``."""
+    """Load an evaluation set: ``kind`` in ``auto``, ``odd-one-out``, ``2afc``, ``bapps``, ``nights``.
+
+    >>> import json, tempfile
+    >>> from genmetrics.testing import random_images, write_images
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     paths = [str(p) for p in write_images(d, random_images(3, 16))]
+    ...     row = {"id": "t1", "images": paths, "aspect": "color", "votes": [0, 1, 4]}
+    ...     _ = (Path(d) / "triplets.jsonl").write_text(json.dumps(row) + "\\n")
+    ...     ds = load_human_data(Path(d) / "triplets.jsonl")  # the format is detected
+    >>> ds.name, ds.kind, ds.records[0].votes
+    ('Odd-One-Out', 'odd_one_out', (0.0, 1.0, 4.0))
+    """
     p = Path(path)
     k = kind.lower().replace("_", "-")
     if k == "auto":
@@ -355,6 +398,18 @@ def evaluate_human(datasets: Sequence[Dataset], scorers: Sequence[Scorer], *, pr
     """Agreement of every scorer with the human votes of every dataset (+ human consensus).
 
     Returns a JSON-able dict ``{"datasets": [...], "models": [...]}``; see :func:`to_markdown`.
+
+    A scorer that calls every pair equally similar picks at random among ties: chance, 1/3. The synthetic
+    votes are unanimous, so the human consensus is 1:
+
+    >>> from genmetrics.tpips.synthetic import aspect_triplets
+    >>> records = [r for pair in aspect_triplets(4, size=32) for r in pair]
+    >>> flat = SimilarityScorer("constant", fn=lambda a, b, aspects: torch.zeros(len(a)))
+    >>> res = evaluate_human([Dataset("synthetic", "odd_one_out", records)], [flat], progress=False)
+    >>> res["datasets"][0]["human_consensus"]["overall"]["mean"], round(res["models"][0]["results"]["synthetic"]["overall"]["mean"], 4)
+    (1.0, 0.3333)
+    >>> print(to_markdown(res).splitlines()[3])
+    | – | constant | – | 33.3 ± 0.0 |
     """
     from genmetrics.functional.agreement import human_consensus_per_sample, per_sample_agreement
 

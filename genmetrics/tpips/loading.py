@@ -46,6 +46,20 @@ def load_tpips(adapter: str | os.PathLike | None = None, *, backbone: nn.Module 
     * ``backbone``/``processor`` given: used as is (no download); otherwise ``weights`` (or the adapter's
       base weights, or ``Qwen/Qwen3-VL-Embedding-2B``) are loaded with
       :func:`genmetrics.backbones.hf.load_vlm` (raises ``WeightsUnavailableError`` when offline and absent).
+
+    A zero-shot mid-fusion model on the tiny Qwen3-VL, saved and loaded back (``load_tpips("OUT/adapter")``
+    does the same on the real base weights):
+
+    >>> import tempfile, torch
+    >>> from genmetrics.testing import random_images, tiny_qwen3vl, tiny_qwen3vl_processor
+    >>> proc = tiny_qwen3vl_processor()
+    >>> model = load_tpips(backbone=tiny_qwen3vl(), processor=proc, variant="mid", image_size=64)
+    >>> a, b = random_images(2, 64, seed=1), random_images(2, 64, seed=2)
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     folder = model.save_pretrained(d)
+    ...     again = load_tpips(folder, backbone=tiny_qwen3vl(), processor=proc)
+    >>> again.variant, torch.allclose(again.similarity(a, b, ["color"] * 2), model.similarity(a, b, ["color"] * 2))
+    ('mid', True)
     """
     from genmetrics.backbones.hf import load_peft_adapter, load_vlm
     from genmetrics.tpips.model import TPIPSModel

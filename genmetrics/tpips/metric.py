@@ -48,6 +48,18 @@ class TPIPS(SampleMetric):
         data_range: the value range of float tensor images (1.0 or 255.0).
         dtype: backbone precision when loading weights (default bf16 on CUDA, fp32 on CPU).
         vision_cache_size: images whose vision-tower output is kept across calls.
+
+    On the tiny random Qwen3-VL (``TPIPS()`` loads Qwen3-VL-Embedding-2B): one aspect per pair, the
+    per-sample similarities, their mean and the mean per aspect:
+
+    >>> from genmetrics.testing import random_images, tiny_qwen3vl, tiny_qwen3vl_processor
+    >>> tpips = TPIPS(tiny_qwen3vl(), tiny_qwen3vl_processor(), image_size=64)
+    >>> a, b = random_images(2, 64, seed=1), random_images(2, 64, seed=2)
+    >>> tpips.update(reference=a, candidates=a, condition=["color", "color"])  # identical pairs: 1
+    >>> tpips.update(reference=a, candidates=b, condition=["color", "overall"])
+    >>> scores = tpips.per_sample()["scores"]
+    >>> scores[:2].tolist(), sorted(tpips.per_aspect()), bool(tpips.compute() == scores.mean())
+    ([1.0, 1.0], ['color', 'overall'], True)
     """
 
     name = "tpips"

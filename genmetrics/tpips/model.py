@@ -105,6 +105,19 @@ class TPIPSModel(VLMBase):
             :func:`genmetrics.tpips.mid.initial_weight`).
         vision_cache_size: images kept in the vision-feature LRU across calls.
         batch_size: sequences per language-tower call.
+
+    On the tiny random Qwen3-VL (``load_tpips()`` builds it on the real weights). Late fusion compares
+    aspect-conditioned embeddings: symmetric, and an image is most similar to itself:
+
+    >>> from genmetrics.testing import random_images, tiny_qwen3vl, tiny_qwen3vl_processor
+    >>> model = TPIPSModel(tiny_qwen3vl(), tiny_qwen3vl_processor(), "late", image_size=64)
+    >>> a, b = random_images(2, 64, seed=1), random_images(2, 64, seed=2)
+    >>> s = model.similarity(a, b, ["color", "pose of the cat"])
+    >>> torch.equal(s, model.similarity(b, a, ["color", "pose of the cat"])), model.similarity(a, a, ["color"] * 2).tolist()
+    (True, [1.0, 1.0])
+    >>> p = model.odd_one_out(a, a, b, ["color", "color"])  # Eq. 2: P(image k is the odd one)
+    >>> torch.allclose(p.sum(1), torch.ones(2, dtype=p.dtype)), bool((p[:, 2] > p[:, 0]).all())
+    (True, True)
     """
 
     def __init__(self, backbone: nn.Module, processor: Any, variant: str = "late", *, image_size: int | None = None,

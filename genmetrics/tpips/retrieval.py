@@ -83,6 +83,13 @@ def _check_model(model: Any) -> None:
 
 @dataclass
 class Hit:
+    """One search result: ``rank`` (1 = best), the image's ``index`` and ``path`` in the index, the combined
+    ``score`` and the per-term similarities ``terms`` (one per query image / aspect).
+
+    >>> Hit(rank=1, index=2, path="a.png", score=0.9, terms=[0.9]).to_dict()
+    {'rank': 1, 'index': 2, 'path': 'a.png', 'score': 0.9, 'terms': [0.9]}
+    """
+
     rank: int
     index: int
     path: str
@@ -94,7 +101,23 @@ class Hit:
 
 
 class AspectIndex:
-    """A folder of per-aspect embeddings and faiss indexes (see the module docstring)."""
+    """A folder of per-aspect embeddings and faiss indexes (see the module docstring).
+
+    Index four images for "color" (and "overall") with the tiny late-fusion model, reopen the folder and
+    query with one of the images: it finds itself first, with similarity 1:
+
+    >>> import tempfile
+    >>> from genmetrics.testing import random_images, tiny_qwen3vl, tiny_qwen3vl_processor, write_images
+    >>> from genmetrics.tpips import TPIPSModel
+    >>> model = TPIPSModel(tiny_qwen3vl(), tiny_qwen3vl_processor(), "late", image_size=64)
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     paths = write_images(Path(d) / "images", random_images(4, 64))
+    ...     _ = AspectIndex.build(Path(d) / "images", Path(d) / "index", model, ["color"], progress=False)
+    ...     index = AspectIndex(Path(d) / "index")
+    ...     hits = index.search(model, paths[2], "color", k=2)
+    >>> len(index), index.aspects, [(h.rank, h.index, round(h.score, 4)) for h in hits][0]
+    (4, ['color', 'overall'], (1, 2, 1.0))
+    """
 
     def __init__(self, root: str | os.PathLike):
         self.root = Path(root)
@@ -359,14 +382,36 @@ def _write_faiss(emb: np.ndarray, factory: str, path: Path) -> None:
 
 
 def build_index(images: Any, root: str | os.PathLike, model: Any, aspects: Sequence[str], **kwargs: Any) -> AspectIndex:
-    """Shorthand for :meth:`AspectIndex.build`."""
+    """Shorthand for :meth:`AspectIndex.build`.
+
+    >>> import tempfile
+    >>> from genmetrics.testing import random_images, tiny_qwen3vl, tiny_qwen3vl_processor, write_images
+    >>> from genmetrics.tpips import TPIPSModel
+    >>> model = TPIPSModel(tiny_qwen3vl(), tiny_qwen3vl_processor(), "late", image_size=64)
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     paths = write_images(Path(d) / "images", random_images(3, 64))
+    ...     index = build_index(paths, Path(d) / "index", model, ["pose of the cat"], overall=False, progress=False)
+    ...     len(index), index.aspects, index.embeddings("pose of the cat").shape
+    (3, ['pose of the cat'], (3, 64))
+    """
     return AspectIndex.build(images, root, model, aspects, **kwargs)
 
 
 def contact_sheet(queries: Sequence[tuple[Any, str]], hits: Sequence[Hit], out_path: str | os.PathLike, *,
                   thumb: int = 160, columns: int | None = None, title: str | None = None) -> Path:
     """A PNG with the query image(s) (labelled with their aspect) on the left and the ranked results
-    (rank and score under each) on the right."""
+    (rank and score under each) on the right.
+
+    >>> import tempfile
+    >>> from PIL import Image
+    >>> from genmetrics.testing import random_images, write_images
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     paths = write_images(d, random_images(3, 32))
+    ...     hits = [Hit(rank=i + 1, index=i, path=str(p), score=1.0 - i / 10) for i, p in enumerate(paths[1:])]
+    ...     sheet = contact_sheet([(paths[0], "color")], hits, Path(d) / "sheet.png", thumb=64)
+    ...     Image.open(sheet).size  # query column + 2 result columns of 64 px thumbnails
+    (232, 108)
+    """
     from PIL import Image, ImageDraw
 
     from genmetrics.data.images import to_pil

@@ -52,7 +52,15 @@ PERMUTATIONS = ((0, 1, 2), (0, 2, 1), (1, 0, 2), (1, 2, 0), (2, 0, 1), (2, 1, 0)
 
 @dataclass
 class TrainConfig:
-    """Hyperparameters (defaults: the paper's Table 8)."""
+    """Hyperparameters (defaults: the paper's Table 8).
+
+    ``resolved()`` fills the per-variant defaults:
+
+    >>> [(v, TrainConfig(variant=v).resolved().lr) for v in ("late", "mid", "triplet")]
+    [('late', 5e-05), ('mid', 0.0001), ('triplet', 3e-05)]
+    >>> TrainConfig(variant="triplet").resolved().head_lr_mult, TrainConfig().resolved().lora_alpha
+    (5.0, 32)
+    """
 
     variant: str = "late"
     lr: float | None = None
@@ -106,6 +114,15 @@ class TrainConfig:
 
 @dataclass
 class TrainResult:
+    """What :func:`train_tpips` returns: the run folder, the trained adapter folder (``OUT/final``; load it
+    with :func:`~genmetrics.tpips.load_tpips`), the optimizer steps, the training losses, the validation
+    rows and the trained model (see :func:`train_tpips` for a run).
+
+    >>> import dataclasses
+    >>> [f.name for f in dataclasses.fields(TrainResult)][:4]
+    ['out_dir', 'adapter_dir', 'steps', 'losses']
+    """
+
     out_dir: Path
     adapter_dir: Path  # OUT/final
     steps: int
@@ -257,6 +274,22 @@ def train_tpips(data: Any, out_dir: str | os.PathLike, *, config: TrainConfig | 
     Inputs are validated before any weights load. ``backbone``/``processor``: a Qwen3-VL model and its
     processor (the tiny ones in tests); otherwise ``weights`` (default ``Qwen/Qwen3-VL-Embedding-2B``,
     ``Qwen/Qwen3-VL-8B-Instruct`` for the triplet head) is loaded with ``load_vlm``.
+
+    Two optimizer steps on synthetic triplets with the tiny Qwen3-VL; the result loads with
+    :func:`~genmetrics.tpips.load_tpips`:
+
+    >>> import tempfile
+    >>> from genmetrics.testing import tiny_qwen3vl, tiny_qwen3vl_processor
+    >>> from genmetrics.tpips import load_tpips
+    >>> from genmetrics.tpips.synthetic import aspect_triplets
+    >>> records = [r for pair in aspect_triplets(2, size=64) for r in pair]
+    >>> proc = tiny_qwen3vl_processor()
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     result = train_tpips(records, d, config=TrainConfig(max_steps=2, batch_size=2, image_size=64),
+    ...                          backbone=tiny_qwen3vl(), processor=proc, progress=False)
+    ...     trained = load_tpips(result.adapter_dir, backbone=tiny_qwen3vl(), processor=proc)
+    >>> result.steps, len(result.losses), result.adapter_dir.name, trained.variant
+    (2, 2, 'final', 'late')
     """
     from accelerate import PartialState
 

@@ -59,6 +59,15 @@ class TPIPSTripletModel(VLMBase):
     ``left`` / ``middle`` / ``right``, gives the logits; untrained it reproduces the zero-shot answer
     probabilities. Inference averages the probabilities over all 6 orders (2 for 2AFC) mapped back to the
     original positions; training permutes each triplet at random (permutation augmentation).
+
+    >>> from genmetrics.testing import random_images, tiny_qwen3vl_for_generation, tiny_qwen3vl_processor
+    >>> model = TPIPSTripletModel(tiny_qwen3vl_for_generation(), tiny_qwen3vl_processor(), image_size=64)
+    >>> x1, x2, x3 = (random_images(2, 64, seed=s) for s in (1, 2, 3))
+    >>> p = model.odd_one_out(x1, x2, x3, ["color", "overall"])
+    >>> tuple(p.shape), torch.allclose(p.sum(1), torch.ones(2))
+    ((2, 3), True)
+    >>> torch.allclose(model.two_afc(x1, x2, x3, ["color", "overall"]).sum(1), torch.ones(2))
+    True
     """
 
     variant = "triplet"
