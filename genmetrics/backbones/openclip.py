@@ -227,7 +227,7 @@ def tokenize(tokenizer: Any, texts: Any, *, name: str = "text", positions: list[
     ids = tokenizer(texts)
     if ctx is None:
         ctx = int(ids.shape[-1])
-    long = []
+    long: list[tuple[int, str, int | None]] = []  # (row, text, token count if known)
     pad = _pad_id(tokenizer)
     for i, t in enumerate(texts):
         if pad is not None and int(ids[i, -1]) == pad:
@@ -309,6 +309,7 @@ def encode_text_ids(model: Any, ids: Any, *, pad_id: int | None = 0):
     short = trim_padding(ids, pad_id) if found is not None else ids
     if short is ids:
         return model.encode_text(ids)
+    assert found is not None  # short is ids whenever no causal tower was found
     tower, pool, eos = found
     from open_clip.transformer import text_global_pool
 

@@ -71,7 +71,7 @@ MAX_ASPECT_RATIO = 200
 class VLMParts:
     """The pieces of a Qwen-VL model: ``base`` has ``.visual`` and ``.language_model``."""
 
-    base: nn.Module
+    base: Any  # a transformers model (duck-typed: .visual, .language_model, .config), not analysed by mypy
     lm_head: nn.Module | None
     config: Any
 
@@ -98,7 +98,7 @@ def resolve_parts(backbone: Any, *, what: str = "backbone") -> VLMParts:
         "one with genmetrics.backbones.hf.load_vlm")
 
 
-def core_vlm(backbone: Any, *, what: str = "backbone") -> nn.Module:
+def core_vlm(backbone: Any, *, what: str = "backbone") -> Any:
     """The base VLM (``.visual`` + ``.language_model``) inside ``backbone``."""
     return resolve_parts(backbone, what=what).base
 

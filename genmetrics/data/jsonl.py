@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,7 +18,7 @@ from typing import Any
 from genmetrics.errors import InputError
 
 
-def iter_jsonl(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
+def iter_jsonl(path: str | os.PathLike[str]) -> Iterator[tuple[int, dict[str, Any]]]:
     """``(line_number, object)`` for every non-blank line; bad JSON is an error naming file and line."""
     p = Path(path)
     if not p.exists():
@@ -102,7 +103,7 @@ def _unique_id(ids: set[str], line: _Line, default: str) -> str:
     return sid
 
 
-def _read(path: str | Path, parse) -> list:
+def _read(path: str | os.PathLike[str], parse) -> list:
     p = Path(path)
     ids: set[str] = set()
     out = [parse(_Line(p, n, obj), ids) for n, obj in iter_jsonl(p)]
@@ -120,7 +121,7 @@ class OddOneOutRecord:
     source: str | None = None
 
 
-def load_odd_one_out(path: str | Path) -> list[OddOneOutRecord]:
+def load_odd_one_out(path: str | os.PathLike[str]) -> list[OddOneOutRecord]:
     """``{"id", "images": [p1,p2,p3], "aspect", "votes": [n1,n2,n3], "source"?}``; votes count which
     image is the odd one out."""
 
@@ -144,7 +145,7 @@ class TwoAFCRecord:
     source: str | None = None
 
 
-def load_two_afc(path: str | Path) -> list[TwoAFCRecord]:
+def load_two_afc(path: str | os.PathLike[str]) -> list[TwoAFCRecord]:
     """``{"id", "reference", "candidates": [p0,p1], "aspect", "votes": [n0,n1], "source"?}``; votes count
     which candidate is more similar to the reference."""
 
@@ -173,7 +174,7 @@ class MIBPairRecord:
 MAX_REFERENCES = 8
 
 
-def load_mib_pairs(path: str | Path, *, max_references: int = MAX_REFERENCES) -> list[MIBPairRecord]:
+def load_mib_pairs(path: str | os.PathLike[str], *, max_references: int = MAX_REFERENCES) -> list[MIBPairRecord]:
     """``{"id", "prompt", "references": [...], "candidates": [pa,pb], "generators": [ga,gb],
     "preference": 0|1, "diagnostics"?: [[e,a,i],[e,a,i]], "bucket"?: {...}}``."""
 

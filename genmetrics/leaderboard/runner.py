@@ -490,7 +490,7 @@ def _run_samples(plan: Plan, mp: MetricPlan, done: set, writer: Any, dist: _Dist
                         cond = [col.aspect] * len(sub)
                     elif "prompt" in mp.uses:
                         cond = [s.condition for s in sub]
-                    ref = None
+                    ref: list[Any] | None = None  # paths, or a list of paths per sample
                     if "reference" in mp.uses:
                         ref = [str(s.reference) for s in sub]
                     elif "reference_sets" in mp.uses:

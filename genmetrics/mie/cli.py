@@ -172,6 +172,7 @@ def rank_cmd(scores_path: str | None, data: str | None, heads: str | None, metri
     else:
         from genmetrics.data.jsonl import load_mib_pairs
 
+        assert data is not None  # exactly one of --scores / --data, checked above
         records = load_mib_pairs(data)
         _check_images(records, data)
         ga = [r.generators[0] for r in records]

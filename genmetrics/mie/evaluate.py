@@ -262,7 +262,7 @@ def evaluate_human(
     """Score ``records`` with ``model`` (an :class:`MIEModel`, reported as ``"mie"``) and with the
     registered ``metrics`` (names, or ``{name: create_metric options}``), then build the report.
     Returns ``(report, scores)``."""
-    scores: dict[str, dict[str, np.ndarray]] = {}
+    scores: dict[str, dict[str, Any]] = {}  # arrays, or {"error": message} for a failed metric
     if model is not None:
         scores["mie"] = score_pairs_mie(model, records, batch_pairs=batch_pairs, progress=progress)
     opts = metrics if isinstance(metrics, dict) else {m: {} for m in metrics}

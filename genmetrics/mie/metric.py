@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import torch
 
@@ -111,10 +111,12 @@ class MIEMetric(SampleMetric):
                 from genmetrics.mie.model import build_backbone
 
                 backbone, processor = build_backbone(self._weights, device=self._device, dtype=self._dtype)
+            if self._heads is None:  # heads=None only comes with model=, installed at construction
+                raise no_heads_error()
             model = MIEModel.from_pretrained(self._heads, backbone, processor, device=self._device, dtype=self._dtype,
                                              token_budget=self._token_budget, vision_cache_size=self._vision_cache_size)
             self._install(model)
-        return self._backbones["mie"]
+        return cast(MIEModel, self._backbones["mie"])
 
     # ------------------------------------------------------------------ hooks
     def _prepare(self, reference: Any, candidates: Any, condition: Any) -> dict[str, list[Any]]:

@@ -28,7 +28,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -42,7 +42,7 @@ MIN_REFERENCES = 1
 TUNING_MODES = ("layer_only", "lora_layer")
 DEFAULT_TUNING = "layer_only"  # Appendix E, Table "Training Hyperparameters": layer-only unfreezing (top 4)
 UNFREEZE_LAYERS = 4
-LORA_DEFAULTS = {"r": 16, "alpha": 32, "dropout": 0.0}  # the authors' peft_kwargs
+LORA_DEFAULTS: dict[str, Any] = {"r": 16, "alpha": 32, "dropout": 0.0}  # the authors' peft_kwargs
 IMAGE_SIZE = 512  # Appendix E: 512 px, aspect ratio kept
 
 #: The text of the authors' scoring contract (MIE_Inference/README.md, mie/dataset.py).
@@ -323,7 +323,7 @@ class MIEModel(nn.Module):
 
     @property
     def device(self) -> torch.device:
-        return self.score_head[0].weight.device
+        return next(self.score_head.parameters()).device
 
     # ------------------------------------------------------------------ inputs
     def render_text(self, n_images: int, prompt: str) -> str:
@@ -496,7 +496,10 @@ class MIEModel(nn.Module):
             cap = max(1, self.token_budget // length)
             if self.max_batch_size:
                 cap = min(cap, int(self.max_batch_size))
-            parts = map_batches(lambda sl, rows=rows: (rows[sl], self._forward_group(batch, rows[sl])), len(rows), cap)
+            def group(sl: slice, rows: list[int] = rows) -> tuple[list[int], Any]:
+                return rows[sl], self._forward_group(batch, rows[sl])
+
+            parts = map_batches(group, len(rows), cap)
             for rs, (s, d) in parts:
                 for j, r in enumerate(rs):
                     score[r], diag[r] = s[j], d[j]
@@ -532,7 +535,7 @@ class MIEModel(nn.Module):
         return {
             "format": "genmetrics-mie", "version": FORMAT_VERSION, "base_model_name": self.backbone_name,
             "mode": self.tuning or "head_only", "unfreeze_layers": self.unfreeze_layers,
-            "num_error_classes": int(self.classification_head[-1].out_features), "lora": self.lora,
+            "num_error_classes": int(cast(nn.Linear, self.classification_head[-1]).out_features), "lora": self.lora,
             "lora_target_modules": self.lora_target_modules, "prompt_template": self.prompt_template,
             "image_size": self.image_size, "hidden_size": self.hidden_size, "dimensions": list(DIMENSIONS),
             "max_references": self.max_references,

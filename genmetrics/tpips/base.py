@@ -36,7 +36,7 @@ def make_resize(resize: str | None, image_size: int | None, factor: int) -> Qwen
         from genmetrics.tpips.common import DEFAULT_IMAGE_SIZE
 
         image_size = DEFAULT_IMAGE_SIZE
-    return QwenResize(mode, int(image_size) if mode == "square" else None, factor)
+    return QwenResize(mode, int(image_size) if mode == "square" and image_size is not None else None, factor)
 
 
 class VLMBase(nn.Module):
@@ -81,7 +81,7 @@ class VLMBase(nn.Module):
         return self.vision.calls
 
     @property
-    def language_model(self) -> nn.Module:
+    def language_model(self) -> Any:  # a transformers text model (duck-typed), not analysed by mypy
         return self._parts.base.language_model
 
     @property

@@ -10,7 +10,7 @@ from torch import nn
 
 from genmetrics.errors import InputError
 from genmetrics.tpips.base import VLMBase
-from genmetrics.tpips.common import DEFAULT_IMAGE_SIZE, PROMPTS, check_aspects, prompt_for
+from genmetrics.tpips.common import DEFAULT_IMAGE_SIZE, check_aspects, check_prompts, prompt_for
 from genmetrics.tpips.triplet import _concat
 
 
@@ -36,7 +36,7 @@ class PairwiseScoreModel(VLMBase):
         if self._parts.lm_head is None:
             raise InputError("the pairwise 0-10 score baseline needs a generative backbone with an LM head "
                              "(e.g. Qwen3VLForConditionalGeneration / Qwen3-VL-8B-Instruct)")
-        self.prompts = tuple(prompts) if prompts is not None else PROMPTS["pairwise"]
+        self.prompts = check_prompts(prompts, "pairwise")
         digit_ids = []
         for d in range(10):
             t = self._ids(str(d))
@@ -51,6 +51,7 @@ class PairwiseScoreModel(VLMBase):
     def _expected(self, left: list[torch.Tensor], right: list[torch.Tensor], aspects: list[str]) -> torch.Tensor:
         feats = self.vision_features([_concat([a, b]) for a, b in zip(self.resized(left), self.resized(right))])
         head = self._parts.lm_head
+        assert head is not None  # checked in __init__
         outs = []
         for i in range(0, len(feats), self.batch_size):
             items = [[("text", "<|im_start|>user\n"), ("image", f),

@@ -153,9 +153,9 @@ def evaluate_cmd(data: tuple[str, ...], fmt: str, split: str | None, adapter: st
         check_images_exist(ds)
         datasets.append(ds)
     names = [d.name for d in datasets]
-    for d in datasets:
-        if names.count(d.name) > 1:
-            d.name = f"{d.name} ({Path(d.path).stem})"
+    for dset in datasets:
+        if names.count(dset.name) > 1:
+            dset.name = f"{dset.name} ({Path(dset.path).stem})"
     scorers = build_scorers(adapter=adapter, variant=variant, weights=weights, baselines=baselines,
                             generative_weights=generative_weights, include_model=not no_model, label=label,
                             image_size=image_size, batch_size=batch_size)
@@ -320,7 +320,7 @@ def query_cmd(index_dir: str, queries: tuple[str, ...], aspects: tuple[str, ...]
                         resize=info.get("resize") or ("square" if info.get("image_size") else None))
     hits = idx.search(model, list(queries), asp, k=k, adjust=adjust, weights=list(weights_) or None,
                       exclude=list(queries) if exclude_query else ())
-    result = {"queries": [{"image": q, "aspect": a} for q, a in zip(queries, asp)], "adjust": adjust,
+    result: dict[str, Any] = {"queries": [{"image": q, "aspect": a} for q, a in zip(queries, asp)], "adjust": adjust,
               "hits": [h.to_dict() for h in hits]}
     if sheet:
         title = " + ".join(f"{a}" for a in asp) + (f"  (adjust {adjust})" if adjust else "")

@@ -57,6 +57,25 @@ def is_overall(aspect: str) -> bool:
     return aspect.strip().rstrip(".").strip().lower() == "overall"
 
 
+def check_prompts(prompts: Any, family: str, *, name: str = "prompts") -> tuple[str, str]:
+    """``(template containing {aspect}, template for "overall")``; None: the paper's prompts of ``family``.
+
+    >>> check_prompts(["Compare {aspect}.", "Compare."], "late")  # a list from a JSON config
+    ('Compare {aspect}.', 'Compare.')
+    >>> check_prompts(("Compare.",), "late")
+    Traceback (most recent call last):
+    ...
+    genmetrics.errors.InputError: prompts: expected (template containing '{aspect}', template for 'overall'), got ('Compare.',)
+    """
+    if prompts is None:
+        return PROMPTS[family]
+    p = tuple(prompts) if isinstance(prompts, Sequence) and not isinstance(prompts, str) else ()
+    if len(p) != 2 or not all(isinstance(t, str) for t in p) or "{aspect}" not in p[0]:
+        raise InputError(f"{name}: expected (template containing '{{aspect}}', template for 'overall'), "
+                         f"got {prompts!r}"[:300])
+    return p[0], p[1]
+
+
 def prompt_for(family: str, aspect: str, prompts: tuple[str, str] | None = None) -> str:
     """The instruction for ``aspect`` (``"overall"`` drops the "based on <c>" part)."""
     template, overall = prompts if prompts is not None else PROMPTS[family]

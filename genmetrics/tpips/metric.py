@@ -122,7 +122,7 @@ class TPIPS(SampleMetric):
         (cosine), ``(-inf, 0]`` for mid fusion (a negative weighted distance). The card's range is their union."""
         from genmetrics.tpips.model import VALUE_RANGE
 
-        variant = self.backbone("backbone").variant if self._model_ready else self.variant
+        variant = self.model().variant if self._model_ready else self.variant
         return VALUE_RANGE[variant]
 
     def model(self) -> Any:
@@ -163,7 +163,7 @@ class TPIPS(SampleMetric):
             desc = lambda v: "one candidate per reference" if v == 0 else f"{v} candidates per reference"  # noqa: E731
             raise InputError(f"candidates: this metric already holds scores for {desc(self._candidate_k)}; got "
                              f"{desc(k)}; reset() first or use a separate metric")
-        self._pending_k = k
+        self._pending_k: int | None = k
         if condition is None:
             if self.aspect is None:
                 raise InputError("tpips: condition (the aspect text) is required, e.g. condition='lighting' or "
@@ -197,6 +197,7 @@ class TPIPS(SampleMetric):
         self._candidate_k = self._pending_k
         n_new = sum(int(t.shape[0]) for t in self.scores) - n_before
         asp = condition if condition is not None else self.aspect
+        assert asp is not None  # _prepare refused a missing condition
         asp = [asp] * n_new if isinstance(asp, str) else list(asp)
         if cut:  # one warning per update naming how many aspects were cut (the model warns per call)
             model = self.model()

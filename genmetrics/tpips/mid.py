@@ -39,10 +39,10 @@ class MidFusionHead(nn.Module):
         bias = init_weight + math.log(-math.expm1(-init_weight))  # softplus^-1, stable for small and large values
         self.mlps = nn.ModuleList()
         for _ in range(n_layers):
-            mlp = nn.Sequential(nn.Linear(hidden_size, mlp_hidden), nn.GELU(), nn.Linear(mlp_hidden, hidden_size))
-            nn.init.zeros_(mlp[2].weight)
-            nn.init.constant_(mlp[2].bias, bias)
-            self.mlps.append(mlp)
+            fc1, fc2 = nn.Linear(hidden_size, mlp_hidden), nn.Linear(mlp_hidden, hidden_size)
+            nn.init.zeros_(fc2.weight)
+            nn.init.constant_(fc2.bias, bias)
+            self.mlps.append(nn.Sequential(fc1, nn.GELU(), fc2))
 
     def forward(self, text_means: list[torch.Tensor]) -> list[torch.Tensor]:
         return [F.softplus(mlp(t.float())) for mlp, t in zip(self.mlps, text_means)]
@@ -96,4 +96,5 @@ def mid_distance(head: MidFusionHead, enc: dict[str, list], ra: list[int], rb: l
         w = 0.5 * (F.softplus(mlp(ta.float())) + F.softplus(mlp(tb.float())))
         d = ((w.unsqueeze(1) * (phi_a - phi_b)) ** 2).sum(-1).mean(-1)
         total = d if total is None else total + d
-    return 0.0 - total  # type: ignore[operator]  # 0 - x: no negative zero for identical images
+    assert total is not None  # at least one probe layer
+    return 0.0 - total  # 0 - x: no negative zero for identical images

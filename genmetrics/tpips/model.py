@@ -49,6 +49,7 @@ from genmetrics.tpips.common import (
     VARIANTS,
     WEIGHTS_8B,
     check_aspects,
+    check_prompts,
     is_overall,
     prompt_for,
     unit_cosine,
@@ -135,9 +136,7 @@ class TPIPSModel(VLMBase):
         self.temperature = float(DEFAULT_TEMPERATURE[variant] if temperature is None else temperature)
         if self.temperature <= 0:
             raise InputError(f"temperature must be positive, got {temperature!r}")
-        self.prompts = tuple(prompts) if prompts is not None else PROMPTS[variant]
-        if len(self.prompts) != 2 or "{aspect}" not in self.prompts[0]:
-            raise InputError("prompts: expected (template containing '{aspect}', template for 'overall')")
+        self.prompts = check_prompts(prompts, variant)
         self.probe_layers: list[int] = []
         self.head: MidFusionHead | None = None
         self.register_vector: nn.Parameter | None = None
@@ -199,12 +198,12 @@ class TPIPSModel(VLMBase):
         """``[B,3]`` Eq. 2 probabilities that each image is the odd one out (float64, no gradient)."""
         x, asp = self.load_triplets(images1, images2, images3, aspects)
         with torch.no_grad():
-            return torch.softmax(self.triplet_scores(*x, asp).double() / self.temperature, dim=1)
+            return torch.softmax(self.triplet_scores(x[0], x[1], x[2], asp).double() / self.temperature, dim=1)
 
     def forward(self, images1: Any, images2: Any, images3: Any, aspects: list[str]) -> torch.Tensor:
         """Training forward: ``[B,3]`` logits ``s_bar / tau`` of Eq. 2 (gradients flow to LoRA and heads)."""
         x = [self.load_images(im) for im in (images1, images2, images3)]
-        return self.triplet_scores(*x, list(aspects)) / self.temperature
+        return self.triplet_scores(x[0], x[1], x[2], list(aspects)) / self.temperature
 
     # -- scores (gradient-enabled) -----------------------------------------------------------------
     def pair_scores(self, a: list[torch.Tensor], b: list[torch.Tensor], aspects: list[str]) -> torch.Tensor:
@@ -243,7 +242,8 @@ class TPIPSModel(VLMBase):
         """Encode each distinct (image, aspect) once. Returns ``{"index": [i -> row], "enc": ...}``."""
         keys = self._keys(images)
         rows: dict[tuple[str, str], int] = {}
-        index, uniq_imgs, uniq_keys, uniq_asp = [], [], [], []
+        index, uniq_keys, uniq_asp = [], [], []
+        uniq_imgs: list[torch.Tensor] = []
         for k, x, a in zip(keys, images, aspects):
             r = rows.get((k, a))
             if r is None:

@@ -63,7 +63,7 @@ def aspect_triplets(n: int, *, seed: int = 0, size: int = 64) -> list[tuple[OddO
         p1, p2 = (POSITIONS[j] for j in torch.randperm(4, generator=g)[:2].tolist())
         objs = [(c1, p1), (c1, p2), (c2, p2)]  # A, B, C: colour odd = C, position odd = A
         order = torch.randperm(3, generator=g).tolist()
-        images = tuple(draw_object(*objs[k], size, g) for k in order)
+        images = tuple(draw_object(objs[k][0], objs[k][1], size, g) for k in order)
         odd_color, odd_position = order.index(2), order.index(0)
         votes = [tuple(1.0 if k == odd else 0.0 for k in range(3)) for odd in (odd_color, odd_position)]
         out.append((OddOneOutRecord(id=f"s{seed}-{i}-color", images=images, aspect="color", votes=votes[0]),  # type: ignore[arg-type]

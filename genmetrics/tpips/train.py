@@ -200,7 +200,7 @@ class TPIPSTrainTask(TrainTask):
             logits = module(*x, asp)
         return soft_cross_entropy(logits, votes).mean(), {}
 
-    def evaluate(self, module: torch.nn.Module, examples: list) -> dict[str, float]:
+    def evaluate(self, module: Any, examples: list) -> dict[str, float]:  # a TPIPSModel / TPIPSTripletModel
         from genmetrics.functional.agreement import odd_one_out_agreement
 
         preds = []
@@ -211,7 +211,7 @@ class TPIPSTrainTask(TrainTask):
         mean, se = odd_one_out_agreement(torch.cat(preds), torch.tensor([r.votes for r in examples]))
         return {"agreement": mean, "stderr": se}
 
-    def save(self, module: torch.nn.Module, path: Path) -> None:
+    def save(self, module: Any, path: Path) -> None:
         module.save_pretrained(path, base_weights=self.base_weights)
 
     def data_fingerprint(self, examples: list) -> str:
@@ -315,7 +315,7 @@ def train_tpips(data: Any, out_dir: str | os.PathLike, *, config: TrainConfig | 
         torch.manual_seed(cfg.seed)  # head initialisation (mid-fusion MLPs) is part of the seeded run
         model = build_model(cfg, backbone, processor)
     if cfg.gradient_checkpointing if cfg.gradient_checkpointing is not None else torch.cuda.is_available():
-        bb = model.backbone
+        bb: Any = model.backbone  # a transformers model
         if hasattr(bb, "activation_checkpointing_enable"):  # transformers >= 5.x name
             bb.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
         else:

@@ -26,8 +26,8 @@ from genmetrics.tpips.common import (
     FORMAT,
     HEAD_NAME,
     MAX_ASPECT_TOKENS,
-    PROMPTS,
     check_aspects,
+    check_prompts,
     prompt_for,
 )
 
@@ -47,7 +47,8 @@ def _mean_over_orders(fn, columns: list[list[torch.Tensor]], orders: list[tuple[
         for pos, orig in enumerate(order):
             back[:, orig] = probs[:, pos]
         total = back if total is None else total + back
-    return total / len(orders)  # type: ignore[operator]
+    assert total is not None  # at least one order
+    return total / len(orders)
 
 
 class TPIPSTripletModel(VLMBase):
@@ -79,8 +80,8 @@ class TPIPSTripletModel(VLMBase):
         super().__init__(backbone, processor, image_size=image_size or DEFAULT_IMAGE_SIZE, resize="square",
                          vision_cache_size=vision_cache_size, batch_size=batch_size, data_range=data_range,
                          max_aspect_tokens=max_aspect_tokens)
-        self.prompts = tuple(prompts) if prompts is not None else PROMPTS["triplet"]
-        self.two_afc_prompts = tuple(two_afc_prompts) if two_afc_prompts is not None else PROMPTS["triplet_2afc"]
+        self.prompts = check_prompts(prompts, "triplet")
+        self.two_afc_prompts = check_prompts(two_afc_prompts, "triplet_2afc", name="two_afc_prompts")
         self.answer_ids = self._answer_token_ids(ANSWERS_3)
         weight = self._answer_rows(self.answer_ids)
         self.head = nn.Linear(self.hidden_size, 3, bias=True)
@@ -97,8 +98,9 @@ class TPIPSTripletModel(VLMBase):
         return ids
 
     def _answer_rows(self, ids: list[int]) -> torch.Tensor:
-        head = self._parts.lm_head
-        w = head.weight if head is not None and hasattr(head, "weight") else self.language_model.embed_tokens.weight
+        w = getattr(self._parts.lm_head, "weight", None)  # None without an LM head (tied embeddings)
+        if not isinstance(w, torch.Tensor):
+            w = self.language_model.embed_tokens.weight
         return w.detach()[ids].clone()
 
     def _logits(self, images: list[torch.Tensor], aspects: list[str], prompts: tuple[str, str]) -> torch.Tensor:
@@ -128,7 +130,7 @@ class TPIPSTripletModel(VLMBase):
         n = len(cols[0])
         perms = permutations or [(0, 1, 2)] * n
         shown = [[cols[perms[i][p]][i] for i in range(n)] for p in range(3)]
-        logits = self.ordered_logits(*shown, list(aspects))
+        logits = self.ordered_logits(shown[0], shown[1], shown[2], list(aspects))
         back = torch.empty_like(logits)
         for i, order in enumerate(perms):
             for pos, orig in enumerate(order):
@@ -139,7 +141,7 @@ class TPIPSTripletModel(VLMBase):
         """``[B,3]`` probability that each image is the odd one out, averaged over the 6 orders."""
         cols, asp = self.load_triplets(images1, images2, images3, aspects)
         with torch.no_grad():
-            return _mean_over_orders(lambda c: torch.softmax(self.ordered_logits(*c, asp).double(), 1), cols,
+            return _mean_over_orders(lambda c: torch.softmax(self.ordered_logits(c[0], c[1], c[2], asp).double(), 1), cols,
                                      list(itertools.permutations(range(3)))).float()
 
     def two_afc(self, reference: Any, candidates0: Any, candidates1: Any, aspects: Any) -> torch.Tensor:
