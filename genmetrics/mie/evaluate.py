@@ -261,7 +261,21 @@ def evaluate_human(
 ) -> tuple[dict[str, Any], dict[str, dict[str, np.ndarray]]]:
     """Score ``records`` with ``model`` (an :class:`MIEModel`, reported as ``"mie"``) and with the
     registered ``metrics`` (names, or ``{name: create_metric options}``), then build the report.
-    Returns ``(report, scores)``."""
+    Returns ``(report, scores)``.
+
+    Pairwise accuracy of an (untrained) MIE model and of psnr against the pairs' human preferences:
+
+    >>> import tempfile
+    >>> from genmetrics.data.jsonl import load_mib_pairs
+    >>> from genmetrics.mie import MIEModel
+    >>> from genmetrics.testing import tiny_qwen35, tiny_qwen35_processor, toy_mib_pairs
+    >>> model = MIEModel(tiny_qwen35(), tiny_qwen35_processor(), unfreeze_layers=1)
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     records = load_mib_pairs(toy_mib_pairs(d, 4))
+    ...     report, scores = evaluate_human(records, model=model, metrics=["psnr"], n_boot=100)
+    >>> report["n_pairs"], sorted(report["metrics"]), scores["mie"]["a"].shape
+    (4, ['mie', 'psnr'], (4,))
+    """
     scores: dict[str, dict[str, Any]] = {}  # arrays, or {"error": message} for a failed metric
     if model is not None:
         scores["mie"] = score_pairs_mie(model, records, batch_pairs=batch_pairs, progress=progress)

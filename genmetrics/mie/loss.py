@@ -50,7 +50,18 @@ def mie_loss(
     """``alpha * L_rank + beta * L_diag`` for :class:`~genmetrics.mie.model.MIEOutput` ``win`` / ``lose``
     (the preferred and the other candidate of each pair). ``diag_targets_*`` [n,3] are each candidate's
     own labels; ``diag_mask`` [n] bool marks the pairs that have them (all when None). Returns
-    ``(loss, {"rank", "diag", "loss"})``."""
+    ``(loss, {"rank", "diag", "loss"})``.
+
+    The winner ahead by more than the margin costs no rank loss; logits of 0 cost ``ln 2`` per label:
+
+    >>> from genmetrics.mie.model import MIEOutput
+    >>> win, lose = MIEOutput(torch.tensor([1.0]), torch.zeros(1, 3)), MIEOutput(torch.tensor([0.0]), torch.zeros(1, 3))
+    >>> loss, parts = mie_loss(win, lose, torch.ones(1, 3), torch.zeros(1, 3), alpha=1.0, beta=0.5, margin=0.1)
+    >>> parts["rank"], round(parts["diag"], 4), round(float(loss), 4)  # 0.5 * ln 2
+    (0.0, 0.6931, 0.3466)
+    >>> round(mie_loss(lose, win, margin=0.1)[1]["rank"], 4)  # the wrong order: 1 + margin
+    1.1
+    """
     import torch.nn.functional as F
 
     rank = rank_loss(win.score.float(), lose.score.float(), kind=rank_loss_kind, margin=margin)

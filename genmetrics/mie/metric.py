@@ -49,6 +49,20 @@ class MIEMetric(SampleMetric):
         weights: backbone alias / hub id / folder to load instead of the checkpoint's backbone.
         token_budget: padded tokens per forward batch; vision_cache_size: reference features kept across
             calls (references repeat across generators).
+
+    With an untrained model on the tiny Qwen3.5 (``create_metric("mie", heads="OUT/final")`` for trained
+    heads); ids ``"<generator>/<sample>"`` group the results per generator:
+
+    >>> import genmetrics as gm
+    >>> from genmetrics.mie import MIEModel
+    >>> from genmetrics.testing import random_images, tiny_qwen35, tiny_qwen35_processor
+    >>> mie = gm.create_metric("mie", model=MIEModel(tiny_qwen35(), tiny_qwen35_processor(), unfreeze_layers=1))
+    >>> refs, cands = random_images(2, 64, seed=1), random_images(2, 64, seed=2)
+    >>> mie.update(reference=[list(refs), [refs[0]]], candidates=cands, condition=["a cat and a dog", "a cat"],
+    ...            ids=["gen_a/1", "gen_b/1"])
+    >>> ps = mie.per_sample()
+    >>> tuple(ps["diagnostics"].shape), ps["dimensions"], sorted(mie.per_generator())
+    ((2, 3), ('existence', 'appearance', 'interaction'), ['gen_a', 'gen_b'])
     """
 
     name: ClassVar[str] = "mie"

@@ -50,6 +50,15 @@ def rank_generators(
     i's comparisons with j that i won, None where they never met, ``games``), ``bradley_terry`` (per
     generator ``theta``, ``low``, ``high``, ``elo`` = 1000 + 400/ln10 * theta, ``elo_low``, ``elo_high``),
     and ``n_pairs``.
+
+    ``gen_a`` beats ``gen_b`` three times, ``gen_b`` beats ``gen_c`` once (scores decide each pair):
+
+    >>> res = rank_generators(["gen_a", "gen_a", "gen_a", "gen_b"], ["gen_b", "gen_b", "gen_b", "gen_c"],
+    ...                       [0.9, 0.8, 0.7, 0.6], [0.1, 0.2, 0.3, 0.2], n_boot=100)
+    >>> res["generators"], res["win_rate"]["matrix"][0], res["n_pairs"]
+    (['gen_a', 'gen_b', 'gen_c'], [None, 1.0, None], 4)
+    >>> res["bradley_terry"]["gen_a"]["elo"] > res["bradley_terry"]["gen_b"]["elo"] > res["bradley_terry"]["gen_c"]["elo"]
+    True
     """
     from genmetrics.functional.bootstrap import bootstrap_ci
     from genmetrics.functional.ranking import bradley_terry, win_counts, win_rate_matrix

@@ -29,7 +29,7 @@ from genmetrics._tiny_vlm import (  # the VLM builders live in a module of their
 )
 
 __all__ = ["metric_recipe", "random_images", "spawn_gloo", "tiny_backbones", "tiny_clip", "tiny_clip_resnet",
-           "toy_leaderboard", "write_images",
+           "toy_leaderboard", "toy_mib_pairs", "write_images",
            "tiny_dino", "tiny_qwen3vl", "tiny_qwen3vl_config", "tiny_qwen3vl_for_generation", "tiny_qwen3vl_processor",
            "tiny_qwen35", "tiny_qwen35_config", "tiny_qwen35_for_generation", "tiny_qwen35_processor",
            "tiny_tokenizer"]
@@ -157,6 +157,38 @@ def write_images(folder: str | Path, images: torch.Tensor) -> list[Path]:
     for img, path in zip(images, paths):
         Image.fromarray(img.permute(1, 2, 0).numpy()).save(path)
     return paths
+
+
+def toy_mib_pairs(folder: str | Path, n: int = 4, *, seed: int = 0) -> Path:
+    """Write ``n`` MIB-style preference pairs (``genmetrics.data.jsonl.load_mib_pairs`` format) with
+    64 px random PNGs under ``folder`` and return the JSONL path. Each pair has 2 references shared by
+    all pairs, candidates from generators ``gen_a`` / ``gen_b``, a preference (alternating 0, 1) and
+    diagnostic labels (the preferred candidate passes every dimension).
+
+    >>> import tempfile
+    >>> from genmetrics.data.jsonl import load_mib_pairs
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     pairs = load_mib_pairs(toy_mib_pairs(d, 2))
+    >>> [(p.generators, p.preference, len(p.references)) for p in pairs]
+    [(('gen_a', 'gen_b'), 0, 2), (('gen_a', 'gen_b'), 1, 2)]
+    """
+    import json
+
+    folder = Path(folder)
+    refs = write_images(folder / "references", random_images(2, 64, seed=seed))
+    cands = write_images(folder / "candidates", random_images(2 * n, 64, seed=seed + 1))
+    lines = []
+    for i in range(n):
+        pref = i % 2
+        diag = [[0.0, 0.0, 0.0], [0.0, 0.0, 0.0]]
+        diag[pref] = [1.0, 1.0, 1.0]
+        lines.append(json.dumps({"id": f"pair{i}", "prompt": f"subject {i} and a friend playing together",
+                                 "references": [str(p) for p in refs],
+                                 "candidates": [str(cands[2 * i]), str(cands[2 * i + 1])],
+                                 "generators": ["gen_a", "gen_b"], "preference": pref, "diagnostics": diag}))
+    path = folder / "pairs.jsonl"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
 
 
 _BUILTIN_RECIPES = {"genmetrics.baselines": "baselines", "genmetrics.raclip": "raclip",
