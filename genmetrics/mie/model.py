@@ -160,7 +160,7 @@ def fit_image(im: Any, size: int | None) -> Any:
     from PIL import Image
 
     scale = size / max(im.size)
-    return im.resize((max(1, round(im.size[0] * scale)), max(1, round(im.size[1] * scale))), Image.BICUBIC)
+    return im.resize((max(1, round(im.size[0] * scale)), max(1, round(im.size[1] * scale))), Image.Resampling.BICUBIC)
 
 
 class MIEModel(nn.Module):
