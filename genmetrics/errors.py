@@ -6,16 +6,43 @@
 
 
 class GenmetricsError(Exception):
-    """Base class of every error raised on purpose by genmetrics."""
+    """Base class of every error raised on purpose by genmetrics.
+
+    >>> import genmetrics as gm
+    >>> try:
+    ...     gm.create_metric("psnr", max_db=-1)
+    ... except GenmetricsError as e:  # catches every deliberate genmetrics error
+    ...     print(type(e).__name__)
+    InputError
+    """
 
 
 class InputError(GenmetricsError, ValueError):
-    """An input (image, text, file, option) is not what the metric accepts."""
+    """An input (image, text, file, option) is not what the metric accepts.
+
+    A ``ValueError`` too, so code that catches ``ValueError`` keeps working; the message names the input:
+
+    >>> import torch, genmetrics as gm
+    >>> gm.create_metric("psnr").update(reference=torch.zeros(2, 3, 8, 8), candidates=torch.zeros(3, 3, 8, 8))
+    Traceback (most recent call last):
+        ...
+    genmetrics.errors.InputError: mismatched input lengths (reference=2, candidates=3); every input needs one entry ...
+    >>> issubclass(InputError, ValueError)
+    True
+    """
 
 
 class WeightsUnavailableError(GenmetricsError, OSError):
-    """Model weights could not be found locally and could not be downloaded."""
+    """Model weights could not be found locally and could not be downloaded.
+
+    >>> issubclass(WeightsUnavailableError, OSError), issubclass(WeightsUnavailableError, GenmetricsError)
+    (True, True)
+    """
 
 
 class MissingDependencyError(GenmetricsError, ImportError):
-    """An optional dependency (a ``genmetrics[...]`` extra) is not installed; the message names the extra."""
+    """An optional dependency (a ``genmetrics[...]`` extra) is not installed; the message names the extra.
+
+    >>> issubclass(MissingDependencyError, ImportError)  # ``except ImportError`` still catches it
+    True
+    """

@@ -534,7 +534,18 @@ class Metric(torchmetrics.Metric):
 
     def state_snapshot(self) -> Any:
         """An opaque copy of the accumulated state, for :meth:`restore_state` (e.g. score the same reference
-        state against several candidate sets)."""
+        state against several candidate sets).
+
+        >>> import genmetrics as gm
+        >>> m = gm.create_metric("psnr")
+        >>> ref = torch.full((1, 3, 8, 8), 0.5)
+        >>> m.update(reference=ref, candidates=ref + 0.1)
+        >>> snap = m.state_snapshot()
+        >>> m.update(reference=ref, candidates=ref)  # one more (identical) pair: the mean moves to 60 dB
+        >>> m.restore_state(snap)
+        >>> round(float(m.compute()), 3), len(m.per_sample()["scores"])
+        (20.0, 1)
+        """
         state = {k: (v.clone() if isinstance(v, torch.Tensor) else [t.clone() for t in v])
                  for k, v in ((k, getattr(self, k)) for k in self._defaults)}
         return state, self._update_count, self._bookkeeping()
@@ -739,6 +750,15 @@ class SampleMetric(Metric):
 
         Returns ``{"ids": [str|None], "scores": Tensor [N] or [N,C]}`` with padded duplicates dropped;
         ids are ``None`` for samples updated without ``ids=``.
+
+        >>> import genmetrics as gm
+        >>> m = gm.create_metric("psnr")
+        >>> ref = torch.full((2, 3, 8, 8), 0.5)
+        >>> m.update(reference=ref, candidates=ref, ids=["cat.png", "dog.png"])
+        >>> m.update(reference=ref[:1], candidates=ref[:1] + 0.1)
+        >>> ps = m.per_sample()
+        >>> ps["ids"], [round(v, 3) for v in ps["scores"].tolist()]
+        (['cat.png', 'dog.png', None], [100.0, 100.0, 20.0])
         """
         with self._synced(sync) as names:
             scores, ids = self._gathered()

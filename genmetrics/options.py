@@ -52,7 +52,15 @@ def _parse_number(name: str, value: Any, owner: str | None, what: str) -> float:
 
 def number(name: str, value: Any, *, lo: float | None = None, hi: float | None = None, lo_open: bool = False,
            hi_open: bool = False, owner: str | None = None) -> float:
-    """A finite float in the given range (a numeric string is accepted: CLI values arrive as text)."""
+    """A finite float in the given range (a numeric string is accepted: CLI values arrive as text).
+
+    >>> number("lr", "1e-3", lo=0.0, lo_open=True)
+    0.001
+    >>> number("lr", 0, lo=0.0, lo_open=True, owner="train")
+    Traceback (most recent call last):
+        ...
+    genmetrics.errors.InputError: train: option lr: expected a finite number in (0.0, inf], got 0
+    """
     what = "a finite number" + _range_text(lo, hi, lo_open, hi_open)
     v = _parse_number(name, value, owner, what)
     ok = math.isfinite(v) and (lo is None or (v > lo if lo_open else v >= lo)) and (
@@ -63,7 +71,15 @@ def number(name: str, value: Any, *, lo: float | None = None, hi: float | None =
 
 
 def integer(name: str, value: Any, *, lo: int | None = None, hi: int | None = None, owner: str | None = None) -> int:
-    """An integer in ``[lo, hi]`` (``3.0`` and ``"3"`` are accepted; ``3.5``, ``True``, ``nan`` are not)."""
+    """An integer in ``[lo, hi]`` (``3.0`` and ``"3"`` are accepted; ``3.5``, ``True``, ``nan`` are not).
+
+    >>> integer("epochs", "3", lo=1), integer("epochs", 3.0, lo=1)
+    (3, 3)
+    >>> integer("batch_size", 3.5)
+    Traceback (most recent call last):
+        ...
+    genmetrics.errors.InputError: option batch_size: expected an integer, got 3.5
+    """
     what = "an integer" + _range_text(lo, hi, False, False)
     v = _parse_number(name, value, owner, what)
     if not math.isfinite(v) or not float(v).is_integer() or (lo is not None and v < lo) or (hi is not None and v > hi):
@@ -72,6 +88,15 @@ def integer(name: str, value: Any, *, lo: int | None = None, hi: int | None = No
 
 
 def choice(name: str, value: Any, choices: Sequence[str], *, owner: str | None = None) -> str:
+    """``value`` when it is one of ``choices``; else an error naming the option, with the closest choice.
+
+    >>> choice("variant", "mid", ("late", "mid", "early"))
+    'mid'
+    >>> choice("variant", "lates", ("late", "mid", "early"), owner="tpips")
+    Traceback (most recent call last):
+        ...
+    genmetrics.errors.InputError: tpips: option variant: expected one of 'late', 'mid', 'early', got 'lates'; did you mean 'late'?
+    """
     if not isinstance(value, str) or value not in choices:
         import difflib
 
@@ -85,6 +110,11 @@ _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off", "")
 
 
 def flag(name: str, value: Any, *, owner: str | None = None) -> bool:
+    """A bool, or its text form from a config or command line (``1/true/yes/on``, ``0/false/no/off``).
+
+    >>> flag("resume", True), flag("resume", "yes"), flag("resume", "0")
+    (True, True, False)
+    """
     if isinstance(value, bool):
         return value
     if isinstance(value, str) and value.strip().lower() in _TRUE + _FALSE:
@@ -93,7 +123,15 @@ def flag(name: str, value: Any, *, owner: str | None = None) -> bool:
 
 
 def template(name: str, value: Any, *, slots: int = 1, owner: str | None = None) -> str:
-    """A ``str.format`` template with exactly ``slots`` positional ``{}`` slots and no other field."""
+    """A ``str.format`` template with exactly ``slots`` positional ``{}`` slots and no other field.
+
+    >>> template("prompt_template", "a photo of {}")
+    'a photo of {}'
+    >>> template("prompt_template", "a {} of {}")
+    Traceback (most recent call last):
+        ...
+    genmetrics.errors.InputError: option prompt_template: expected a template with exactly 1 '{}' slot(s) and no other field, got 'a {} of {}' (2 field(s): ['', ''])
+    """
     if not isinstance(value, str):
         raise InputError(f"{_who(name, owner)}: expected a text template with {slots} '{{}}', got {value!r}")
     try:
@@ -110,6 +148,12 @@ def template(name: str, value: Any, *, slots: int = 1, owner: str | None = None)
 # ------------------------------------------------------------------------------------------ environment
 @dataclass(frozen=True)
 class EnvVar:
+    """A ``GENMETRICS_*`` environment variable: its name, how its value is parsed (``kind``), what it does.
+
+    >>> ENV_VARS["GENMETRICS_PROGRESS"].kind, sorted(ENV_VARS)[0]
+    ('progress', 'GENMETRICS_BACKBONE_PROVIDER')
+    """
+
     name: str
     kind: str  # "path", "flag", "int", "progress", "text"
     help: str
@@ -127,7 +171,21 @@ ENV_VARS: dict[str, EnvVar] = {v.name: v for v in (
 
 def env(name: str, default: Any = None) -> Any:
     """The value of the registered ``GENMETRICS_*`` variable ``name``, parsed by its kind; ``default`` when
-    it is unset or empty. A bad value raises :class:`InputError` naming the variable."""
+    it is unset or empty. A bad value raises :class:`InputError` naming the variable.
+
+    >>> from unittest import mock
+    >>> with mock.patch.dict(os.environ, {"GENMETRICS_MAX_PIXELS": "4096"}):
+    ...     env("GENMETRICS_MAX_PIXELS")
+    4096
+    >>> with mock.patch.dict(os.environ, {"GENMETRICS_MAX_PIXELS": ""}):  # empty: the default
+    ...     env("GENMETRICS_MAX_PIXELS", default=7)
+    7
+    >>> with mock.patch.dict(os.environ, {"GENMETRICS_MAX_PIXELS": "many"}):
+    ...     env("GENMETRICS_MAX_PIXELS")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+        ...
+    genmetrics.errors.InputError: environment variable GENMETRICS_MAX_PIXELS: expected an integer in [1, inf], got the text 'many'; fix or unset it ...
+    """
     spec = ENV_VARS[name]
     raw = os.environ.get(name)
     if raw is None or not raw.strip():
