@@ -1,59 +1,164 @@
 """Public classes and functions carry a short runnable example (a doctest; CI runs
-``pytest --doctest-modules genmetrics``). Checked for the modules listed here; a module joins the list
-once every public name in it has one (a name that cannot run in a doctest, e.g. one that spawns
-processes, says why in its docstring and is listed in EXEMPT)."""
+``pytest --doctest-modules genmetrics``, which executes them).
+
+The public API walked here:
+
+* ``__all__`` of ``genmetrics``, of every subpackage and of every module that declares one (private
+  modules, ``_name``, and the click commands under ``cli/`` excepted);
+* the class of every registered metric (a card's ``factory``);
+* every public class and function defined in :data:`MODULES_WITHOUT_ALL`.
+
+A name passes when its docstring holds a ``>>>`` line. :data:`EXEMPT` lists the few that cannot run in a
+doctest, each with the reason; :data:`PENDING` lists the names still waiting for an example (it may only
+shrink: a listed name that has gained an example fails the test until it is removed from the list).
+"""
 
 from __future__ import annotations
 
 import enum
 import importlib
 import inspect
+import pkgutil
 
 import pytest
 
-MODULES = ["genmetrics.registry", "genmetrics.backbones.provider", "genmetrics.testing"]
-#: module.name -> why it has no doctest
-EXEMPT = {"genmetrics.testing.spawn_gloo": "starts processes",
-          "genmetrics.testing.tiny_tokenizer": "re-exported from genmetrics._tiny_vlm"}
-METRIC_METHODS = ["options", "has_data", "backbones"]
+import genmetrics
+
+#: modules whose public names count although they declare no ``__all__``
+MODULES_WITHOUT_ALL = ["genmetrics.registry", "genmetrics.metric", "genmetrics.wrappers"]
+#: qualified name -> why it has no runnable example
+EXEMPT = {
+    "genmetrics.testing.spawn_gloo": "starts worker processes (gloo); tests/contract runs it",
+}
+#: qualified name -> what is missing (names still without an example; the list only shrinks)
+PENDING: dict[str, str] = {
+    "genmetrics.backbones.hf.add_lora": "loader internals (examples need the provider hook)",
+    "genmetrics.backbones.hf.hf_cache_dir": "loader internals (examples need the provider hook)",
+    "genmetrics.backbones.hf.load_peft_adapter": "loader internals (examples need the provider hook)",
+    "genmetrics.backbones.hf.load_vlm": "loader internals (examples need the provider hook)",
+    "genmetrics.backbones.hf.resolve_dtype_device": "loader internals (examples need the provider hook)",
+    "genmetrics.backbones.qwen_vl.QwenResize": "shared Qwen-VL runtime internals",
+    "genmetrics.backbones.qwen_vl.TokenIds": "shared Qwen-VL runtime internals",
+    "genmetrics.backbones.qwen_vl.VLMParts": "shared Qwen-VL runtime internals",
+    "genmetrics.backbones.qwen_vl.VisionCache": "shared Qwen-VL runtime internals",
+    "genmetrics.backbones.qwen_vl.VisionEncoder": "shared Qwen-VL runtime internals",
+    "genmetrics.backbones.qwen_vl.VisionFeatures": "shared Qwen-VL runtime internals",
+    "genmetrics.backbones.qwen_vl.attn_implementation": "shared Qwen-VL runtime internals",
+    "genmetrics.backbones.qwen_vl.core_vlm": "shared Qwen-VL runtime internals",
+    "genmetrics.backbones.qwen_vl.image_key": "shared Qwen-VL runtime internals",
+    "genmetrics.backbones.qwen_vl.linear_attention_layers": "shared Qwen-VL runtime internals",
+    "genmetrics.backbones.qwen_vl.mm_encoder_outputs": "shared Qwen-VL runtime internals",
+    "genmetrics.backbones.qwen_vl.resolve_folder": "shared Qwen-VL runtime internals",
+    "genmetrics.backbones.qwen_vl.resolve_parts": "shared Qwen-VL runtime internals",
+    "genmetrics.backbones.qwen_vl.run_language_model": "shared Qwen-VL runtime internals",
+    "genmetrics.backbones.qwen_vl.scatter_features": "shared Qwen-VL runtime internals",
+    "genmetrics.backbones.qwen_vl.token_ids": "shared Qwen-VL runtime internals",
+    "genmetrics.tpips.evaluate.MetricScorer": "family-internal helper exported by its module",
+    "genmetrics.tpips.evaluate.SimilarityScorer": "family-internal helper exported by its module",
+    "genmetrics.tpips.evaluate.TripletScorer": "family-internal helper exported by its module",
+    "genmetrics.tpips.evaluate.to_markdown": "family-internal helper exported by its module",
+    "genmetrics.tpips.evaluate.write_report": "family-internal helper exported by its module",
+    "genmetrics.tpips.loading.adapter_folder": "family-internal helper exported by its module",
+    "genmetrics.tpips.loading.save_peft": "family-internal helper exported by its module",
+    "genmetrics.tpips.model.check_aspects": "family-internal helper exported by its module",
+    "genmetrics.tpips.model.is_overall": "family-internal helper exported by its module",
+    "genmetrics.tpips.model.prompt_for": "family-internal helper exported by its module",
+    "genmetrics.tpips.retrieval.model_fingerprint": "family-internal helper exported by its module",
+    "genmetrics.tpips.synthetic.aspect_triplets": "family-internal helper exported by its module",
+    "genmetrics.tpips.synthetic.draw_object": "family-internal helper exported by its module",
+    "genmetrics.tpips.train.TPIPSTrainTask": "family-internal helper exported by its module",
+    "genmetrics.tpips.train.build_model": "family-internal helper exported by its module",
+    "genmetrics.tpips.train.soft_cross_entropy": "family-internal helper exported by its module",
+}
+METRIC_METHODS = ["options", "has_data", "backbones", "per_sample", "state_snapshot"]
 
 
-def _public(module) -> list[tuple[str, object]]:
-    names = getattr(module, "__all__", None) or [n for n in vars(module) if not n.startswith("_")]
-    out = []
-    for n in names:
-        obj = getattr(module, n)
-        if (inspect.isfunction(obj) or inspect.isclass(obj)) and getattr(obj, "__module__", "") == module.__name__:
-            out.append((n, obj))
-    return out
-
-
-def missing_examples(module_name: str) -> list[str]:
-    module = importlib.import_module(module_name)
-    missing = []
-    for n, obj in _public(module):
-        if f"{module_name}.{n}" in EXEMPT or (inspect.isclass(obj) and issubclass(obj, Exception)):
+def _modules() -> list[str]:
+    names = ["genmetrics"]
+    for m in pkgutil.walk_packages(genmetrics.__path__, "genmetrics."):
+        parts = m.name.split(".")[1:]
+        if any(p.startswith("_") for p in parts) or parts[0] == "cli" or parts[-1] == "cli":
             continue
-        doc = inspect.getdoc(obj) or ""
-        if inspect.isclass(obj) and issubclass(obj, enum.Enum):  # enums: shown in MetricCard's example
-            continue
-        if ">>>" not in doc:
-            missing.append(n)
-    return missing
+        names.append(m.name)
+    return names
 
 
-@pytest.mark.parametrize("module_name", MODULES)
-def test_public_names_have_examples(module_name):
-    assert not missing_examples(module_name), f"{module_name}: add a short doctest to {missing_examples(module_name)}"
+def _wanted(obj: object) -> bool:
+    if not (inspect.isfunction(obj) or inspect.isclass(obj)):
+        return False  # constants (VARIANTS, SET_ID, ...) need no example
+    if inspect.isclass(obj) and issubclass(obj, enum.Enum):
+        return False  # enums are shown in MetricCard's example
+    return True
+
+
+def public_api() -> dict[str, object]:
+    """Qualified name -> object for every public class and function (each object once)."""
+    from genmetrics.registry import get_card, list_metrics
+
+    found: dict[str, object] = {}
+    seen: set[int] = set()
+
+    def add(label: str, obj: object) -> None:
+        if _wanted(obj) and id(obj) not in seen:
+            seen.add(id(obj))
+            found[label] = obj
+
+    for name in _modules():
+        module = importlib.import_module(name)
+        for n in getattr(module, "__all__", ()):
+            add(f"{name}.{n}", getattr(module, n))
+    for name in MODULES_WITHOUT_ALL:
+        module = importlib.import_module(name)
+        for n, obj in vars(module).items():
+            if not n.startswith("_") and getattr(obj, "__module__", None) == name:
+                add(f"{name}.{n}", obj)
+    for metric in list_metrics():
+        module, cls = get_card(metric).factory.split(":")
+        add(f"{module}.{cls}", getattr(importlib.import_module(module), cls))
+    return found
+
+
+def has_example(obj: object) -> bool:
+    return ">>>" in (inspect.getdoc(obj) or "")
+
+
+@pytest.fixture(scope="module")
+def api() -> dict[str, object]:
+    return public_api()
+
+
+def test_every_public_name_has_an_example(api):
+    missing = sorted(n for n, obj in api.items() if n not in EXEMPT and n not in PENDING and not has_example(obj))
+    assert not missing, f"add a short runnable example (>>> ...) to the docstring of: {missing}"
+
+
+def test_pending_list_only_shrinks(api):
+    done = sorted(n for n in PENDING if n in api and has_example(api[n]))
+    gone = sorted(n for n in {**PENDING, **EXEMPT} if n not in api)
+    assert not done, f"these now have examples: remove them from PENDING in {__file__}: {done}"
+    assert not gone, f"these are no longer public names: remove them from PENDING/EXEMPT: {gone}"
+
+
+def test_the_walk_sees_the_documented_surface(api):
+    """The walk is not vacuous: it reaches every family, the functional API, the metric classes and the
+    training loop, and finds well over a hundred names."""
+    for name in ["genmetrics.create_metric", "genmetrics.functional.sad", "genmetrics.raclip.RAClipScore",
+                 "genmetrics.baselines.pixel.PSNR", "genmetrics.tpips.TPIPS", "genmetrics.mie.MIEModel",
+                 "genmetrics.train.fit", "genmetrics.leaderboard.run_leaderboard", "genmetrics.wrappers.BootStrapper",
+                 "genmetrics.testing.tiny_clip"]:
+        assert name in api, name
+    assert len(api) > 120
 
 
 def test_metric_public_api_has_examples():
-    from genmetrics.metric import Metric
+    from genmetrics.metric import Metric, SampleMetric
 
-    assert all(">>>" in (inspect.getdoc(getattr(Metric, m)) or "") for m in METRIC_METHODS)
+    assert all(has_example(getattr(Metric, m) if hasattr(Metric, m) else getattr(SampleMetric, m))
+               for m in METRIC_METHODS)
 
 
 def test_checker_notices_a_missing_example(tmp_path, monkeypatch):
     (tmp_path / "gm_doc_probe.py").write_text('def f():\n    """No example."""\n\n\ndef g():\n    """>>> 1\n    1\n    """\n')
     monkeypatch.syspath_prepend(str(tmp_path))
-    assert missing_examples("gm_doc_probe") == ["f"]
+    probe = importlib.import_module("gm_doc_probe")
+    assert [has_example(probe.f), has_example(probe.g)] == [False, True]
