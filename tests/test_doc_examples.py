@@ -162,3 +162,17 @@ def test_checker_notices_a_missing_example(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))
     probe = importlib.import_module("gm_doc_probe")
     assert [has_example(probe.f), has_example(probe.g)] == [False, True]
+
+
+def test_contributing_map_names_every_module():
+    """docs/contributing.md's "Which file holds what" names every package folder and every module file."""
+    from pathlib import Path
+
+    root = Path(genmetrics.__file__).parent
+    text = (root.parent / "docs" / "contributing.md").read_text(encoding="utf-8")
+    layout = text.split("## Which file holds what", 1)[1].split("```", 2)[1]
+    files = sorted(p for p in root.rglob("*.py") if p.name != "__init__.py")
+    missing = [str(p.relative_to(root)) for p in files if p.name not in layout]
+    missing += [f"{d.name}/" for d in sorted(root.iterdir()) if d.is_dir() and (d / "__init__.py").is_file()
+                and f"{d.name}/" not in layout]
+    assert not missing, f"docs/contributing.md's file map does not name: {missing}"
