@@ -175,5 +175,58 @@ def test_partial_or_unsafe_checkpoints_are_refused(proc, tmp_path):
         MIEModel.from_pretrained(tmp_path / "ok", _base(0), proc)
 
 
+def test_authors_checkpoint_through_create_metric_and_the_cli(proc, samples, tmp_path, capsys):
+    """``create_metric("mie", heads=DIR)`` and ``evaluate-human mie --heads DIR`` read the authors' layout
+    (backbone named in their config, built by a provider) and give the re-implementation's numbers."""
+    from PIL import Image
+
+    import genmetrics as gm
+    from genmetrics.backbones.provider import use_provider
+    from genmetrics.cli.main import main
+
+    ref = AuthorsMIE("lora_layer", proc).eval()
+    ref.save(tmp_path / "ckpt", legacy=True)  # lens_config.json / lens_heads.pt
+
+    def provider(kind, weights, **options):
+        assert weights == "tiny/qwen3.5"  # the authors' base_model_name
+        return (_base(0), proc) if kind == "vlm" else None
+
+    names = {}
+    for i, (refs, _, cand) in enumerate(samples):
+        for j, im in enumerate([*refs, cand]):
+            names[i, j] = f"s{i}_{j}.png"
+            Image.fromarray(im.permute(1, 2, 0).numpy()).save(tmp_path / names[i, j])
+    # pair k: sample k's references and prompt; candidates: sample k's and sample (k+1)'s
+    lines = []
+    for k in (0, 3):
+        n_refs = len(samples[k][0])
+        other = (k + 1) % 4
+        lines.append(json.dumps({"id": f"pair{k}", "prompt": samples[k][1],
+                                 "references": [names[k, j] for j in range(n_refs)],
+                                 "candidates": [names[k, n_refs], names[other, len(samples[other][0])]],
+                                 "generators": ["a", "b"], "preference": 0}))
+    (tmp_path / "pairs.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    expected = {k: [ref(samples[k][0], samples[k][1], c) for c in (samples[k][2], samples[(k + 1) % 4][2])] for k in (0, 3)}
+
+    with use_provider(provider):
+        metric = gm.create_metric("mie", heads=str(tmp_path / "ckpt"))
+        metric.update(reference=[s[0] for s in samples], candidates=[s[2] for s in samples],
+                      condition=[s[1] for s in samples])
+        per = metric.per_sample()
+        for i, s in enumerate(samples):
+            score, diag = ref(*s)
+            torch.testing.assert_close(per["scores"][i:i + 1].float(), score, atol=1e-5, rtol=1e-5)  # kept in float64
+            torch.testing.assert_close(per["diagnostics"][i:i + 1].float(), diag, atol=1e-5, rtol=1e-5)
+        rc = main(["evaluate-human", "mie", "--data", str(tmp_path / "pairs.jsonl"), "--heads", str(tmp_path / "ckpt"),
+                   "--out", str(tmp_path / "eval"), "--n-boot", "10", "--json"])
+    assert rc == 0, capsys.readouterr().err
+    rows = [json.loads(x) for x in (tmp_path / "eval" / "scores.jsonl").read_text().splitlines()]
+    for row, k in zip(rows, (0, 3)):
+        got = torch.tensor(row["scores"]["mie"])
+        torch.testing.assert_close(got, torch.cat([e[0] for e in expected[k]]), atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(torch.tensor(row["diagnostics"]["mie"]), torch.cat([e[1] for e in expected[k]]),
+                                   atol=1e-5, rtol=1e-5)
+
+
 class _Evil:
     pass
