@@ -140,6 +140,10 @@ def test_lora_layer_is_the_authors(make_model, imgs):
                  "language_model.layers.1.self_attn.q_proj", "language_model.layers.1.mlp.down_proj"):
         assert f"vlm.{part}" in mods, part
     assert not any("merger" in n or "embed" in n or "act_fn" in n for n in mods)
+    for n in mods:  # r 16, alpha 32 (scaling 2), dropout 0 -- the authors' peft_kwargs
+        layer = m.get_submodule(n)
+        assert layer.r["default"] == 16 and layer.scaling["default"] == 2.0, n
+        assert isinstance(layer.lora_dropout["default"], torch.nn.Identity), n
     # one optimizer step changes only the trainable parameters, vision LoRA included
     before = {n: p.detach().clone() for n, p in m.named_parameters()}
     opt = torch.optim.SGD([p for p in m.parameters() if p.requires_grad], lr=0.1)

@@ -71,6 +71,12 @@ def test_validation_split_early_stopping_and_bad_options(tmp_path, pairs_file, p
     assert res["n_val"] == 2 and res["n_train"] == 6
     assert res["stopped_early"] and len(evals) == 2  # min_delta 10: epoch 2 is "no better", patience 1 stops
     assert "pairwise_accuracy" in evals[0] and res["checkpoint"].endswith("best")
+    import json
+    from pathlib import Path
+
+    loop = json.loads((Path(res["out"]) / "train_config.json").read_text())["options"]  # what the trainer ran
+    assert (loop["scheduler"], loop["metric_for_best"], loop["greater_is_better"]) == ("cosine", "loss", False)
+    assert (loop["lr"], loop["max_grad_norm"], loop["weight_decay"]) == (3e-3, 1.0, 0.01)
     with pytest.raises(InputError, match="tuning"):
         TrainConfig(data="x", out="y", tuning="full").check()
     with pytest.raises(InputError, match="rank_loss"):
@@ -87,6 +93,10 @@ def test_defaults_are_appendix_e():
         (2e-5, 0.01, 0.03, 1.0, 4, 8, 3, 3407)
     assert (c.alpha, c.beta, c.margin, c.rank_loss, c.tuning, c.unfreeze_layers) == (1.0, 0.5, 0.1, "margin", "layer_only", 4)
     assert (c.early_stopping_patience, c.early_stopping_min_delta, c.image_size) == (2, 1e-3, 512)
+    assert (c.lora_r, c.lora_alpha, c.lora_dropout, c.subset, c.backbone) == (16, 32, 0.0, 9600, "0.8b")
+    from genmetrics.mie.model import LORA_DEFAULTS, UNFREEZE_LAYERS
+
+    assert (LORA_DEFAULTS, UNFREEZE_LAYERS) == ({"r": 16, "alpha": 32, "dropout": 0.0}, 4)  # MIEModel's own defaults
 
 
 def test_loss_formula_and_sign():
