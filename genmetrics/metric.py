@@ -68,8 +68,9 @@ def hash_id(sample_id: Any, *, name: str = "ids") -> int:
         sample_id = int(sample_id.item())
     elif not isinstance(sample_id, (str, bytes, int, os.PathLike)) and hasattr(sample_id, "__index__"):
         sample_id = operator.index(sample_id)  # NumPy integers
-    if isinstance(sample_id, bool):
-        raise InputError(f"{name}: expected str or int sample ids, got {sample_id!r}")
+    if isinstance(sample_id, bool) or not isinstance(sample_id, (str, bytes, int, os.PathLike)):
+        # None, floats and other objects would be matched by their text ("None", "1.0" != 1): refuse them
+        raise InputError(f"{name}: expected str or int sample ids, got {type(sample_id).__name__} {sample_id!r}"[:300])
     if isinstance(sample_id, int):
         if not -(1 << 63) <= sample_id < (1 << 63):
             shown = str(sample_id) if len(str(sample_id)) < 40 else str(sample_id)[:36] + "..."

@@ -202,7 +202,11 @@ def env(name: str, default: Any = None) -> Any:
         msg = str(e).replace(f"option {name}", f"environment variable {name}", 1)
         raise InputError(f"{msg}; fix or unset it ({spec.help})") from None
     if spec.kind == "path":
-        return _expand(raw, what=f"environment variable {name}")
+        path = _expand(raw, what=f"environment variable {name}")
+        if path.exists() and not path.is_dir():
+            raise InputError(f"environment variable {name}: {raw!r} is a file; expected a folder (created when "
+                             f"missing); fix or unset it ({spec.help})")
+        return path
     return raw
 
 

@@ -41,7 +41,7 @@ import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from genmetrics.errors import InputError
+from genmetrics.errors import GenmetricsError, InputError
 
 __all__ = ["ENV_VAR", "Provider", "current_provider", "describe_provider", "provide", "set_provider", "use_provider"]
 
@@ -142,4 +142,10 @@ def provide(kind: str, weights: str, **options: Any) -> Any:
     fn = current_provider()
     if fn is None:
         return None
-    return fn(kind, str(weights), **options)
+    try:
+        return fn(kind, str(weights), **options)
+    except GenmetricsError:
+        raise
+    except Exception as e:  # name the provider, not a traceback from inside it
+        raise InputError(f"backbone provider {describe_provider()} failed when asked for {kind!r} ({weights!s}): "
+                         f"{type(e).__name__}: {e}; fix the provider or unset {ENV_VAR}"[:600]) from e

@@ -133,6 +133,14 @@ def score_cmd(name: str, reference: tuple[str, ...], candidates: tuple[str, ...]
                        ("device", device)):
         if value is not None:
             kwargs[key] = value
+    if out:  # checked before any scoring: the file is written at the end
+        suffix = Path(out).suffix.lower()
+        if suffix not in (".json", ".jsonl"):
+            raise InputError(f"--out {out!r}: expected a .jsonl file (one row per sample) or a .json summary, got "
+                             f"{'a ' + repr(suffix) if suffix else 'no'} extension (an image or other file is never "
+                             "overwritten); name the file *.jsonl or *.json")
+        if suffix == ".jsonl" and card.level is Granularity.SET:
+            raise InputError(f"--out {out!r}: {name} is a set-level metric; write a .json summary instead")
     cand_files = _expand(candidates, "candidates")
     ref_files = _expand(reference, "reference") if reference else []
     ref_kind = card.reference if card.level is Granularity.SAMPLE else ReferenceKind.REAL_SET
@@ -211,7 +219,7 @@ def score_cmd(name: str, reference: tuple[str, ...], candidates: tuple[str, ...]
     per = metric.per_sample() if hasattr(metric, "per_sample") and card.level is Granularity.SAMPLE else None
     if out:
         outp = Path(out)
-        if outp.suffix == ".jsonl":
+        if outp.suffix.lower() == ".jsonl":
             if per is None:
                 raise InputError(f"--out {out!r}: {name} is a set-level metric; write a .json summary instead")
             lines = [dumps_line({"metric": name, "id": i, "score": s}) for i, s in zip(per["ids"], per["scores"].tolist())]

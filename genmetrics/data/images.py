@@ -333,13 +333,23 @@ def list_images(folder: str | os.PathLike, *, recursive: bool = False) -> list[P
     """Image files in ``folder`` (by extension), sorted by name. Raises if the folder is missing or empty."""
     root = Path(folder)
     if not root.exists():
+        if root.is_symlink():
+            raise InputError(f"{str(root)!r} is a broken symbolic link (to {os.readlink(root)!r}); fix or remove it")
+        if any(c in root.name for c in "*?["):
+            raise InputError(f"image folder {str(root)!r} does not exist (a pattern such as *.png is not expanded here; "
+                             "pass the folder, or leave the pattern unquoted for the shell to expand)")
         raise InputError(f"image folder {str(root)!r} does not exist; check the path")
     if not root.is_dir():
         if root.suffix.lower() in IMAGE_EXTENSIONS:
             return [root]
         raise InputError(f"{str(root)!r} is neither a folder nor an image file ({', '.join(IMAGE_EXTENSIONS)})")
     it = root.rglob("*") if recursive else root.iterdir()
-    files = sorted(p for p in it if p.is_file() and p.suffix.lower() in IMAGE_EXTENSIONS and not p.name.startswith("."))
+    found = [p for p in it if p.suffix.lower() in IMAGE_EXTENSIONS and p.is_file()]
+    files = sorted(p for p in found if not p.name.startswith("."))
+    hidden = sorted(p.name for p in found if p.name.startswith("."))
+    if hidden:  # e.g. macOS "._x.png" companions: skipped, but never without a word
+        warnings.warn(f"image folder {str(root)!r}: {len(hidden)} hidden file(s) skipped (names starting with '.', "
+                      f"first: {hidden[0]}); rename them to score them", stacklevel=2)
     if not files:
         raise InputError(
             f"image folder {str(root)!r} contains no images (looked for {', '.join(IMAGE_EXTENSIONS)}"
@@ -354,6 +364,9 @@ def stem_index(files: list[Path], *, role: str) -> dict[str, Path]:
     seen: dict[str, Path] = {}
     for f in files:
         f = Path(f)
+        if f.stem in seen and os.path.realpath(seen[f.stem]) == os.path.realpath(f):
+            raise InputError(f"{role}: {str(f)!r} is given twice (directly, or through a folder and its own path); "
+                             "pass each image once")
         if f.stem in seen:
             raise InputError(f"{role}: two images share the stem {f.stem!r} ({seen[f.stem]}, {f}); sample ids are "
                              "file stems (names without extension), so rename or remove one")

@@ -181,7 +181,11 @@ class HashCache:
     def save(self) -> None:
         """Write the cache file (when there is one and something new was hashed)."""
         if self.file is not None and self._dirty:
-            atomic_write_text(self.file, json.dumps({"version": self.VERSION, "files": self._known}) + "\n")
+            try:
+                atomic_write_text(self.file, json.dumps({"version": self.VERSION, "files": self._known}) + "\n")
+            except OSError as e:  # only a cost: a later resume reads the files again
+                print(f"warning: could not keep the input hashes in {str(self.file)!r} ({e.strerror or e}); a later "
+                      "--resume reads the input files again (delete or free that path to keep them)", file=sys.stderr)
             self._dirty = False
 
 
@@ -191,6 +195,43 @@ _HASHES = HashCache()
 def content_hash(path: str | os.PathLike) -> str:
     """sha256 (first 16 hex digits) of a file's bytes, cached in this process (see :class:`HashCache`)."""
     return _HASHES(path)
+
+
+LOCK = ".genmetrics.lock"
+
+
+class OutputLock:
+    """An exclusive lock on an output folder while a run writes to it (``fcntl.flock`` on ``OUT/.genmetrics.lock``:
+    released by the OS when the process ends, so a killed run leaves no stale lock). A second run on the
+    same folder refuses with one line naming the holder."""
+
+    def __init__(self, out_dir: Path):
+        self.path = Path(out_dir) / LOCK
+        self._f = open(self.path, "a+", encoding="utf-8")
+        try:
+            import fcntl
+        except ImportError:  # pragma: no cover - Windows: no advisory locks here; runs are not guarded
+            return
+        try:
+            fcntl.flock(self._f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            self._f.seek(0)
+            holder = self._f.read().strip() or "another process"
+            self._f.close()
+            from genmetrics.errors import InputError
+
+            raise InputError(f"--out {str(out_dir)!r} is in use by another run ({holder}); wait for it to finish or "
+                             "choose another --out folder") from None
+        self._f.seek(0)
+        self._f.truncate()
+        import socket
+
+        self._f.write(f"pid {os.getpid()} on {socket.gethostname()}, started {time.strftime('%Y-%m-%d %H:%M:%S')}")
+        self._f.flush()
+
+    def release(self) -> None:
+        if not self._f.closed:
+            self._f.close()  # closing the descriptor releases the flock
 
 
 class ResultsWriter:

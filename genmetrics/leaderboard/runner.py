@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from genmetrics.data.results import OutputLock  # one lock for every output folder (leaderboard, compare)
 from genmetrics.errors import GenmetricsError, InputError
 from genmetrics.leaderboard.config import LeaderboardConfig, load_config
 from genmetrics.leaderboard.plan import SET_ID, MetricPlan, Plan, build_plan, device_for_run
@@ -612,42 +613,6 @@ def _note_unused_references(plan: Plan) -> None:
                                  ref_name=f"generator {g.name!r}: references {str(folder)!r}")
         if note:
             print(f"note: {note}", file=sys.stderr)
-
-
-# ------------------------------------------------------------------------------------------ lock
-LOCK = ".genmetrics.lock"
-
-
-class OutputLock:
-    """An exclusive lock on an output folder while a run writes to it (``fcntl.flock`` on ``OUT/.genmetrics.lock``:
-    released by the OS when the process ends, so a killed run leaves no stale lock). A second run on the
-    same folder refuses with one line naming the holder."""
-
-    def __init__(self, out_dir: Path):
-        self.path = Path(out_dir) / LOCK
-        self._f = open(self.path, "a+", encoding="utf-8")
-        try:
-            import fcntl
-        except ImportError:  # pragma: no cover - Windows: no advisory locks here; runs are not guarded
-            return
-        try:
-            fcntl.flock(self._f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            self._f.seek(0)
-            holder = self._f.read().strip() or "another process"
-            self._f.close()
-            raise InputError(f"--out {str(out_dir)!r} is in use by another run ({holder}); wait for it to finish or "
-                             "choose another --out folder") from None
-        self._f.seek(0)
-        self._f.truncate()
-        import socket
-
-        self._f.write(f"pid {os.getpid()} on {socket.gethostname()}, started {time.strftime('%Y-%m-%d %H:%M:%S')}")
-        self._f.flush()
-
-    def release(self) -> None:
-        if not self._f.closed:
-            self._f.close()  # closing the descriptor releases the flock
 
 
 # ------------------------------------------------------------------------------------------ inputs by content

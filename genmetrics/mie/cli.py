@@ -228,7 +228,10 @@ def _read_scores(path: str, metric: str, human: bool) -> tuple[list[str], list[s
             pair = scores
         if not (isinstance(pair, list) and len(pair) == 2 and all(isinstance(x, (int, float)) for x in pair)):
             avail = sorted(scores) if isinstance(scores, dict) else []
-            raise InputError(f"{path}:{n}: no scores for metric {metric!r} (two numbers expected); available: {avail}")
+            if pair is None:
+                raise InputError(f"{path}:{n}: no scores for metric {metric!r} (two numbers expected); available: {avail}")
+            raise InputError(f"{path}:{n}: scores of metric {metric!r} should be two numbers (candidate a, candidate b), "
+                             f"got {pair!r}"[:300] + "; fix the line (a text such as \"nan\" is not a score)")
         sa.append(float(pair[0]))
         sb.append(float(pair[1]))
     if not ga:

@@ -75,6 +75,9 @@ def compare_cmd(real_dir: str, gen_dir: str, attributes: str, out_dir: str, weig
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise InputError(f"--out {str(out)!r} cannot be created ({e.strerror}); choose a writable folder") from None
+    from genmetrics.data.results import OutputLock
+
+    lock = OutputLock(out)  # a second compare or leaderboard on this folder refuses; released at the end (or exit)
     from genmetrics.backbones.provider import current_provider
 
     current_provider()  # a bad GENMETRICS_BACKBONE_PROVIDER fails here, before any image is read
@@ -132,6 +135,7 @@ def compare_cmd(real_dir: str, gen_dir: str, attributes: str, out_dir: str, weig
     atomic_write_json(out / "manifest.json", manifest(weights=desc, attributes=attrs, options={
         "batch_size": batch_size, "kl_direction": kl_direction, "n_boot": n_boot, "seed": seed, "top": top_k,
         "recursive": recursive}))
+    lock.release()
     if as_json:
         echo_json(summary)
     else:

@@ -207,6 +207,9 @@ def fit(task: Any, train_examples: Any, cfg: TrainLoopConfig, val_examples: Any 
     ckpts = rd.checkpoints(out)
     finished = (out / rd.RESULT).is_file()
     ckpt: Path | None = None
+    if cfg.overwrite and cfg.resume:  # overwrite would delete the checkpoints the resume asks for
+        raise InputError(f"out_dir {str(out)!r}: resume=True and overwrite=True (CLI: --resume --overwrite) contradict "
+                         "each other: resume continues the run in the folder, overwrite deletes it; pass one of them")
     if cfg.overwrite:
         acc.wait_for_everyone()
         if acc.is_main_process:

@@ -113,6 +113,7 @@ def _stem_folders(root: Path) -> None:
             (root / d / f.name).write_bytes(f.read_bytes())
     Image.open(src / "s0.png").save(root / "dupstem" / "s0.jpg")
     Image.open(src / "s0.png").save(root / "refs_extra" / "s9.png")
+    (root / "scores_text.jsonl").write_text('{"generators":["a","b"],"scores":{"mie":["nan",0.5]}}\n')
     (root / "scores_nan.jsonl").write_text(
         '{"generators":["a","b"],"scores":{"mie":[1.0,NaN]}}\n{"generators":["a","b"],"scores":{"mie":[1.0,0.5]}}\n'
         '{"generators":["b","a"],"scores":{"mie":[0.7,0.2]}}\n')
@@ -537,7 +538,7 @@ CASES: list[Case] = [
                                   __import__("genmetrics.backbones.provider", fromlist=["x"]).current_provider)),
     Case("home-read-only-download", "GENMETRICS_HOME that cannot be written when weights must be downloaded",
          WeightsUnavailableError, "GENMETRICS_HOME is read-only?",
-         api=lambda ws: _with_env({"GENMETRICS_HOME": str(ws / "plain.pt")}, lambda: __import__(
+         api=lambda ws: _with_env({"GENMETRICS_HOME": str(ws / "plain.pt" / "home")}, lambda: __import__(
              "genmetrics.backbones.hf", fromlist=["x"])._resolve("org/model", marker="config.json",
                                                                  local_files_only=False, revision=None))),
     Case("cache-read-only", "a feature cache folder that cannot be written: warned once, scoring goes on", None, "",
@@ -725,4 +726,144 @@ CASES += [
          api=lambda ws: _train(ws, "text", lr="fast")),
     Case("retrieval-no-faiss", "TPIPS retrieval without faiss installed", MissingDependencyError,
          "pip install 'genmetrics[retrieval]'", api=lambda ws: _without_faiss()),
+]
+
+
+# ================= issue 14, round 3: new inputs of each class (a user's second try)
+def _ids(ids: list[Any]) -> Any:
+    m = gm.create_metric("psnr")
+    m.update(reference=random_images(3, 24, seed=1), candidates=random_images(3, 24, seed=2), ids=ids)
+    return m.per_sample()
+
+
+def _failing_provider() -> Any:
+    from genmetrics.backbones.provider import use_provider
+
+    def provider(kind: str, weights: str, **options: Any) -> Any:
+        raise TypeError("this provider is broken")
+
+    with use_provider(provider):
+        return gm.create_metric("clip_i").compute(random_images(2, 24, seed=1), random_images(2, 24, seed=2))
+
+
+def _hash_cache(ws: Path, damage: str) -> Any:
+    """A finished run whose ``.genmetrics.hashes.json`` is then damaged (torn) or unwritable (a folder):
+    the resume only hashes again (and says so when it cannot keep the hashes); results are unchanged."""
+    import shutil
+
+    from genmetrics.leaderboard.runner import HASHES
+
+    out = _damaged(ws, f"hashes_{damage}", lambda o: None)
+    before = (out / "results.jsonl").read_bytes()
+    cache = out / HASHES
+    if damage == "torn":
+        cache.write_text(cache.read_text()[:25])
+    else:
+        cache.unlink()
+        cache.mkdir()
+    res = _lb(ws, out=out.name, resume=True)
+    assert res.scored == 0 and (out / "results.jsonl").read_bytes() == before
+    if damage == "torn":
+        shutil.rmtree(out)
+
+
+def _unwritable_cache_cli(ws: Path) -> list[str]:
+    from genmetrics.leaderboard.runner import HASHES
+
+    out = _damaged(ws, "hashes_cli", lambda o: None)
+    (out / HASHES).unlink()
+    (out / HASHES).mkdir()
+    return ["leaderboard", str(ws / "lb.toml"), "--out", str(out), "--resume", "--no-plots"]
+
+
+def _broken_link(ws: Path) -> list[str]:
+    link = ws / "broken_link.png"
+    if not link.is_symlink():
+        link.symlink_to(ws / "no_such_target.png")
+    return ["score", "psnr", "--reference", str(ws / "ref" / "s0.png"), "--candidates", str(link)]
+
+
+def _hidden_files(ws: Path) -> list[str]:
+    folder = ws / "with_hidden"
+    if not folder.exists():
+        folder.mkdir()
+        for f in (ws / "gen").iterdir():
+            (folder / f.name).write_bytes(f.read_bytes())
+        (folder / "._s0.png").write_bytes(b"macOS resource fork, not an image")
+    return _score("psnr", ws, "with_hidden")
+
+
+def _compare_locked(ws: Path) -> list[str]:
+    from genmetrics.data.results import OutputLock
+
+    out = ws / "compare_locked"
+    out.mkdir(exist_ok=True)
+    _LOCKS.append(OutputLock(out))  # held for the rest of the session: stands for a run in progress
+    return ["compare", "--real", str(ws / "ref"), "--generated", str(ws / "gen"), "--attributes", "smiling, bangs",
+            "--out", str(out), "--n-boot", "0"]
+
+
+def _exif_rotated(ws: Path) -> None:
+    from genmetrics.data.images import load_image
+
+    p = ws / "exif6.jpg"
+    exif = Image.Exif()
+    exif[0x0112] = 6  # "rotate 90 CW to display": stored 32 wide x 24 high, shown 24 wide x 32 high
+    Image.new("RGB", (32, 24), (10, 200, 30)).save(p, exif=exif)
+    assert load_image(p).size == (24, 32)
+
+
+def _animated_png(ws: Path) -> None:
+    frames = [Image.new("RGB", (24, 24), (60 * i, 0, 0)) for i in range(3)]
+    frames[0].save(ws / "animated.png", save_all=True, append_images=frames[1:])
+    _pixels(ws, "animated.png", 0.0, warns="3 frames")
+
+
+CASES += [
+    # class 2: ids that would only match by their text
+    Case("id-none", "an id that is None (it would become the text 'None')", InputError,
+         "expected str or int sample ids, got NoneType", api=lambda ws: _ids(["a", None, "c"])),
+    Case("id-float", "float ids (1.0 would not match 1)", InputError, "expected str or int sample ids, got float",
+         api=lambda ws: _ids([1.0, 2.0, 3.0])),
+    # class 3: environment and plugins named
+    Case("env-home-is-file", "GENMETRICS_HOME pointing at a file", InputError,
+         "environment variable GENMETRICS_HOME", api=lambda ws: _with_env(
+             {"GENMETRICS_HOME": str(ws / "plain.pt")}, lambda: __import__(
+                 "genmetrics.options", fromlist=["env"]).env("GENMETRICS_HOME"))),
+    Case("provider-raises", "a backbone provider that raises: named, no traceback", InputError,
+         "backbone provider", api=lambda ws: _failing_provider(),
+         cli=lambda ws: _score("clip_i", ws, "gen"), env={"GENMETRICS_BACKBONE_PROVIDER": "json:dumps"}),
+    # class 1: the persistent hash cache only saves reading
+    Case("resume-hash-cache-torn", "--resume with a torn .genmetrics.hashes.json: files are hashed again", None, "",
+         api=lambda ws: _hash_cache(ws, "torn")),
+    Case("resume-hash-cache-unwritable", "--resume where the hash cache cannot be written: a warning, same results",
+         None, "could not keep the input hashes", api=lambda ws: _hash_cache(ws, "folder"), cli=_unwritable_cache_cli,
+         exit_code=0),
+    # class 4: paths
+    Case("candidates-given-twice", "the same image through a folder and its own path", InputError, "is given twice",
+         cli=lambda ws: _score("psnr", ws, "gen", "ref", "--candidates", str(ws / "gen" / "s0.png"))),
+    Case("candidates-quoted-glob", "a quoted pattern 'gen/*.png' (not expanded by the shell)", InputError,
+         "is not expanded here", cli=lambda ws: _score("psnr", ws, "gen/*.png")),
+    Case("candidates-broken-link", "a symbolic link whose target is gone", InputError, "broken symbolic link",
+         cli=_broken_link),
+    Case("folder-hidden-files", "hidden files ('._s0.png') in an image folder: skipped with a warning", None,
+         "1 hidden file(s) skipped", cli=_hidden_files, exit_code=0),
+    # class 5/9: a score given as text
+    Case("rank-score-text", "rank-generators with a score written as the text \"nan\"", InputError,
+         "should be two numbers", cli=lambda ws: ["rank-generators", "--scores", str(ws / "scores_text.jsonl"),
+                                                  "--metric", "mie", "--n-boot", "10"]),
+    # class 6: every writer of an output folder takes its lock; score --out never overwrites an image
+    Case("compare-out-locked", "genmetrics compare on a folder another run is writing", InputError,
+         "is in use by another run", cli=_compare_locked, env={"GENMETRICS_BACKBONE_PROVIDER":
+                                                               "genmetrics.testing:tiny_backbones"}),
+    Case("score-out-not-results", "genmetrics score --out result.png (an image name)", InputError,
+         "expected a .jsonl file", cli=lambda ws: _score("psnr", ws, "gen", "ref", "--out", str(ws / "result.png"))),
+    # class 7: contradictory training flags
+    Case("train-resume-and-overwrite", "resume=True with overwrite=True (overwrite would delete what resume needs)",
+         InputError, "contradict each other", api=lambda ws: _train(ws, "resume_overwrite", resume=True, overwrite=True)),
+    # class 8: rules by declared format
+    Case("file-exif-rotated", "a JPEG with EXIF orientation 6: shown upright (rotated), as a viewer shows it", None,
+         "", api=_exif_rotated),
+    Case("file-animated-png", "an animated PNG (APNG): the first frame, and a warning naming the dropped frames",
+         None, "", api=_animated_png),
 ]
