@@ -47,7 +47,14 @@ _FIX_OPTION = "backbone= (Python) or --weights (command line)"
 
 
 def hf_cache_dir() -> Path:
-    """Where genmetrics caches transformers / peft downloads: ``genmetrics_home() / "hf"``."""
+    """Where genmetrics caches transformers / peft downloads: ``genmetrics_home() / "hf"``.
+
+    >>> import os
+    >>> from unittest import mock
+    >>> with mock.patch.dict(os.environ, {"GENMETRICS_HOME": "/data/gm"}):
+    ...     hf_cache_dir().as_posix()
+    '/data/gm/hf'
+    """
     return genmetrics_home() / "hf"
 
 
@@ -55,6 +62,9 @@ def resolve_dtype_device(dtype: Any = None, device: Any = None) -> tuple[Any, An
     """``device`` default: CUDA if available, else CPU. ``dtype`` default: bf16 on CUDA, fp32 elsewhere.
 
     ``dtype`` may be a ``torch.dtype`` or a string (``"bf16"``, ``"bfloat16"``, ``"fp16"``, ``"fp32"``...).
+
+    >>> resolve_dtype_device(None, "cpu"), resolve_dtype_device("bf16", "cpu")
+    ((torch.float32, device(type='cpu')), (torch.bfloat16, device(type='cpu')))
     """
     import torch
 
@@ -200,6 +210,22 @@ def load_vlm(
     disagree with the model's vision config they are corrected to the model's values with a warning.
     The model is returned in eval mode on ``device``. An installed backbone provider
     (:mod:`genmetrics.backbones.provider`, kind ``"vlm"``) is asked first.
+
+    A local folder (here one holding the tiny random Qwen3-VL), and a hub id answered by a provider:
+
+    >>> import tempfile
+    >>> from genmetrics.backbones.provider import use_provider
+    >>> from genmetrics.testing import tiny_backbones, tiny_qwen3vl, tiny_qwen3vl_processor
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     tiny_qwen3vl().save_pretrained(d)
+    ...     _ = tiny_qwen3vl_processor().save_pretrained(d)
+    ...     model, processor = load_vlm(d, device="cpu")
+    >>> type(model).__name__, model.training, type(processor).__name__
+    ('Qwen3VLModel', False, 'Qwen3VLProcessor')
+    >>> with use_provider(tiny_backbones):
+    ...     model, processor = load_vlm("Qwen/Qwen3.5-4B")  # nothing downloads
+    >>> type(model).__name__
+    'Qwen3_5Model'
     """
     import transformers
 
@@ -299,6 +325,21 @@ def load_peft_adapter(
     :func:`load_vlm` (local folder with ``adapter_config.json``, or a hub id looked up in the caches).
 
     ``is_trainable=False`` (default) returns an inference-mode adapter.
+
+    A LoRA adapter saved and loaded back onto a fresh copy of the same base model:
+
+    >>> import tempfile, torch
+    >>> from genmetrics.testing import tiny_qwen3vl
+    >>> lora = add_lora(tiny_qwen3vl(), r=4)
+    >>> with torch.no_grad():  # move LoRA B off zero so the adapter matters
+    ...     _ = [p.normal_() for n, p in lora.named_parameters() if "lora_B" in n]
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     lora.save_pretrained(d)
+    ...     again = load_peft_adapter(tiny_qwen3vl(), d)
+    >>> b1 = {k: v for k, v in lora.state_dict().items() if "lora_B" in k}
+    >>> b2 = {k: v for k, v in again.state_dict().items() if "lora_B" in k}
+    >>> len(b1) > 0 and all(torch.equal(b1[k], b2[k]) for k in b1)
+    True
     """
     from peft import PeftModel
 
@@ -336,6 +377,12 @@ def add_lora(
     whatever the arguments. ``modules_to_save`` are full-trainable copies; they must name modules that
     are not ``nn.ModuleList`` (wrap a list of heads in a module). LoRA B starts at zero, so the wrapped
     model initially computes exactly what the base model does, and lora_A gradients are zero at step 0.
+
+    >>> from genmetrics.testing import tiny_qwen3vl
+    >>> lora = add_lora(tiny_qwen3vl(), r=4, target_modules=["q_proj", "v_proj"])
+    >>> trainable = [n for n, p in lora.named_parameters() if p.requires_grad]
+    >>> all("lora_" in n for n in trainable), any("visual" in n for n in trainable)  # language tower only
+    (True, False)
     """
     from peft import LoraConfig, get_peft_model
 

@@ -54,6 +54,11 @@ MAX_ASPECT_TOKENS = 128
 
 # --------------------------------------------------------------------------------------------- helpers
 def is_overall(aspect: str) -> bool:
+    """Whether ``aspect`` is the aspect-free "overall" (case, spaces and a final full stop ignored).
+
+    >>> is_overall(" Overall."), is_overall("overall lighting")
+    (True, False)
+    """
     return aspect.strip().rstrip(".").strip().lower() == "overall"
 
 
@@ -77,7 +82,11 @@ def check_prompts(prompts: Any, family: str, *, name: str = "prompts") -> tuple[
 
 
 def prompt_for(family: str, aspect: str, prompts: tuple[str, str] | None = None) -> str:
-    """The instruction for ``aspect`` (``"overall"`` drops the "based on <c>" part)."""
+    """The instruction for ``aspect`` (``"overall"`` drops the "based on <c>" part).
+
+    >>> prompt_for("late", "color."), prompt_for("late", "Overall")
+    ('Represent the similarity of the image based on color.', 'Represent the similarity of the image.')
+    """
     template, overall = prompts if prompts is not None else PROMPTS[family]
     if is_overall(aspect):
         return overall
@@ -88,7 +97,15 @@ def prompt_for(family: str, aspect: str, prompts: tuple[str, str] | None = None)
 
 
 def check_aspects(aspects: Any, n: int, *, name: str = "aspects") -> list[str]:
-    """A string (used for all ``n`` samples) or a list of ``n`` non-empty strings -> list of ``n`` strings."""
+    """A string (used for all ``n`` samples) or a list of ``n`` non-empty strings -> list of ``n`` strings.
+
+    >>> check_aspects("color", 2)
+    ['color', 'color']
+    >>> check_aspects(["color"], 2)
+    Traceback (most recent call last):
+        ...
+    genmetrics.errors.InputError: aspects: got 1 aspects for 2 image pairs; pass one aspect per pair (or a single string for all)
+    """
     if isinstance(aspects, str):
         aspects = [aspects] * n
     if not isinstance(aspects, Sequence) or isinstance(aspects, (bytes, bytearray)):

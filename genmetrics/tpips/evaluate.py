@@ -288,7 +288,19 @@ class Scorer:
 
 @dataclass
 class SimilarityScorer(Scorer):
-    """Rows from a pairwise similarity ``fn(images_a, images_b, aspects) -> [B]`` (higher = more similar)."""
+    """Rows from a pairwise similarity ``fn(images_a, images_b, aspects) -> [B]`` (higher = more similar).
+
+    The odd-one-out prediction for image ``k`` is the similarity of the other two; a triplet ``(x, x, y)``:
+
+    >>> from genmetrics.data.jsonl import OddOneOutRecord
+    >>> from genmetrics.testing import random_images
+    >>> x, y = random_images(2, 32, seed=1)
+    >>> record = OddOneOutRecord(id="t", images=(x, x, y), aspect="overall", votes=(0.0, 0.0, 1.0))
+    >>> neg_l1 = SimilarityScorer("neg-l1", fn=lambda a, b, aspects: -torch.stack(
+    ...     [(p.float() - q.float()).abs().mean() for p, q in zip(a, b)]))
+    >>> int(neg_l1.odd_one_out([record]).argmax())
+    2
+    """
 
     fn: Callable[[list[Any], list[Any], list[str]], torch.Tensor] | None = None
     odd_one_out_ok: bool = True
@@ -326,7 +338,19 @@ class SimilarityScorer(Scorer):
 
 @dataclass
 class TripletScorer(Scorer):
-    """Rows from a :class:`~genmetrics.tpips.model.TPIPSTripletModel`."""
+    """Rows from a :class:`~genmetrics.tpips.model.TPIPSTripletModel`.
+
+    >>> from genmetrics.data.jsonl import OddOneOutRecord
+    >>> from genmetrics.testing import random_images
+    >>> x, y = random_images(2, 32, seed=1)
+    >>> record = OddOneOutRecord(id="t", images=(x, x, y), aspect="overall", votes=(0.0, 0.0, 1.0))
+    >>> from genmetrics.testing import tiny_qwen3vl_for_generation, tiny_qwen3vl_processor
+    >>> from genmetrics.tpips import TPIPSTripletModel
+    >>> model = TPIPSTripletModel(tiny_qwen3vl_for_generation(), tiny_qwen3vl_processor(), image_size=64)
+    >>> p = TripletScorer("triplet", model=model).odd_one_out([record])
+    >>> tuple(p.shape), round(float(p.sum()), 6)
+    ((1, 3), 1.0)
+    """
 
     model: Any = None
     two_afc_ok: bool = True
@@ -353,7 +377,15 @@ class TripletScorer(Scorer):
 
 @dataclass
 class MetricScorer(SimilarityScorer):
-    """Rows from a registered genmetrics metric (aspect-agnostic; reached through the registry)."""
+    """Rows from a registered genmetrics metric (aspect-agnostic; reached through the registry).
+
+    >>> from genmetrics.data.jsonl import OddOneOutRecord
+    >>> from genmetrics.testing import random_images
+    >>> x, y = random_images(2, 32, seed=1)
+    >>> record = OddOneOutRecord(id="t", images=(x, x, y), aspect="overall", votes=(0.0, 0.0, 1.0))
+    >>> MetricScorer("psnr", metric_name="psnr").odd_one_out([record])[0].tolist()[2]  # x vs x: max_db
+    100.0
+    """
 
     metric_name: str = ""
     options: dict[str, Any] = field(default_factory=dict)
@@ -466,7 +498,22 @@ def _columns(res: dict[str, Any]) -> list[tuple[str, str, str | None]]:
 
 def to_markdown(res: dict[str, Any]) -> str:
     """The results as a Markdown table laid out like the paper's Table 3 (agreement in %, ± standard
-    error): one row per model, a human-consensus row, one column per dataset / per 2AFC source + Total."""
+    error): one row per model, a human-consensus row, one column per dataset / per 2AFC source + Total.
+
+    >>> from genmetrics.data.jsonl import OddOneOutRecord
+    >>> from genmetrics.testing import random_images
+    >>> x, y = random_images(2, 32, seed=1)
+    >>> record = OddOneOutRecord(id="t", images=(x, x, y), aspect="overall", votes=(0.0, 0.0, 1.0))
+    >>> psnr = MetricScorer("psnr", metric_name="psnr")
+    >>> print(to_markdown(evaluate_human([Dataset("toy", "odd_one_out", [record])], [psnr], progress=False)))
+    | Type | Family | Size | toy |
+    |---|---|---|---|
+    | Human | consensus | – | 100.0 |
+    | – | psnr | – | 100.0 |
+    <BLANKLINE>
+    Agreement with humans in % (± standard error over records); toy: 1 records.
+    <BLANKLINE>
+    """
     cols = _columns(res)
     head = "| Type | Family | Size | " + " | ".join(c[0] for c in cols) + " |"
     sep = "|" + "---|" * (3 + len(cols))
@@ -492,7 +539,20 @@ def to_markdown(res: dict[str, Any]) -> str:
 
 def write_report(res: dict[str, Any], out_dir: str | os.PathLike, **manifest_extra: Any) -> dict[str, Path]:
     """``OUT/results.json`` (without per-sample rows), ``OUT/per_sample.jsonl``, ``OUT/table.md``,
-    ``OUT/manifest.json``; all written atomically."""
+    ``OUT/manifest.json``; all written atomically.
+
+    >>> import tempfile
+    >>> from genmetrics.data.jsonl import OddOneOutRecord
+    >>> from genmetrics.testing import random_images
+    >>> x, y = random_images(2, 32, seed=1)
+    >>> record = OddOneOutRecord(id="t", images=(x, x, y), aspect="overall", votes=(0.0, 0.0, 1.0))
+    >>> res = evaluate_human([Dataset("toy", "odd_one_out", [record])], [MetricScorer("psnr", metric_name="psnr")],
+    ...                      progress=False)
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     paths = write_report(res, d)
+    ...     sorted(p.name for p in Path(d).iterdir()) == sorted(Path(p).name for p in paths.values())
+    True
+    """
     from genmetrics.data.results import atomic_write_json, atomic_write_text, dumps_line, manifest
 
     out = Path(out_dir)

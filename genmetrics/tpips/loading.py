@@ -21,6 +21,17 @@ ADAPTER_HINT = ("Fix: pass the folder written by `genmetrics train tpips` (OUT/a
 
 
 def save_peft(backbone: Any, out: Path) -> None:
+    """Write ``backbone``'s peft adapter into the folder ``out`` (nothing for a backbone without one).
+
+    >>> import tempfile
+    >>> from genmetrics.backbones.hf import add_lora
+    >>> from genmetrics.testing import tiny_qwen3vl
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     save_peft(add_lora(tiny_qwen3vl(), r=4), Path(d))
+    ...     save_peft(tiny_qwen3vl(), Path(d) / "none")
+    ...     sorted(p.name for p in Path(d).iterdir())
+    ['README.md', 'adapter_config.json', 'adapter_model.safetensors']
+    """
     if hasattr(backbone, "peft_config"):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", FutureWarning)
@@ -28,7 +39,13 @@ def save_peft(backbone: Any, out: Path) -> None:
 
 
 def adapter_folder(path_or_id: str | os.PathLike) -> Path:
-    """A local adapter folder (absolute path), or a hub id downloaded (snapshot) under the genmetrics cache."""
+    """A local adapter folder (absolute path), or a hub id downloaded (snapshot) under the genmetrics cache.
+
+    >>> adapter_folder("/no/such/adapter")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+        ...
+    genmetrics.errors.WeightsUnavailableError: weights '/no/such/adapter' are not available. ... No such TPIPS adapter folder. ...
+    """
     from genmetrics.backbones.qwen_vl import resolve_folder
 
     return resolve_folder(path_or_id, CONFIG_NAME, what="TPIPS adapter", hint=ADAPTER_HINT)

@@ -71,7 +71,15 @@ def _probe_image() -> torch.Tensor:
 
 def model_fingerprint(model: Any) -> list[float]:
     """The first 16 values of the model's embedding of a fixed synthetic image ("overall"): identifies the
-    model's behaviour (weights, adapter, prompt, image size) without hashing billions of parameters."""
+    model's behaviour (weights, adapter, prompt, image size) without hashing billions of parameters.
+
+    >>> from genmetrics.testing import tiny_qwen3vl, tiny_qwen3vl_processor
+    >>> from genmetrics.tpips import TPIPSModel
+    >>> a = TPIPSModel(tiny_qwen3vl(seed=0), tiny_qwen3vl_processor(), "late", image_size=64)
+    >>> b = TPIPSModel(tiny_qwen3vl(seed=1), tiny_qwen3vl_processor(), "late", image_size=64)
+    >>> len(model_fingerprint(a)), model_fingerprint(a) == model_fingerprint(a), model_fingerprint(a) == model_fingerprint(b)
+    (16, True, False)
+    """
     return [round(float(v), 4) for v in model.embed([_probe_image()], [OVERALL])[0, :16].tolist()]
 
 

@@ -26,7 +26,15 @@ ASPECTS = ("color", "position")
 
 def draw_object(color: str, position: str, size: int, g: torch.Generator, shape: str | None = None) -> torch.Tensor:
     """One ``uint8 [3,size,size]`` image: the object in its quadrant on a grey background (shape random unless
-    given; shade, size, offset and background jittered)."""
+    given; shade, size, offset and background jittered).
+
+    >>> img = draw_object("red", "top left", 32, torch.Generator().manual_seed(0), shape="circle")
+    >>> tuple(img.shape), img.dtype
+    ((3, 32, 32), torch.uint8)
+    >>> r, g, b = img[:, 8, 8].tolist()  # the centre of the top-left quadrant is red
+    >>> r > g and r > b
+    True
+    """
     if shape is None:
         shape = SHAPES[int(torch.randint(len(SHAPES), (1,), generator=g))]
     bg = 0.35 + 0.3 * float(torch.rand((), generator=g))
@@ -54,7 +62,14 @@ def draw_object(color: str, position: str, size: int, g: torch.Generator, shape:
 
 
 def aspect_triplets(n: int, *, seed: int = 0, size: int = 64) -> list[tuple[OddOneOutRecord, OddOneOutRecord]]:
-    """``n`` triplets, each as ``(color record, position record)`` over the same three images (uint8 tensors)."""
+    """``n`` triplets, each as ``(color record, position record)`` over the same three images (uint8 tensors).
+
+    The two records of a triplet share the images but name different odd ones (votes are one-hot):
+
+    >>> color, position = aspect_triplets(1, size=32)[0]
+    >>> color.aspect, position.aspect, color.images is position.images, color.votes != position.votes
+    ('color', 'position', True, True)
+    """
     g = torch.Generator().manual_seed(seed)
     out = []
     colors = list(COLORS)

@@ -148,14 +148,26 @@ def _records(data: Any, name: str) -> list[OddOneOutRecord]:
 
 
 def soft_cross_entropy(logits: torch.Tensor, votes: torch.Tensor) -> torch.Tensor:
-    """``-sum_k y_k log softmax(logits)_k`` per row, with ``y = votes / votes.sum()``."""
+    """``-sum_k y_k log softmax(logits)_k`` per row, with ``y = votes / votes.sum()``.
+
+    >>> round(float(soft_cross_entropy(torch.zeros(1, 3), torch.tensor([[4.0, 0.0, 0.0]]))), 4)  # ln 3
+    1.0986
+    >>> float(soft_cross_entropy(torch.tensor([[20.0, 0.0, 0.0]]), torch.tensor([[1.0, 0.0, 0.0]]))) < 1e-6
+    True
+    """
     y = votes.to(logits.device, torch.float32)
     y = y / y.sum(-1, keepdim=True)
     return -(y * torch.log_softmax(logits.float(), -1)).sum(-1)
 
 
 def build_model(config: TrainConfig, backbone: Any, processor: Any) -> torch.nn.Module:
-    """Wrap ``backbone`` with LoRA (language tower only) and build the TPIPS model of ``config.variant``."""
+    """Wrap ``backbone`` with LoRA (language tower only) and build the TPIPS model of ``config.variant``.
+
+    >>> from genmetrics.testing import tiny_qwen3vl, tiny_qwen3vl_processor
+    >>> model = build_model(TrainConfig(image_size=64).resolved(), tiny_qwen3vl(), tiny_qwen3vl_processor())
+    >>> model.variant, hasattr(model.backbone, "peft_config")
+    ('late', True)
+    """
     from genmetrics.backbones.hf import add_lora
     from genmetrics.tpips.model import TPIPSModel, TPIPSTripletModel
 
@@ -176,7 +188,17 @@ def build_model(config: TrainConfig, backbone: Any, processor: Any) -> torch.nn.
 
 
 class TPIPSTrainTask(TrainTask):
-    """The TPIPS side of :func:`genmetrics.train.fit`: Eq. 2 on odd-one-out records."""
+    """The TPIPS side of :func:`genmetrics.train.fit`: Eq. 2 on odd-one-out records.
+
+    >>> from genmetrics.testing import tiny_qwen3vl, tiny_qwen3vl_processor
+    >>> from genmetrics.tpips.synthetic import aspect_triplets
+    >>> cfg = TrainConfig(image_size=64).resolved()
+    >>> task = TPIPSTrainTask(build_model(cfg, tiny_qwen3vl(), tiny_qwen3vl_processor()), cfg, None)
+    >>> batch = task.collate(list(aspect_triplets(1, size=64)[0]))
+    >>> loss, parts = task.loss(task.trainable_module(), batch)
+    >>> sorted(batch), loss.ndim, bool(loss > 0), loss.requires_grad
+    (['aspects', 'votes', 'x'], 0, True, True)
+    """
 
     def __init__(self, model: torch.nn.Module, config: TrainConfig, base_weights: str | None):
         self.model, self.cfg, self.base_weights = model, config, base_weights
