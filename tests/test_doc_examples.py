@@ -32,11 +32,6 @@ EXEMPT = {
 }
 #: qualified name -> what is missing (names still without an example; the list only shrinks)
 PENDING: dict[str, str] = {
-    "genmetrics.backbones.hf.add_lora": "loader internals (examples need the provider hook)",
-    "genmetrics.backbones.hf.hf_cache_dir": "loader internals (examples need the provider hook)",
-    "genmetrics.backbones.hf.load_peft_adapter": "loader internals (examples need the provider hook)",
-    "genmetrics.backbones.hf.load_vlm": "loader internals (examples need the provider hook)",
-    "genmetrics.backbones.hf.resolve_dtype_device": "loader internals (examples need the provider hook)",
     "genmetrics.backbones.qwen_vl.QwenResize": "shared Qwen-VL runtime internals",
     "genmetrics.backbones.qwen_vl.TokenIds": "shared Qwen-VL runtime internals",
     "genmetrics.backbones.qwen_vl.VLMParts": "shared Qwen-VL runtime internals",
@@ -53,22 +48,6 @@ PENDING: dict[str, str] = {
     "genmetrics.backbones.qwen_vl.run_language_model": "shared Qwen-VL runtime internals",
     "genmetrics.backbones.qwen_vl.scatter_features": "shared Qwen-VL runtime internals",
     "genmetrics.backbones.qwen_vl.token_ids": "shared Qwen-VL runtime internals",
-    "genmetrics.tpips.evaluate.MetricScorer": "family-internal helper exported by its module",
-    "genmetrics.tpips.evaluate.SimilarityScorer": "family-internal helper exported by its module",
-    "genmetrics.tpips.evaluate.TripletScorer": "family-internal helper exported by its module",
-    "genmetrics.tpips.evaluate.to_markdown": "family-internal helper exported by its module",
-    "genmetrics.tpips.evaluate.write_report": "family-internal helper exported by its module",
-    "genmetrics.tpips.loading.adapter_folder": "family-internal helper exported by its module",
-    "genmetrics.tpips.loading.save_peft": "family-internal helper exported by its module",
-    "genmetrics.tpips.model.check_aspects": "family-internal helper exported by its module",
-    "genmetrics.tpips.model.is_overall": "family-internal helper exported by its module",
-    "genmetrics.tpips.model.prompt_for": "family-internal helper exported by its module",
-    "genmetrics.tpips.retrieval.model_fingerprint": "family-internal helper exported by its module",
-    "genmetrics.tpips.synthetic.aspect_triplets": "family-internal helper exported by its module",
-    "genmetrics.tpips.synthetic.draw_object": "family-internal helper exported by its module",
-    "genmetrics.tpips.train.TPIPSTrainTask": "family-internal helper exported by its module",
-    "genmetrics.tpips.train.build_model": "family-internal helper exported by its module",
-    "genmetrics.tpips.train.soft_cross_entropy": "family-internal helper exported by its module",
 }
 METRIC_METHODS = ["options", "has_data", "backbones", "per_sample", "state_snapshot"]
 
