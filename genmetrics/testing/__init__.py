@@ -301,9 +301,19 @@ def spawn_gloo(fn: Any, world_size: int = 2, args: tuple = ()) -> list[Any]:
     ctx = mp.get_context("spawn")
     queue = ctx.SimpleQueue()
     port = _free_port()
-    mp.start_processes(_gloo_worker, args=(world_size, port, fn, args, queue), nprocs=world_size, join=True,
-                       start_method="spawn")
+    procs = mp.start_processes(_gloo_worker, args=(world_size, port, fn, args, queue), nprocs=world_size, join=False,
+                               start_method="spawn")
+    assert procs is not None  # join=False returns the context
     import io
 
-    results = dict(queue.get() for _ in range(world_size))
+    results: dict[int, bytes] = {}
+    done = False
+    while not done:  # read while joining: a result larger than the pipe's buffer blocks its sender until read
+        while not queue.empty():
+            rank, data = queue.get()
+            results[rank] = data
+        done = procs.join(timeout=0.05)  # raises when a process failed
+    while not queue.empty():
+        rank, data = queue.get()
+        results[rank] = data
     return [torch.load(io.BytesIO(results[r]), weights_only=True) for r in range(world_size)]

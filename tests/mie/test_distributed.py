@@ -78,13 +78,11 @@ def _train(data: str, out: str, grad_accum: int) -> dict:
     return {"params": trained, "history": rows, "labelled": list(_Recorder.labelled), "steps": res["steps"]}
 
 
-def _worker(rank: int, world_size: int, data: str, out: str) -> str:
+def _worker(rank: int, world_size: int, data: str, out: str) -> dict:
     import os
 
     os.environ["LOCAL_RANK"] = str(rank)
-    path = Path(out) / f"rank{rank}.pt"  # a file, not the result queue: a result beyond the pipe's buffer would
-    torch.save(_train(data, out, grad_accum=1), path)  # block its sender while the parent waits in join
-    return str(path)
+    return _train(data, out, grad_accum=1)  # ~100 KB: more than a pipe's buffer (spawn_gloo reads while joining)
 
 
 @pytest.mark.distributed
@@ -94,7 +92,7 @@ def test_two_processes_with_an_unlabelled_micro_batch_equal_one_process(tmp_path
 
     data = str(_write_pairs(tmp_path))
     one = _train(data, str(tmp_path / "one"), grad_accum=2)  # the same micro-batches, accumulated in one process
-    two = [torch.load(p, weights_only=True) for p in spawn_gloo(_worker, 2, (data, str(tmp_path / "two")))]
+    two = spawn_gloo(_worker, 2, (data, str(tmp_path / "two")))
 
     # the premise: in every step one process had no diagnostic label and the other had some
     assert two[0]["steps"] == two[1]["steps"] == one["steps"] == 2
