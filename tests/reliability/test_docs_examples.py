@@ -3,8 +3,10 @@
 * ```` ```console runnable ```` blocks are run by ``test_docs_commands.py`` (on the quick-start data, the
   tiny backbones installed through ``GENMETRICS_BACKBONE_PROVIDER=genmetrics.testing:tiny_backbones``).
 * Every other ``genmetrics ...`` command line in a docs page (synopses, training runs that need real
-  weights and data, ``accelerate launch ... -m genmetrics ...``) is parsed against the CLI itself: the
-  command exists, every ``--flag`` is one of its options, and a value of a choice option is a valid choice.
+  weights and data, ``accelerate launch ... -m genmetrics ...``, inline code) is parsed against the CLI
+  itself: the command exists, every ``--flag`` is one of its options, and a value of a choice option is a
+  valid choice. A fenced block of such commands must say why it is not run: ``synopsis``,
+  ``needs-weights`` (real weights, a GPU or data that is not shipped) or ``needs-data`` (see ``MARKS``).
 * Every ```` ```python ```` block runs as written, the blocks of a page in order in one namespace (like a
   notebook), in a temporary folder that holds the files the page names (``ref.png``, ``runs/mie/best``,
   ``config.toml``, ...), with the tiny random backbones installed as the provider (so default weights come
@@ -118,6 +120,20 @@ def _resolve(words: list[str]) -> tuple[click.Command, list[str], list[str]]:
         path.append(rest.pop(0))
         cmd = subs[0]
     return cmd, path, rest
+
+
+#: what a fenced block holding ``genmetrics`` commands must say about itself (README.md, whose blocks
+#: ``tests/test_readme.py`` reads by their plain ``bash`` fence, is exempt; its commands are still checked)
+MARKS = {"runnable": "run as written by test_docs_commands.py", "synopsis": "usage lines with placeholders",
+         "needs-weights": "needs real weights, a GPU or data that is not shipped",
+         "needs-data": "runs on the tiny backbone but on data that is not shipped"}
+
+
+def test_every_command_block_is_marked():
+    """A block of commands either runs in a test or says why not, so a new one cannot slip by unmarked."""
+    unmarked = [f"{b} (info {' '.join(b.info)!r})" for b in ALL
+                if b.source != "README.md" and command_lines(b) and not set(b.info) & set(MARKS)]
+    assert not unmarked, f"mark these blocks with one of {sorted(MARKS)}: {unmarked}"
 
 
 def test_docs_show_commands_outside_runnable_blocks():
