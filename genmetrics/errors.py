@@ -24,6 +24,7 @@ class InputError(GenmetricsError, ValueError):
 
     >>> import torch, genmetrics as gm
     >>> gm.create_metric("psnr").update(reference=torch.zeros(2, 3, 8, 8), candidates=torch.zeros(3, 3, 8, 8))
+    ... # doctest: +ELLIPSIS
     Traceback (most recent call last):
         ...
     genmetrics.errors.InputError: mismatched input lengths (reference=2, candidates=3); every input needs one entry ...

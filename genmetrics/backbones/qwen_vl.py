@@ -69,7 +69,13 @@ MAX_ASPECT_RATIO = 200
 # --------------------------------------------------------------------------------------------- parts
 @dataclass
 class VLMParts:
-    """The pieces of a Qwen-VL model: ``base`` has ``.visual`` and ``.language_model``."""
+    """The pieces of a Qwen-VL model: ``base`` has ``.visual`` and ``.language_model``.
+
+    >>> from genmetrics.testing import tiny_qwen3vl_for_generation
+    >>> parts = resolve_parts(tiny_qwen3vl_for_generation())
+    >>> type(parts.base).__name__, type(parts.lm_head).__name__, parts.config.model_type
+    ('Qwen3VLModel', 'Linear', 'qwen3_vl')
+    """
 
     base: Any  # a transformers model (duck-typed: .visual, .language_model, .config), not analysed by mypy
     lm_head: nn.Module | None
@@ -77,7 +83,18 @@ class VLMParts:
 
 
 def resolve_parts(backbone: Any, *, what: str = "backbone") -> VLMParts:
-    """Find the base VLM and LM head inside a model, a ``*ForConditionalGeneration`` or a ``peft.PeftModel``."""
+    """Find the base VLM and LM head inside a model, a ``*ForConditionalGeneration`` or a ``peft.PeftModel``.
+
+    >>> from genmetrics.backbones.hf import add_lora
+    >>> from genmetrics.testing import tiny_qwen3vl_for_generation
+    >>> parts = resolve_parts(add_lora(tiny_qwen3vl_for_generation(), r=4))  # through peft and the LM wrapper
+    >>> type(parts.base).__name__, parts.lm_head is not None
+    ('Qwen3VLModel', True)
+    >>> resolve_parts(nn.Linear(2, 2))  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+        ...
+    genmetrics.errors.InputError: backbone: Linear is not a Qwen-VL-style vision-language model ...
+    """
     if not isinstance(backbone, nn.Module):
         raise InputError(f"{what}: expected a transformers Qwen3-VL / Qwen3.5 model (nn.Module), got "
                          f"{type(backbone).__name__}")
@@ -99,12 +116,22 @@ def resolve_parts(backbone: Any, *, what: str = "backbone") -> VLMParts:
 
 
 def core_vlm(backbone: Any, *, what: str = "backbone") -> Any:
-    """The base VLM (``.visual`` + ``.language_model``) inside ``backbone``."""
+    """The base VLM (``.visual`` + ``.language_model``) inside ``backbone``.
+
+    >>> from genmetrics.testing import tiny_qwen35_for_generation
+    >>> type(core_vlm(tiny_qwen35_for_generation())).__name__
+    'Qwen3_5Model'
+    """
     return resolve_parts(backbone, what=what).base
 
 
 def linear_attention_layers(backbone: Any) -> list[int]:
-    """Indices of language-tower layers that are not softmax attention (e.g. Qwen3.5 Gated-DeltaNet)."""
+    """Indices of language-tower layers that are not softmax attention (e.g. Qwen3.5 Gated-DeltaNet).
+
+    >>> from genmetrics.testing import tiny_qwen3vl, tiny_qwen35
+    >>> linear_attention_layers(tiny_qwen35()), linear_attention_layers(tiny_qwen3vl())  # 3:1 pattern; none
+    ([0, 1, 2], [])
+    """
     parts = resolve_parts(backbone)
     tc = getattr(parts.config, "text_config", parts.config)
     types = list(getattr(tc, "layer_types", None) or [])
@@ -116,6 +143,12 @@ def linear_attention_layers(backbone: Any) -> list[int]:
 
 
 def attn_implementation(parts: VLMParts) -> str:
+    """The language tower's attention implementation (``"sdpa"`` when the config names none).
+
+    >>> from genmetrics.testing import tiny_qwen3vl
+    >>> attn_implementation(resolve_parts(tiny_qwen3vl()))
+    'sdpa'
+    """
     tc = getattr(parts.config, "text_config", None)
     impl = getattr(tc, "_attn_implementation", None) or getattr(parts.config, "_attn_implementation", None)
     return str(impl or "sdpa")
@@ -123,6 +156,12 @@ def attn_implementation(parts: VLMParts) -> str:
 
 @dataclass(frozen=True)
 class TokenIds:
+    """The special token ids the runtime needs (see :func:`token_ids`).
+
+    >>> TokenIds(image=12, vision_start=9, vision_end=10, pad=0).image
+    12
+    """
+
     image: int
     vision_start: int
     vision_end: int
@@ -130,7 +169,12 @@ class TokenIds:
 
 
 def token_ids(config: Any, tokenizer: Any) -> TokenIds:
-    """Special token ids from the model config (image / vision start / vision end) and the tokenizer (pad)."""
+    """Special token ids from the model config (image / vision start / vision end) and the tokenizer (pad).
+
+    >>> from genmetrics.testing import tiny_qwen3vl_config, tiny_tokenizer
+    >>> token_ids(tiny_qwen3vl_config(), tiny_tokenizer())
+    TokenIds(image=12, vision_start=9, vision_end=10, pad=0)
+    """
     pad = getattr(tokenizer, "pad_token_id", None)
     return TokenIds(image=int(config.image_token_id), vision_start=int(config.vision_start_token_id),
                     vision_end=int(config.vision_end_token_id), pad=int(pad if pad is not None else 0))
@@ -182,6 +226,15 @@ class QwenResize:
     :meth:`pair_size` gives the one size both images of a pair take when a variant compares them token by
     token (mid and early fusion): :func:`smart_resize` of the mean of the two sizes (symmetric; each image's
     own smart size when both have the same size).
+
+    >>> QwenResize().target(100, 1000), QwenResize("square", 64).target(100, 1000)
+    ((96, 992), (64, 64))
+    >>> tuple(QwenResize().apply(torch.rand(3, 50, 70)).shape)  # smart: multiples of 32, aspect kept
+    (3, 64, 64)
+    >>> QwenResize("square", 50)
+    Traceback (most recent call last):
+        ...
+    genmetrics.errors.InputError: image_size=50: the square policy needs a positive multiple of patch_size*merge_size = 32 (e.g. 448)
     """
 
     mode: str = "smart"
@@ -238,7 +291,12 @@ def _pil_bicubic(x: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
 
 # --------------------------------------------------------------------------------------------- vision
 def image_key(x: Any) -> str:
-    """Content hash of an image: a tensor (shape + float32 values) or a PIL image (size, mode, pixels)."""
+    """Content hash of an image: a tensor (shape + float32 values) or a PIL image (size, mode, pixels).
+
+    >>> a, b = torch.zeros(3, 8, 8), torch.ones(3, 8, 8)
+    >>> image_key(a) == image_key(a.clone()), image_key(a) == image_key(b), len(image_key(a))
+    (True, False, 32)
+    """
     h = hashlib.blake2b(digest_size=16)
     if isinstance(x, torch.Tensor):
         t = x.detach().to("cpu", torch.float32).contiguous()
@@ -252,7 +310,19 @@ def image_key(x: Any) -> str:
 
 @dataclass
 class VisionFeatures:
-    """The frozen vision tower's output for one image: merged tokens ``[N,D]`` and DeepStack levels."""
+    """The frozen vision tower's output for one image: merged tokens ``[N,D]`` and DeepStack levels.
+
+    A 64 px image is a 4 x 4 grid of 16 px patches, merged 2 x 2 into 4 tokens (one DeepStack level in the
+    tiny Qwen3-VL):
+
+    >>> from genmetrics.testing import tiny_vlm_inputs
+    >>> t = tiny_vlm_inputs()  # the tiny Qwen3-VL, its processor, a 64 px image and a one-turn chat batch
+    >>> vlm, proc, image, batch = t["model"], t["processor"], t["image"], t["batch"]
+    >>> encoder = VisionEncoder(vlm.visual, proc.image_processor)
+    >>> f = encoder.features([image])[0]
+    >>> f.grid, f.n_tokens, tuple(f.embeds.shape), len(f.deepstack)
+    ((2, 2), 4, (4, 64), 1)
+    """
 
     embeds: torch.Tensor
     deepstack: tuple[torch.Tensor, ...]
@@ -264,7 +334,16 @@ class VisionFeatures:
 
 
 class VisionCache:
-    """LRU cache ``image content hash -> VisionFeatures`` (``max_items=0`` keeps nothing across calls)."""
+    """LRU cache ``image content hash -> VisionFeatures`` (``max_items=0`` keeps nothing across calls).
+
+    >>> cache = VisionCache(2)
+    >>> cache.put("a", 1); cache.put("b", 2)
+    >>> cache.get("a")  # "a" is now the most recently used
+    1
+    >>> cache.put("c", 3)  # over capacity: the least recently used ("b") goes
+    >>> "a" in cache, "b" in cache, len(cache), cache.hits
+    (True, False, 2, 1)
+    """
 
     def __init__(self, max_items: int = 64):
         self.max_items = int(max_items)
@@ -301,7 +380,19 @@ class VisionEncoder:
     """Images (float ``[3,H,W]`` in [0,1], already at their final size) -> :class:`VisionFeatures`, each
     distinct image through the tower once per call, an LRU :class:`VisionCache` across calls.
 
-    ``calls`` counts the images pushed through the tower (for tests and benchmarks)."""
+    ``calls`` counts the images pushed through the tower (for tests and benchmarks).
+
+    The same image twice in one call, then again in a second call: the tower runs once:
+
+    >>> from genmetrics.testing import tiny_vlm_inputs
+    >>> t = tiny_vlm_inputs()  # the tiny Qwen3-VL, its processor, a 64 px image and a one-turn chat batch
+    >>> vlm, proc, image, batch = t["model"], t["processor"], t["image"], t["batch"]
+    >>> encoder = VisionEncoder(vlm.visual, proc.image_processor)
+    >>> _ = encoder.features([image, image.clone()])
+    >>> _ = encoder.features([image])
+    >>> encoder.calls, encoder.cache.hits
+    (1, 1)
+    """
 
     def __init__(self, visual: nn.Module, image_processor: Any, *, cache_size: int = 64, batch_size: int = 32):
         self.visual = visual
@@ -383,7 +474,23 @@ def mm_encoder_outputs(features: Sequence[VisionFeatures], *, device: Any, dtype
                        deepstack: bool = True) -> Any:
     """Cached features in the form ``vlm(..., mm_encoder_outputs={"image": obj})`` takes back (in the
     sequence's image order): ``BaseModelOutputWithDeepstackFeatures`` for Qwen3-VL, else
-    ``BaseModelOutputWithPooling`` (Qwen3.5 has no DeepStack)."""
+    ``BaseModelOutputWithPooling`` (Qwen3.5 has no DeepStack).
+
+    Cached features given back to the standard forward reproduce it:
+
+    >>> from genmetrics.testing import tiny_vlm_inputs
+    >>> t = tiny_vlm_inputs()  # the tiny Qwen3-VL, its processor, a 64 px image and a one-turn chat batch
+    >>> vlm, proc, image, batch = t["model"], t["processor"], t["image"], t["batch"]
+    >>> encoder = VisionEncoder(vlm.visual, proc.image_processor)
+    >>> image_tokens = t["image_tokens"]
+    >>> cached = mm_encoder_outputs(encoder.features([image]), device="cpu", dtype=torch.float32)
+    >>> with torch.no_grad():
+    ...     full = vlm(**batch).last_hidden_state
+    ...     reused = vlm(**{k: v for k, v in batch.items() if k != "pixel_values"},
+    ...                  mm_encoder_outputs={"image": cached}).last_hidden_state
+    >>> type(cached).__name__, torch.allclose(full, reused, atol=1e-5)
+    ('BaseModelOutputWithDeepstackFeatures', True)
+    """
     pooled = tuple(f.embeds.to(device, dtype) for f in features)
     if deepstack and features and features[0].deepstack:
         from transformers.models.qwen3_vl.modeling_qwen3_vl import BaseModelOutputWithDeepstackFeatures
@@ -400,7 +507,19 @@ def mm_encoder_outputs(features: Sequence[VisionFeatures], *, device: Any, dtype
 def scatter_features(language_model: Any, input_ids: torch.Tensor, visual_mask: torch.Tensor,
                      features: Sequence[VisionFeatures]) -> tuple[torch.Tensor, list[torch.Tensor] | None]:
     """Token embeddings with the image features written at ``visual_mask`` (in order), and the DeepStack
-    levels concatenated in the same order (None when the backbone has none)."""
+    levels concatenated in the same order (None when the backbone has none).
+
+    >>> from genmetrics.testing import tiny_vlm_inputs
+    >>> t = tiny_vlm_inputs()  # the tiny Qwen3-VL, its processor, a 64 px image and a one-turn chat batch
+    >>> vlm, proc, image, batch = t["model"], t["processor"], t["image"], t["batch"]
+    >>> encoder = VisionEncoder(vlm.visual, proc.image_processor)
+    >>> image_tokens = t["image_tokens"]
+    >>> features = encoder.features([image])
+    >>> with torch.no_grad():
+    ...     embeds, deepstack = scatter_features(vlm.language_model, batch["input_ids"], image_tokens, features)
+    >>> torch.equal(embeds[image_tokens], features[0].embeds), len(deepstack)
+    (True, 1)
+    """
     embeds = language_model.embed_tokens(input_ids)
     deepstack = None
     if features:
@@ -416,7 +535,23 @@ def run_language_model(language_model: Any, embeds: torch.Tensor, attention_mask
                        position_ids: torch.Tensor, visual_mask: torch.Tensor, deepstack: list[torch.Tensor] | None,
                        capture: Sequence[int] = ()) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
     """The language tower on ``inputs_embeds`` with explicit ``(3,B,S)`` positions (and DeepStack at the
-    image positions): ``(last_hidden_state, {layer: output of that decoder layer})``."""
+    image positions): ``(last_hidden_state, {layer: output of that decoder layer})``.
+
+    >>> from genmetrics.testing import tiny_vlm_inputs
+    >>> t = tiny_vlm_inputs()  # the tiny Qwen3-VL, its processor, a 64 px image and a one-turn chat batch
+    >>> vlm, proc, image, batch = t["model"], t["processor"], t["image"], t["batch"]
+    >>> encoder = VisionEncoder(vlm.visual, proc.image_processor)
+    >>> image_tokens = t["image_tokens"]
+    >>> positions = torch.arange(batch["input_ids"].shape[1]).expand(3, 1, -1)  # text-style M-RoPE positions
+    >>> with torch.no_grad():
+    ...     embeds, deepstack = scatter_features(vlm.language_model, batch["input_ids"], image_tokens,
+    ...                                          encoder.features([image]))
+    ...     args = (vlm.language_model, embeds, batch["attention_mask"], positions, image_tokens, deepstack)
+    ...     last, layers = run_language_model(*args, capture=[0])
+    ...     again, none = run_language_model(*args)  # the capture hooks are gone again
+    >>> tuple(last.shape) == (1, batch["input_ids"].shape[1], 64), sorted(layers), torch.equal(last, again), none
+    (True, [0], True, {})
+    """
     kwargs: dict[str, Any] = {"inputs_embeds": embeds, "attention_mask": attention_mask,
                               "position_ids": position_ids, "use_cache": False}
     if deepstack is not None:
@@ -440,7 +575,20 @@ def run_language_model(language_model: Any, embeds: torch.Tensor, attention_mask
 def resolve_folder(path_or_id: str | os.PathLike, marker: str, *, what: str, hint: str) -> Path:
     """A trained adapter / heads folder: an existing local folder holding ``marker``, else a hub id
     downloaded (snapshot) into the genmetrics cache. Raises ``WeightsUnavailableError`` naming where it
-    looked and ``hint`` (how to make or point at one)."""
+    looked and ``hint`` (how to make or point at one).
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as d:  # doctest: +ELLIPSIS
+    ...     _ = (Path(d) / "heads.json").write_text("{}")
+    ...     found = resolve_folder(d, "heads.json", what="heads", hint="Train heads first.")
+    ...     try:
+    ...         resolve_folder(d, "adapter_config.json", what="adapter", hint="Train an adapter first.")
+    ...     except Exception as e:
+    ...         print(type(e).__name__, str(e).split(". ", 1)[1])
+    WeightsUnavailableError Looked in: ... The folder has no adapter_config.json. Train an adapter first.
+    >>> found.is_absolute()
+    True
+    """
     from genmetrics.backbones.hf import _unavailable, hf_cache_dir
     from genmetrics.backbones.weights import offline
 

@@ -29,7 +29,7 @@ from genmetrics._tiny_vlm import (  # the VLM builders live in a module of their
 )
 
 __all__ = ["metric_recipe", "random_images", "spawn_gloo", "tiny_backbones", "tiny_clip", "tiny_clip_resnet",
-           "toy_leaderboard", "toy_mib_pairs", "write_images",
+           "tiny_vlm_inputs", "toy_leaderboard", "toy_mib_pairs", "write_images",
            "tiny_dino", "tiny_qwen3vl", "tiny_qwen3vl_config", "tiny_qwen3vl_for_generation", "tiny_qwen3vl_processor",
            "tiny_qwen35", "tiny_qwen35_config", "tiny_qwen35_for_generation", "tiny_qwen35_processor",
            "tiny_tokenizer"]
@@ -189,6 +189,28 @@ def toy_mib_pairs(folder: str | Path, n: int = 4, *, seed: int = 0) -> Path:
     path = folder / "pairs.jsonl"
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path
+
+
+def tiny_vlm_inputs(text: str = "a cat", *, size: int = 64, seed: int = 3) -> dict[str, Any]:
+    """The tiny Qwen3-VL with one chat turn (an image, then ``text``) ready for its forward:
+    ``{"model", "processor", "image" (float [3,size,size] in [0,1]), "batch" (the processor's output),
+    "image_tokens" (bool mask of the image placeholder tokens in ``batch["input_ids"]``)}``.
+
+    >>> t = tiny_vlm_inputs()
+    >>> tuple(t["image"].shape), int(t["image_tokens"].sum())  # 64 px: 4 merged image tokens
+    ((3, 64, 64), 4)
+    >>> tuple(t["model"](**t["batch"]).last_hidden_state.shape) == (*t["batch"]["input_ids"].shape, 64)
+    True
+    """
+    from PIL import Image
+
+    model, processor = tiny_qwen3vl(), tiny_qwen3vl_processor(size)
+    image = random_images(1, size, seed=seed)[0]
+    turn = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": text}]}]
+    batch = processor(text=[processor.apply_chat_template(turn, tokenize=False)],
+                      images=[Image.fromarray(image.permute(1, 2, 0).numpy())], return_tensors="pt")
+    return {"model": model, "processor": processor, "image": image.float() / 255, "batch": batch,
+            "image_tokens": batch["input_ids"] == model.config.image_token_id}
 
 
 _BUILTIN_RECIPES = {"genmetrics.baselines": "baselines", "genmetrics.raclip": "raclip",
