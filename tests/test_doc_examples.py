@@ -31,24 +31,7 @@ EXEMPT = {
     "genmetrics.testing.spawn_gloo": "starts worker processes (gloo); tests/contract runs it",
 }
 #: qualified name -> what is missing (names still without an example; the list only shrinks)
-PENDING: dict[str, str] = {
-    "genmetrics.backbones.qwen_vl.QwenResize": "shared Qwen-VL runtime internals",
-    "genmetrics.backbones.qwen_vl.TokenIds": "shared Qwen-VL runtime internals",
-    "genmetrics.backbones.qwen_vl.VLMParts": "shared Qwen-VL runtime internals",
-    "genmetrics.backbones.qwen_vl.VisionCache": "shared Qwen-VL runtime internals",
-    "genmetrics.backbones.qwen_vl.VisionEncoder": "shared Qwen-VL runtime internals",
-    "genmetrics.backbones.qwen_vl.VisionFeatures": "shared Qwen-VL runtime internals",
-    "genmetrics.backbones.qwen_vl.attn_implementation": "shared Qwen-VL runtime internals",
-    "genmetrics.backbones.qwen_vl.core_vlm": "shared Qwen-VL runtime internals",
-    "genmetrics.backbones.qwen_vl.image_key": "shared Qwen-VL runtime internals",
-    "genmetrics.backbones.qwen_vl.linear_attention_layers": "shared Qwen-VL runtime internals",
-    "genmetrics.backbones.qwen_vl.mm_encoder_outputs": "shared Qwen-VL runtime internals",
-    "genmetrics.backbones.qwen_vl.resolve_folder": "shared Qwen-VL runtime internals",
-    "genmetrics.backbones.qwen_vl.resolve_parts": "shared Qwen-VL runtime internals",
-    "genmetrics.backbones.qwen_vl.run_language_model": "shared Qwen-VL runtime internals",
-    "genmetrics.backbones.qwen_vl.scatter_features": "shared Qwen-VL runtime internals",
-    "genmetrics.backbones.qwen_vl.token_ids": "shared Qwen-VL runtime internals",
-}
+PENDING: dict[str, str] = {}
 METRIC_METHODS = ["options", "has_data", "backbones", "per_sample", "state_snapshot"]
 
 
