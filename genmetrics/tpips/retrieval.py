@@ -291,6 +291,11 @@ class AspectIndex:
             raise InputError(f"weights: got {len(w)} weights for {len(q_imgs)} query terms")
         if k < 1:
             raise InputError(f"k must be >= 1, got {k}")
+        bad = [("adjust", adjust)] if adjust is not None else []
+        bad = [(n, v) for n, v in bad + [(f"weights[{i}]", x) for i, x in enumerate(w)] if not np.isfinite(float(v))]
+        if bad:  # a NaN would reach the ranking (every score NaN, the order arbitrary)
+            raise InputError(f"{bad[0][0]}: expected a finite number, got {bad[0][1]!r}"
+                             + (" (0.3 in the paper)" if bad[0][0] == "adjust" else ""))
         for a in asp:
             self._entry(a)
         if adjust:
@@ -424,6 +429,13 @@ def contact_sheet(queries: Sequence[tuple[Any, str]], hits: Sequence[Hit], out_p
 
     from genmetrics.data.images import to_pil
 
+    out = Path(out_path)
+    if out.suffix.lower() != ".png":
+        raise InputError(f"sheet {str(out)!r}: the contact sheet is a PNG; name it *.png")
+    shown = [p for p, _ in queries] + [h.path for h in hits]
+    if any(isinstance(p, (str, os.PathLike)) and os.path.realpath(p) == os.path.realpath(out) for p in shown):
+        raise InputError(f"sheet {str(out)!r} is one of the images it shows (a query or a result); it is never "
+                         "overwritten: write the sheet elsewhere")
     cols = columns or min(max(1, len(hits)), 5)
     rows = max(1, -(-len(hits) // cols))
     pad, label_h = 8, 28
@@ -449,7 +461,6 @@ def contact_sheet(queries: Sequence[tuple[Any, str]], hits: Sequence[Hit], out_p
     for j, h in enumerate(hits):
         r, c = divmod(j, cols)
         place(h.path, pad + cell_w * (1 + c), top + pad + r * cell_h, f"#{h.rank}  {h.score:.3f}", (120, 120, 120))
-    out = Path(out_path)
     out.parent.mkdir(parents=True, exist_ok=True)
     sheet.save(out, format="PNG")
     return out

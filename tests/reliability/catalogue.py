@@ -867,3 +867,36 @@ CASES += [
     Case("file-animated-png", "an animated PNG (APNG): the first frame, and a warning naming the dropped frames",
          None, "", api=_animated_png),
 ]
+
+
+def _retrieval_search(ws: Path, **kw: Any) -> Any:
+    from genmetrics.testing import tiny_backbones
+    from genmetrics.tpips import AspectIndex, TPIPSModel
+
+    backbone, processor = tiny_backbones("vlm", "Qwen/Qwen3-VL-Embedding-2B")
+    model = TPIPSModel(backbone, processor, variant="late")
+    idx = AspectIndex.build(ws / "ref", ws / "retrieval_idx", model, ["lighting"])
+    return idx.search(model, ws / "gen" / "s0.png", "lighting", k=2, **kw)
+
+
+def _sheet(ws: Path, out: str) -> Any:
+    from genmetrics.tpips.retrieval import Hit, contact_sheet
+
+    hits = [Hit(rank=i + 1, index=i, path=str(ws / "ref" / f"s{i}.png"), score=1.0 - i / 10) for i in range(2)]
+    before = (ws / "ref" / "s1.png").read_bytes()
+    try:
+        return contact_sheet([(str(ws / "gen" / "s0.png"), "lighting")], hits, ws / out, thumb=32)
+    finally:
+        assert (ws / "ref" / "s1.png").read_bytes() == before  # an input image is never overwritten
+
+
+CASES += [
+    # class 5: a NaN option would reach the retrieval ranking
+    Case("retrieval-adjust-nan", "retrieval with adjust=nan (every score NaN, the order arbitrary)", InputError,
+         "adjust: expected a finite number", api=lambda ws: _retrieval_search(ws, adjust=float("nan"))),
+    # class 6: the contact sheet never overwrites what it shows
+    Case("retrieval-sheet-is-input", "--sheet naming one of the result images", InputError,
+         "is one of the images it shows", api=lambda ws: _sheet(ws, "ref/s1.png")),
+    Case("retrieval-sheet-not-png", "--sheet sheet.txt (the sheet is a PNG)", InputError, "name it *.png",
+         api=lambda ws: _sheet(ws, "sheet.txt")),
+]
