@@ -53,13 +53,32 @@ MAX_PIXELS = 16384 * 16384
 
 
 def max_pixels() -> int:
+    """The largest image accepted, in pixels (``GENMETRICS_MAX_PIXELS``, else the built-in guard).
+
+    >>> import os
+    >>> from unittest import mock
+    >>> with mock.patch.dict(os.environ, {"GENMETRICS_MAX_PIXELS": "4096"}):
+    ...     max_pixels()
+    4096
+    """
     from genmetrics.options import env
 
     return int(env("GENMETRICS_MAX_PIXELS", MAX_PIXELS))
 
 
 class FramesDroppedWarning(UserWarning):
-    """An animated or multi-page image file was read as its first frame."""
+    """An animated or multi-page image file was read as its first frame.
+
+    >>> import tempfile, warnings
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     frames = [Image.new("RGB", (4, 4), c) for c in ("red", "blue")]
+    ...     frames[0].save(f"{d}/anim.gif", save_all=True, append_images=frames[1:])
+    ...     with warnings.catch_warnings(record=True) as caught:
+    ...         warnings.simplefilter("always")
+    ...         _ = load_image(f"{d}/anim.gif")
+    >>> [type(w.message).__name__ for w in caught]
+    ['FramesDroppedWarning']
+    """
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".webp", ".bmp", ".tif", ".tiff", ".gif")
 _RANGE_TOL = 1e-3  # relative tolerance on float range checks (rounding of normalised data)
 
@@ -75,7 +94,19 @@ def _describe(x: Any) -> str:
 
 
 def load_image(path: str | os.PathLike) -> Image.Image:
-    """Open ``path`` and return an RGB PIL image following the module's conversion rules."""
+    """Open ``path`` and return an RGB PIL image following the module's conversion rules.
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     Image.new("L", (3, 2), 200).save(f"{d}/grey.png")
+    ...     im = load_image(f"{d}/grey.png")
+    >>> im.mode, im.size, im.getpixel((0, 0))
+    ('RGB', (3, 2), (200, 200, 200))
+    >>> load_image("missing.png")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+        ...
+    genmetrics.errors.InputError: image file 'missing.png' does not exist; check the path ...
+    """
     p = Path(path)
     if not p.exists():
         raise InputError(f"image file {str(p)!r} does not exist; check the path (relative paths resolve from {os.getcwd()!r})")
@@ -132,7 +163,13 @@ def _check_pixels(size: tuple[int, int], name: str) -> None:
 
 
 def to_rgb(im: Image.Image, *, name: str = "image") -> Image.Image:
-    """Convert any PIL mode to 8-bit RGB by the documented rules (alpha on white, 16-bit scaled)."""
+    """Convert any PIL mode to 8-bit RGB by the documented rules (alpha on white, 16-bit scaled).
+
+    >>> to_rgb(Image.new("RGBA", (2, 2), (255, 0, 0, 0))).getpixel((0, 0))  # fully transparent: white
+    (255, 255, 255)
+    >>> to_rgb(Image.new("I;16", (2, 2), 65535)).getpixel((0, 0))  # 16-bit white stays white
+    (255, 255, 255)
+    """
     _check_pixels(im.size, name)
     mode = im.mode
     if mode == "RGB":
@@ -174,7 +211,12 @@ def _deep_to_rgb(im: Image.Image, name: str) -> Image.Image:
 
 
 def pil_to_tensor(im: Image.Image) -> torch.Tensor:
-    """RGB PIL image -> float32 ``[3,H,W]`` in [0,1]."""
+    """RGB PIL image -> float32 ``[3,H,W]`` in [0,1].
+
+    >>> t = pil_to_tensor(Image.new("RGB", (3, 2), (255, 0, 51)))
+    >>> tuple(t.shape), t.dtype, t[:, 0, 0].tolist()
+    ((3, 2, 3), torch.float32, [1.0, 0.0, 0.20000000298023224])
+    """
     arr = np.asarray(to_rgb(im), dtype=np.uint8)
     return torch.from_numpy(arr.copy()).permute(2, 0, 1).float().div_(255.0)
 
@@ -215,7 +257,17 @@ def _check_tensor(x: torch.Tensor, *, name: str, data_range: float) -> torch.Ten
 
 
 def to_tensor(x: ImageLike, *, data_range: float = 1.0, name: str = "image") -> torch.Tensor:
-    """One image in any accepted form -> float32 ``[3,H,W]`` in [0,1] on the CPU (or the input's device)."""
+    """One image in any accepted form -> float32 ``[3,H,W]`` in [0,1] on the CPU (or the input's device).
+
+    >>> float(to_tensor(torch.full((3, 2, 2), 255, dtype=torch.uint8)).max())  # uint8: divided by 255
+    1.0
+    >>> float(to_tensor(torch.full((3, 2, 2), 255.0), data_range=255.0).max())  # floats: by data_range
+    1.0
+    >>> to_tensor(torch.zeros(4, 2, 2))
+    Traceback (most recent call last):
+        ...
+    genmetrics.errors.InputError: image: expected 3 channels first [3,H,W], got tensor of shape (4, 2, 2) and dtype torch.float32 (RGBA? drop or composite the alpha channel)
+    """
     if isinstance(x, (str, os.PathLike)):
         return pil_to_tensor(load_image(x))
     if isinstance(x, Image.Image):
@@ -234,7 +286,13 @@ def to_tensor(x: ImageLike, *, data_range: float = 1.0, name: str = "image") -> 
 
 
 def to_pil(x: ImageLike, *, data_range: float = 1.0, name: str = "image") -> Image.Image:
-    """One image in any accepted form -> RGB PIL image (exactly, for uint8 input)."""
+    """One image in any accepted form -> RGB PIL image (exactly, for uint8 input).
+
+    >>> x = torch.randint(0, 256, (3, 4, 5), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
+    >>> im = to_pil(x)
+    >>> im.size, torch.equal(torch.from_numpy(np.array(im)).permute(2, 0, 1), x)  # (W, H); a lossless round trip
+    ((5, 4), True)
+    """
     if isinstance(x, (str, os.PathLike)):
         return load_image(x)
     if isinstance(x, Image.Image):
@@ -248,7 +306,11 @@ def to_pil(x: ImageLike, *, data_range: float = 1.0, name: str = "image") -> Ima
 
 
 def as_image_list(images: Any, *, name: str = "images") -> list[ImageLike]:
-    """Split a batch (list/tuple of images, a path, or a tensor [B,3,H,W] / [3,H,W]) into a list of images."""
+    """Split a batch (list/tuple of images, a path, or a tensor [B,3,H,W] / [3,H,W]) into a list of images.
+
+    >>> len(as_image_list(torch.zeros(2, 3, 4, 4))), len(as_image_list(torch.zeros(3, 4, 4))), as_image_list("a.png")
+    (2, 1, ['a.png'])
+    """
     if images is None:
         raise InputError(f"{name}: no images given; expected a list of images or a tensor [B,3,H,W]")
     if isinstance(images, torch.Tensor):
@@ -265,7 +327,11 @@ def as_image_list(images: Any, *, name: str = "images") -> list[ImageLike]:
 
 
 def load_batch(images: Any, *, data_range: float = 1.0, name: str = "images") -> list[torch.Tensor]:
-    """A batch in any accepted form -> list of float32 ``[3,H,W]`` tensors in [0,1] (sizes may differ)."""
+    """A batch in any accepted form -> list of float32 ``[3,H,W]`` tensors in [0,1] (sizes may differ).
+
+    >>> [tuple(t.shape) for t in load_batch([torch.zeros(3, 4, 4, dtype=torch.uint8), Image.new("RGB", (6, 8))])]
+    [(3, 4, 4), (3, 8, 6)]
+    """
     items = as_image_list(images, name=name)
     if not items:
         raise InputError(f"{name}: the batch is empty; expected at least one image")
@@ -281,6 +347,14 @@ class ResizePolicy:
     * ``"resize"``: bicubic (antialiased) resize to ``size x size``; aspect ratio is not kept (TPIPS);
     * ``"shorter_side_center_crop"``: resize the shorter side to ``size`` then centre-crop (CLIP, DINO);
     * ``"to_first"``: resize every image to the first image's size (candidates to their reference).
+
+    >>> images = [torch.rand(3, 8, 6), torch.rand(3, 4, 4)]
+    >>> tuple(ResizePolicy("shorter_side_center_crop", 4).stack(images).shape)
+    (2, 3, 4, 4)
+    >>> ResizePolicy("none").stack(images)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+        ...
+    genmetrics.errors.InputError: ...
     """
 
     name: str = "none"
@@ -330,7 +404,15 @@ def _resize(x: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
 
 
 def list_images(folder: str | os.PathLike, *, recursive: bool = False) -> list[Path]:
-    """Image files in ``folder`` (by extension), sorted by name. Raises if the folder is missing or empty."""
+    """Image files in ``folder`` (by extension), sorted by name. Raises if the folder is missing or empty.
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     for name in ("b.png", "a.jpg", "notes.txt"):
+    ...         _ = (Path(d) / name).write_bytes(b"")
+    ...     [p.name for p in list_images(d)]
+    ['a.jpg', 'b.png']
+    """
     root = Path(folder)
     if not root.exists():
         if root.is_symlink():
@@ -360,7 +442,15 @@ def list_images(folder: str | os.PathLike, *, recursive: bool = False) -> list[P
 
 def stem_index(files: list[Path], *, role: str) -> dict[str, Path]:
     """``{stem: file}``: THE matching rule of ``genmetrics score`` and the leaderboard. Sample ids are file
-    stems, so two files with one stem (``s0.png`` and ``s0.jpg``) are refused on either side, naming both."""
+    stems, so two files with one stem (``s0.png`` and ``s0.jpg``) are refused on either side, naming both.
+
+    >>> stem_index([Path("refs/s0.png"), Path("refs/s1.jpg")], role="references")
+    {'s0': PosixPath('refs/s0.png'), 's1': PosixPath('refs/s1.jpg')}
+    >>> stem_index([Path("refs/s0.png"), Path("refs/s0.jpg")], role="references")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+        ...
+    genmetrics.errors.InputError: references: ...s0...
+    """
     seen: dict[str, Path] = {}
     for f in files:
         f = Path(f)
@@ -379,7 +469,16 @@ def match_by_stem(
 ) -> list[tuple[str, Path, Path]]:
     """Pair candidate files with reference files of the same stem; every candidate must have one, and a stem
     may appear once per side (:func:`stem_index`). References without a candidate are not used: list them
-    with :func:`unused_references` to say so."""
+    with :func:`unused_references` to say so.
+
+    >>> refs, cands = [Path("r/000.png"), Path("r/001.png")], [Path("g/001.jpg")]
+    >>> [(stem, r.name, c.name) for stem, r, c in match_by_stem(refs, cands)]
+    [('001', '001.png', '001.jpg')]
+    >>> match_by_stem(refs, [Path("g/007.png")])  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+        ...
+    genmetrics.errors.InputError: candidates: 1 file(s) have no reference with the same stem in references (first: 007.png); ...
+    """
     by_stem = stem_index(references, role=ref_name)
     stem_index(candidates, role=cand_name)
     out, missing = [], []
@@ -398,7 +497,13 @@ def match_by_stem(
 
 
 def unused_references(references: list[Path], candidates: list[Path], *, ref_name: str = "references") -> str | None:
-    """A one-line note naming the references no candidate matches (``None`` when every one is used)."""
+    """A one-line note naming the references no candidate matches (``None`` when every one is used).
+
+    >>> unused_references([Path("000.png"), Path("001.png")], [Path("001.jpg")])
+    'references: 1 reference image(s) have no candidate with the same stem and are not used (first: 000.png)'
+    >>> unused_references([Path("001.png")], [Path("001.jpg")]) is None
+    True
+    """
     stems = {Path(c).stem for c in candidates}
     extra = [Path(r).name for r in references if Path(r).stem not in stems]
     if not extra:
@@ -408,13 +513,22 @@ def unused_references(references: list[Path], candidates: list[Path], *, ref_nam
 
 
 def image_id(x: ImageLike, index: int) -> str:
-    """A stable sample id: the file stem for paths, else the position in the batch."""
+    """A stable sample id: the file stem for paths, else the position in the batch.
+
+    >>> image_id("gen/blur/000.png", 5), image_id(torch.zeros(3, 2, 2), 5)
+    ('000', '5')
+    """
     if isinstance(x, (str, os.PathLike)):
         return Path(x).stem
     return str(index)
 
 
 def grid_side(n: int) -> int:
+    """The side of a square token grid of ``n`` tokens (a ValueError when ``n`` is not a square).
+
+    >>> grid_side(49)
+    7
+    """
     side = int(math.isqrt(n))
     if side * side != n:
         raise ValueError(f"{n} tokens do not form a square grid")
