@@ -157,8 +157,11 @@ def _load_heads(model: Any, heads: dict[str, Any], what: str) -> int:
         try:
             head.load_state_dict({k: v.float() for k, v in sd.items()}, strict=True)
         except RuntimeError as e:
-            raise WeightsUnavailableError(f"MIE checkpoint {what}: {name} does not fit this backbone's hidden size "
-                                          f"{model.hidden_size}: {' '.join(str(e).split())[:300]}") from None
+            h = model.hidden_size
+            raise WeightsUnavailableError(f"MIE checkpoint {what}: {name} does not load into this model's "
+                                          f"Linear({h}, {h // 2}) -> GELU -> Linear({h // 2}, n) head (keys '0.weight', "
+                                          f"'0.bias', '2.weight', '2.bias'; is it for another backbone?): "
+                                          f"{' '.join(str(e).split())[:300]}") from None
         n += len(sd)
     return n
 

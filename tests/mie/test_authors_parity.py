@@ -162,6 +162,13 @@ def test_partial_or_unsafe_checkpoints_are_refused(proc, tmp_path):
     torch.save(dict(list(tb.items())[1:]), part / "trainable_backbone.pt")
     with pytest.raises(WeightsUnavailableError, match="partial"):
         MIEModel.from_pretrained(part, _base(0), proc)
+    # heads under other names (or for another hidden size): one error naming the head
+    renamed = tmp_path / "heads_renamed"
+    ref.save(renamed)
+    torch.save({"score_head": {"fc." + k: v for k, v in ref.score_head.state_dict().items()},
+                "classification_head": ref.classification_head.state_dict()}, renamed / "mie_heads.pt")
+    with pytest.raises(WeightsUnavailableError, match=r"score_head does not load.*Missing key"):
+        MIEModel.from_pretrained(renamed, _base(0), proc)
     # a pickle with code is not loaded
     unsafe = tmp_path / "unsafe"
     ref.save(unsafe)
