@@ -17,7 +17,11 @@ from genmetrics.backbones.weights import genmetrics_home, offline, weights_unava
 
 @dataclass(frozen=True)
 class ClipWeights:
-    """An open_clip model name plus a pretrained tag, hub id (``hf-hub:org/name``) or local file."""
+    """An open_clip model name plus a pretrained tag, hub id (``hf-hub:org/name``) or local file.
+
+    >>> str(ClipWeights("ViT-B-32-quickgelu", "openai"))
+    'ViT-B-32-quickgelu/openai'
+    """
 
     model: str
     pretrained: str
@@ -30,7 +34,13 @@ DEFAULT_CLIP = ClipWeights("ViT-B-32-quickgelu", "openai")
 
 
 def parse_clip_weights(spec: str | ClipWeights | None) -> ClipWeights:
-    """``"ViT-B-16/openai"``, ``"hf-hub:org/name"`` or ``"ViT-B-16:/path/ckpt.safetensors"``."""
+    """``"ViT-B-16/openai"``, ``"hf-hub:org/name"`` or ``"ViT-B-16:/path/ckpt.safetensors"``.
+
+    OpenAI ViT weights get the QuickGELU architecture they were trained with:
+
+    >>> parse_clip_weights("ViT-B-16/openai"), parse_clip_weights("ViT-B-32:/ckpt.safetensors").pretrained
+    (ClipWeights(model='ViT-B-16-quickgelu', pretrained='openai'), '/ckpt.safetensors')
+    """
     if spec is None:
         return DEFAULT_CLIP
     if isinstance(spec, ClipWeights):
@@ -65,7 +75,15 @@ def load_open_clip(spec: str | ClipWeights | None = None, *, device: Any = "cpu"
 
     An installed backbone provider (:mod:`genmetrics.backbones.provider`, kind ``"open_clip"``) is asked
     first; its ``(model, tokenizer)`` is returned as ``(model, None, tokenizer)`` (genmetrics preprocesses
-    with :func:`clip_image_batch`, never with open_clip's ``preprocess``)."""
+    with :func:`clip_image_batch`, never with open_clip's ``preprocess``).
+
+    >>> from genmetrics.backbones.provider import use_provider
+    >>> from genmetrics.testing import tiny_backbones
+    >>> with use_provider(tiny_backbones):  # nothing downloads: the provider answers
+    ...     model, preprocess, tokenizer = load_open_clip("ViT-B-32/openai")
+    >>> type(model).__name__, preprocess, type(tokenizer).__name__
+    ('CLIP', None, 'SimpleTokenizer')
+    """
     import open_clip
 
     from genmetrics.backbones.provider import provide
@@ -118,6 +136,12 @@ def clip_preprocess_cfg(model: Any) -> dict[str, Any]:
     Read from ``model.visual.preprocess_cfg`` (open_clip >= 2.23) or the legacy ``image_size`` /
     ``image_mean`` / ``image_std`` attributes; mean/std default to OpenAI's when the model has none
     (models built in code, e.g. :func:`genmetrics.testing.tiny_clip`).
+
+    >>> from genmetrics.testing import random_images, tiny_clip
+    >>> model, tokenizer = tiny_clip()
+    >>> cfg = clip_preprocess_cfg(model)
+    >>> cfg["size"], cfg["resize_mode"], cfg["mean"][0]
+    ((32, 32), 'shortest', 0.48145466)
     """
     visual = getattr(model, "visual", model)
     cfg = dict(getattr(visual, "preprocess_cfg", None) or {})
@@ -153,6 +177,12 @@ def clip_image_batch(images: Any, model: Any, *, data_range: float = 1.0, name: 
     without keeping the aspect ratio), then normalises with the model's mean/std (OpenAI's when the
     model carries none). The tensor lands on ``device`` (default: the model's device) as ``dtype``
     (default: the dtype of the model's floating-point weights, so bf16/fp16 models get matching input).
+
+    >>> from genmetrics.testing import random_images, tiny_clip
+    >>> model, tokenizer = tiny_clip()
+    >>> x = clip_image_batch([random_images(1, 48)[0], random_images(1, 64, height=40)[0]], model)
+    >>> tuple(x.shape), x.dtype  # both at the model's 32 px input
+    ((2, 3, 32, 32), torch.float32)
     """
     import torch
     import torch.nn.functional as F
@@ -217,6 +247,12 @@ def tokenize(tokenizer: Any, texts: Any, *, name: str = "text", positions: list[
     truncate inside the special tokens); ids are never sliced here. A ``UserWarning`` names every text
     that was truncated. ``positions`` (for de-duplicated texts): where each text occurs in the caller's
     list, so the warning counts and names those places.
+
+    >>> from genmetrics.testing import random_images, tiny_clip
+    >>> model, tokenizer = tiny_clip()
+    >>> ids = tokenize(tokenizer, ["a cat", "a photo of a red car"])
+    >>> tuple(ids.shape), int((ids[0] != 0).sum()) < int((ids[1] != 0).sum())  # [N, context_length]
+    ((2, 16), True)
     """
     import warnings
 
@@ -289,7 +325,12 @@ def _text_tower(model: Any) -> tuple[Any, str, int | None] | None:
 
 
 def trim_padding(ids: Any, pad_id: int | None) -> Any:
-    """Drop the trailing columns that are padding in every row (``ids`` unchanged when nothing to cut)."""
+    """Drop the trailing columns that are padding in every row (``ids`` unchanged when nothing to cut).
+
+    >>> import torch
+    >>> trim_padding(torch.tensor([[5, 6, 0, 0], [5, 0, 0, 0]]), 0).tolist()
+    [[5, 6], [5, 0]]
+    """
     if pad_id is None or ids.shape[-1] == 0:
         return ids
     used = (ids != pad_id).any(0).nonzero()

@@ -17,7 +17,16 @@ from genmetrics.errors import WeightsUnavailableError
 
 
 def genmetrics_home() -> Path:
-    """Root of genmetrics' caches: ``$GENMETRICS_HOME`` or ``~/.cache/genmetrics``."""
+    """Root of genmetrics' caches: ``$GENMETRICS_HOME`` or ``~/.cache/genmetrics``.
+
+    >>> from unittest import mock
+    >>> with mock.patch.dict(os.environ, {"GENMETRICS_HOME": "/data/gm"}):
+    ...     genmetrics_home().as_posix()
+    '/data/gm'
+    >>> with mock.patch.dict(os.environ, {"GENMETRICS_HOME": ""}):
+    ...     genmetrics_home() == Path.home() / ".cache" / "genmetrics"
+    True
+    """
     from genmetrics.options import env
 
     root = env("GENMETRICS_HOME")
@@ -25,6 +34,16 @@ def genmetrics_home() -> Path:
 
 
 def offline() -> bool:
+    """Whether downloads are off: ``GENMETRICS_OFFLINE``, ``HF_HUB_OFFLINE`` or ``TRANSFORMERS_OFFLINE`` set.
+
+    >>> from unittest import mock
+    >>> with mock.patch.dict(os.environ, {"GENMETRICS_OFFLINE": "1"}):
+    ...     offline()
+    True
+    >>> with mock.patch.dict(os.environ, {"GENMETRICS_OFFLINE": "0", "HF_HUB_OFFLINE": "0", "TRANSFORMERS_OFFLINE": ""}):
+    ...     offline()
+    False
+    """
     from genmetrics.options import env
 
     return bool(env("GENMETRICS_OFFLINE", False)) or any(
@@ -32,6 +51,13 @@ def offline() -> bool:
 
 
 def weights_unavailable(what: str, looked: list[str] | str, option: str, cause: BaseException | None = None) -> WeightsUnavailableError:
+    """The error for weights that are not there: what, where it looked, and the option that points at them.
+
+    >>> from unittest import mock
+    >>> with mock.patch.dict(os.environ, {"GENMETRICS_OFFLINE": "0", "HF_HUB_OFFLINE": "0", "TRANSFORMERS_OFFLINE": "0"}):
+    ...     print(weights_unavailable("facebook/dinov2-base", ["~/.cache/genmetrics/hf"], "weights=/local/dir"))
+    weights 'facebook/dinov2-base' are not available. Looked in: ~/.cache/genmetrics/hf. Fix: pass a local file or folder with weights=/local/dir, set GENMETRICS_HOME to a folder that holds them, or download them once on a machine with network access.
+    """
     looked_s = ", ".join(looked) if isinstance(looked, list) else looked
     why = f" ({type(cause).__name__}: {str(cause).splitlines()[0][:200]})" if cause is not None else ""
     mode = " Downloads are disabled (offline mode)." if offline() else ""
@@ -43,6 +69,14 @@ def weights_unavailable(what: str, looked: list[str] | str, option: str, cause: 
 
 
 def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
+    """The sha256 of a file, read in chunks (large checkpoints never sit in memory whole).
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     _ = (Path(d) / "w.bin").write_bytes(b"abc")
+    ...     sha256_file(Path(d) / "w.bin") == hashlib.sha256(b"abc").hexdigest()
+    True
+    """
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(chunk), b""):
@@ -51,7 +85,17 @@ def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
 
 
 def check_hash(path: str | os.PathLike, expected: str | None) -> None:
-    """Verify a file's sha256 (prefix match allowed, as open_clip does)."""
+    """Verify a file's sha256 (prefix match allowed, as open_clip does).
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     _ = (Path(d) / "w.bin").write_bytes(b"abc")
+    ...     check_hash(Path(d) / "w.bin", hashlib.sha256(b"abc").hexdigest()[:12])  # a prefix is enough
+    ...     check_hash(Path(d) / "w.bin", "00ff")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+        ...
+    genmetrics.errors.WeightsUnavailableError: weights file '...w.bin' has sha256 ba7816bf8f01cfea..., expected 00ff...; ...
+    """
     if not expected:
         return
     got = sha256_file(path)
@@ -63,7 +107,16 @@ def check_hash(path: str | os.PathLike, expected: str | None) -> None:
 
 
 def load_state_dict(path: str | os.PathLike) -> dict:
-    """Load a checkpoint safely: safetensors, or ``torch.load(weights_only=True)``; pickles are refused."""
+    """Load a checkpoint safely: safetensors, or ``torch.load(weights_only=True)``; pickles are refused.
+
+    >>> import tempfile, torch
+    >>> from safetensors.torch import save_file
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     save_file({"w": torch.ones(2)}, f"{d}/m.safetensors")
+    ...     torch.save({"w": torch.zeros(2)}, f"{d}/m.pt")
+    ...     load_state_dict(f"{d}/m.safetensors")["w"].tolist(), load_state_dict(f"{d}/m.pt")["w"].tolist()
+    ([1.0, 1.0], [0.0, 0.0])
+    """
     import torch
 
     p = Path(path)

@@ -19,7 +19,14 @@ from genmetrics.errors import InputError
 
 
 def iter_jsonl(path: str | os.PathLike[str]) -> Iterator[tuple[int, dict[str, Any]]]:
-    """``(line_number, object)`` for every non-blank line; bad JSON is an error naming file and line."""
+    """``(line_number, object)`` for every non-blank line; bad JSON is an error naming file and line.
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     _ = (Path(d) / "a.jsonl").write_text('{"id": 1}\\n\\n{"id": 2}\\n')
+    ...     list(iter_jsonl(Path(d) / "a.jsonl"))
+    [(1, {'id': 1}), (3, {'id': 2})]
+    """
     p = Path(path)
     if not p.exists():
         raise InputError(f"data file {str(p)!r} does not exist; check the path")
@@ -114,6 +121,12 @@ def _read(path: str | os.PathLike[str], parse) -> list:
 
 @dataclass(frozen=True)
 class OddOneOutRecord:
+    """One odd-one-out triplet: three images, the aspect, the votes for each image being the odd one.
+
+    >>> OddOneOutRecord("t1", (Path("a.png"), Path("b.png"), Path("c.png")), "color", (0.0, 1.0, 4.0)).source is None
+    True
+    """
+
     id: str
     images: tuple[Path, Path, Path]
     aspect: str
@@ -123,7 +136,15 @@ class OddOneOutRecord:
 
 def load_odd_one_out(path: str | os.PathLike[str]) -> list[OddOneOutRecord]:
     """``{"id", "images": [p1,p2,p3], "aspect", "votes": [n1,n2,n3], "source"?}``; votes count which
-    image is the odd one out."""
+    image is the odd one out.
+
+    >>> import json, tempfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     row = {"id": "t1", "images": ["a.png", "b.png", "c.png"], "aspect": "color", "votes": [0, 1, 4]}
+    ...     _ = (Path(d) / "t.jsonl").write_text(json.dumps(row) + "\\n")
+    ...     [(r.id, r.aspect, r.votes, r.images[2].name) for r in load_odd_one_out(Path(d) / "t.jsonl")]
+    [('t1', 'color', (0.0, 1.0, 4.0), 'c.png')]
+    """
 
     def parse(line: _Line, ids: set[str]) -> OddOneOutRecord:
         return OddOneOutRecord(
@@ -137,6 +158,12 @@ def load_odd_one_out(path: str | os.PathLike[str]) -> list[OddOneOutRecord]:
 
 @dataclass(frozen=True)
 class TwoAFCRecord:
+    """One 2AFC judgement: a reference, two candidates, the aspect, the votes for each candidate.
+
+    >>> TwoAFCRecord("p1", Path("r.png"), (Path("a.png"), Path("b.png")), "overall", (3.0, 1.0)).votes
+    (3.0, 1.0)
+    """
+
     id: str
     reference: Path
     candidates: tuple[Path, Path]
@@ -147,7 +174,15 @@ class TwoAFCRecord:
 
 def load_two_afc(path: str | os.PathLike[str]) -> list[TwoAFCRecord]:
     """``{"id", "reference", "candidates": [p0,p1], "aspect", "votes": [n0,n1], "source"?}``; votes count
-    which candidate is more similar to the reference."""
+    which candidate is more similar to the reference.
+
+    >>> import json, tempfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     row = {"id": "p1", "reference": "r.png", "candidates": ["a.png", "b.png"], "aspect": "overall", "votes": [3, 1]}
+    ...     _ = (Path(d) / "p.jsonl").write_text(json.dumps(row) + "\\n")
+    ...     [(r.id, r.votes, r.reference.name) for r in load_two_afc(Path(d) / "p.jsonl")]
+    [('p1', (3.0, 1.0), 'r.png')]
+    """
 
     def parse(line: _Line, ids: set[str]) -> TwoAFCRecord:
         return TwoAFCRecord(
@@ -161,6 +196,14 @@ def load_two_afc(path: str | os.PathLike[str]) -> list[TwoAFCRecord]:
 
 @dataclass(frozen=True)
 class MIBPairRecord:
+    """One MIB preference pair: prompt, reference subjects, two candidates from two generators, which one
+    the rater preferred, and optional diagnostic labels.
+
+    >>> r = MIBPairRecord("m1", "a cat and a dog", (Path("cat.png"),), (Path("x.png"), Path("y.png")), ("a", "b"), 1)
+    >>> r.candidates[r.preference].name, r.diagnostics
+    ('y.png', None)
+    """
+
     id: str
     prompt: str
     references: tuple[Path, ...]
@@ -176,7 +219,18 @@ MAX_REFERENCES = 8
 
 def load_mib_pairs(path: str | os.PathLike[str], *, max_references: int = MAX_REFERENCES) -> list[MIBPairRecord]:
     """``{"id", "prompt", "references": [...], "candidates": [pa,pb], "generators": [ga,gb],
-    "preference": 0|1, "diagnostics"?: [[e,a,i],[e,a,i]], "bucket"?: {...}}``."""
+    "preference": 0|1, "diagnostics"?: [[e,a,i],[e,a,i]], "bucket"?: {...}}``.
+
+    >>> import json, tempfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     row = {"id": "m1", "prompt": "a cat and a dog", "references": ["cat.png", "dog.png"],
+    ...            "candidates": ["x.png", "y.png"], "generators": ["gen_a", "gen_b"], "preference": 2}
+    ...     _ = (Path(d) / "m.jsonl").write_text(json.dumps(row) + "\\n")
+    ...     load_mib_pairs(Path(d) / "m.jsonl")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+        ...
+    genmetrics.errors.InputError: ...m.jsonl:1: 'preference' should be 0 (first candidate) or 1 (second), got 2
+    """
 
     def parse(line: _Line, ids: set[str]) -> MIBPairRecord:
         pref = line.get("preference", int)
