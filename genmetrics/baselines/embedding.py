@@ -14,7 +14,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from genmetrics.backbones.openclip import clip_image_batch, load_open_clip
+from genmetrics.backbones.openclip import clip_image_batch, encode_image, load_open_clip
 from genmetrics.data.cache import FeatureCache
 from genmetrics.data.images import ResizePolicy, as_image_list, load_batch
 from genmetrics.errors import InputError
@@ -110,7 +110,7 @@ class _ClipMixin:
     def _embed_raw(self, images: list[Any]) -> torch.Tensor:
         model = self._model()  # type: ignore[attr-defined]
         x = clip_image_batch(images, model, data_range=self.data_range)  # type: ignore[attr-defined]
-        return model.encode_image(x)
+        return encode_image(model, x)
 
 
 class CLIPImageSimilarity(_ClipMixin, _ImagePairMetric):

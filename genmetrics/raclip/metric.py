@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 import torch
 import torch.nn.functional as F
 
-from genmetrics.backbones.openclip import clip_image_batch, load_open_clip
+from genmetrics.backbones.openclip import clip_image_batch, encode_image, load_open_clip
 from genmetrics.data.images import as_image_list, to_tensor
 from genmetrics.errors import InputError
 from genmetrics.functional import divergence as D
@@ -246,6 +246,10 @@ class CLIPScore(_ClipFamily, SampleMetric):
 
     With ``attributes`` each attribute is the text (``prompt_template`` applied, default ``"{}"``) and
     ``compute()`` is the mean per attribute ``[C]``; without, ``condition`` holds one text per image.
+    Each distinct ``condition`` prompt is encoded once per metric, with the context cut to the longest, in
+    ``text_dtype="float64"`` (default; the exact value of the text tower, within 1e-6 score units of a
+    float64 model, at about twice the float32 text cost) or ``"model"`` (the model's own precision;
+    float32 rounding moves scores by up to ~1e-5). See docs/performance.md.
 
     ``clip_t`` is the same metric under another name. On a tiny random CLIP:
 
@@ -265,14 +269,18 @@ class CLIPScore(_ClipFamily, SampleMetric):
     higher_is_better = True
 
     def __init__(self, attributes: Any = None, *, backbone: Any = None, tokenizer: Any = None,
-                 weights: str | None = None, prompt_template: str = "{}", data_range: float = 1.0,
-                 batch_size: int = 32, **kwargs: Any) -> None:
+                 weights: str | None = None, prompt_template: str = "{}", text_dtype: str = "float64",
+                 data_range: float = 1.0, batch_size: int = 32, **kwargs: Any) -> None:
         super().__init__(batch_size=batch_size, **kwargs)
         self.attributes = resolve_attributes(attributes) if attributes is not None else None
         from genmetrics.options import template
 
         template("prompt_template", prompt_template, slots=1)
         self.prompt_template = prompt_template
+        if text_dtype not in ("float64", "model"):
+            raise InputError(f"{self.name}: option text_dtype: expected 'float64' (exact text embeddings) or 'model' "
+                             f"(the model's own precision), got {text_dtype!r}")
+        self.text_dtype = text_dtype
         self._init_backbone(backbone, tokenizer, weights, data_range)
 
     _prepare = RAClipScore._prepare
@@ -280,14 +288,15 @@ class CLIPScore(_ClipFamily, SampleMetric):
     @torch.no_grad()
     def _score_batch(self, batch: dict[str, list[Any]]) -> torch.Tensor:
         model = self._model()
-        img = model.encode_image(self._pixels(batch["candidates"], "candidates"))
+        img = encode_image(model, self._pixels(batch["candidates"], "candidates"))  # fast open_clip ViT path
         if self.attributes is not None:
             txt = self._texts([self.prompt_template.format(a) for a in self.attributes])
             return clipscore(img, txt).double()
         # each distinct prompt is encoded once per metric (issue 16; cache keyed by the text)
         from genmetrics.backbones.openclip import TextEmbeddingCache
 
-        cache = self._aux.setdefault("prompt_cache", TextEmbeddingCache())
+        cache = self._aux.setdefault("prompt_cache", TextEmbeddingCache(
+            dtype=torch.float64 if self.text_dtype == "float64" else None))
         txt = cache.embed(model, self.tokenizer, [self.prompt_template.format(t) for t in batch["condition"]],
                           name="condition", normalize=False)
         # cosine in float64: a float32 product alone rounds ~1e-6 at |score| ~ 16 (issue 16 exactness)

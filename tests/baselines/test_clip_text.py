@@ -130,3 +130,45 @@ def test_trimming_is_exact_and_float32_gap_is_rounding_of_the_untrimmed_path(whi
     rounding = (full32 - full64).abs().max()
     assert (short32 - full32).abs().max() <= max(2 * rounding, 1e-6)
     assert (short32 - full64).abs().max() <= max(2 * rounding, 1e-6)
+
+
+@pytest.mark.parametrize("which", ["clip", "custom"])
+def test_float64_text_tower_equals_the_float64_model_and_leaves_the_model_alone(which):
+    model = tiny_clip()[0] if which == "clip" else _custom(False)
+    ids = tiny_clip()[1](TEXTS)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with torch.inference_mode():
+        exact = copy.deepcopy(model).double().encode_text(ids)
+        ours = encode_text_ids(model, ids, dtype=torch.float64)
+        f32 = encode_text_ids(model, ids)
+    assert ours.dtype == torch.float64
+    assert (ours - exact).abs().max() <= 1e-12 * max(1.0, float(exact.abs().max()))
+    assert (f32.double() - exact).abs().max() > 1e-12  # the float32 path really is float32
+    assert all(torch.equal(v, model.state_dict()[k]) and v.dtype == model.state_dict()[k].dtype
+               for k, v in before.items())
+
+
+def test_clipscore_text_dtype_float64_is_the_float64_text_tower():
+    """Default ``text_dtype="float64"``: the score is the untrimmed float64 text tower's (<= 1e-9) with the
+    same image embedding; ``"model"`` stays within float32 rounding; each distinct prompt is encoded once."""
+    from genmetrics.backbones.openclip import clip_image_batch, encode_image
+
+    model, tok = tiny_clip()
+    images = torch.rand(4, 3, 32, 32, generator=torch.Generator().manual_seed(0))
+    prompts = ["a dog", "a photo of a red car on the street", "a dog", "snow"]
+    with torch.inference_mode():
+        # per update batch, as the metric does (float32 GEMM rounding depends on the batch's shape)
+        img = torch.cat([encode_image(model, clip_image_batch(list(images[sl]), model)) for sl in (slice(0, 2), slice(2, 4))])
+        txt64 = copy.deepcopy(model).double().encode_text(tok(prompts))
+    exact = _scores(img, txt64)
+    out = {}
+    for dtype in ("float64", "model"):
+        m = gm.create_metric("clipscore", backbone=model, tokenizer=tok, text_dtype=dtype)
+        m.update(candidates=images[:2], condition=prompts[:2])
+        m.update(candidates=images[2:], condition=prompts[2:])
+        out[dtype] = m.per_sample()["scores"]
+        assert m._aux["prompt_cache"].encoded == 3  # "a dog" once, across updates
+    assert (out["float64"] - exact).abs().max() <= 1e-9
+    assert 1e-9 < (out["model"] - exact).abs().max() <= 1e-4
+    with pytest.raises(Exception, match="text_dtype.*'float64'.*'float32'"):
+        gm.create_metric("clipscore", backbone=model, tokenizer=tok, text_dtype="float32")
