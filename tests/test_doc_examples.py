@@ -25,7 +25,8 @@ import pytest
 import genmetrics
 
 #: modules whose public names count although they declare no ``__all__``
-MODULES_WITHOUT_ALL = ["genmetrics.registry", "genmetrics.metric", "genmetrics.wrappers", "genmetrics.data.images"]
+MODULES_WITHOUT_ALL = ["genmetrics.registry", "genmetrics.metric", "genmetrics.wrappers", "genmetrics.data.images",
+                       "genmetrics.data.jsonl", "genmetrics.backbones.weights"]
 #: qualified name -> why it has no runnable example
 EXEMPT = {
     "genmetrics.testing.spawn_gloo": "starts worker processes (gloo); tests/contract runs it",
