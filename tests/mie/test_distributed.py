@@ -86,6 +86,7 @@ def _worker(rank: int, world_size: int, data: str, out: str) -> dict:
 
 
 @pytest.mark.distributed
+@pytest.mark.slow  # ~50 s here, most of it the start-up of two processes
 def test_two_processes_with_an_unlabelled_micro_batch_equal_one_process(tmp_path):
     from genmetrics.mie.model import MIEModel
     from genmetrics.testing import spawn_gloo, tiny_qwen35, tiny_qwen35_processor
