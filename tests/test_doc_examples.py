@@ -26,7 +26,8 @@ import genmetrics
 
 #: modules whose public names count although they declare no ``__all__``
 MODULES_WITHOUT_ALL = ["genmetrics.registry", "genmetrics.metric", "genmetrics.wrappers", "genmetrics.data.images",
-                       "genmetrics.data.jsonl", "genmetrics.backbones.weights"]
+                       "genmetrics.data.jsonl", "genmetrics.backbones.weights",
+                       "genmetrics.backbones.openclip"]
 #: qualified name -> why it has no runnable example
 EXEMPT = {
     "genmetrics.testing.spawn_gloo": "starts worker processes (gloo); tests/contract runs it",
