@@ -82,7 +82,7 @@ def _worker(rank: int, world_size: int, data: str, out: str) -> dict:
     import os
 
     os.environ["LOCAL_RANK"] = str(rank)
-    return _train(data, out, grad_accum=1)  # ~100 KB: more than a pipe's buffer (spawn_gloo reads while joining)
+    return _train(data, out, grad_accum=1)  # ~0.2 MB: more than a pipe holds (spawn_gloo reads while joining)
 
 
 @pytest.mark.distributed
