@@ -25,6 +25,15 @@ def map_batches(fn: Callable[[slice], T], n: int, batch_size: int, *, min_batch_
     On a CUDA out-of-memory error the slice is retried with half the batch size (down to
     ``min_batch_size``); the smaller size is kept for the rest of the run. Every sample is scored
     exactly once and the order is kept.
+
+    >>> map_batches(lambda s: (s.start, s.stop), 5, 2)
+    [(0, 2), (2, 4), (4, 5)]
+    >>> def scorer(s):  # runs out of memory on any slice longer than 2
+    ...     if s.stop - s.start > 2:
+    ...         raise RuntimeError("CUDA out of memory (simulated)")
+    ...     return list(range(s.start, s.stop))
+    >>> map_batches(scorer, 5, 4)  # backs off to 2, every sample once, in order
+    [[0, 1], [2, 3], [4]]
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -47,7 +56,11 @@ def map_batches(fn: Callable[[slice], T], n: int, batch_size: int, *, min_batch_
 
 
 def fixed_batches(items: Sequence[T], batch_size: int) -> Iterator[list[T]]:
-    """Consecutive chunks of ``batch_size`` items (the last may be smaller)."""
+    """Consecutive chunks of ``batch_size`` items (the last may be smaller).
+
+    >>> list(fixed_batches("abcde", 2))
+    [['a', 'b'], ['c', 'd'], ['e']]
+    """
     for i in range(0, len(items), batch_size):
         yield list(items[i:i + batch_size])
 
@@ -58,7 +71,13 @@ def token_budget_batches(
     """Group sample indices into batches whose padded cost ``len(batch) * max(cost)`` stays within
     ``budget``. With ``sort=True`` samples of similar cost are grouped (less padding); the returned
     index lists still cover every sample exactly once. A sample larger than the budget gets a batch
-    of its own."""
+    of its own.
+
+    >>> costs = [10, 90, 12, 85, 200]
+    >>> batches = token_budget_batches(costs, 200)
+    >>> batches, sorted(i for b in batches for i in b) == list(range(5))
+    ([[0, 2], [3, 1], [4]], True)
+    """
     if budget < 1:
         raise ValueError(f"token budget must be >= 1, got {budget}")
     order = sorted(range(len(costs)), key=lambda i: (costs[i], i)) if sort else list(range(len(costs)))
@@ -80,7 +99,14 @@ def token_budget_batches(
 
 
 def padding_efficiency(costs: Sequence[int], batches: Sequence[Sequence[int]]) -> float:
-    """Useful tokens over padded tokens for a batching of samples with the given costs."""
+    """Useful tokens over padded tokens for a batching of samples with the given costs.
+
+    >>> costs = [10, 90, 12, 85]
+    >>> padding_efficiency(costs, [[0, 1], [2, 3]]) == 197 / (2 * 90 + 2 * 85)  # useful / padded tokens
+    True
+    >>> round(padding_efficiency(costs, [[0, 2], [1, 3]]), 4)  # similar lengths together: less padding
+    0.9657
+    """
     useful = sum(int(costs[i]) for b in batches for i in b)
     padded = sum(len(b) * max(int(costs[i]) for i in b) for b in batches if b)
     return useful / padded if padded else 1.0
@@ -104,7 +130,15 @@ def iter_decoded(
     paths: Sequence[Any], loader: Callable[[Any], Any], *, batch_size: int = 32, num_workers: int = 0
 ) -> Iterator[list[tuple[int, Any]]]:
     """Decode files in DataLoader worker processes; yields lists of ``(index, decoded or exception)``
-    in input order, so a bad file can be reported and skipped without losing the good ones."""
+    in input order, so a bad file can be reported and skipped without losing the good ones.
+
+    >>> def loader(name):
+    ...     if name == "bad":
+    ...         raise ValueError("cannot decode")
+    ...     return name.upper()
+    >>> [(i, str(x)) for batch in iter_decoded(["a", "bad", "c"], loader, batch_size=2) for i, x in batch]
+    [(0, 'A'), (1, 'cannot decode'), (2, 'C')]
+    """
     ds = _ImageFiles(paths, loader)
     dl = torch.utils.data.DataLoader(
         ds, batch_size=batch_size, num_workers=num_workers, collate_fn=list, shuffle=False,

@@ -20,7 +20,12 @@ from genmetrics.backbones.weights import genmetrics_home
 
 
 def content_hash(x: Any) -> str:
-    """sha256 of an image's content (file bytes, or pixels + shape + dtype)."""
+    """sha256 of an image's content (file bytes, or pixels + shape + dtype).
+
+    >>> a = torch.zeros(3, 4, 4)
+    >>> content_hash(a) == content_hash(a.clone()), content_hash(a) == content_hash(a.double())  # dtype counts
+    (True, False)
+    """
     h = hashlib.sha256()
     if isinstance(x, (str, os.PathLike)):
         with open(x, "rb") as f:
@@ -42,7 +47,19 @@ def content_hash(x: Any) -> str:
 
 
 class FeatureCache:
-    """``get(image) -> dict[str, Tensor] | None`` and ``put(image, tensors)`` under ``root/model_key``."""
+    """``get(image) -> dict[str, Tensor] | None`` and ``put(image, tensors)`` under ``root/model_key``.
+
+    >>> import tempfile
+    >>> image = torch.rand(3, 8, 8, generator=torch.Generator().manual_seed(0))
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     cache = FeatureCache("ViT-B-32/openai", root=d)
+    ...     first = cache.get(image)  # a miss
+    ...     cache.put(image, {"emb": torch.ones(4)})
+    ...     again = FeatureCache("ViT-B-32/openai", root=d).get(image.clone())  # same content, new process
+    ...     other = FeatureCache("ViT-L-14/openai", root=d).get(image)  # another model: its own folder
+    >>> first, again["emb"].tolist(), other
+    (None, [1.0, 1.0, 1.0, 1.0], None)
+    """
 
     def __init__(self, model_id: str, root: str | os.PathLike | None = None):
         self.model_id = model_id

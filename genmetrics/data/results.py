@@ -42,7 +42,14 @@ def _umask() -> int:
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
-    """Write ``text`` to ``path`` atomically (temp file in the same folder, fsync, rename)."""
+    """Write ``text`` to ``path`` atomically (temp file in the same folder, fsync, rename).
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     p = atomic_write_text(Path(d) / "sub" / "a.txt", "hello")  # folders are created
+    ...     p.read_text(), sorted(q.name for q in p.parent.iterdir())  # no temp file left behind
+    ('hello', ['a.txt'])
+    """
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=str(p.parent))
@@ -61,10 +68,22 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
 
 
 def atomic_write_json(path: str | os.PathLike, obj: Any, *, indent: int = 2) -> Path:
+    """:func:`atomic_write_text` of ``obj`` as indented JSON (tensors, paths and numpy values converted).
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     json.loads(atomic_write_json(Path(d) / "a.json", {"path": Path("x.png"), "n": 2}).read_text())
+    {'path': 'x.png', 'n': 2}
+    """
     return atomic_write_text(path, json.dumps(_jsonable(obj), indent=indent, sort_keys=False) + "\n")
 
 
 def dumps_line(obj: Any) -> str:
+    """One compact JSON line (the JSONL row format), tensors and paths converted.
+
+    >>> dumps_line({"generator": "blur", "id": "000", "score": 0.5})
+    '{"generator":"blur","id":"000","score":0.5}'
+    """
     return json.dumps(_jsonable(obj), separators=(",", ":"))
 
 
@@ -77,7 +96,13 @@ def _is_number(x: Any) -> bool:
 
 def check_result_row(row: Any, key: Iterable[str] = ("generator", "metric", "id")) -> str | None:
     """Why ``row`` is not a result row (``None`` when it is): a JSON object with string key fields and a
-    ``score`` that is a finite number (or null), ``scores`` a list of numbers when present."""
+    ``score`` that is a finite number (or null), ``scores`` a list of numbers when present.
+
+    >>> check_result_row({"generator": "blur", "metric": "psnr", "id": "000", "score": 31.5}) is None
+    True
+    >>> check_result_row({"generator": "blur", "metric": "psnr", "id": "000", "score": "high"}) is not None
+    True
+    """
     if not isinstance(row, dict):
         return f"expected a JSON object (a result row), got {type(row).__name__}"
     for k in key:
@@ -96,6 +121,12 @@ def check_result_row(row: Any, key: Iterable[str] = ("generator", "metric", "id"
 
 def read_results(path: str | os.PathLike, *, check: RowCheck | None = None) -> list[dict[str, Any]]:
     """Rows of a results JSONL file; a torn (unterminated or unparsable) last line is ignored.
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     _ = (Path(d) / "r.jsonl").write_text('{"id": "a", "score": 1}\\n{"id": "b", "sco')  # killed mid-write
+    ...     read_results(Path(d) / "r.jsonl")
+    [{'id': 'a', 'score': 1}]
 
     With ``check`` (e.g. :func:`check_result_row`), a line that parses but is not an acceptable row is
     refused with :class:`~genmetrics.errors.InputError` naming the file and line; it is never used."""
@@ -145,6 +176,19 @@ class HashCache:
     -t``), gets a new change time (ctime cannot be set by a program) or inode and is hashed again. An
     unreadable or torn cache file is ignored (hashes are computed afresh); the cache only saves reading,
     it never decides a result on its own.
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     img = Path(d) / "a.png"
+    ...     _ = img.write_bytes(b"abc")
+    ...     cache = HashCache(Path(d) / "hashes.json")
+    ...     h = cache(img)
+    ...     cache.save()
+    ...     again = HashCache(Path(d) / "hashes.json")(img)  # from the file, not re-read
+    ...     _ = img.write_bytes(b"abd")  # same size, new content
+    ...     changed = HashCache(Path(d) / "hashes.json")(img)
+    >>> h == again, h == changed, len(h)
+    (True, False, 16)
     """
 
     VERSION = 1
@@ -193,7 +237,14 @@ _HASHES = HashCache()
 
 
 def content_hash(path: str | os.PathLike) -> str:
-    """sha256 (first 16 hex digits) of a file's bytes, cached in this process (see :class:`HashCache`)."""
+    """sha256 (first 16 hex digits) of a file's bytes, cached in this process (see :class:`HashCache`).
+
+    >>> import hashlib, tempfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     _ = (Path(d) / "a.png").write_bytes(b"abc")
+    ...     content_hash(Path(d) / "a.png") == hashlib.sha256(b"abc").hexdigest()[:16]
+    True
+    """
     return _HASHES(path)
 
 
@@ -203,7 +254,19 @@ LOCK = ".genmetrics.lock"
 class OutputLock:
     """An exclusive lock on an output folder while a run writes to it (``fcntl.flock`` on ``OUT/.genmetrics.lock``:
     released by the OS when the process ends, so a killed run leaves no stale lock). A second run on the
-    same folder refuses with one line naming the holder."""
+    same folder refuses with one line naming the holder.
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     lock = OutputLock(Path(d))
+    ...     try:
+    ...         OutputLock(Path(d))  # a second run on the same folder
+    ...     except Exception as e:
+    ...         print(type(e).__name__, "in use by another run" in str(e))
+    ...     lock.release()
+    ...     OutputLock(Path(d)).release()  # free again
+    InputError True
+    """
 
     def __init__(self, out_dir: Path):
         self.path = Path(out_dir) / LOCK
@@ -239,6 +302,17 @@ class ResultsWriter:
 
     With ``resume=True`` existing rows are kept, a torn last line is cut off, and :meth:`done` tells
     which keys are finished so they are skipped; writing a key twice is refused.
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     w = ResultsWriter(Path(d) / "results.jsonl")
+    ...     _ = w.write([{"generator": "blur", "metric": "psnr", "id": "000", "score": 31.5}])
+    ...     w.close()
+    ...     resumed = ResultsWriter(Path(d) / "results.jsonl", resume=True)
+    ...     done = resumed.done({"generator": "blur", "metric": "psnr", "id": "000"}), resumed.n_done
+    ...     resumed.close()
+    >>> done
+    (True, 1)
     """
 
     def __init__(self, path: str | os.PathLike, *, key: Iterable[str] = ("generator", "metric", "id"), resume: bool = False):
@@ -299,6 +373,12 @@ class ResultsWriter:
 
 def package_versions(names: Iterable[str] = ("genmetrics", "torch", "torchvision", "open_clip_torch", "transformers",
                                                "peft", "accelerate", "torchmetrics", "numpy", "scipy", "pillow")) -> dict[str, str | None]:
+    """Installed versions of ``names`` (``None`` for a package that is not installed), for manifests.
+
+    >>> v = package_versions(["genmetrics", "no-such-package"])
+    >>> isinstance(v["genmetrics"], str), v["no-such-package"]
+    (True, None)
+    """
     from importlib.metadata import PackageNotFoundError, version
 
     out: dict[str, str | None] = {}
@@ -323,7 +403,12 @@ def _command() -> str:
 
 
 def manifest(**extra: Any) -> dict[str, Any]:
-    """Versions, platform, command and time, plus whatever the caller adds (options, weights, seed)."""
+    """Versions, platform, command and time, plus whatever the caller adds (options, weights, seed).
+
+    >>> m = manifest(seed=0)
+    >>> m["seed"], {"created", "versions"} <= set(m)
+    (0, True)
+    """
     return {
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "command": _command(),
@@ -341,6 +426,16 @@ def merge_results(sources: Iterable[str | os.PathLike], dest: str | os.PathLike,
     Torn last lines are ignored, the first row of each key wins (so a row is never duplicated), and
     ``sort_key(row)``, when given, orders the result (e.g. the canonical order of a run, so a sharded or
     resumed run writes the same file as an uninterrupted one). ``dest`` may be one of the sources.
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     a, b = Path(d) / "rank-0.jsonl", Path(d) / "rank-1.jsonl"
+    ...     _ = a.write_text(dumps_line({"generator": "g", "metric": "psnr", "id": "1", "score": 1}) + "\\n")
+    ...     _ = b.write_text("".join(dumps_line({"generator": "g", "metric": "psnr", "id": i, "score": 2}) + "\\n"
+    ...                              for i in ("0", "1")))  # id "1" again: the first source wins
+    ...     rows = merge_results([a, b], Path(d) / "results.jsonl", sort_key=lambda r: r["id"])
+    >>> [(r["id"], r["score"]) for r in rows]
+    [('0', 2), ('1', 1)]
     """
     fields = tuple(key)
     seen: set[tuple] = set()
