@@ -70,6 +70,8 @@ def _portable(ref: str | None) -> str | None:
 @click.option("--lora-targets", type=click.Choice(["qkv-mlp", "all-linear"]), default="qkv-mlp", show_default=True,
               help="qkv-mlp: q,k,v,gate,up,down (the official Qwen3-VL-Embedding training's); all-linear adds o_proj.")
 @click.option("--probe-layers", type=int, default=20, show_default=True, help="Mid fusion: number of probe layers.")
+@click.option("--mid-text-norm", type=click.Choice(["layer", "none"]), default="layer", show_default=True,
+              help="Mid fusion: LayerNorm on the channel-weight MLPs' input (none: the paper-literal raw average).")
 @click.option("--val-every", type=int, default=None, help="Validate every N optimizer steps (default: once per epoch).")
 @click.option("--save-every", type=int, default=200, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
@@ -83,7 +85,7 @@ def train_cmd(data: str, out: str, variant: str, val_data: str | None, weights: 
               batch_size: int | None, micro_batch_size: int, epochs: float, max_steps: int | None,
               temperature: float | None, lora_r: int, lora_alpha: int | None, lora_dropout: float, warmup_ratio: float,
               weight_decay: float, max_grad_norm: float, resize: str | None, image_size: int | None, lora_targets: str,
-              probe_layers: int, val_every: int | None, save_every: int, seed: int, num_workers: int,
+              probe_layers: int, mid_text_norm: str, val_every: int | None, save_every: int, seed: int, num_workers: int,
               gradient_checkpointing: bool | None, resume: bool, overwrite: bool, as_json: bool) -> None:
     """Train TPIPS on odd-one-out votes (Eq. 2; LoRA on the language tower). Multi-GPU:
     ``accelerate launch -m genmetrics train tpips ...``."""
@@ -93,7 +95,7 @@ def train_cmd(data: str, out: str, variant: str, val_data: str | None, weights: 
                       max_steps=max_steps, temperature=temperature, lora_r=lora_r, lora_alpha=lora_alpha,
                       lora_dropout=lora_dropout, warmup_ratio=warmup_ratio, weight_decay=weight_decay,
                       max_grad_norm=max_grad_norm, resize=resize, image_size=image_size, lora_targets=lora_targets,
-                      probe_layers=probe_layers,
+                      probe_layers=probe_layers, mid_text_norm=mid_text_norm,
                       val_every=val_every, save_every=save_every, seed=seed, num_workers=num_workers,
                       gradient_checkpointing=gradient_checkpointing)
     res = train_tpips(data, out, config=cfg, weights=weights, val_data=val_data, resume=resume, overwrite=overwrite)

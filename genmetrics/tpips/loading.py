@@ -120,6 +120,8 @@ def load_tpips(adapter: str | os.PathLike | None = None, *, backbone: nn.Module 
                 extra.setdefault("probe_layers", cfg["probe_layers"])
             if cfg.get("mid_hidden"):
                 extra.setdefault("mid_hidden", cfg["mid_hidden"])
+            if v == "mid":  # adapters saved before the option had no input norm
+                extra.setdefault("mid_text_norm", cfg.get("mid_text_norm", "none"))
         model = TPIPSModel(backbone, processor, v, image_size=size if mode == "square" else None, resize=mode, **extra)
     if folder is not None and (folder / HEAD_NAME).is_file():
         from genmetrics.backbones.weights import load_state_dict

@@ -5,7 +5,13 @@ weights ``w_l(c) = softplus(MLP_l(mean instruction-token state at layer l))`` an
 Initialisation (a stability fix, not in the paper): every weight starts at ``w0 = sqrt(tau / L)`` for ``L``
 probe layers, so the Eq. 2 logits ``f / tau`` start as ``-mean_l mean_t ||phi_l(x1) - phi_l(x2)||^2`` in
 ``[-4, 0]``: the first-step loss is near ``ln 3`` and the gradients are bounded whatever ``tau``, ``L`` and the
-model width (with ``w0 = 1``, ``tau = 0.0025`` and 20 layers the logits reach ``-3e4``)."""
+model width (with ``w0 = 1``, ``tau = 0.0025`` and 20 layers the logits reach ``-3e4``).
+
+MLP input (option ``text_norm``, not in the paper): ``"layer"`` (default) gives each MLP the averaged
+instruction state after a LayerNorm without parameters, so the text conditioning reaches the weights whatever
+the backbone's hidden-state scale; ``"none"`` is the paper-literal raw average. Without it the tiny backbone's
+text states (norm about 0.1) left the MLPs' hidden units nearly constant and the trained weights for "color" and
+"position" identical (cosine 1.000): the channel weights were not aspect-conditioned (docs/tpips.md)."""
 
 from __future__ import annotations
 
@@ -26,16 +32,25 @@ def initial_weight(temperature: float, n_layers: int) -> float:
     return math.sqrt(float(temperature) / max(1, int(n_layers)))
 
 
+#: MLP input choices (``text_norm``): LayerNorm without parameters (default), or the raw average (paper-literal)
+TEXT_NORMS = ("layer", "none")
+
+
 class MidFusionHead(nn.Module):
-    """Text-conditioned channel weights ``w_l(c) = softplus(MLP_l(mean text state))`` per probe layer.
+    """Text-conditioned channel weights ``w_l(c) = softplus(MLP_l(norm(mean text state)))`` per probe layer.
 
     The last linear layer starts at zero weight and bias ``softplus^-1(init_weight)``, so every weight
-    starts at ``init_weight`` (see :func:`initial_weight`)."""
+    starts at ``init_weight`` (see :func:`initial_weight`). ``text_norm="layer"`` normalises the MLP input
+    (zero mean, unit variance over channels, no parameters); ``"none"`` feeds the raw average."""
 
-    def __init__(self, hidden_size: int, n_layers: int, mlp_hidden: int = 256, init_weight: float = 1.0):
+    def __init__(self, hidden_size: int, n_layers: int, mlp_hidden: int = 256, init_weight: float = 1.0,
+                 text_norm: str = "layer"):
         super().__init__()
         if not init_weight > 0:
             raise InputError(f"mid-fusion init_weight must be positive, got {init_weight!r}")
+        if text_norm not in TEXT_NORMS:
+            raise InputError(f"mid_text_norm={text_norm!r}: expected one of {', '.join(TEXT_NORMS)}")
+        self.text_norm = text_norm
         bias = init_weight + math.log(-math.expm1(-init_weight))  # softplus^-1, stable for small and large values
         self.mlps = nn.ModuleList()
         for _ in range(n_layers):
@@ -44,8 +59,15 @@ class MidFusionHead(nn.Module):
             nn.init.constant_(fc2.bias, bias)
             self.mlps.append(nn.Sequential(fc1, nn.GELU(), fc2))
 
+    def channel_weights(self, layer: int, text_mean: torch.Tensor) -> torch.Tensor:
+        """``w_l(c)`` of probe layer number ``layer`` from the averaged instruction state(s) ``[..., d]``."""
+        t = text_mean.float()
+        if self.text_norm == "layer":
+            t = F.layer_norm(t, t.shape[-1:])
+        return F.softplus(self.mlps[layer](t))
+
     def forward(self, text_means: list[torch.Tensor]) -> list[torch.Tensor]:
-        return [F.softplus(mlp(t.float())) for mlp, t in zip(self.mlps, text_means)]
+        return [self.channel_weights(j, t) for j, t in enumerate(text_means)]
 
 
 def probe_indices(n_layers: int, probe_layers: int | Sequence[int]) -> list[int]:
@@ -86,14 +108,14 @@ def mid_features(model: Any, images: list[torch.Tensor], aspects: list[str], *, 
 def mid_distance(head: MidFusionHead, enc: dict[str, list], ra: list[int], rb: list[int]) -> torch.Tensor:
     """``f = -sum_l mean_t ||w_l * (phi_l(a) - phi_l(b))||^2`` for the encoded rows ``ra`` / ``rb``."""
     total = None
-    for j, mlp in enumerate(head.mlps):
+    for j in range(len(head.mlps)):
         phi_a = torch.stack([enc["phi"][j][r] for r in ra])
         phi_b = torch.stack([enc["phi"][j][r] for r in rb])
         ta = torch.stack([enc["text"][j][r] for r in ra])
         tb = torch.stack([enc["text"][j][r] for r in rb])
         # The instruction precedes the image and attention is causal, so both passes see the same text
         # states; averaging the two weights makes f exactly symmetric in floating point as well.
-        w = 0.5 * (F.softplus(mlp(ta.float())) + F.softplus(mlp(tb.float())))
+        w = 0.5 * (head.channel_weights(j, ta) + head.channel_weights(j, tb))
         d = ((w.unsqueeze(1) * (phi_a - phi_b)) ** 2).sum(-1).mean(-1)
         total = d if total is None else total + d
     assert total is not None  # at least one probe layer

@@ -104,6 +104,8 @@ class TPIPSModel(VLMBase):
         mid_hidden: hidden width of each mid-fusion MLP.
         mid_init: mid fusion: initial channel weight (default ``sqrt(tau / L)``, see
             :func:`genmetrics.tpips.mid.initial_weight`).
+        mid_text_norm: mid fusion: ``"layer"`` (default) LayerNorm on each MLP's input (the averaged
+            instruction state), ``"none"`` the paper-literal raw average (see :mod:`genmetrics.tpips.mid`).
         vision_cache_size: images kept in the vision-feature LRU across calls.
         batch_size: sequences per language-tower call.
 
@@ -124,6 +126,7 @@ class TPIPSModel(VLMBase):
     def __init__(self, backbone: nn.Module, processor: Any, variant: str = "late", *, image_size: int | None = None,
                  resize: str | None = None, temperature: float | None = None, prompts: tuple[str, str] | None = None,
                  probe_layers: int | Sequence[int] = 20, mid_hidden: int = 256, mid_init: float | None = None,
+                 mid_text_norm: str = "layer",
                  vision_cache_size: int = 64, batch_size: int = 16, vision_batch_size: int = 32,
                  data_range: float = 1.0, max_aspect_tokens: int = MAX_ASPECT_TOKENS) -> None:
         if variant not in VARIANTS:
@@ -149,7 +152,8 @@ class TPIPSModel(VLMBase):
         elif variant == "mid":
             self.probe_layers = probe_indices(len(self.language_model.layers), probe_layers)
             w0 = initial_weight(self.temperature, len(self.probe_layers)) if mid_init is None else float(mid_init)
-            self.head = MidFusionHead(self.hidden_size, len(self.probe_layers), mid_hidden, init_weight=w0)
+            self.head = MidFusionHead(self.hidden_size, len(self.probe_layers), mid_hidden, init_weight=w0,
+                                      text_norm=mid_text_norm)
             self.head.to(self.device)
 
     def _check_full_attention(self, backbone: nn.Module) -> None:
@@ -299,7 +303,8 @@ class TPIPSModel(VLMBase):
     def config_dict(self, base_weights: str | None = None) -> dict[str, Any]:
         return {"format": FORMAT, "variant": self.variant, "resize": self.resize.mode, "image_size": self.image_size,
                 "temperature": self.temperature, "prompts": list(self.prompts), "probe_layers": self.probe_layers,
-                "mid_hidden": self.mid_hidden, "base_weights": base_weights}
+                "mid_hidden": self.mid_hidden, "base_weights": base_weights,
+                **({"mid_text_norm": self.head.text_norm} if self.head is not None else {})}
 
     def save_pretrained(self, path: str | os.PathLike, *, base_weights: str | None = None) -> Path:
         """Write the adapter folder: peft adapter (if the backbone is a PeftModel), ``tpips.json`` and

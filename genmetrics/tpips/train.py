@@ -78,6 +78,7 @@ class TrainConfig:
     lora_targets: str = "qkv-mlp"
     head_lr_mult: float | None = None  # default 5 for the triplet head, 1 otherwise
     probe_layers: int = 20
+    mid_text_norm: str = "layer"  # mid fusion: LayerNorm on the channel-weight MLPs' input ("none": paper-literal)
     image_size: int | None = None  # side of the "square" policy; None: resize="smart"
     resize: str | None = None  # "smart" (official Qwen3-VL-Embedding policy, default) or "square"
     val_every: int | None = None  # None: validate once per epoch (and at the end)
@@ -180,7 +181,8 @@ def build_model(config: TrainConfig, backbone: Any, processor: Any) -> torch.nn.
         model: torch.nn.Module = TPIPSTripletModel(backbone, processor, image_size=config.image_size)  # square
     else:
         model = TPIPSModel(backbone, processor, config.variant, image_size=config.image_size, resize=config.resize,
-                           temperature=config.temperature, probe_layers=config.probe_layers)
+                           temperature=config.temperature, probe_layers=config.probe_layers,
+                           mid_text_norm=config.mid_text_norm)
     for n, p in model.named_parameters():
         if "visual" in n:
             p.requires_grad_(False)

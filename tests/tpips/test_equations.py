@@ -70,6 +70,9 @@ def _mid_reference(vlm, processor, m: TPIPSModel, a, b, aspect: str) -> float:
     total = 0.0
     for j, mlp in enumerate(m.head.mlps):
         (pa, ta), (pb, tb) = states[0][j], states[1][j]
+        if m.head.text_norm == "layer":  # the MLP input: zero mean, unit variance over channels
+            ta = (ta - ta.mean()) / (ta.var(unbiased=False) + 1e-5).sqrt()
+            tb = (tb - tb.mean()) / (tb.var(unbiased=False) + 1e-5).sqrt()
         with torch.no_grad():
             w = 0.5 * (F.softplus(mlp(ta)) + F.softplus(mlp(tb)))
         phi_a, phi_b = pa / pa.norm(dim=-1, keepdim=True), pb / pb.norm(dim=-1, keepdim=True)
@@ -77,13 +80,14 @@ def _mid_reference(vlm, processor, m: TPIPSModel, a, b, aspect: str) -> float:
     return -total
 
 
-def test_mid_fusion_equals_eq3_from_the_standard_forward(processor, images):
+@pytest.mark.parametrize("text_norm", ["layer", "none"])
+def test_mid_fusion_equals_eq3_from_the_standard_forward(processor, images, text_norm):
     """Probe layers 0 and 1 of a 3-layer model (the standard forward replaces the last layer's output by
-    the post-norm state, so the last layer is left out of this comparison)."""
+    the post-norm state, so the last layer is left out of this comparison); both MLP-input options."""
     from genmetrics.testing import tiny_qwen3vl
 
     vlm = tiny_qwen3vl(seed=1, text_config={"num_hidden_layers": 3})
-    m = TPIPSModel(vlm, processor, "mid", image_size=SIZE, probe_layers=[0, 1])
+    m = TPIPSModel(vlm, processor, "mid", image_size=SIZE, probe_layers=[0, 1], mid_text_norm=text_norm)
     g = torch.Generator().manual_seed(0)
     with torch.no_grad():  # non-trivial channel weights, so every term of Eq. 3 matters
         for mlp in m.head.mlps:
@@ -119,3 +123,25 @@ def test_mid_fusion_starts_near_chance(processor, images):
     assert grad < 20.0, grad
     loss1, grad1 = _first_step(0, processor, 1.0, images)
     assert loss1 > 3.0 and grad1 > 5 * grad, (loss1, grad1)
+
+
+def test_mid_channel_weights_follow_the_aspect_whatever_the_state_scale():
+    """With the default MLP input norm, w_l(c) depends on the direction of the averaged instruction state, not
+    its scale (the tiny backbone's states have norm ~0.1, a real one's ~10-1000): scaling the state by 100
+    or 1e4 leaves the weights unchanged, while two different states still give different weights. The
+    paper-literal raw input ("none") is scale-dependent."""
+    from genmetrics.tpips.mid import MidFusionHead
+
+    g = torch.Generator().manual_seed(0)
+    heads = {n: MidFusionHead(32, 1, mlp_hidden=16, init_weight=0.05, text_norm=n) for n in ("layer", "none")}
+    for h in heads.values():
+        with torch.no_grad():
+            h.mlps[0][2].weight.copy_(torch.randn(h.mlps[0][2].weight.shape, generator=g))
+    t, u = torch.randn(2, 32, generator=g) * 0.1
+    w = heads["layer"].channel_weights(0, t * 10)  # (per-channel variance 1, far above LayerNorm's eps 1e-5)
+    for scale in (1e3, 1e5):
+        assert torch.allclose(heads["layer"].channel_weights(0, t * scale), w, rtol=1e-4, atol=1e-7)
+        assert not torch.allclose(heads["none"].channel_weights(0, t * scale), heads["none"].channel_weights(0, t))
+    assert (heads["layer"].channel_weights(0, u) - w).abs().max() > 1e-2
+    with pytest.raises(Exception, match="mid_text_norm"):
+        MidFusionHead(32, 1, text_norm="rms")
