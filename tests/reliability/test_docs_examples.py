@@ -344,3 +344,28 @@ def test_paths_named_in_the_docs_exist():
         if not target.exists() or (test and f"def {test}(" not in target.read_text(encoding="utf-8")):
             missing.append(f"{where}: {path}")
     assert len(named_paths()) > 30 and not missing, missing
+
+
+# ------------------------------------------------------------------------------------ benchmark commands
+def benchmark_commands() -> list[tuple[str, str, list[str]]]:
+    """``python benchmarks/X.py --flag ...`` in the docs (blocks and inline code): (where, script, flags)."""
+    out = []
+    for p in DOCS:
+        for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
+            for m in re.finditer(r"python (benchmarks/\w+\.py)((?: +--?[\w-]+(?: +[^\s`#-][^\s`#]*)?)*)", line):
+                out.append((f"{p.name}:{i}", m[1], re.findall(r"(?<!\S)(--?[a-z][\w-]*)", m[2])))
+    return out
+
+
+def test_benchmark_commands_in_the_docs_name_scripts_and_flags_that_exist():
+    """A benchmark named in the docs exists and takes each flag shown (its argparse source names it)."""
+    cmds = benchmark_commands()
+    bad = []
+    for where, script, flags in cmds:
+        src = REPO / script
+        if not src.is_file():
+            bad.append(f"{where}: {script} does not exist")
+            continue
+        text = src.read_text(encoding="utf-8")
+        bad += [f"{where}: {script} has no option {f}" for f in flags if f"'{f}'" not in text and f'"{f}"' not in text]
+    assert len(cmds) >= 8 and not bad, bad
