@@ -25,7 +25,17 @@ OWN_ENTRIES = (CHECKPOINTS, CONFIG, METRICS, RESULT, BEST, FINAL)
 
 
 def checkpoints(out: Path) -> list[Path]:
-    """Complete checkpoints (those with a ``loop_state.json``), oldest first."""
+    """Complete checkpoints (those with a ``loop_state.json``), oldest first.
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     for step, complete in ((2, True), (10, True), (12, False)):  # step 12 was being written when killed
+    ...         (Path(d) / "checkpoints" / f"step-{step}").mkdir(parents=True)
+    ...         if complete:
+    ...             _ = (Path(d) / "checkpoints" / f"step-{step}" / "loop_state.json").write_text("{}")
+    ...     [p.name for p in checkpoints(Path(d))]
+    ['step-2', 'step-10']
+    """
     root = out / CHECKPOINTS
     if not root.is_dir():
         return []
@@ -38,6 +48,16 @@ def checkpoints(out: Path) -> list[Path]:
 
 
 def read_json(path: Path) -> dict[str, Any]:
+    """A JSON file of the run folder; a damaged one is an error that says how to start over.
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     _ = (Path(d) / "train_config.json").write_text('{"lr": 0.1')  # torn
+    ...     read_json(Path(d) / "train_config.json")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+        ...
+    genmetrics.errors.InputError: ...train_config.json: cannot be read (...); the run folder is damaged: pass overwrite=True ...
+    """
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:
@@ -46,7 +66,17 @@ def read_json(path: Path) -> dict[str, Any]:
 
 
 def clear(out: Path) -> None:
-    """Remove what a previous run of the loop wrote (and nothing else) from ``out``."""
+    """Remove what a previous run of the loop wrote (and nothing else) from ``out``.
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     for name in ("metrics.jsonl", "notes.txt"):
+    ...         _ = (Path(d) / name).write_text("")
+    ...     (Path(d) / "checkpoints").mkdir()
+    ...     clear(Path(d))
+    ...     sorted(p.name for p in Path(d).iterdir())  # the user's file stays
+    ['notes.txt']
+    """
     for name in OWN_ENTRIES:
         p = out / name
         if p.is_dir():
@@ -56,7 +86,11 @@ def clear(out: Path) -> None:
 
 
 def changes(before: dict[str, Any], now: dict[str, Any]) -> list[str]:
-    """``"name: old -> new"`` for every key whose value differs (nested dicts by dotted name)."""
+    """``"name: old -> new"`` for every key whose value differs (nested dicts by dotted name).
+
+    >>> changes({"lr": 0.1, "extra": {"lora_r": 16}}, {"lr": 0.2, "extra": {"lora_r": 16, "alpha": 1}})
+    ["extra.alpha: '<unset>' -> 1", 'lr: 0.1 -> 0.2']
+    """
     out: list[str] = []
     for k in sorted(set(before) | set(now)):
         a, b = before.get(k, "<unset>"), now.get(k, "<unset>")
@@ -71,6 +105,14 @@ def changes(before: dict[str, Any], now: dict[str, Any]) -> list[str]:
 
 
 def refuse_changed(out: Path, where: str, before: dict[str, Any], now: dict[str, Any]) -> None:
+    """Refuse to resume when the settings or data differ from those recorded (every change named).
+
+    >>> refuse_changed(Path("runs/a"), "the checkpoint", {"lr": 0.1}, {"lr": 0.1})  # the same: fine
+    >>> refuse_changed(Path("runs/a"), "the checkpoint", {"lr": 0.1}, {"lr": 0.2})  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+        ...
+    genmetrics.errors.InputError: out_dir 'runs/a': cannot resume: the checkpoint was made with other data or settings (lr: 0.1 -> 0.2). ...
+    """
     diff = changes(before, now)
     if diff:
         raise InputError(
@@ -80,7 +122,15 @@ def refuse_changed(out: Path, where: str, before: dict[str, Any], now: dict[str,
 
 
 def read_metrics(out: Path, upto_step: int) -> list[dict[str, Any]]:
-    """Rows of ``metrics.jsonl`` up to ``upto_step`` (a torn last line is ignored)."""
+    """Rows of ``metrics.jsonl`` up to ``upto_step`` (a torn last line is ignored).
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     rewrite_metrics(Path(d), [{"step": 1, "loss": 2.0}, {"step": 2, "loss": 1.5}])
+    ...     append_metrics(Path(d), {"step": 3, "loss": 1.2})
+    ...     [r["step"] for r in read_metrics(Path(d), upto_step=2)]  # rows after a checkpoint are dropped
+    [1, 2]
+    """
     p = out / METRICS
     if not p.is_file():
         return []
@@ -96,19 +146,46 @@ def read_metrics(out: Path, upto_step: int) -> list[dict[str, Any]]:
 
 
 def rewrite_metrics(out: Path, rows: list[dict[str, Any]]) -> None:
+    """Replace ``metrics.jsonl`` with ``rows`` atomically (on resume: the rows up to the checkpoint).
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     rewrite_metrics(Path(d), [{"step": 1}])
+    ...     (Path(d) / "metrics.jsonl").read_text()
+    '{"step": 1}\\n'
+    """
     from genmetrics.data.results import atomic_write_text
 
     atomic_write_text(out / METRICS, "".join(json.dumps(r) + "\n" for r in rows))
 
 
 def append_metrics(out: Path, row: dict[str, Any]) -> None:
+    """Append one row to ``metrics.jsonl`` and flush it (a crash loses at most the row being written).
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     append_metrics(Path(d), {"step": 1})
+    ...     append_metrics(Path(d), {"step": 2})
+    ...     len(read_metrics(Path(d), upto_step=10))
+    2
+    """
     with open(out / METRICS, "a", encoding="utf-8") as f:
         f.write(json.dumps(row) + "\n")
         f.flush()
 
 
 def replace_dir(tmp: Path, final: Path) -> None:
-    """Move the finished folder ``tmp`` to ``final`` (replacing it); a crash leaves one or the other whole."""
+    """Move the finished folder ``tmp`` to ``final`` (replacing it); a crash leaves one or the other whole.
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     for name, text in (("final", "old"), ("final.tmp", "new")):
+    ...         (Path(d) / name).mkdir()
+    ...         _ = (Path(d) / name / "w.txt").write_text(text)
+    ...     replace_dir(Path(d) / "final.tmp", Path(d) / "final")
+    ...     (Path(d) / "final" / "w.txt").read_text(), sorted(p.name for p in Path(d).iterdir())
+    ('new', ['final'])
+    """
     old = final.with_name(final.name + ".old")
     if old.exists():
         shutil.rmtree(old)
