@@ -28,7 +28,8 @@ import genmetrics
 MODULES_WITHOUT_ALL = ["genmetrics.registry", "genmetrics.metric", "genmetrics.wrappers", "genmetrics.data.images",
                        "genmetrics.data.jsonl", "genmetrics.backbones.weights",
                        "genmetrics.backbones.openclip", "genmetrics.data.cache", "genmetrics.data.device",
-                       "genmetrics.data.batching", "genmetrics.data.results"]
+                       "genmetrics.data.batching", "genmetrics.data.results",
+                       "genmetrics.train.run_dir"]
 #: qualified name -> why it has no runnable example
 EXEMPT = {
     "genmetrics.testing.spawn_gloo": "starts worker processes (gloo); tests/contract runs it",
