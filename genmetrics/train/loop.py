@@ -158,10 +158,6 @@ def fit(task: Any, train_examples: Any, cfg: TrainLoopConfig, val_examples: Any 
     ...     round(result.module.weight.detach().item(), 2), result.steps, again.history == result.history
     (2.5, 200, True)
     """
-    from accelerate import Accelerator
-    from accelerate.utils import DistributedDataParallelKwargs, broadcast_object_list, set_seed
-    from transformers import get_scheduler
-
     cfg = cfg.checked()
     train_examples = _check_examples(train_examples, "train_examples")
     val_examples = _check_examples(val_examples, "val_examples") if val_examples is not None else []
@@ -171,8 +167,33 @@ def fit(task: Any, train_examples: Any, cfg: TrainLoopConfig, val_examples: Any 
     out: Path = cfg.out_dir  # type: ignore[assignment]
     if out.exists() and not out.is_dir():
         raise InputError(f"out_dir {str(out)!r} is a file; expected a folder (or a path that does not exist yet)")
+    lock = _lock_out_dir(out)
+    try:
+        return _fit_locked(task, train_examples, cfg, val_examples, out)
+    finally:
+        if lock is not None:
+            lock.release()
 
+
+def _lock_out_dir(out: Path) -> Any:
+    """The main process holds the output-folder lock (``OUT/.genmetrics.lock``, as the leaderboard) while a
+    run writes, so a second fit or ``genmetrics train`` into the same folder refuses with one line."""
+    import torch.distributed as dist
+
+    from genmetrics.data.results import OutputLock
+
+    rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else int(os.environ.get("RANK") or 0)
+    if rank != 0:
+        return None
+    out.mkdir(parents=True, exist_ok=True)
+    return OutputLock(out)
+
+
+def _fit_locked(task: Any, train_examples: list, cfg: TrainLoopConfig, val_examples: list, out: Path) -> TrainResult:
+    from accelerate import Accelerator
     from accelerate.state import AcceleratorState, GradientState
+    from accelerate.utils import DistributedDataParallelKwargs, broadcast_object_list, set_seed
+    from transformers import get_scheduler
 
     shared = AcceleratorState._shared_state
     if shared and shared.get("_mixed_precision") not in (None, cfg.mixed_precision):

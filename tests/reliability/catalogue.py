@@ -900,3 +900,19 @@ CASES += [
     Case("retrieval-sheet-not-png", "--sheet sheet.txt (the sheet is a PNG)", InputError, "name it *.png",
          api=lambda ws: _sheet(ws, "sheet.txt")),
 ]
+
+
+def _train_locked(ws: Path) -> Any:
+    from genmetrics.data.results import OutputLock
+
+    out = ws / "train" / "locked"
+    out.mkdir(parents=True, exist_ok=True)
+    _LOCKS.append(OutputLock(out))  # another training run writing this folder
+    return _train(ws, "locked")
+
+
+CASES += [
+    # class 6: training holds the output-folder lock too
+    Case("train-out-locked", "training into a folder another run is writing", InputError, "is in use by another run",
+         api=_train_locked),
+]
