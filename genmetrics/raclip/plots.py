@@ -53,7 +53,15 @@ def _bar(labels: Sequence[str], values: np.ndarray, path: str | Path, *, title: 
 
 
 def sad_bar(attributes: Sequence[str], sad: Any, path: str | Path, *, top: int = 20) -> Path:
-    """Bar chart of the ``top`` largest SaD values (x1000)."""
+    """Bar chart of the ``top`` largest SaD values (x1000).
+
+    >>> import tempfile
+    >>> from PIL import Image
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     png = sad_bar(["smiling", "wearing hat"], [0.004, 0.001], Path(d) / "sad.png")
+    ...     png.name, Image.open(png).format
+    ('sad.png', 'PNG')
+    """
     v = torch.as_tensor(sad, dtype=torch.float64)
     order = torch.argsort(v, descending=True)[:top].tolist()
     return _bar([attributes[i] for i in order], v[order].numpy() * 1000, path,
@@ -62,7 +70,15 @@ def sad_bar(attributes: Sequence[str], sad: Any, path: str | Path, *, top: int =
 
 
 def pad_bar(pairs: Sequence[tuple[str, str]], pad: Any, path: str | Path, *, top: int = 20) -> Path:
-    """Bar chart of the ``top`` largest PaD values (x1000)."""
+    """Bar chart of the ``top`` largest PaD values (x1000).
+
+    >>> import tempfile
+    >>> from PIL import Image
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     png = pad_bar([("smiling", "wearing hat")], [0.003], Path(d) / "plots" / "pad.png")  # folder made
+    ...     Image.open(png).format
+    'PNG'
+    """
     v = torch.as_tensor(pad, dtype=torch.float64)
     order = torch.argsort(v, descending=True)[:top].tolist()
     return _bar([f"{pairs[i][0]} & {pairs[i][1]}" for i in order], v[order].numpy() * 1000, path,
@@ -80,7 +96,15 @@ def _cols(n: int) -> int:
 
 def rsad_heatmaps(rsad_map: Any, grid: tuple[int, int], attributes: Sequence[str], path: str | Path, *,
                   top: int = 8) -> Path:
-    """Signed R-SaD maps of the ``top`` attributes by ``mean_j |R-SaD_j|`` on the patch grid."""
+    """Signed R-SaD maps of the ``top`` attributes by ``mean_j |R-SaD_j|`` on the patch grid.
+
+    >>> import tempfile
+    >>> from PIL import Image
+    >>> rsad_map = torch.linspace(-1, 1, 16 * 2).reshape(16, 2)  # [P = 4 x 4 patches, C = 2 attributes]
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     Image.open(rsad_heatmaps(rsad_map, (4, 4), ["smiling", "wearing hat"], Path(d) / "rsad.png")).format
+    'PNG'
+    """
     m = torch.as_tensor(rsad_map, dtype=torch.float64)
     idx = _top(m.abs().mean(0), top)
     cols = _cols(len(idx))
@@ -108,7 +132,16 @@ def _upsample(g: np.ndarray, hw: tuple[int, int]) -> np.ndarray:
 def rsad_overlay(rsad_map: Any, grid: tuple[int, int], attributes: Sequence[str], backdrops: Sequence[Any],
                  path: str | Path, *, top: int = 8, alpha: float = 0.55) -> Path:
     """Signed R-SaD maps (upsampled) over a backdrop image per attribute (``backdrops[i]``: ``[3,H,W]``
-    in [0,1], e.g. the real image that scores highest on attribute ``i``)."""
+    in [0,1], e.g. the real image that scores highest on attribute ``i``).
+
+    >>> import tempfile
+    >>> from PIL import Image
+    >>> rsad_map, backdrops = torch.linspace(-1, 1, 32).reshape(16, 2), [torch.rand(3, 32, 32)] * 2
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     png = rsad_overlay(rsad_map, (4, 4), ["smiling", "wearing hat"], backdrops, Path(d) / "overlay.png")
+    ...     Image.open(png).format
+    'PNG'
+    """
     m = torch.as_tensor(rsad_map, dtype=torch.float64)
     idx = _top(m.abs().mean(0), top)
     cols = _cols(len(idx))
@@ -132,7 +165,17 @@ def attribute_maps(examples: Sequence[Any], attributes: Sequence[str], grid: tup
                    columns: Sequence[int] | None = None, alpha: float = 0.5) -> Path:
     """Rows: example images (real and generated); columns: the image, then one overlay of the refined
     patch scores per attribute in ``columns`` (indices; default the first 4). Titles give the image's
-    RA-CLIPScore for that attribute. One colour scale (0..max) per column."""
+    RA-CLIPScore for that attribute. One colour scale (0..max) per column.
+
+    >>> import tempfile
+    >>> from PIL import Image
+    >>> from genmetrics.raclip.report import Example
+    >>> examples = [Example(role, f"{role}.png", torch.rand(3, 32, 32), torch.rand(2), torch.rand(16, 2))
+    ...             for role in ("real", "generated")]
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     Image.open(attribute_maps(examples, ["smiling", "wearing hat"], (4, 4), Path(d) / "maps.png")).format
+    'PNG'
+    """
     cols_idx = list(columns) if columns is not None else list(range(min(4, len(attributes))))
     n = len(examples)
     cols = 1 + len(cols_idx)

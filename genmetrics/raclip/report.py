@@ -23,7 +23,12 @@ from genmetrics.functional import divergence as D
 
 @dataclass
 class Example:
-    """One image kept for the per-image attribute maps."""
+    """One image kept for the per-image attribute maps.
+
+    >>> ex = Example("real", "000.png", torch.zeros(3, 32, 32), torch.zeros(2), torch.zeros(16, 2))
+    >>> ex.role, ex.name, tuple(ex.patch_scores.shape)  # [patches, attributes]
+    ('real', '000.png', (16, 2))
+    """
 
     role: str  # "real" | "generated"
     name: str
@@ -34,6 +39,14 @@ class Example:
 
 @dataclass
 class ScoredSet:
+    """The scores of one image set: ``scores [N,C]``, the summed refined patch maps ``[P,C]`` (``map_mean``
+    is their mean) and a few kept examples.
+
+    >>> s = ScoredSet(torch.ones(4, 2, dtype=torch.float64), torch.full((16, 2), 8.0, dtype=torch.float64))
+    >>> s.n, s.map_mean[0].tolist()
+    (4, [2.0, 2.0])
+    """
+
     scores: torch.Tensor  # [N,C] float64
     map_sum: torch.Tensor  # [P,C] float64
     examples: list[Example] = field(default_factory=list)
@@ -60,7 +73,18 @@ def _unnormalise(x: torch.Tensor, model: Any) -> torch.Tensor:
 def score_images(scorer: Any, paths: Sequence[Any], attributes: list[str], *, role: str, batch_size: int = 32,
                  keep_examples: int = 4, progress: Callable[[Iterable[Any]], Iterable[Any]] | None = None,
                  data_range: float = 1.0) -> ScoredSet:
-    """RA-CLIPScore of every image: ``[N,C]`` scores, summed refined patch maps and a few examples."""
+    """RA-CLIPScore of every image: ``[N,C]`` scores, summed refined patch maps and a few examples.
+
+    >>> import tempfile
+    >>> from genmetrics.raclip.model import RegionAttributeScorer
+    >>> from genmetrics.testing import random_images, tiny_clip, write_images
+    >>> scorer = RegionAttributeScorer(*tiny_clip())
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     paths = write_images(d, random_images(6, 32, seed=1))
+    ...     scored = score_images(scorer, paths, ["smiling", "wearing hat"], role="real", keep_examples=2)
+    >>> tuple(scored.scores.shape), tuple(scored.map_sum.shape), [e.name for e in scored.examples]
+    ((6, 2), (16, 2), ['000.png', '001.png'])
+    """
     from genmetrics.backbones.openclip import clip_image_batch
 
     model = scorer.model
@@ -94,7 +118,15 @@ def bootstrap_means(real: torch.Tensor, gen: torch.Tensor, *, n_boot: int = 200,
     i.e. ``scipy.stats.bootstrap``): both sets resampled with replacement, independently; statistics from
     weighted sufficient statistics. BCa by default; the percentile interval when the BCa jackknife
     (``(N + M)`` more evaluations) would cost more than ``bca_budget`` (SaD) or ``pad_budget`` (PaD) multiply-adds.
-    PaD is skipped (``None``) when ``n_boot * (N + M) * C^2`` exceeds ``pad_budget``."""
+    PaD is skipped (``None``) when ``n_boot * (N + M) * C^2`` exceeds ``pad_budget``.
+
+    >>> g = torch.Generator().manual_seed(0)
+    >>> real = torch.randn(60, 3, generator=g, dtype=torch.float64)
+    >>> gen = torch.randn(60, 3, generator=g, dtype=torch.float64) + 1.0
+    >>> b = bootstrap_means(real, gen, n_boot=100)
+    >>> b["sad"][0] < b["sad_estimate"] < b["sad"][1], b["method"], bootstrap_means(real, gen, n_boot=0)["sad"]
+    (True, 'BCa', None)
+    """
     from genmetrics.functional.bootstrap import two_sample_ci
 
     if n_boot <= 0:
@@ -149,7 +181,16 @@ def bootstrap_means(real: torch.Tensor, gen: torch.Tensor, *, n_boot: int = 200,
 def summarize(real: ScoredSet, gen: ScoredSet, attributes: list[str], grid: tuple[int, int], *,
               direction: str = "gen||real", eps: float = D.DEFAULT_EPS, top_k: int = 10, n_boot: int = 200,
               seed: int = 0) -> dict[str, Any]:
-    """Everything ``summary.json`` holds (plain Python types)."""
+    """Everything ``summary.json`` holds (plain Python types).
+
+    >>> g = torch.Generator().manual_seed(0)
+    >>> real = ScoredSet(torch.randn(40, 3, generator=g, dtype=torch.float64), torch.zeros(16, 3))
+    >>> gen = ScoredSet(torch.randn(40, 3, generator=g, dtype=torch.float64) + torch.tensor([0.0, 0.0, 2.0]),
+    ...                 torch.zeros(16, 3))  # attribute 2 shifted in the generated set
+    >>> s = summarize(real, gen, ["smiling", "wearing hat", "a red car"], (4, 4), n_boot=50)
+    >>> s["n_real"], s["kl_direction"], s["sad"]["per_attribute"][0]["attribute"]  # sorted, largest SaD first
+    (40, 'gen||real', 'a red car')
+    """
     sad = D.sad(real.scores, gen.scores, direction=direction, eps=eps)
     mr, mg = real.scores.mean(0), gen.scores.mean(0)
     order = torch.argsort(sad, descending=True).tolist()
@@ -207,7 +248,18 @@ def _fmt(x: float | None, scale: float = 1000.0) -> str:
 
 def markdown_report(summary: dict[str, Any], images: dict[str, str], *, real: str, generated: str,
                     weights: str, top_k: int = 10) -> str:
-    """The Markdown report (values x1000, i.e. in 10^-3 nats like the paper's tables)."""
+    """The Markdown report (values x1000, i.e. in 10^-3 nats like the paper's tables).
+
+    >>> g = torch.Generator().manual_seed(0)
+    >>> real = ScoredSet(torch.randn(40, 3, generator=g, dtype=torch.float64), torch.zeros(16, 3))
+    >>> gen = ScoredSet(torch.randn(40, 3, generator=g, dtype=torch.float64) + torch.tensor([0.0, 0.0, 2.0]),
+    ...                 torch.zeros(16, 3))  # attribute 2 shifted in the generated set
+    >>> s = summarize(real, gen, ["smiling", "wearing hat", "a red car"], (4, 4), n_boot=50)
+    >>> print("\\n".join(markdown_report(s, {}, real="real/", generated="gen/", weights="ViT-B-32").splitlines()[:3]))
+    # RA-CLIPScore comparison
+    <BLANKLINE>
+    - real: `real/` (40 images)
+    """
     s, p, r = summary["sad"], summary["pad"], summary["rsad"]
     lines = [
         "# RA-CLIPScore comparison",
