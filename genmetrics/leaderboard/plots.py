@@ -43,6 +43,16 @@ def _direction(entry: dict[str, Any]) -> str:
 
 
 def bar_chart(name: str, entry: dict[str, Any], order: list[str], path: Path, ci: float) -> bool:
+    """One bar per generator (mean, with the interval when there is one) into ``path``; False when no
+    generator has a value.
+
+    >>> import tempfile
+    >>> entry = {"higher_is_better": True, "generators": {"a": {"mean": 20.0, "low": 19.0, "high": 21.0},
+    ...                                                   "b": {"mean": None}}}
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     bar_chart("psnr", entry, ["a", "b"], Path(d) / "psnr.png", 0.95), (Path(d) / "psnr.png").is_file()
+    (True, True)
+    """
     gens = [g for g in order if entry["generators"][g]["mean"] is not None]
     if not gens:
         return False
@@ -96,6 +106,17 @@ def _part(result: dict[str, Any], ndim: int, keys: tuple[str, ...]) -> tuple[np.
 
 
 def attribute_bars(name: str, entry: dict[str, Any], order: list[str], path: Path) -> bool:
+    """Grouped bars of a set-level metric's per-attribute (or per-pair) values, one group per attribute;
+    False when the results hold no such vector.
+
+    >>> import tempfile
+    >>> entry = {"generators": {g: {"value": {"per_attribute": v}, "labels": ["smiling", "hat"]}
+    ...                         for g, v in (("a", [0.1, 0.4]), ("b", [0.2, 0.1]))}}
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     attribute_bars("sad", entry, ["a", "b"], Path(d) / "sad.png"), attribute_bars("psnr", {"generators": {
+    ...         "a": {"value": 3.0}}}, ["a"], Path(d) / "none.png")
+    (True, False)
+    """
     parts = {g: _part(entry["generators"][g], 1, ("per_attribute", "per_pair")) for g in order}
     vecs = {g: v for g, (v, _) in parts.items() if v is not None}
     if not vecs:
@@ -122,6 +143,15 @@ def attribute_bars(name: str, entry: dict[str, Any], order: list[str], path: Pat
 
 
 def heatmaps(name: str, generator: str, result: dict[str, Any], path: Path) -> bool:
+    """Signed maps (an R-SaD ``map`` [P,C] on its patch grid) of the strongest attributes; False when the
+    result holds no square map.
+
+    >>> import tempfile
+    >>> result = {"value": {"map": [[0.1 * i, -0.05 * i] for i in range(16)]}, "labels": ["smiling", "hat"]}
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     heatmaps("rsad", "gen_a", result, Path(d) / "rsad.png"), (Path(d) / "rsad.png").is_file()
+    (True, True)
+    """
     m, _ = _part(result, 2, ("map",))
     if m is None:
         return False
@@ -150,7 +180,16 @@ def heatmaps(name: str, generator: str, result: dict[str, Any], path: Path) -> b
 
 
 def make_plots(out_dir: Path, summary: dict[str, Any]) -> list[tuple[str, str]]:
-    """Draw every plot of ``summary`` under ``out_dir/plots``; returns ``(title, relative path)`` pairs."""
+    """Draw every plot of ``summary`` under ``out_dir/plots``; returns ``(title, relative path)`` pairs.
+
+    >>> import tempfile
+    >>> from genmetrics.leaderboard import run_leaderboard
+    >>> from genmetrics.testing import toy_leaderboard
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     summary = run_leaderboard(toy_leaderboard(d), Path(d) / "out", base_dir=d, plots=False).summary
+    ...     make_plots(Path(d) / "out", summary)
+    [('psnr', 'plots/psnr.png')]
+    """
     plots = out_dir / "plots"
     plots.mkdir(parents=True, exist_ok=True)
     made: list[tuple[str, str]] = []

@@ -34,7 +34,20 @@ def _finite(x: Any) -> bool:
 
 
 def summarize(plan: Plan, rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """The content of ``summary.json`` from the results rows of the planned keys."""
+    """The content of ``summary.json`` from the results rows of the planned keys.
+
+    Recomputed from ``results.jsonl``, it equals the summary of the run:
+
+    >>> import tempfile
+    >>> from genmetrics.data.results import read_results
+    >>> from genmetrics.leaderboard import build_plan, load_config, run_leaderboard
+    >>> from genmetrics.testing import toy_leaderboard
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     result = run_leaderboard(toy_leaderboard(d), Path(d) / "out", base_dir=d, plots=False)
+    ...     again = summarize(build_plan(load_config(toy_leaderboard(d), base_dir=d)), read_results(result.results))
+    >>> again == result.summary, again["generators"]
+    (True, ['copy', 'noisy'])
+    """
     from genmetrics.functional.bootstrap import bootstrap_ci, paired_bootstrap
 
     run = plan.config.run
@@ -126,16 +139,31 @@ def summarize(plan: Plan, rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 # ------------------------------------------------------------------------------------------ formatting
 def fmt(x: Any, *, signed: bool = False) -> str:
+    """A number with 4 significant digits (``signed``: with its sign); "–" for a missing value.
+
+    >>> fmt(1234.5678), fmt(0.5, signed=True), fmt(None)
+    ('1235', '+0.5', '–')
+    """
     if not _finite(x):
         return "–" if x is None else str(x)
     return f"{x:+.4g}" if signed else f"{x:.4g}"
 
 
 def fmt_p(p: float, n_boot: int) -> str:
+    """A bootstrap p-value; below the resolution ``1 / n_boot`` it is shown as a bound.
+
+    >>> fmt_p(0.0321, 1000), fmt_p(0.0, 1000)
+    ('0.032', '<0.001')
+    """
     return f"<{1 / n_boot:.2g}" if p < 1 / n_boot else f"{p:.3f}"
 
 
 def cell(entry: dict[str, Any]) -> str:
+    """A table cell: ``mean [low, high]``, the mean alone without an interval, "–" without a value.
+
+    >>> cell({"mean": 20.0, "low": 19.5, "high": 20.5}), cell({"mean": 3.0}), cell({"mean": None})
+    ('20 [19.5, 20.5]', '3', '–')
+    """
     if entry["mean"] is None:
         return "–"
     if entry.get("low") is None:
@@ -161,6 +189,18 @@ def _significant(p: dict[str, Any]) -> bool:
 
 
 def to_markdown(summary: dict[str, Any], plots: list[tuple[str, str]]) -> str:
+    """``leaderboard.md``: the ranking table (mean [CI] per column), paired comparisons and plots.
+
+    >>> import tempfile
+    >>> from genmetrics.leaderboard import run_leaderboard
+    >>> from genmetrics.testing import toy_leaderboard
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     summary = run_leaderboard(toy_leaderboard(d), Path(d) / "out", base_dir=d, plots=False).summary
+    >>> print("\\n".join(to_markdown(summary, []).splitlines()[4:7]))
+    | rank | generator | images | psnr ↑ |
+    |---:|---|---:|---:|
+    | 1 | copy | 3 | 100 [100, 100] |
+    """
     cols = summary["columns"]
     order = summary["generators"]
     level = round(summary["ci"] * 100, 4)
@@ -219,7 +259,16 @@ def _csv(rows: list[dict[str, Any]], columns: list[str], counts: list[str]) -> s
 
 
 def to_csv(summary: dict[str, Any]) -> str:
-    """``leaderboard.csv``: one row per generator (best first); mean, low, high and n of every column."""
+    """``leaderboard.csv``: one row per generator (best first); mean, low, high and n of every column.
+
+    >>> import tempfile
+    >>> from genmetrics.leaderboard import run_leaderboard
+    >>> from genmetrics.testing import toy_leaderboard
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     summary = run_leaderboard(toy_leaderboard(d), Path(d) / "out", base_dir=d, plots=False).summary
+    >>> to_csv(summary).splitlines()[:2]
+    ['rank,generator,images,psnr,psnr_low,psnr_high,psnr_n', '1,copy,3,100.0,100.0,100.0,3']
+    """
     cols = summary["columns"]
     head = ["rank", "generator", "images"] + [f"{n}{s}" for n in cols for s in ("", "_low", "_high", "_n")]
     rows = []
@@ -234,7 +283,17 @@ def to_csv(summary: dict[str, Any]) -> str:
 
 
 def paired_csv(summary: dict[str, Any]) -> str:
-    """``paired.csv``: every paired comparison of every per-sample column."""
+    """``paired.csv``: every paired comparison of every per-sample column.
+
+    >>> import tempfile
+    >>> from genmetrics.leaderboard import run_leaderboard
+    >>> from genmetrics.testing import toy_leaderboard
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     summary = run_leaderboard(toy_leaderboard(d), Path(d) / "out", base_dir=d, plots=False).summary
+    >>> lines = paired_csv(summary).splitlines()
+    >>> lines[0], lines[1].split(",")[:3]
+    ('metric,a,b,diff,low,high,p_value,n', ['psnr', 'copy', 'noisy'])
+    """
     head = ["metric", "a", "b", "diff", "low", "high", "p_value", "n"]
     rows = [{"metric": n, **{k: p[k] for k in head[1:]}} for n, e in summary["columns"].items() for p in e["paired"]]
     return _csv(rows, head, ["n"])
@@ -247,6 +306,17 @@ padding:.3rem .6rem;text-align:right}th{background:#f3f3f3}td.l,th.l{text-align:
 
 
 def to_html(summary: dict[str, Any], plots: list[tuple[str, Path]]) -> str:
+    """``leaderboard.html``: the Markdown report's content as one self-contained HTML page.
+
+    >>> import tempfile
+    >>> from genmetrics.leaderboard import run_leaderboard
+    >>> from genmetrics.testing import toy_leaderboard
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     summary = run_leaderboard(toy_leaderboard(d), Path(d) / "out", base_dir=d, plots=False).summary
+    >>> page = to_html(summary, [])
+    >>> page.startswith("<!DOCTYPE html>"), "<title>Leaderboard</title>" in page
+    (True, True)
+    """
     e = html.escape
     cols = summary["columns"]
     order = summary["generators"]
@@ -289,7 +359,17 @@ def to_html(summary: dict[str, Any], plots: list[tuple[str, Path]]) -> str:
 
 
 def write_reports(out_dir: Path, plan: Plan, summary: dict[str, Any], *, plots: bool = True) -> list[Path]:
-    """Write summary.json, the reports and (optionally) the plots, each atomically; returns the paths."""
+    """Write summary.json, the reports and (optionally) the plots, each atomically; returns the paths.
+
+    >>> import tempfile
+    >>> from genmetrics.leaderboard import build_plan, load_config, run_leaderboard
+    >>> from genmetrics.testing import toy_leaderboard
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     summary = run_leaderboard(toy_leaderboard(d), Path(d) / "out", base_dir=d, plots=False).summary
+    ...     plan = build_plan(load_config(toy_leaderboard(d), base_dir=d))
+    ...     [p.name for p in write_reports(Path(d) / "again", plan, summary, plots=False)]
+    ['summary.json', 'leaderboard.md', 'leaderboard.csv', 'paired.csv', 'leaderboard.html']
+    """
     from genmetrics.data.results import atomic_write_json, atomic_write_text
 
     made: list[tuple[str, str]] = []
