@@ -29,7 +29,8 @@ MODULES_WITHOUT_ALL = ["genmetrics.registry", "genmetrics.metric", "genmetrics.w
                        "genmetrics.data.jsonl", "genmetrics.backbones.weights",
                        "genmetrics.backbones.openclip", "genmetrics.data.cache", "genmetrics.data.device",
                        "genmetrics.data.batching", "genmetrics.data.results",
-                       "genmetrics.train.run_dir", "genmetrics.raclip.report", "genmetrics.raclip.plots"]
+                       "genmetrics.train.run_dir", "genmetrics.raclip.report", "genmetrics.raclip.plots",
+                       "genmetrics.leaderboard.report", "genmetrics.leaderboard.plots"]
 #: qualified name -> why it has no runnable example
 EXEMPT = {
     "genmetrics.testing.spawn_gloo": "starts worker processes (gloo); tests/contract runs it",
