@@ -27,7 +27,15 @@ METHODS = ("BCa", "percentile", "basic")
 
 
 def check_n_boot(n_boot: object, name: str = "n_boot") -> int:
-    """``n_boot`` as an int in ``[1, MAX_N_BOOT]`` (0 would give a zero-width interval), naming the option."""
+    """``n_boot`` as an int in ``[1, MAX_N_BOOT]`` (0 would give a zero-width interval), naming the option.
+
+    >>> check_n_boot("200")
+    200
+    >>> check_n_boot(0, "--n-boot")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+        ...
+    genmetrics.errors.InputError: option --n-boot: expected an integer in [1, 100000], got 0
+    """
     from genmetrics.options import integer
 
     return integer(name, n_boot, lo=1, hi=MAX_N_BOOT)
@@ -43,7 +51,12 @@ def _check(n_boot: object, alpha: object, method: object) -> tuple[int, float, s
 @dataclass
 class Interval:
     """A bootstrap interval: ``estimate`` (the statistic on the data), ``low``/``high``, the ``method``
-    actually used, and the bootstrap distribution (one value per resample)."""
+    actually used, and the bootstrap distribution (one value per resample).
+
+    >>> r = Interval(estimate=0.5, low=0.4, high=0.6, method="BCa", distribution=np.array([0.45, 0.55]))
+    >>> r.high - r.low > 0, r.method
+    (True, 'BCa')
+    """
 
     estimate: float
     low: float

@@ -25,7 +25,13 @@ ALPHA, BETA, MARGIN = 1.0, 0.5, 0.1
 
 
 def rank_loss(s_win: torch.Tensor, s_lose: torch.Tensor, *, kind: str = "margin", margin: float = MARGIN) -> torch.Tensor:
-    """Pairwise ranking loss of preferred-candidate scores ``s_win`` over ``s_lose`` ([n] each)."""
+    """Pairwise ranking loss of preferred-candidate scores ``s_win`` over ``s_lose`` ([n] each).
+
+    >>> float(rank_loss(torch.tensor([1.0, 0.0]), torch.tensor([0.0, 0.0]), margin=0.1))  # (0 + 0.1) / 2
+    0.05000000074505806
+    >>> round(float(rank_loss(torch.tensor([0.0]), torch.tensor([0.0]), kind="bradley_terry")), 4)  # ln 2
+    0.6931
+    """
     import torch.nn.functional as F
 
     if kind == "margin":

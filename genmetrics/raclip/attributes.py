@@ -42,7 +42,11 @@ def _norm(name: str) -> str:
 
 
 def parse_attribute_text(text: str) -> list[str]:
-    """One attribute per line; blank lines and ``#`` comment lines skipped; surrounding spaces stripped."""
+    """One attribute per line; blank lines and ``#`` comment lines skipped; surrounding spaces stripped.
+
+    >>> parse_attribute_text("# CelebA, my subset\\nsmiling\\n\\n  wearing hat  \\n")
+    ['smiling', 'wearing hat']
+    """
     return [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
 
 
@@ -68,6 +72,14 @@ def load_attribute_set(name: str) -> list[str]:
 
 
 def read_attribute_file(path: str | os.PathLike) -> list[str]:
+    """The attributes of a UTF-8 text file (one per line, see :func:`parse_attribute_text`).
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     _ = (Path(d) / "attrs.txt").write_text("smiling\\nwearing hat\\n", encoding="utf-8")
+    ...     read_attribute_file(Path(d) / "attrs.txt")
+    ['smiling', 'wearing hat']
+    """
     p = Path(path)
     if not p.exists():
         raise InputError(f"attributes: file {str(p)!r} does not exist; pass a shipped set name "
