@@ -30,7 +30,9 @@ MODULES_WITHOUT_ALL = ["genmetrics.registry", "genmetrics.metric", "genmetrics.w
                        "genmetrics.backbones.openclip", "genmetrics.data.cache", "genmetrics.data.device",
                        "genmetrics.data.batching", "genmetrics.data.results",
                        "genmetrics.train.run_dir", "genmetrics.raclip.report", "genmetrics.raclip.plots",
-                       "genmetrics.leaderboard.report", "genmetrics.leaderboard.plots"]
+                       "genmetrics.leaderboard.report", "genmetrics.leaderboard.plots",
+                       "genmetrics.functional.divergence", "genmetrics.functional.bootstrap",
+                       "genmetrics.raclip.attributes", "genmetrics.static_options", "genmetrics.mie.loss"]
 #: qualified name -> why it has no runnable example
 EXEMPT = {
     "genmetrics.testing.spawn_gloo": "starts worker processes (gloo); tests/contract runs it",
