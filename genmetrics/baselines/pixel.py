@@ -34,7 +34,15 @@ PRECISIONS = ("auto", "float32", "float64")
 def stack_images(items: list[Any], *, data_range: float, dtype: torch.dtype | None) -> torch.Tensor | None:
     """Tensors of one shape/dtype/device -> one validated ``[B,3,H,W]`` batch in [0,1] (``dtype``, or
     float32 / the input's float64 when None); None when the items need the one-by-one path (other
-    inputs, mixed shapes, or a batch that fails validation, so the per-image check names the culprit)."""
+    inputs, mixed shapes, or a batch that fails validation, so the per-image check names the culprit).
+
+    >>> items = list(torch.full((2, 3, 4, 4), 255, dtype=torch.uint8))
+    >>> batch = stack_images(items, data_range=1.0, dtype=None)
+    >>> tuple(batch.shape), batch.dtype, float(batch.max())
+    ((2, 3, 4, 4), torch.float32, 1.0)
+    >>> stack_images([torch.zeros(3, 4, 4), torch.zeros(3, 5, 5)], data_range=1.0, dtype=None) is None  # mixed sizes
+    True
+    """
     if not items or not all(isinstance(x, torch.Tensor) for x in items):
         return None
     first = items[0]

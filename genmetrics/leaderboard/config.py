@@ -61,7 +61,11 @@ KeyPath = tuple[Any, ...]
 
 
 def key_str(path: KeyPath) -> str:
-    """``("generators", 1, "images")`` -> ``"generators[1].images"``."""
+    """``("generators", 1, "images")`` -> ``"generators[1].images"``.
+
+    >>> key_str(("generators", 1, "images")), key_str(("run", "seed"))
+    ('generators[1].images', 'run.seed')
+    """
     out = ""
     for p in path:
         if isinstance(p, int):
@@ -86,7 +90,12 @@ def _split_dotted(key: str) -> tuple[str, ...]:
 def toml_lines(text: str) -> dict[KeyPath, int]:
     """Key path -> 1-based line of its definition, for the tables and keys of a TOML document
     (arrays of tables are indexed, as in the parsed document). Best effort: inline tables are not
-    descended into; their keys report the line of the key that holds them."""
+    descended into; their keys report the line of the key that holds them.
+
+    >>> lines = toml_lines('[run]\\nseed = 0\\n\\n[[generators]]\\nname = "a"\\nimages = "x"\\n')
+    >>> lines[("run", "seed")], lines[("generators", 0, "images")]
+    (2, 6)
+    """
     lines: dict[KeyPath, int] = {}
     counts: dict[KeyPath, int] = {}
     current: KeyPath = ()
@@ -131,6 +140,12 @@ def _with_indices(path: tuple[str, ...], counts: dict[KeyPath, int]) -> KeyPath:
 
 
 def yaml_lines(text: str) -> dict[KeyPath, int]:
+    """Key path -> 1-based line of its definition in a YAML document (as :func:`toml_lines`).
+
+    >>> lines = yaml_lines("run:\\n  seed: 0\\ngenerators:\\n  - name: a\\n    images: x\\n")
+    >>> lines[("run", "seed")], lines[("generators", 0, "images")]
+    (2, 5)
+    """
     import yaml
 
     lines: dict[KeyPath, int] = {}
@@ -155,6 +170,14 @@ def yaml_lines(text: str) -> dict[KeyPath, int]:
 # ------------------------------------------------------------------------------------------ specs
 @dataclass
 class DataSpec:
+    """The config's ``[data]`` table: reference folder, prompts file, real set (absolute paths).
+
+    >>> cfg = load_config({"data": {"references": "refs"}, "generators": [{"name": "blur", "images": "gen/blur"}],
+    ...                    "metrics": [{"name": "ssim", "label": "ssim-7", "kernel_size": 7}], "run": {"seed": 3}})
+    >>> cfg.data.references.is_absolute(), cfg.data.prompts
+    (True, None)
+    """
+
     references: Path | None = None
     prompts: Path | None = None
     real: Path | None = None
@@ -163,6 +186,14 @@ class DataSpec:
 
 @dataclass
 class RunSpec:
+    """The config's ``[run]`` table (seed, bootstrap resamples, interval level, ranking column, ...).
+
+    >>> cfg = load_config({"data": {"references": "refs"}, "generators": [{"name": "blur", "images": "gen/blur"}],
+    ...                    "metrics": [{"name": "ssim", "label": "ssim-7", "kernel_size": 7}], "run": {"seed": 3}})
+    >>> cfg.run.seed, cfg.run.n_boot, cfg.run.ci
+    (3, 1000, 0.95)
+    """
+
     seed: int = 0
     n_boot: int = 1000
     ci: float = 0.95
@@ -176,6 +207,15 @@ class RunSpec:
 
 @dataclass
 class GeneratorSpec:
+    """One ``[[generators]]`` entry: its name, its image folder and its own references / prompts if any.
+
+    >>> cfg = load_config({"data": {"references": "refs"}, "generators": [{"name": "blur", "images": "gen/blur"}],
+    ...                    "metrics": [{"name": "ssim", "label": "ssim-7", "kernel_size": 7}], "run": {"seed": 3}})
+    >>> g = cfg.generators[0]
+    >>> g.name, g.images.name, g.index
+    ('blur', 'blur', 0)
+    """
+
     name: str
     images: Path
     references: Path | None
@@ -189,6 +229,15 @@ class GeneratorSpec:
 
 @dataclass
 class MetricSpec:
+    """One ``[[metrics]]`` entry: the registered name, the column label and the options for ``create_metric``.
+
+    >>> cfg = load_config({"data": {"references": "refs"}, "generators": [{"name": "blur", "images": "gen/blur"}],
+    ...                    "metrics": [{"name": "ssim", "label": "ssim-7", "kernel_size": 7}], "run": {"seed": 3}})
+    >>> m = cfg.metrics[0]
+    >>> m.name, m.label, m.options
+    ('ssim', 'ssim-7', {'kernel_size': 7})
+    """
+
     name: str
     label: str
     options: dict[str, Any]

@@ -34,6 +34,18 @@ SET_ID = "__set__"  #: the ``id`` of the one results row a set-level metric writ
 
 @dataclass
 class Sample:
+    """One planned sample: its id (the candidate's file stem), the candidate and what it is compared with.
+
+    >>> import tempfile
+    >>> from genmetrics.leaderboard import load_config
+    >>> from genmetrics.testing import toy_leaderboard
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     plan = build_plan(load_config(toy_leaderboard(d), base_dir=d))
+    >>> s = plan.metrics[0].samples["noisy"][0]
+    >>> s.id, s.candidate.parent.name, s.reference.parent.name, s.condition
+    ('000', 'noisy', 'refs', None)
+    """
+
     id: str
     candidate: Path
     reference: Path | list[Path] | None = None
@@ -42,6 +54,17 @@ class Sample:
 
 @dataclass
 class Column:
+    """A result column: one per metric, or one per aspect of a metric scored under several aspects.
+
+    >>> import tempfile
+    >>> from genmetrics.leaderboard import load_config
+    >>> from genmetrics.testing import toy_leaderboard
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     plan = build_plan(load_config(toy_leaderboard(d), base_dir=d))
+    >>> [(c.name, c.metric.name, c.aspect) for c in plan.columns()]
+    [('psnr', 'psnr', None)]
+    """
+
     name: str  # result column (the ``metric`` field of a results row)
     metric: MetricSpec
     aspect: str | None = None
@@ -49,6 +72,19 @@ class Column:
 
 @dataclass
 class MetricPlan:
+    """What one metric will do: its card, options, columns, the samples per generator (or the real set),
+    and which inputs the typed card fields wired in.
+
+    >>> import tempfile
+    >>> from genmetrics.leaderboard import load_config
+    >>> from genmetrics.testing import toy_leaderboard
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     plan = build_plan(load_config(toy_leaderboard(d), base_dir=d))
+    >>> mp = plan.metrics[0]
+    >>> mp.card.name, mp.uses, mp.higher_is_better, sorted(mp.samples)
+    ('psnr', ('reference',), True, ['copy', 'noisy'])
+    """
+
     spec: MetricSpec
     card: MetricCard
     kwargs: dict[str, Any]
@@ -68,6 +104,18 @@ class MetricPlan:
 
 @dataclass
 class Plan:
+    """Everything a run will score (see :func:`build_plan`): images per generator, metric plans, input
+    fingerprints; ``keys()`` lists every ``(generator, column, id)`` in the canonical order.
+
+    >>> import tempfile
+    >>> from genmetrics.leaderboard import load_config
+    >>> from genmetrics.testing import toy_leaderboard
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     plan = build_plan(load_config(toy_leaderboard(d), base_dir=d))
+    >>> [g.name for g in plan.generators], len(plan.keys()), sorted(plan.fingerprints)
+    (['noisy', 'copy'], 6, ['data.references', 'generators[0]', 'generators[1]'])
+    """
+
     config: LeaderboardConfig
     images: dict[str, list[Path]]  # generator -> candidate files, sorted by stem
     metrics: list[MetricPlan]
@@ -110,7 +158,17 @@ def _files(cfg: LeaderboardConfig, folder: Path, key: KeyPath) -> list[Path]:
 
 def file_list_hash(files: list[Path]) -> str:
     """sha256 of the sorted ``(name, size)`` list: changes when a file is added, removed or rewritten
-    with another size (resume refuses changed inputs)."""
+    with another size (resume refuses changed inputs).
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     a = Path(d) / "000.png"
+    ...     _ = a.write_bytes(b"12")
+    ...     before = file_list_hash([a])
+    ...     _ = a.write_bytes(b"123")
+    ...     before == file_list_hash([a]), len(before)
+    (False, 16)
+    """
     h = hashlib.sha256()
     for f in sorted(files, key=lambda p: p.stem):
         h.update(f"{f.name}\t{os.path.getsize(f)}\n".encode())
@@ -179,7 +237,12 @@ def _resolve_paths(cfg: LeaderboardConfig, options: dict[str, Any]) -> dict[str,
 
 
 def device_for_run(device: str) -> str:
-    """``auto`` -> ``cuda:<LOCAL_RANK>`` when CUDA is available, else ``cpu``."""
+    """``auto`` -> ``cuda:<LOCAL_RANK>`` when CUDA is available, else ``cpu``.
+
+    >>> import torch
+    >>> device_for_run("cpu"), device_for_run("auto") == ("cuda:0" if torch.cuda.is_available() else "cpu")
+    ('cpu', True)
+    """
     import torch
 
     if device == "auto":

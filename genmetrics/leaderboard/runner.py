@@ -141,7 +141,16 @@ def _metric_identity(mp: MetricPlan) -> dict[str, Any]:
 
 def backbone_fingerprint(module: Any) -> dict[str, Any]:
     """A cheap identity of loaded weights: sha256 over parameter names, shapes, dtypes and a strided
-    sample of values (at most 64 per tensor), plus the parameter count."""
+    sample of values (at most 64 per tensor), plus the parameter count.
+
+    >>> import torch
+    >>> layer = torch.nn.Linear(2, 2)
+    >>> before = backbone_fingerprint(layer)
+    >>> with torch.no_grad():
+    ...     layer.weight[0, 0] += 1.0
+    >>> sorted(before), before == backbone_fingerprint(layer)
+    (['class', 'fingerprint', 'parameters'], False)
+    """
     import torch
 
     h = hashlib.sha256()
@@ -179,7 +188,15 @@ def _weights_info(metric: Any, mp: MetricPlan) -> dict[str, Any]:
 def set_value_score(value: Any) -> tuple[float | None, Any]:
     """``(score, full value)`` of a set-level ``compute()``: a scalar is the score; a dict gives its
     ``score``/``mean``/``value`` entry; a tensor of several values (SaD per attribute, PaD per pair,
-    R-SaD per patch and attribute) is scored by the mean absolute value of its entries."""
+    R-SaD per patch and attribute) is scored by the mean absolute value of its entries.
+
+    >>> import torch
+    >>> set_value_score(torch.tensor(0.5))
+    (0.5, None)
+    >>> score, full = set_value_score({"mean": torch.tensor(0.25), "per_attribute": torch.tensor([0.5, 0.0])})
+    >>> score, full["per_attribute"]
+    (0.25, [0.5, 0.0])
+    """
     import torch
 
     if isinstance(value, dict):
@@ -434,7 +451,15 @@ class _Skipper:
 def finite_rows(rows: list[dict[str, Any]], skip: _Skipper | None) -> list[dict[str, Any]]:
     """Rows whose score is a finite number (or null: a set-level value without one). A NaN or infinite
     score is refused naming the generator, column and id, or with ``--on-error skip`` reported in
-    ``skipped.jsonl`` and left out: it is never written, averaged or ranked."""
+    ``skipped.jsonl`` and left out: it is never written, averaged or ranked.
+
+    >>> finite_rows([{"score": 1.0}, {"score": None}], None)
+    [{'score': 1.0}, {'score': None}]
+    >>> finite_rows([{"generator": "g", "metric": "psnr", "id": "7", "score": float("nan")}], None)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+        ...
+    genmetrics.errors.InputError: g/7 for psnr: the score is nan (not finite); ... or pass --on-error skip to report it and score the rest
+    """
     import math
 
     out = []
@@ -621,7 +646,20 @@ class InputHashes:
     reference(s) (or the whole real set) and the condition text. Stored as ``input`` in every row, so a
     resumed run rescores exactly the rows whose files changed (even with the same names and sizes). File
     hashes are computed once per file, cached by path, size, mtime, ctime and inode in ``cache_file`` (the
-    run folder's ``.genmetrics.hashes.json``), so a resumed run does not read unchanged files again."""
+    run folder's ``.genmetrics.hashes.json``), so a resumed run does not read unchanged files again.
+
+    >>> import tempfile
+    >>> from genmetrics.testing import toy_leaderboard
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     plan = build_plan(load_config(toy_leaderboard(d), base_dir=d))
+    ...     key = ("copy", "psnr", "000")  # (generator, column, sample id)
+    ...     before = InputHashes(plan).of_key(key)
+    ...     same = before == InputHashes(plan).of_key(key)
+    ...     _ = (Path(d) / "copy" / "000.png").write_bytes(b"another file")  # the candidate changes
+    ...     changed = before != InputHashes(plan).of_key(key)
+    >>> same, changed
+    (True, True)
+    """
 
     def __init__(self, plan: Plan, cache_file: Path | None = None):
         from genmetrics.data.results import HashCache

@@ -168,7 +168,14 @@ def rank_generators(
 
 
 def ranking_markdown(result: dict[str, Any], *, title: str = "Generator ranking") -> str:
-    """A Markdown table (best first) plus the win-rate matrix."""
+    """A Markdown table (best first) plus the win-rate matrix.
+
+    >>> res = rank_generators(["a", "a", "b"], ["b", "c", "c"], [0.9, 0.8, 0.7], [0.1, 0.2, 0.3], n_boot=50)
+    >>> print("\\n".join(ranking_markdown(res).splitlines()[:3]))
+    # Generator ranking
+    <BLANKLINE>
+    3 pairs.
+    """
     lines = [f"# {title}", "", f"{result['n_pairs']} pairs.", ""]
     has_mean = "mean_score" in result
     head = "| rank | generator | BT rating (Elo scale) | 95% CI | wins / games |" + (" mean score | 95% CI |" if has_mean else "")
@@ -191,7 +198,17 @@ def ranking_markdown(result: dict[str, Any], *, title: str = "Generator ranking"
 
 
 def ranking_plot(result: dict[str, Any], path: Any) -> None:
-    """Bar chart of the Bradley-Terry ratings (Elo scale) with their confidence intervals (PNG)."""
+    """Bar chart of the Bradley-Terry ratings (Elo scale) with their confidence intervals (PNG).
+
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> from PIL import Image
+    >>> res = rank_generators(["a", "a", "b"], ["b", "c", "c"], [0.9, 0.8, 0.7], [0.1, 0.2, 0.3], n_boot=50)
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     ranking_plot(res, Path(d) / "ranking.png")
+    ...     Image.open(Path(d) / "ranking.png").format
+    'PNG'
+    """
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 

@@ -125,7 +125,12 @@ def check_aspects(aspects: Any, n: int, *, name: str = "aspects") -> list[str]:
 
 def unit_cosine(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """Cosine of the rows of ``a`` and ``b`` as ``1 - ||u - v||^2 / 2`` of the float64 unit vectors: exactly 1
-    for bitwise-equal inputs and exactly symmetric, in [-1, 1]."""
+    for bitwise-equal inputs and exactly symmetric, in [-1, 1].
+
+    >>> a, b = torch.tensor([[3.0, 4.0]]), torch.tensor([[4.0, 3.0]])
+    >>> unit_cosine(a, a).item(), unit_cosine(a, b).item() == unit_cosine(b, a).item(), round(unit_cosine(a, b).item(), 6)
+    (1.0, True, 0.96)
+    """
     u = F.normalize(a.double(), dim=-1, eps=1e-300)
     v = F.normalize(b.double(), dim=-1, eps=1e-300)
     return (1.0 - 0.5 * ((u - v) ** 2).sum(-1)).clamp(-1.0, 1.0)
