@@ -32,7 +32,9 @@ MODULES_WITHOUT_ALL = ["genmetrics.registry", "genmetrics.metric", "genmetrics.w
                        "genmetrics.train.run_dir", "genmetrics.raclip.report", "genmetrics.raclip.plots",
                        "genmetrics.leaderboard.report", "genmetrics.leaderboard.plots",
                        "genmetrics.functional.divergence", "genmetrics.functional.bootstrap",
-                       "genmetrics.raclip.attributes", "genmetrics.static_options", "genmetrics.mie.loss"]
+                       "genmetrics.raclip.attributes", "genmetrics.static_options", "genmetrics.mie.loss",
+                       "genmetrics.leaderboard.config", "genmetrics.leaderboard.plan", "genmetrics.leaderboard.runner",
+                       "genmetrics.baselines.pixel", "genmetrics.tpips.common", "genmetrics.mie.ranking"]
 #: qualified name -> why it has no runnable example
 EXEMPT = {
     "genmetrics.testing.spawn_gloo": "starts worker processes (gloo); tests/contract runs it",
