@@ -53,7 +53,17 @@ class RAOutput:
 
 # ---------------------------------------------------------------------------------- validation
 def check_vit(model: Any, *, what: str = "RA-CLIPScore") -> Any:
-    """The open_clip ViT image tower of ``model``, or an :class:`InputError` saying why it cannot be used."""
+    """The open_clip ViT image tower of ``model``, or an :class:`InputError` saying why it cannot be used.
+
+    >>> from genmetrics.testing import tiny_clip, tiny_clip_resnet
+    >>> model = tiny_clip()[0]
+    >>> check_vit(model) is model.visual
+    True
+    >>> check_vit(tiny_clip_resnet()[0])  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+        ...
+    genmetrics.errors.InputError: ...ModifiedResNet...
+    """
     visual = getattr(model, "visual", None)
     if visual is None or not hasattr(model, "encode_image") or not hasattr(model, "encode_text"):
         raise InputError(
@@ -138,7 +148,14 @@ def _finish_block(blk: Any, x: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
 
 
 def block_with_attention(blk: Any, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """One unmasked block ``[B,N,D] -> [B,N,D]`` plus its head-averaged attention weights ``[B,N,N]``."""
+    """One unmasked block ``[B,N,D] -> [B,N,D]`` plus its head-averaged attention weights ``[B,N,N]``.
+
+    >>> from genmetrics.testing import tiny_clip
+    >>> block = tiny_clip()[0].visual.transformer.resblocks[0]
+    >>> y, attn = block_with_attention(block, torch.randn(2, 5, 64, generator=torch.Generator().manual_seed(0)))
+    >>> tuple(y.shape), tuple(attn.shape), torch.allclose(attn.sum(-1), torch.ones(2, 5))  # rows are softmaxes
+    ((2, 5, 64), (2, 5, 5), True)
+    """
     q, k, v = _qkv(blk.attn, blk.ln_1(x))
     w = _logits(blk.attn, q, k).float().softmax(dim=-1)  # fp32 softmax, as SDPA does, also for bf16/fp16 towers
     out = _finish_block(blk, x, _merge(blk.attn, w.to(v.dtype) @ v))
@@ -146,7 +163,20 @@ def block_with_attention(blk: Any, x: torch.Tensor) -> tuple[torch.Tensor, torch
 
 
 def last_block_masked(blk: Any, x: torch.Tensor) -> torch.Tensor:
-    """Block ``L`` under the Eq. 7 mask: [CLS] attends to all tokens, each patch only to itself."""
+    """Block ``L`` under the Eq. 7 mask: [CLS] attends to all tokens, each patch only to itself.
+
+    A patch token's output then does not depend on the other patches:
+
+    >>> from genmetrics.testing import tiny_clip
+    >>> block = tiny_clip()[0].visual.transformer.resblocks[-1]
+    >>> x = torch.randn(1, 5, 64, generator=torch.Generator().manual_seed(0))
+    >>> y = x.clone()
+    >>> y[0, 2] += 1.0  # change patch 2 only
+    >>> with torch.no_grad():
+    ...     a, b = last_block_masked(block, x), last_block_masked(block, y)
+    >>> torch.allclose(a[0, 3], b[0, 3]), torch.allclose(a[0, 2], b[0, 2])
+    (True, False)
+    """
     q, k, v = _qkv(blk.attn, blk.ln_1(x))
     w0 = _logits(blk.attn, q[:, :, :1], k).float().softmax(dim=-1).to(v.dtype)  # [B,H,1,N]
     o = torch.cat([w0 @ v, v[:, :, 1:]], dim=2)  # diagonal softmax rows are exactly 1: patch output = V
@@ -154,7 +184,11 @@ def last_block_masked(blk: Any, x: torch.Tensor) -> torch.Tensor:
 
 
 def eq7_mask(n_tokens: int, *, dtype: torch.dtype = torch.float32, device: Any = None) -> torch.Tensor:
-    """The Eq. 7 additive mask ``[N,N]``: row 0 all zeros, patch rows ``-inf`` except the diagonal."""
+    """The Eq. 7 additive mask ``[N,N]``: row 0 all zeros, patch rows ``-inf`` except the diagonal.
+
+    >>> eq7_mask(3).tolist()
+    [[0.0, 0.0, 0.0], [-inf, 0.0, -inf], [-inf, -inf, 0.0]]
+    """
     m = torch.full((n_tokens, n_tokens), float("-inf"), dtype=dtype, device=device)
     m.fill_diagonal_(0.0)
     m[0] = 0.0
@@ -182,6 +216,16 @@ def dense_tokens(model: Any, images: torch.Tensor, *, global_layer: str = "last"
     blocks ``1..L-1``) and the patch grid. ``global_layer="penultimate"`` (Table 2, "w/o GE") takes
     ``z[:,0]`` from the [CLS] token that leaves block ``L-1`` (through the tower's ``ln_post`` and
     ``proj``, the only map into the joint space) instead of block ``L``; the patch tokens are unchanged.
+
+    >>> from genmetrics.backbones.openclip import clip_image_batch
+    >>> from genmetrics.testing import random_images, tiny_clip
+    >>> model, tokenizer = tiny_clip()
+    >>> images = clip_image_batch(random_images(2), model)
+    >>> with torch.no_grad():
+    ...     z, attn, grid = dense_tokens(model, images)
+    ...     same = torch.allclose(z[:, 0], model.encode_image(images), atol=1e-5)
+    >>> tuple(z.shape), tuple(attn.shape), grid, same  # [CLS] = encode_image; 4 x 4 patches
+    ((2, 17, 32), (2, 16, 16), (4, 4), True)
     """
     if global_layer not in ("last", "penultimate"):
         raise InputError(f"global_layer: expected 'last' or 'penultimate', got {global_layer!r}")
@@ -219,21 +263,40 @@ def dense_tokens(model: Any, images: torch.Tensor, *, global_layer: str = "last"
 
 # -------------------------------------------------------------------------------- Eq. 4, 8, 9
 def token_scores(cos_pos: torch.Tensor, cos_neg: torch.Tensor | None, scale: float | torch.Tensor) -> torch.Tensor:
-    """Eq. 4: ``r̂ = softmax([s cos+, s cos-])[0] = sigmoid(s (cos+ - cos-))``; without dual prompt, ``cos+``."""
+    """Eq. 4: ``r̂ = softmax([s cos+, s cos-])[0] = sigmoid(s (cos+ - cos-))``; without dual prompt, ``cos+``.
+
+    >>> token_scores(torch.tensor([0.3]), torch.tensor([0.3]), 100.0).tolist()  # undecided: 1/2
+    [0.5]
+    >>> round(token_scores(torch.tensor([0.31]), torch.tensor([0.30]), 100.0).item(), 4)  # sigmoid(100 * 0.01)
+    0.7311
+    """
     if cos_neg is None:
         return cos_pos
     return torch.sigmoid(scale * (cos_pos - cos_neg))
 
 
 def refine(r_hat_patches: torch.Tensor, attn_mean: torch.Tensor) -> torch.Tensor:
-    """Eq. 8: ``r̃_j = Σ_k A[j,k] r̂_k`` over patches (``attn_mean [B,P,P]`` = mean over ψ, rows as they are)."""
+    """Eq. 8: ``r̃_j = Σ_k A[j,k] r̂_k`` over patches (``attn_mean [B,P,P]`` = mean over ψ, rows as they are).
+
+    >>> r_hat = torch.tensor([[[1.0], [0.0]]])  # [B=1, P=2 patches, C=1]
+    >>> refine(r_hat, torch.tensor([[[0.5, 0.5], [0.0, 1.0]]])).tolist()  # patch 0 averages, patch 1 keeps
+    [[[0.5], [0.0]]]
+    """
     return attn_mean.to(r_hat_patches.dtype) @ r_hat_patches
 
 
 def aggregate(r_tilde: torch.Tensor, cos_pos: torch.Tensor, scale: float | torch.Tensor, *,
               temperature: float = 1.0, local_tokens: bool = True) -> torch.Tensor:
     """Eq. 9: ``Σ_j softmax_j(s cos(z_j, T+) / τ) r̃_j`` over all tokens (``local_tokens=False``, "w/o LT":
-    the [CLS] token only, so the score is ``r̃_0``). Inputs ``[B,1+P,C]`` -> ``[B,C]``."""
+    the [CLS] token only, so the score is ``r̃_0``). Inputs ``[B,1+P,C]`` -> ``[B,C]``.
+
+    Equal cosines give equal weights, so the score is the mean of the token scores:
+
+    >>> r_tilde = torch.tensor([[[0.2], [0.4], [0.9]]])  # [B=1, 1+P=3, C=1]
+    >>> round(aggregate(r_tilde, torch.zeros(1, 3, 1), 100.0).item(), 4), aggregate(r_tilde, torch.zeros(1, 3, 1),
+    ...       100.0, local_tokens=False).item()
+    (0.5, 0.20000000298023224)
+    """
     sl = slice(0, None) if local_tokens else slice(0, 1)
     w = torch.softmax(scale * cos_pos[:, sl] / temperature, dim=1)
     return (w * r_tilde[:, sl]).sum(1)
@@ -243,7 +306,14 @@ def aggregate(r_tilde: torch.Tensor, cos_pos: torch.Tensor, scale: float | torch
 @torch.no_grad()
 def encode_texts(model: Any, tokenizer: Any, texts: list[str], *, name: str = "attributes",
                  normalize: bool = True) -> torch.Tensor:
-    """Text embeddings ``[N,E]`` (float32, on the model's device), L2-normalised unless ``normalize=False``."""
+    """Text embeddings ``[N,E]`` (float32, on the model's device), L2-normalised unless ``normalize=False``.
+
+    >>> from genmetrics.testing import random_images, tiny_clip
+    >>> model, tokenizer = tiny_clip()
+    >>> emb = encode_texts(model, tokenizer, ["smiling", "wearing hat"])
+    >>> tuple(emb.shape), torch.allclose(emb.norm(dim=-1), torch.ones(2))
+    ((2, 32), True)
+    """
     from genmetrics.backbones.openclip import tokenize
 
     device = next(model.parameters()).device
@@ -253,6 +323,11 @@ def encode_texts(model: Any, tokenizer: Any, texts: list[str], *, name: str = "a
 
 
 def logit_scale_of(model: Any) -> float:
+    """The model's softmax scale ``s = exp(logit_scale)`` (100 for OpenAI CLIP; 100 when the model has none).
+
+    >>> round(logit_scale_of(torch.nn.Linear(1, 1)), 3)
+    100.0
+    """
     ls = getattr(model, "logit_scale", None)
     if ls is None:
         return 100.0
@@ -274,7 +349,15 @@ def scorer_options(*, owner: str = "RA-CLIPScore", **given: Any) -> dict[str, An
 
     Refuses (naming the option) a value that is invalid and an option that would change nothing:
     ``temperature`` with ``local_tokens=False`` (one token, softmax weight 1) and ``negative_template``
-    with ``dual_prompt=False`` (no negative prompt is encoded)."""
+    with ``dual_prompt=False`` (no negative prompt is encoded).
+
+    >>> scorer_options()["positive_template"], scorer_options(dual_prompt=False)["dual_prompt"]
+    ('This is a photo of {}.', False)
+    >>> scorer_options(local_tokens=False, temperature=0.5)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+        ...
+    genmetrics.errors.InputError: ...temperature...
+    """
     unknown = set(given) - set(SCORER_DEFAULTS)
     if unknown:
         raise InputError(f"{owner}: unknown scorer option(s) {sorted(unknown)}; expected {sorted(SCORER_DEFAULTS)}")
@@ -396,13 +479,25 @@ class RegionAttributeScorer(nn.Module):
 
 # ------------------------------------------------------------------------------ CLIPScore, HCS
 def clipscore(image_emb: torch.Tensor, text_emb: torch.Tensor) -> torch.Tensor:
-    """Eq. 1: ``100 cos(E_v(x), E_t(t))`` for every image/text pair -> ``[B,T]`` (no clamp, no 2.5 weight)."""
+    """Eq. 1: ``100 cos(E_v(x), E_t(t))`` for every image/text pair -> ``[B,T]`` (no clamp, no 2.5 weight).
+
+    >>> clipscore(torch.tensor([[1.0, 0.0]]), torch.tensor([[2.0, 0.0], [0.0, 1.0], [-1.0, 0.0]])).tolist()
+    [[100.0, 0.0, -100.0]]
+    """
     return 100.0 * F.normalize(image_emb.float(), dim=-1) @ F.normalize(text_emb.float(), dim=-1).T
 
 
 def hcs(image_emb: torch.Tensor, text_emb: torch.Tensor, image_center: torch.Tensor,
         text_center: torch.Tensor) -> torch.Tensor:
-    """Eq. 2: ``100 cos(E_v(x) - C_img, E_t(t_i) - C_text)`` -> ``[B,C]`` (embeddings unnormalised)."""
+    """Eq. 2: ``100 cos(E_v(x) - C_img, E_t(t_i) - C_text)`` -> ``[B,C]`` (embeddings unnormalised).
+
+    Centring on the mean of two text vectors makes their scores exact negatives:
+
+    >>> texts = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
+    >>> s = hcs(torch.tensor([[0.9, 0.2]]), texts, torch.zeros(2), texts.mean(0))
+    >>> bool(s[0, 0] == -s[0, 1]), round(s[0, 0].item(), 2)
+    (True, 53.69)
+    """
     xi = F.normalize(image_emb.double() - image_center.double(), dim=-1)
     xt = F.normalize(text_emb.double() - text_center.double(), dim=-1)
     return 100.0 * xi @ xt.T
