@@ -30,7 +30,11 @@ from genmetrics.tpips.common import MAX_ASPECT_TOKENS, check_aspects
 
 def make_resize(resize: str | None, image_size: int | None, factor: int) -> QwenResize:
     """``resize`` None: ``"square"`` when ``image_size`` is given (the older fixed-square policy), else
-    ``"smart"`` (the official Qwen3-VL-Embedding policy)."""
+    ``"smart"`` (the official Qwen3-VL-Embedding policy).
+
+    >>> make_resize(None, 64, 32).mode, make_resize(None, None, 32).mode, make_resize("square", None, 32).size
+    ('square', 'smart', 448)
+    """
     mode = resize or ("square" if image_size is not None else "smart")
     if mode == "square" and image_size is None:
         from genmetrics.tpips.common import DEFAULT_IMAGE_SIZE
@@ -40,7 +44,15 @@ def make_resize(resize: str | None, image_size: int | None, factor: int) -> Qwen
 
 
 class VLMBase(nn.Module):
-    """Images -> cached vision features -> language tower with explicit positions (see module docstring)."""
+    """Images -> cached vision features -> language tower with explicit positions (see module docstring).
+
+    >>> from genmetrics.testing import random_images, tiny_qwen3vl, tiny_qwen3vl_processor
+    >>> base = VLMBase(tiny_qwen3vl(), tiny_qwen3vl_processor(), resize="smart")
+    >>> images = base.resized(base.load_images(random_images(2, 50)))  # smart resize: 50 px -> 64 px
+    >>> _ = base.vision_features(images + images)  # the same images again: from the cache
+    >>> [tuple(x.shape) for x in images], base.vision_calls, base.hidden_size
+    ([(3, 64, 64), (3, 64, 64)], 2, 64)
+    """
 
     def __init__(self, backbone: nn.Module, processor: Any, *, image_size: int | None = None, resize: str | None = None,
                  vision_cache_size: int = 64, batch_size: int = 16, vision_batch_size: int = 32,

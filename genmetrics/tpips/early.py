@@ -19,7 +19,17 @@ from genmetrics.tpips.common import prompt_for, unit_cosine
 
 def early_inputs(model: Any, fa: list[VisionFeatures], fb: list[VisionFeatures], aspects: list[str]) -> dict[str, Any]:
     """The Appendix C.2 inputs for a batch of pairs: ids, 4D bool mask ``[B,1,S,S]`` (True = may attend),
-    positions ``(3,B,S)``, patch/register masks and the register indices."""
+    positions ``(3,B,S)``, patch/register masks and the register indices.
+
+    >>> from genmetrics.testing import random_images, tiny_qwen3vl, tiny_qwen3vl_processor
+    >>> from genmetrics.tpips import TPIPSModel
+    >>> model = TPIPSModel(tiny_qwen3vl(), tiny_qwen3vl_processor(), "early", image_size=64)
+    >>> fa = model.vision_features(model.resized(model.load_images(random_images(2, 64, seed=1))))
+    >>> fb = model.vision_features(model.resized(model.load_images(random_images(2, 64, seed=2))))
+    >>> inp = early_inputs(model, fa, fb, ["color", "color"])
+    >>> inp["mask"].dtype, inp["mask"].shape[:2], inp["position_ids"].shape[:2]
+    (torch.bool, torch.Size([2, 1]), torch.Size([3, 2]))
+    """
     texts = []
     for a in aspects:
         instr = prompt_for("early", model._clip_aspect(a), model.prompts)
@@ -71,7 +81,16 @@ def early_inputs(model: Any, fa: list[VisionFeatures], fb: list[VisionFeatures],
 
 def early_registers(model: Any, fa: list[VisionFeatures], fb: list[VisionFeatures], aspects: list[str]
                     ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Final hidden states ``h_r1``, ``h_r2`` (``[B,D]`` float32) of the two registers."""
+    """Final hidden states ``h_r1``, ``h_r2`` (``[B,D]`` float32) of the two registers.
+
+    >>> from genmetrics.testing import random_images, tiny_qwen3vl, tiny_qwen3vl_processor
+    >>> from genmetrics.tpips import TPIPSModel
+    >>> model = TPIPSModel(tiny_qwen3vl(), tiny_qwen3vl_processor(), "early", image_size=64)
+    >>> features = model.vision_features(model.resized(model.load_images(random_images(2, 64))))
+    >>> h1, h2 = early_registers(model, features[:1], features[1:], ["color"])
+    >>> tuple(h1.shape), tuple(h2.shape), h1.dtype
+    ((1, 64), (1, 64), torch.float32)
+    """
     inp = early_inputs(model, fa, fb, aspects)
     features = [f for pair in zip(fa, fb) for f in pair]  # sequence order: x1 then x2 per row
     embeds, ds = model._embed(inp["input_ids"], inp["patch_mask"], features)
@@ -86,7 +105,16 @@ def early_registers(model: Any, fa: list[VisionFeatures], fb: list[VisionFeature
 
 
 def early_pairs(model: Any, a: list[torch.Tensor], b: list[torch.Tensor], aspects: list[str]) -> torch.Tensor:
-    """``[B]`` early-fusion similarities of image pairs (resized to a shared grid per pair)."""
+    """``[B]`` early-fusion similarities of image pairs (resized to a shared grid per pair).
+
+    >>> from genmetrics.testing import random_images, tiny_qwen3vl, tiny_qwen3vl_processor
+    >>> from genmetrics.tpips import TPIPSModel
+    >>> model = TPIPSModel(tiny_qwen3vl(), tiny_qwen3vl_processor(), "early", image_size=64)
+    >>> a, b = model.load_images(random_images(2, 64, seed=1)), model.load_images(random_images(2, 64, seed=2))
+    >>> s = early_pairs(model, a, b, ["color", "overall"])
+    >>> tuple(s.shape), bool(((s >= -1) & (s <= 1)).all())
+    ((2,), True)
+    """
     a, b = model.resized_pairs(a, b)
     feats = model.vision_features(list(a) + list(b))
     fa, fb = feats[:len(a)], feats[len(a):]

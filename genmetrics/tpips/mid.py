@@ -28,7 +28,11 @@ from genmetrics.tpips.late import single_items
 
 
 def initial_weight(temperature: float, n_layers: int) -> float:
-    """``w0 = sqrt(tau / L)``: the Eq. 2 logits start as minus the mean squared unit-feature distance."""
+    """``w0 = sqrt(tau / L)``: the Eq. 2 logits start as minus the mean squared unit-feature distance.
+
+    >>> initial_weight(0.0025, 25)  # the paper's tau for mid fusion, 25 probe layers
+    0.01
+    """
     return math.sqrt(float(temperature) / max(1, int(n_layers)))
 
 
@@ -41,7 +45,13 @@ class MidFusionHead(nn.Module):
 
     The last linear layer starts at zero weight and bias ``softplus^-1(init_weight)``, so every weight
     starts at ``init_weight`` (see :func:`initial_weight`). ``text_norm="layer"`` normalises the MLP input
-    (zero mean, unit variance over channels, no parameters); ``"none"`` feeds the raw average."""
+    (zero mean, unit variance over channels, no parameters); ``"none"`` feeds the raw average.
+
+    >>> head = MidFusionHead(hidden_size=64, n_layers=2, mlp_hidden=16, init_weight=0.5)
+    >>> w = head([torch.randn(3, 64), torch.randn(3, 64)])  # one averaged instruction state per sample
+    >>> len(w), tuple(w[0].shape), torch.allclose(w[0], torch.full((3, 64), 0.5))  # every weight starts at 0.5
+    (2, (3, 64), True)
+    """
 
     def __init__(self, hidden_size: int, n_layers: int, mlp_hidden: int = 256, init_weight: float = 1.0,
                  text_norm: str = "layer"):
@@ -71,7 +81,11 @@ class MidFusionHead(nn.Module):
 
 
 def probe_indices(n_layers: int, probe_layers: int | Sequence[int]) -> list[int]:
-    """``probe_layers`` evenly spaced layers (the last included), or explicit indices."""
+    """``probe_layers`` evenly spaced layers (the last included), or explicit indices.
+
+    >>> probe_indices(28, 4), probe_indices(28, [0, 5]), probe_indices(2, 20)  # capped at the layer count
+    ([0, 9, 18, 27], [0, 5], [0, 1])
+    """
     if isinstance(probe_layers, int):
         if probe_layers <= 0:
             raise InputError(f"probe_layers must be positive, got {probe_layers}")
@@ -88,7 +102,15 @@ def probe_indices(n_layers: int, probe_layers: int | Sequence[int]) -> list[int]
 def mid_features(model: Any, images: list[torch.Tensor], aspects: list[str], *, keys: list[str] | None = None
                  ) -> dict[str, list]:
     """Per (image, aspect): unit-normalised image-token states ``[N,d]`` and the instruction-token mean, per
-    probe layer."""
+    probe layer.
+
+    >>> from genmetrics.testing import random_images, tiny_qwen3vl, tiny_qwen3vl_processor
+    >>> from genmetrics.tpips import TPIPSModel
+    >>> model = TPIPSModel(tiny_qwen3vl(), tiny_qwen3vl_processor(), "mid", image_size=64)
+    >>> enc = mid_features(model, model.resized(model.load_images(random_images(2, 64))), ["color", "color"])
+    >>> sorted(enc), len(enc["phi"]) == len(model.probe_layers)
+    (['phi', 'text'], True)
+    """
     feats = model.vision_features(images, keys=keys)
     phis: list[list[torch.Tensor]] = [[] for _ in model.probe_layers]
     texts: list[list[torch.Tensor]] = [[] for _ in model.probe_layers]
@@ -106,7 +128,15 @@ def mid_features(model: Any, images: list[torch.Tensor], aspects: list[str], *, 
 
 
 def mid_distance(head: MidFusionHead, enc: dict[str, list], ra: list[int], rb: list[int]) -> torch.Tensor:
-    """``f = -sum_l mean_t ||w_l * (phi_l(a) - phi_l(b))||^2`` for the encoded rows ``ra`` / ``rb``."""
+    """``f = -sum_l mean_t ||w_l * (phi_l(a) - phi_l(b))||^2`` for the encoded rows ``ra`` / ``rb``.
+
+    >>> from genmetrics.testing import random_images, tiny_qwen3vl, tiny_qwen3vl_processor
+    >>> from genmetrics.tpips import TPIPSModel
+    >>> model = TPIPSModel(tiny_qwen3vl(), tiny_qwen3vl_processor(), "mid", image_size=64)
+    >>> enc = mid_features(model, model.resized(model.load_images(random_images(2, 64))), ["color", "color"])
+    >>> mid_distance(model.head, enc, [0, 1], [0, 1]).tolist(), bool(mid_distance(model.head, enc, [0], [1]) < 0)
+    ([0.0, 0.0], True)
+    """
     total = None
     for j in range(len(head.mlps)):
         phi_a = torch.stack([enc["phi"][j][r] for r in ra])
