@@ -54,18 +54,6 @@ PENDING: dict[str, str] = {
     "genmetrics.mie.train.split_validation": "MIE training internals (public path: mie.train_mie, shown)",
     "genmetrics.testing.recipes.mie.tiny_backbone": "contract-test recipe helpers",
     "genmetrics.testing.recipes.mie.tiny_heads_dir": "contract-test recipe helpers",
-    "genmetrics.tpips.base.VLMBase": "TPIPS model base internals (public path: TPIPSModel, shown)",
-    "genmetrics.tpips.base.make_resize": "TPIPS model base internals (public path: TPIPSModel, shown)",
-    "genmetrics.tpips.early.early_inputs": "early-fusion internals (public path: TPIPSModel(variant='early'))",
-    "genmetrics.tpips.early.early_pairs": "early-fusion internals (public path: TPIPSModel(variant='early'))",
-    "genmetrics.tpips.early.early_registers": "early-fusion internals (public path: TPIPSModel(variant='early'))",
-    "genmetrics.tpips.late.late_embed": "late-fusion internals (public path: TPIPSModel, shown)",
-    "genmetrics.tpips.late.single_items": "late-fusion internals (public path: TPIPSModel, shown)",
-    "genmetrics.tpips.mid.MidFusionHead": "mid-fusion internals (public path: TPIPSModel(variant='mid') via load_tpips, shown)",
-    "genmetrics.tpips.mid.initial_weight": "mid-fusion internals (public path: TPIPSModel(variant='mid') via load_tpips, shown)",
-    "genmetrics.tpips.mid.mid_distance": "mid-fusion internals (public path: TPIPSModel(variant='mid') via load_tpips, shown)",
-    "genmetrics.tpips.mid.mid_features": "mid-fusion internals (public path: TPIPSModel(variant='mid') via load_tpips, shown)",
-    "genmetrics.tpips.mid.probe_indices": "mid-fusion internals (public path: TPIPSModel(variant='mid') via load_tpips, shown)",
 }
 METRIC_METHODS = ["options", "has_data", "backbones", "per_sample", "state_snapshot"]
 
