@@ -58,7 +58,14 @@ def _pick(folder: Path, names: tuple[str, ...]) -> Path | None:
 
 
 def resolve_heads(path_or_id: str | os.PathLike) -> Path:
-    """A local checkpoint folder (holding ``mie_config.json`` or ``lens_config.json``) or a hub id -> folder."""
+    """A local checkpoint folder (holding ``mie_config.json`` or ``lens_config.json``) or a hub id -> folder.
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     _ = (Path(d) / "mie_config.json").write_text("{}")
+    ...     resolve_heads(d) == Path(d).resolve()
+    True
+    """
     from genmetrics.backbones.weights import offline, weights_unavailable
 
     s = os.fspath(path_or_id)
@@ -83,13 +90,25 @@ def resolve_heads(path_or_id: str | os.PathLike) -> Path:
 
 
 def no_heads_error() -> WeightsUnavailableError:
+    """The error for an ``mie`` metric created without trained heads (it says how to train them).
+
+    >>> str(no_heads_error()).startswith("the mie metric needs trained heads")
+    True
+    """
     return WeightsUnavailableError(
         "the mie metric needs trained heads (score + diagnostic heads and their trained layers); none are bundled. "
         + _TRAIN_HINT)
 
 
 def read_config(folder: Path) -> tuple[dict[str, Any], str]:
-    """``(config, layout)`` with layout ``"genmetrics"`` or ``"authors"``."""
+    """``(config, layout)`` with layout ``"genmetrics"`` or ``"authors"``.
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     _ = (Path(d) / "mie_config.json").write_text('{"format": "genmetrics-mie", "version": 2}')
+    ...     read_config(Path(d))
+    ({'format': 'genmetrics-mie', 'version': 2}, 'genmetrics')
+    """
     p = _pick(folder, CONFIG_NAMES)
     if p is None:
         raise WeightsUnavailableError(f"MIE checkpoint {str(folder)!r} holds neither of {CONFIG_NAMES}. {_TRAIN_HINT}")
@@ -197,7 +216,16 @@ def _lora_modules(weights: dict[str, torch.Tensor]) -> list[str]:
 
 # ---------------------------------------------------------------------- save / load
 def save_checkpoint(model: Any, path: str | os.PathLike) -> Path:
-    """genmetrics' format (see module doc); the config is written last, atomically."""
+    """genmetrics' format (see module doc); the config is written last, atomically.
+
+    >>> import tempfile
+    >>> from genmetrics.mie.model import MIEModel
+    >>> from genmetrics.testing import tiny_qwen35, tiny_qwen35_processor
+    >>> model = MIEModel(tiny_qwen35(), tiny_qwen35_processor(), unfreeze_layers=1)
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     sorted(p.name for p in save_checkpoint(model, Path(d) / "heads").iterdir())
+    ['mie_config.json', 'mie_weights.safetensors']
+    """
     from safetensors.torch import save_file
 
     from genmetrics.mie.model import canonical_name
@@ -221,6 +249,18 @@ def save_checkpoint(model: Any, path: str | os.PathLike) -> Path:
 
 def load_checkpoint(cls: Any, path_or_id: str | os.PathLike, backbone: Any = None, processor: Any = None, *,
                     device: Any = None, dtype: Any = None, **overrides: Any) -> Any:
+    """Build ``cls`` (an :class:`~genmetrics.mie.MIEModel`) from a checkpoint in either layout: the backbone it
+    names (or the one given), its adapter and trained layers, and the heads (``MIEModel.from_pretrained``).
+
+    >>> import tempfile
+    >>> from genmetrics.mie.model import MIEModel
+    >>> from genmetrics.testing import tiny_qwen35, tiny_qwen35_processor
+    >>> model = MIEModel(tiny_qwen35(), tiny_qwen35_processor(), unfreeze_layers=1)
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     again = load_checkpoint(MIEModel, save_checkpoint(model, d), tiny_qwen35(), tiny_qwen35_processor())
+    >>> torch.equal(again.score_head[0].weight, model.score_head[0].weight)
+    True
+    """
     from genmetrics.mie.model import build_backbone
 
     folder = resolve_heads(path_or_id)

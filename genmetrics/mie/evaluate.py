@@ -48,7 +48,15 @@ BREAKDOWNS = {
 
 
 def bucket_value(record: Any, what: str) -> str:
-    """The record's bucket value for a breakdown (``subjects`` falls back to the reference count)."""
+    """The record's bucket value for a breakdown (``subjects`` falls back to the reference count).
+
+    >>> from pathlib import Path
+    >>> from genmetrics.data.jsonl import MIBPairRecord
+    >>> r = MIBPairRecord("p", "a cat and a dog", (Path("cat.png"), Path("dog.png")), (Path("a.png"), Path("b.png")),
+    ...                   ("g1", "g2"), 0, bucket={"relation": "physical"})
+    >>> bucket_value(r, "relation"), bucket_value(r, "subjects")
+    ('physical', '2')
+    """
     b = record.bucket or {}
     for key in BREAKDOWNS[what]:
         if key in b and b[key] is not None:
@@ -62,7 +70,18 @@ def _chunks(n: int, size: int) -> list[slice]:
 
 def score_pairs_mie(model: Any, records: Sequence[Any], *, batch_pairs: int = 16,
                     progress: Callable | None = None) -> dict[str, np.ndarray]:
-    """Scores and diagnostics of both candidates of every pair with an :class:`MIEModel`."""
+    """Scores and diagnostics of both candidates of every pair with an :class:`MIEModel`.
+
+    >>> import tempfile
+    >>> from genmetrics.data.jsonl import load_mib_pairs
+    >>> from genmetrics.mie.model import MIEModel
+    >>> from genmetrics.testing import tiny_qwen35, tiny_qwen35_processor, toy_mib_pairs
+    >>> model = MIEModel(tiny_qwen35(), tiny_qwen35_processor(), unfreeze_layers=1)
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     s = score_pairs_mie(model, load_mib_pairs(toy_mib_pairs(d, 2)))
+    >>> {k: v.shape for k, v in s.items()}
+    {'a': (2,), 'b': (2,), 'diag_a': (2, 3), 'diag_b': (2, 3)}
+    """
     sa, sb, da, db = [], [], [], []
     chunks = _chunks(len(records), batch_pairs)
     for sl in (progress(chunks, desc="mie", total=len(chunks), unit="batch") if progress else chunks):
@@ -79,7 +98,16 @@ def score_pairs_mie(model: Any, records: Sequence[Any], *, batch_pairs: int = 16
 
 def score_pairs_metric(name: str, records: Sequence[Any], options: dict[str, Any] | None = None, *,
                        batch_pairs: int = 16, progress: Callable | None = None) -> dict[str, np.ndarray]:
-    """Scores of both candidates of every pair with the registered metric ``name`` (see module doc)."""
+    """Scores of both candidates of every pair with the registered metric ``name`` (see module doc).
+
+    >>> import tempfile
+    >>> from genmetrics.data.jsonl import load_mib_pairs
+    >>> from genmetrics.testing import toy_mib_pairs
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     s = score_pairs_metric("psnr", load_mib_pairs(toy_mib_pairs(d, 3)))
+    >>> sorted(s), s["a"].shape
+    (['a', 'b'], (3,))
+    """
     import genmetrics as gm
 
     info = gm.metric_info(name)
@@ -143,7 +171,14 @@ def diagnostic_agreement(pred_logits: np.ndarray, labels: np.ndarray) -> dict[st
     script computes it: a label of exactly 0.5 (annotators split) is dropped from that dimension; a
     label > 0.5 means "passes"; a prediction passes when ``sigmoid(logit) >= 0.5``. Beside each F1:
     balanced accuracy (mean of the recalls of both classes) and ``f1_always_passes``, the F1 of the
-    constant answer "passes", so an F1 lifted by the majority class is visible."""
+    constant answer "passes", so an F1 lifted by the majority class is visible.
+
+    >>> logits = np.array([[2.0, -1.0, 0.3], [-2.0, 1.0, 0.1]])
+    >>> labels = np.array([[1.0, 0.0, 0.5], [0.0, 1.0, 1.0]])  # interaction of pair 0: a split vote, dropped
+    >>> agree = diagnostic_agreement(logits, labels)
+    >>> agree["existence"]["f1"], agree["interaction"]["n"], agree["interaction"]["dropped_ties"]
+    (1.0, 1, 1)
+    """
     from torchmetrics.functional.classification import binary_f1_score, binary_recall
 
     from genmetrics.mie.model import DIMENSIONS
@@ -200,7 +235,21 @@ def evaluate_scores(
     seed: int = 0,
 ) -> dict[str, Any]:
     """The report for already computed scores: ``scores[name] = {"a": [N], "b": [N], "diag_a"?: [N,3],
-    "diag_b"?: [N,3]}`` (or ``{"error": msg}``) for ``records`` (MIB pairs)."""
+    "diag_b"?: [N,3]}`` (or ``{"error": msg}``) for ``records`` (MIB pairs).
+
+    Scores that always favour the preferred candidate are 100% accurate, their negatives 0%:
+
+    >>> import tempfile
+    >>> from genmetrics.data.jsonl import load_mib_pairs
+    >>> from genmetrics.testing import toy_mib_pairs
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     records = load_mib_pairs(toy_mib_pairs(d, 4))
+    >>> prefers_b = np.array([r.preference for r in records], dtype=float)
+    >>> oracle = {"a": 1 - prefers_b, "b": prefers_b}
+    >>> report = evaluate_scores(records, {"oracle": oracle, "anti": {"a": prefers_b, "b": 1 - prefers_b}}, n_boot=50)
+    >>> report["metrics"]["oracle"]["accuracy"]["overall"]["value"], report["metrics"]["anti"]["accuracy"]["overall"]["value"]
+    (1.0, 0.0)
+    """
     from genmetrics.functional.ranking import pairwise_correct
 
     n = len(records)
@@ -298,6 +347,16 @@ def _fmt(ci: dict[str, float]) -> str:
 
 
 def report_markdown(report: dict[str, Any]) -> str:
+    """The evaluation report as Markdown: accuracy per metric with intervals, breakdowns, diagnostics.
+
+    >>> from genmetrics.data.jsonl import MIBPairRecord
+    >>> records = [MIBPairRecord(f"p{i}", "a cat", (Path("r.png"),), (Path("a.png"), Path("b.png")), ("g1", "g2"), i % 2)
+    ...            for i in range(4)]  # scored below without reading images
+    >>> scores = {"psnr": {"a": np.array([30.0, 20.0, 31.0, 22.0]), "b": np.array([25.0, 26.0, 24.0, 27.0])}}
+    >>> report = evaluate_scores(records, scores, n_boot=50)
+    >>> report_markdown(report).splitlines()[0]
+    '# MIE evaluation against human preferences'
+    """
     from genmetrics.mie.model import DIMENSIONS
 
     subsets = list(report["subsets"])
@@ -340,7 +399,18 @@ def report_markdown(report: dict[str, Any]) -> str:
 
 
 def accuracy_plot(report: dict[str, Any], path: Any) -> None:
-    """Grouped bar chart: pairwise accuracy per metric (overall / seen / unseen) with CI error bars."""
+    """Grouped bar chart: pairwise accuracy per metric (overall / seen / unseen) with CI error bars.
+
+    >>> import tempfile
+    >>> from genmetrics.data.jsonl import load_mib_pairs
+    >>> from genmetrics.testing import toy_mib_pairs
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     records = load_mib_pairs(toy_mib_pairs(d, 2))
+    ...     accuracy_plot(evaluate_scores(records, {"constant": {"a": np.zeros(2), "b": np.zeros(2)}}, n_boot=50),
+    ...                   Path(d) / "accuracy.png")
+    ...     (Path(d) / "accuracy.png").is_file()
+    True
+    """
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -369,7 +439,18 @@ def accuracy_plot(report: dict[str, Any], path: Any) -> None:
 
 def write_report(report: dict[str, Any], scores: dict[str, dict[str, np.ndarray]], records: Sequence[Any],
                  out: str | Path) -> dict[str, str]:
-    """Write ``report.json``, ``report.md``, ``accuracy.png`` and ``scores.jsonl`` into ``out``."""
+    """Write ``report.json``, ``report.md``, ``accuracy.png`` and ``scores.jsonl`` into ``out``.
+
+    >>> from genmetrics.data.jsonl import MIBPairRecord
+    >>> records = [MIBPairRecord(f"p{i}", "a cat", (Path("r.png"),), (Path("a.png"), Path("b.png")), ("g1", "g2"), i % 2)
+    ...            for i in range(4)]  # scored below without reading images
+    >>> scores = {"psnr": {"a": np.array([30.0, 20.0, 31.0, 22.0]), "b": np.array([25.0, 26.0, 24.0, 27.0])}}
+    >>> report = evaluate_scores(records, scores, n_boot=50)
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     sorted(Path(p).name for p in write_report(report, scores, records, d).values())
+    ['accuracy.png', 'report.json', 'report.md', 'scores.jsonl']
+    """
     from genmetrics.data.results import atomic_write_json, atomic_write_text
 
     folder = Path(out)

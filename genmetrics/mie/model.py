@@ -131,13 +131,25 @@ class MIEBatch:
 
 
 def resolve_backbone_name(name: str) -> str:
-    """Alias (``"0.8b"``, ``"2b"``, ``"4b"``, ``"qwen3.5-4b"``) -> hub id; anything else unchanged."""
+    """Alias (``"0.8b"``, ``"2b"``, ``"4b"``, ``"qwen3.5-4b"``) -> hub id; anything else unchanged.
+
+    >>> resolve_backbone_name("0.8b"), resolve_backbone_name("/models/my-mie-backbone")
+    ('Qwen/Qwen3.5-0.8B', '/models/my-mie-backbone')
+    """
     return BACKBONES.get(str(name).lower(), str(name))
 
 
 def build_backbone(name: str, *, device: Any = None, dtype: Any = None) -> tuple[nn.Module, Any]:
     """``(vlm, processor)`` for a backbone alias, hub id or local folder (see :data:`BACKBONES`). An installed
-    backbone provider (:mod:`genmetrics.backbones.provider`, kind ``"vlm"``) answers first."""
+    backbone provider (:mod:`genmetrics.backbones.provider`, kind ``"vlm"``) answers first.
+
+    >>> from genmetrics.backbones.provider import use_provider
+    >>> from genmetrics.testing import tiny_backbones
+    >>> with use_provider(tiny_backbones):  # nothing downloads
+    ...     vlm, processor = build_backbone("0.8b")
+    >>> type(vlm).__name__
+    'Qwen3_5Model'
+    """
     from genmetrics.backbones.hf import load_vlm
 
     return load_vlm(resolve_backbone_name(name), dtype=dtype, device=device)
@@ -146,7 +158,13 @@ def build_backbone(name: str, *, device: Any = None, dtype: Any = None) -> tuple
 def canonical_name(name: str) -> str:
     """A parameter name reduced to what every wrapper agrees on: from ``visual.`` / ``language_model.`` on,
     without peft's ``base_layer.`` and adapter name (``base_model.model.model.language_model.layers.3.
-    mlp.up_proj.base_layer.weight`` -> ``language_model.layers.3.mlp.up_proj.weight``)."""
+    mlp.up_proj.base_layer.weight`` -> ``language_model.layers.3.mlp.up_proj.weight``).
+
+    >>> canonical_name("base_model.model.model.language_model.layers.3.mlp.up_proj.base_layer.weight")
+    'language_model.layers.3.mlp.up_proj.weight'
+    >>> canonical_name("model.visual.blocks.0.attn.qkv.lora_A.default.weight")
+    'visual.blocks.0.attn.qkv.lora_A.weight'
+    """
     name = name.replace(".base_layer.", ".")
     name = re.sub(r"\.(lora_[AB])\.[^.]+\.weight$", r".\1.weight", name)
     m = re.search(r"(?:^|\.)((?:visual|language_model)\.)", name)
@@ -154,7 +172,12 @@ def canonical_name(name: str) -> str:
 
 
 def fit_image(im: Any, size: int | None) -> Any:
-    """Downscale so the longer side is at most ``size`` px, aspect ratio kept (``None``: unchanged)."""
+    """Downscale so the longer side is at most ``size`` px, aspect ratio kept (``None``: unchanged).
+
+    >>> from PIL import Image
+    >>> fit_image(Image.new("RGB", (1000, 500)), 512).size, fit_image(Image.new("RGB", (100, 50)), 512).size
+    ((512, 256), (100, 50))
+    """
     if size is None or max(im.size) <= size:
         return im
     from PIL import Image
@@ -598,7 +621,16 @@ def validate_inputs(
 ) -> tuple[list[list[Any]], list[str], list[Any]]:
     """Check MIE inputs without loading anything heavy: ``references`` one list of 1..``max_references``
     images per candidate, one prompt per candidate (or one for all), no missing candidate, files exist.
-    Returns ``(references, prompts, candidates)`` as plain lists; bad input is an ``InputError``."""
+    Returns ``(references, prompts, candidates)`` as plain lists; bad input is an ``InputError``.
+
+    >>> refs, prompts, cands = validate_inputs([[torch.zeros(3, 8, 8)]] * 2, "a cat", torch.zeros(2, 3, 8, 8))
+    >>> len(refs), prompts, len(cands)  # one prompt for all
+    (2, ['a cat', 'a cat'], 2)
+    >>> validate_inputs(None, "a cat", torch.zeros(1, 3, 8, 8))  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+        ...
+    genmetrics.errors.InputError: ...reference...
+    """
     from genmetrics.data.images import as_image_list
     from genmetrics.metric import as_text_list
 

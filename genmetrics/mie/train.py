@@ -105,7 +105,14 @@ class TrainConfig:
 
 
 def load_training_pairs(path: str | os.PathLike, *, subset: int | None = None, seed: int = 0) -> list[Any]:
-    """Read MIB pairs, check every image file exists, and draw a seeded random subset (file order kept)."""
+    """Read MIB pairs, check every image file exists, and draw a seeded random subset (file order kept).
+
+    >>> import tempfile
+    >>> from genmetrics.testing import toy_mib_pairs
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     [r.id for r in load_training_pairs(toy_mib_pairs(d, 4), subset=3, seed=0)]
+    ['pair0', 'pair1', 'pair3']
+    """
     from genmetrics.data.jsonl import load_mib_pairs
 
     records = load_mib_pairs(path)
@@ -121,7 +128,16 @@ def load_training_pairs(path: str | os.PathLike, *, subset: int | None = None, s
 
 def split_validation(records: list[Any], fraction: float, seed: int) -> tuple[list[Any], list[Any]]:
     """A seeded ``fraction`` of the pairs for validation (at least one pair when fraction > 0 and there
-    are 2+ pairs); the rest, in file order, for training."""
+    are 2+ pairs); the rest, in file order, for training.
+
+    >>> import tempfile
+    >>> from genmetrics.testing import toy_mib_pairs
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     records = load_training_pairs(toy_mib_pairs(d, 4))
+    >>> train, val = split_validation(records, 0.25, seed=0)
+    >>> [r.id for r in train], [r.id for r in val]
+    (['pair0', 'pair1', 'pair2'], ['pair3'])
+    """
     n_val = int(round(fraction * len(records)))
     if fraction > 0 and len(records) > 1:
         n_val = max(1, n_val)
@@ -133,7 +149,16 @@ def split_validation(records: list[Any], fraction: float, seed: int) -> tuple[li
 
 def pair_targets(records: list[Any]) -> dict[str, Any]:
     """Inputs and labels of a list of pairs: the preferred candidate (``win``) and the other (``lose``),
-    each with its own diagnostic labels, and ``mask`` marking the pairs that have labels."""
+    each with its own diagnostic labels, and ``mask`` marking the pairs that have labels.
+
+    >>> import tempfile
+    >>> from genmetrics.testing import toy_mib_pairs
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     records = load_training_pairs(toy_mib_pairs(d, 4))
+    >>> t = pair_targets(records[:2])
+    >>> sorted(t), t["win"][1] == str(records[1].candidates[records[1].preference]), t["diag_win"][0].tolist()
+    (['diag_lose', 'diag_win', 'lose', 'mask', 'prompts', 'refs', 'win'], True, [1.0, 1.0, 1.0])
+    """
     zeros = (0.0, 0.0, 0.0)
 
     def diag(r: Any, side: int) -> tuple[float, ...]:
@@ -151,7 +176,20 @@ def pair_targets(records: list[Any]) -> dict[str, Any]:
 
 
 class MIETask(TrainTask):
-    """The MIE side of :func:`genmetrics.train.fit`: pairs in, ``alpha * L_rank + beta * L_diag`` out."""
+    """The MIE side of :func:`genmetrics.train.fit`: pairs in, ``alpha * L_rank + beta * L_diag`` out.
+
+    >>> from genmetrics.mie.model import MIEModel
+    >>> from genmetrics.testing import tiny_qwen35, tiny_qwen35_processor
+    >>> model = MIEModel(tiny_qwen35(), tiny_qwen35_processor(), unfreeze_layers=1)
+    >>> import tempfile
+    >>> from genmetrics.testing import toy_mib_pairs
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     records = load_training_pairs(toy_mib_pairs(d, 4))
+    ...     task = MIETask(model, TrainConfig(data="pairs.jsonl", out=d))
+    ...     loss, parts = task.loss(task.trainable_module(), task.collate(records[:2]))
+    >>> sorted(parts), loss.requires_grad
+    (['diag', 'loss', 'rank'], True)
+    """
 
     def __init__(self, model: Any, cfg: TrainConfig, generators: list[str] | None = None) -> None:
         self.model = model

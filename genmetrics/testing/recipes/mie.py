@@ -7,14 +7,26 @@ from typing import Any
 
 
 def tiny_backbone(seed: int = 0) -> Any:
-    """The tiny Qwen3.5 of the MIE recipes: 2 text layers (one Gated-DeltaNet, one full attention)."""
+    """The tiny Qwen3.5 of the MIE recipes: 2 text layers (one Gated-DeltaNet, one full attention).
+
+    >>> tiny_backbone().config.text_config.layer_types
+    ['linear_attention', 'full_attention']
+    """
     from genmetrics.testing import tiny_qwen35
 
     return tiny_qwen35(seed, text_config={"num_hidden_layers": 2, "layer_types": ["linear_attention", "full_attention"]})
 
 
 def tiny_heads_dir(seed: int = 0, *, tuning: str = "lora_layer", unfreeze_layers: int = 1) -> str:
-    """Save an (untrained, seeded) tiny MIE checkpoint in a temporary folder and return its path."""
+    """Save an (untrained, seeded) tiny MIE checkpoint in a temporary folder and return its path.
+
+    >>> import shutil
+    >>> from pathlib import Path
+    >>> folder = tiny_heads_dir(0)
+    >>> sorted(p.name for p in Path(folder).iterdir())
+    ['mie_config.json', 'mie_weights.safetensors']
+    >>> shutil.rmtree(folder)
+    """
     import torch
 
     from genmetrics.mie.model import MIEModel
