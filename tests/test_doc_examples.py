@@ -29,32 +29,7 @@ EXEMPT = {
     "genmetrics.testing.spawn_gloo": "starts worker processes (gloo); tests/contract runs it",
 }
 #: qualified name -> what is missing (names still without an example; the list only shrinks)
-PENDING: dict[str, str] = {
-    "genmetrics.mie.checkpoint.load_checkpoint": "MIE checkpoint internals (public path: MIEModel.save_pretrained / from_pretrained, shown)",
-    "genmetrics.mie.checkpoint.no_heads_error": "MIE checkpoint internals (public path: MIEModel.save_pretrained / from_pretrained, shown)",
-    "genmetrics.mie.checkpoint.read_config": "MIE checkpoint internals (public path: MIEModel.save_pretrained / from_pretrained, shown)",
-    "genmetrics.mie.checkpoint.resolve_heads": "MIE checkpoint internals (public path: MIEModel.save_pretrained / from_pretrained, shown)",
-    "genmetrics.mie.checkpoint.save_checkpoint": "MIE checkpoint internals (public path: MIEModel.save_pretrained / from_pretrained, shown)",
-    "genmetrics.mie.evaluate.accuracy_plot": "MIE evaluation internals (public path: mie.evaluate_human, shown)",
-    "genmetrics.mie.evaluate.bucket_value": "MIE evaluation internals (public path: mie.evaluate_human, shown)",
-    "genmetrics.mie.evaluate.diagnostic_agreement": "MIE evaluation internals (public path: mie.evaluate_human, shown)",
-    "genmetrics.mie.evaluate.evaluate_scores": "MIE evaluation internals (public path: mie.evaluate_human, shown)",
-    "genmetrics.mie.evaluate.report_markdown": "MIE evaluation internals (public path: mie.evaluate_human, shown)",
-    "genmetrics.mie.evaluate.score_pairs_metric": "MIE evaluation internals (public path: mie.evaluate_human, shown)",
-    "genmetrics.mie.evaluate.score_pairs_mie": "MIE evaluation internals (public path: mie.evaluate_human, shown)",
-    "genmetrics.mie.evaluate.write_report": "MIE evaluation internals (public path: mie.evaluate_human, shown)",
-    "genmetrics.mie.model.build_backbone": "MIE model helpers (public path: MIEModel, shown)",
-    "genmetrics.mie.model.canonical_name": "MIE model helpers (public path: MIEModel, shown)",
-    "genmetrics.mie.model.fit_image": "MIE model helpers (public path: MIEModel, shown)",
-    "genmetrics.mie.model.resolve_backbone_name": "MIE model helpers (public path: MIEModel, shown)",
-    "genmetrics.mie.model.validate_inputs": "MIE model helpers (public path: MIEModel, shown)",
-    "genmetrics.mie.train.MIETask": "MIE training internals (public path: mie.train_mie, shown)",
-    "genmetrics.mie.train.load_training_pairs": "MIE training internals (public path: mie.train_mie, shown)",
-    "genmetrics.mie.train.pair_targets": "MIE training internals (public path: mie.train_mie, shown)",
-    "genmetrics.mie.train.split_validation": "MIE training internals (public path: mie.train_mie, shown)",
-    "genmetrics.testing.recipes.mie.tiny_backbone": "contract-test recipe helpers",
-    "genmetrics.testing.recipes.mie.tiny_heads_dir": "contract-test recipe helpers",
-}
+PENDING: dict[str, str] = {}
 METRIC_METHODS = ["options", "has_data", "backbones", "per_sample", "state_snapshot"]
 
 
