@@ -2,7 +2,7 @@
 as the odd one and "position" another, so an aspect-blind metric scores at most 50% mean agreement and 0% "both
 aspects right". Each variant is trained through the project's trainer on a small random Qwen3-VL and scored
 on new random objects (benchmarks/tpips_learnability.py --quick; the full run, its numbers and why the small
-backbone is configured as it is are in docs/tpips.md). Late and early fusion must reach issue 12's goals."""
+backbone is configured as it is are in docs/tpips.md). All three variants must reach issue 12's goals."""
 
 from __future__ import annotations
 
@@ -34,18 +34,28 @@ def test_task_defeats_aspect_blind_metrics(bench):
 
 @pytest.mark.slow
 def test_training_learns_aspects_on_held_out_triplets(bench, capsys):
+    """benchmarks/tpips_learnability.py --quick (seed 0: 192 training triplets, 48 held-out, batch 8, 10 epochs): issue
+    12's goals for every variant. Late and early fusion: held-out mean agreement >= 0.70 and both aspects right
+    on >= 40% of triplets (no aspect-blind metric gets above 0.50 / 0%); mid fusion: both >= 0.40 and a mean
+    within 0.05 of late's and of early's. The untrained models are near chance, and training must move them."""
     import json
 
     bench.main(["--quick"])
-    res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    print(line)  # shown with pytest -rP (the numbers in docs/tpips.md)
+    res = json.loads(line)
     assert res["aspect_blind_pixel_l2"]["both"] == 0.0 and res["aspect_blind_pixel_l2"]["mean"] <= 0.5
-    assert set(res["variants"]) == {"late", "mid", "early"}
-    for variant, r in res["variants"].items():
+    v = res["variants"]
+    assert set(v) == {"late", "mid", "early"}
+    for variant, r in v.items():
         before, after = r["before"], r["after"]
         assert before["both"] <= 0.1, (variant, r)  # untrained: about chance
-        # trained: one aspect nearly always right on new objects (so the sign of Eq. 2 and the pooling are
-        # right), and both aspects right on a share of triplets no aspect-blind metric reaches (0%)
-        assert max(after["color"], after["position"]) >= 0.9, (variant, r)
-        assert after["both"] >= 0.2 and after["mean"] >= 0.6 and after["mean"] > before["mean"] + 0.2, (variant, r)
-        if variant in ("late", "early"):  # issue 12's goals (measured: late 0.94 / 0.88, early 1.0 / 1.0)
-            assert after["mean"] >= 0.7 and after["both"] >= 0.4, (variant, r)
+        assert after["mean"] > before["mean"] + 0.2, (variant, r)
+        assert after["both"] >= 0.4, (variant, r)
+    for variant in ("late", "early"):
+        assert v[variant]["after"]["mean"] >= 0.7, (variant, v[variant])
+    for variant in ("late", "early"):
+        assert v["mid"]["after"]["mean"] >= v[variant]["after"]["mean"] - 0.05, (variant, v)
+    assert res["goals_met"], res
+    # the mid-fusion channel weights are aspect-conditioned (cosine 1.0 would mean one weighting for both aspects)
+    assert min(v["mid"]["channel_weight_cosine_color_vs_position"]) < 0.95, v["mid"]
