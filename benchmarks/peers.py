@@ -120,17 +120,34 @@ def _pixel_tools(metric: str, batch: int) -> dict[str, Callable[[torch.Tensor, t
     return tools
 
 
+#: CPU seconds of this process per tool call (median over rounds), next to the wall-clock medians: at one
+#: thread they do not count the time the process waited for a core on a loaded machine
+CPU_TIMES: dict[str, float] = {}
+
+
 def _interleaved(tools: dict[str, Callable[[], Any]], rounds: int) -> tuple[dict[str, float], dict[str, Any]]:
     times: dict[str, list[float]] = {k: [] for k in tools}
+    cpus: dict[str, list[float]] = {k: [] for k in tools}
     last: dict[str, Any] = {}
     names = list(tools)
     for r in range(rounds):
         order = names[r % len(names):] + names[:r % len(names)]
         for k in order:
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             last[k] = tools[k]()
             times[k].append(time.perf_counter() - t0)
+            cpus[k].append(time.process_time() - c0)
+    CPU_TIMES.clear()
+    CPU_TIMES.update({k: statistics.median(v) for k, v in cpus.items()})
     return {k: statistics.median(v) for k, v in times.items()}, last
+
+
+def _cpu_fields(n: int, unit: str) -> dict[str, float]:
+    """``<tool>_<unit>_per_cpu_s`` and ``cpu_ratio_vs_<tool>`` from the last :func:`_interleaved` run."""
+    out = {f"{k}_{unit}_per_cpu_s": round(n / t, 3) for k, t in CPU_TIMES.items()}
+    out.update({f"cpu_ratio_vs_{k}": round(t / CPU_TIMES["genmetrics"], 3) for k, t in CPU_TIMES.items()
+                if k != "genmetrics"})
+    return out
 
 
 def bench_pixel(metric: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -150,6 +167,7 @@ def bench_pixel(metric: str, args: argparse.Namespace) -> dict[str, Any]:
             line[f"ratio_vs_{k}"] = round(med[k] / med["genmetrics"], 3)
             line[f"max_abs_diff_{k}"] = float((vals[k].double().cpu() - gm).abs().max())
     line["genmetrics_max_abs_diff_vs_float64"] = float((gm - ref64).abs().max())
+    line.update(_cpu_fields(args.pairs, "pairs"))
     return line
 
 
@@ -262,13 +280,23 @@ def bench_clipscore(args: argparse.Namespace) -> dict[str, Any]:
             tm.update(list(imgs[sl]), prompts[sl])
         return tm.compute()
 
-    med, vals = _interleaved({"genmetrics": gm, "torchmetrics": tmf}, args.rounds)
+    other = "model" if args.text_dtype == "float64" else "float64"
+
+    def gm_other() -> torch.Tensor:  # the other text precision, for its cost
+        m = genmetrics.create_metric("clipscore", backbone=oc, tokenizer=tok, batch_size=args.batch, text_dtype=other)
+        m.update(candidates=imgs, condition=prompts)
+        return m.per_sample()["scores"]
+
+    med, vals = _interleaved({"genmetrics": gm, f"genmetrics_text_{other}": gm_other, "torchmetrics": tmf}, args.rounds)
     line: dict[str, Any] = {"benchmark": "peers", "metric": "clipscore", "images": n, "model": "ViT-B/16 (random)",
                             "batch": args.batch, "threads": torch.get_num_threads(), "rounds": args.rounds,
                             "text_dtype": args.text_dtype, "genmetrics_images_per_s": round(n / med["genmetrics"], 3),
                             "torchmetrics_images_per_s": round(n / med["torchmetrics"], 3),
                             "ratio_vs_torchmetrics": round(med["torchmetrics"] / med["genmetrics"], 3),
-                            "max_abs_diff_torchmetrics": None}
+                            "max_abs_diff_torchmetrics": None,
+                            f"genmetrics_text_{other}_images_per_s": round(n / med[f"genmetrics_text_{other}"], 3),
+                            f"ratio_text_{other}_vs_torchmetrics": round(med["torchmetrics"] / med[f"genmetrics_text_{other}"], 3),
+                            **_cpu_fields(n, "images")}
     try:
         line.update(_clipscore_errors(oc, tok, imgs, prompts, vals["genmetrics"].double(), args.text_dtype))
     except Exception as e:  # noqa: BLE001 - a benchmark line still comes out
