@@ -5,7 +5,10 @@ candidates are noisy copies of their references), scored in chunks of ``--batch`
 torchmetrics' float32 classes, piq and pyiqa (each only where installed; ``pip install -e .[bench]``).
 ``clipscore``: genmetrics' ``clipscore`` on a random open_clip ViT-B-16 against torchmetrics'
 ``CLIPScore`` on a random transformers ``CLIPModel`` of the same size (different random weights, so
-only the speeds compare; genmetrics' trimmed text path is checked against the untrimmed one instead).
+only the speeds compare; genmetrics' scores are checked instead against float64 copies of its own model:
+the untrimmed text tower and ``encode_image``, see ``_clipscore_errors``). Every line also carries CPU
+seconds of the process per tool (``*_per_cpu_s``, ``cpu_ratio_vs_*``), which a loaded machine disturbs less
+than wall time.
 
 Rounds are interleaved (every tool once per round, order rotated), speeds are medians over rounds, at
 ``--threads`` threads. One JSON line per metric: pairs (images) per second of each tool, genmetrics'
