@@ -6,6 +6,7 @@ activations are silently wrong. Each weights record carries its preprocessing (o
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from dataclasses import dataclass
@@ -388,11 +389,18 @@ def encode_text_ids(model: Any, ids: Any, *, pad_id: int | None = 0, dtype: Any 
     if dtype is None:
         x = tower.transformer(x, attn_mask=mask)
     else:
-        first = getattr(tower.transformer, "batch_first", True)
-        x = x if first else x.transpose(0, 1)
-        for block in tower.transformer.resblocks:  # one block's weights converted at a time
-            x = _call_in(block, dtype, x, attn_mask=None if mask is None else mask.to(dtype))
-        x = x if first else x.transpose(0, 1)
+        blocks = list(tower.transformer.resblocks)
+        if (mask is None or (mask.dim() == 2 and mask.is_floating_point())) and all(_plain_block(b) for b in blocks):
+            wrap = _sdpa_block_module()  # SDPA instead of nn.MultiheadAttention's float64 slow path
+            m = None if mask is None else mask.to(dtype)
+            for block in blocks:  # one block's weights converted at a time
+                x = _call_in(wrap(block), dtype, x, attn_mask=m)
+        else:
+            first = getattr(tower.transformer, "batch_first", True)
+            x = x if first else x.transpose(0, 1)
+            for block in blocks:
+                x = _call_in(block, dtype, x, attn_mask=None if mask is None else mask.to(dtype))
+            x = x if first else x.transpose(0, 1)
     x = _call_in(tower.ln_final, dtype, x)
     x = text_global_pool(x, short, pool, eos_token_id=eos)
     proj = tower.text_projection
@@ -498,13 +506,38 @@ def _fast_vision_tower(model: Any) -> Any | None:
         return None
     if getattr(v, "pool_type", None) not in ("tok", "avg") or not hasattr(v, "_embeds"):
         return None
-    for blk in v.transformer.resblocks:
-        attn = getattr(blk, "attn", None)
-        if type(blk) is not oc_t.ResidualAttentionBlock or hasattr(blk, "ln_1_kv") or \
-                type(attn) is not torch.nn.MultiheadAttention or attn.in_proj_weight is None or \
-                attn.bias_k is not None or attn.add_zero_attn or list(blk.mlp._modules) != ["c_fc", "gelu", "c_proj"]:
-            return None
-    return v
+    return v if all(_plain_block(blk) for blk in v.transformer.resblocks) else None
+
+
+def _plain_block(blk: Any) -> bool:
+    """Whether ``blk`` is open_clip's plain ``ResidualAttentionBlock`` (self-attention through a packed
+    ``nn.MultiheadAttention`` without extra keys, MLP ``c_fc -> gelu -> c_proj``), which
+    :func:`_vision_block` reproduces."""
+    import torch
+    from open_clip import transformer as oc_t
+
+    attn = getattr(blk, "attn", None)
+    return not (type(blk) is not oc_t.ResidualAttentionBlock or hasattr(blk, "ln_1_kv") or
+                type(attn) is not torch.nn.MultiheadAttention or attn.in_proj_weight is None or
+                attn.bias_k is not None or attn.add_zero_attn or
+                list(blk.mlp._modules) != ["c_fc", "gelu", "c_proj"])
+
+
+@functools.cache
+def _sdpa_block_module() -> Any:
+    """A module class wrapping one plain block so that :func:`_call_in` can run :func:`_vision_block` on
+    it with converted weights (``wrap(block)(x, attn_mask)``; the block is not modified)."""
+    import torch
+
+    class SdpaBlock(torch.nn.Module):
+        def __init__(self, blk: Any) -> None:
+            super().__init__()
+            self.blk = blk
+
+        def forward(self, x: Any, attn_mask: Any = None) -> Any:
+            return _vision_block(self.blk, x, attn_mask=attn_mask)
+
+    return SdpaBlock
 
 
 def _mlp(mlp: Any, x: Any) -> Any:
@@ -525,9 +558,11 @@ def _mlp(mlp: Any, x: Any) -> Any:
     return y.reshape(*shape[:-1], y.shape[-1])
 
 
-def _vision_block(blk: Any, x: Any, *, first_only: bool = False) -> Any:
+def _vision_block(blk: Any, x: Any, *, first_only: bool = False, attn_mask: Any = None) -> Any:
     """One ``ResidualAttentionBlock`` on ``x [B,L,D]`` with ``F.scaled_dot_product_attention``; with
     ``first_only`` only the first token's output ``[B,1,D]`` is computed (keys/values still use all).
+    ``attn_mask``: an additive ``[L,L]`` float mask, as open_clip's causal text tower passes it (a boolean
+    mask would mean the opposite to SDPA and to ``nn.MultiheadAttention``, so callers never pass one).
 
     The first-token rows go through their matrix products one image at a time: a product over B rows
     rounds differently for different B, and a score must not depend on what else is in the batch.
@@ -542,7 +577,7 @@ def _vision_block(blk: Any, x: Any, *, first_only: bool = False) -> Any:
     w, bias = attn.in_proj_weight, attn.in_proj_bias
     if not first_only:
         q, k, v = F.linear(h, w, bias).view(b, n, 3, heads, -1).permute(2, 0, 3, 1, 4)
-        o = F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(b, n, d)
+        o = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask).transpose(1, 2).reshape(b, n, d)
         x = x + blk.ls_1(attn.out_proj(o))
         return x + blk.ls_2(_mlp(blk.mlp, blk.ln_2(x)))
     k, v = F.linear(h, w[d:], None if bias is None else bias[d:]).view(b, n, 2, heads, -1).permute(2, 0, 3, 1, 4)
