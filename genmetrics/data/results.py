@@ -268,7 +268,7 @@ class OutputLock:
     InputError True
     """
 
-    def __init__(self, out_dir: Path):
+    def __init__(self, out_dir: Path, *, flag: str = "--out"):
         self.path = Path(out_dir) / LOCK
         self._f = open(self.path, "a+", encoding="utf-8")
         try:
@@ -283,8 +283,8 @@ class OutputLock:
             self._f.close()
             from genmetrics.errors import InputError
 
-            raise InputError(f"--out {str(out_dir)!r} is in use by another run ({holder}); wait for it to finish or "
-                             "choose another --out folder") from None
+            raise InputError(f"{flag} {str(out_dir)!r} is in use by another run ({holder}); wait for it to finish or "
+                             f"choose another {flag} folder") from None
         self._f.seek(0)
         self._f.truncate()
         import socket
@@ -295,6 +295,32 @@ class OutputLock:
     def release(self) -> None:
         if not self._f.closed:
             self._f.close()  # closing the descriptor releases the flock
+
+
+def lock_output_folder(folder: str | os.PathLike, *, flag: str = "--out") -> OutputLock:
+    """Create the output folder ``folder`` (given as ``flag``) and take its :class:`OutputLock`: a file in its
+    place, a folder that cannot be created, or a second run writing there is refused with one line.
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     lock = lock_output_folder(Path(d) / "report", flag="--out")
+    ...     try:
+    ...         lock_output_folder(Path(d) / "report", flag="--out")  # a second writer
+    ...     except Exception as e:
+    ...         print(str(e).startswith("--out"), "in use by another run" in str(e))
+    ...     lock.release()
+    True True
+    """
+    from genmetrics.errors import InputError
+
+    out = Path(folder)
+    if out.exists() and not out.is_dir():
+        raise InputError(f"{flag} {str(out)!r} is a file; pass a folder")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise InputError(f"{flag} {str(out)!r} cannot be created ({e.strerror}); choose a writable folder") from None
+    return OutputLock(out, flag=flag)
 
 
 class ResultsWriter:

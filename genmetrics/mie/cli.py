@@ -100,10 +100,7 @@ def evaluate_cmd(data: str, heads: str | None, backbone: str | None, baselines: 
                  device: str | None, as_json: bool) -> None:
     """Agreement of MIE (and baselines) with human pairwise preferences and diagnostic labels."""
     import genmetrics as gm
-    from genmetrics.cli.common import progress
     from genmetrics.data.jsonl import load_mib_pairs
-    from genmetrics.mie.checkpoint import resolve_heads
-    from genmetrics.mie.evaluate import evaluate_human, write_report
 
     records = load_mib_pairs(data)
     _check_images(records, data)
@@ -117,6 +114,22 @@ def evaluate_cmd(data: str, heads: str | None, backbone: str | None, baselines: 
     if batch_pairs < 1 or n_boot < 0:
         raise InputError("--batch-pairs must be >= 1 and --n-boot >= 0")
     seen = _split(seen_generators)
+    from genmetrics.data.results import lock_output_folder
+
+    lock = lock_output_folder(out)  # a second evaluation writing this --out refuses here
+    try:
+        _evaluate_into(records, heads, backbone, names, seen, out, n_boot, batch_pairs, token_budget, device, as_json)
+    finally:
+        lock.release()
+
+
+def _evaluate_into(records: list[Any], heads: str | None, backbone: str | None, names: list[str], seen: list[str],
+                   out: str, n_boot: int, batch_pairs: int, token_budget: int, device: str | None,
+                   as_json: bool) -> None:
+    from genmetrics.cli.common import progress
+    from genmetrics.mie.checkpoint import resolve_heads
+    from genmetrics.mie.evaluate import evaluate_human, write_report
+
     model = None
     if heads is not None:
         folder = resolve_heads(heads)

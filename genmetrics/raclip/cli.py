@@ -69,15 +69,9 @@ def compare_cmd(real_dir: str, gen_dir: str, attributes: str, out_dir: str, weig
                              "fit a Gaussian per set and need at least 2 images in each folder")
     attrs = resolve_attributes(attributes, name="--attributes")
     out = Path(out_dir)
-    if out.exists() and not out.is_dir():
-        raise InputError(f"--out {str(out)!r} is a file; pass a folder for the results")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise InputError(f"--out {str(out)!r} cannot be created ({e.strerror}); choose a writable folder") from None
-    from genmetrics.data.results import OutputLock
+    from genmetrics.data.results import lock_output_folder
 
-    lock = OutputLock(out)  # a second compare or leaderboard on this folder refuses; released at the end (or exit)
+    lock = lock_output_folder(out)  # a second compare or leaderboard on this folder refuses; released at the end
     from genmetrics.backbones.provider import current_provider
 
     current_provider()  # a bad GENMETRICS_BACKBONE_PROVIDER fails here, before any image is read

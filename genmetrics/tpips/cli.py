@@ -158,12 +158,19 @@ def evaluate_cmd(data: tuple[str, ...], fmt: str, split: str | None, adapter: st
     for dset in datasets:
         if names.count(dset.name) > 1:
             dset.name = f"{dset.name} ({Path(dset.path).stem})"
-    scorers = build_scorers(adapter=adapter, variant=variant, weights=weights, baselines=baselines,
-                            generative_weights=generative_weights, include_model=not no_model, label=label,
-                            image_size=image_size, batch_size=batch_size)
-    res = evaluate_human(datasets, scorers)
-    if out:
-        write_report(res, out, data=list(data), adapter=adapter, weights=weights, baselines=list(baselines))
+    from genmetrics.data.results import lock_output_folder
+
+    lock = lock_output_folder(out) if out else None  # a second run writing this --out refuses here
+    try:
+        scorers = build_scorers(adapter=adapter, variant=variant, weights=weights, baselines=baselines,
+                                generative_weights=generative_weights, include_model=not no_model, label=label,
+                                image_size=image_size, batch_size=batch_size)
+        res = evaluate_human(datasets, scorers)
+        if out:
+            write_report(res, out, data=list(data), adapter=adapter, weights=weights, baselines=list(baselines))
+    finally:
+        if lock is not None:
+            lock.release()
     if as_json:
         echo_json({"datasets": res["datasets"], "models": [{k: v for k, v in m.items() if k != "per_sample"}
                                                              for m in res["models"]]})
@@ -273,11 +280,18 @@ def index_cmd(images: str, index_dir: str, aspects: tuple[str, ...], overall: bo
         raise InputError("give at least one --aspect (or keep --overall)")
     if batch_size < 1:
         raise InputError(f"--batch-size must be >= 1, got {batch_size}")
-    model = _load_model(adapter, weights, "late", image_size, batch_size=batch_size)
-    idx = AspectIndex.build(files, index_dir, model, list(aspects), overall=overall, batch_size=batch_size,
-                            factory=factory, model_info={"adapter": _portable(adapter),
-                                                         "weights": _portable(weights or _adapter_base(adapter)),
-                                                         "image_size": model.image_size, "resize": model.resize.mode})
+    from genmetrics.data.results import lock_output_folder
+
+    lock = lock_output_folder(index_dir, flag="--index")  # two builds into one index folder would mix files
+    try:
+        model = _load_model(adapter, weights, "late", image_size, batch_size=batch_size)
+        idx = AspectIndex.build(files, index_dir, model, list(aspects), overall=overall, batch_size=batch_size,
+                                factory=factory, model_info={"adapter": _portable(adapter),
+                                                             "weights": _portable(weights or _adapter_base(adapter)),
+                                                             "image_size": model.image_size,
+                                                             "resize": model.resize.mode})
+    finally:
+        lock.release()
     _echo({"index": str(idx.root), "images": len(idx), "aspects": idx.aspects}, as_json)
 
 

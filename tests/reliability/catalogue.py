@@ -803,6 +803,15 @@ def _compare_locked(ws: Path) -> list[str]:
             "--out", str(out), "--n-boot", "0"]
 
 
+def _index_locked(ws: Path) -> list[str]:
+    from genmetrics.data.results import OutputLock
+
+    index = ws / "index_locked"
+    index.mkdir(exist_ok=True)
+    _LOCKS.append(OutputLock(index))  # held for the rest of the session: stands for a build in progress
+    return ["retrieve", "index", "--images", str(ws / "gen"), "--index", str(index), "--aspect", "color"]
+
+
 def _exif_rotated(ws: Path) -> None:
     from genmetrics.data.images import load_image
 
@@ -856,6 +865,8 @@ CASES += [
     Case("compare-out-locked", "genmetrics compare on a folder another run is writing", InputError,
          "is in use by another run", cli=_compare_locked, env={"GENMETRICS_BACKBONE_PROVIDER":
                                                                "genmetrics.testing:tiny_backbones"}),
+    Case("index-locked", "genmetrics retrieve index into an index folder another build is writing", InputError,
+         "choose another --index folder", cli=_index_locked, env={"GENMETRICS_BACKBONE_PROVIDER": "genmetrics.testing:tiny_backbones"}),
     Case("score-out-not-results", "genmetrics score --out result.png (an image name)", InputError,
          "expected a .jsonl file", cli=lambda ws: _score("psnr", ws, "gen", "ref", "--out", str(ws / "result.png"))),
     # class 7: contradictory training flags
