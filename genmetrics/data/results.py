@@ -292,9 +292,15 @@ class OutputLock:
         self._f.write(f"pid {os.getpid()} on {socket.gethostname()}, started {time.strftime('%Y-%m-%d %H:%M:%S')}")
         self._f.flush()
 
+    created_dir = False  # set by lock_output_folder when it made the folder for this run
+
     def release(self) -> None:
         if not self._f.closed:
             self._f.close()  # closing the descriptor releases the flock
+            folder = self.path.parent
+            if self.created_dir and [p.name for p in folder.iterdir()] == [LOCK]:
+                self.path.unlink(missing_ok=True)  # a run that failed before writing leaves no empty folder behind
+                folder.rmdir()
 
 
 def lock_output_folder(folder: str | os.PathLike, *, flag: str = "--out") -> OutputLock:
@@ -308,19 +314,24 @@ def lock_output_folder(folder: str | os.PathLike, *, flag: str = "--out") -> Out
     ...         lock_output_folder(Path(d) / "report", flag="--out")  # a second writer
     ...     except Exception as e:
     ...         print(str(e).startswith("--out"), "in use by another run" in str(e))
-    ...     lock.release()
+    ...     lock.release()  # nothing was written: the folder it made is removed again
+    ...     (Path(d) / "report").exists()
     True True
+    False
     """
     from genmetrics.errors import InputError
 
     out = Path(folder)
     if out.exists() and not out.is_dir():
         raise InputError(f"{flag} {str(out)!r} is a file; pass a folder")
+    created = not out.exists()
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise InputError(f"{flag} {str(out)!r} cannot be created ({e.strerror}); choose a writable folder") from None
-    return OutputLock(out, flag=flag)
+    lock = OutputLock(out, flag=flag)
+    lock.created_dir = created
+    return lock
 
 
 class ResultsWriter:
