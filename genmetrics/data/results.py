@@ -315,9 +315,11 @@ def lock_output_folder(folder: str | os.PathLike, *, flag: str = "--out") -> Out
     ...     except Exception as e:
     ...         print(str(e).startswith("--out"), "in use by another run" in str(e))
     ...     lock.release()  # nothing was written: the folder it made is removed again
-    ...     (Path(d) / "report").exists()
+    ...     gone = not (Path(d) / "report").exists()
+    ...     lock_output_folder(d).release()  # a folder that was there before stays
+    ...     gone, Path(d).is_dir()
     True True
-    False
+    (True, True)
     """
     from genmetrics.errors import InputError
 

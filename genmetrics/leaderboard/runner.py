@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from genmetrics.data.results import OutputLock  # one lock for every output folder (leaderboard, compare)
+from genmetrics.data.results import lock_output_folder  # one lock for every output folder
 from genmetrics.errors import GenmetricsError, InputError
 from genmetrics.leaderboard.config import LeaderboardConfig, load_config
 from genmetrics.leaderboard.plan import SET_ID, MetricPlan, Plan, build_plan, device_for_run
@@ -337,8 +337,7 @@ def run_leaderboard(
     hashes: InputHashes | None = None
     try:
         if dist.rank == 0:
-            out_dir.mkdir(parents=True, exist_ok=True)
-            lock = OutputLock(out_dir)  # a second run on the same --out refuses here, before touching anything
+            lock = lock_output_folder(out_dir)  # a second run on the same --out refuses here, before touching anything
             _note_unused_references(plan)
             if not resume:
                 for name in OUTPUTS:

@@ -180,13 +180,12 @@ def _lock_out_dir(out: Path) -> Any:
     run writes, so a second fit or ``genmetrics train`` into the same folder refuses with one line."""
     import torch.distributed as dist
 
-    from genmetrics.data.results import OutputLock
+    from genmetrics.data.results import lock_output_folder
 
     rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else int(os.environ.get("RANK") or 0)
     if rank != 0:
         return None
-    out.mkdir(parents=True, exist_ok=True)
-    return OutputLock(out)
+    return lock_output_folder(out)
 
 
 def _fit_locked(task: Any, train_examples: list, cfg: TrainLoopConfig, val_examples: list, out: Path) -> TrainResult:

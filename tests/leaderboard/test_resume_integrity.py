@@ -13,10 +13,9 @@ from lb_helpers import toml_config
 from PIL import Image
 
 from genmetrics.cli.main import main
-from genmetrics.data.results import read_results
+from genmetrics.data.results import OutputLock, read_results
 from genmetrics.errors import InputError
 from genmetrics.leaderboard import run_leaderboard
-from genmetrics.leaderboard.runner import OutputLock
 
 SPY = '[[metrics]]\nname = "_lb_spy"\n'
 
@@ -165,7 +164,7 @@ def test_lock_is_held_by_another_process(tmp_path):
 
     out = tmp_path / "out"
     out.mkdir()
-    code = ("import sys,time; from genmetrics.leaderboard.runner import OutputLock; "
+    code = ("import sys,time; from genmetrics.data.results import OutputLock; "
             f"l = OutputLock(__import__('pathlib').Path({str(out)!r})); print('held', flush=True); time.sleep(30)")
     p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     try:

@@ -279,7 +279,7 @@ def _read(out: Path) -> list[dict]:
 
 
 def _locked(ws: Path, cli: bool = False) -> Any:
-    from genmetrics.leaderboard.runner import OutputLock
+    from genmetrics.data.results import OutputLock
 
     out = ws / ("locked_cli" if cli else "locked_api")
     out.mkdir(exist_ok=True)
