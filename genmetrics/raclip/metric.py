@@ -30,7 +30,6 @@ from genmetrics.raclip.model import (
     RegionAttributeScorer,
     check_vit,
     clipscore,
-    encode_texts,
     hcs,
     scorer_options,
 )
@@ -127,22 +126,26 @@ class _ClipFamily:
         model = self._model()
         return clip_image_batch(images, model, data_range=self.data_range, name=name)
 
+    def _text_cache(self) -> Any:
+        """This metric's text embeddings, one per distinct text (issue 16): the context cut after the longest
+        text of each call, the text tower in float64 unless ``text_dtype="model"`` (clipscore)."""
+        from genmetrics.backbones.openclip import TextEmbeddingCache
+
+        model_precision = getattr(self, "text_dtype", "float64") == "model"
+        return self._aux.setdefault("prompt_cache", TextEmbeddingCache(
+            dtype=None if model_precision else torch.float64))
+
     def _texts(self, texts: list[str], *, normalize: bool = True, name: str = "attributes") -> torch.Tensor:
-        model = self._model()
-        key = ("text", tuple(texts), normalize, str(self.device))  # type: ignore[attr-defined]
-        hit = self._aux.get(key)
-        if hit is None:
-            hit = encode_texts(model, self.tokenizer, texts, name=name, normalize=normalize)
-            if len(self._aux) > 16:
-                self._aux.clear()
-            self._aux[key] = hit
-        return hit
+        """``[N,E]`` embeddings of ``texts`` (float64, or float32 with ``text_dtype="model"``); each distinct
+        text is encoded once per metric."""
+        return self._text_cache().embed(self._model(), self.tokenizer, texts, name=name, normalize=normalize)
 
     def _hcs_text(self, text_center: str) -> tuple[torch.Tensor, torch.Tensor]:
         """HCS attribute vectors (``"a photo of " + attr``, unnormalised) and ``C_text``."""
         attrs = list(self.attributes)  # type: ignore[attr-defined]
-        t_attr = self._texts([HCS_TEMPLATE.format(a) for a in attrs], normalize=False)
-        t_attr = t_attr.double()  # float64: with text_center="prompts" two attributes are exactly antisymmetric
+        # float64 from the float64 text tower: the centred differences would amplify float32 rounding, and with
+        # text_center="prompts" two attributes are exactly antisymmetric
+        t_attr = self._texts([HCS_TEMPLATE.format(a) for a in attrs], normalize=False).double()
         if text_center == "bare":
             return t_attr, self._texts(attrs, normalize=False).double().mean(0)
         return t_attr, t_attr.mean(0)
@@ -246,7 +249,8 @@ class CLIPScore(_ClipFamily, SampleMetric):
 
     With ``attributes`` each attribute is the text (``prompt_template`` applied, default ``"{}"``) and
     ``compute()`` is the mean per attribute ``[C]``; without, ``condition`` holds one text per image.
-    Each distinct ``condition`` prompt is encoded once per metric, with the context cut to the longest, in
+    Each distinct ``condition`` prompt or attribute prompt is encoded once per metric, with the context cut
+    to the longest, in
     ``text_dtype="float64"`` (default; the exact value of the text tower, within 1e-6 score units of a
     float64 model, at about twice the float32 text cost) or ``"model"`` (the model's own precision;
     float32 rounding moves scores by up to ~1e-5). See docs/performance.md.
@@ -289,16 +293,11 @@ class CLIPScore(_ClipFamily, SampleMetric):
     def _score_batch(self, batch: dict[str, list[Any]]) -> torch.Tensor:
         model = self._model()
         img = encode_image(model, self._pixels(batch["candidates"], "candidates"))  # fast open_clip ViT path
+        # each distinct prompt / attribute is encoded once per metric (issue 16; cache keyed by the text)
         if self.attributes is not None:
-            txt = self._texts([self.prompt_template.format(a) for a in self.attributes])
-            return clipscore(img, txt).double()
-        # each distinct prompt is encoded once per metric (issue 16; cache keyed by the text)
-        from genmetrics.backbones.openclip import TextEmbeddingCache
-
-        cache = self._aux.setdefault("prompt_cache", TextEmbeddingCache(
-            dtype=torch.float64 if self.text_dtype == "float64" else None))
-        txt = cache.embed(model, self.tokenizer, [self.prompt_template.format(t) for t in batch["condition"]],
-                          name="condition", normalize=False)
+            return clipscore(img, self._texts([self.prompt_template.format(a) for a in self.attributes]))
+        txt = self._texts([self.prompt_template.format(t) for t in batch["condition"]], name="condition",
+                          normalize=False)
         # cosine in float64: a float32 product alone rounds ~1e-6 at |score| ~ 16 (issue 16 exactness)
         return 100.0 * (F.normalize(img.double(), dim=-1) * F.normalize(txt.double(), dim=-1)).sum(-1)
 
@@ -315,7 +314,9 @@ class HCS(_ClipFamily, SampleMetric):
     may come in any order because candidate embeddings are kept and scored at ``compute()``, which
     returns the mean HCS per attribute ``[C]``. ``image_center=`` (a tensor ``[E]``) fixes ``C_img``
     instead. ``per_sample()`` gives the per-candidate HCS ``[N,C]``. ``compat="hcs2024"`` is the 2024
-    code's HCS (``text_center="bare"``; it cannot be combined with ``text_center=``).
+    code's HCS (``text_center="bare"``; it cannot be combined with ``text_center=``). The attribute texts
+    are encoded once per metric (per distinct text), trimmed to their length, by the text tower in float64:
+    the exact value of the untrimmed tower, since the centring amplifies float32 rounding.
 
     With two attributes the centred text vectors are opposite, so the two scores are negatives:
 
@@ -474,7 +475,7 @@ class _SetDivergence(_RAMixin, Metric):
         model = self._model()
         img = model.encode_image(x)
         if self.score_kind == "clipscore":
-            return {"score": clipscore(img, self._texts(list(self.attributes))).double()}
+            return {"score": clipscore(img, self._texts(list(self.attributes)))}
         return {"score": img.double()}  # hcs: embeddings, scored at compute()
 
     def update(self, reference: Any = None, candidates: Any = None, condition: Any = None, *, ids: Any = None) -> None:

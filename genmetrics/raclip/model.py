@@ -305,21 +305,27 @@ def aggregate(r_tilde: torch.Tensor, cos_pos: torch.Tensor, scale: float | torch
 # -------------------------------------------------------------------------------- text helpers
 @torch.no_grad()
 def encode_texts(model: Any, tokenizer: Any, texts: list[str], *, name: str = "attributes",
-                 normalize: bool = True) -> torch.Tensor:
-    """Text embeddings ``[N,E]`` (float32, on the model's device), L2-normalised unless ``normalize=False``.
+                 normalize: bool = True, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """Text embeddings ``[N,E]`` on the model's device, L2-normalised unless ``normalize=False``.
+
+    Each distinct text is encoded once, with the context cut after the longest text (exact for
+    open_clip's causal text towers: :func:`genmetrics.backbones.openclip.encode_text_ids`).
+    ``dtype=None``: the model's precision, returned as float32; ``dtype=torch.float64``: the text tower
+    runs in float64 and float64 embeddings are returned (the exact value of the untrimmed tower, within
+    ~1e-14; what the raclip family uses for attribute texts). No cache across calls: the metrics keep a
+    :class:`~genmetrics.backbones.openclip.TextEmbeddingCache` per instance instead.
 
     >>> from genmetrics.testing import random_images, tiny_clip
     >>> model, tokenizer = tiny_clip()
     >>> emb = encode_texts(model, tokenizer, ["smiling", "wearing hat"])
-    >>> tuple(emb.shape), torch.allclose(emb.norm(dim=-1), torch.ones(2))
-    ((2, 32), True)
+    >>> tuple(emb.shape), emb.dtype, torch.allclose(emb.norm(dim=-1), torch.ones(2))
+    ((2, 32), torch.float32, True)
+    >>> encode_texts(model, tokenizer, ["smiling"], dtype=torch.float64).dtype
+    torch.float64
     """
-    from genmetrics.backbones.openclip import tokenize
+    from genmetrics.backbones.openclip import TextEmbeddingCache
 
-    device = next(model.parameters()).device
-    ids = tokenize(tokenizer, texts, name=name).to(device)
-    emb = model.encode_text(ids).float()
-    return F.normalize(emb, dim=-1) if normalize else emb
+    return TextEmbeddingCache(dtype=dtype).embed(model, tokenizer, texts, name=name, normalize=normalize)
 
 
 def logit_scale_of(model: Any) -> float:
@@ -397,9 +403,15 @@ class RegionAttributeScorer(nn.Module):
     Options that would change nothing are refused with an :class:`InputError` naming them.
 
     ``forward(images, attributes)``: ``images`` preprocessed ``[B,3,H,W]`` at the model's input size
-    (see :func:`genmetrics.backbones.openclip.clip_image_batch`); returns :class:`RAOutput`. Text
-    embeddings are computed once per attribute list (and device) and cached. Scoring runs without
-    autograd (``torch.no_grad``).
+    (see :func:`genmetrics.backbones.openclip.clip_image_batch`); returns :class:`RAOutput`. Scoring
+    runs without autograd (``torch.no_grad``).
+
+    Prompts: each distinct prompt text is encoded once per scorer (:attr:`text_cache`, a
+    :class:`~genmetrics.backbones.openclip.TextEmbeddingCache` keyed by the text, so lists that share
+    attributes share their encodings), with the context cut after the longest prompt of the call and the
+    text tower in float64 (the exact value of the untrimmed tower; attributes are few, so this costs
+    little). The normalised prompt vectors are then rounded once to float32, the precision the image
+    side is scored in; the last ``cache_size`` attribute lists keep those float32 tensors.
 
     >>> from genmetrics.backbones.openclip import clip_image_batch
     >>> from genmetrics.testing import random_images, tiny_clip
@@ -434,7 +446,10 @@ class RegionAttributeScorer(nn.Module):
         self.positive_template = _check_template(positive_template, "positive_template")
         self.negative_template = _check_template(negative_template, "negative_template")
         self.cache_size = int(cache_size)
-        self._text_cache: OrderedDict[tuple, tuple[torch.Tensor, torch.Tensor | None]] = OrderedDict()
+        from genmetrics.backbones.openclip import TextEmbeddingCache
+
+        self.text_cache = TextEmbeddingCache(dtype=torch.float64)  # per prompt text, float64
+        self._text_cache: OrderedDict[tuple, tuple[torch.Tensor, torch.Tensor | None]] = OrderedDict()  # per list
 
     @property
     def grid(self) -> tuple[int, int]:
@@ -442,7 +457,7 @@ class RegionAttributeScorer(nn.Module):
         return int(gh), int(gw)
 
     def text_embeddings(self, attributes: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """``(T+ [C,E], T- [C,E] or None)``, normalised, cached per attribute list and device."""
+        """``(T+ [C,E], T- [C,E] or None)``: normalised in float64, then float32 (see the class docstring)."""
         attrs = tuple(check_attributes(attributes))
         device = next(self.model.parameters()).device
         key = (attrs, str(device), self.dual_prompt, self.positive_template, self.negative_template)
@@ -453,7 +468,8 @@ class RegionAttributeScorer(nn.Module):
         texts = [self.positive_template.format(a) for a in attrs]
         if self.dual_prompt:
             texts += [self.negative_template.format(a) for a in attrs]
-        emb = encode_texts(self.model, self.tokenizer, texts, name="prompts")  # one call: one truncation warning
+        # one call: one truncation warning; texts seen before (in any list) are not encoded again
+        emb = self.text_cache.embed(self.model, self.tokenizer, texts, name="prompts", normalize=True).float()
         pos, neg = emb[: len(attrs)], (emb[len(attrs):] if self.dual_prompt else None)
         self._text_cache[key] = (pos, neg)
         while len(self._text_cache) > self.cache_size:
@@ -479,12 +495,14 @@ class RegionAttributeScorer(nn.Module):
 
 # ------------------------------------------------------------------------------ CLIPScore, HCS
 def clipscore(image_emb: torch.Tensor, text_emb: torch.Tensor) -> torch.Tensor:
-    """Eq. 1: ``100 cos(E_v(x), E_t(t))`` for every image/text pair -> ``[B,T]`` (no clamp, no 2.5 weight).
+    """Eq. 1: ``100 cos(E_v(x), E_t(t))`` for every image/text pair -> ``[B,T]`` float64 (no clamp, no 2.5
+    weight). The cosine is taken in float64, like :func:`hcs`: in float32 it alone rounds by ~1e-6 score
+    units, as much as the float32 text tower's own error.
 
     >>> clipscore(torch.tensor([[1.0, 0.0]]), torch.tensor([[2.0, 0.0], [0.0, 1.0], [-1.0, 0.0]])).tolist()
     [[100.0, 0.0, -100.0]]
     """
-    return 100.0 * F.normalize(image_emb.float(), dim=-1) @ F.normalize(text_emb.float(), dim=-1).T
+    return 100.0 * F.normalize(image_emb.double(), dim=-1) @ F.normalize(text_emb.double(), dim=-1).T
 
 
 def hcs(image_emb: torch.Tensor, text_emb: torch.Tensor, image_center: torch.Tensor,
