@@ -558,6 +558,105 @@ def _mlp(mlp: Any, x: Any) -> Any:
     return y.reshape(*shape[:-1], y.shape[-1])
 
 
+# oneDNN linear with weights reordered once into its blocked layout: about 12% less time than MKL's sgemm
+# (``F.linear``) for ViT-B/16's products on this machine's AVX-512 CPU, and each output row is the same
+# whatever the number of rows (tested down to one row), so scores stay independent of the batch.
+_PACK_HINT = 32 * 197  # rows the layout is chosen for (fixed, so every call uses the same packed weights)
+_packed: dict[str, Any] = {}  # at most one vision tower: {"tower": weakref, "key": ..., "blocks": {id: ...}}
+
+
+def _onednn_linear() -> bool:
+    """Whether ``torch.ops.mkldnn`` has the packed-weight linear (it exists in current torch CPU builds)."""
+    import torch
+
+    try:
+        ops = torch.ops.mkldnn
+        if not torch.backends.mkldnn.is_available():
+            return False
+        w = ops._reorder_linear_weight(torch.ones(2, 3), 4)
+        y = ops._linear_pointwise(torch.ones(1, 3), w, torch.zeros(2), "none", [], "")
+        return bool(torch.equal(y, torch.full((1, 2), 3.0)))
+    except Exception:  # noqa: BLE001 - an older or different build: the plain products are used
+        return False
+
+
+_onednn_ok = functools.cache(_onednn_linear)
+
+
+def _pack_key(v: Any) -> tuple:
+    """Identity of ``v``'s current weights: storage and in-place version of every parameter."""
+    return tuple((p.data_ptr(), p._version, p.dtype) for p in v.parameters())
+
+
+def _packed_blocks(v: Any, blocks: list[Any]) -> dict[int, tuple] | None:
+    """Per block ``(in_proj, out_proj, c_fc, c_fc bias, c_proj, quick)`` weights packed for oneDNN, for the
+    float32 CPU tower ``v``; cached for the last tower seen while its parameters are unchanged (one extra
+    copy of its linear weights: about 340 MB for ViT-B/16; :func:`release_packed_weights` frees it).
+    None where the packed path does not apply (another device or dtype, no oneDNN)."""
+    import weakref
+
+    import torch
+    from open_clip.transformer import QuickGELU
+
+    p = next(v.parameters(), None)
+    if p is None or p.device.type != "cpu" or p.dtype != torch.float32 or not _onednn_ok():
+        return None
+    key = _pack_key(v)
+    ref = _packed.get("tower")
+    if ref is not None and ref() is v and _packed.get("key") == key:
+        return _packed["blocks"]
+    _packed.clear()  # a different tower or changed weights: drop the old copy before building the new one
+    reorder = torch.ops.mkldnn._reorder_linear_weight
+    out = {}
+    for blk in blocks:
+        attn, mlp = blk.attn, blk.mlp
+        quick = type(mlp.gelu) is QuickGELU
+        a = _QUICKGELU_ALPHA if quick else 1.0  # silu(a h) / a: a inside c_fc, 1/a inside c_proj
+        fc_b = None if mlp.c_fc.bias is None else mlp.c_fc.bias * a
+        out[id(blk)] = (reorder(attn.in_proj_weight.contiguous(), _PACK_HINT),
+                        reorder(attn.out_proj.weight.contiguous(), _PACK_HINT),
+                        reorder((mlp.c_fc.weight * a).contiguous(), _PACK_HINT), fc_b,
+                        reorder((mlp.c_proj.weight / a).contiguous(), _PACK_HINT), quick)
+    _packed.update(tower=weakref.ref(v), key=key, blocks=out)
+    return out
+
+
+def release_packed_weights() -> bool:
+    """Free the packed copy of the last open_clip vision tower :func:`encode_image` ran on the CPU
+    (it is rebuilt on the next call); True when there was one.
+
+    >>> import torch
+    >>> from genmetrics.testing import random_images, tiny_clip
+    >>> model, _ = tiny_clip()
+    >>> with torch.no_grad():
+    ...     _ = encode_image(model, clip_image_batch(random_images(1), model))
+    >>> release_packed_weights(), release_packed_weights()
+    (True, False)
+    """
+    had = bool(_packed)
+    _packed.clear()
+    return had
+
+
+def _packed_mlp_block(blk: Any, x: Any, packed: tuple) -> Any:
+    """:func:`_vision_block` (all rows, no mask) with the products on packed oneDNN weights."""
+    import torch
+    import torch.nn.functional as F
+
+    lin = torch.ops.mkldnn._linear_pointwise
+    w_in, w_out, w_fc, b_fc, w_proj, quick = packed
+    attn, mlp = blk.attn, blk.mlp
+    b, n, d = x.shape
+    q, k, v = lin(blk.ln_1(x), w_in, attn.in_proj_bias, "none", [], "").view(b, n, 3, attn.num_heads, -1).permute(
+        2, 0, 3, 1, 4)
+    o = F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(b, n, d)
+    x = x + blk.ls_1(lin(o, w_out, attn.out_proj.bias, "none", [], ""))
+    h = lin(blk.ln_2(x), w_fc, b_fc, "swish" if quick else "none", [], "")  # swish = silu, fused in the product
+    if not quick:
+        h = mlp.gelu(h)
+    return x + blk.ls_2(lin(h, w_proj, mlp.c_proj.bias, "none", [], ""))
+
+
 def _vision_block(blk: Any, x: Any, *, first_only: bool = False, attn_mask: Any = None) -> Any:
     """One ``ResidualAttentionBlock`` on ``x [B,L,D]`` with ``F.scaled_dot_product_attention``; with
     ``first_only`` only the first token's output ``[B,1,D]`` is computed (keys/values still use all).
@@ -610,14 +709,17 @@ def encode_image(model: Any, pixels: Any) -> Any:
     ...     torch.allclose(encode_image(model, x), model.encode_image(x), atol=1e-5)
     True
     """
+    import torch
+
     v = _fast_vision_tower(model)
     if v is None:
         return model.encode_image(pixels)
     x = v._embeds(pixels)
     blocks = list(v.transformer.resblocks)
     cls_only = v.pool_type == "tok"
+    packed = _packed_blocks(v, blocks) if x.dtype == torch.float32 and x.device.type == "cpu" else None
     for blk in blocks[:-1] if cls_only else blocks:
-        x = _vision_block(blk, x)
+        x = _vision_block(blk, x) if packed is None else _packed_mlp_block(blk, x, packed[id(blk)])
     if cls_only and blocks:
         x = _vision_block(blocks[-1], x, first_only=True)
     if cls_only:
@@ -628,7 +730,5 @@ def encode_image(model: Any, pixels: Any) -> Any:
         pooled = v.ln_post(x)[:, 1:].mean(dim=1)
     proj = v.proj
     if proj is not None:
-        import torch
-
         pooled = proj(pooled) if isinstance(proj, torch.nn.Module) else pooled @ proj
     return pooled

@@ -106,3 +106,27 @@ def _cfg_of_tiny() -> dict:
     return dict(embed_dim=32, quick_gelu=True,
                 vision_cfg=dict(image_size=32, patch_size=8, width=64, layers=2, head_width=16, mlp_ratio=2.0),
                 text_cfg=dict(context_length=16, vocab_size=49408, width=32, heads=4, layers=1))
+
+
+def test_packed_weights_are_used_and_follow_the_model():
+    """On the CPU the blocks' products run on a packed copy of the weights (oneDNN); that copy must follow
+    in-place updates (an optimizer step, ``load_state_dict``) and another model, never serve stale weights."""
+    from genmetrics.backbones import openclip as oc
+
+    if not oc._onednn_ok():
+        pytest.skip("this torch build has no oneDNN packed linear; encode_image uses F.linear")
+    a, b = tiny_clip()[0], _vit()
+    x = _images()
+    with torch.no_grad():
+        oc.release_packed_weights()
+        first = encode_image(a, x)
+        assert oc._packed and oc._packed["tower"]() is a.visual, "the packed path was not taken"
+        a.visual.transformer.resblocks[0].mlp.c_fc.weight.mul_(1.5)  # in place: same storage, new version
+        after = encode_image(a, x)
+        assert not torch.allclose(first, after, atol=1e-4)
+        torch.testing.assert_close(after, a.encode_image(x), atol=1e-5, rtol=1e-5)
+        a.load_state_dict(tiny_clip()[0].state_dict())  # copied in place: back to the first weights
+        torch.testing.assert_close(encode_image(a, x), first, atol=0, rtol=0)
+        torch.testing.assert_close(encode_image(b, x), b.encode_image(x), atol=1e-5, rtol=1e-5)  # another tower
+        assert oc._packed["tower"]() is b.visual  # one tower's copy at a time
+        assert oc.release_packed_weights() and not oc._packed
