@@ -583,9 +583,14 @@ def _onednn_linear() -> bool:
 _onednn_ok = functools.cache(_onednn_linear)
 
 
-def _pack_key(v: Any) -> tuple:
-    """Identity of ``v``'s current weights: storage and in-place version of every parameter."""
-    return tuple((p.data_ptr(), p._version, p.dtype) for p in v.parameters())
+def _pack_key(v: Any) -> tuple | None:
+    """Identity of ``v``'s current weights: storage and in-place version of every parameter; None when a
+    parameter is an inference tensor (made under ``torch.inference_mode``), which has no version counter,
+    so an in-place change could not be seen: such towers are packed again at every call."""
+    params = list(v.parameters())
+    if any(p.is_inference() for p in params):
+        return None
+    return tuple((p.data_ptr(), p._version, p.dtype) for p in params)
 
 
 def _packed_blocks(v: Any, blocks: list[Any]) -> dict[int, tuple] | None:
@@ -603,7 +608,7 @@ def _packed_blocks(v: Any, blocks: list[Any]) -> dict[int, tuple] | None:
         return None
     key = _pack_key(v)
     ref = _packed.get("tower")
-    if ref is not None and ref() is v and _packed.get("key") == key:
+    if key is not None and ref is not None and ref() is v and _packed.get("key") == key:
         return _packed["blocks"]
     _packed.clear()  # a different tower or changed weights: drop the old copy before building the new one
     reorder = torch.ops.mkldnn._reorder_linear_weight
@@ -617,7 +622,8 @@ def _packed_blocks(v: Any, blocks: list[Any]) -> dict[int, tuple] | None:
                         reorder(attn.out_proj.weight.contiguous(), _PACK_HINT),
                         reorder((mlp.c_fc.weight * a).contiguous(), _PACK_HINT), fc_b,
                         reorder((mlp.c_proj.weight / a).contiguous(), _PACK_HINT), quick)
-    _packed.update(tower=weakref.ref(v), key=key, blocks=out)
+    if key is not None:
+        _packed.update(tower=weakref.ref(v), key=key, blocks=out)
     return out
 
 

@@ -130,3 +130,22 @@ def test_packed_weights_are_used_and_follow_the_model():
         torch.testing.assert_close(encode_image(b, x), b.encode_image(x), atol=1e-5, rtol=1e-5)  # another tower
         assert oc._packed["tower"]() is b.visual  # one tower's copy at a time
         assert oc.release_packed_weights() and not oc._packed
+
+
+def test_weights_made_under_inference_mode_are_packed_per_call():
+    """A model built under ``torch.inference_mode`` has inference-tensor weights without a version counter:
+    an in-place change could not be detected, so nothing is cached and every call sees the current weights."""
+    from genmetrics.backbones import openclip as oc
+
+    if not oc._onednn_ok():
+        pytest.skip("this torch build has no oneDNN packed linear")
+    x = _images()
+    with torch.inference_mode():
+        model = tiny_clip()[0]
+        oc.release_packed_weights()
+        first = encode_image(model, x)
+        assert not oc._packed, "inference tensors must not be cached"
+        model.visual.transformer.resblocks[0].mlp.c_fc.weight.mul_(1.5)
+        after = encode_image(model, x)
+        assert not torch.allclose(first, after, atol=1e-4)
+        torch.testing.assert_close(after, model.encode_image(x), atol=1e-5, rtol=1e-5)
