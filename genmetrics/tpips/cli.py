@@ -292,7 +292,10 @@ def index_cmd(images: str, index_dir: str, aspects: tuple[str, ...], overall: bo
                                                              "resize": model.resize.mode})
     finally:
         lock.release()
-    _echo({"index": str(idx.root), "images": len(idx), "aspects": idx.aspects}, as_json)
+    report = idx.build_report or {}
+    _echo({"index": str(idx.root), "images": len(idx), "aspects": idx.aspects,
+           **{k: report[k] for k in ("embedded_images", "reused_images", "dropped_images", "dropped_aspects")
+              if k in report}}, as_json)
 
 
 @retrieve_cmd.command("query")

@@ -139,6 +139,7 @@ class AspectIndex:
         self.paths = [str(p) for p in self.manifest["images"]]
         self._emb: dict[str, np.ndarray] = {}
         self._faiss: dict[str, Any] = {}
+        self.build_report: dict[str, Any] | None = None  # set by build(): what it reused, embedded and dropped
 
     # -- building ----------------------------------------------------------------------------------
     @classmethod
@@ -180,7 +181,8 @@ class AspectIndex:
                 old = None
         reuse: dict[str, np.ndarray] = {}
         rows_old: dict[int, int] = {}
-        if old is not None and _same_model(old.manifest.get("fingerprint"), fp):
+        same_model = old is not None and _same_model(old.manifest.get("fingerprint"), fp)
+        if old is not None and same_model:
             where = {(p, tuple(s)): i for i, (p, s) in enumerate(zip(old.paths, old.manifest["stats"]))}
             rows_old = {i: where[(p, tuple(s))] for i, (p, s) in enumerate(zip(paths, stats)) if (p, tuple(s)) in where}
             for a in asp:
@@ -188,6 +190,8 @@ class AspectIndex:
                     reuse[a] = old.embeddings(a)
         n, dim = len(paths), int(probe.shape[0])
         todo_rows = {a: [i for i in range(n) if not (a in reuse and i in rows_old)] for a in asp}
+        report = _update_report(root, old, paths, asp, rows_old, same_model=same_model,
+                                embedded=len(set().union(*todo_rows.values())))
         todo_sets = {a: set(v) for a, v in todo_rows.items()}
         out = {a: np.lib.format.open_memmap(root / f".emb_{_slug(a)}.npy.tmp", mode="w+", dtype=np.float32,
                                             shape=(n, dim)) for a in asp}
@@ -228,7 +232,13 @@ class AspectIndex:
         from genmetrics.data.results import atomic_write_json
 
         atomic_write_json(root / MANIFEST, manifest)
-        return cls(root)
+        for a in report["dropped_aspects"]:  # the new manifest no longer names them: no orphan files left
+            for f in (root / f"emb_{_slug(a)}.npy", root / f"faiss_{_slug(a)}.index"):
+                if _slug(a) not in {_slug(b) for b in asp}:
+                    f.unlink(missing_ok=True)
+        idx = cls(root)
+        idx.build_report = report
+        return idx
 
     # -- access ------------------------------------------------------------------------------------
     @property
@@ -392,6 +402,36 @@ def _write_faiss(emb: np.ndarray, factory: str, path: Path) -> None:
     tmp = path.with_name("." + path.name + ".tmp")
     faiss.write_index(index, str(tmp))
     os.replace(tmp, path)
+
+
+def _update_report(root: Path, old: AspectIndex | None, paths: list[str], aspects: list[str],
+                   rows_old: dict[int, int], *, same_model: bool, embedded: int) -> dict[str, Any]:
+    """What a build does to the index already in ``root`` (``old``), with a warning when it removes anything:
+    images of the old index that the new image list lacks, aspects not asked for again, or every embedding
+    because the model changed. Extending an index (same model, a superset of images and aspects) says nothing."""
+    import warnings
+
+    report: dict[str, Any] = {"updated": old is not None, "images": len(paths), "embedded_images": embedded,
+                              "reused_images": len(rows_old), "dropped_images": 0, "dropped_aspects": [],
+                              "model_changed": False}
+    if old is None:
+        return report
+    report["dropped_images"] = len(set(old.paths) - set(paths))
+    report["dropped_aspects"] = [a for a in old.aspects if a not in aspects]
+    report["model_changed"] = not same_model
+    lost = []
+    if not same_model:
+        lost.append(f"the embeddings of all {len(old.paths)} images (it was built with another model; every "
+                    "image is embedded again with this one)")
+    if report["dropped_images"]:
+        lost.append(f"{report['dropped_images']} of its {len(old.paths)} images (not in the new image list)")
+    if report["dropped_aspects"]:
+        lost.append(f"the aspect(s) {report['dropped_aspects']} (not asked for again)")
+    if lost:
+        warnings.warn(f"index {str(root)!r} already exists; updating it drops " + "; ".join(lost) +
+                      ". Index into a new folder to keep the old index, or give the same images and aspects "
+                      "again to extend it.", UserWarning, stacklevel=3)
+    return report
 
 
 def build_index(images: Any, root: str | os.PathLike, model: Any, aspects: Sequence[str], **kwargs: Any) -> AspectIndex:

@@ -812,6 +812,23 @@ def _index_locked(ws: Path) -> list[str]:
     return ["retrieve", "index", "--images", str(ws / "gen"), "--index", str(index), "--aspect", "color"]
 
 
+def _index_update_drops(ws: Path) -> None:
+    import warnings
+
+    from genmetrics.testing import tiny_backbones
+    from genmetrics.tpips import AspectIndex, TPIPSModel
+
+    backbone, processor = tiny_backbones("vlm", "Qwen/Qwen3-VL-Embedding-2B")
+    model = TPIPSModel(backbone, processor, variant="late")
+    AspectIndex.build(ws / "ref", ws / "reindexed", model, ["lighting"], progress=False)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        idx = AspectIndex.build(ws / "gen", ws / "reindexed", model, ["color"], progress=False)
+    said = " ".join(str(w.message) for w in seen)
+    assert "already exists; updating it drops" in said and "['lighting']" in said, said
+    assert idx.build_report is not None and idx.build_report["dropped_aspects"] == ["lighting"]
+
+
 def _exif_rotated(ws: Path) -> None:
     from genmetrics.data.images import load_image
 
@@ -867,6 +884,9 @@ CASES += [
                                                                "genmetrics.testing:tiny_backbones"}),
     Case("index-locked", "genmetrics retrieve index into an index folder another build is writing", InputError,
          "choose another --index folder", cli=_index_locked, env={"GENMETRICS_BACKBONE_PROVIDER": "genmetrics.testing:tiny_backbones"}),
+    Case("index-update-drops", "retrieve index into a folder holding an index of other images and aspects: "
+         "a warning names what the update drops (images, aspects) and the build report counts it", None, "",
+         api=_index_update_drops),
     Case("score-out-not-results", "genmetrics score --out result.png (an image name)", InputError,
          "expected a .jsonl file", cli=lambda ws: _score("psnr", ws, "gen", "ref", "--out", str(ws / "result.png"))),
     # class 7: contradictory training flags

@@ -139,3 +139,35 @@ def test_index_built_with_relative_paths_works_from_another_folder(tmp_path, fol
                  "--aspect", "lighting", "-k", "2", "--out", str(out)]) == 0
     hits = json.loads(out.read_text())["hits"]
     assert len(hits) == 2 and all(Path(h["path"]).is_absolute() and Path(h["path"]).is_file() for h in hits)
+
+
+def test_updating_an_index_says_what_it_drops(tmp_path, folder, models, processor):
+    """Building into a folder that holds an index extends it silently, but a build that would drop images,
+    aspects or (another model) every embedding warns and reports it, and leaves no orphan files."""
+    import warnings
+
+    from genmetrics.testing import tiny_qwen3vl
+    from genmetrics.tpips.model import TPIPSModel
+
+    m, root = models["late"], tmp_path / "idx"
+    paths = sorted(folder.iterdir())
+    first = AspectIndex.build(paths[:5], root, m, ["color"], progress=False)
+    assert first.build_report["updated"] is False and first.build_report["embedded_images"] == 5
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # extending (same model, more images, one more aspect): no warning
+        ext = AspectIndex.build(paths, root, m, ["color", "texture"], progress=False)
+    assert ext.build_report == {"updated": True, "images": 7, "embedded_images": 7, "reused_images": 5,
+                                "dropped_images": 0, "dropped_aspects": [], "model_changed": False}
+    texture = np.array(ext.embeddings("texture"))
+    with pytest.warns(UserWarning, match=r"drops 4 of its 7 images .*aspect\(s\) \['color'\]"):
+        cut = AspectIndex.build(paths[:3], root, m, ["texture"], progress=False)
+    r = cut.build_report
+    assert (r["dropped_images"], r["dropped_aspects"], r["reused_images"], r["embedded_images"]) == (4, ["color"], 3, 0)
+    assert cut.aspects == ["texture", "overall"]
+    assert not [f.name for f in root.iterdir() if "color" in f.name]  # no orphan files of the dropped aspect
+    assert any("texture" in f.name for f in root.iterdir())
+    assert np.array_equal(cut.embeddings("texture"), texture[:3])  # the kept images' embeddings, reused
+    other = TPIPSModel(tiny_qwen3vl(seed=1), processor, "late", image_size=SIZE)
+    with pytest.warns(UserWarning, match="another model"):
+        again = AspectIndex.build(paths[:3], root, other, ["texture"], progress=False)
+    assert again.build_report["model_changed"] and again.build_report["embedded_images"] == 3
