@@ -459,8 +459,8 @@ class RegionAttributeScorer(nn.Module):
     def text_embeddings(self, attributes: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor | None]:
         """``(T+ [C,E], T- [C,E] or None)``: normalised in float64, then float32 (see the class docstring)."""
         attrs = tuple(check_attributes(attributes))
-        device = next(self.model.parameters()).device
-        key = (attrs, str(device), self.dual_prompt, self.positive_template, self.negative_template)
+        p = next(self.model.parameters())  # like text_cache: another device or dtype encodes afresh
+        key = (attrs, str(p.device), str(p.dtype), self.dual_prompt, self.positive_template, self.negative_template)
         hit = self._text_cache.get(key)
         if hit is not None:
             self._text_cache.move_to_end(key)

@@ -237,3 +237,17 @@ def test_cached_vectors_belong_to_their_own_text():
     ref = F.normalize(_untrimmed64(model, tok, texts), dim=-1)
     assert float((got - ref[[3, 2, 1, 0, 0, 1]]).abs().max()) <= 1e-10
     assert len(scorer.text_cache) == len(texts) == scorer.text_cache.encoded
+
+
+def test_a_model_in_another_precision_is_encoded_afresh():
+    model, tok = tiny_clip()
+    scorer = RegionAttributeScorer(model, tok)
+    a = scorer.text_embeddings(ATTRS)[0]
+    model.double()  # the same weights in float64: the float64 tower gives the same vectors, encoded again
+    try:
+        b = scorer.text_embeddings(ATTRS)[0]
+        assert b is not a and scorer.text_cache.encoded == 4 * len(ATTRS)  # encoded again ...
+        assert len(scorer.text_cache) == 2 * len(ATTRS)  # ... into a fresh cache (the old entries dropped)
+        assert float((a - b).abs().max()) <= 1e-7
+    finally:
+        model.float()
