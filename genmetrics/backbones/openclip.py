@@ -84,7 +84,18 @@ def load_open_clip(spec: str | ClipWeights | None = None, *, device: Any = "cpu"
     ...     model, preprocess, tokenizer = load_open_clip("ViT-B-32/openai")
     >>> type(model).__name__, preprocess, type(tokenizer).__name__
     ('CLIP', None, 'SimpleTokenizer')
+
+    The model is built outside ``torch.inference_mode`` even when called inside it (a metric loading its
+    weights lazily during ``update``), so its weights are ordinary tensors with version counters and
+    :func:`encode_image` can keep their packed copy.
     """
+    import torch
+
+    with torch.inference_mode(False):
+        return _load_open_clip(spec, device=device, precision=precision)
+
+
+def _load_open_clip(spec: str | ClipWeights | None, *, device: Any, precision: str):
     import open_clip
 
     from genmetrics.backbones.provider import provide

@@ -149,3 +149,19 @@ def test_weights_made_under_inference_mode_are_packed_per_call():
         after = encode_image(model, x)
         assert not torch.allclose(first, after, atol=1e-4)
         torch.testing.assert_close(after, model.encode_image(x), atol=1e-5, rtol=1e-5)
+
+
+def test_weights_loaded_lazily_inside_inference_mode_are_cached():
+    """A metric loads its weights lazily, often inside ``torch.inference_mode`` (the CLI scores that way):
+    load_open_clip builds them as ordinary tensors, so the packed copy is kept across calls."""
+    from genmetrics.backbones import openclip as oc
+    from genmetrics.backbones.provider import use_provider
+    from genmetrics.testing import tiny_backbones
+
+    with torch.inference_mode(), use_provider(tiny_backbones):
+        model = oc.load_open_clip("ViT-B-32/openai")[0]
+        assert not any(p.is_inference() for p in model.parameters())
+        if oc._onednn_ok():
+            oc.release_packed_weights()
+            encode_image(model, _images())
+            assert oc._packed and oc._packed["tower"]() is model.visual
