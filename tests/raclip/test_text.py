@@ -251,3 +251,16 @@ def test_a_model_in_another_precision_is_encoded_afresh():
         assert float((a - b).abs().max()) <= 1e-7
     finally:
         model.float()
+
+
+def test_clipscore_attributes_follow_text_dtype(data):
+    """clipscore's attributes= share its prompt cache and its text_dtype: "model" keeps the float32 tower."""
+    model, tok = tiny_clip()
+    _, gen = data
+    exact = gm.create_metric("clipscore", backbone=model, tokenizer=tok, attributes=ATTRS)
+    fast = gm.create_metric("clipscore", backbone=model, tokenizer=tok, attributes=ATTRS, text_dtype="model")
+    for m in (exact, fast):
+        m.update(candidates=gen)
+    assert exact._aux["prompt_cache"].dtype == torch.float64 and fast._aux["prompt_cache"].dtype is None
+    diff = float((exact.per_sample()["scores"] - fast.per_sample()["scores"]).abs().max())
+    assert 0 < diff < 1e-4  # float32 rounding of the text tower, nothing more
