@@ -295,7 +295,7 @@ def bench_clipscore(args: argparse.Namespace) -> dict[str, Any]:
     gm_oc.release_packed_weights()  # the packed image-tower weights are built once per model: time that once
     t0, c0 = time.perf_counter(), time.process_time()
     with torch.inference_mode():
-        packed = gm_oc._packed_blocks(oc.visual, list(oc.visual.transformer.resblocks))
+        packed = gm_oc.packed_vision_blocks(oc.visual)
     pack_s, pack_cpu_s = time.perf_counter() - t0, time.process_time() - c0
     med, vals = _interleaved({"genmetrics": gm, f"genmetrics_text_{other}": gm_other, "torchmetrics": tmf}, args.rounds)
     line: dict[str, Any] = {"benchmark": "peers", "metric": "clipscore", "images": n, "model": "ViT-B/16 (random)",

@@ -107,10 +107,11 @@ def _heads(attn: Any) -> int:
     return int(attn.num_heads)
 
 
-def _qkv(attn: Any, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _qkv(attn: Any, y: torch.Tensor, packed: Any = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     b, n, d = y.shape
     h = _heads(attn)
-    q, k, v = F.linear(y, attn.in_proj_weight, attn.in_proj_bias).chunk(3, dim=-1)
+    qkv = F.linear(y, attn.in_proj_weight, attn.in_proj_bias) if packed is None else packed.in_proj(y)
+    q, k, v = qkv.chunk(3, dim=-1)
     q, k, v = (t.reshape(b, n, h, d // h).transpose(1, 2) for t in (q, k, v))  # [B,H,N,hd]
     return q, k, v
 
@@ -126,7 +127,7 @@ def _logits(attn: Any, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     return (q * (q.shape[-1] ** -0.5)) @ k.transpose(-1, -2)
 
 
-def _merge(attn: Any, o: torch.Tensor) -> torch.Tensor:
+def _merge(attn: Any, o: torch.Tensor, packed: Any = None) -> torch.Tensor:
     """Per-head outputs ``[B,H,N,hd]`` -> block attention output ``[B,N,D]`` (head scale, inner norm, out_proj)."""
     head_scale = getattr(attn, "head_scale", None)
     if head_scale is not None:
@@ -136,19 +137,21 @@ def _merge(attn: Any, o: torch.Tensor) -> torch.Tensor:
     ln_inner = getattr(attn, "ln_inner", None)
     if ln_inner is not None:
         o = ln_inner(o)
-    return attn.out_proj(o)
+    return attn.out_proj(o) if packed is None else packed.out_proj(o)
 
 
-def _finish_block(blk: Any, x: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
+def _finish_block(blk: Any, x: torch.Tensor, a: torch.Tensor, packed: Any = None) -> torch.Tensor:
     ln_attn = getattr(blk, "ln_attn", None)
     if ln_attn is not None:
         a = ln_attn(a)
     x = x + blk.ls_1(a)
-    return x + blk.ls_2(blk.mlp(blk.ln_2(x)))
+    h = blk.ln_2(x)
+    return x + blk.ls_2(blk.mlp(h) if packed is None else packed.mlp(h))
 
 
-def block_with_attention(blk: Any, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def block_with_attention(blk: Any, x: torch.Tensor, packed: Any = None) -> tuple[torch.Tensor, torch.Tensor]:
     """One unmasked block ``[B,N,D] -> [B,N,D]`` plus its head-averaged attention weights ``[B,N,N]``.
+    ``packed``: the block's :class:`~genmetrics.backbones.openclip.PackedBlock` (faster products on the CPU).
 
     >>> from genmetrics.testing import tiny_clip
     >>> block = tiny_clip()[0].visual.transformer.resblocks[0]
@@ -156,14 +159,15 @@ def block_with_attention(blk: Any, x: torch.Tensor) -> tuple[torch.Tensor, torch
     >>> tuple(y.shape), tuple(attn.shape), torch.allclose(attn.sum(-1), torch.ones(2, 5))  # rows are softmaxes
     ((2, 5, 64), (2, 5, 5), True)
     """
-    q, k, v = _qkv(blk.attn, blk.ln_1(x))
+    q, k, v = _qkv(blk.attn, blk.ln_1(x), packed)
     w = _logits(blk.attn, q, k).float().softmax(dim=-1)  # fp32 softmax, as SDPA does, also for bf16/fp16 towers
-    out = _finish_block(blk, x, _merge(blk.attn, w.to(v.dtype) @ v))
+    out = _finish_block(blk, x, _merge(blk.attn, w.to(v.dtype) @ v, packed), packed)
     return out, w.mean(1)
 
 
-def last_block_masked(blk: Any, x: torch.Tensor) -> torch.Tensor:
+def last_block_masked(blk: Any, x: torch.Tensor, packed: Any = None) -> torch.Tensor:
     """Block ``L`` under the Eq. 7 mask: [CLS] attends to all tokens, each patch only to itself.
+    ``packed`` as in :func:`block_with_attention`.
 
     A patch token's output then does not depend on the other patches:
 
@@ -177,10 +181,10 @@ def last_block_masked(blk: Any, x: torch.Tensor) -> torch.Tensor:
     >>> torch.allclose(a[0, 3], b[0, 3]), torch.allclose(a[0, 2], b[0, 2])
     (True, False)
     """
-    q, k, v = _qkv(blk.attn, blk.ln_1(x))
+    q, k, v = _qkv(blk.attn, blk.ln_1(x), packed)
     w0 = _logits(blk.attn, q[:, :, :1], k).float().softmax(dim=-1).to(v.dtype)  # [B,H,1,N]
     o = torch.cat([w0 @ v, v[:, :, 1:]], dim=2)  # diagonal softmax rows are exactly 1: patch output = V
-    return _finish_block(blk, x, _merge(blk.attn, o))
+    return _finish_block(blk, x, _merge(blk.attn, o, packed), packed)
 
 
 def eq7_mask(n_tokens: int, *, dtype: torch.dtype = torch.float32, device: Any = None) -> torch.Tensor:
@@ -243,15 +247,18 @@ def dense_tokens(model: Any, images: torch.Tensor, *, global_layer: str = "last"
             f"images: got size {tuple(images.shape[-2:])}, the model's input size is {expected}; use "
             "genmetrics.backbones.openclip.clip_image_batch(images, model) to resize and normalise"
         )
+    from genmetrics.backbones.openclip import packed_vision_blocks
+
     blocks = visual.transformer.resblocks
     x = _embed(visual, images.to(dtype=visual.conv1.weight.dtype))
+    packed = packed_vision_blocks(visual) if x.device.type == "cpu" else None  # None: the modules' own products
     attn_sum = None
-    for blk in blocks[:-1]:
-        x, w = block_with_attention(blk, x)
+    for i, blk in enumerate(blocks[:-1]):
+        x, w = block_with_attention(blk, x, None if packed is None else packed[i])
         wp = w[:, 1:, 1:]
         attn_sum = wp if attn_sum is None else attn_sum + wp
     cls_penultimate = x[:, :1]
-    x = last_block_masked(blocks[-1], x)
+    x = last_block_masked(blocks[-1], x, None if packed is None else packed[-1])
     if global_layer == "penultimate":
         x = torch.cat([cls_penultimate, x[:, 1:]], dim=1)
     x = visual.ln_post(x)

@@ -261,3 +261,22 @@ def test_errors(clip, pixels):
     rn, rtok = tiny_clip_resnet()
     with pytest.raises(InputError, match="VisionTransformer"):
         RegionAttributeScorer(rn, rtok)
+
+
+def test_cpu_pass_uses_the_packed_products(clip, pixels):
+    """On the CPU without autograd the masked pass runs its products on the packed oneDNN weights that
+    encode_image uses (the parity tests above then check those products); with autograd, the modules' own."""
+    from genmetrics.backbones import openclip as oc
+
+    if not oc._onednn_ok():
+        pytest.skip("this torch build has no oneDNN packed linear")
+    model, _ = clip
+    oc.release_packed_weights()
+    with torch.enable_grad():
+        z_grad, a_grad, _ = dense_tokens(model, pixels)
+    assert not oc._packed
+    with torch.no_grad():
+        z, a, _ = dense_tokens(model, pixels)
+    assert oc._packed and oc._packed["tower"]() is model.visual
+    torch.testing.assert_close(z, z_grad.detach(), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(a, a_grad.detach(), atol=1e-6, rtol=1e-5)
