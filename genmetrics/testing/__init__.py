@@ -4,6 +4,7 @@
   open_clip BPE tokenizer (its vocabulary ships inside open_clip) at a short context length;
 * :func:`tiny_dino` — a transformers ``Dinov2Model`` with a tiny config;
 * :func:`tiny_qwen3vl`, :func:`tiny_qwen35` and their processors (see ``genmetrics._tiny_vlm``);
+* :func:`tiny_tpips` — a TPIPS model (late, mid or early fusion) on the tiny Qwen3-VL;
 * :func:`random_images` — reproducible random uint8 images.
 
 Every builder takes a ``seed`` so the same call gives the same weights.
@@ -32,7 +33,7 @@ __all__ = ["metric_recipe", "random_images", "spawn_gloo", "tiny_backbones", "ti
            "tiny_vlm_inputs", "toy_leaderboard", "toy_mib_pairs", "write_images",
            "tiny_dino", "tiny_qwen3vl", "tiny_qwen3vl_config", "tiny_qwen3vl_for_generation", "tiny_qwen3vl_processor",
            "tiny_qwen35", "tiny_qwen35_config", "tiny_qwen35_for_generation", "tiny_qwen35_processor",
-           "tiny_tokenizer"]
+           "tiny_tokenizer", "tiny_tpips"]
 
 
 def tiny_clip(
@@ -211,6 +212,19 @@ def tiny_vlm_inputs(text: str = "a cat", *, size: int = 64, seed: int = 3) -> di
                       images=[Image.fromarray(image.permute(1, 2, 0).numpy())], return_tensors="pt")
     return {"model": model, "processor": processor, "image": image.float() / 255, "batch": batch,
             "image_tokens": batch["input_ids"] == model.config.image_token_id}
+
+
+def tiny_tpips(variant: str = "late", *, image_size: int = 64, seed: int = 0) -> Any:
+    """A :class:`~genmetrics.tpips.TPIPSModel` (``variant``: late, mid or early fusion) on the tiny random
+    Qwen3-VL and its offline processor, at ``image_size`` px.
+
+    >>> late, mid = tiny_tpips(), tiny_tpips("mid")
+    >>> late.variant, mid.variant, mid.image_size, tuple(late.embed(random_images(2, 64), "color").shape)
+    ('late', 'mid', 64, (2, 64))
+    """
+    from genmetrics.tpips import TPIPSModel
+
+    return TPIPSModel(tiny_qwen3vl(seed=seed), tiny_qwen3vl_processor(), variant, image_size=image_size)
 
 
 _BUILTIN_RECIPES = {"genmetrics.baselines": "baselines", "genmetrics.raclip": "raclip",

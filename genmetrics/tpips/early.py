@@ -21,9 +21,8 @@ def early_inputs(model: Any, fa: list[VisionFeatures], fb: list[VisionFeatures],
     """The Appendix C.2 inputs for a batch of pairs: ids, 4D bool mask ``[B,1,S,S]`` (True = may attend),
     positions ``(3,B,S)``, patch/register masks and the register indices.
 
-    >>> from genmetrics.testing import random_images, tiny_qwen3vl, tiny_qwen3vl_processor
-    >>> from genmetrics.tpips import TPIPSModel
-    >>> model = TPIPSModel(tiny_qwen3vl(), tiny_qwen3vl_processor(), "early", image_size=64)
+    >>> from genmetrics.testing import random_images, tiny_tpips
+    >>> model = tiny_tpips("early")
     >>> fa = model.vision_features(model.resized(model.load_images(random_images(2, 64, seed=1))))
     >>> fb = model.vision_features(model.resized(model.load_images(random_images(2, 64, seed=2))))
     >>> inp = early_inputs(model, fa, fb, ["color", "color"])
@@ -83,9 +82,8 @@ def early_registers(model: Any, fa: list[VisionFeatures], fb: list[VisionFeature
                     ) -> tuple[torch.Tensor, torch.Tensor]:
     """Final hidden states ``h_r1``, ``h_r2`` (``[B,D]`` float32) of the two registers.
 
-    >>> from genmetrics.testing import random_images, tiny_qwen3vl, tiny_qwen3vl_processor
-    >>> from genmetrics.tpips import TPIPSModel
-    >>> model = TPIPSModel(tiny_qwen3vl(), tiny_qwen3vl_processor(), "early", image_size=64)
+    >>> from genmetrics.testing import random_images, tiny_tpips
+    >>> model = tiny_tpips("early")
     >>> features = model.vision_features(model.resized(model.load_images(random_images(2, 64))))
     >>> h1, h2 = early_registers(model, features[:1], features[1:], ["color"])
     >>> tuple(h1.shape), tuple(h2.shape), h1.dtype
@@ -107,9 +105,8 @@ def early_registers(model: Any, fa: list[VisionFeatures], fb: list[VisionFeature
 def early_pairs(model: Any, a: list[torch.Tensor], b: list[torch.Tensor], aspects: list[str]) -> torch.Tensor:
     """``[B]`` early-fusion similarities of image pairs (resized to a shared grid per pair).
 
-    >>> from genmetrics.testing import random_images, tiny_qwen3vl, tiny_qwen3vl_processor
-    >>> from genmetrics.tpips import TPIPSModel
-    >>> model = TPIPSModel(tiny_qwen3vl(), tiny_qwen3vl_processor(), "early", image_size=64)
+    >>> from genmetrics.testing import random_images, tiny_tpips
+    >>> model = tiny_tpips("early")
     >>> a, b = model.load_images(random_images(2, 64, seed=1)), model.load_images(random_images(2, 64, seed=2))
     >>> s = early_pairs(model, a, b, ["color", "overall"])
     >>> tuple(s.shape), bool(((s >= -1) & (s <= 1)).all())

@@ -16,9 +16,8 @@ from genmetrics.tpips.common import prompt_for
 def single_items(model: Any, feats: list[VisionFeatures], aspects: list[str]) -> list[list[tuple[str, Any]]]:
     """One ``system: instruction / user: image / assistant`` sequence per (image, aspect).
 
-    >>> from genmetrics.testing import random_images, tiny_qwen3vl, tiny_qwen3vl_processor
-    >>> from genmetrics.tpips import TPIPSModel
-    >>> model = TPIPSModel(tiny_qwen3vl(), tiny_qwen3vl_processor(), "late", image_size=64)
+    >>> from genmetrics.testing import random_images, tiny_tpips
+    >>> model = tiny_tpips("late")
     >>> features = model.vision_features(model.resized(model.load_images(random_images(1, 64))))
     >>> [kind for kind, _ in single_items(model, features, ["color"])[0]]
     ['text', 'instruction', 'text', 'image', 'text']
@@ -36,9 +35,8 @@ def late_embed(model: Any, images: list[torch.Tensor], aspects: list[str], *, ke
                ) -> torch.Tensor:
     """``[B,D]`` float32 unit embeddings of resized images under their aspects (keeps the graph).
 
-    >>> from genmetrics.testing import random_images, tiny_qwen3vl, tiny_qwen3vl_processor
-    >>> from genmetrics.tpips import TPIPSModel
-    >>> model = TPIPSModel(tiny_qwen3vl(), tiny_qwen3vl_processor(), "late", image_size=64)
+    >>> from genmetrics.testing import random_images, tiny_tpips
+    >>> model = tiny_tpips("late")
     >>> e = late_embed(model, model.resized(model.load_images(random_images(2, 64))), ["color", "overall"])
     >>> tuple(e.shape), torch.allclose(e.norm(dim=-1), torch.ones(2))
     ((2, 64), True)

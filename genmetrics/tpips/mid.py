@@ -104,9 +104,8 @@ def mid_features(model: Any, images: list[torch.Tensor], aspects: list[str], *, 
     """Per (image, aspect): unit-normalised image-token states ``[N,d]`` and the instruction-token mean, per
     probe layer.
 
-    >>> from genmetrics.testing import random_images, tiny_qwen3vl, tiny_qwen3vl_processor
-    >>> from genmetrics.tpips import TPIPSModel
-    >>> model = TPIPSModel(tiny_qwen3vl(), tiny_qwen3vl_processor(), "mid", image_size=64)
+    >>> from genmetrics.testing import random_images, tiny_tpips
+    >>> model = tiny_tpips("mid")
     >>> enc = mid_features(model, model.resized(model.load_images(random_images(2, 64))), ["color", "color"])
     >>> sorted(enc), len(enc["phi"]) == len(model.probe_layers)
     (['phi', 'text'], True)
@@ -130,9 +129,8 @@ def mid_features(model: Any, images: list[torch.Tensor], aspects: list[str], *, 
 def mid_distance(head: MidFusionHead, enc: dict[str, list], ra: list[int], rb: list[int]) -> torch.Tensor:
     """``f = -sum_l mean_t ||w_l * (phi_l(a) - phi_l(b))||^2`` for the encoded rows ``ra`` / ``rb``.
 
-    >>> from genmetrics.testing import random_images, tiny_qwen3vl, tiny_qwen3vl_processor
-    >>> from genmetrics.tpips import TPIPSModel
-    >>> model = TPIPSModel(tiny_qwen3vl(), tiny_qwen3vl_processor(), "mid", image_size=64)
+    >>> from genmetrics.testing import random_images, tiny_tpips
+    >>> model = tiny_tpips("mid")
     >>> enc = mid_features(model, model.resized(model.load_images(random_images(2, 64))), ["color", "color"])
     >>> mid_distance(model.head, enc, [0, 1], [0, 1]).tolist(), bool(mid_distance(model.head, enc, [0], [1]) < 0)
     ([0.0, 0.0], True)

@@ -73,10 +73,8 @@ def model_fingerprint(model: Any) -> list[float]:
     """The first 16 values of the model's embedding of a fixed synthetic image ("overall"): identifies the
     model's behaviour (weights, adapter, prompt, image size) without hashing billions of parameters.
 
-    >>> from genmetrics.testing import tiny_qwen3vl, tiny_qwen3vl_processor
-    >>> from genmetrics.tpips import TPIPSModel
-    >>> a = TPIPSModel(tiny_qwen3vl(seed=0), tiny_qwen3vl_processor(), "late", image_size=64)
-    >>> b = TPIPSModel(tiny_qwen3vl(seed=1), tiny_qwen3vl_processor(), "late", image_size=64)
+    >>> from genmetrics.testing import tiny_tpips
+    >>> a, b = tiny_tpips(seed=0), tiny_tpips(seed=1)
     >>> len(model_fingerprint(a)), model_fingerprint(a) == model_fingerprint(a), model_fingerprint(a) == model_fingerprint(b)
     (16, True, False)
     """
@@ -115,9 +113,8 @@ class AspectIndex:
     query with one of the images: it finds itself first, with similarity 1:
 
     >>> import tempfile
-    >>> from genmetrics.testing import random_images, tiny_qwen3vl, tiny_qwen3vl_processor, write_images
-    >>> from genmetrics.tpips import TPIPSModel
-    >>> model = TPIPSModel(tiny_qwen3vl(), tiny_qwen3vl_processor(), "late", image_size=64)
+    >>> from genmetrics.testing import random_images, tiny_tpips, write_images
+    >>> model = tiny_tpips("late")
     >>> with tempfile.TemporaryDirectory() as d:
     ...     paths = write_images(Path(d) / "images", random_images(4, 64))
     ...     _ = AspectIndex.build(Path(d) / "images", Path(d) / "index", model, ["color"], progress=False)
@@ -438,9 +435,8 @@ def build_index(images: Any, root: str | os.PathLike, model: Any, aspects: Seque
     """Shorthand for :meth:`AspectIndex.build`.
 
     >>> import tempfile
-    >>> from genmetrics.testing import random_images, tiny_qwen3vl, tiny_qwen3vl_processor, write_images
-    >>> from genmetrics.tpips import TPIPSModel
-    >>> model = TPIPSModel(tiny_qwen3vl(), tiny_qwen3vl_processor(), "late", image_size=64)
+    >>> from genmetrics.testing import random_images, tiny_tpips, write_images
+    >>> model = tiny_tpips("late")
     >>> with tempfile.TemporaryDirectory() as d:
     ...     paths = write_images(Path(d) / "images", random_images(3, 64))
     ...     index = build_index(paths, Path(d) / "index", model, ["pose of the cat"], overall=False, progress=False)
