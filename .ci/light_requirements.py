@@ -16,7 +16,9 @@ else:
 
 LIGHT = {"click", "pyyaml", "tqdm", "tomli"}
 
-deps = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())["project"]["dependencies"]
+deps = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())["project"][
+    "dependencies"
+]
 for dep in deps:
     name = re.match(r"[A-Za-z0-9_.-]+", dep).group(0).lower().replace("_", "-")
     if name in LIGHT:

@@ -57,9 +57,14 @@ def main() -> None:
     tok = open_clip.get_tokenizer(args.model)
     attrs, attrs28 = resolve_attributes("celeba-20"), resolve_attributes("celeba-28")
 
-    def lists(a: list[str]) -> list[list[str]]:  # raclip's dual prompts in one call; hcs: prompts, bare strings
-        return [[POSITIVE_TEMPLATE.format(x) for x in a] + [NEGATIVE_TEMPLATE.format(x) for x in a],
-                [HCS_TEMPLATE.format(x) for x in a], list(a)]
+    def lists(
+        a: list[str],
+    ) -> list[list[str]]:  # raclip's dual prompts in one call; hcs: prompts, bare strings
+        return [
+            [POSITIVE_TEMPLATE.format(x) for x in a] + [NEGATIVE_TEMPLATE.format(x) for x in a],
+            [HCS_TEMPLATE.format(x) for x in a],
+            list(a),
+        ]
 
     calls = lists(attrs)
 
@@ -77,8 +82,11 @@ def main() -> None:
         model.encode_text(tokenize(tok, ["x"]))
     TextEmbeddingCache(dtype=torch.float64).embed(model, tok, ["x"])
     for _ in range(args.rounds):  # interleaved
-        for key, fn in (("before", before), ("after", lambda: after(torch.float64)),
-                        ("after_model_precision", lambda: after(None))):
+        for key, fn in (
+            ("before", before),
+            ("after", lambda: after(torch.float64)),
+            ("after_model_precision", lambda: after(None)),
+        ):
             t0 = time.perf_counter()
             out[key] = fn()
             runs[key].append(time.perf_counter() - t0)
@@ -92,8 +100,10 @@ def main() -> None:
         ref = [m64.encode_text(tokenize(tok, t)) for t in calls]
 
     def vec_err(got: list[torch.Tensor]) -> float:
-        return max(float((F.normalize(g.double(), dim=-1) - F.normalize(r, dim=-1)).abs().max())
-                   for g, r in zip(got, ref))
+        return max(
+            float((F.normalize(g.double(), dim=-1) - F.normalize(r, dim=-1)).abs().max())
+            for g, r in zip(got, ref)
+        )
 
     g = torch.Generator().manual_seed(1)
     e = F.normalize(torch.randn(256, ref[0].shape[-1], generator=g, dtype=torch.float64), dim=-1)
@@ -114,20 +124,34 @@ def main() -> None:
     before_encoded = sum(len(t) for t in lists(attrs)) + sum(len(t) for t in lists(attrs28))  # once per list
 
     ids = tokenize(tok, [t for c in calls for t in c])
-    print(json.dumps({
-        "benchmark": "attribute_text", "model": args.model + " (random weights)", "attributes": "celeba-20",
-        "threads": torch.get_num_threads(), "rounds": args.rounds, "texts_per_round": sum(len(t) for t in calls),
-        "context": int(ids.shape[1]), "longest_text_tokens": int((ids != 0).sum(1).max()),
-        "before_s": round(med["before"], 4), "after_s": round(med["after"], 4),
-        "after_model_precision_s": round(med["after_model_precision"], 4),
-        "after_over_before": round(med["after"] / med["before"], 3),
-        "before_vector_error": vec_err(out["before"]), "after_vector_error": vec_err(out["after"]),
-        "after_model_precision_vector_error": vec_err(out["after_model_precision"]),
-        "before_hcs_error": hcs_err(out["before"]), "after_hcs_error": hcs_err(out["after"]),
-        "after_model_precision_hcs_error": hcs_err(out["after_model_precision"]),
-        "texts_requested": requested, "texts_encoded_before": before_encoded, "texts_encoded_after": cache.encoded,
-        "all_s": {k: [round(x, 4) for x in v] for k, v in runs.items()},
-    }))
+    print(
+        json.dumps(
+            {
+                "benchmark": "attribute_text",
+                "model": args.model + " (random weights)",
+                "attributes": "celeba-20",
+                "threads": torch.get_num_threads(),
+                "rounds": args.rounds,
+                "texts_per_round": sum(len(t) for t in calls),
+                "context": int(ids.shape[1]),
+                "longest_text_tokens": int((ids != 0).sum(1).max()),
+                "before_s": round(med["before"], 4),
+                "after_s": round(med["after"], 4),
+                "after_model_precision_s": round(med["after_model_precision"], 4),
+                "after_over_before": round(med["after"] / med["before"], 3),
+                "before_vector_error": vec_err(out["before"]),
+                "after_vector_error": vec_err(out["after"]),
+                "after_model_precision_vector_error": vec_err(out["after_model_precision"]),
+                "before_hcs_error": hcs_err(out["before"]),
+                "after_hcs_error": hcs_err(out["after"]),
+                "after_model_precision_hcs_error": hcs_err(out["after_model_precision"]),
+                "texts_requested": requested,
+                "texts_encoded_before": before_encoded,
+                "texts_encoded_after": cache.encoded,
+                "all_s": {k: [round(x, 4) for x in v] for k, v in runs.items()},
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

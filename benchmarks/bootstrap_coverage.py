@@ -30,7 +30,7 @@ def main() -> None:
     ap.add_argument("--n-boot", type=int, default=1000)
     a = ap.parse_args()
     (mr, sr), (mg, sg) = (0.0, 1.0), (0.3, 1.2)
-    true = 0.5 * (np.log(sr ** 2 / sg ** 2) + (sg ** 2 + (mg - mr) ** 2) / sr ** 2 - 1)
+    true = 0.5 * (np.log(sr**2 / sg**2) + (sg**2 + (mg - mr) ** 2) / sr**2 - 1)
     for n, c in SETTINGS:
         rng = np.random.default_rng(123)
         hits = dict.fromkeys(METHODS, 0)
@@ -39,13 +39,25 @@ def main() -> None:
             real = torch.from_numpy(rng.normal(mr, sr, (n, c)))
             gen = torch.from_numpy(rng.normal(mg, sg, (n, c)))
             for m in METHODS:
-                lo, hi = bootstrap_means(real, gen, n_boot=a.n_boot, seed=r, alpha=1 - a.level, pad_budget=0.0,
-                                         method=m)["sad"]
+                lo, hi = bootstrap_means(
+                    real, gen, n_boot=a.n_boot, seed=r, alpha=1 - a.level, pad_budget=0.0, method=m
+                )["sad"]
                 hits[m] += lo <= true <= hi
-        print(json.dumps({"benchmark": "sad_bootstrap_coverage", "n_per_set": n, "attributes": c, "reps": a.reps,
-                          "nominal": a.level, "true_sad": round(float(true), 6),
-                          "coverage": {m: round(hits[m] / a.reps, 3) for m in METHODS},
-                          "seconds": round(time.perf_counter() - t0, 1)}), flush=True)
+        print(
+            json.dumps(
+                {
+                    "benchmark": "sad_bootstrap_coverage",
+                    "n_per_set": n,
+                    "attributes": c,
+                    "reps": a.reps,
+                    "nominal": a.level,
+                    "true_sad": round(float(true), 6),
+                    "coverage": {m: round(hits[m] / a.reps, 3) for m in METHODS},
+                    "seconds": round(time.perf_counter() - t0, 1),
+                }
+            ),
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

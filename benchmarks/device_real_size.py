@@ -30,15 +30,37 @@ DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 # Qwen3-VL-2B (Qwen/Qwen3-VL-2B-Instruct config.json), by hand. Token ids stay those of the tiny processor.
 QWEN3VL_2B = {
-    "text_config": {"vocab_size": 151936, "hidden_size": 2048, "intermediate_size": 6144, "num_hidden_layers": 28,
-                    "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128,
-                    "max_position_embeddings": 262144, "rms_norm_eps": 1e-6, "hidden_act": "silu",
-                    "rope_parameters": {"rope_type": "default", "rope_theta": 5_000_000.0,
-                                        "mrope_section": [24, 20, 20], "mrope_interleaved": True}},
-    "vision_config": {"depth": 24, "hidden_size": 1024, "intermediate_size": 4096, "num_heads": 16,
-                      "patch_size": 16, "spatial_merge_size": 2, "temporal_patch_size": 2, "out_hidden_size": 2048,
-                      "deepstack_visual_indexes": [5, 11, 17], "num_position_embeddings": 2304,
-                      "hidden_act": "gelu_pytorch_tanh"},
+    "text_config": {
+        "vocab_size": 151936,
+        "hidden_size": 2048,
+        "intermediate_size": 6144,
+        "num_hidden_layers": 28,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "max_position_embeddings": 262144,
+        "rms_norm_eps": 1e-6,
+        "hidden_act": "silu",
+        "rope_parameters": {
+            "rope_type": "default",
+            "rope_theta": 5_000_000.0,
+            "mrope_section": [24, 20, 20],
+            "mrope_interleaved": True,
+        },
+    },
+    "vision_config": {
+        "depth": 24,
+        "hidden_size": 1024,
+        "intermediate_size": 4096,
+        "num_heads": 16,
+        "patch_size": 16,
+        "spatial_merge_size": 2,
+        "temporal_patch_size": 2,
+        "out_hidden_size": 2048,
+        "deepstack_visual_indexes": [5, 11, 17],
+        "num_position_embeddings": 2304,
+        "hidden_act": "gelu_pytorch_tanh",
+    },
 }
 
 _OUT_FILE: str | None = None
@@ -76,6 +98,7 @@ def peak_gib(dev: torch.device) -> float | None:
 
 def make_timeit(dev: torch.device):
     """Best-of-``repeat`` wall time with a synchronize around each run (signature of tpips_vision_cache.timeit)."""
+
     def timeit(fn, repeat: int = 3) -> float:
         best = float("inf")
         for _ in range(repeat):
@@ -85,6 +108,7 @@ def make_timeit(dev: torch.device):
             sync(dev)
             best = min(best, time.perf_counter() - t)
         return best
+
     return timeit
 
 
@@ -111,8 +135,14 @@ def run_raclip(args, dev, dtype) -> None:
         try:
             _raclip_one(args, dev, dtype, name, batch, attrs, timeit)
         except Exception as e:  # noqa: BLE001 - one failure must not lose the other measurements
-            emit({"benchmark": "device_raclip_overhead", "model": name, "error": f"{type(e).__name__}: {e}",
-                  "traceback": traceback.format_exc()[-2000:]})
+            emit(
+                {
+                    "benchmark": "device_raclip_overhead",
+                    "model": name,
+                    "error": f"{type(e).__name__}: {e}",
+                    "traceback": traceback.format_exc()[-2000:],
+                }
+            )
         finally:
             if dev.type == "cuda":
                 torch.cuda.empty_cache()
@@ -156,13 +186,25 @@ def _raclip_one(args, dev, dtype, name, batch, attrs, timeit) -> None:
     t_single = timeit(single, args.repeats)
     mem_single = peak_gib(dev)
     t_plain = min(t_plain, timeit(plain, args.repeats))  # again after: guards against clock ramp / drift
-    emit({"benchmark": "device_raclip_overhead", "model": f"{name} (random weights)", "batch": batch,
-          "attributes": len(attrs), "image_size": list(size), "params_m": n_params_m(model),
-          "encode_image_s": round(t_plain, 5), "scorer_s": round(t_single, 5),
-          "ratio_scorer_over_encode_image": round(t_single / t_plain, 3), "goal_ratio": 1.10,
-          "meets_goal": t_single / t_plain <= 1.10,
-          "images_per_s_encode_image": round(batch / t_plain, 1), "images_per_s_scorer": round(batch / t_single, 1),
-          "peak_mem_gib_encode_image": mem_plain, "peak_mem_gib": mem_single})
+    emit(
+        {
+            "benchmark": "device_raclip_overhead",
+            "model": f"{name} (random weights)",
+            "batch": batch,
+            "attributes": len(attrs),
+            "image_size": list(size),
+            "params_m": n_params_m(model),
+            "encode_image_s": round(t_plain, 5),
+            "scorer_s": round(t_single, 5),
+            "ratio_scorer_over_encode_image": round(t_single / t_plain, 3),
+            "goal_ratio": 1.10,
+            "meets_goal": t_single / t_plain <= 1.10,
+            "images_per_s_encode_image": round(batch / t_plain, 1),
+            "images_per_s_scorer": round(batch / t_single, 1),
+            "peak_mem_gib_encode_image": mem_plain,
+            "peak_mem_gib": mem_single,
+        }
+    )
 
 
 # ------------------------------------------------------------------------------------------------------ TPIPS
@@ -187,27 +229,63 @@ def run_tpips(args, dev, dtype) -> None:
     timeit = make_timeit(dev)
     reset_peak(dev)
     backbone, proc, size, label = build_tpips_backbone(args, dev, dtype)
-    base = {"model": f"{label} (random weights, Qwen3VLModel, sdpa)", "image_size": size,
-            "params_m": n_params_m(backbone), "weights_gib": peak_gib(dev)}
+    base = {
+        "model": f"{label} (random weights, Qwen3VLModel, sdpa)",
+        "image_size": size,
+        "params_m": n_params_m(backbone),
+        "weights_gib": peak_gib(dev),
+    }
     n = 4 if args.tiny else args.tpips_pairs
     imgs = random_images(2 * n, size, seed=1)
     aspects = [f"aspect number {i}" for i in range(n)]
     for variant in ("late", "mid", "early"):
         try:
-            m = TPIPSModel(backbone, proc, variant, image_size=size, vision_cache_size=4 * n, batch_size=8,
-                           probe_layers=20)
+            m = TPIPSModel(
+                backbone,
+                proc,
+                variant,
+                image_size=size,
+                vision_cache_size=4 * n,
+                batch_size=8,
+                probe_layers=20,
+            )
             a, b = m.load_images(imgs[:n]), m.load_images(imgs[n:])
             reset_peak(dev)
             t_cold, t_warm = _measure(m, a, b, aspects, timeit)
-            emit({"benchmark": "device_tpips_throughput", "variant": variant, "pairs": n, **base,
-                  "pairs_per_s": round(n / t_cold, 3), "pairs_per_s_cached_vision": round(n / t_warm, 3),
-                  "seconds_uncached": round(t_cold, 4), "peak_mem_gib": peak_gib(dev)})
+            emit(
+                {
+                    "benchmark": "device_tpips_throughput",
+                    "variant": variant,
+                    "pairs": n,
+                    **base,
+                    "pairs_per_s": round(n / t_cold, 3),
+                    "pairs_per_s_cached_vision": round(n / t_warm, 3),
+                    "seconds_uncached": round(t_cold, 4),
+                    "peak_mem_gib": peak_gib(dev),
+                }
+            )
             del m
         except Exception as e:  # noqa: BLE001
-            emit({"benchmark": "device_tpips_throughput", "variant": variant, **base,
-                  "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()[-2000:]})
+            emit(
+                {
+                    "benchmark": "device_tpips_throughput",
+                    "variant": variant,
+                    **base,
+                    "error": f"{type(e).__name__}: {e}",
+                    "traceback": traceback.format_exc()[-2000:],
+                }
+            )
     try:  # 8 aspects of one image, late fusion: vision cache vs none (as benchmarks/tpips_vision_cache.py)
-        asp8 = ["lighting", "color", "pose of the cat", "texture", "background", "overall", "camera angle", "style"]
+        asp8 = [
+            "lighting",
+            "color",
+            "pose of the cat",
+            "texture",
+            "background",
+            "overall",
+            "camera angle",
+            "style",
+        ]
         cached = TPIPSModel(backbone, proc, "late", image_size=size, vision_cache_size=0, batch_size=8)
         plain = TPIPSModel(backbone, proc, "late", image_size=size, vision_cache_size=0, batch_size=8)
         warm = TPIPSModel(backbone, proc, "late", image_size=size, vision_cache_size=4, batch_size=8)
@@ -225,15 +303,31 @@ def run_tpips(args, dev, dtype) -> None:
             before = cached.vision_calls
             cached.embed([x[0]] * 8, asp8)
             calls = cached.vision_calls - before
-        emit({"benchmark": "device_tpips_vision_cache", "aspects": 8, **base,
-              "t_no_cache_s": round(t_plain, 5), "t_cache_s": round(t_cache, 5), "speedup": round(t_plain / t_cache, 3),
-              "t_vision_pass_s": round(t_vision, 5), "t_language_pass_s": round(t_lang, 5),
-              "vision_calls_8_aspects": calls,
-              "cost_vs_1_vision_plus_8_language": round(t_cache / (t_vision + 8 * t_lang), 3),
-              "max_abs_diff_cache_vs_no_cache": float((ea - eb).abs().max()), "peak_mem_gib": peak_gib(dev)})
+        emit(
+            {
+                "benchmark": "device_tpips_vision_cache",
+                "aspects": 8,
+                **base,
+                "t_no_cache_s": round(t_plain, 5),
+                "t_cache_s": round(t_cache, 5),
+                "speedup": round(t_plain / t_cache, 3),
+                "t_vision_pass_s": round(t_vision, 5),
+                "t_language_pass_s": round(t_lang, 5),
+                "vision_calls_8_aspects": calls,
+                "cost_vs_1_vision_plus_8_language": round(t_cache / (t_vision + 8 * t_lang), 3),
+                "max_abs_diff_cache_vs_no_cache": float((ea - eb).abs().max()),
+                "peak_mem_gib": peak_gib(dev),
+            }
+        )
     except Exception as e:  # noqa: BLE001
-        emit({"benchmark": "device_tpips_vision_cache", **base, "error": f"{type(e).__name__}: {e}",
-              "traceback": traceback.format_exc()[-2000:]})
+        emit(
+            {
+                "benchmark": "device_tpips_vision_cache",
+                **base,
+                "error": f"{type(e).__name__}: {e}",
+                "traceback": traceback.format_exc()[-2000:],
+            }
+        )
     del backbone
     if dev.type == "cuda":
         torch.cuda.empty_cache()
@@ -253,28 +347,43 @@ def run_mie(args, dev, dtype) -> None:
 
     reset_peak(dev)
     if args.tiny:
-        vlm, proc, ref_px, cand_px, label = tiny_qwen35(0).to(device=dev, dtype=dtype), tiny_qwen35_processor(), \
-            64, 64, "tiny-qwen35"
+        vlm, proc, ref_px, cand_px, label = (
+            tiny_qwen35(0).to(device=dev, dtype=dtype),
+            tiny_qwen35_processor(),
+            64,
+            64,
+            "tiny-qwen35",
+        )
     else:
         vlm = build_on(dev, dtype, Qwen3_5Model, tiny_qwen35_config(**REAL_LIKE))
         proc, ref_px, cand_px, label = tiny_qwen35_processor(image_size=1024), 512, 1024, "0.8b-like"
-    model = MIEModel(vlm, proc, tuning="lora_layer", token_budget=args.mie_budget,
-                     max_length=32768).to(dev).eval()
-    base = {"model": f"Qwen3_5Model {label} (random weights{'' if args.tiny else '; mie_throughput.REAL_LIKE'})", "reference_px": ref_px,
-            "candidate_px": cand_px, "token_budget": args.mie_budget, "params_m": n_params_m(vlm),
-            "weights_gib": peak_gib(dev),
-            "fla_fast_path": importlib.util.find_spec("fla") is not None,
-            "causal_conv1d": importlib.util.find_spec("causal_conv1d") is not None}
+    model = (
+        MIEModel(vlm, proc, tuning="lora_layer", token_budget=args.mie_budget, max_length=32768)
+        .to(dev)
+        .eval()
+    )
+    base = {
+        "model": f"Qwen3_5Model {label} (random weights{'' if args.tiny else '; mie_throughput.REAL_LIKE'})",
+        "reference_px": ref_px,
+        "candidate_px": cand_px,
+        "token_budget": args.mie_budget,
+        "params_m": n_params_m(vlm),
+        "weights_gib": peak_gib(dev),
+        "fla_fast_path": importlib.util.find_spec("fla") is not None,
+        "causal_conv1d": importlib.util.find_spec("causal_conv1d") is not None,
+    }
     n = 4 if args.tiny else args.mie_pairs
     rng = random.Random(0)
     refs_pool = list(random_images(16, ref_px, seed=1))
     cands = random_images(2 * n, cand_px, seed=2)
     prompts = ["a person and a dog sitting next to a chair with a lamp behind them"] * n
-    model.score_pairs([refs_pool[:2]] * 2, prompts[:2], cands[:2], cands[2:4] if n >= 4 else cands[:2])  # warm-up
+    model.score_pairs(
+        [refs_pool[:2]] * 2, prompts[:2], cands[:2], cands[2:4] if n >= 4 else cands[:2]
+    )  # warm-up
     for k in (2, 4, 6, 8):
         try:
             refs = [rng.sample(refs_pool, k) for _ in range(n)]
-            model.score_pairs(refs[:1], prompts[:1], cands[:1], cands[n:n + 1])  # warm-up at this length
+            model.score_pairs(refs[:1], prompts[:1], cands[:1], cands[n : n + 1])  # warm-up at this length
             reset_peak(dev)
             sync(dev)
             model.stats.update(images_encoded=0, sequences=0, forward_batches=0)
@@ -282,13 +391,29 @@ def run_mie(args, dev, dtype) -> None:
             model.score_pairs(refs, prompts, cands[:n], cands[n:])
             sync(dev)
             dt = time.perf_counter() - t
-            emit({"benchmark": "device_mie_throughput", "references": k, "pairs": n, **base,
-                  "seconds": round(dt, 4), "pairs_per_s": round(n / dt, 3),
-                  "forward_batches": model.stats["forward_batches"], "images_encoded": model.stats["images_encoded"],
-                  "peak_mem_gib": peak_gib(dev)})
+            emit(
+                {
+                    "benchmark": "device_mie_throughput",
+                    "references": k,
+                    "pairs": n,
+                    **base,
+                    "seconds": round(dt, 4),
+                    "pairs_per_s": round(n / dt, 3),
+                    "forward_batches": model.stats["forward_batches"],
+                    "images_encoded": model.stats["images_encoded"],
+                    "peak_mem_gib": peak_gib(dev),
+                }
+            )
         except Exception as e:  # noqa: BLE001
-            emit({"benchmark": "device_mie_throughput", "references": k, **base,
-                  "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()[-2000:]})
+            emit(
+                {
+                    "benchmark": "device_mie_throughput",
+                    "references": k,
+                    **base,
+                    "error": f"{type(e).__name__}: {e}",
+                    "traceback": traceback.format_exc()[-2000:],
+                }
+            )
             if dev.type == "cuda":
                 torch.cuda.empty_cache()
     del model, vlm
@@ -305,8 +430,12 @@ def main() -> None:
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--dtype", choices=sorted(DTYPES), default="bf16")
     ap.add_argument("--tiny", action="store_true", help="tiny test builders and small sizes (CPU smoke test)")
-    ap.add_argument("--only", choices=sorted(SECTIONS), action="append",
-                    help="run only this section (repeatable; default: all)")
+    ap.add_argument(
+        "--only",
+        choices=sorted(SECTIONS),
+        action="append",
+        help="run only this section (repeatable; default: all)",
+    )
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--raclip-batch", type=int, default=64)
     ap.add_argument("--attributes", type=int, default=20)
@@ -320,7 +449,9 @@ def main() -> None:
     _DEV.append(dev)
     if dev.type == "cuda":
         if not torch.cuda.is_available():
-            raise SystemExit("--device cuda but torch.cuda.is_available() is False (use --tiny --device cpu here)")
+            raise SystemExit(
+                "--device cuda but torch.cuda.is_available() is False (use --tiny --device cpu here)"
+            )
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
     out = os.environ.get("OUT")
@@ -329,24 +460,39 @@ def main() -> None:
         _OUT_FILE = os.path.join(out, "device_real_size.jsonl")
     import transformers
 
-    _COMMON.update({
-        "device": str(dev),
-        "device_name": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
-        "torch": torch.__version__, "transformers": transformers.__version__, "dtype": args.dtype,
-        "tiny": bool(args.tiny),
-    })
+    _COMMON.update(
+        {
+            "device": str(dev),
+            "device_name": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
+            "torch": torch.__version__,
+            "transformers": transformers.__version__,
+            "dtype": args.dtype,
+            "tiny": bool(args.tiny),
+        }
+    )
     t0 = time.perf_counter()
     for name in args.only or list(SECTIONS):
         ts = time.perf_counter()
         try:
             SECTIONS[name](args, dev, dtype)
         except Exception as e:  # noqa: BLE001 - a section's set-up failed: report, go on with the next
-            emit({"benchmark": f"device_{name}", "error": f"{type(e).__name__}: {e}",
-                  "traceback": traceback.format_exc()[-2000:]})
+            emit(
+                {
+                    "benchmark": f"device_{name}",
+                    "error": f"{type(e).__name__}: {e}",
+                    "traceback": traceback.format_exc()[-2000:],
+                }
+            )
             if dev.type == "cuda":
                 torch.cuda.empty_cache()
-        emit({"benchmark": "device_section_done", "section": name, "section_s": round(time.perf_counter() - ts, 1),
-              "elapsed_s": round(time.perf_counter() - t0, 1)})
+        emit(
+            {
+                "benchmark": "device_section_done",
+                "section": name,
+                "section_s": round(time.perf_counter() - ts, 1),
+                "elapsed_s": round(time.perf_counter() - t0, 1),
+            }
+        )
 
 
 if __name__ == "__main__":

@@ -40,7 +40,7 @@ def main() -> None:
     c, n = args.attributes, args.rows
     base_mb = _rss_mb()
     real = torch.rand(n, c, generator=g)  # float32 score rows, as a scorer returns them
-    gen = (torch.rand(n, c, generator=g) * 0.9 + 0.05)
+    gen = torch.rand(n, c, generator=g) * 0.9 + 0.05
     t = time.perf_counter()
     out = D.pad(real, gen)
     t_pad = time.perf_counter() - t
@@ -52,7 +52,7 @@ def main() -> None:
     for x in (real, gen):
         s, cross = torch.zeros(c, dtype=torch.float64), torch.zeros(c, c, dtype=torch.float64)
         for i in range(0, n, 1000):
-            xb = x[i:i + 1000].double()
+            xb = x[i : i + 1000].double()
             s += xb.sum(0)
             cross += xb.T @ xb
         stats.append((torch.tensor(float(n), dtype=torch.float64), s, cross))
@@ -61,12 +61,18 @@ def main() -> None:
     max_dev = float((streamed - out).abs().max())
 
     result = {
-        "benchmark": "divergence_scale", "threads": torch.get_num_threads(),
-        "pad_attributes": c, "pad_pairs": c * (c - 1) // 2, "rows_per_set": n,
-        "pad_gaussian_s": round(t_pad, 3), "pad_streaming_s": round(t_stream, 3),
+        "benchmark": "divergence_scale",
+        "threads": torch.get_num_threads(),
+        "pad_attributes": c,
+        "pad_pairs": c * (c - 1) // 2,
+        "rows_per_set": n,
+        "pad_gaussian_s": round(t_pad, 3),
+        "pad_streaming_s": round(t_stream, 3),
         "streaming_max_abs_diff": max_dev,
-        "peak_rss_mb": round(peak_pad_mb, 1), "rss_before_data_mb": round(base_mb, 1),
-        "goal_s": 10.0, "goal_mb": 3072,
+        "peak_rss_mb": round(peak_pad_mb, 1),
+        "rss_before_data_mb": round(base_mb, 1),
+        "goal_s": 10.0,
+        "goal_mb": 3072,
     }
     del real, gen, out, streamed, stats
 
@@ -84,11 +90,17 @@ def main() -> None:
         t = time.perf_counter()
         D.kde_pad(r, q, n_points=args.kde_points)
         t_kde_pad = time.perf_counter() - t
-        result.update({
-            "kde_attributes": ck, "kde_rows_per_set": nk, "kde_points": args.kde_points,
-            "gaussian_sad_pad_s": round(t_gauss, 4), "kde_sad_s": round(t_kde_sad, 2), "kde_pad_s": round(t_kde_pad, 2),
-            "kde_over_gaussian": round((t_kde_sad + t_kde_pad) / max(t_gauss, 1e-9), 1),
-        })
+        result.update(
+            {
+                "kde_attributes": ck,
+                "kde_rows_per_set": nk,
+                "kde_points": args.kde_points,
+                "gaussian_sad_pad_s": round(t_gauss, 4),
+                "kde_sad_s": round(t_kde_sad, 2),
+                "kde_pad_s": round(t_kde_pad, 2),
+                "kde_over_gaussian": round((t_kde_sad + t_kde_pad) / max(t_gauss, 1e-9), 1),
+            }
+        )
     print(json.dumps(result))
 
 

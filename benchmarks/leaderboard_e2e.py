@@ -57,10 +57,14 @@ def make_data(root: Path, generators: int, images: int, size: int) -> None:
         for i, a in enumerate(refs):
             noisy = np.clip(a.astype(np.int16) + rng.integers(-8 * (g + 1), 8 * (g + 1) + 1, a.shape), 0, 255)
             Image.fromarray(noisy.astype(np.uint8)).save(d / f"{i:04d}.png")
-    gens = "\n".join(f'[[generators]]\nname = "g{g}"\nimages = "{root / "gen" / f"g{g}"}"\n' for g in range(generators))
+    gens = "\n".join(
+        f'[[generators]]\nname = "g{g}"\nimages = "{root / "gen" / f"g{g}"}"\n' for g in range(generators)
+    )
     (root / "config.toml").write_text(
         f'[data]\nreferences = "{root / "refs"}"\n\n[run]\ntitle = "e2e"\nn_boot = 200\n\n{gens}\n'
-        '[[metrics]]\nname = "psnr"\n\n[[metrics]]\nname = "ssim"\n', encoding="utf-8")
+        '[[metrics]]\nname = "psnr"\n\n[[metrics]]\nname = "ssim"\n',
+        encoding="utf-8",
+    )
 
 
 def _children_cpu() -> float:
@@ -77,7 +81,11 @@ def main() -> None:
     ap.add_argument("--size", type=int, default=256)
     ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
-    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"), "GENMETRICS_PROGRESS": "0"}
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+        "GENMETRICS_PROGRESS": "0",
+    }
     with tempfile.TemporaryDirectory(prefix="gm_e2e_") as tmp:
         root = Path(tmp)
         make_data(root, args.generators, args.images, args.size)
@@ -85,25 +93,48 @@ def main() -> None:
         cpus: dict[str, list[float]] = {"leaderboard": [], "hand_loop": []}
         for r in range(args.rounds):
             out = root / f"out{r}"
-            cmds = {"leaderboard": [sys.executable, "-c", "from genmetrics.cli.main import entry; entry()",
-                                    "leaderboard", str(root / "config.toml"), "--out", str(out), "--no-plots"],
-                    "hand_loop": [sys.executable, "-c", HAND, str(root)]}
-            for k in (list(cmds) if r % 2 == 0 else list(cmds)[::-1]):
+            cmds = {
+                "leaderboard": [
+                    sys.executable,
+                    "-c",
+                    "from genmetrics.cli.main import entry; entry()",
+                    "leaderboard",
+                    str(root / "config.toml"),
+                    "--out",
+                    str(out),
+                    "--no-plots",
+                ],
+                "hand_loop": [sys.executable, "-c", HAND, str(root)],
+            }
+            for k in list(cmds) if r % 2 == 0 else list(cmds)[::-1]:
                 t0, c0 = time.perf_counter(), _children_cpu()
                 subprocess.run(cmds[k], check=True, env=env, capture_output=True)
                 times[k].append(time.perf_counter() - t0)
                 cpus[k].append(_children_cpu() - c0)
     med = {k: statistics.median(v) for k, v in times.items()}
     cpu = {k: statistics.median(v) for k, v in cpus.items()}
-    print(json.dumps({"benchmark": "leaderboard_e2e", "generators": args.generators, "images": args.images,
-                      "size": args.size, "metrics": ["psnr", "ssim"], "rounds": args.rounds,
-                      "leaderboard_s": round(med["leaderboard"], 2), "hand_loop_s": round(med["hand_loop"], 2),
-                      "ratio": round(med["leaderboard"] / med["hand_loop"], 3),
-                      "ratio_is": "leaderboard_s / hand_loop_s (below 1: the leaderboard is faster)", "goal": 1.3,
-                      "all_s": {k: [round(t, 2) for t in v] for k, v in times.items()},
-                      # CPU seconds (user + system) of each process: robust to a loaded machine
-                      "leaderboard_cpu_s": round(cpu["leaderboard"], 2), "hand_loop_cpu_s": round(cpu["hand_loop"], 2),
-                      "cpu_ratio": round(cpu["leaderboard"] / cpu["hand_loop"], 3)}))
+    print(
+        json.dumps(
+            {
+                "benchmark": "leaderboard_e2e",
+                "generators": args.generators,
+                "images": args.images,
+                "size": args.size,
+                "metrics": ["psnr", "ssim"],
+                "rounds": args.rounds,
+                "leaderboard_s": round(med["leaderboard"], 2),
+                "hand_loop_s": round(med["hand_loop"], 2),
+                "ratio": round(med["leaderboard"] / med["hand_loop"], 3),
+                "ratio_is": "leaderboard_s / hand_loop_s (below 1: the leaderboard is faster)",
+                "goal": 1.3,
+                "all_s": {k: [round(t, 2) for t in v] for k, v in times.items()},
+                # CPU seconds (user + system) of each process: robust to a loaded machine
+                "leaderboard_cpu_s": round(cpu["leaderboard"], 2),
+                "hand_loop_cpu_s": round(cpu["hand_loop"], 2),
+                "cpu_ratio": round(cpu["leaderboard"] / cpu["hand_loop"], 3),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

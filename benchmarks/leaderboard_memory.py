@@ -33,8 +33,10 @@ def _make(root: Path, n: int, side: int) -> Path:
             noisy = np.clip(ref + rng.normal(0, 4 + 8 * k, ref.shape), 0, 255).astype(np.uint8)
             Image.fromarray(noisy).save(root / folder / f"{i:05d}.png")
     cfg = root / "config.toml"
-    cfg.write_text('[data]\nreferences = "refs"\n[[generators]]\nname = "a"\nimages = "gen/a"\n'
-                   '[[generators]]\nname = "b"\nimages = "gen/b"\n[[metrics]]\nname = "psnr"\n')
+    cfg.write_text(
+        '[data]\nreferences = "refs"\n[[generators]]\nname = "a"\nimages = "gen/a"\n'
+        '[[generators]]\nname = "b"\nimages = "gen/b"\n[[metrics]]\nname = "psnr"\n'
+    )
     return cfg
 
 
@@ -46,8 +48,15 @@ def _child(n: int, side: int) -> None:
         t = time.perf_counter()
         run_leaderboard(cfg, Path(tmp) / "out", batch_size=16, plots=False, device="cpu")
         elapsed = time.perf_counter() - t
-    print(json.dumps({"n": n, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-                      "seconds": elapsed}))
+    print(
+        json.dumps(
+            {
+                "n": n,
+                "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                "seconds": elapsed,
+            }
+        )
+    )
 
 
 def main() -> None:
@@ -61,14 +70,27 @@ def main() -> None:
         return
     runs = []
     for n in args.sizes:
-        out = subprocess.run([sys.executable, __file__, "--child", str(n), "--side", str(args.side)],
-                             capture_output=True, text=True, check=True)
+        out = subprocess.run(
+            [sys.executable, __file__, "--child", str(n), "--side", str(args.side)],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
     ratio = runs[-1]["peak_rss_mb"] / runs[0]["peak_rss_mb"]
-    print(json.dumps({"benchmark": "leaderboard_memory", "images_per_generator": args.sizes,
-                      "peak_rss_mb": [round(r["peak_rss_mb"], 1) for r in runs],
-                      "seconds": [round(r["seconds"], 2) for r in runs], "ratio": round(ratio, 3),
-                      "goal": "ratio <= 1.10", "ok": ratio <= 1.10}))
+    print(
+        json.dumps(
+            {
+                "benchmark": "leaderboard_memory",
+                "images_per_generator": args.sizes,
+                "peak_rss_mb": [round(r["peak_rss_mb"], 1) for r in runs],
+                "seconds": [round(r["seconds"], 2) for r in runs],
+                "ratio": round(ratio, 3),
+                "goal": "ratio <= 1.10",
+                "ok": ratio <= 1.10,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -28,8 +28,16 @@ from pathlib import Path
 from typing import Any
 
 TASKS = ("existence", "appearance", "interaction")
-PALETTE = [(230, 30, 30), (30, 200, 40), (40, 60, 230), (240, 220, 20), (220, 40, 220), (20, 220, 220),
-           (250, 140, 0), (255, 255, 255)]
+PALETTE = [
+    (230, 30, 30),
+    (30, 200, 40),
+    (40, 60, 230),
+    (240, 220, 20),
+    (220, 40, 220),
+    (20, 220, 220),
+    (250, 140, 0),
+    (255, 255, 255),
+]
 BG = (110, 110, 110)
 SIZE = 64
 
@@ -62,7 +70,11 @@ def make_pairs(folder: Path, task: str, n: int, seed: int) -> list[dict[str, Any
             refs.append(f"{stem}_ref{j}.png")
         first_left = rng.random() < 0.5
         good = (c1, c2) if first_left else (c2, c1)
-        prompt = "the first subject is left of the second" if first_left else "the first subject is right of the second"
+        prompt = (
+            "the first subject is left of the second"
+            if first_left
+            else "the first subject is right of the second"
+        )
         if task == "existence":
             k = rng.randrange(2)
             bad = tuple(None if j == k else c for j, c in enumerate(good))
@@ -81,9 +93,18 @@ def make_pairs(folder: Path, task: str, n: int, seed: int) -> list[dict[str, Any
         lab_bad[dim] = 0.0
         diags = [None, None]
         diags[pref], diags[1 - pref] = [1.0, 1.0, 1.0], lab_bad
-        recs.append({"id": stem, "prompt": prompt, "references": refs, "candidates": cands,
-                     "generators": ["good", "bad"] if pref == 0 else ["bad", "good"], "preference": pref,
-                     "diagnostics": diags, "bucket": {"task": task}})
+        recs.append(
+            {
+                "id": stem,
+                "prompt": prompt,
+                "references": refs,
+                "candidates": cands,
+                "generators": ["good", "bad"] if pref == 0 else ["bad", "good"],
+                "preference": pref,
+                "diagnostics": diags,
+                "bucket": {"task": task},
+            }
+        )
     return recs
 
 
@@ -102,20 +123,37 @@ def evaluate(model: Any, records: list[Any], *, swap_refs: bool = False) -> dict
     refs = [[str(p) for p in r.references] for r in records]
     if swap_refs:
         refs = refs[1:] + refs[:1]
-    a, b = model.score_pairs(refs, [r.prompt for r in records], [str(r.candidates[0]) for r in records],
-                             [str(r.candidates[1]) for r in records])
+    a, b = model.score_pairs(
+        refs,
+        [r.prompt for r in records],
+        [str(r.candidates[0]) for r in records],
+        [str(r.candidates[1]) for r in records],
+    )
     prefers_a = np.array([r.preference == 0 for r in records])
     correct = ((a.score > b.score).numpy() == prefers_a).mean()
     task = records[0].bucket["task"]
     logits = np.concatenate([a.diagnostics.numpy(), b.diagnostics.numpy()])
     labels = np.concatenate([[r.diagnostics[0] for r in records], [r.diagnostics[1] for r in records]])
     agg = diagnostic_agreement(logits, labels)[task]
-    return {"pairwise_accuracy": round(float(correct), 4), "balanced_accuracy": round(agg["balanced_accuracy"], 4)}
+    return {
+        "pairwise_accuracy": round(float(correct), 4),
+        "balanced_accuracy": round(agg["balanced_accuracy"], 4),
+    }
 
 
-def run_task(task: str, *, pairs: int = 96, test_pairs: int = 32, epochs: int = 8, lr: float = 2e-3,
-             tuning: str = "layer_only", batch_pairs: int = 8, text_layers: int = 4, seed: int = 0,
-             workdir: str | None = None) -> dict[str, Any]:
+def run_task(
+    task: str,
+    *,
+    pairs: int = 96,
+    test_pairs: int = 32,
+    epochs: int = 8,
+    lr: float = 2e-3,
+    tuning: str = "layer_only",
+    batch_pairs: int = 8,
+    text_layers: int = 4,
+    seed: int = 0,
+    workdir: str | None = None,
+) -> dict[str, Any]:
     """Train one model on ``task`` and evaluate it on held-out pairs of the same task."""
     import torch
 
@@ -127,38 +165,91 @@ def run_task(task: str, *, pairs: int = 96, test_pairs: int = 32, epochs: int = 
     tmp = Path(workdir or tempfile.mkdtemp(prefix="mie-learn-"))
     img = tmp / "img"
     data = write_jsonl(img / f"train_{task}.jsonl", make_pairs(img, task, pairs, seed))
-    test = load_mib_pairs(write_jsonl(img / f"test_{task}.jsonl", make_pairs(img, task, test_pairs, seed + 1000)))
+    test = load_mib_pairs(
+        write_jsonl(img / f"test_{task}.jsonl", make_pairs(img, task, test_pairs, seed + 1000))
+    )
     proc = tiny_qwen35_processor()
 
     def backbone() -> Any:
-        types = ["linear_attention"] * (text_layers - 1) + ["full_attention"]  # ends in full attention, as Qwen3.5
+        types = ["linear_attention"] * (text_layers - 1) + [
+            "full_attention"
+        ]  # ends in full attention, as Qwen3.5
         return tiny_qwen35(seed, text_config={"num_hidden_layers": text_layers, "layer_types": types})
 
     torch.manual_seed(seed)
     before = evaluate(MIEModel(backbone(), proc, tuning=tuning, unfreeze_layers=text_layers), test)
-    res = train_mie(data=str(data), out=str(tmp / f"run_{task}"), vlm=backbone(), processor=proc, tuning=tuning,
-                    unfreeze_layers=text_layers, lr=lr, epochs=epochs, batch_pairs=batch_pairs, grad_accum=1,
-                    val_fraction=0.0, subset=None, warmup=0.03, seed=seed, progress=False, save_every=None,
-                    early_stopping_patience=None)
+    res = train_mie(
+        data=str(data),
+        out=str(tmp / f"run_{task}"),
+        vlm=backbone(),
+        processor=proc,
+        tuning=tuning,
+        unfreeze_layers=text_layers,
+        lr=lr,
+        epochs=epochs,
+        batch_pairs=batch_pairs,
+        grad_accum=1,
+        val_fraction=0.0,
+        subset=None,
+        warmup=0.03,
+        seed=seed,
+        progress=False,
+        save_every=None,
+        early_stopping_patience=None,
+    )
     model = MIEModel.from_pretrained(res["checkpoint"], backbone(), proc)
-    return {"steps": res["steps"], "before": before, "after": evaluate(model, test),
-            "swapped_references": evaluate(model, test, swap_refs=True)}
+    return {
+        "steps": res["steps"],
+        "before": before,
+        "after": evaluate(model, test),
+        "swapped_references": evaluate(model, test, swap_refs=True),
+    }
 
 
-def run(*, tasks: tuple[str, ...] = TASKS, pairs: int = 96, test_pairs: int = 32, epochs: int = 8, lr: float = 2e-3,
-        tuning: str = "layer_only", text_layers: int = 4, seed: int = 0, workdir: str | None = None) -> dict[str, Any]:
+def run(
+    *,
+    tasks: tuple[str, ...] = TASKS,
+    pairs: int = 96,
+    test_pairs: int = 32,
+    epochs: int = 8,
+    lr: float = 2e-3,
+    tuning: str = "layer_only",
+    text_layers: int = 4,
+    seed: int = 0,
+    workdir: str | None = None,
+) -> dict[str, Any]:
     """One model per task (one task per diagnostic dimension); the summary JSON of the benchmark."""
     t0 = time.perf_counter()
-    per = {t: run_task(t, pairs=pairs, test_pairs=test_pairs, epochs=epochs, lr=lr, tuning=tuning,
-                       text_layers=text_layers, seed=seed, workdir=workdir) for t in tasks}
+    per = {
+        t: run_task(
+            t,
+            pairs=pairs,
+            test_pairs=test_pairs,
+            epochs=epochs,
+            lr=lr,
+            tuning=tuning,
+            text_layers=text_layers,
+            seed=seed,
+            workdir=workdir,
+        )
+        for t in tasks
+    }
     out: dict[str, Any] = {
-        "benchmark": "mie_learnability", "backbone": f"random tiny Qwen3.5 ({text_layers} text layers, hidden 64)",
-        "tuning": tuning, "lr": lr, "epochs": epochs, "train_pairs_per_task": pairs, "test_pairs_per_task": test_pairs,
-        "tasks": per}
+        "benchmark": "mie_learnability",
+        "backbone": f"random tiny Qwen3.5 ({text_layers} text layers, hidden 64)",
+        "tuning": tuning,
+        "lr": lr,
+        "epochs": epochs,
+        "train_pairs_per_task": pairs,
+        "test_pairs_per_task": test_pairs,
+        "tasks": per,
+    }
     if "appearance" in per:
         app = per["appearance"]
-        out["goal_appearance"] = {"after>=0.80": app["after"]["pairwise_accuracy"] >= 0.80,
-                                  "swapped<=0.60": app["swapped_references"]["pairwise_accuracy"] <= 0.60}
+        out["goal_appearance"] = {
+            "after>=0.80": app["after"]["pairwise_accuracy"] >= 0.80,
+            "swapped<=0.60": app["swapped_references"]["pairwise_accuracy"] <= 0.60,
+        }
     out["seconds"] = round(time.perf_counter() - t0, 1)
     return out
 
@@ -177,8 +268,20 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(1)
-    print(json.dumps(run(pairs=a.pairs, test_pairs=a.test_pairs, epochs=a.epochs, lr=a.lr, tuning=a.tuning,
-                         text_layers=a.text_layers, seed=a.seed, tasks=tuple(a.tasks.split(",")))))
+    print(
+        json.dumps(
+            run(
+                pairs=a.pairs,
+                test_pairs=a.test_pairs,
+                epochs=a.epochs,
+                lr=a.lr,
+                tuning=a.tuning,
+                text_layers=a.text_layers,
+                seed=a.seed,
+                tasks=tuple(a.tasks.split(",")),
+            )
+        )
+    )
 
 
 if __name__ == "__main__":

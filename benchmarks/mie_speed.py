@@ -22,12 +22,27 @@ import time
 #: benchmarks/mie_throughput.py's Qwen3.5-0.8B-like config (text hidden 1024 x 24 layers, vision 768 x 24 blocks)
 #: scaled to 1/4 of the width and 1/3 of the depth in both towers, so their cost ratio stays the real one.
 SCALED = {
-    "text_config": {"hidden_size": 256, "intermediate_size": 896, "num_hidden_layers": 8, "num_attention_heads": 4,
-                    "num_key_value_heads": 2, "head_dim": 64, "linear_key_head_dim": 32, "linear_value_head_dim": 32,
-                    "linear_num_key_heads": 4, "linear_num_value_heads": 4,
-                    "layer_types": (["linear_attention"] * 3 + ["full_attention"]) * 2},
-    "vision_config": {"depth": 8, "hidden_size": 192, "intermediate_size": 768, "num_heads": 4, "out_hidden_size": 256,
-                      "num_position_embeddings": 256},
+    "text_config": {
+        "hidden_size": 256,
+        "intermediate_size": 896,
+        "num_hidden_layers": 8,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 64,
+        "linear_key_head_dim": 32,
+        "linear_value_head_dim": 32,
+        "linear_num_key_heads": 4,
+        "linear_num_value_heads": 4,
+        "layer_types": (["linear_attention"] * 3 + ["full_attention"]) * 2,
+    },
+    "vision_config": {
+        "depth": 8,
+        "hidden_size": 192,
+        "intermediate_size": 768,
+        "num_heads": 4,
+        "out_hidden_size": 256,
+        "num_position_embeddings": 256,
+    },
 }
 
 
@@ -43,9 +58,14 @@ def naive_scores(model, refs, prompts, cands):
         text = model.render_text(len(r) + 1, p)
         x = proc(text=[text], images=[to_pil(i) for i in [*r, c]], return_tensors="pt", padding=False)
         with torch.no_grad():
-            h = model.vlm(input_ids=x["input_ids"], attention_mask=x["attention_mask"], pixel_values=x["pixel_values"],
-                          image_grid_thw=x["image_grid_thw"], mm_token_type_ids=x.get("mm_token_type_ids"),
-                          use_cache=False).last_hidden_state[0, -1]
+            h = model.vlm(
+                input_ids=x["input_ids"],
+                attention_mask=x["attention_mask"],
+                pixel_values=x["pixel_values"],
+                image_grid_thw=x["image_grid_thw"],
+                mm_token_type_ids=x.get("mm_token_type_ids"),
+                use_cache=False,
+            ).last_hidden_state[0, -1]
             scores.append(model.score_head(h.float()))
     return torch.cat(scores)
 
@@ -66,7 +86,9 @@ def main() -> None:
 
     torch.set_num_threads(a.threads)
     vlm = tiny_qwen35(0, **SCALED)
-    model = MIEModel(vlm, tiny_qwen35_processor(image_size=a.px), tuning="layer_only", max_length=32768).eval()
+    model = MIEModel(
+        vlm, tiny_qwen35_processor(image_size=a.px), tuning="layer_only", max_length=32768
+    ).eval()
     rng = random.Random(a.seed)
     pool = list(random_images(16, a.px, seed=1))
     ca, cb = list(random_images(a.pairs, a.px, seed=2)), list(random_images(a.pairs, a.px, seed=3))
@@ -92,13 +114,24 @@ def main() -> None:
     n_ours = model.stats["images_encoded"]
     n_naive = sum(len(r) + 1 for r in refs) * 2
     med_o, med_n = statistics.median(t_ours), statistics.median(t_naive)
-    print(json.dumps({
-        "benchmark": "mie_speed", "model": "scaled-down Qwen3.5-0.8B-like (text 256 x 8 layers, vision 192 x 8 blocks, random)",
-        "pairs": a.pairs, "references": "2-8", "px": a.px, "threads": a.threads, "rounds": a.rounds,
-        "genmetrics_s": round(med_o, 3), "naive_s": round(med_n, 3), "speedup_vs_naive": round(med_n / med_o, 2),
-        "images_through_vision": {"genmetrics": n_ours, "naive": n_naive},
-        "max_abs_score_diff": float((s_ours - s_naive).abs().max()),
-    }))
+    print(
+        json.dumps(
+            {
+                "benchmark": "mie_speed",
+                "model": "scaled-down Qwen3.5-0.8B-like (text 256 x 8 layers, vision 192 x 8 blocks, random)",
+                "pairs": a.pairs,
+                "references": "2-8",
+                "px": a.px,
+                "threads": a.threads,
+                "rounds": a.rounds,
+                "genmetrics_s": round(med_o, 3),
+                "naive_s": round(med_n, 3),
+                "speedup_vs_naive": round(med_n / med_o, 2),
+                "images_through_vision": {"genmetrics": n_ours, "naive": n_naive},
+                "max_abs_score_diff": float((s_ours - s_naive).abs().max()),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

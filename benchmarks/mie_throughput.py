@@ -20,15 +20,36 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 REAL_LIKE = {
-    "text_config": {"hidden_size": 1024, "intermediate_size": 3584, "num_hidden_layers": 24, "num_attention_heads": 8,
-                    "num_key_value_heads": 2, "head_dim": 256, "linear_key_head_dim": 128, "linear_value_head_dim": 128,
-                    "linear_num_key_heads": 16, "linear_num_value_heads": 16, "vocab_size": 248320,
-                    "layer_types": (["linear_attention"] * 3 + ["full_attention"]) * 6,
-                    "max_position_embeddings": 32768,
-                    "rope_parameters": {"rope_type": "default", "rope_theta": 10_000_000.0, "partial_rotary_factor": 0.25,
-                                        "mrope_section": [11, 11, 10], "mrope_interleaved": True}},
-    "vision_config": {"depth": 24, "hidden_size": 768, "intermediate_size": 3072, "num_heads": 12,
-                      "out_hidden_size": 1024, "num_position_embeddings": 2304},
+    "text_config": {
+        "hidden_size": 1024,
+        "intermediate_size": 3584,
+        "num_hidden_layers": 24,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 2,
+        "head_dim": 256,
+        "linear_key_head_dim": 128,
+        "linear_value_head_dim": 128,
+        "linear_num_key_heads": 16,
+        "linear_num_value_heads": 16,
+        "vocab_size": 248320,
+        "layer_types": (["linear_attention"] * 3 + ["full_attention"]) * 6,
+        "max_position_embeddings": 32768,
+        "rope_parameters": {
+            "rope_type": "default",
+            "rope_theta": 10_000_000.0,
+            "partial_rotary_factor": 0.25,
+            "mrope_section": [11, 11, 10],
+            "mrope_interleaved": True,
+        },
+    },
+    "vision_config": {
+        "depth": 24,
+        "hidden_size": 768,
+        "intermediate_size": 3072,
+        "num_heads": 12,
+        "out_hidden_size": 1024,
+        "num_position_embeddings": 2304,
+    },
 }
 
 
@@ -55,7 +76,9 @@ def main() -> None:
         ref_px, cand_px = 512, 1024
         if dev.type == "cuda":
             vlm = vlm.to(torch.bfloat16)
-    model = MIEModel(vlm, proc, tuning="lora_layer", token_budget=args.budget, max_length=32768).to(dev).eval()
+    model = (
+        MIEModel(vlm, proc, tuning="lora_layer", token_budget=args.budget, max_length=32768).to(dev).eval()
+    )
     rng = random.Random(args.seed)
     refs_pool = list(random_images(16, ref_px, seed=1))
     cands = random_images(2 * args.pairs, cand_px, seed=2)
@@ -66,17 +89,29 @@ def main() -> None:
         torch.cuda.synchronize()
     t = time.perf_counter()
     model.stats.update(images_encoded=0, sequences=0, forward_batches=0)
-    model.score_pairs(refs, prompts, cands[:args.pairs], cands[args.pairs:])
+    model.score_pairs(refs, prompts, cands[: args.pairs], cands[args.pairs :])
     if dev.type == "cuda":
         torch.cuda.synchronize()
     dt = time.perf_counter() - t
-    print(json.dumps({
-        "benchmark": "mie_throughput", "size": args.size, "device": str(dev), "pairs": args.pairs,
-        "references": "2/4/6/8", "seconds": round(dt, 3), "pairs_per_s": round(args.pairs / dt, 3),
-        "forward_batches": model.stats["forward_batches"], "images_encoded": model.stats["images_encoded"],
-        "params_m": round(sum(p.numel() for p in vlm.parameters()) / 1e6, 2),
-        "peak_mem_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2) if dev.type == "cuda" else None,
-    }))
+    print(
+        json.dumps(
+            {
+                "benchmark": "mie_throughput",
+                "size": args.size,
+                "device": str(dev),
+                "pairs": args.pairs,
+                "references": "2/4/6/8",
+                "seconds": round(dt, 3),
+                "pairs_per_s": round(args.pairs / dt, 3),
+                "forward_batches": model.stats["forward_batches"],
+                "images_encoded": model.stats["images_encoded"],
+                "params_m": round(sum(p.numel() for p in vlm.parameters()) / 1e6, 2),
+                "peak_mem_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2)
+                if dev.type == "cuda"
+                else None,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

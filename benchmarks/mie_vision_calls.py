@@ -21,7 +21,8 @@ def main() -> None:
     model = MIEModel(tiny_qwen35(0), tiny_qwen35_processor(), tuning=None, max_length=4096).eval()
     seen: list[int] = []
     model.vlm.visual.register_forward_hook(
-        lambda mod, args, kwargs, out: seen.append(int(kwargs["grid_thw"].shape[0])), with_kwargs=True)
+        lambda mod, args, kwargs, out: seen.append(int(kwargs["grid_thw"].shape[0])), with_kwargs=True
+    )
     imgs = random_images(12, 64, seed=0)
     shared, naive, calls = {}, {}, {}
     for k in range(2, 9):
@@ -33,12 +34,18 @@ def main() -> None:
         model.score(refs, ["a prompt"], [imgs[10]])
         model.score(refs, ["a prompt"], [imgs[11]])
         naive[k] = sum(seen)
-    print(json.dumps({
-        "benchmark": "mie_vision_calls_per_pair",
-        "images_through_vision_tower_per_pair": shared, "tower_invocations_per_pair": calls,
-        "without_sharing": naive, "goal": "references + 2",
-        "meets_goal": all(shared[k] == k + 2 for k in shared),
-    }))
+    print(
+        json.dumps(
+            {
+                "benchmark": "mie_vision_calls_per_pair",
+                "images_through_vision_tower_per_pair": shared,
+                "tower_invocations_per_pair": calls,
+                "without_sharing": naive,
+                "goal": "references + 2",
+                "meets_goal": all(shared[k] == k + 2 for k in shared),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

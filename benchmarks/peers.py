@@ -53,7 +53,9 @@ def _float64_reference(metric: str, ref: torch.Tensor, cand: torch.Tensor) -> to
         elif metric == "ssim":
             v = structural_similarity_index_measure(p, t, data_range=1.0, reduction="none")
         else:
-            v = multiscale_structural_similarity_index_measure(p, t, data_range=1.0, reduction="none", normalize="relu")
+            v = multiscale_structural_similarity_index_measure(
+                p, t, data_range=1.0, reduction="none", normalize="relu"
+            )
         out.append(v.reshape(-1))
     return torch.cat(out)
 
@@ -134,7 +136,7 @@ def _interleaved(tools: dict[str, Callable[[], Any]], rounds: int) -> tuple[dict
     last: dict[str, Any] = {}
     names = list(tools)
     for r in range(rounds):
-        order = names[r % len(names):] + names[:r % len(names)]
+        order = names[r % len(names) :] + names[: r % len(names)]
         for k in order:
             t0, c0 = time.perf_counter(), time.process_time()
             last[k] = tools[k]()
@@ -148,8 +150,13 @@ def _interleaved(tools: dict[str, Callable[[], Any]], rounds: int) -> tuple[dict
 def _cpu_fields(n: int, unit: str) -> dict[str, float]:
     """``<tool>_<unit>_per_cpu_s`` and ``cpu_ratio_vs_<tool>`` from the last :func:`_interleaved` run."""
     out = {f"{k}_{unit}_per_cpu_s": round(n / t, 3) for k, t in CPU_TIMES.items()}
-    out.update({f"cpu_ratio_vs_{k}": round(t / CPU_TIMES["genmetrics"], 3) for k, t in CPU_TIMES.items()
-                if k != "genmetrics"})
+    out.update(
+        {
+            f"cpu_ratio_vs_{k}": round(t / CPU_TIMES["genmetrics"], 3)
+            for k, t in CPU_TIMES.items()
+            if k != "genmetrics"
+        }
+    )
     return out
 
 
@@ -161,8 +168,15 @@ def bench_pixel(metric: str, args: argparse.Namespace) -> dict[str, Any]:
     med, vals = _interleaved({k: (lambda f=f: f(ref, cand)) for k, f in tools.items()}, args.rounds)
     ref64 = _float64_reference(metric, ref, cand)
     gm = vals["genmetrics"].double().cpu()
-    line: dict[str, Any] = {"benchmark": "peers", "metric": metric, "pairs": args.pairs, "size": args.size,
-                            "batch": args.batch, "threads": torch.get_num_threads(), "rounds": args.rounds}
+    line: dict[str, Any] = {
+        "benchmark": "peers",
+        "metric": metric,
+        "pairs": args.pairs,
+        "size": args.size,
+        "batch": args.batch,
+        "threads": torch.get_num_threads(),
+        "rounds": args.rounds,
+    }
     for k, t in med.items():
         line[f"{k}_pairs_per_s"] = round(args.pairs / t, 3)
     for k in med:
@@ -181,11 +195,27 @@ def _hf_clip_b16() -> tuple[Any, Any]:
 
     torch.manual_seed(0)
     cfg = CLIPConfig(
-        text_config={"hidden_size": 512, "intermediate_size": 2048, "num_attention_heads": 8, "num_hidden_layers": 12,
-                     "max_position_embeddings": 77, "vocab_size": 49408, "bos_token_id": 49406, "eos_token_id": 49407},
-        vision_config={"hidden_size": 768, "intermediate_size": 3072, "num_attention_heads": 12, "num_hidden_layers": 12,
-                       "image_size": 224, "patch_size": 16},
-        projection_dim=512)
+        text_config={
+            "hidden_size": 512,
+            "intermediate_size": 2048,
+            "num_attention_heads": 8,
+            "num_hidden_layers": 12,
+            "max_position_embeddings": 77,
+            "vocab_size": 49408,
+            "bos_token_id": 49406,
+            "eos_token_id": 49407,
+        },
+        vision_config={
+            "hidden_size": 768,
+            "intermediate_size": 3072,
+            "num_attention_heads": 12,
+            "num_hidden_layers": 12,
+            "image_size": 224,
+            "patch_size": 16,
+        },
+        projection_dim=512,
+    )
+
     class TensorCLIP(CLIPModel):  # transformers 5 returns output objects; torchmetrics 1.9 expects tensors
         def get_image_features(self, *a: Any, **k: Any) -> torch.Tensor:
             out = super().get_image_features(*a, **k)
@@ -212,8 +242,9 @@ def _hf_clip_b16() -> tuple[Any, Any]:
     return model, Processor()
 
 
-def _clipscore_errors(oc: Any, tok: Any, imgs: torch.Tensor, prompts: list[str], ours: torch.Tensor,
-                      text_dtype: str) -> dict[str, float]:
+def _clipscore_errors(
+    oc: Any, tok: Any, imgs: torch.Tensor, prompts: list[str], ours: torch.Tensor, text_dtype: str
+) -> dict[str, float]:
     """Where genmetrics' clipscore stands against explicit computations (score units, max over images).
 
     The reference for each side is the untrimmed open_clip path run in float64 (``copy.deepcopy(model)
@@ -247,8 +278,12 @@ def _clipscore_errors(oc: Any, tok: Any, imgs: torch.Tensor, prompts: list[str],
         "untrimmed_float32_text_error_vs_float64": float((score(img_fast, txt32) - ref).abs().max()),
         # the image side: genmetrics' block-by-block tower against open_clip's encode_image (float32 both)
         "fast_image_tower_max_abs_diff_vs_encode_image": float((score(img_plain, txt64) - ref).abs().max()),
-        "fast_image_tower_error_vs_float64": float((score(img_fast[:k], txt64[:k]) - score(img64, txt64[:k])).abs().max()),
-        "encode_image_error_vs_float64": float((score(img_plain[:k], txt64[:k]) - score(img64, txt64[:k])).abs().max()),
+        "fast_image_tower_error_vs_float64": float(
+            (score(img_fast[:k], txt64[:k]) - score(img64, txt64[:k])).abs().max()
+        ),
+        "encode_image_error_vs_float64": float(
+            (score(img_plain[:k], txt64[:k]) - score(img64, txt64[:k])).abs().max()
+        ),
         # both sides: genmetrics against the plain float32 open_clip computation
         "genmetrics_max_abs_diff_vs_plain_float32": float((ours - plain).abs().max()),
     }
@@ -263,8 +298,24 @@ def bench_clipscore(args: argparse.Namespace) -> dict[str, Any]:
     n = args.clip_images
     g = torch.Generator().manual_seed(0)
     imgs = (torch.rand(n, 3, 256, 256, generator=g) * 255).to(torch.uint8)
-    words = ["a photo of", "a red", "small", "dog", "cat", "on a table", "in the snow", "painting of", "city at night",
-             "two", "people", "walking", "with an umbrella", "close-up", "wooden", "house"]
+    words = [
+        "a photo of",
+        "a red",
+        "small",
+        "dog",
+        "cat",
+        "on a table",
+        "in the snow",
+        "painting of",
+        "city at night",
+        "two",
+        "people",
+        "walking",
+        "with an umbrella",
+        "close-up",
+        "wooden",
+        "house",
+    ]
     prompts = [" ".join(words[(i * 7 + j * 3) % len(words)] for j in range(3 + i % 6)) for i in range(n)]
     torch.manual_seed(0)
     oc = open_clip.create_model("ViT-B-16-quickgelu", pretrained=None).eval()
@@ -272,8 +323,9 @@ def bench_clipscore(args: argparse.Namespace) -> dict[str, Any]:
     tm = TMCLIPScore(model_name_or_path=_hf_clip_b16)
 
     def gm() -> torch.Tensor:
-        m = genmetrics.create_metric("clipscore", backbone=oc, tokenizer=tok, batch_size=args.batch,
-                                     text_dtype=args.text_dtype)
+        m = genmetrics.create_metric(
+            "clipscore", backbone=oc, tokenizer=tok, batch_size=args.batch, text_dtype=args.text_dtype
+        )
         m.update(candidates=imgs, condition=prompts)
         return m.per_sample()["scores"]
 
@@ -286,7 +338,9 @@ def bench_clipscore(args: argparse.Namespace) -> dict[str, Any]:
     other = "model" if args.text_dtype == "float64" else "float64"
 
     def gm_other() -> torch.Tensor:  # the other text precision, for its cost
-        m = genmetrics.create_metric("clipscore", backbone=oc, tokenizer=tok, batch_size=args.batch, text_dtype=other)
+        m = genmetrics.create_metric(
+            "clipscore", backbone=oc, tokenizer=tok, batch_size=args.batch, text_dtype=other
+        )
         m.update(candidates=imgs, condition=prompts)
         return m.per_sample()["scores"]
 
@@ -297,19 +351,32 @@ def bench_clipscore(args: argparse.Namespace) -> dict[str, Any]:
     with torch.inference_mode():
         packed = gm_oc.packed_vision_blocks(oc.visual)
     pack_s, pack_cpu_s = time.perf_counter() - t0, time.process_time() - c0
-    med, vals = _interleaved({"genmetrics": gm, f"genmetrics_text_{other}": gm_other, "torchmetrics": tmf}, args.rounds)
-    line: dict[str, Any] = {"benchmark": "peers", "metric": "clipscore", "images": n, "model": "ViT-B/16 (random)",
-                            "batch": args.batch, "threads": torch.get_num_threads(), "rounds": args.rounds,
-                            "text_dtype": args.text_dtype, "genmetrics_images_per_s": round(n / med["genmetrics"], 3),
-                            "torchmetrics_images_per_s": round(n / med["torchmetrics"], 3),
-                            "ratio_vs_torchmetrics": round(med["torchmetrics"] / med["genmetrics"], 3),
-                            "max_abs_diff_torchmetrics": None,
-                            f"genmetrics_text_{other}_images_per_s": round(n / med[f"genmetrics_text_{other}"], 3),
-                            f"ratio_text_{other}_vs_torchmetrics": round(med["torchmetrics"] / med[f"genmetrics_text_{other}"], 3),
-                            **_cpu_fields(n, "images"),
-                            # paid once per model (not per round): reordering the image tower's weights for oneDNN
-                            "packed_weights": packed is not None, "pack_once_s": round(pack_s, 3),
-                            "pack_once_cpu_s": round(pack_cpu_s, 3)}
+    med, vals = _interleaved(
+        {"genmetrics": gm, f"genmetrics_text_{other}": gm_other, "torchmetrics": tmf}, args.rounds
+    )
+    line: dict[str, Any] = {
+        "benchmark": "peers",
+        "metric": "clipscore",
+        "images": n,
+        "model": "ViT-B/16 (random)",
+        "batch": args.batch,
+        "threads": torch.get_num_threads(),
+        "rounds": args.rounds,
+        "text_dtype": args.text_dtype,
+        "genmetrics_images_per_s": round(n / med["genmetrics"], 3),
+        "torchmetrics_images_per_s": round(n / med["torchmetrics"], 3),
+        "ratio_vs_torchmetrics": round(med["torchmetrics"] / med["genmetrics"], 3),
+        "max_abs_diff_torchmetrics": None,
+        f"genmetrics_text_{other}_images_per_s": round(n / med[f"genmetrics_text_{other}"], 3),
+        f"ratio_text_{other}_vs_torchmetrics": round(
+            med["torchmetrics"] / med[f"genmetrics_text_{other}"], 3
+        ),
+        **_cpu_fields(n, "images"),
+        # paid once per model (not per round): reordering the image tower's weights for oneDNN
+        "packed_weights": packed is not None,
+        "pack_once_s": round(pack_s, 3),
+        "pack_once_cpu_s": round(pack_cpu_s, 3),
+    }
     try:
         line.update(_clipscore_errors(oc, tok, imgs, prompts, vals["genmetrics"].double(), args.text_dtype))
     except Exception as e:  # noqa: BLE001 - a benchmark line still comes out
@@ -333,7 +400,10 @@ def bench_startup(args: argparse.Namespace) -> dict[str, Any]:
         for i in range(12):
             a = (torch.rand(64, 64, 3, generator=g) * 255).to(torch.uint8).numpy()
             Image.fromarray(a).save(tmp / role / f"{i:02d}.png")
-    cmds: dict[str, list[str] | None] = {"list": ["list"], "score_psnr_12": ["score", "psnr", "-r", str(tmp / "ref"), "-c", str(tmp / "gen")]}
+    cmds: dict[str, list[str] | None] = {
+        "list": ["list"],
+        "score_psnr_12": ["score", "psnr", "-r", str(tmp / "ref"), "-c", str(tmp / "gen")],
+    }
     import resource
 
     def cpu() -> float:  # user + system CPU seconds of finished children (robust to a loaded machine)
@@ -345,7 +415,11 @@ def bench_startup(args: argparse.Namespace) -> dict[str, Any]:
     cpus: dict[str, list[float]] = {k: [] for k in cmds}
     for _ in range(args.rounds):
         for k, c in cmds.items():
-            code = ["-c", "import torchmetrics"] if c is None else ["-c", "from genmetrics.cli.main import entry; entry()", *c]
+            code = (
+                ["-c", "import torchmetrics"]
+                if c is None
+                else ["-c", "from genmetrics.cli.main import entry; entry()", *c]
+            )
             t0, c0 = time.perf_counter(), cpu()
             subprocess.run([sys.executable, *code], check=True, capture_output=True)
             times[k].append(time.perf_counter() - t0)
@@ -353,9 +427,14 @@ def bench_startup(args: argparse.Namespace) -> dict[str, Any]:
     t0 = time.perf_counter()
     subprocess.run([sys.executable, "-c", "pass"], check=True)
     bare = time.perf_counter() - t0
-    return {"benchmark": "peers", "metric": "startup", "rounds": args.rounds, "python_bare_s": round(bare, 3),
-            **{f"{k}_s": round(statistics.median(v), 3) for k, v in times.items()},
-            **{f"{k}_cpu_s": round(statistics.median(v), 3) for k, v in cpus.items()}}
+    return {
+        "benchmark": "peers",
+        "metric": "startup",
+        "rounds": args.rounds,
+        "python_bare_s": round(bare, 3),
+        **{f"{k}_s": round(statistics.median(v), 3) for k, v in times.items()},
+        **{f"{k}_cpu_s": round(statistics.median(v), 3) for k, v in cpus.items()},
+    }
 
 
 def main() -> None:
@@ -366,7 +445,9 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--clip-images", type=int, default=64)
-    ap.add_argument("--text-dtype", default="float64", choices=("float64", "model"), help="clipscore's text_dtype")
+    ap.add_argument(
+        "--text-dtype", default="float64", choices=("float64", "model"), help="clipscore's text_dtype"
+    )
     ap.add_argument("--metrics", default="psnr,ssim,ms_ssim,clipscore,startup")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)

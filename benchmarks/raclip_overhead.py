@@ -102,15 +102,27 @@ def main() -> None:
     t_unpacked = _timeit(single_plain_products, args.repeats, device)
     with torch.no_grad():
         packed_used = packed_fn(model.visual) is not None
-    print(json.dumps({
-        "benchmark": "raclip_overhead", "model": args.model + " (random weights)", "device": str(device),
-        "batch": args.batch, "attributes": args.attributes, "threads": torch.get_num_threads(),
-        "encode_image_s": round(t_plain, 4), "single_pass_s": round(t_single, 4), "two_pass_s": round(t_two, 4),
-        "ratio_single_pass": round(t_single / t_plain, 3), "ratio_two_pass": round(t_two / t_plain, 3),
-        "goal_single_pass": 1.10, "packed_products": packed_used,
-        "single_pass_plain_products_s": round(t_unpacked, 4),
-        "packed_speedup": round(t_unpacked / t_single, 3),
-    }))
+    print(
+        json.dumps(
+            {
+                "benchmark": "raclip_overhead",
+                "model": args.model + " (random weights)",
+                "device": str(device),
+                "batch": args.batch,
+                "attributes": args.attributes,
+                "threads": torch.get_num_threads(),
+                "encode_image_s": round(t_plain, 4),
+                "single_pass_s": round(t_single, 4),
+                "two_pass_s": round(t_two, 4),
+                "ratio_single_pass": round(t_single / t_plain, 3),
+                "ratio_two_pass": round(t_two / t_plain, 3),
+                "goal_single_pass": 1.10,
+                "packed_products": packed_used,
+                "single_pass_plain_products_s": round(t_unpacked, 4),
+                "packed_speedup": round(t_unpacked / t_single, 3),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

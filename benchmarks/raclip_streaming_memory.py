@@ -27,8 +27,10 @@ def _child(n: int, attributes: str, batch: int) -> dict:
 
     torch.set_num_threads(1)
     model, tok = tiny_clip()
-    metrics = [gm.create_metric(name, backbone=model, tokenizer=tok, attributes=attributes, batch_size=batch)
-               for name in ("sad", "pad", "rsad")]
+    metrics = [
+        gm.create_metric(name, backbone=model, tokenizer=tok, attributes=attributes, batch_size=batch)
+        for name in ("sad", "pad", "rsad")
+    ]
     g = torch.Generator().manual_seed(0)
     t = time.perf_counter()
     rss_after_first = None
@@ -41,11 +43,17 @@ def _child(n: int, attributes: str, batch: int) -> dict:
         if rss_after_first is None:
             rss_after_first = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
     values = [float(m.compute()["mean"]) for m in metrics]
-    state_bytes = sum(getattr(m, k).numel() * getattr(m, k).element_size() for m in metrics for k in m._defaults)
-    return {"n_images": n, "seconds": round(time.perf_counter() - t, 1),
-            "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0, 1),
-            "rss_after_first_batch_mb": round(rss_after_first, 1), "state_bytes": state_bytes,
-            "sad_pad_rsad_mean": values}
+    state_bytes = sum(
+        getattr(m, k).numel() * getattr(m, k).element_size() for m in metrics for k in m._defaults
+    )
+    return {
+        "n_images": n,
+        "seconds": round(time.perf_counter() - t, 1),
+        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0, 1),
+        "rss_after_first_batch_mb": round(rss_after_first, 1),
+        "state_bytes": state_bytes,
+        "sad_pad_rsad_mean": values,
+    }
 
 
 def main() -> None:
@@ -60,16 +68,36 @@ def main() -> None:
         return
     runs = []
     for n in args.sizes:
-        out = subprocess.run([sys.executable, __file__, "--child", str(n), "--attributes", args.attributes,
-                              "--batch", str(args.batch)], capture_output=True, text=True, check=True,
-                             env={**os.environ})
+        out = subprocess.run(
+            [
+                sys.executable,
+                __file__,
+                "--child",
+                str(n),
+                "--attributes",
+                args.attributes,
+                "--batch",
+                str(args.batch),
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={**os.environ},
+        )
         runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
     first, last = runs[0], runs[-1]
-    print(json.dumps({
-        "benchmark": "raclip_streaming_memory", "attributes": args.attributes, "batch": args.batch, "runs": runs,
-        "peak_growth_mb": round(last["peak_rss_mb"] - first["peak_rss_mb"], 1),
-        "state_bytes_equal": first["state_bytes"] == last["state_bytes"],
-    }))
+    print(
+        json.dumps(
+            {
+                "benchmark": "raclip_streaming_memory",
+                "attributes": args.attributes,
+                "batch": args.batch,
+                "runs": runs,
+                "peak_growth_mb": round(last["peak_rss_mb"] - first["peak_rss_mb"], 1),
+                "state_bytes_equal": first["state_bytes"] == last["state_bytes"],
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -78,19 +78,38 @@ def ffhq_table(args, model, tok) -> dict:
     attrs = resolve_attributes(args.attributes or EXPERIMENT_LISTS["ffhq_table"])
     scorer = RegionAttributeScorer(model, tok)
     real_files = list_images(args.real, recursive=True)[: args.limit or None]
-    real = score_images(scorer, real_files, attrs, role="real", batch_size=args.batch_size, keep_examples=0,
-                        progress=_progress("real"))
+    real = score_images(
+        scorer,
+        real_files,
+        attrs,
+        role="real",
+        batch_size=args.batch_size,
+        keep_examples=0,
+        progress=_progress("real"),
+    )
     rows = {}
     for spec in args.generated:
         name, _, folder = spec.partition("=")
         files = list_images(folder, recursive=True)[: args.limit or None]
-        gen = score_images(scorer, files, attrs, role=name, batch_size=args.batch_size, keep_examples=0,
-                           progress=_progress(name))
+        gen = score_images(
+            scorer,
+            files,
+            attrs,
+            role=name,
+            batch_size=args.batch_size,
+            keep_examples=0,
+            progress=_progress(name),
+        )
         s, p = sad(real.scores, gen.scores), pad(real.scores, gen.scores)
         top = torch.argsort(s, descending=True)[:3].tolist()
-        rows[name] = {"n": gen.n, "sad_x1000": round(1000 * float(s.mean()), 3), "pad_x1000": round(1000 * float(p.mean()), 3),
-                      "paper_sad_x1000": ANCHORS["sad_x1000"].get(name), "paper_pad_x1000": ANCHORS["pad_x1000"].get(name),
-                      "top_sad_attributes": [attrs[i] for i in top]}
+        rows[name] = {
+            "n": gen.n,
+            "sad_x1000": round(1000 * float(s.mean()), 3),
+            "pad_x1000": round(1000 * float(p.mean()), 3),
+            "paper_sad_x1000": ANCHORS["sad_x1000"].get(name),
+            "paper_pad_x1000": ANCHORS["pad_x1000"].get(name),
+            "top_sad_attributes": [attrs[i] for i in top],
+        }
     return {"n_real": real.n, "attributes": args.attributes or EXPERIMENT_LISTS["ffhq_table"], "rows": rows}
 
 
@@ -118,16 +137,21 @@ def separation_table(args, model, tok) -> dict:
     texts = resolve_attributes(EXPERIMENT_LISTS["separation"])
     columns = {col: texts.index(word) for col, word in SEPARATION.items()}
     variants = {  # Table 2, plus the two baselines of Table 3
-        "full": ("raclip", {}), "w/o DP": ("raclip", {"dual_prompt": False}),
-        "w/o LT": ("raclip", {"local_tokens": False}), "w/o GE": ("raclip", {"global_token": False}),
-        "CLIPScore": ("clipscore", {"prompt_template": "a photo of {}"}), "HCS": ("hcs", {}),
+        "full": ("raclip", {}),
+        "w/o DP": ("raclip", {"dual_prompt": False}),
+        "w/o LT": ("raclip", {"local_tokens": False}),
+        "w/o GE": ("raclip", {"global_token": False}),
+        "CLIPScore": ("clipscore", {"prompt_template": "a photo of {}"}),
+        "HCS": ("hcs", {}),
         "HCS (2024 code)": ("hcs", {"compat": "hcs2024"}),
     }
     out: dict = {"n_images": len(files), "attributes": EXPERIMENT_LISTS["separation"]}
     for vname, (metric, kw) in variants.items():
-        m = gm.create_metric(metric, backbone=model, tokenizer=tok, attributes=texts, batch_size=args.batch_size, **kw)
+        m = gm.create_metric(
+            metric, backbone=model, tokenizer=tok, attributes=texts, batch_size=args.batch_size, **kw
+        )
         for i in range(0, len(files), 500):
-            chunk = files[i:i + 500]
+            chunk = files[i : i + 500]
             if metric == "hcs":
                 m.update(reference=chunk, candidates=chunk)
             else:
@@ -138,9 +162,11 @@ def separation_table(args, model, tok) -> dict:
             j = header.index(col)
             pos = torch.tensor([labels[f.name][j] == 1 for f in files])
             s = scores[:, k]
-            res[col] = {"cohens_d": round(cohens_d(s[pos], s[~pos]), 3),
-                        "hellinger": round(hellinger_gaussian(s[pos], s[~pos]), 3),
-                        "one_minus_ovl": round(one_minus_ovl(s[pos], s[~pos]), 3)}
+            res[col] = {
+                "cohens_d": round(cohens_d(s[pos], s[~pos]), 3),
+                "hellinger": round(hellinger_gaussian(s[pos], s[~pos]), 3),
+                "one_minus_ovl": round(one_minus_ovl(s[pos], s[~pos]), 3),
+            }
         out[vname] = res
     out["paper_cohens_d_full"] = ANCHORS["cohens_d_full"]
     return out
@@ -150,8 +176,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--real", help="FFHQ image folder")
     ap.add_argument("--generated", nargs="*", default=[], metavar="NAME=DIR")
-    ap.add_argument("--attributes", default=None,
-                    help=f"FFHQ table attribute list (default {EXPERIMENT_LISTS['ffhq_table']}, the one the paper used)")
+    ap.add_argument(
+        "--attributes",
+        default=None,
+        help=f"FFHQ table attribute list (default {EXPERIMENT_LISTS['ffhq_table']}, the one the paper used)",
+    )
     ap.add_argument("--limit", type=int, default=0, help="cap images per set (0: all)")
     ap.add_argument("--celeba", help="CelebA image folder (img_align_celeba)")
     ap.add_argument("--celeba-attrs", help="list_attr_celeba.txt")
@@ -160,9 +189,15 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=64)
     args = ap.parse_args()
     if not (args.real and args.generated) and not (args.celeba and args.celeba_attrs):
-        ap.error("pass --real and --generated (FFHQ table) and/or --celeba and --celeba-attrs (separation table)")
+        ap.error(
+            "pass --real and --generated (FFHQ table) and/or --celeba and --celeba-attrs (separation table)"
+        )
     model, tok, desc = _load(args.weights)
-    result: dict = {"benchmark": "reproduce_raclip_paper", "weights": desc, "experiment_lists": EXPERIMENT_LISTS}
+    result: dict = {
+        "benchmark": "reproduce_raclip_paper",
+        "weights": desc,
+        "experiment_lists": EXPERIMENT_LISTS,
+    }
     if args.real and args.generated:
         result["ffhq"] = ffhq_table(args, model, tok)
     if args.celeba and args.celeba_attrs:

@@ -49,8 +49,12 @@ def small_backbone(seed: int = 0):
     from genmetrics.testing import tiny_qwen3vl
 
     text = dict(TEXT)
-    text["rope_parameters"] = {"rope_type": "default", "rope_theta": ROPE_THETA, "mrope_section": [4, 2, 2],
-                               "mrope_interleaved": True}
+    text["rope_parameters"] = {
+        "rope_type": "default",
+        "rope_theta": ROPE_THETA,
+        "mrope_section": [4, 2, 2],
+        "mrope_interleaved": True,
+    }
     if "hidden_size" in text:
         text.setdefault("intermediate_size", 2 * text["hidden_size"])
     vision = dict(VISION, out_hidden_size=text.get("hidden_size", 64))
@@ -63,18 +67,33 @@ def small_backbone(seed: int = 0):
 
 def scores(pred: torch.Tensor, pairs: list) -> dict[str, float]:
     """``pred`` ``[2N,3]`` odd-one-out scores for the records ``[color_0, shape_0, color_1, ...]``."""
-    right = torch.tensor([[float(r.votes[int(pred[2 * i + k].argmax())]) for k, r in enumerate(p)]
-                          for i, p in enumerate(pairs)])
-    return {"color": round(float(right[:, 0].mean()), 4), "position": round(float(right[:, 1].mean()), 4),
-            "mean": round(float(right.mean()), 4), "both": round(float((right.sum(1) == 2).float().mean()), 4)}
+    right = torch.tensor(
+        [
+            [float(r.votes[int(pred[2 * i + k].argmax())]) for k, r in enumerate(p)]
+            for i, p in enumerate(pairs)
+        ]
+    )
+    return {
+        "color": round(float(right[:, 0].mean()), 4),
+        "position": round(float(right[:, 1].mean()), 4),
+        "mean": round(float(right.mean()), 4),
+        "both": round(float((right.sum(1) == 2).float().mean()), 4),
+    }
 
 
 def evaluate(model, pairs: list) -> dict[str, float]:
     recs = [r for p in pairs for r in p]
     model.eval()
     with torch.no_grad():
-        pred = torch.cat([model.odd_one_out(*[[r.images[k] for r in recs[i:i + 16]] for k in range(3)],
-                                            [r.aspect for r in recs[i:i + 16]]) for i in range(0, len(recs), 16)])
+        pred = torch.cat(
+            [
+                model.odd_one_out(
+                    *[[r.images[k] for r in recs[i : i + 16]] for k in range(3)],
+                    [r.aspect for r in recs[i : i + 16]],
+                )
+                for i in range(0, len(recs), 16)
+            ]
+        )
     return scores(pred, pairs)
 
 
@@ -96,12 +115,20 @@ def mid_head_report(model) -> dict:
 
     with torch.no_grad():
         enc = mid_features(model, [torch.full((3, 64, 64), 0.5)] * 2, ["color", "position"])
-        w = [model.head.channel_weights(j, torch.stack(enc["text"][j][:2])) for j in range(len(model.head.mlps))]
-    return {"probe_layers": model.probe_layers,
-            "channel_weight_cosine_color_vs_position": [round(float(torch.cosine_similarity(x[0], x[1], 0)), 3)
-                                                        for x in w],
-            "channel_weight_mean": {"color": [round(float(x[0].mean()), 4) for x in w],
-                                    "position": [round(float(x[1].mean()), 4) for x in w]}}
+        w = [
+            model.head.channel_weights(j, torch.stack(enc["text"][j][:2]))
+            for j in range(len(model.head.mlps))
+        ]
+    return {
+        "probe_layers": model.probe_layers,
+        "channel_weight_cosine_color_vs_position": [
+            round(float(torch.cosine_similarity(x[0], x[1], 0)), 3) for x in w
+        ],
+        "channel_weight_mean": {
+            "color": [round(float(x[0].mean()), 4) for x in w],
+            "position": [round(float(x[1].mean()), 4) for x in w],
+        },
+    }
 
 
 def run(args) -> dict:
@@ -113,31 +140,62 @@ def run(args) -> dict:
     train = aspect_triplets(args.train, seed=args.seed, size=args.size)
     test = aspect_triplets(args.test, seed=args.seed + 1000, size=args.size)
     processor = tiny_qwen3vl_processor(args.size)
-    out: dict = {"benchmark": "tpips_learnability", "train_triplets": args.train, "test_triplets": args.test,
-                 "image_size": args.size, "backbone": f"tiny_qwen3vl(vision {VISION}, position table x{POS_SCALE:g}, text {TEXT}, "
-                             f"rope_theta {ROPE_THETA:.3g}), random",
-                 "aspect_blind_pixel_l2": pixel_baseline(test), "aspect_blind_bound": {"mean": 0.5, "both": 0.0},
-                 "variants": {}}
+    out: dict = {
+        "benchmark": "tpips_learnability",
+        "train_triplets": args.train,
+        "test_triplets": args.test,
+        "image_size": args.size,
+        "backbone": f"tiny_qwen3vl(vision {VISION}, position table x{POS_SCALE:g}, text {TEXT}, "
+        f"rope_theta {ROPE_THETA:.3g}), random",
+        "aspect_blind_pixel_l2": pixel_baseline(test),
+        "aspect_blind_bound": {"mean": 0.5, "both": 0.0},
+        "variants": {},
+    }
     for variant in args.variants:
         t0 = time.time()
-        cfg = TrainConfig(variant=variant, lr=args.lr, batch_size=args.batch, micro_batch_size=args.batch,
-                          epochs=args.epochs, warmup_ratio=0.05, image_size=None, val_every=0, save_every=0,
-                          probe_layers=args.probe_layers, lora_dropout=0.0, seed=args.seed,
-                          lora_targets=args.lora_targets, mid_text_norm=args.mid_text_norm,
-                          temperature=args.temperature.get(variant) if args.temperature else None)
+        cfg = TrainConfig(
+            variant=variant,
+            lr=args.lr,
+            batch_size=args.batch,
+            micro_batch_size=args.batch,
+            epochs=args.epochs,
+            warmup_ratio=0.05,
+            image_size=None,
+            val_every=0,
+            save_every=0,
+            probe_layers=args.probe_layers,
+            lora_dropout=0.0,
+            seed=args.seed,
+            lora_targets=args.lora_targets,
+            mid_text_norm=args.mid_text_norm,
+            temperature=args.temperature.get(variant) if args.temperature else None,
+        )
         before = evaluate(build_model(cfg.resolved(), small_backbone(args.seed), processor), test)
         with tempfile.TemporaryDirectory() as tmp:
-            res = train_tpips([r for p in train for r in p], os.path.join(tmp, "run"), config=cfg,
-                              backbone=small_backbone(args.seed), processor=processor, progress=False)
+            res = train_tpips(
+                [r for p in train for r in p],
+                os.path.join(tmp, "run"),
+                config=cfg,
+                backbone=small_backbone(args.seed),
+                processor=processor,
+                progress=False,
+            )
         model, steps, losses = res.model, res.steps, res.losses
         after = evaluate(model, test)
-        out["variants"][variant] = {"before": before, "after": after, "steps": steps,
-                                    "first_loss": round(losses[0], 4), "last_loss": round(losses[-1], 4),
-                                    "seconds": round(time.time() - t0, 1)}
+        out["variants"][variant] = {
+            "before": before,
+            "after": after,
+            "steps": steps,
+            "first_loss": round(losses[0], 4),
+            "last_loss": round(losses[-1], 4),
+            "seconds": round(time.time() - t0, 1),
+        }
         if variant == "mid":
             out["variants"][variant].update(mid_head_report(model))
     v = out["variants"]
-    ok = all(v[k]["after"]["mean"] >= 0.70 and v[k]["after"]["both"] >= 0.40 for k in ("late", "early") if k in v)
+    ok = all(
+        v[k]["after"]["mean"] >= 0.70 and v[k]["after"]["both"] >= 0.40 for k in ("late", "early") if k in v
+    )
     if "mid" in v:  # issue 12: mid fusion within 0.05 of late and early fusion (each that ran), both >= 0.40
         ref = max((v[k]["after"]["mean"] for k in ("late", "early") if k in v), default=0.70)
         ok = ok and v["mid"]["after"]["mean"] >= ref - 0.05 and v["mid"]["after"]["both"] >= 0.40
@@ -155,18 +213,32 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--temperature", nargs="*", default=[], help="VARIANT=TAU overrides of Eq. 2's temperature")
-    ap.add_argument("--lora-targets", default="qkv-mlp", help="LoRA targets (genmetrics.tpips.train.LORA_TARGETS)")
-    ap.add_argument("--probe-layers", default="1", help="mid fusion: a count of probe layers (1: the last of the 4) "
-                    "or comma-separated layer indices")
-    ap.add_argument("--mid-text-norm", default="layer", help="mid fusion: the channel-weight MLPs' input norm "
-                    "(layer, or none: the paper-literal raw average)")
+    ap.add_argument(
+        "--temperature", nargs="*", default=[], help="VARIANT=TAU overrides of Eq. 2's temperature"
+    )
+    ap.add_argument(
+        "--lora-targets", default="qkv-mlp", help="LoRA targets (genmetrics.tpips.train.LORA_TARGETS)"
+    )
+    ap.add_argument(
+        "--probe-layers",
+        default="1",
+        help="mid fusion: a count of probe layers (1: the last of the 4) or comma-separated layer indices",
+    )
+    ap.add_argument(
+        "--mid-text-norm",
+        default="layer",
+        help="mid fusion: the channel-weight MLPs' input norm "
+        "(layer, or none: the paper-literal raw average)",
+    )
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--quick", action="store_true", help="the slow test's setting: 192 / 48 triplets, batch 8")
+    ap.add_argument(
+        "--quick", action="store_true", help="the slow test's setting: 192 / 48 triplets, batch 8"
+    )
     args = ap.parse_args(argv)
     args.temperature = {k: float(v) for k, v in (t.split("=") for t in args.temperature)}
-    args.probe_layers = [int(x) for x in args.probe_layers.split(",")] if "," in args.probe_layers else int(
-        args.probe_layers)
+    args.probe_layers = (
+        [int(x) for x in args.probe_layers.split(",")] if "," in args.probe_layers else int(args.probe_layers)
+    )
     if args.quick:
         # half the batch, twice the optimizer steps at the same compute: mid fusion learns colour late (after
         # position), and at 192 triplets x 16 it reached held-out colour 0.83 (docs/tpips.md)

@@ -51,19 +51,34 @@ def main() -> None:
         entries = {}
         t0 = time.perf_counter()
         for aspect in ("lighting", "color", "overall"):
-            emb = np.lib.format.open_memmap(root / f"emb_{_slug(aspect)}.npy", mode="w+", dtype=np.float32,
-                                            shape=(n, dim))
+            emb = np.lib.format.open_memmap(
+                root / f"emb_{_slug(aspect)}.npy", mode="w+", dtype=np.float32, shape=(n, dim)
+            )
             for s in range(0, n, 20_000):
                 x = rng.standard_normal((min(20_000, n - s), dim), dtype=np.float32)
-                emb[s:s + len(x)] = x / np.linalg.norm(x, axis=1, keepdims=True)
+                emb[s : s + len(x)] = x / np.linalg.norm(x, axis=1, keepdims=True)
             emb.flush()
             _write_faiss(emb, "Flat", root / f"faiss_{_slug(aspect)}.index")
-            entries[aspect] = {"embeddings": f"emb_{_slug(aspect)}.npy", "faiss": f"faiss_{_slug(aspect)}.index"}
+            entries[aspect] = {
+                "embeddings": f"emb_{_slug(aspect)}.npy",
+                "faiss": f"faiss_{_slug(aspect)}.index",
+            }
             del emb
         build_s = time.perf_counter() - t0
-        (root / MANIFEST).write_text(json.dumps({"format": INDEX_FORMAT, "images": [f"img{i}.png" for i in range(n)],
-                                                 "stats": [[0, 0]] * n, "aspects": entries, "dim": dim,
-                                                 "factory": "Flat", "fingerprint": None, "model": {}}))
+        (root / MANIFEST).write_text(
+            json.dumps(
+                {
+                    "format": INDEX_FORMAT,
+                    "images": [f"img{i}.png" for i in range(n)],
+                    "stats": [[0, 0]] * n,
+                    "aspects": entries,
+                    "dim": dim,
+                    "factory": "Flat",
+                    "fingerprint": None,
+                    "model": {},
+                }
+            )
+        )
         idx = AspectIndex(root)
         model = _StubModel(dim)
 
@@ -79,10 +94,24 @@ def main() -> None:
         single = med(lambda: idx.search(model, "q.png", "lighting", k=10, check=False))
         adjusted = med(lambda: idx.search(model, "q.png", "lighting", k=10, adjust=0.3, check=False))
         comp = med(lambda: idx.search(model, ["q1.png", "q2.png"], ["lighting", "color"], k=10, check=False))
-    print(json.dumps({"benchmark": "tpips_retrieval", "n": n, "dim": dim, "index": "faiss Flat (inner product)",
-                      "threads": faiss.omp_get_max_threads(), "build_s": round(build_s, 2),
-                      "query_ms_median": {"single_aspect": single, "adjusted_0.3_overall": adjusted,
-                                          "compositional_2_terms": comp}, "k": 10}))
+    print(
+        json.dumps(
+            {
+                "benchmark": "tpips_retrieval",
+                "n": n,
+                "dim": dim,
+                "index": "faiss Flat (inner product)",
+                "threads": faiss.omp_get_max_threads(),
+                "build_s": round(build_s, 2),
+                "query_ms_median": {
+                    "single_aspect": single,
+                    "adjusted_0.3_overall": adjusted,
+                    "compositional_2_terms": comp,
+                },
+                "k": 10,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

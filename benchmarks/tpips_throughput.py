@@ -45,13 +45,27 @@ def main() -> None:
     aspects = [f"aspect number {i}" for i in range(n)]
     out: dict[str, dict[str, float]] = {}
     for variant in ("late", "mid", "early"):
-        m = TPIPSModel(backbone, proc, variant, image_size=size, vision_cache_size=4 * n, batch_size=8,
-                       probe_layers=20)
+        m = TPIPSModel(
+            backbone, proc, variant, image_size=size, vision_cache_size=4 * n, batch_size=8, probe_layers=20
+        )
         t_cold, t_warm = _measure(m, m.load_images(imgs[:n]), m.load_images(imgs[n:]), aspects, timeit)
-        out[variant] = {"pairs_per_s": round(n / t_cold, 3), "pairs_per_s_cached_vision": round(n / t_warm, 3)}
-    print(json.dumps({"benchmark": "tpips_throughput", "pairs": n, "image_size": size, "scaled_down": True,
-                      "config": f"Qwen3-VL-2B proportions, widths/{scale}, random weights, CPU fp32",
-                      "threads": torch.get_num_threads(), "variants": out}))
+        out[variant] = {
+            "pairs_per_s": round(n / t_cold, 3),
+            "pairs_per_s_cached_vision": round(n / t_warm, 3),
+        }
+    print(
+        json.dumps(
+            {
+                "benchmark": "tpips_throughput",
+                "pairs": n,
+                "image_size": size,
+                "scaled_down": True,
+                "config": f"Qwen3-VL-2B proportions, widths/{scale}, random weights, CPU fp32",
+                "threads": torch.get_num_threads(),
+                "variants": out,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -24,13 +24,29 @@ def scaled_2b(scale: int = 8, seed: int = 0):
     from genmetrics._tiny_vlm import tiny_qwen3vl_config
 
     cfg = tiny_qwen3vl_config(
-        text_config={"hidden_size": 2048 // scale, "intermediate_size": 6144 // scale, "num_hidden_layers": 28,
-                     "num_attention_heads": max(1, 16 // scale), "num_key_value_heads": max(1, 8 // scale),
-                     "head_dim": 128, "rope_parameters": {"rope_type": "default", "rope_theta": 5_000_000.0,
-                                                          "mrope_section": [24, 20, 20], "mrope_interleaved": True}},
-        vision_config={"depth": 24, "hidden_size": 1024 // scale, "intermediate_size": 4096 // scale,
-                       "num_heads": max(1, 16 // scale), "out_hidden_size": 2048 // scale,
-                       "deepstack_visual_indexes": [5, 11, 17], "num_position_embeddings": 2304},
+        text_config={
+            "hidden_size": 2048 // scale,
+            "intermediate_size": 6144 // scale,
+            "num_hidden_layers": 28,
+            "num_attention_heads": max(1, 16 // scale),
+            "num_key_value_heads": max(1, 8 // scale),
+            "head_dim": 128,
+            "rope_parameters": {
+                "rope_type": "default",
+                "rope_theta": 5_000_000.0,
+                "mrope_section": [24, 20, 20],
+                "mrope_interleaved": True,
+            },
+        },
+        vision_config={
+            "depth": 24,
+            "hidden_size": 1024 // scale,
+            "intermediate_size": 4096 // scale,
+            "num_heads": max(1, 16 // scale),
+            "out_hidden_size": 2048 // scale,
+            "deepstack_visual_indexes": [5, 11, 17],
+            "num_position_embeddings": 2304,
+        },
     )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
@@ -66,7 +82,16 @@ def main() -> None:
     size = 448
     backbone = scaled_2b(scale)
     proc = tiny_qwen3vl_processor(size)
-    aspects = ["lighting", "color", "pose of the cat", "texture", "background", "overall", "camera angle", "style"]
+    aspects = [
+        "lighting",
+        "color",
+        "pose of the cat",
+        "texture",
+        "background",
+        "overall",
+        "camera angle",
+        "style",
+    ]
     img = random_images(1, size, seed=0)
     cached = TPIPSModel(backbone, proc, "late", image_size=size, vision_cache_size=0, batch_size=8)
     plain = TPIPSModel(backbone, proc, "late", image_size=size, vision_cache_size=0, batch_size=8)
@@ -84,17 +109,27 @@ def main() -> None:
         t_lang = timeit(lambda: warm.embed(x, ["lighting"]))
         a = cached.embed([x[0]] * 8, aspects)
         b = torch.cat([plain.embed(x, [asp]) for asp in aspects])
-    print(json.dumps({
-        "benchmark": "tpips_vision_cache", "aspects": 8, "image_size": size, "scaled_down": True,
-        "config": f"Qwen3-VL-2B proportions, widths/{scale} (vision 24x{1024 // scale}, language 28x{2048 // scale}), "
-                  "random weights, CPU fp32",
-        "threads": torch.get_num_threads(),
-        "t_no_cache_s": round(t_plain, 4), "t_cache_s": round(t_cache, 4), "speedup": round(t_plain / t_cache, 3),
-        "t_vision_pass_s": round(t_vision, 4), "t_language_pass_s": round(t_lang, 4),
-        "vision_calls_8_aspects": _count(cached, x, aspects),
-        "cost_vs_1_vision_plus_8_language": round(t_cache / (t_vision + 8 * t_lang), 3),
-        "max_abs_diff_cache_vs_no_cache": float((a - b).abs().max()),
-    }))
+    print(
+        json.dumps(
+            {
+                "benchmark": "tpips_vision_cache",
+                "aspects": 8,
+                "image_size": size,
+                "scaled_down": True,
+                "config": f"Qwen3-VL-2B proportions, widths/{scale} (vision 24x{1024 // scale}, language 28x{2048 // scale}), "
+                "random weights, CPU fp32",
+                "threads": torch.get_num_threads(),
+                "t_no_cache_s": round(t_plain, 4),
+                "t_cache_s": round(t_cache, 4),
+                "speedup": round(t_plain / t_cache, 3),
+                "t_vision_pass_s": round(t_vision, 4),
+                "t_language_pass_s": round(t_lang, 4),
+                "vision_calls_8_aspects": _count(cached, x, aspects),
+                "cost_vs_1_vision_plus_8_language": round(t_cache / (t_vision + 8 * t_lang), 3),
+                "max_abs_diff_cache_vs_no_cache": float((a - b).abs().max()),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -131,7 +131,9 @@ def _tokenizer_json() -> str:
     tok.train_from_iterator(list(_CORPUS) * 4, trainer=trainer)
     for i, t in enumerate(SPECIAL_TOKENS):
         if tok.token_to_id(t) != i:  # pragma: no cover - guards a tokenizers behaviour change
-            raise RuntimeError(f"tiny tokenizer: special token {t!r} got id {tok.token_to_id(t)}, expected {i}")
+            raise RuntimeError(
+                f"tiny tokenizer: special token {t!r} got id {tok.token_to_id(t)}, expected {i}"
+            )
     if tok.get_vocab_size() > TINY_VOCAB_SIZE:  # pragma: no cover
         raise RuntimeError(f"tiny tokenizer has {tok.get_vocab_size()} tokens > {TINY_VOCAB_SIZE}")
     return tok.to_str()

@@ -60,22 +60,34 @@ def hash_id(sample_id: Any, *, name: str = "ids") -> int:
     """
     if isinstance(sample_id, torch.Tensor):
         if sample_id.is_meta:
-            raise InputError(f"{name}: a meta tensor has no value to use as an id; pass the id itself (int or str)")
-        if sample_id.numel() != 1 or sample_id.is_floating_point() or sample_id.is_complex() \
-                or sample_id.dtype == torch.bool:
-            raise InputError(f"{name}: a tensor id must hold one integer, got a {str(sample_id.dtype)[6:]} tensor of "
-                             f"shape {tuple(sample_id.shape)}; pass ints or strings")
+            raise InputError(
+                f"{name}: a meta tensor has no value to use as an id; pass the id itself (int or str)"
+            )
+        if (
+            sample_id.numel() != 1
+            or sample_id.is_floating_point()
+            or sample_id.is_complex()
+            or sample_id.dtype == torch.bool
+        ):
+            raise InputError(
+                f"{name}: a tensor id must hold one integer, got a {str(sample_id.dtype)[6:]} tensor of "
+                f"shape {tuple(sample_id.shape)}; pass ints or strings"
+            )
         sample_id = int(sample_id.item())
     elif not isinstance(sample_id, (str, bytes, int, os.PathLike)) and hasattr(sample_id, "__index__"):
         sample_id = operator.index(sample_id)  # NumPy integers
     if isinstance(sample_id, bool) or not isinstance(sample_id, (str, bytes, int, os.PathLike)):
         # None, floats and other objects would be matched by their text ("None", "1.0" != 1): refuse them
-        raise InputError(f"{name}: expected str or int sample ids, got {type(sample_id).__name__} {sample_id!r}"[:300])
+        raise InputError(
+            f"{name}: expected str or int sample ids, got {type(sample_id).__name__} {sample_id!r}"[:300]
+        )
     if isinstance(sample_id, int):
         if not -(1 << 63) <= sample_id < (1 << 63):
             shown = str(sample_id) if len(str(sample_id)) < 40 else str(sample_id)[:36] + "..."
-            raise InputError(f"{name}: the integer id {shown} does not fit in 64 bits (ids must be below 2**63); "
-                             "pass such ids as strings, e.g. ids=[str(i) for i in ids]")
+            raise InputError(
+                f"{name}: the integer id {shown} does not fit in 64 bits (ids must be below 2**63); "
+                "pass such ids as strings, e.g. ids=[str(i) for i in ids]"
+            )
         return int(sample_id)
     digest = hashlib.blake2b(str(sample_id).encode("utf-8"), digest_size=8).digest()
     return int.from_bytes(digest, "little", signed=True)
@@ -93,7 +105,14 @@ def _canonical(value: Any) -> str:
         data = value.detach().cpu().contiguous()
         return f"tensor{tuple(value.shape)}{value.dtype}:{hashlib.sha1(data.numpy().tobytes()).hexdigest()}"
     if isinstance(value, dict):
-        return "{" + ",".join(f"{_canonical(k)}:{_canonical(v)}" for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))) + "}"
+        return (
+            "{"
+            + ",".join(
+                f"{_canonical(k)}:{_canonical(v)}"
+                for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))
+            )
+            + "}"
+        )
     if isinstance(value, (list, tuple, set, frozenset)):
         items = sorted(value, key=repr) if isinstance(value, (set, frozenset)) else value
         return "[" + ",".join(_canonical(v) for v in items) + "]"
@@ -141,15 +160,19 @@ class Metric(torchmetrics.Metric):
     _to_sync: bool
     compute_on_cpu: bool
 
-    def __init__(self, *, batch_size: int = 32, device: str | torch.device | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self, *, batch_size: int = 32, device: str | torch.device | None = None, **kwargs: Any
+    ) -> None:
         super().__init__(**kwargs)
         if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
             raise InputError(f"batch_size: expected a positive integer, got {batch_size!r}")
         self.batch_size = batch_size
         self._backbones: dict[str, nn.Module] = {}
         self._in_forward = False
-        key = hashlib.blake2b(_canonical((type(self).__module__, type(self).__qualname__, self.options())).encode(),
-                              digest_size=8).hexdigest()
+        key = hashlib.blake2b(
+            _canonical((type(self).__module__, type(self).__qualname__, self.options())).encode(),
+            digest_size=8,
+        ).hexdigest()
         self.add_state(OPTIONS_STATE_PREFIX + key, default=[], dist_reduce_fx="cat", persistent=False)
         if device is not None:
             from genmetrics.options import device as check_device
@@ -163,7 +186,9 @@ class Metric(torchmetrics.Metric):
         accumulated = super()._wrap_compute(self._compute_state)
 
         @functools.wraps(compute)
-        def dispatch(reference: Any = None, candidates: Any = None, condition: Any = None, **kwargs: Any) -> Any:
+        def dispatch(
+            reference: Any = None, candidates: Any = None, condition: Any = None, **kwargs: Any
+        ) -> Any:
             kwargs = self._translate_keywords({"reference": reference, "candidates": candidates, **kwargs})
             reference, candidates = kwargs.pop("reference"), kwargs.pop("candidates")
             if reference is None and candidates is None and condition is None and not kwargs:
@@ -208,9 +233,11 @@ class Metric(torchmetrics.Metric):
             if value is None:
                 continue
             if not self.paired:
-                raise InputError(f"{label}: {alias}= is for paired metrics (a candidate against its own reference: "
-                                 f"psnr, ssim, ms_ssim, clip_i, dino, tpips); pass reference=/candidates=/condition= "
-                                 f"to {label}")
+                raise InputError(
+                    f"{label}: {alias}= is for paired metrics (a candidate against its own reference: "
+                    f"psnr, ssim, ms_ssim, clip_i, dino, tpips); pass reference=/candidates=/condition= "
+                    f"to {label}"
+                )
             if kwargs.get(role) is not None:
                 raise InputError(f"{label}: got both {alias}= and {role}= (the same input); pass one of them")
             kwargs[role] = value
@@ -223,16 +250,22 @@ class Metric(torchmetrics.Metric):
             out.update({k: kwargs[k] for k in ("preds", "target") if k in kwargs})
         return out
 
-    def compute(self, reference: Any = None, candidates: Any = None, condition: Any = None, **kwargs: Any) -> Any:
+    def compute(
+        self, reference: Any = None, candidates: Any = None, condition: Any = None, **kwargs: Any
+    ) -> Any:
         """``compute()``: the accumulated value (synchronised across processes); ``compute(reference,
         candidates, condition)``: the value of just these inputs, the accumulated state left untouched.
         (torchmetrics replaces this method per instance with the dispatching wrapper above.)"""
         return self._wrap_compute(lambda: None)(reference, candidates, condition, **kwargs)
 
-    def score(self, reference: Any = None, candidates: Any = None, condition: Any = None, **kwargs: Any) -> Any:
+    def score(
+        self, reference: Any = None, candidates: Any = None, condition: Any = None, **kwargs: Any
+    ) -> Any:
         """One-shot value of just these inputs; the accumulated state is left untouched."""
-        saved = {k: (v.clone() if isinstance(v, torch.Tensor) else list(v)) for k, v in
-                 ((k, getattr(self, k)) for k in self._defaults)}
+        saved = {
+            k: (v.clone() if isinstance(v, torch.Tensor) else list(v))
+            for k, v in ((k, getattr(self, k)) for k in self._defaults)
+        }
         saved_meta = (self._update_count, self._computed, self._bookkeeping())
         try:
             self.reset()
@@ -253,8 +286,10 @@ class Metric(torchmetrics.Metric):
         from torchmetrics.utilities.exceptions import TorchMetricsUserError
 
         if self._is_synced:
-            raise TorchMetricsUserError("The Metric shouldn't be synced when performing ``forward``. "
-                                        "HINT: Did you forget to call ``unsync`` ?.")
+            raise TorchMetricsUserError(
+                "The Metric shouldn't be synced when performing ``forward``. "
+                "HINT: Did you forget to call ``unsync`` ?."
+            )
         saved = self._copy_state_dict()
         count = self._update_count
         self._in_forward = True
@@ -314,21 +349,28 @@ class Metric(torchmetrics.Metric):
         label = self.name or type(self).__name__
         if isinstance(incoming_state, torchmetrics.Metric):
             if type(incoming_state) is not type(self):
-                raise InputError(f"{label}: merge_state expects another {type(self).__name__}, got "
-                                 f"{type(incoming_state).__name__}")
+                raise InputError(
+                    f"{label}: merge_state expects another {type(self).__name__}, got "
+                    f"{type(incoming_state).__name__}"
+                )
             if incoming_state._options_state() != self._options_state():
                 mine, theirs = self.options(), incoming_state.options()
-                diff = sorted(k for k in set(mine) | set(theirs)
-                              if _canonical(mine.get(k)) != _canonical(theirs.get(k)))
-                raise InputError(f"{label}: cannot merge the state of a metric built with other options "
-                                 f"({', '.join(diff) or 'options'} differ); merge metrics built alike")
+                diff = sorted(
+                    k for k in set(mine) | set(theirs) if _canonical(mine.get(k)) != _canonical(theirs.get(k))
+                )
+                raise InputError(
+                    f"{label}: cannot merge the state of a metric built with other options "
+                    f"({', '.join(diff) or 'options'} differ); merge metrics built alike"
+                )
             added = incoming_state._update_count
             self._merge_bookkeeping(incoming_state)
             super().merge_state(incoming_state)
         else:
             if isinstance(incoming_state, dict):
-                incoming_state = {**{k: [] for k in self._defaults if k.startswith(OPTIONS_STATE_PREFIX)},
-                                  **incoming_state}
+                incoming_state = {
+                    **{k: [] for k in self._defaults if k.startswith(OPTIONS_STATE_PREFIX)},
+                    **incoming_state,
+                }
             added = 1
             super().merge_state(incoming_state)
             self._rebuild_bookkeeping()
@@ -343,7 +385,9 @@ class Metric(torchmetrics.Metric):
         and the backbones are never cast."""
         dtype = getattr(torch, dst_type, None) if isinstance(dst_type, str) else dst_type
         if not isinstance(dtype, torch.dtype):
-            raise InputError(f"set_dtype: expected a torch dtype such as torch.float64 or 'float16', got {dst_type!r}")
+            raise InputError(
+                f"set_dtype: expected a torch dtype such as torch.float64 or 'float16', got {dst_type!r}"
+            )
 
         def cast(t: torch.Tensor) -> torch.Tensor:
             return t.to(dtype) if t.is_floating_point() else t
@@ -368,8 +412,11 @@ class Metric(torchmetrics.Metric):
             local: dict[str, Any] = {}
             for k in lists:
                 v = [t for t in getattr(self, k) if isinstance(t, torch.Tensor)]
-                local[k] = None if not v else (functools.reduce(torch.promote_types, [t.dtype for t in v]),
-                                               tuple(v[0].shape[1:]))
+                local[k] = (
+                    None
+                    if not v
+                    else (functools.reduce(torch.promote_types, [t.dtype for t in v]), tuple(v[0].shape[1:]))
+                )
             gathered: list[Any] = [None] * dist.get_world_size(group)
             dist.all_gather_object(gathered, local, group=group)
             for k in lists:
@@ -474,9 +521,20 @@ class Metric(torchmetrics.Metric):
 
     # ----------------------------------------------------------------- public introspection
     #: constructor options that change how work is done, never the value (left out of :meth:`options`)
-    RUNTIME_OPTIONS: ClassVar[frozenset[str]] = frozenset({
-        "device", "batch_size", "cache_dir", "compute_on_cpu", "dist_sync_on_step", "process_group",
-        "dist_sync_fn", "distributed_available_fn", "sync_on_compute", "compute_with_cache"})
+    RUNTIME_OPTIONS: ClassVar[frozenset[str]] = frozenset(
+        {
+            "device",
+            "batch_size",
+            "cache_dir",
+            "compute_on_cpu",
+            "dist_sync_on_step",
+            "process_group",
+            "dist_sync_fn",
+            "distributed_available_fn",
+            "sync_on_compute",
+            "compute_with_cache",
+        }
+    )
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Metric:
         self = super().__new__(cls)
@@ -507,7 +565,9 @@ class Metric(torchmetrics.Metric):
         >>> gm.create_metric("psnr", max_db=80.0, batch_size=4).options()
         {'max_db': 80.0}
         """
-        return {k: v for k, v in self.__dict__.get("_given_options", {}).items() if k not in self.RUNTIME_OPTIONS}
+        return {
+            k: v for k, v in self.__dict__.get("_given_options", {}).items() if k not in self.RUNTIME_OPTIONS
+        }
 
     def has_data(self) -> bool:
         """Whether :meth:`update` was called since construction or the last :meth:`reset` (in this process).
@@ -547,8 +607,10 @@ class Metric(torchmetrics.Metric):
         >>> round(float(m.compute()), 3), len(m.per_sample()["scores"])
         (20.0, 1)
         """
-        state = {k: (v.clone() if isinstance(v, torch.Tensor) else [t.clone() for t in v])
-                 for k, v in ((k, getattr(self, k)) for k in self._defaults)}
+        state = {
+            k: (v.clone() if isinstance(v, torch.Tensor) else [t.clone() for t in v])
+            for k, v in ((k, getattr(self, k)) for k in self._defaults)
+        }
         return state, self._update_count, self._bookkeeping()
 
     def restore_state(self, snapshot: Any) -> None:
@@ -617,7 +679,9 @@ class SampleMetric(Metric):
         raise NotImplementedError
 
     # -- update -----------------------------------------------------------------------
-    def update(self, reference: Any = None, candidates: Any = None, condition: Any = None, *, ids: Any = None) -> None:
+    def update(
+        self, reference: Any = None, candidates: Any = None, condition: Any = None, *, ids: Any = None
+    ) -> None:
         """Score and accumulate one batch. ``ids`` (one per candidate; str, int or integer tensors) name the
         samples: a DistributedSampler's padded copies are then counted once. An id repeated within the
         update is an error; an id this metric already scored in this process is dropped with a warning."""
@@ -627,13 +691,18 @@ class SampleMetric(Metric):
         n = _batch_len(batch)
         hashed, labels = self._hash_ids(ids, n)
         repeated = [j for j, h in enumerate(hashed) if h >= 0 and h in self._seen_ids]
-        self._last_kept: list[int] | None = None  # positions of this update's samples that were kept (None: all)
+        self._last_kept: list[int] | None = (
+            None  # positions of this update's samples that were kept (None: all)
+        )
         if repeated:
             warnings.warn(
                 f"{self.name or type(self).__name__}: {len(repeated)} sample id(s) were already scored by this metric "
                 f"in this process (first: {labels[repeated[0]]!r}); the repeats are dropped and the first score kept. "
                 "De-duplication by id exists for the copies a DistributedSampler pads in across processes; call "
-                "reset() between epochs, or give every sample its own id.", UserWarning, stacklevel=4)
+                "reset() between epochs, or give every sample its own id.",
+                UserWarning,
+                stacklevel=4,
+            )
             keep = [j for j in range(n) if j not in set(repeated)]
             self._last_kept = keep
             if not keep:
@@ -643,12 +712,20 @@ class SampleMetric(Metric):
         results = map_batches(lambda sl: self._score_batch(_slice(batch, sl)), n, self.batch_size)
         score = torch.cat([r["score"] if isinstance(r, dict) else r for r in results], 0)
         if score.shape[0] != n:
-            raise RuntimeError(f"{type(self).__name__}._score_batch returned {score.shape[0]} scores for {n} samples")
+            raise RuntimeError(
+                f"{type(self).__name__}._score_batch returned {score.shape[0]} scores for {n} samples"
+            )
         # _score_batch returns dicts for every slice or for none
-        extras = {k: torch.cat([cast(dict, r)[k] for r in results], 0) for k in (results[0] if isinstance(results[0], dict) else ())
-                  if k != "score" and k in self._defaults}
+        extras = {
+            k: torch.cat([cast(dict, r)[k] for r in results], 0)
+            for k in (results[0] if isinstance(results[0], dict) else ())
+            if k != "score" and k in self._defaults
+        }
         self.scores.append(score.detach().to(device=self.device, dtype=torch.float64))
-        for k, v in extras.items():  # per-sample extras kept as states of the same name (e.g. mie diagnostics)
+        for (
+            k,
+            v,
+        ) in extras.items():  # per-sample extras kept as states of the same name (e.g. mie diagnostics)
             getattr(self, k).append(v.detach().to(device=self.device, dtype=torch.float64))
         self.sample_ids.append(torch.tensor(hashed, dtype=torch.long, device=self.device))
         for h, label in zip(hashed, labels):
@@ -672,16 +749,22 @@ class SampleMetric(Metric):
         first: dict[int, int] = {}
         for j, i in enumerate(ids):
             h = hash_id(i, name=f"ids[{j}]")
-            if isinstance(i, torch.Tensor) or (not isinstance(i, (str, bytes, os.PathLike)) and hasattr(i, "__index__")):
+            if isinstance(i, torch.Tensor) or (
+                not isinstance(i, (str, bytes, os.PathLike)) and hasattr(i, "__index__")
+            ):
                 if h < 0:
                     raise InputError(f"ids[{j}]: integer ids must be >= 0, got {h}")
                 text = str(h)  # integers by value: tensor(3) and 3 are the same id
             else:
-                h = h & ((1 << 62) - 1)  # keep named ids non-negative: negatives are reserved for unnamed samples
+                h = h & (
+                    (1 << 62) - 1
+                )  # keep named ids non-negative: negatives are reserved for unnamed samples
                 text = str(i)
             if h in first:
-                raise InputError(f"ids: {text!r} appears twice in one update (positions {first[h]} and {j}); "
-                                 "every sample needs its own id")
+                raise InputError(
+                    f"ids: {text!r} appears twice in one update (positions {first[h]} and {j}); "
+                    "every sample needs its own id"
+                )
             first[h] = j
             out.append(h)
             labels.append(text)
@@ -710,7 +793,9 @@ class SampleMetric(Metric):
         ids = self.sample_ids
         if isinstance(scores, list):
             if not scores:
-                raise InputError(f"{self.name or type(self).__name__}: compute() called before any update(); nothing to score")
+                raise InputError(
+                    f"{self.name or type(self).__name__}: compute() called before any update(); nothing to score"
+                )
             scores, ids = torch.cat(scores, 0), torch.cat(ids, 0)
         if scores.numel() == 0:
             raise InputError(f"{self.name or type(self).__name__}: no samples were scored")
@@ -735,8 +820,13 @@ class SampleMetric(Metric):
         yields the names of the ids of every process."""
         names = dict(self._id_names)
         dist = torch.distributed
-        if sync and dist.is_available() and dist.is_initialized() and dist.get_world_size(self.process_group) > 1 \
-                and not self._is_synced:
+        if (
+            sync
+            and dist.is_available()
+            and dist.is_initialized()
+            and dist.get_world_size(self.process_group) > 1
+            and not self._is_synced
+        ):
             gathered: list[Any] = [None] * dist.get_world_size(self.process_group)
             dist.all_gather_object(gathered, names, group=self.process_group)
             for g in gathered:
@@ -769,7 +859,9 @@ class SampleMetric(Metric):
 def _batch_len(batch: dict[str, list[Any]]) -> int:
     lengths = {k: len(v) for k, v in batch.items() if v is not None}
     if not lengths:
-        raise InputError("no inputs given; pass candidates (and reference/condition where the metric needs them)")
+        raise InputError(
+            "no inputs given; pass candidates (and reference/condition where the metric needs them)"
+        )
     if len(set(lengths.values())) != 1:
         desc = ", ".join(f"{k}={v}" for k, v in lengths.items())
         raise InputError(f"mismatched input lengths ({desc}); every input needs one entry per sample")
@@ -784,8 +876,10 @@ def _slice(batch: dict[str, Any], sl: slice) -> dict[str, Any]:
 
 
 def _meta_message(role: str) -> str:
-    return (f"{role}: got a meta tensor (a shape without data), so there is nothing to score; materialise it "
-            "first (load the data, or .to_empty(device=...) and fill it)")
+    return (
+        f"{role}: got a meta tensor (a shape without data), so there is nothing to score; materialise it "
+        "first (load the data, or .to_empty(device=...) and fill it)"
+    )
 
 
 def _keep_index(ids: torch.Tensor) -> torch.Tensor:

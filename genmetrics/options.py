@@ -47,11 +47,21 @@ def _parse_number(name: str, value: Any, owner: str | None, what: str) -> float:
     try:
         return float(value)
     except (TypeError, ValueError):
-        raise InputError(f"{_who(name, owner)}: expected {what}, got {type(value).__name__} {value!r}"[:300]) from None
+        raise InputError(
+            f"{_who(name, owner)}: expected {what}, got {type(value).__name__} {value!r}"[:300]
+        ) from None
 
 
-def number(name: str, value: Any, *, lo: float | None = None, hi: float | None = None, lo_open: bool = False,
-           hi_open: bool = False, owner: str | None = None) -> float:
+def number(
+    name: str,
+    value: Any,
+    *,
+    lo: float | None = None,
+    hi: float | None = None,
+    lo_open: bool = False,
+    hi_open: bool = False,
+    owner: str | None = None,
+) -> float:
     """A finite float in the given range (a numeric string is accepted: CLI values arrive as text).
 
     >>> number("lr", "1e-3", lo=0.0, lo_open=True)
@@ -63,14 +73,19 @@ def number(name: str, value: Any, *, lo: float | None = None, hi: float | None =
     """
     what = "a finite number" + _range_text(lo, hi, lo_open, hi_open)
     v = _parse_number(name, value, owner, what)
-    ok = math.isfinite(v) and (lo is None or (v > lo if lo_open else v >= lo)) and (
-        hi is None or (v < hi if hi_open else v <= hi))
+    ok = (
+        math.isfinite(v)
+        and (lo is None or (v > lo if lo_open else v >= lo))
+        and (hi is None or (v < hi if hi_open else v <= hi))
+    )
     if not ok:
         raise InputError(f"{_who(name, owner)}: expected {what}, got {value!r}")
     return v
 
 
-def integer(name: str, value: Any, *, lo: int | None = None, hi: int | None = None, owner: str | None = None) -> int:
+def integer(
+    name: str, value: Any, *, lo: int | None = None, hi: int | None = None, owner: str | None = None
+) -> int:
     """An integer in ``[lo, hi]`` (``3.0`` and ``"3"`` are accepted; ``3.5``, ``True``, ``nan`` are not).
 
     >>> integer("epochs", "3", lo=1), integer("epochs", 3.0, lo=1)
@@ -82,7 +97,12 @@ def integer(name: str, value: Any, *, lo: int | None = None, hi: int | None = No
     """
     what = "an integer" + _range_text(lo, hi, False, False)
     v = _parse_number(name, value, owner, what)
-    if not math.isfinite(v) or not float(v).is_integer() or (lo is not None and v < lo) or (hi is not None and v > hi):
+    if (
+        not math.isfinite(v)
+        or not float(v).is_integer()
+        or (lo is not None and v < lo)
+        or (hi is not None and v > hi)
+    ):
         raise InputError(f"{_who(name, owner)}: expected {what}, got {value!r}")
     return int(v)
 
@@ -102,7 +122,9 @@ def choice(name: str, value: Any, choices: Sequence[str], *, owner: str | None =
 
         close = difflib.get_close_matches(str(value), list(choices), n=1, cutoff=0.6)
         hint = f"; did you mean {close[0]!r}?" if close else ""
-        raise InputError(f"{_who(name, owner)}: expected one of {', '.join(map(repr, choices))}, got {value!r}{hint}")
+        raise InputError(
+            f"{_who(name, owner)}: expected one of {', '.join(map(repr, choices))}, got {value!r}{hint}"
+        )
     return value
 
 
@@ -137,11 +159,15 @@ def template(name: str, value: Any, *, slots: int = 1, owner: str | None = None)
     try:
         fields = [f for _, f, _, _ in string.Formatter().parse(value) if f is not None]
     except ValueError as e:
-        raise InputError(f"{_who(name, owner)}: {value!r} is not a valid template ({e}); write literal braces as "
-                         "'{{' and '}}'") from None
+        raise InputError(
+            f"{_who(name, owner)}: {value!r} is not a valid template ({e}); write literal braces as "
+            "'{{' and '}}'"
+        ) from None
     if len(fields) != slots or any(f != "" for f in fields):
-        raise InputError(f"{_who(name, owner)}: expected a template with exactly {slots} '{{}}' slot(s) and no "
-                         f"other field, got {value!r} ({len(fields)} field(s): {fields!r})")
+        raise InputError(
+            f"{_who(name, owner)}: expected a template with exactly {slots} '{{}}' slot(s) and no "
+            f"other field, got {value!r} ({len(fields)} field(s): {fields!r})"
+        )
     return value
 
 
@@ -160,13 +186,27 @@ class EnvVar:
     lo: int | None = None
 
 
-ENV_VARS: dict[str, EnvVar] = {v.name: v for v in (
-    EnvVar("GENMETRICS_HOME", "path", "root of the weights and feature caches (default ~/.cache/genmetrics)"),
-    EnvVar("GENMETRICS_OFFLINE", "flag", "1/true: never download (as HF_HUB_OFFLINE)"),
-    EnvVar("GENMETRICS_PROGRESS", "progress", "0: no progress bars, 1: always, unset: on a terminal"),
-    EnvVar("GENMETRICS_MAX_PIXELS", "int", "largest image accepted, in pixels (decompression-bomb guard)", lo=1),
-    EnvVar("GENMETRICS_BACKBONE_PROVIDER", "text", "'package.module:function' that supplies backbones (tests)"),
-)}
+ENV_VARS: dict[str, EnvVar] = {
+    v.name: v
+    for v in (
+        EnvVar(
+            "GENMETRICS_HOME", "path", "root of the weights and feature caches (default ~/.cache/genmetrics)"
+        ),
+        EnvVar("GENMETRICS_OFFLINE", "flag", "1/true: never download (as HF_HUB_OFFLINE)"),
+        EnvVar("GENMETRICS_PROGRESS", "progress", "0: no progress bars, 1: always, unset: on a terminal"),
+        EnvVar(
+            "GENMETRICS_MAX_PIXELS",
+            "int",
+            "largest image accepted, in pixels (decompression-bomb guard)",
+            lo=1,
+        ),
+        EnvVar(
+            "GENMETRICS_BACKBONE_PROVIDER",
+            "text",
+            "'package.module:function' that supplies backbones (tests)",
+        ),
+    )
+}
 
 
 def env(name: str, default: Any = None) -> Any:
@@ -204,8 +244,10 @@ def env(name: str, default: Any = None) -> Any:
     if spec.kind == "path":
         path = _expand(raw, what=f"environment variable {name}")
         if path.exists() and not path.is_dir():
-            raise InputError(f"environment variable {name}: {raw!r} is a file; expected a folder (created when "
-                             f"missing); fix or unset it ({spec.help})")
+            raise InputError(
+                f"environment variable {name}: {raw!r} is a file; expected a folder (created when "
+                f"missing); fix or unset it ({spec.help})"
+            )
         return path
     return raw
 
@@ -221,8 +263,10 @@ def _expand(raw: str, *, what: str) -> Path:
         return Path(raw).expanduser()
     except RuntimeError:
         user = raw[1:].split("/", 1)[0].split(os.sep, 1)[0]
-        raise InputError(f"{what} {raw!r}: '~{user}' names no user on this machine (no home directory); give the "
-                         "folder as an absolute path") from None
+        raise InputError(
+            f"{what} {raw!r}: '~{user}' names no user on this machine (no home directory); give the "
+            "folder as an absolute path"
+        ) from None
 
 
 def check_environment() -> None:
@@ -239,6 +283,8 @@ def device(name: str, value: Any, *, owner: str | None = None) -> Any:
     import re
 
     if not re.fullmatch(r"(auto|cpu|mps|meta|xpu|cuda(:\d+)?)", value.strip()):
-        raise InputError(f"{_who(name, owner)}: unknown device {value!r}; expected cpu, cuda, cuda:N or mps "
-                         "(or auto where the command offers it)")
+        raise InputError(
+            f"{_who(name, owner)}: unknown device {value!r}; expected cpu, cuda, cuda:N or mps "
+            "(or auto where the command offers it)"
+        )
     return value.strip()

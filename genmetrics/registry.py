@@ -33,8 +33,12 @@ class ConditionKind(str, Enum):
     """What a metric's ``condition`` input is."""
 
     PROMPT = "prompt"  #: a text per candidate (its prompt or caption)
-    ASPECTS = "aspects"  #: an aspect text ("lighting", "overall"); the leaderboard scores one column per aspect
-    ATTRIBUTES = "attributes"  #: a list of attributes, given as an option (``condition_option``), not per sample
+    ASPECTS = (
+        "aspects"  #: an aspect text ("lighting", "overall"); the leaderboard scores one column per aspect
+    )
+    ATTRIBUTES = (
+        "attributes"  #: a list of attributes, given as an option (``condition_option``), not per sample
+    )
     NONE = "none"  #: no condition
 
 
@@ -56,8 +60,10 @@ def _enum(enum: type[Enum], value: Any, what: str, card: str) -> Any:
     try:
         return enum(value.value if isinstance(value, Enum) else value)
     except ValueError:
-        raise ValueError(f"metric card {card!r}: {what}={value!r} is not one of "
-                         f"{', '.join(repr(e.value) for e in enum)} ({enum.__name__})") from None
+        raise ValueError(
+            f"metric card {card!r}: {what}={value!r} is not one of "
+            f"{', '.join(repr(e.value) for e in enum)} ({enum.__name__})"
+        ) from None
 
 
 @dataclass(frozen=True)
@@ -108,20 +114,25 @@ class MetricCard:
         put(self, "level", _enum(Granularity, self.level, "level", self.name))
         put(self, "reference_need", _enum(Need, self.reference_need, "reference_need", self.name))
         put(self, "condition_need", _enum(Need, self.condition_need, "condition_need", self.name))
-        for role, enum, default in (("reference", ReferenceKind, ReferenceKind.MATCHED),
-                                    ("condition", ConditionKind, ConditionKind.PROMPT)):
+        for role, enum, default in (
+            ("reference", ReferenceKind, ReferenceKind.MATCHED),
+            ("condition", ConditionKind, ConditionKind.PROMPT),
+        ):
             described = role in self.inputs
             value = _enum(enum, getattr(self, role), role, self.name)
             if value.value == "none" and described:
                 value = default
             if value is ConditionKind.ATTRIBUTES:
                 if not self.condition_option:
-                    raise ValueError(f"metric card {self.name!r}: condition=ATTRIBUTES needs condition_option= (the "
-                                     "name of the constructor option that takes the attributes)")
+                    raise ValueError(
+                        f"metric card {self.name!r}: condition=ATTRIBUTES needs condition_option= (the "
+                        "name of the constructor option that takes the attributes)"
+                    )
             elif value.value != "none" and not described:
                 raise ValueError(
                     f"metric card {self.name!r}: {role}={value.value!r} but inputs does not describe a {role!r} "
-                    f"role; describe the input in inputs[{role!r}] (or drop {role}=)")
+                    f"role; describe the input in inputs[{role!r}] (or drop {role}=)"
+                )
             put(self, role, value)
         put(self, "tags", tuple(self.tags))
         put(self, "aliases", tuple(self.aliases))
@@ -134,7 +145,11 @@ class MetricCard:
         >>> get_card("raclip").feeds("condition"), get_card("raclip").feeds("condition", {"attributes"})
         (True, False)
         """
-        kind, need, option = (getattr(self, role), getattr(self, f"{role}_need"), getattr(self, f"{role}_option"))
+        kind, need, option = (
+            getattr(self, role),
+            getattr(self, f"{role}_need"),
+            getattr(self, f"{role}_option"),
+        )
         if kind.value == "none" or kind is ConditionKind.ATTRIBUTES:
             return False
         if option is not None and option in options:
@@ -185,8 +200,10 @@ def register_metric(card: MetricCard, *, overwrite: bool = False) -> MetricCard:
         owner = _ALIASES.get(name) if name != card.name else None
         taken = (name in _CARDS and name != card.name) or (owner is not None and owner != card.name)
         if taken and not overwrite:
-            raise ValueError(f"metric name {name!r} (of card {card.name!r}) is already registered "
-                             f"({'an alias of ' + repr(owner) if owner else 'as a metric'}); choose another name")
+            raise ValueError(
+                f"metric name {name!r} (of card {card.name!r}) is already registered "
+                f"({'an alias of ' + repr(owner) if owner else 'as a metric'}); choose another name"
+            )
     if old is not None:
         for a in old.aliases:
             _ALIASES.pop(a, None)
@@ -310,7 +327,9 @@ def _accepted_kwargs(cls: type) -> tuple[set[str], bool]:
         if init is None:
             continue
         params = inspect.signature(init).parameters
-        names |= {p for p, v in params.items() if v.kind not in (v.VAR_POSITIONAL, v.VAR_KEYWORD) and p != "self"}
+        names |= {
+            p for p, v in params.items() if v.kind not in (v.VAR_POSITIONAL, v.VAR_KEYWORD) and p != "self"
+        }
         if not any(v.kind == v.VAR_KEYWORD for v in params.values()):
             return names, False
     return names, True
@@ -376,8 +395,15 @@ def create_metric(name: str, **kwargs: Any):
     cls = metric_class(name)
     accepted, _ = _accepted_kwargs(cls)
     # torchmetrics' own options (dist_sync_on_step, process_group, ...) stay allowed.
-    accepted |= {"compute_on_cpu", "dist_sync_on_step", "process_group", "dist_sync_fn", "distributed_available_fn",
-                 "sync_on_compute", "compute_with_cache"}
+    accepted |= {
+        "compute_on_cpu",
+        "dist_sync_on_step",
+        "process_group",
+        "dist_sync_fn",
+        "distributed_available_fn",
+        "sync_on_compute",
+        "compute_with_cache",
+    }
     unknown = [k for k in kwargs if k not in accepted]
     if unknown:
         k = unknown[0]

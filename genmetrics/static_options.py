@@ -108,7 +108,9 @@ def static_options(factory: str) -> dict[str, Any] | None:
             return None
         out: dict[str, Any] = {}
         for cls, mod in mro:
-            init = next((n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "__init__"), None)
+            init = next(
+                (n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "__init__"), None
+            )
             if init is None:
                 continue
             a = init.args

@@ -69,8 +69,10 @@ class BootStrapper(tw.BootStrapper):
             if any(p.numel() == 0 for p in picks.values()):
                 continue
             new = {k: (_take(v, picks[k]) if k in picks else v) for k, v in named.items()}
-            metric.update(*[new[f"#{i}"] for i in range(len(args))],
-                          **{k: v for k, v in new.items() if not k.startswith("#")})
+            metric.update(
+                *[new[f"#{i}"] for i in range(len(args))],
+                **{k: v for k, v in new.items() if not k.startswith("#")},
+            )
 
     def _summary(self, values: torch.Tensor) -> dict[str, torch.Tensor]:
         out: dict[str, torch.Tensor] = {}
@@ -79,7 +81,9 @@ class BootStrapper(tw.BootStrapper):
         if self.std:
             out["std"] = values.std(0)
         if self.quantile is not None:
-            out["quantile"] = torch.quantile(values, torch.as_tensor(self.quantile, dtype=values.dtype), dim=0)
+            out["quantile"] = torch.quantile(
+                values, torch.as_tensor(self.quantile, dtype=values.dtype), dim=0
+            )
         if self.raw:
             out["raw"] = values
         return out
@@ -132,14 +136,19 @@ class ClasswiseWrapper(tw.ClasswiseWrapper):
 
     def __init__(self, metric: Any, labels: list[str] | None = None, **kwargs: Any) -> None:
         if labels is None and getattr(metric, "attributes", None) is not None:
-            labels = [f"{a}|{b}" for a, b in metric.pairs] if getattr(metric, "name", "") == "pad" \
+            labels = (
+                [f"{a}|{b}" for a, b in metric.pairs]
+                if getattr(metric, "name", "") == "pad"
                 else list(metric.attributes)
+            )
         super().__init__(metric, labels=labels, **kwargs)
 
     def _convert_output(self, x: Any) -> dict[str, Any]:
         if isinstance(x, dict):
             key = next((k for k in ("per_attribute", "per_pair") if k in x), None)
             if key is None:
-                raise InputError(f"ClasswiseWrapper: the result has no per-attribute entry (keys: {sorted(x)})")
+                raise InputError(
+                    f"ClasswiseWrapper: the result has no per-attribute entry (keys: {sorted(x)})"
+                )
             x = x[key]
         return super()._convert_output(x)

@@ -19,7 +19,10 @@ def _close(a, b, tol=1e-5):
         for k in a:
             _close(a[k], b[k], tol)
     elif isinstance(a, torch.Tensor):
-        assert torch.allclose(a.double(), torch.as_tensor(b).double(), atol=tol, rtol=tol, equal_nan=True), (a, b)
+        assert torch.allclose(a.double(), torch.as_tensor(b).double(), atol=tol, rtol=tol, equal_nan=True), (
+            a,
+            b,
+        )
     elif isinstance(a, (list, tuple)):
         assert len(a) == len(b)
         for x, y in zip(a, b):
@@ -43,8 +46,14 @@ def _merged(updates):
                 out[k].append(v)
             else:
                 out[k] = list(out[k]) + list(v)
-    return {k: (torch.cat(v) if isinstance(v, list) and v and isinstance(v[0], torch.Tensor) and k != "reference_sets" else v)
-            for k, v in out.items()}
+    return {
+        k: (
+            torch.cat(v)
+            if isinstance(v, list) and v and isinstance(v[0], torch.Tensor) and k != "reference_sets"
+            else v
+        )
+        for k, v in out.items()
+    }
 
 
 def test_required_names_registered():

@@ -88,7 +88,9 @@ def api() -> dict[str, object]:
 
 
 def test_every_public_name_has_an_example(api):
-    missing = sorted(n for n, obj in api.items() if n not in EXEMPT and n not in PENDING and not has_example(obj))
+    missing = sorted(
+        n for n, obj in api.items() if n not in EXEMPT and n not in PENDING and not has_example(obj)
+    )
     assert not missing, f"add a short runnable example (>>> ...) to the docstring of: {missing}"
 
 
@@ -102,10 +104,20 @@ def test_pending_list_only_shrinks(api):
 def test_the_walk_sees_the_documented_surface(api):
     """The walk is not vacuous: it reaches every family, the functional API, the metric classes, the
     training loop and modules without ``__all__``, and finds over three hundred names."""
-    for name in ["genmetrics.create_metric", "genmetrics.functional.sad", "genmetrics.raclip.RAClipScore",
-                 "genmetrics.baselines.pixel.PSNR", "genmetrics.tpips.TPIPS", "genmetrics.mie.MIEModel",
-                 "genmetrics.train.fit", "genmetrics.leaderboard.run_leaderboard", "genmetrics.wrappers.BootStrapper",
-                 "genmetrics.testing.tiny_clip", "genmetrics.data.images.load_image", "genmetrics.raclip.model.eq7_mask"]:
+    for name in [
+        "genmetrics.create_metric",
+        "genmetrics.functional.sad",
+        "genmetrics.raclip.RAClipScore",
+        "genmetrics.baselines.pixel.PSNR",
+        "genmetrics.tpips.TPIPS",
+        "genmetrics.mie.MIEModel",
+        "genmetrics.train.fit",
+        "genmetrics.leaderboard.run_leaderboard",
+        "genmetrics.wrappers.BootStrapper",
+        "genmetrics.testing.tiny_clip",
+        "genmetrics.data.images.load_image",
+        "genmetrics.raclip.model.eq7_mask",
+    ]:
         assert name in api, name
     assert len(api) > 300
 
@@ -113,12 +125,16 @@ def test_the_walk_sees_the_documented_surface(api):
 def test_metric_public_api_has_examples():
     from genmetrics.metric import Metric, SampleMetric
 
-    assert all(has_example(getattr(Metric, m) if hasattr(Metric, m) else getattr(SampleMetric, m))
-               for m in METRIC_METHODS)
+    assert all(
+        has_example(getattr(Metric, m) if hasattr(Metric, m) else getattr(SampleMetric, m))
+        for m in METRIC_METHODS
+    )
 
 
 def test_checker_notices_a_missing_example(tmp_path, monkeypatch):
-    (tmp_path / "gm_doc_probe.py").write_text('def f():\n    """No example."""\n\n\ndef g():\n    """>>> 1\n    1\n    """\n')
+    (tmp_path / "gm_doc_probe.py").write_text(
+        'def f():\n    """No example."""\n\n\ndef g():\n    """>>> 1\n    1\n    """\n'
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     probe = importlib.import_module("gm_doc_probe")
     assert [has_example(probe.f), has_example(probe.g)] == [False, True]
@@ -133,6 +149,9 @@ def test_contributing_map_names_every_module():
     layout = text.split("## Which file holds what", 1)[1].split("```", 2)[1]
     files = sorted(p for p in root.rglob("*.py") if p.name != "__init__.py")
     missing = [str(p.relative_to(root)) for p in files if p.name not in layout]
-    missing += [f"{d.name}/" for d in sorted(root.iterdir()) if d.is_dir() and (d / "__init__.py").is_file()
-                and f"{d.name}/" not in layout]
+    missing += [
+        f"{d.name}/"
+        for d in sorted(root.iterdir())
+        if d.is_dir() and (d / "__init__.py").is_file() and f"{d.name}/" not in layout
+    ]
     assert not missing, f"docs/contributing.md's file map does not name: {missing}"

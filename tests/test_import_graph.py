@@ -43,7 +43,10 @@ def imported_modules(path: Path) -> set[str]:
                 base = ".".join([*parent, base] if base else parent)
             out.add(base)
             out |= {f"{base}.{a.name}" for a in node.names}
-        elif isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", "")) == "import_module":
+        elif (
+            isinstance(node, ast.Call)
+            and getattr(node.func, "attr", getattr(node.func, "id", "")) == "import_module"
+        ):
             if node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str):
                 out.add(node.args[0].value)
     return out
@@ -59,8 +62,10 @@ def test_no_product_module_imports_the_testing_scaffolding():
         bad = sorted(m for m in imported_modules(path) if _is_testing(m))
         if bad:
             offenders[str(path.relative_to(PACKAGE.parent))] = bad
-    assert not offenders, (f"product modules import test scaffolding: {offenders}; take tiny backbones through "
-                           "genmetrics.backbones.provider (see docs/contributing.md)")
+    assert not offenders, (
+        f"product modules import test scaffolding: {offenders}; take tiny backbones through "
+        "genmetrics.backbones.provider (see docs/contributing.md)"
+    )
 
 
 def test_the_scan_sees_every_form_of_import(tmp_path, monkeypatch):
@@ -81,10 +86,14 @@ def test_the_scan_sees_every_form_of_import(tmp_path, monkeypatch):
     for name, src in forms.items():
         (pkg / name).write_text(src)
         assert any(_is_testing(m) for m in imported_modules(pkg / name)), name
-    (pkg / "ok.py").write_text("from genmetrics.backbones.provider import provide\nimport genmetrics.testingx\n")
+    (pkg / "ok.py").write_text(
+        "from genmetrics.backbones.provider import provide\nimport genmetrics.testingx\n"
+    )
     assert not any(_is_testing(m) for m in imported_modules(pkg / "ok.py"))
 
 
-@pytest.mark.parametrize("module", ["genmetrics.testing", "genmetrics.testing.recipes.mie", "genmetrics._tiny_vlm"])
+@pytest.mark.parametrize(
+    "module", ["genmetrics.testing", "genmetrics.testing.recipes.mie", "genmetrics._tiny_vlm"]
+)
 def test_testing_modules_are_exempt(module):
     assert _is_testing(module)

@@ -15,7 +15,15 @@ from genmetrics.registry import metric_class
 from genmetrics.testing import random_images, tiny_backbones, tiny_dino
 
 PACKAGE = Path(__file__).resolve().parents[1] / "genmetrics"
-PRIVATE = {"_defaults", "_update_count", "_backbones", "_computed", "_reductions", "_id_names", "_given_options"}
+PRIVATE = {
+    "_defaults",
+    "_update_count",
+    "_backbones",
+    "_computed",
+    "_reductions",
+    "_id_names",
+    "_given_options",
+}
 
 
 def _pairs(seed: int, n: int = 3) -> dict:
@@ -77,8 +85,13 @@ def _private_uses(path: Path) -> list[str]:
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute) and node.attr in PRIVATE:
             out.append(f"{path.name}:{node.lineno} .{node.attr}")
-        if (isinstance(node, ast.Call) and getattr(node.func, "id", "") in ("getattr", "hasattr", "setattr")
-                and len(node.args) > 1 and isinstance(node.args[1], ast.Constant) and node.args[1].value in PRIVATE):
+        if (
+            isinstance(node, ast.Call)
+            and getattr(node.func, "id", "") in ("getattr", "hasattr", "setattr")
+            and len(node.args) > 1
+            and isinstance(node.args[1], ast.Constant)
+            and node.args[1].value in PRIVATE
+        ):
             out.append(f"{path.name}:{node.lineno} {node.func.id}(..., {node.args[1].value!r})")  # type: ignore[attr-defined]
     return out
 
@@ -86,8 +99,10 @@ def _private_uses(path: Path) -> list[str]:
 @pytest.mark.parametrize("folder", ["leaderboard", "cli"])
 def test_leaderboard_and_cli_use_only_public_metric_api(folder):
     uses = [u for p in sorted((PACKAGE / folder).glob("*.py")) for u in _private_uses(p)]
-    assert not uses, f"private Metric attributes used: {uses}; use has_data(), options(), backbones(), " \
-                     "state_snapshot()/restore_state(), per_sample()"
+    assert not uses, (
+        f"private Metric attributes used: {uses}; use has_data(), options(), backbones(), "
+        "state_snapshot()/restore_state(), per_sample()"
+    )
 
 
 def test_private_use_checker_sees_both_forms(tmp_path):

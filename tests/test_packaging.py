@@ -21,13 +21,20 @@ else:
 REPO = Path(__file__).resolve().parents[1]
 PROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
 #: import name -> distribution name, where they differ
-DIST_OF = {"open_clip": "open-clip-torch", "PIL": "pillow", "yaml": "pyyaml", "faiss": "faiss-cpu",
-           "huggingface_hub": "huggingface-hub"}
+DIST_OF = {
+    "open_clip": "open-clip-torch",
+    "PIL": "pillow",
+    "yaml": "pyyaml",
+    "faiss": "faiss-cpu",
+    "huggingface_hub": "huggingface-hub",
+}
 #: imported only to adapt to them when present (never required)
 OPTIONAL_IMPORTS = {"lightning", "pytorch_lightning"}
 #: declared for what they bring to other dependencies, not imported by genmetrics itself
-INDIRECT = {"tokenizers",  # transformers' fast tokenizers (the tiny VLM processors build one)
-            "torchvision"}  # open_clip's transforms; pinned to match torch (the README installs both)
+INDIRECT = {
+    "tokenizers",  # transformers' fast tokenizers (the tiny VLM processors build one)
+    "torchvision",
+}  # open_clip's transforms; pinned to match torch (the README installs both)
 
 
 def _name(req: str) -> str:
@@ -63,8 +70,11 @@ def declared() -> dict[str, list[Requirement]]:
 
 def test_every_imported_module_is_declared():
     deps = declared()
-    missing = {m: sorted(f)[:2] for m, f in imports(REPO / "genmetrics").items()
-               if m not in OPTIONAL_IMPORTS and _name(DIST_OF.get(m, m)) not in deps}
+    missing = {
+        m: sorted(f)[:2]
+        for m, f in imports(REPO / "genmetrics").items()
+        if m not in OPTIONAL_IMPORTS and _name(DIST_OF.get(m, m)) not in deps
+    }
     assert not missing, f"imported but not declared in pyproject.toml: {missing}"
 
 
@@ -90,5 +100,7 @@ def test_typed_marker_ships():
 def test_import_scan_sees_nested_imports(tmp_path):
     pkg = tmp_path / "genmetrics"
     pkg.mkdir()
-    (pkg / "m.py").write_text("import os\nfrom . import x\ndef f():\n    import tomli\n    from yaml import safe_load\n")
+    (pkg / "m.py").write_text(
+        "import os\nfrom . import x\ndef f():\n    import tomli\n    from yaml import safe_load\n"
+    )
     assert set(imports(pkg)) == {"tomli", "yaml"}

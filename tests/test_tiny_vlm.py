@@ -25,7 +25,8 @@ PAIR_TEXT = (
 
 def _images(n: int, size: int = 64) -> list[Image.Image]:
     return [
-        Image.fromarray(np.random.RandomState(i).randint(0, 256, (size, size, 3), dtype=np.uint8)) for i in range(n)
+        Image.fromarray(np.random.RandomState(i).randint(0, 256, (size, size, 3), dtype=np.uint8))
+        for i in range(n)
     ]
 
 
@@ -116,7 +117,9 @@ def test_processor_grid_and_placeholder_expansion(processor, pair_inputs):
 
 def test_processor_image_size_and_chat_template():
     proc = tv.tiny_qwen3vl_processor(image_size=128)
-    big = proc(images=_images(1, 200), text=["<|vision_start|><|image_pad|><|vision_end|>"], return_tensors="pt")
+    big = proc(
+        images=_images(1, 200), text=["<|vision_start|><|image_pad|><|vision_end|>"], return_tensors="pt"
+    )
     assert big.image_grid_thw.tolist() == [[1, 8, 8]]  # downscaled to 128x128 -> 16 tokens
     msgs = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "Describe."}]}]
     text = proc.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False)
@@ -177,7 +180,9 @@ def test_forward_with_processor_output(model_and_kind, pair_inputs):
     # hidden_states[-1] is the post-norm last_hidden_state (capture_outputs ties them)
     assert torch.equal(out.hidden_states[-1], out.last_hidden_state)
     assert out.cache is None
-    assert sum(t.shape[0] for t in out.image_outputs.pooler_output) == int((pair_inputs.input_ids == tv.IMAGE_TOKEN_ID).sum())
+    assert sum(t.shape[0] for t in out.image_outputs.pooler_output) == int(
+        (pair_inputs.input_ids == tv.IMAGE_TOKEN_ID).sum()
+    )
 
 
 @torch.no_grad()
@@ -220,17 +225,23 @@ def test_precomputed_vision_features_qwen3vl(processor, pair_inputs):
         pooler_output=[pooled for pooled, _ in per_image],
         deepstack_features=[[ds[level] for _, ds in per_image] for level in range(len(per_image[0][1]))],
     )
-    got = model(**_no_pixels(pair_inputs), mm_encoder_outputs={"image": enc}, use_cache=False).last_hidden_state
+    got = model(
+        **_no_pixels(pair_inputs), mm_encoder_outputs={"image": enc}, use_cache=False
+    ).last_hidden_state
     assert torch.allclose(got, ref, atol=1e-5, rtol=0)
 
     # the whole-batch output of get_image_features can be passed back as is
     whole = model.get_image_features(pair_inputs.pixel_values, pair_inputs.image_grid_thw)
-    got2 = model(**_no_pixels(pair_inputs), mm_encoder_outputs={"image": whole}, use_cache=False).last_hidden_state
+    got2 = model(
+        **_no_pixels(pair_inputs), mm_encoder_outputs={"image": whole}, use_cache=False
+    ).last_hidden_state
     assert torch.equal(got2, ref)
 
     # dropping DeepStack silently changes the output
     no_ds = BaseModelOutputWithDeepstackFeatures(pooler_output=enc.pooler_output, deepstack_features=[])
-    got3 = model(**_no_pixels(pair_inputs), mm_encoder_outputs={"image": no_ds}, use_cache=False).last_hidden_state
+    got3 = model(
+        **_no_pixels(pair_inputs), mm_encoder_outputs={"image": no_ds}, use_cache=False
+    ).last_hidden_state
     assert not torch.allclose(got3, ref, atol=1e-3)
 
     # pixel_values and mm_encoder_outputs together are refused
@@ -247,7 +258,9 @@ def test_precomputed_vision_features_qwen35(pair_inputs):
     feats = model.get_image_features(pair_inputs.pixel_values, pair_inputs.image_grid_thw)
     assert not hasattr(feats, "deepstack_features")  # Qwen3.5 has no DeepStack
     enc = BaseModelOutputWithPooling(pooler_output=list(feats.pooler_output))
-    got = model(**_no_pixels(pair_inputs), mm_encoder_outputs={"image": enc}, use_cache=False).last_hidden_state
+    got = model(
+        **_no_pixels(pair_inputs), mm_encoder_outputs={"image": enc}, use_cache=False
+    ).last_hidden_state
     assert torch.allclose(got, ref, atol=1e-5, rtol=0)
 
 
@@ -256,7 +269,9 @@ def test_4d_bool_mask_needs_explicit_3d_position_ids(pair_inputs):
     model = tv.tiny_qwen3vl()
     ref = model(**pair_inputs, use_cache=False).last_hidden_state
     pos, _ = model.get_rope_index(
-        pair_inputs.input_ids, pair_inputs.mm_token_type_ids, pair_inputs.image_grid_thw,
+        pair_inputs.input_ids,
+        pair_inputs.mm_token_type_ids,
+        pair_inputs.image_grid_thw,
         attention_mask=pair_inputs.attention_mask,
     )
     assert pos.shape == (3, 1, pair_inputs.input_ids.shape[1])
@@ -273,7 +288,9 @@ def test_4d_bool_mask_needs_explicit_3d_position_ids(pair_inputs):
 def test_right_padding_batch_matches_single(processor):
     model = tv.tiny_qwen35()
     one = "<|vision_start|><|image_pad|><|vision_end|>overall"
-    two = "<|vision_start|><|image_pad|><|vision_end|><|vision_start|><|image_pad|><|vision_end|>a longer text"
+    two = (
+        "<|vision_start|><|image_pad|><|vision_end|><|vision_start|><|image_pad|><|vision_end|>a longer text"
+    )
     imgs = _images(3)
     batch = processor(images=imgs, text=[two, one], return_tensors="pt", padding=True)
     single = processor(images=imgs[2:], text=[one], return_tensors="pt")

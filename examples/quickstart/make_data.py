@@ -26,9 +26,16 @@ import numpy as np
 from PIL import Image, ImageDraw, ImageFilter
 
 COLORS = {
-    "red": (220, 40, 40), "green": (40, 170, 70), "blue": (40, 80, 220), "yellow": (240, 210, 40),
-    "purple": (140, 60, 180), "orange": (245, 140, 30), "white": (245, 245, 245), "black": (20, 20, 20),
-    "teal": (30, 160, 160), "pink": (240, 120, 170),
+    "red": (220, 40, 40),
+    "green": (40, 170, 70),
+    "blue": (40, 80, 220),
+    "yellow": (240, 210, 40),
+    "purple": (140, 60, 180),
+    "orange": (245, 140, 30),
+    "white": (245, 245, 245),
+    "black": (20, 20, 20),
+    "teal": (30, 160, 160),
+    "pink": (240, 120, 170),
 }
 SHAPES = ("circle", "square", "triangle", "ring")
 GENERATORS = ("slight-noise", "blur", "heavy-jpeg")
@@ -100,7 +107,11 @@ def main(argv: list[str] | None = None) -> Path:
         for g in GENERATORS:
             degrade(img, g, rng).save(args.out / "gen" / g / f"{stem}.png", optimize=True)
         other = f"{(i + 1) % args.n:03d}"
-        lines.append(json.dumps({"id": stem, "prompt": prompt, "references": [f"refs/{stem}.png", f"refs/{other}.png"]}))
+        lines.append(
+            json.dumps(
+                {"id": stem, "prompt": prompt, "references": [f"refs/{stem}.png", f"refs/{other}.png"]}
+            )
+        )
     (args.out / "prompts.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
     print(f"wrote {args.n} references and {len(GENERATORS)} generators x {args.n} images to {args.out}")
     return args.out

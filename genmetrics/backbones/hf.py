@@ -68,16 +68,28 @@ def resolve_dtype_device(dtype: Any = None, device: Any = None) -> tuple[Any, An
     """
     import torch
 
-    dev = torch.device(device) if device is not None else torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dev = (
+        torch.device(device)
+        if device is not None
+        else torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    )
     if dtype is None:
         return (torch.bfloat16 if dev.type == "cuda" else torch.float32), dev
     if isinstance(dtype, str):
         names = {
-            "bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp16": torch.float16, "float16": torch.float16,
-            "half": torch.float16, "fp32": torch.float32, "float32": torch.float32, "float": torch.float32,
+            "bf16": torch.bfloat16,
+            "bfloat16": torch.bfloat16,
+            "fp16": torch.float16,
+            "float16": torch.float16,
+            "half": torch.float16,
+            "fp32": torch.float32,
+            "float32": torch.float32,
+            "float": torch.float32,
         }
         if dtype.lower() not in names:
-            raise InputError(f"dtype {dtype!r} is not understood; expected one of {sorted(names)} or a torch.dtype")
+            raise InputError(
+                f"dtype {dtype!r} is not understood; expected one of {sorted(names)} or a torch.dtype"
+            )
         return names[dtype.lower()], dev
     return dtype, dev
 
@@ -100,7 +112,9 @@ def _install_hint(model_id: str) -> str:
     )
 
 
-def _unavailable(what: str, looked: list[str], *, cause: BaseException | None = None, hint: str | None = None):
+def _unavailable(
+    what: str, looked: list[str], *, cause: BaseException | None = None, hint: str | None = None
+):
     why = ""
     if cause is not None:
         first = (str(cause).strip().splitlines() or [""])[0][:300]
@@ -123,22 +137,27 @@ def _resolve(
     from genmetrics.options import expand_user
 
     s = os.fspath(model_id_or_path)
-    p = expand_user(s, what="weights path")  # local paths first (relative: from the working directory), then hub ids
+    p = expand_user(
+        s, what="weights path"
+    )  # local paths first (relative: from the working directory), then hub ids
     if p.exists():
         if not p.is_dir():
             raise _unavailable(
-                s, [str(p)],
+                s,
+                [str(p)],
                 hint=f"Fix: pass the checkpoint *folder* (holding {marker}) with {_FIX_OPTION}, not a single file.",
             )
         if not (p / marker).is_file():
             raise _unavailable(
-                s, [str(p)],
+                s,
+                [str(p)],
                 hint=f"The folder has no {marker}. Fix: pass the folder that save_pretrained() wrote, with {_FIX_OPTION}.",
             )
         return str(p), {}, [str(p)]
     if _looks_like_path(s):
         raise _unavailable(
-            s, [str(p)],
+            s,
+            [str(p)],
             hint=f"No such file or folder. Fix: pass an existing local folder with {_FIX_OPTION}, or a hub id "
             "such as 'Qwen/Qwen3-VL-2B-Instruct'.",
         )
@@ -170,9 +189,14 @@ def _resolve(
     try:
         ours.mkdir(parents=True, exist_ok=True)
     except OSError as e:  # a read-only GENMETRICS_HOME: say so, and how to do without it
-        raise _unavailable(s, looked, cause=e, hint=f"{ours} cannot be created or written (GENMETRICS_HOME is "
-                           "read-only?). Fix: set GENMETRICS_HOME to a writable folder, or pass a local folder with "
-                           f"{_FIX_OPTION}.") from None
+        raise _unavailable(
+            s,
+            looked,
+            cause=e,
+            hint=f"{ours} cannot be created or written (GENMETRICS_HOME is "
+            "read-only?). Fix: set GENMETRICS_HOME to a writable folder, or pass a local folder with "
+            f"{_FIX_OPTION}.",
+        ) from None
     looked.append("the Hugging Face Hub (download)")
     return s, {"cache_dir": str(ours), "local_files_only": False}, looked
 
@@ -240,8 +264,9 @@ def load_vlm(
     if provided is not None:  # a backbone provider (tests, plugins): see genmetrics.backbones.provider
         model, processor = provided
         return model.to(dev).eval(), processor
-    name, kw, looked = _resolve(model_id_or_path, marker="config.json", local_files_only=local_files_only,
-                                revision=revision)
+    name, kw, looked = _resolve(
+        model_id_or_path, marker="config.json", local_files_only=local_files_only, revision=revision
+    )
     if revision is not None:
         kw["revision"] = revision
     what = os.fspath(model_id_or_path)
@@ -267,15 +292,21 @@ def load_vlm(
     model_cls = getattr(transformers, gen_cls if for_generation else base_cls)
 
     try:
-        processor = transformers.AutoProcessor.from_pretrained(name, trust_remote_code=trust_remote_code, **kw)
+        processor = transformers.AutoProcessor.from_pretrained(
+            name, trust_remote_code=trust_remote_code, **kw
+        )
     except OSError as e:
         raise _unavailable(what, looked, cause=e) from e
     _align_processor(processor, config)
 
     try:
         model = model_cls.from_pretrained(
-            name, config=config, dtype=torch_dtype, attn_implementation=attn_implementation,
-            trust_remote_code=trust_remote_code, **kw,
+            name,
+            config=config,
+            dtype=torch_dtype,
+            attn_implementation=attn_implementation,
+            trust_remote_code=trust_remote_code,
+            **kw,
         )
     except OSError as e:
         raise _unavailable(what, looked, cause=e) from e
@@ -287,7 +318,11 @@ def _align_processor(processor: Any, config: Any) -> None:
     vc = getattr(config, "vision_config", None)
     if vc is None:
         return
-    want = {"patch_size": vc.patch_size, "merge_size": vc.spatial_merge_size, "temporal_patch_size": vc.temporal_patch_size}
+    want = {
+        "patch_size": vc.patch_size,
+        "merge_size": vc.spatial_merge_size,
+        "temporal_patch_size": vc.temporal_patch_size,
+    }
     for attr in ("image_processor", "video_processor"):
         sub = getattr(processor, attr, None)
         if sub is None:
@@ -343,14 +378,17 @@ def load_peft_adapter(
     """
     from peft import PeftModel
 
-    name, kw, looked = _resolve(adapter_path_or_id, marker="adapter_config.json",
-                                local_files_only=local_files_only, revision=revision)
+    name, kw, looked = _resolve(
+        adapter_path_or_id, marker="adapter_config.json", local_files_only=local_files_only, revision=revision
+    )
     if revision is not None:
         kw["revision"] = revision
     what = os.fspath(adapter_path_or_id)
     try:
         with _quiet_peft():
-            return PeftModel.from_pretrained(model, name, adapter_name=adapter_name, is_trainable=is_trainable, **kw)
+            return PeftModel.from_pretrained(
+                model, name, adapter_name=adapter_name, is_trainable=is_trainable, **kw
+            )
     except OSError as e:
         raise _unavailable(what, looked, cause=e) from e
     except ValueError as e:

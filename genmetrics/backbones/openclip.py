@@ -53,12 +53,16 @@ def parse_clip_weights(spec: str | ClipWeights | None) -> ClipWeights:
     if s and model and tag and "/" not in model and "\\" not in model and len(model) > 1:
         from genmetrics.options import expand_user
 
-        return _quickgelu(ClipWeights(model, str(expand_user(tag, what="--weights")) if tag.startswith("~") else tag))
+        return _quickgelu(
+            ClipWeights(model, str(expand_user(tag, what="--weights")) if tag.startswith("~") else tag)
+        )
     if spec.startswith(("/", "./", "../", "~", "\\")) or Path(spec).expanduser().is_file():
         from genmetrics.errors import InputError
 
-        raise InputError(f"--weights {spec!r}: a local open_clip checkpoint needs its architecture; write "
-                         f"MODEL:PATH, e.g. 'ViT-B-32:{spec}' (see `open_clip.list_models()`)")
+        raise InputError(
+            f"--weights {spec!r}: a local open_clip checkpoint needs its architecture; write "
+            f"MODEL:PATH, e.g. 'ViT-B-32:{spec}' (see `open_clip.list_models()`)"
+        )
     model, s, tag = spec.partition("/")
     if s and model and tag:
         return _quickgelu(ClipWeights(model, tag))
@@ -120,7 +124,11 @@ def _load_open_clip(spec: str | ClipWeights | None, *, device: Any, precision: s
         logging.disable(logging.ERROR)
         try:
             model, _, preprocess = open_clip.create_model_and_transforms(
-                w.model, pretrained=w.pretrained or None, device=device, precision=precision, cache_dir=cache_dir,
+                w.model,
+                pretrained=w.pretrained or None,
+                device=device,
+                precision=precision,
+                cache_dir=cache_dir,
                 weights_only=True,
             )
         finally:
@@ -180,8 +188,15 @@ def _model_device(model: Any) -> Any:
     return torch.device("cpu")
 
 
-def clip_image_batch(images: Any, model: Any, *, data_range: float = 1.0, name: str = "images", device: Any = None,
-                     dtype: Any = None):
+def clip_image_batch(
+    images: Any,
+    model: Any,
+    *,
+    data_range: float = 1.0,
+    name: str = "images",
+    device: Any = None,
+    dtype: Any = None,
+):
     """Images in any form of the image contract -> the model's input tensor ``[B,3,h,w]`` (float32).
 
     Resizes with the model's preprocessing config (``shortest``: shorter side to the input size then
@@ -221,13 +236,13 @@ def clip_image_batch(images: Any, model: Any, *, data_range: float = 1.0, name: 
             nh, nw = max(1, round(h * scale)), max(1, round(w * scale))
             y = torch.full((3, th, tw), float(cfg["fill_color"]) / 255.0, dtype=x.dtype, device=x.device)
             top, left = (th - nh) // 2, (tw - nw) // 2
-            y[:, top:top + nh, left:left + nw] = resize(x, (nh, nw))
+            y[:, top : top + nh, left : left + nw] = resize(x, (nh, nw))
         else:  # "shortest": resize so the image covers the target, then centre-crop
             scale = max(th / h, tw / w)
             nh, nw = max(th, round(h * scale)), max(tw, round(w * scale))
             y = resize(x, (nh, nw))
             top, left = (nh - th) // 2, (nw - tw) // 2
-            y = y[:, top:top + th, left:left + tw]
+            y = y[:, top : top + th, left : left + tw]
         out.append(y)
     batch = torch.stack(out, 0)
     mean = torch.tensor(cfg["mean"], dtype=batch.dtype).view(1, 3, 1, 1)
@@ -320,9 +335,15 @@ def _text_tower(model: Any) -> tuple[Any, str, int | None] | None:
     later one, so the outputs at and before the end token do not depend on what follows it, and the
     pooled token (``argmax`` = the end token, ``eos``, ``first``) is one of those.
     """
-    tower = model if hasattr(model, "token_embedding") and hasattr(model, "transformer") else getattr(model, "text", None)
-    if tower is None or not all(hasattr(tower, a) for a in ("token_embedding", "positional_embedding", "transformer",
-                                                             "ln_final", "attn_mask")):
+    tower = (
+        model
+        if hasattr(model, "token_embedding") and hasattr(model, "transformer")
+        else getattr(model, "text", None)
+    )
+    if tower is None or not all(
+        hasattr(tower, a)
+        for a in ("token_embedding", "positional_embedding", "transformer", "ln_final", "attn_mask")
+    ):
         return None
     if tower is model:
         pool, eos = getattr(model, "text_pool_type", "argmax"), getattr(model, "text_eos_id", None)
@@ -359,8 +380,10 @@ def _call_in(module: Any, dtype: Any, *args: Any, **kwargs: Any) -> Any:
 
     from torch.func import functional_call
 
-    state = {k: t.to(dtype) if t.is_floating_point() else t
-             for k, t in chain(module.named_parameters(), module.named_buffers())}
+    state = {
+        k: t.to(dtype) if t.is_floating_point() else t
+        for k, t in chain(module.named_parameters(), module.named_buffers())
+    }
     return functional_call(module, state, args, kwargs)
 
 
@@ -401,7 +424,9 @@ def encode_text_ids(model: Any, ids: Any, *, pad_id: int | None = 0, dtype: Any 
         x = tower.transformer(x, attn_mask=mask)
     else:
         blocks = list(tower.transformer.resblocks)
-        if (mask is None or (mask.dim() == 2 and mask.is_floating_point())) and all(_plain_block(b) for b in blocks):
+        if (mask is None or (mask.dim() == 2 and mask.is_floating_point())) and all(
+            _plain_block(b) for b in blocks
+        ):
             wrap = _sdpa_block_module()  # SDPA instead of nn.MultiheadAttention's float64 slow path
             m = None if mask is None else mask.to(dtype)
             for block in blocks:  # one block's weights converted at a time
@@ -474,7 +499,9 @@ class TextEmbeddingCache:
                 where.setdefault(t, []).append(i)
         todo = list(where)
         if todo:
-            ids = tokenize(tokenizer, todo, name=name, positions=list(where.values())).to(_model_device(model))
+            ids = tokenize(tokenizer, todo, name=name, positions=list(where.values())).to(
+                _model_device(model)
+            )
             with torch.inference_mode():
                 emb = encode_text_ids(model, ids, pad_id=_pad_id(tokenizer), dtype=self.dtype)
                 emb = emb.float() if self.dtype is None else emb.to(self.dtype)
@@ -528,10 +555,15 @@ def _plain_block(blk: Any) -> bool:
     from open_clip import transformer as oc_t
 
     attn = getattr(blk, "attn", None)
-    return not (type(blk) is not oc_t.ResidualAttentionBlock or hasattr(blk, "ln_1_kv") or
-                type(attn) is not torch.nn.MultiheadAttention or attn.in_proj_weight is None or
-                attn.bias_k is not None or attn.add_zero_attn or
-                list(blk.mlp._modules) != ["c_fc", "gelu", "c_proj"])
+    return not (
+        type(blk) is not oc_t.ResidualAttentionBlock
+        or hasattr(blk, "ln_1_kv")
+        or type(attn) is not torch.nn.MultiheadAttention
+        or attn.in_proj_weight is None
+        or attn.bias_k is not None
+        or attn.add_zero_attn
+        or list(blk.mlp._modules) != ["c_fc", "gelu", "c_proj"]
+    )
 
 
 @functools.cache
@@ -631,8 +663,10 @@ class PackedBlock:
         self._gelu = mlp.gelu
         self._in = (reorder(attn.in_proj_weight.contiguous(), _PACK_HINT), attn.in_proj_bias)
         self._out = (reorder(attn.out_proj.weight.contiguous(), _PACK_HINT), attn.out_proj.bias)
-        self._fc = (reorder((mlp.c_fc.weight * a).contiguous(), _PACK_HINT),
-                    None if mlp.c_fc.bias is None else mlp.c_fc.bias * a)
+        self._fc = (
+            reorder((mlp.c_fc.weight * a).contiguous(), _PACK_HINT),
+            None if mlp.c_fc.bias is None else mlp.c_fc.bias * a,
+        )
         self._proj = (reorder((mlp.c_proj.weight / a).contiguous(), _PACK_HINT), mlp.c_proj.bias)
 
     @staticmethod
@@ -680,8 +714,15 @@ def packed_vision_blocks(visual: Any) -> list[PackedBlock] | None:
 
     blocks = list(getattr(getattr(visual, "transformer", None), "resblocks", []))
     p = next(visual.parameters(), None)
-    if (p is None or not blocks or p.device.type != "cpu" or p.dtype != torch.float32 or torch.is_grad_enabled()
-            or not all(_plain_block(b) for b in blocks) or not _onednn_ok()):
+    if (
+        p is None
+        or not blocks
+        or p.device.type != "cpu"
+        or p.dtype != torch.float32
+        or torch.is_grad_enabled()
+        or not all(_plain_block(b) for b in blocks)
+        or not _onednn_ok()
+    ):
         return None
     key = _pack_key(visual)
     ref = _packed.get("tower")
@@ -744,7 +785,9 @@ def _vision_block(blk: Any, x: Any, *, first_only: bool = False, attn_mask: Any 
         o = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask).transpose(1, 2).reshape(b, n, d)
         x = x + blk.ls_1(attn.out_proj(o))
         return x + blk.ls_2(_mlp(blk.mlp, blk.ln_2(x)))
-    k, v = F.linear(h, w[d:], None if bias is None else bias[d:]).view(b, n, 2, heads, -1).permute(2, 0, 3, 1, 4)
+    k, v = (
+        F.linear(h, w[d:], None if bias is None else bias[d:]).view(b, n, 2, heads, -1).permute(2, 0, 3, 1, 4)
+    )
     bq = None if bias is None else bias[:d]
     q = torch.stack([F.linear(h[i, :1], w[:d], bq) for i in range(b)]).view(b, 1, heads, -1).transpose(1, 2)
     o = F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(b, 1, d)

@@ -43,7 +43,15 @@ from typing import Any
 
 from genmetrics.errors import GenmetricsError, InputError
 
-__all__ = ["ENV_VAR", "Provider", "current_provider", "describe_provider", "provide", "set_provider", "use_provider"]
+__all__ = [
+    "ENV_VAR",
+    "Provider",
+    "current_provider",
+    "describe_provider",
+    "provide",
+    "set_provider",
+    "use_provider",
+]
 
 ENV_VAR = "GENMETRICS_BACKBONE_PROVIDER"
 
@@ -62,8 +70,9 @@ def set_provider(fn: Provider | None) -> Provider | None:
     """
     global _provider
     if fn is not None and not callable(fn):
-        raise InputError(f"set_provider expects a callable fn(kind, weights, **options) or None, got "
-                         f"{type(fn).__name__}")
+        raise InputError(
+            f"set_provider expects a callable fn(kind, weights, **options) or None, got {type(fn).__name__}"
+        )
     previous, _provider = _provider, fn
     return previous
 
@@ -92,13 +101,17 @@ def _from_env() -> Provider | None:
         return _env_cache[1]
     module, sep, attr = spec.partition(":")
     if not sep or not module or not attr:
-        raise InputError(f"{ENV_VAR}={spec!r}: expected 'package.module:function' (e.g. "
-                         "'genmetrics.testing:tiny_backbones'); unset it to load real weights")
+        raise InputError(
+            f"{ENV_VAR}={spec!r}: expected 'package.module:function' (e.g. "
+            "'genmetrics.testing:tiny_backbones'); unset it to load real weights"
+        )
     try:
         fn = getattr(importlib.import_module(module), attr)
     except (ImportError, AttributeError) as e:
-        raise InputError(f"{ENV_VAR}={spec!r}: cannot import it ({type(e).__name__}: {e}); fix the name or unset "
-                         "the variable") from None
+        raise InputError(
+            f"{ENV_VAR}={spec!r}: cannot import it ({type(e).__name__}: {e}); fix the name or unset "
+            "the variable"
+        ) from None
     if not callable(fn):
         raise InputError(f"{ENV_VAR}={spec!r} names a {type(fn).__name__}, not a function")
     _env_cache = (spec, fn)
@@ -147,5 +160,7 @@ def provide(kind: str, weights: str, **options: Any) -> Any:
     except GenmetricsError:
         raise
     except Exception as e:  # name the provider, not a traceback from inside it
-        raise InputError(f"backbone provider {describe_provider()} failed when asked for {kind!r} ({weights!s}): "
-                         f"{type(e).__name__}: {e}; fix the provider or unset {ENV_VAR}"[:600]) from e
+        raise InputError(
+            f"backbone provider {describe_provider()} failed when asked for {kind!r} ({weights!s}): "
+            f"{type(e).__name__}: {e}; fix the provider or unset {ENV_VAR}"[:600]
+        ) from e

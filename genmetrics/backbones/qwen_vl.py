@@ -96,8 +96,10 @@ def resolve_parts(backbone: Any, *, what: str = "backbone") -> VLMParts:
     genmetrics.errors.InputError: backbone: Linear is not a Qwen-VL-style vision-language model ...
     """
     if not isinstance(backbone, nn.Module):
-        raise InputError(f"{what}: expected a transformers Qwen3-VL / Qwen3.5 model (nn.Module), got "
-                         f"{type(backbone).__name__}")
+        raise InputError(
+            f"{what}: expected a transformers Qwen3-VL / Qwen3.5 model (nn.Module), got "
+            f"{type(backbone).__name__}"
+        )
     m = backbone
     if hasattr(m, "get_base_model") and callable(m.get_base_model):  # peft.PeftModel
         m = m.get_base_model()
@@ -112,7 +114,8 @@ def resolve_parts(backbone: Any, *, what: str = "backbone") -> VLMParts:
     raise InputError(
         f"{what}: {type(backbone).__name__} is not a Qwen-VL-style vision-language model (expected .visual and "
         ".language_model, e.g. transformers.Qwen3VLModel, Qwen3VLForConditionalGeneration or Qwen3_5Model); load "
-        "one with genmetrics.backbones.hf.load_vlm")
+        "one with genmetrics.backbones.hf.load_vlm"
+    )
 
 
 def core_vlm(backbone: Any, *, what: str = "backbone") -> Any:
@@ -135,7 +138,9 @@ def linear_attention_layers(backbone: Any) -> list[int]:
     parts = resolve_parts(backbone)
     tc = getattr(parts.config, "text_config", parts.config)
     types = list(getattr(tc, "layer_types", None) or [])
-    out = {i for i, t in enumerate(types) if t != "full_attention" and ("linear" in str(t) or "delta" in str(t))}
+    out = {
+        i for i, t in enumerate(types) if t != "full_attention" and ("linear" in str(t) or "delta" in str(t))
+    }
     for i, layer in enumerate(getattr(parts.base.language_model, "layers", [])):
         if hasattr(layer, "linear_attn") or not hasattr(layer, "self_attn"):
             out.add(i)
@@ -176,13 +181,18 @@ def token_ids(config: Any, tokenizer: Any) -> TokenIds:
     TokenIds(image=12, vision_start=9, vision_end=10, pad=0)
     """
     pad = getattr(tokenizer, "pad_token_id", None)
-    return TokenIds(image=int(config.image_token_id), vision_start=int(config.vision_start_token_id),
-                    vision_end=int(config.vision_end_token_id), pad=int(pad if pad is not None else 0))
+    return TokenIds(
+        image=int(config.image_token_id),
+        vision_start=int(config.vision_start_token_id),
+        vision_end=int(config.vision_end_token_id),
+        pad=int(pad if pad is not None else 0),
+    )
 
 
 # --------------------------------------------------------------------------------------------- resizing
-def smart_resize(height: int, width: int, factor: int = 32, min_pixels: int | None = None,
-                 max_pixels: int | None = None) -> tuple[int, int]:
+def smart_resize(
+    height: int, width: int, factor: int = 32, min_pixels: int | None = None, max_pixels: int | None = None
+) -> tuple[int, int]:
     """Qwen-VL's ``smart_resize``: ``(h, w)`` both multiples of ``factor``, ``min_pixels <= h*w <= max_pixels``
     (defaults ``4*factor**2`` and ``1800*factor**2``, Qwen3-VL-Embedding's), aspect ratio kept as closely
     as possible (round to the nearest multiple; scale down with floor / up with ceil when out of range).
@@ -197,8 +207,10 @@ def smart_resize(height: int, width: int, factor: int = 32, min_pixels: int | No
     if height <= 0 or width <= 0:
         raise InputError(f"image of {width}x{height} pixels: both sides must be positive")
     if max(height, width) / min(height, width) > MAX_ASPECT_RATIO:
-        raise InputError(f"image of {width}x{height} pixels: aspect ratio above {MAX_ASPECT_RATIO} is not supported "
-                         "by the Qwen-VL image policy; crop it first")
+        raise InputError(
+            f"image of {width}x{height} pixels: aspect ratio above {MAX_ASPECT_RATIO} is not supported "
+            "by the Qwen-VL image policy; crop it first"
+        )
     h = max(factor, round(height / factor) * factor)
     w = max(factor, round(width / factor) * factor)
     if h * w > hi:
@@ -245,11 +257,15 @@ class QwenResize:
 
     def __post_init__(self) -> None:
         if self.mode not in ("smart", "square"):
-            raise InputError(f"resize={self.mode!r}: expected 'smart' (the official Qwen3-VL-Embedding policy) or "
-                             "'square' (fixed image_size x image_size)")
+            raise InputError(
+                f"resize={self.mode!r}: expected 'smart' (the official Qwen3-VL-Embedding policy) or "
+                "'square' (fixed image_size x image_size)"
+            )
         if self.mode == "square" and (self.size is None or self.size <= 0 or self.size % self.factor):
-            raise InputError(f"image_size={self.size!r}: the square policy needs a positive multiple of "
-                             f"patch_size*merge_size = {self.factor} (e.g. 448)")
+            raise InputError(
+                f"image_size={self.size!r}: the square policy needs a positive multiple of "
+                f"patch_size*merge_size = {self.factor} (e.g. 448)"
+            )
 
     def target(self, height: int, width: int) -> tuple[int, int]:
         if self.mode == "square":
@@ -277,7 +293,9 @@ class QwenResize:
 def _torch_resize(x: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
     import torch.nn.functional as F
 
-    return F.interpolate(x[None], size=size, mode="bicubic", antialias=True, align_corners=False)[0].clamp_(0, 1)
+    return F.interpolate(x[None], size=size, mode="bicubic", antialias=True, align_corners=False)[0].clamp_(
+        0, 1
+    )
 
 
 def _pil_bicubic(x: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
@@ -394,7 +412,9 @@ class VisionEncoder:
     (1, 1)
     """
 
-    def __init__(self, visual: nn.Module, image_processor: Any, *, cache_size: int = 64, batch_size: int = 32):
+    def __init__(
+        self, visual: nn.Module, image_processor: Any, *, cache_size: int = 64, batch_size: int = 32
+    ):
         self.visual = visual
         self.image_processor = image_processor
         self.patch_size = int(getattr(image_processor, "patch_size", 16))
@@ -411,8 +431,10 @@ class VisionEncoder:
         """``pixel_values`` and ``image_grid_thw`` from the processor, told not to resize or rescale again."""
         for i, x in enumerate(images):
             if int(x.shape[-2]) % self.factor or int(x.shape[-1]) % self.factor:
-                raise InputError(f"image {i}: {tuple(x.shape[-2:])} is not a multiple of patch_size*merge_size = "
-                                 f"{self.factor}; resize it with QwenResize first")
+                raise InputError(
+                    f"image {i}: {tuple(x.shape[-2:])} is not a multiple of patch_size*merge_size = "
+                    f"{self.factor}; resize it with QwenResize first"
+                )
         out = self.image_processor(images=images, do_resize=False, do_rescale=False, return_tensors="pt")
         return out["pixel_values"], out["image_grid_thw"]
 
@@ -422,21 +444,27 @@ class VisionEncoder:
         p = next(self.visual.parameters())
         out: list[VisionFeatures] = []
         for i in range(0, len(images), self.batch_size):
-            chunk = images[i:i + self.batch_size]
+            chunk = images[i : i + self.batch_size]
             pix, grid = self.pixels(chunk)
             res = self.visual(pix.to(p.device, p.dtype), grid_thw=grid.to(p.device), return_dict=True)
             self.calls += len(chunk)
-            sizes = (grid.prod(-1) // self.merge_size ** 2).tolist()
+            sizes = (grid.prod(-1) // self.merge_size**2).tolist()
             embeds = torch.split(res.pooler_output, sizes)
             ds = [torch.split(f, sizes) for f in (getattr(res, "deepstack_features", None) or [])]
             for j, e in enumerate(embeds):
                 g = grid[j].tolist()
-                out.append(VisionFeatures(embeds=e.detach(), deepstack=tuple(level[j].detach() for level in ds),
-                                          grid=(int(g[1]) // self.merge_size, int(g[2]) // self.merge_size)))
+                out.append(
+                    VisionFeatures(
+                        embeds=e.detach(),
+                        deepstack=tuple(level[j].detach() for level in ds),
+                        grid=(int(g[1]) // self.merge_size, int(g[2]) // self.merge_size),
+                    )
+                )
         return out
 
-    def features(self, images: list[torch.Tensor], *, keys: list[str] | None = None,
-                 use_cache: bool = True) -> list[VisionFeatures]:
+    def features(
+        self, images: list[torch.Tensor], *, keys: list[str] | None = None, use_cache: bool = True
+    ) -> list[VisionFeatures]:
         """Features for each image; every distinct image (content key) goes through the tower once."""
         keys = keys_of(images) if keys is None else keys
         found: dict[str, VisionFeatures] = {}
@@ -470,8 +498,9 @@ def keys_of(images: list[Any]) -> list[str]:
     return out
 
 
-def mm_encoder_outputs(features: Sequence[VisionFeatures], *, device: Any, dtype: torch.dtype,
-                       deepstack: bool = True) -> Any:
+def mm_encoder_outputs(
+    features: Sequence[VisionFeatures], *, device: Any, dtype: torch.dtype, deepstack: bool = True
+) -> Any:
     """Cached features in the form ``vlm(..., mm_encoder_outputs={"image": obj})`` takes back (in the
     sequence's image order): ``BaseModelOutputWithDeepstackFeatures`` for Qwen3-VL, else
     ``BaseModelOutputWithPooling`` (Qwen3.5 has no DeepStack).
@@ -495,7 +524,10 @@ def mm_encoder_outputs(features: Sequence[VisionFeatures], *, device: Any, dtype
     if deepstack and features and features[0].deepstack:
         from transformers.models.qwen3_vl.modeling_qwen3_vl import BaseModelOutputWithDeepstackFeatures
 
-        levels = [tuple(f.deepstack[lvl].to(device, dtype) for f in features) for lvl in range(len(features[0].deepstack))]
+        levels = [
+            tuple(f.deepstack[lvl].to(device, dtype) for f in features)
+            for lvl in range(len(features[0].deepstack))
+        ]
         return BaseModelOutputWithDeepstackFeatures(pooler_output=pooled, deepstack_features=levels)
     from transformers.modeling_outputs import BaseModelOutputWithPooling
 
@@ -504,8 +536,12 @@ def mm_encoder_outputs(features: Sequence[VisionFeatures], *, device: Any, dtype
 
 # --------------------------------------------------------------------------------------------- language tower
 # ``language_model`` is a transformers text model (``embed_tokens``, ``layers``), not analysed by mypy: Any.
-def scatter_features(language_model: Any, input_ids: torch.Tensor, visual_mask: torch.Tensor,
-                     features: Sequence[VisionFeatures]) -> tuple[torch.Tensor, list[torch.Tensor] | None]:
+def scatter_features(
+    language_model: Any,
+    input_ids: torch.Tensor,
+    visual_mask: torch.Tensor,
+    features: Sequence[VisionFeatures],
+) -> tuple[torch.Tensor, list[torch.Tensor] | None]:
     """Token embeddings with the image features written at ``visual_mask`` (in order), and the DeepStack
     levels concatenated in the same order (None when the backbone has none).
 
@@ -526,14 +562,22 @@ def scatter_features(language_model: Any, input_ids: torch.Tensor, visual_mask: 
         vis = torch.cat([f.embeds for f in features], 0).to(embeds.device, embeds.dtype)
         embeds = embeds.masked_scatter(visual_mask.unsqueeze(-1), vis)
         if features[0].deepstack:
-            deepstack = [torch.cat([f.deepstack[lvl] for f in features], 0).to(embeds.device, embeds.dtype)
-                         for lvl in range(len(features[0].deepstack))]
+            deepstack = [
+                torch.cat([f.deepstack[lvl] for f in features], 0).to(embeds.device, embeds.dtype)
+                for lvl in range(len(features[0].deepstack))
+            ]
     return embeds, deepstack
 
 
-def run_language_model(language_model: Any, embeds: torch.Tensor, attention_mask: torch.Tensor,
-                       position_ids: torch.Tensor, visual_mask: torch.Tensor, deepstack: list[torch.Tensor] | None,
-                       capture: Sequence[int] = ()) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
+def run_language_model(
+    language_model: Any,
+    embeds: torch.Tensor,
+    attention_mask: torch.Tensor,
+    position_ids: torch.Tensor,
+    visual_mask: torch.Tensor,
+    deepstack: list[torch.Tensor] | None,
+    capture: Sequence[int] = (),
+) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
     """The language tower on ``inputs_embeds`` with explicit ``(3,B,S)`` positions (and DeepStack at the
     image positions): ``(last_hidden_state, {layer: output of that decoder layer})``.
 
@@ -552,16 +596,22 @@ def run_language_model(language_model: Any, embeds: torch.Tensor, attention_mask
     >>> tuple(last.shape) == (1, batch["input_ids"].shape[1], 64), sorted(layers), torch.equal(last, again), none
     (True, [0], True, {})
     """
-    kwargs: dict[str, Any] = {"inputs_embeds": embeds, "attention_mask": attention_mask,
-                              "position_ids": position_ids, "use_cache": False}
+    kwargs: dict[str, Any] = {
+        "inputs_embeds": embeds,
+        "attention_mask": attention_mask,
+        "position_ids": position_ids,
+        "use_cache": False,
+    }
     if deepstack is not None:
         kwargs["visual_pos_masks"] = visual_mask
         kwargs["deepstack_visual_embeds"] = deepstack
     captured: dict[int, torch.Tensor] = {}
     hooks = []
     for li in capture:
+
         def hook(_m, _inp, out, li=li):
             captured[li] = out[0] if isinstance(out, tuple) else out
+
         hooks.append(language_model.layers[li].register_forward_hook(hook))
     try:
         out = language_model(**kwargs)

@@ -47,10 +47,14 @@ def offline() -> bool:
     from genmetrics.options import env
 
     return bool(env("GENMETRICS_OFFLINE", False)) or any(
-        os.environ.get(v, "").strip().lower() in ("1", "true", "yes", "on") for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
+        os.environ.get(v, "").strip().lower() in ("1", "true", "yes", "on")
+        for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+    )
 
 
-def weights_unavailable(what: str, looked: list[str] | str, option: str, cause: BaseException | None = None) -> WeightsUnavailableError:
+def weights_unavailable(
+    what: str, looked: list[str] | str, option: str, cause: BaseException | None = None
+) -> WeightsUnavailableError:
     """The error for weights that are not there: what, where it looked, and the option that points at them.
 
     >>> from unittest import mock
@@ -128,7 +132,9 @@ def load_state_dict(path: str | os.PathLike) -> dict:
         try:
             return load_file(str(p))
         except Exception as e:  # noqa: BLE001
-            raise WeightsUnavailableError(f"checkpoint {str(p)!r} is corrupt or not a safetensors file ({e}); re-save it") from None
+            raise WeightsUnavailableError(
+                f"checkpoint {str(p)!r} is corrupt or not a safetensors file ({e}); re-save it"
+            ) from None
     try:
         return torch.load(str(p), map_location="cpu", weights_only=True)
     except Exception as e:  # noqa: BLE001

@@ -29,11 +29,21 @@ class _EmbeddingMetric(SampleMetric):
     higher_is_better = True
     default_weights = ""
 
-    def __init__(self, *, backbone: Any = None, weights: str | None = None, data_range: float = 1.0,
-                 cache_dir: str | os.PathLike | None = None, batch_size: int = 32, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        backbone: Any = None,
+        weights: str | None = None,
+        data_range: float = 1.0,
+        cache_dir: str | os.PathLike | None = None,
+        batch_size: int = 32,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(batch_size=batch_size, **kwargs)
         if backbone is not None and weights is not None:
-            raise InputError(f"{self.name}: pass either backbone= (a built model) or weights= (a name to load), not both")
+            raise InputError(
+                f"{self.name}: pass either backbone= (a built model) or weights= (a name to load), not both"
+            )
         self.weights = weights or (None if backbone is not None else self.default_weights)
         self.data_range = number("data_range", data_range, lo=0.0, lo_open=True, owner=self.name or None)
         self._cache_dir = cache_dir
@@ -88,11 +98,15 @@ class _ImagePairMetric(_EmbeddingMetric):
 
     def _prepare(self, reference: Any, candidates: Any, condition: Any) -> dict[str, list[Any]]:
         if reference is None or candidates is None:
-            raise InputError(f"{self.name}: needs reference images and candidates, one reference per candidate")
+            raise InputError(
+                f"{self.name}: needs reference images and candidates, one reference per candidate"
+            )
         if condition is not None:
             raise InputError(f"{self.name}: takes no condition (text); use clip_t for image-text alignment")
-        return {"reference": as_image_list(reference, name="reference"),
-                "candidates": as_image_list(candidates, name="candidates")}
+        return {
+            "reference": as_image_list(reference, name="reference"),
+            "candidates": as_image_list(candidates, name="candidates"),
+        }
 
     def _score_batch(self, batch: dict[str, list[Any]]) -> torch.Tensor:
         a = self.embed(batch["reference"])
@@ -158,7 +172,9 @@ class DINOSimilarity(_ImagePairMetric):
         try:
             model = AutoModel.from_pretrained(self.weights, cache_dir=str(genmetrics_home() / "hf"))
         except OSError as e:
-            raise weights_unavailable(str(self.weights), str(genmetrics_home() / "hf"), "backbone=... or weights=/local/dir", e) from None
+            raise weights_unavailable(
+                str(self.weights), str(genmetrics_home() / "hf"), "backbone=... or weights=/local/dir", e
+            ) from None
         self._set_backbone(model)
 
     def _embed_raw(self, images: list[Any]) -> torch.Tensor:

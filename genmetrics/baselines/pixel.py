@@ -46,8 +46,14 @@ def stack_images(items: list[Any], *, data_range: float, dtype: torch.dtype | No
     if not items or not all(isinstance(x, torch.Tensor) for x in items):
         return None
     first = items[0]
-    if (first.ndim != 3 or first.shape[0] != 3 or first.shape[1] == 0 or first.shape[2] == 0
-            or first.device.type == "meta" or not (first.dtype == torch.uint8 or first.is_floating_point())):
+    if (
+        first.ndim != 3
+        or first.shape[0] != 3
+        or first.shape[1] == 0
+        or first.shape[2] == 0
+        or first.device.type == "meta"
+        or not (first.dtype == torch.uint8 or first.is_floating_point())
+    ):
         return None
     if any(x.shape != first.shape or x.dtype != first.dtype or x.device != first.device for x in items):
         return None
@@ -67,7 +73,9 @@ def stack_images(items: list[Any], *, data_range: float, dtype: torch.dtype | No
     if not (math.isfinite(lo) and math.isfinite(hi)) or lo < -tol or hi > data_range + tol:
         return None
     y = x.to(target)
-    copied = copied or y.data_ptr() != x.data_ptr()  # in place only on our own copy, never the caller's images
+    copied = (
+        copied or y.data_ptr() != x.data_ptr()
+    )  # in place only on our own copy, never the caller's images
     if data_range != 1.0:
         y = y.div_(data_range) if copied else y / data_range
         copied = True
@@ -84,20 +92,29 @@ def _batch_view(items: list[torch.Tensor]) -> torch.Tensor | None:
         return None
     step = base.stride(0)
     start = items[0].storage_offset() - base.storage_offset()
-    if start % step or any(t.storage_offset() - items[0].storage_offset() != i * step for i, t in enumerate(items)):
+    if start % step or any(
+        t.storage_offset() - items[0].storage_offset() != i * step for i, t in enumerate(items)
+    ):
         return None
     if any(t.stride() != base.stride()[1:] for t in items):
         return None
     i0 = start // step
-    return base.detach()[i0:i0 + len(items)]
+    return base.detach()[i0 : i0 + len(items)]
 
 
 class _PairedPixelMetric(SampleMetric):
     higher_is_better = True
     paired = True  # preds= are the candidates, target= the references
 
-    def __init__(self, *, resize: str = "none", data_range: float = 1.0, precision: str = "auto",
-                 batch_size: int = 32, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        resize: str = "none",
+        data_range: float = 1.0,
+        precision: str = "auto",
+        batch_size: int = 32,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(batch_size=batch_size, **kwargs)
         if resize not in ("none", "to_first"):
             raise InputError(f"resize: expected 'none' or 'to_first' for pixel metrics, got {resize!r}")
@@ -113,17 +130,22 @@ class _PairedPixelMetric(SampleMetric):
         if candidates is None:
             raise InputError(f"{self.name}: candidates are required")
         if condition is not None:
-            raise InputError(f"{self.name}: takes no condition (text); remove it or use clip_t for image-text scores")
-        return {"reference": as_image_list(reference, name="reference"),
-                "candidates": as_image_list(candidates, name="candidates")}
+            raise InputError(
+                f"{self.name}: takes no condition (text); remove it or use clip_t for image-text scores"
+            )
+        return {
+            "reference": as_image_list(reference, name="reference"),
+            "candidates": as_image_list(candidates, name="candidates"),
+        }
 
     def _compute_dtype(self) -> torch.dtype | None:
         return None if self.precision == "auto" else getattr(torch, self.precision)
 
     def _one(self, x: Any, name: str) -> torch.Tensor:
         t = to_tensor(x, data_range=self.data_range, name=name)
-        dtype = self._compute_dtype() or (torch.float64 if isinstance(x, torch.Tensor) and x.dtype == torch.float64
-                                  else torch.float32)
+        dtype = self._compute_dtype() or (
+            torch.float64 if isinstance(x, torch.Tensor) and x.dtype == torch.float64 else torch.float32
+        )
         return t.to(dtype)
 
     def _score_batch(self, batch: dict[str, list[Any]]) -> torch.Tensor:
@@ -135,10 +157,16 @@ class _PairedPixelMetric(SampleMetric):
                 refs, cands = refs.double(), cands.double()
             return self._fn(cands, refs)
         n = len(batch["reference"])
-        rl = list(refs.unbind(0)) if refs is not None else [self._one(x, f"reference[{i}]")
-                                                            for i, x in enumerate(batch["reference"])]
-        cl = list(cands.unbind(0)) if cands is not None else [self._one(x, f"candidates[{i}]")
-                                                              for i, x in enumerate(batch["candidates"])]
+        rl = (
+            list(refs.unbind(0))
+            if refs is not None
+            else [self._one(x, f"reference[{i}]") for i, x in enumerate(batch["reference"])]
+        )
+        cl = (
+            list(cands.unbind(0))
+            if cands is not None
+            else [self._one(x, f"candidates[{i}]") for i, x in enumerate(batch["candidates"])]
+        )
         for i in range(n):
             r, c = rl[i], cl[i]
             if r.shape != c.shape:
@@ -188,8 +216,10 @@ class PSNR(_PairedPixelMetric):
         super().__init__(**kwargs)
         self.max_db = number("max_db", max_db, lo=0.0, lo_open=True, owner="psnr")
         if reduction not in ("mean", "pooled"):
-            raise InputError(f"psnr: option reduction: expected 'mean' (mean of per-image PSNR) or 'pooled' (PSNR of "
-                             f"the pooled MSE, torchmetrics' default), got {reduction!r}")
+            raise InputError(
+                f"psnr: option reduction: expected 'mean' (mean of per-image PSNR) or 'pooled' (PSNR of "
+                f"the pooled MSE, torchmetrics' default), got {reduction!r}"
+            )
         self.reduction = reduction
 
     def _reduce(self, scores: torch.Tensor) -> torch.Tensor:
@@ -221,8 +251,10 @@ class SSIM(_PairedPixelMetric):
 
     def _fn(self, preds: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         if min(preds.shape[-2:]) < self.kernel_size:
-            raise InputError(f"ssim: images of {tuple(preds.shape[-2:])} are smaller than the {self.kernel_size}px window; "
-                             "pass kernel_size=... smaller or use larger images")
+            raise InputError(
+                f"ssim: images of {tuple(preds.shape[-2:])} are smaller than the {self.kernel_size}px window; "
+                "pass kernel_size=... smaller or use larger images"
+            )
         return P.ssim(preds, target, kernel_size=self.kernel_size, sigma=self.sigma)
 
 
@@ -246,14 +278,22 @@ class MSSSIM(_PairedPixelMetric):
 
     name = "ms_ssim"
 
-    def __init__(self, *, kernel_size: int = 11, betas: tuple[float, ...] = (0.0448, 0.2856, 0.3001, 0.2363, 0.1333),
-                 sigma: float | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        kernel_size: int = 11,
+        betas: tuple[float, ...] = (0.0448, 0.2856, 0.3001, 0.2363, 0.1333),
+        sigma: float | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         self.kernel_size = integer("kernel_size", kernel_size, lo=3, owner="ms_ssim")
         _odd(self.kernel_size, "ms_ssim")
         self.sigma = None if sigma is None else number("sigma", sigma, lo=0.0, lo_open=True, owner="ms_ssim")
         if isinstance(betas, (str, bytes)) or not hasattr(betas, "__len__") or not len(betas):
-            raise InputError(f"ms_ssim: option betas: expected a non-empty list of scale weights, got {betas!r}")
+            raise InputError(
+                f"ms_ssim: option betas: expected a non-empty list of scale weights, got {betas!r}"
+            )
         self.betas = tuple(number(f"betas[{i}]", b, lo=0.0, owner="ms_ssim") for i, b in enumerate(betas))
 
     def _fn(self, preds: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -274,4 +314,6 @@ class MSSSIM(_PairedPixelMetric):
 
 def _odd(kernel_size: int, owner: str) -> None:
     if kernel_size % 2 == 0:
-        raise InputError(f"{owner}: option kernel_size: expected an odd window size (e.g. 7 or 11), got {kernel_size}")
+        raise InputError(
+            f"{owner}: option kernel_size: expected an odd window size (e.g. 7 or 11), got {kernel_size}"
+        )

@@ -77,7 +77,9 @@ def _conditions(values: tuple[str, ...], n: int) -> list[str] | None:
     if len(texts) == 1:
         return texts * n
     if len(texts) != n:
-        raise InputError(f"--condition: got {len(texts)} texts for {n} candidates; give one text for all or one per candidate")
+        raise InputError(
+            f"--condition: got {len(texts)} texts for {n} candidates; give one text for all or one per candidate"
+        )
     return texts
 
 
@@ -97,23 +99,55 @@ def _bad_files(files: list[Path]) -> dict[Path, str]:
 
 @click.command("score")
 @click.argument("name")
-@click.option("--reference", "-r", multiple=True, help="Reference image files or folders (matched to candidates by file stem).")
+@click.option(
+    "--reference",
+    "-r",
+    multiple=True,
+    help="Reference image files or folders (matched to candidates by file stem).",
+)
 @click.option("--candidates", "-c", multiple=True, required=True, help="Candidate image files or folders.")
-@click.option("--condition", "-t", multiple=True, help="Text condition(s): one for all, one per candidate, or @file.txt.")
+@click.option(
+    "--condition",
+    "-t",
+    multiple=True,
+    help="Text condition(s): one for all, one per candidate, or @file.txt.",
+)
 @click.option("--attributes", help="Attribute set name or text file (raclip metrics).")
 @click.option("--weights", help="Weights to use instead of the default (tag, hub id or local path).")
 @click.option("--heads", help="Trained MIE heads (folder written by `genmetrics train mie`, or a hub id).")
-@click.option("--adapter", help="Trained TPIPS adapter (folder written by `genmetrics train tpips`, or a hub id).")
+@click.option(
+    "--adapter", help="Trained TPIPS adapter (folder written by `genmetrics train tpips`, or a hub id)."
+)
 @click.option("--option", "options", multiple=True, help="Extra metric option KEY=VALUE (JSON values).")
 @click.option("--batch-size", type=int, default=None, help="Images per forward pass.")
 @click.option("--device", default=None, help="cpu, cuda, cuda:1 ... (default: CUDA if available).")
-@click.option("--out", type=click.Path(dir_okay=False), help="Write per-sample results (.jsonl) or a summary (.json).")
+@click.option(
+    "--out", type=click.Path(dir_okay=False), help="Write per-sample results (.jsonl) or a summary (.json)."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-@click.option("--on-error", type=click.Choice(["stop", "skip"]), default="stop", show_default=True,
-              help="A bad image file: stop before scoring (naming it), or report it and score the rest.")
-def score_cmd(name: str, reference: tuple[str, ...], candidates: tuple[str, ...], condition: tuple[str, ...],
-              attributes: str | None, weights: str | None, heads: str | None, adapter: str | None, options: tuple[str, ...], batch_size: int | None,
-              device: str | None, out: str | None, as_json: bool, on_error: str) -> None:
+@click.option(
+    "--on-error",
+    type=click.Choice(["stop", "skip"]),
+    default="stop",
+    show_default=True,
+    help="A bad image file: stop before scoring (naming it), or report it and score the rest.",
+)
+def score_cmd(
+    name: str,
+    reference: tuple[str, ...],
+    candidates: tuple[str, ...],
+    condition: tuple[str, ...],
+    attributes: str | None,
+    weights: str | None,
+    heads: str | None,
+    adapter: str | None,
+    options: tuple[str, ...],
+    batch_size: int | None,
+    device: str | None,
+    out: str | None,
+    as_json: bool,
+    on_error: str,
+) -> None:
     """Score candidate images with metric NAME."""
     import torch
 
@@ -126,19 +160,28 @@ def score_cmd(name: str, reference: tuple[str, ...], candidates: tuple[str, ...]
     kwargs: dict[str, Any] = parse_options(options)
     if attributes:
         if card.condition_option is None:
-            raise InputError(f"{name}: --attributes is not an input of this metric (it takes "
-                             f"{card.condition.value} as its condition); drop --attributes")
+            raise InputError(
+                f"{name}: --attributes is not an input of this metric (it takes "
+                f"{card.condition.value} as its condition); drop --attributes"
+            )
         kwargs[card.condition_option] = attributes
-    for key, value in (("weights", weights), ("heads", heads), ("adapter", adapter), ("batch_size", batch_size),
-                       ("device", device)):
+    for key, value in (
+        ("weights", weights),
+        ("heads", heads),
+        ("adapter", adapter),
+        ("batch_size", batch_size),
+        ("device", device),
+    ):
         if value is not None:
             kwargs[key] = value
     if out:  # checked before any scoring: the file is written at the end
         suffix = Path(out).suffix.lower()
         if suffix not in (".json", ".jsonl"):
-            raise InputError(f"--out {out!r}: expected a .jsonl file (one row per sample) or a .json summary, got "
-                             f"{'a ' + repr(suffix) if suffix else 'no'} extension (an image or other file is never "
-                             "overwritten); name the file *.jsonl or *.json")
+            raise InputError(
+                f"--out {out!r}: expected a .jsonl file (one row per sample) or a .json summary, got "
+                f"{'a ' + repr(suffix) if suffix else 'no'} extension (an image or other file is never "
+                "overwritten); name the file *.jsonl or *.json"
+            )
         if suffix == ".jsonl" and card.level is Granularity.SET:
             raise InputError(f"--out {out!r}: {name} is a set-level metric; write a .json summary instead")
     cand_files = _expand(candidates, "candidates")
@@ -146,17 +189,23 @@ def score_cmd(name: str, reference: tuple[str, ...], candidates: tuple[str, ...]
     ref_kind = card.reference if card.level is Granularity.SAMPLE else ReferenceKind.REAL_SET
     if card.feeds("reference", kwargs) or card.level is Granularity.SET:
         if not ref_files:
-            what = {ReferenceKind.MATCHED: "one reference image per candidate, matched by file stem",
-                    ReferenceKind.REAL_SET: "the real images, as a set",
-                    ReferenceKind.IMAGE_LIST: "the reference images every candidate is compared with"}[ref_kind]
+            what = {
+                ReferenceKind.MATCHED: "one reference image per candidate, matched by file stem",
+                ReferenceKind.REAL_SET: "the real images, as a set",
+                ReferenceKind.IMAGE_LIST: "the reference images every candidate is compared with",
+            }[ref_kind]
             raise InputError(f"{name}: --reference is required ({what})")
     elif ref_files and card.reference is ReferenceKind.NONE:
         raise InputError(f"{name}: takes no reference images; drop --reference")
     if card.feeds("condition", kwargs) and not condition:
-        raise InputError(f"{name}: --condition is required ({card.condition.value}: one text per candidate, or "
-                         "one for all)")
+        raise InputError(
+            f"{name}: --condition is required ({card.condition.value}: one text per candidate, or "
+            "one for all)"
+        )
     if condition and card.condition in (ConditionKind.NONE, ConditionKind.ATTRIBUTES):
-        hint = " (give the attributes with --attributes)" if card.condition is ConditionKind.ATTRIBUTES else ""
+        hint = (
+            " (give the attributes with --attributes)" if card.condition is ConditionKind.ATTRIBUTES else ""
+        )
         raise InputError(f"{name}: takes no --condition{hint}; drop it")
     # Pair up inputs (before any weights load).
     ids = [p.stem for p in cand_files]
@@ -190,8 +239,12 @@ def score_cmd(name: str, reference: tuple[str, ...], candidates: tuple[str, ...]
             refs = ref_files
             keep = [i for i, c in enumerate(cand_files) if c not in bad]
         else:
-            keep = [i for i, c in enumerate(cand_files)
-                    if c not in bad and not (refs is not None and not isinstance(refs[i], list) and refs[i] in bad)]
+            keep = [
+                i
+                for i, c in enumerate(cand_files)
+                if c not in bad
+                and not (refs is not None and not isinstance(refs[i], list) and refs[i] in bad)
+            ]
             if refs is not None:
                 refs = [refs[i] for i in keep]
         cand_files, ids = [cand_files[i] for i in keep], [ids[i] for i in keep]
@@ -204,16 +257,20 @@ def score_cmd(name: str, reference: tuple[str, ...], candidates: tuple[str, ...]
     with torch.inference_mode():
         if as_set:  # the real set as a whole, then the candidates
             for i in progress(range(0, len(ref_files), bs), desc=f"{name}: reference", unit="batch"):
-                metric.update(reference=ref_files[i:i + bs])
+                metric.update(reference=ref_files[i : i + bs])
             refs = None
         if card.level is Granularity.SET:
             for i in progress(range(0, len(cand_files), bs), desc=f"{name}: candidates", unit="batch"):
-                metric.update(candidates=cand_files[i:i + bs])
+                metric.update(candidates=cand_files[i : i + bs])
         else:
             for i in progress(range(0, len(cand_files), bs), desc=name, unit="batch"):
                 sl = slice(i, i + bs)
-                metric.update(reference=refs[sl] if refs is not None else None, candidates=cand_files[sl],
-                              condition=conds[sl] if conds is not None else None, ids=ids[sl])
+                metric.update(
+                    reference=refs[sl] if refs is not None else None,
+                    candidates=cand_files[sl],
+                    condition=conds[sl] if conds is not None else None,
+                    ids=ids[sl],
+                )
         value = metric.compute()
     result: dict[str, Any] = {"metric": name, "n": len(cand_files), "value": value}
     per = metric.per_sample() if hasattr(metric, "per_sample") and card.level is Granularity.SAMPLE else None
@@ -221,8 +278,13 @@ def score_cmd(name: str, reference: tuple[str, ...], candidates: tuple[str, ...]
         outp = Path(out)
         if outp.suffix.lower() == ".jsonl":
             if per is None:
-                raise InputError(f"--out {out!r}: {name} is a set-level metric; write a .json summary instead")
-            lines = [dumps_line({"metric": name, "id": i, "score": s}) for i, s in zip(per["ids"], per["scores"].tolist())]
+                raise InputError(
+                    f"--out {out!r}: {name} is a set-level metric; write a .json summary instead"
+                )
+            lines = [
+                dumps_line({"metric": name, "id": i, "score": s})
+                for i, s in zip(per["ids"], per["scores"].tolist())
+            ]
             outp.parent.mkdir(parents=True, exist_ok=True)
             outp.write_text("\n".join(lines) + "\n", encoding="utf-8")
         else:

@@ -12,7 +12,9 @@ import click
 T = TypeVar("T")
 
 
-def progress(iterable: Iterable[T], *, desc: str = "", total: int | None = None, unit: str = "it") -> Iterator[T]:
+def progress(
+    iterable: Iterable[T], *, desc: str = "", total: int | None = None, unit: str = "it"
+) -> Iterator[T]:
     """A tqdm bar on a terminal (stderr); silent when stderr is not a TTY or GENMETRICS_PROGRESS=0."""
     import os
 
@@ -21,7 +23,9 @@ def progress(iterable: Iterable[T], *, desc: str = "", total: int | None = None,
     disable = not sys.stderr.isatty() or os.environ.get("GENMETRICS_PROGRESS", "") == "0"
     if os.environ.get("GENMETRICS_PROGRESS", "") == "1":
         disable = False
-    yield from tqdm(iterable, desc=desc, total=total, unit=unit, disable=disable, file=sys.stderr, dynamic_ncols=True)
+    yield from tqdm(
+        iterable, desc=desc, total=total, unit=unit, disable=disable, file=sys.stderr, dynamic_ncols=True
+    )
 
 
 def echo_json(obj: Any) -> None:

@@ -48,7 +48,9 @@ class LazyGroup(click.Group):
             try:
                 return getattr(importlib.import_module(module), attr)
             except (ImportError, AttributeError) as e:
-                raise click.UsageError(f"command {name!r} is not available in this installation ({e})") from None
+                raise click.UsageError(
+                    f"command {name!r} is not available in this installation ({e})"
+                ) from None
         return super().get_command(ctx, name)
 
 
@@ -71,8 +73,10 @@ def cli(ctx: click.Context, debug: bool, verbose: int) -> None:
     """Evaluate generative image models: RA-CLIPScore (SaD/PaD/R-SaD), TPIPS, MIE and baselines."""
     ctx.ensure_object(dict)
     ctx.obj["debug"] = debug
-    logging.basicConfig(level=[logging.WARNING, logging.INFO, logging.DEBUG][min(verbose, 2)],
-                        format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=[logging.WARNING, logging.INFO, logging.DEBUG][min(verbose, 2)],
+        format="%(levelname)s %(name)s: %(message)s",
+    )
 
 
 def _first_line(err: BaseException | str) -> str:
@@ -87,7 +91,9 @@ def _warnings_as_lines(debug: bool) -> Iterator[None]:
         if not debug:
             seen: set[str] = set()
 
-            def show(message: Any, category: Any, filename: str, lineno: int, file: Any = None, line: Any = None) -> None:
+            def show(
+                message: Any, category: Any, filename: str, lineno: int, file: Any = None, line: Any = None
+            ) -> None:
                 text = " ".join(str(message).split())
                 if text not in seen:  # the same file is read by the pre-check and by the metric
                     seen.add(text)
@@ -118,7 +124,9 @@ def main(argv: list[str] | None = None) -> int:
     except click.ClickException as e:
         if debug:
             traceback.print_exc()
-        click.echo(f"error: {_first_line(e.format_message() if hasattr(e, 'format_message') else e)}", err=True)
+        click.echo(
+            f"error: {_first_line(e.format_message() if hasattr(e, 'format_message') else e)}", err=True
+        )
         return 2
     except (InputError, ValueError, FileNotFoundError, IsADirectoryError, NotADirectoryError) as e:
         if debug:

@@ -62,7 +62,7 @@ def fixed_batches(items: Sequence[T], batch_size: int) -> Iterator[list[T]]:
     [['a', 'b'], ['c', 'd'], ['e']]
     """
     for i in range(0, len(items), batch_size):
-        yield list(items[i:i + batch_size])
+        yield list(items[i : i + batch_size])
 
 
 def token_budget_batches(
@@ -87,7 +87,9 @@ def token_budget_batches(
     for i in order:
         c = int(costs[i])
         new_max = max(cur_max, c)
-        too_big = cur and (new_max * (len(cur) + 1) > budget or (max_batch_size and len(cur) >= max_batch_size))
+        too_big = cur and (
+            new_max * (len(cur) + 1) > budget or (max_batch_size and len(cur) >= max_batch_size)
+        )
         if too_big:
             batches.append(cur)
             cur, new_max = [], c
@@ -141,7 +143,11 @@ def iter_decoded(
     """
     ds = _ImageFiles(paths, loader)
     dl = torch.utils.data.DataLoader(
-        ds, batch_size=batch_size, num_workers=num_workers, collate_fn=list, shuffle=False,
+        ds,
+        batch_size=batch_size,
+        num_workers=num_workers,
+        collate_fn=list,
+        shuffle=False,
         persistent_workers=False,
     )
     yield from dl

@@ -98,16 +98,22 @@ class FeatureCache:
         tmp = p.with_suffix(f".{os.getpid()}.tmp")
         try:
             p.parent.mkdir(parents=True, exist_ok=True)
-            save_file({k: v.detach().cpu().contiguous() for k, v in tensors.items()}, str(tmp),
-                      metadata={"model_id": self.model_id})
+            save_file(
+                {k: v.detach().cpu().contiguous() for k, v in tensors.items()},
+                str(tmp),
+                metadata={"model_id": self.model_id},
+            )
             os.replace(tmp, p)
         except OSError as e:  # a read-only GENMETRICS_HOME must not block a run: score without caching
             import warnings
 
             self.read_only = True
-            warnings.warn(f"the feature cache {str(self.root)!r} is not writable ({type(e).__name__}: {e}); "
-                          "scoring continues without caching. Turn the cache off (cache_dir=None; run.cache = false "
-                          "in a leaderboard config) or set GENMETRICS_HOME to a writable folder", stacklevel=2)
+            warnings.warn(
+                f"the feature cache {str(self.root)!r} is not writable ({type(e).__name__}: {e}); "
+                "scoring continues without caching. Turn the cache off (cache_dir=None; run.cache = false "
+                "in a leaderboard config) or set GENMETRICS_HOME to a writable folder",
+                stacklevel=2,
+            )
 
     def __len__(self) -> int:
         return sum(1 for _ in self.dir.rglob("*.safetensors")) if self.dir.exists() else 0

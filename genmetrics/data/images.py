@@ -79,6 +79,8 @@ class FramesDroppedWarning(UserWarning):
     >>> [type(w.message).__name__ for w in caught]
     ['FramesDroppedWarning']
     """
+
+
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".webp", ".bmp", ".tif", ".tiff", ".gif")
 _RANGE_TOL = 1e-3  # relative tolerance on float range checks (rounding of normalised data)
 
@@ -109,9 +111,13 @@ def load_image(path: str | os.PathLike) -> Image.Image:
     """
     p = Path(path)
     if not p.exists():
-        raise InputError(f"image file {str(p)!r} does not exist; check the path (relative paths resolve from {os.getcwd()!r})")
+        raise InputError(
+            f"image file {str(p)!r} does not exist; check the path (relative paths resolve from {os.getcwd()!r})"
+        )
     if p.is_dir():
-        raise InputError(f"{str(p)!r} is a folder, expected an image file; pass the folder where a folder is accepted")
+        raise InputError(
+            f"{str(p)!r} is a folder, expected an image file; pass the folder where a folder is accepted"
+        )
     if p.stat().st_size == 0:
         raise InputError(f"image file {str(p)!r} is empty (0 bytes); regenerate or remove it")
     limit = max_pixels()
@@ -131,8 +137,12 @@ def load_image(path: str | os.PathLike) -> Image.Image:
                 rgb = to_rgb(im, name=str(p))
         if frames > 1:
             kind = "pages" if fmt == "TIFF" else "frames"
-            warnings.warn(f"{p}: {frames} {kind}; the first is used and the other {frames - 1} are dropped "
-                          "(split the file to score each)", FramesDroppedWarning, stacklevel=2)
+            warnings.warn(
+                f"{p}: {frames} {kind}; the first is used and the other {frames - 1} are dropped "
+                "(split the file to score each)",
+                FramesDroppedWarning,
+                stacklevel=2,
+            )
         return rgb
     except InputError:
         raise
@@ -142,10 +152,14 @@ def load_image(path: str | os.PathLike) -> Image.Image:
             "(set GENMETRICS_MAX_PIXELS to raise it if the file is trusted)"
         ) from None
     except UnidentifiedImageError:
-        raise InputError(f"{str(p)!r} is not an image Pillow can read (corrupt, or another file type with an image "
-                         "extension); replace or remove it") from None
+        raise InputError(
+            f"{str(p)!r} is not an image Pillow can read (corrupt, or another file type with an image "
+            "extension); replace or remove it"
+        ) from None
     except (OSError, SyntaxError, ValueError) as e:
-        raise InputError(f"image file {str(p)!r} is corrupt or truncated ({e}); replace or remove it") from None
+        raise InputError(
+            f"image file {str(p)!r} is corrupt or truncated ({e}); replace or remove it"
+        ) from None
     finally:
         Image.MAX_IMAGE_PIXELS = old_limit
 
@@ -187,7 +201,14 @@ def to_rgb(im: Image.Image, *, name: str = "image") -> Image.Image:
 
 
 #: declared sample type -> the value that maps to 255 (see the module docstring and docs/errors.md)
-DEEP_MODES = {"I;16": 65535.0, "I;16B": 65535.0, "I;16L": 65535.0, "I;16N": 65535.0, "I": float(2**31 - 1), "F": 1.0}
+DEEP_MODES = {
+    "I;16": 65535.0,
+    "I;16B": 65535.0,
+    "I;16L": 65535.0,
+    "I;16N": 65535.0,
+    "I": float(2**31 - 1),
+    "F": 1.0,
+}
 _FLOAT_CLIP = 0.01  # float images: values up to 1% outside 0..1 are rounding and are clipped
 
 
@@ -200,12 +221,16 @@ def _deep_to_rgb(im: Image.Image, name: str) -> Image.Image:
             raise InputError(f"{name}: float image contains NaN or infinite values; clean the file first")
         lo, hi = float(arr.min()), float(arr.max())
         if lo < -_FLOAT_CLIP or hi > 1.0 + _FLOAT_CLIP:
-            raise InputError(f"{name}: 32-bit float image with values in [{lo:.4g}, {hi:.4g}]; float images are read "
-                             "as 0..1 (by their declared type, not their values): rescale the file to 0..1 or save "
-                             "it as 8- or 16-bit")
+            raise InputError(
+                f"{name}: 32-bit float image with values in [{lo:.4g}, {hi:.4g}]; float images are read "
+                "as 0..1 (by their declared type, not their values): rescale the file to 0..1 or save "
+                "it as 8- or 16-bit"
+            )
     elif im.mode == "I" and float(arr.min()) < 0:
-        raise InputError(f"{name}: 32-bit integer image with negative values (min {arr.min():.0f}); integer images "
-                         "are read as 0..2**31-1: rescale the file or save it as 8- or 16-bit")
+        raise InputError(
+            f"{name}: 32-bit integer image with negative values (min {arr.min():.0f}); integer images "
+            "are read as 0..2**31-1: rescale the file or save it as 8- or 16-bit"
+        )
     arr = np.clip(arr / full * 255.0 + 0.5, 0, 255).astype(np.uint8)
     return Image.fromarray(arr, mode="L").convert("RGB")
 
@@ -223,9 +248,11 @@ def pil_to_tensor(im: Image.Image) -> torch.Tensor:
 
 def _check_tensor(x: torch.Tensor, *, name: str, data_range: float) -> torch.Tensor:
     if x.ndim != 3:
-        raise InputError(f"{name}: expected an image tensor [3,H,W] (or a batch [B,3,H,W]), got {_describe(x)}")
+        raise InputError(
+            f"{name}: expected an image tensor [3,H,W] (or a batch [B,3,H,W]), got {_describe(x)}"
+        )
     if x.shape[0] != 3:
-        hint = (" (channels-last? use x.permute(2, 0, 1))" if x.shape[-1] in (1, 3, 4) else "")
+        hint = " (channels-last? use x.permute(2, 0, 1))" if x.shape[-1] in (1, 3, 4) else ""
         hint += " (grayscale? use x.expand(3, -1, -1))" if x.shape[0] == 1 else ""
         hint += " (RGBA? drop or composite the alpha channel)" if x.shape[0] == 4 else ""
         raise InputError(f"{name}: expected 3 channels first [3,H,W], got {_describe(x)}{hint}")
@@ -335,8 +362,12 @@ def load_batch(images: Any, *, data_range: float = 1.0, name: str = "images") ->
     items = as_image_list(images, name=name)
     if not items:
         raise InputError(f"{name}: the batch is empty; expected at least one image")
-    return [to_tensor(x, data_range=data_range, name=f"{name}[{i}]" if not isinstance(x, (str, os.PathLike)) else str(x))
-            for i, x in enumerate(items)]
+    return [
+        to_tensor(
+            x, data_range=data_range, name=f"{name}[{i}]" if not isinstance(x, (str, os.PathLike)) else str(x)
+        )
+        for i, x in enumerate(items)
+    ]
 
 
 @dataclass(frozen=True)
@@ -362,7 +393,9 @@ class ResizePolicy:
 
     def __post_init__(self) -> None:
         if self.name not in ("none", "resize", "shorter_side_center_crop", "to_first"):
-            raise InputError(f"unknown resize policy {self.name!r}; use none, resize, shorter_side_center_crop or to_first")
+            raise InputError(
+                f"unknown resize policy {self.name!r}; use none, resize, shorter_side_center_crop or to_first"
+            )
         if self.name in ("resize", "shorter_side_center_crop") and (self.size is None or self.size <= 0):
             raise InputError(f"resize policy {self.name!r} needs a positive size, got {self.size!r}")
 
@@ -381,7 +414,7 @@ class ResizePolicy:
         nh, nw = max(s, round(h * scale)), max(s, round(w * scale))
         y = x if (h, w) == (nh, nw) else _resize(x, (nh, nw))
         top, left = (nh - s) // 2, (nw - s) // 2
-        return y[..., top:top + s, left:left + s]
+        return y[..., top : top + s, left : left + s]
 
     def stack(self, images: list[torch.Tensor], *, name: str = "images") -> torch.Tensor:
         """Apply the policy to a list of ``[3,H,W]`` tensors and stack them into ``[B,3,H,W]``."""
@@ -416,22 +449,31 @@ def list_images(folder: str | os.PathLike, *, recursive: bool = False) -> list[P
     root = Path(folder)
     if not root.exists():
         if root.is_symlink():
-            raise InputError(f"{str(root)!r} is a broken symbolic link (to {os.readlink(root)!r}); fix or remove it")
+            raise InputError(
+                f"{str(root)!r} is a broken symbolic link (to {os.readlink(root)!r}); fix or remove it"
+            )
         if any(c in root.name for c in "*?["):
-            raise InputError(f"image folder {str(root)!r} does not exist (a pattern such as *.png is not expanded here; "
-                             "pass the folder, or leave the pattern unquoted for the shell to expand)")
+            raise InputError(
+                f"image folder {str(root)!r} does not exist (a pattern such as *.png is not expanded here; "
+                "pass the folder, or leave the pattern unquoted for the shell to expand)"
+            )
         raise InputError(f"image folder {str(root)!r} does not exist; check the path")
     if not root.is_dir():
         if root.suffix.lower() in IMAGE_EXTENSIONS:
             return [root]
-        raise InputError(f"{str(root)!r} is neither a folder nor an image file ({', '.join(IMAGE_EXTENSIONS)})")
+        raise InputError(
+            f"{str(root)!r} is neither a folder nor an image file ({', '.join(IMAGE_EXTENSIONS)})"
+        )
     it = root.rglob("*") if recursive else root.iterdir()
     found = [p for p in it if p.suffix.lower() in IMAGE_EXTENSIONS and p.is_file()]
     files = sorted(p for p in found if not p.name.startswith("."))
     hidden = sorted(p.name for p in found if p.name.startswith("."))
     if hidden:  # e.g. macOS "._x.png" companions: skipped, but never without a word
-        warnings.warn(f"image folder {str(root)!r}: {len(hidden)} hidden file(s) skipped (names starting with '.', "
-                      f"first: {hidden[0]}); rename them to score them", stacklevel=2)
+        warnings.warn(
+            f"image folder {str(root)!r}: {len(hidden)} hidden file(s) skipped (names starting with '.', "
+            f"first: {hidden[0]}); rename them to score them",
+            stacklevel=2,
+        )
     if not files:
         raise InputError(
             f"image folder {str(root)!r} contains no images (looked for {', '.join(IMAGE_EXTENSIONS)}"
@@ -455,17 +497,25 @@ def stem_index(files: list[Path], *, role: str) -> dict[str, Path]:
     for f in files:
         f = Path(f)
         if f.stem in seen and os.path.realpath(seen[f.stem]) == os.path.realpath(f):
-            raise InputError(f"{role}: {str(f)!r} is given twice (directly, or through a folder and its own path); "
-                             "pass each image once")
+            raise InputError(
+                f"{role}: {str(f)!r} is given twice (directly, or through a folder and its own path); "
+                "pass each image once"
+            )
         if f.stem in seen:
-            raise InputError(f"{role}: two images share the stem {f.stem!r} ({seen[f.stem]}, {f}); sample ids are "
-                             "file stems (names without extension), so rename or remove one")
+            raise InputError(
+                f"{role}: two images share the stem {f.stem!r} ({seen[f.stem]}, {f}); sample ids are "
+                "file stems (names without extension), so rename or remove one"
+            )
         seen[f.stem] = f
     return seen
 
 
 def match_by_stem(
-    references: list[Path], candidates: list[Path], *, ref_name: str = "references", cand_name: str = "candidates"
+    references: list[Path],
+    candidates: list[Path],
+    *,
+    ref_name: str = "references",
+    cand_name: str = "candidates",
 ) -> list[tuple[str, Path, Path]]:
     """Pair candidate files with reference files of the same stem; every candidate must have one, and a stem
     may appear once per side (:func:`stem_index`). References without a candidate are not used: list them
@@ -496,7 +546,9 @@ def match_by_stem(
     return out
 
 
-def unused_references(references: list[Path], candidates: list[Path], *, ref_name: str = "references") -> str | None:
+def unused_references(
+    references: list[Path], candidates: list[Path], *, ref_name: str = "references"
+) -> str | None:
     """A one-line note naming the references no candidate matches (``None`` when every one is used).
 
     >>> unused_references([Path("000.png"), Path("001.png")], [Path("001.jpg")])
@@ -508,8 +560,10 @@ def unused_references(references: list[Path], candidates: list[Path], *, ref_nam
     extra = [Path(r).name for r in references if Path(r).stem not in stems]
     if not extra:
         return None
-    return (f"{ref_name}: {len(extra)} reference image(s) have no candidate with the same stem and are not used "
-            f"(first: {', '.join(extra[:3])})")
+    return (
+        f"{ref_name}: {len(extra)} reference image(s) have no candidate with the same stem and are not used "
+        f"(first: {', '.join(extra[:3])})"
+    )
 
 
 def image_id(x: ImageLike, index: int) -> str:

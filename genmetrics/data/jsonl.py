@@ -39,7 +39,9 @@ def iter_jsonl(path: str | os.PathLike[str]) -> Iterator[tuple[int, dict[str, An
             try:
                 obj = json.loads(line)
             except json.JSONDecodeError as e:
-                raise InputError(f"{p}:{n}: invalid JSON ({e.msg} at column {e.colno}); one JSON object per line") from None
+                raise InputError(
+                    f"{p}:{n}: invalid JSON ({e.msg} at column {e.colno}); one JSON object per line"
+                ) from None
             if not isinstance(obj, dict):
                 raise InputError(f"{p}:{n}: expected a JSON object, got {type(obj).__name__}")
             yield n, obj
@@ -52,17 +54,23 @@ class _Line:
     def where(self) -> str:
         return f"{self.path}:{self.n}"
 
-    def get(self, key: str, typ: type | tuple[type, ...], *, required: bool = True, default: Any = None) -> Any:
+    def get(
+        self, key: str, typ: type | tuple[type, ...], *, required: bool = True, default: Any = None
+    ) -> Any:
         if key not in self.obj:
             if required:
-                raise InputError(f"{self.where()}: missing key {key!r} (keys present: {', '.join(sorted(self.obj))})")
+                raise InputError(
+                    f"{self.where()}: missing key {key!r} (keys present: {', '.join(sorted(self.obj))})"
+                )
             return default
         v = self.obj[key]
         if typ is float and isinstance(v, int) and not isinstance(v, bool):
             v = float(v)
         if not isinstance(v, typ) or (isinstance(v, bool) and typ in (int, float, (int, float))):
             tname = typ.__name__ if isinstance(typ, type) else "/".join(t.__name__ for t in typ)
-            raise InputError(f"{self.where()}: key {key!r} should be {tname}, got {type(v).__name__} {v!r}"[:300])
+            raise InputError(
+                f"{self.where()}: key {key!r} should be {tname}, got {type(v).__name__} {v!r}"[:300]
+            )
         return v
 
     def text(self, key: str) -> str:
@@ -77,12 +85,16 @@ class _Line:
         p = Path(value)
         return p if p.is_absolute() else (self.path.parent / p)
 
-    def paths(self, key: str, n: int | None = None, *, min_n: int = 1, max_n: int | None = None) -> list[Path]:
+    def paths(
+        self, key: str, n: int | None = None, *, min_n: int = 1, max_n: int | None = None
+    ) -> list[Path]:
         v = self.get(key, list)
         if n is not None and len(v) != n:
             raise InputError(f"{self.where()}: {key!r} should list {n} paths, got {len(v)}")
         if len(v) < min_n or (max_n is not None and len(v) > max_n):
-            raise InputError(f"{self.where()}: {key!r} should list {min_n}..{max_n or 'any'} paths, got {len(v)}")
+            raise InputError(
+                f"{self.where()}: {key!r} should list {min_n}..{max_n or 'any'} paths, got {len(v)}"
+            )
         return [self.path_(x, f"{key}[{i}]") for i, x in enumerate(v)]
 
     def votes(self, key: str, n: int) -> list[float]:
@@ -148,8 +160,10 @@ def load_odd_one_out(path: str | os.PathLike[str]) -> list[OddOneOutRecord]:
 
     def parse(line: _Line, ids: set[str]) -> OddOneOutRecord:
         return OddOneOutRecord(
-            id=_unique_id(ids, line, f"line{line.n}"), images=tuple(line.paths("images", 3)),  # type: ignore[arg-type]
-            aspect=line.text("aspect"), votes=tuple(line.votes("votes", 3)),  # type: ignore[arg-type]
+            id=_unique_id(ids, line, f"line{line.n}"),
+            images=tuple(line.paths("images", 3)),  # type: ignore[arg-type]
+            aspect=line.text("aspect"),
+            votes=tuple(line.votes("votes", 3)),  # type: ignore[arg-type]
             source=line.get("source", str, required=False),
         )
 
@@ -186,9 +200,12 @@ def load_two_afc(path: str | os.PathLike[str]) -> list[TwoAFCRecord]:
 
     def parse(line: _Line, ids: set[str]) -> TwoAFCRecord:
         return TwoAFCRecord(
-            id=_unique_id(ids, line, f"line{line.n}"), reference=line.path_(line.get("reference", str), "reference"),
-            candidates=tuple(line.paths("candidates", 2)), aspect=line.text("aspect"),  # type: ignore[arg-type]
-            votes=tuple(line.votes("votes", 2)), source=line.get("source", str, required=False),  # type: ignore[arg-type]
+            id=_unique_id(ids, line, f"line{line.n}"),
+            reference=line.path_(line.get("reference", str), "reference"),
+            candidates=tuple(line.paths("candidates", 2)),
+            aspect=line.text("aspect"),  # type: ignore[arg-type]
+            votes=tuple(line.votes("votes", 2)),
+            source=line.get("source", str, required=False),  # type: ignore[arg-type]
         )
 
     return _read(path, parse)
@@ -217,7 +234,9 @@ class MIBPairRecord:
 MAX_REFERENCES = 8
 
 
-def load_mib_pairs(path: str | os.PathLike[str], *, max_references: int = MAX_REFERENCES) -> list[MIBPairRecord]:
+def load_mib_pairs(
+    path: str | os.PathLike[str], *, max_references: int = MAX_REFERENCES
+) -> list[MIBPairRecord]:
     """``{"id", "prompt", "references": [...], "candidates": [pa,pb], "generators": [ga,gb],
     "preference": 0|1, "diagnostics"?: [[e,a,i],[e,a,i]], "bucket"?: {...}}``.
 
@@ -235,22 +254,36 @@ def load_mib_pairs(path: str | os.PathLike[str], *, max_references: int = MAX_RE
     def parse(line: _Line, ids: set[str]) -> MIBPairRecord:
         pref = line.get("preference", int)
         if pref not in (0, 1):
-            raise InputError(f"{line.where()}: 'preference' should be 0 (first candidate) or 1 (second), got {pref!r}")
+            raise InputError(
+                f"{line.where()}: 'preference' should be 0 (first candidate) or 1 (second), got {pref!r}"
+            )
         gens = line.get("generators", list, required=False, default=["?", "?"])
         if len(gens) != 2 or not all(isinstance(g, str) for g in gens):
             raise InputError(f"{line.where()}: 'generators' should be two strings, got {gens!r}")
         diag = line.get("diagnostics", list, required=False)
         if diag is not None:
-            ok = len(diag) == 2 and all(isinstance(d, list) and len(d) == 3 and all(
-                isinstance(x, (int, float)) and not isinstance(x, bool) and 0 <= x <= 1 for x in d) for d in diag)
+            ok = len(diag) == 2 and all(
+                isinstance(d, list)
+                and len(d) == 3
+                and all(isinstance(x, (int, float)) and not isinstance(x, bool) and 0 <= x <= 1 for x in d)
+                for d in diag
+            )
             if not ok:
-                raise InputError(f"{line.where()}: 'diagnostics' should be [[e,a,i],[e,a,i]] with values in [0,1], got {diag!r}"[:300])
+                raise InputError(
+                    f"{line.where()}: 'diagnostics' should be [[e,a,i],[e,a,i]] with values in [0,1], got {diag!r}"[
+                        :300
+                    ]
+                )
             diag = tuple(tuple(float(x) for x in d) for d in diag)
         return MIBPairRecord(
-            id=_unique_id(ids, line, f"line{line.n}"), prompt=line.text("prompt"),
+            id=_unique_id(ids, line, f"line{line.n}"),
+            prompt=line.text("prompt"),
             references=tuple(line.paths("references", min_n=1, max_n=max_references)),
-            candidates=tuple(line.paths("candidates", 2)), generators=tuple(gens),  # type: ignore[arg-type]
-            preference=pref, diagnostics=diag, bucket=line.get("bucket", dict, required=False, default={}),
+            candidates=tuple(line.paths("candidates", 2)),
+            generators=tuple(gens),  # type: ignore[arg-type]
+            preference=pref,
+            diagnostics=diag,
+            bucket=line.get("bucket", dict, required=False, default={}),
         )
 
     return _read(path, parse)

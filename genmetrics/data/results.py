@@ -114,7 +114,9 @@ def check_result_row(row: Any, key: Iterable[str] = ("generator", "metric", "id"
     s = row["score"]
     if s is not None and not (_is_number(s) and math.isfinite(s)):
         return f"'score' should be a finite number, got {s!r}"[:200]
-    if "scores" in row and not (isinstance(row["scores"], list) and all(_is_number(x) for x in row["scores"])):
+    if "scores" in row and not (
+        isinstance(row["scores"], list) and all(_is_number(x) for x in row["scores"])
+    ):
         return "'scores' should be a list of numbers"
     return None
 
@@ -146,13 +148,17 @@ def read_results(path: str | os.PathLike, *, check: RowCheck | None = None) -> l
         except json.JSONDecodeError:
             if i >= len(lines) - 2:  # the last line (possibly torn by a kill)
                 break
-            raise InputError(f"{p}:{i + 1}: corrupt results line (not the last one); fix or delete the line, or run "
-                             "without --resume to start afresh") from None
+            raise InputError(
+                f"{p}:{i + 1}: corrupt results line (not the last one); fix or delete the line, or run "
+                "without --resume to start afresh"
+            ) from None
         if check is not None:
             why = check(row)
             if why:
-                raise InputError(f"{p}:{i + 1}: not a result row of this run ({why}); fix or delete the line, or run "
-                                 "without --resume to start afresh")
+                raise InputError(
+                    f"{p}:{i + 1}: not a result row of this run ({why}); fix or delete the line, or run "
+                    "without --resume to start afresh"
+                )
         rows.append(row)
     return rows
 
@@ -202,13 +208,22 @@ class HashCache:
                 data = json.loads(self.file.read_text(encoding="utf-8"))
             except (OSError, ValueError):
                 data = None
-            if isinstance(data, dict) and data.get("version") == self.VERSION and isinstance(data.get("files"), dict):
+            if (
+                isinstance(data, dict)
+                and data.get("version") == self.VERSION
+                and isinstance(data.get("files"), dict)
+            ):
                 self._known = {k: v for k, v in data["files"].items() if self._valid(v)}
 
     @staticmethod
     def _valid(v: Any) -> bool:
-        return (isinstance(v, list) and len(v) == 5 and all(type(x) is int for x in v[:4])
-                and isinstance(v[4], str) and len(v[4]) == 16)
+        return (
+            isinstance(v, list)
+            and len(v) == 5
+            and all(type(x) is int for x in v[:4])
+            and isinstance(v[4], str)
+            and len(v[4]) == 16
+        )
 
     def __call__(self, path: str | os.PathLike) -> str:
         p = os.path.abspath(os.fspath(path))
@@ -226,10 +241,15 @@ class HashCache:
         """Write the cache file (when there is one and something new was hashed)."""
         if self.file is not None and self._dirty:
             try:
-                atomic_write_text(self.file, json.dumps({"version": self.VERSION, "files": self._known}) + "\n")
+                atomic_write_text(
+                    self.file, json.dumps({"version": self.VERSION, "files": self._known}) + "\n"
+                )
             except OSError as e:  # only a cost: a later resume reads the files again
-                print(f"warning: could not keep the input hashes in {str(self.file)!r} ({e.strerror or e}); a later "
-                      "--resume reads the input files again (delete or free that path to keep them)", file=sys.stderr)
+                print(
+                    f"warning: could not keep the input hashes in {str(self.file)!r} ({e.strerror or e}); a later "
+                    "--resume reads the input files again (delete or free that path to keep them)",
+                    file=sys.stderr,
+                )
             self._dirty = False
 
 
@@ -283,13 +303,17 @@ class OutputLock:
             self._f.close()
             from genmetrics.errors import InputError
 
-            raise InputError(f"{flag} {str(out_dir)!r} is in use by another run ({holder}); wait for it to finish or "
-                             f"choose another {flag} folder") from None
+            raise InputError(
+                f"{flag} {str(out_dir)!r} is in use by another run ({holder}); wait for it to finish or "
+                f"choose another {flag} folder"
+            ) from None
         self._f.seek(0)
         self._f.truncate()
         import socket
 
-        self._f.write(f"pid {os.getpid()} on {socket.gethostname()}, started {time.strftime('%Y-%m-%d %H:%M:%S')}")
+        self._f.write(
+            f"pid {os.getpid()} on {socket.gethostname()}, started {time.strftime('%Y-%m-%d %H:%M:%S')}"
+        )
         self._f.flush()
 
     created_dir = False  # set by lock_output_folder when it made the folder for this run
@@ -299,7 +323,9 @@ class OutputLock:
             self._f.close()  # closing the descriptor releases the flock
             folder = self.path.parent
             if self.created_dir and [p.name for p in folder.iterdir()] == [LOCK]:
-                self.path.unlink(missing_ok=True)  # a run that failed before writing leaves no empty folder behind
+                self.path.unlink(
+                    missing_ok=True
+                )  # a run that failed before writing leaves no empty folder behind
                 folder.rmdir()
 
 
@@ -330,7 +356,9 @@ def lock_output_folder(folder: str | os.PathLike, *, flag: str = "--out") -> Out
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise InputError(f"{flag} {str(out)!r} cannot be created ({e.strerror}); choose a writable folder") from None
+        raise InputError(
+            f"{flag} {str(out)!r} cannot be created ({e.strerror}); choose a writable folder"
+        ) from None
     lock = OutputLock(out, flag=flag)
     lock.created_dir = created
     return lock
@@ -354,7 +382,13 @@ class ResultsWriter:
     (True, 1)
     """
 
-    def __init__(self, path: str | os.PathLike, *, key: Iterable[str] = ("generator", "metric", "id"), resume: bool = False):
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        *,
+        key: Iterable[str] = ("generator", "metric", "id"),
+        resume: bool = False,
+    ):
         self.path = Path(path)
         self.key_fields = tuple(key)
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -410,8 +444,21 @@ class ResultsWriter:
         self.close()
 
 
-def package_versions(names: Iterable[str] = ("genmetrics", "torch", "torchvision", "open_clip_torch", "transformers",
-                                               "peft", "accelerate", "torchmetrics", "numpy", "scipy", "pillow")) -> dict[str, str | None]:
+def package_versions(
+    names: Iterable[str] = (
+        "genmetrics",
+        "torch",
+        "torchvision",
+        "open_clip_torch",
+        "transformers",
+        "peft",
+        "accelerate",
+        "torchmetrics",
+        "numpy",
+        "scipy",
+        "pillow",
+    ),
+) -> dict[str, str | None]:
     """Installed versions of ``names`` (``None`` for a package that is not installed), for manifests.
 
     >>> v = package_versions(["genmetrics", "no-such-package"])
@@ -458,8 +505,13 @@ def manifest(**extra: Any) -> dict[str, Any]:
     }
 
 
-def merge_results(sources: Iterable[str | os.PathLike], dest: str | os.PathLike, *,
-                  key: Iterable[str] = ("generator", "metric", "id"), sort_key: Any = None) -> list[dict[str, Any]]:
+def merge_results(
+    sources: Iterable[str | os.PathLike],
+    dest: str | os.PathLike,
+    *,
+    key: Iterable[str] = ("generator", "metric", "id"),
+    sort_key: Any = None,
+) -> list[dict[str, Any]]:
     """Union of the rows of several results files, written atomically to ``dest``.
 
     Torn last lines are ignored, the first row of each key wins (so a row is never duplicated), and

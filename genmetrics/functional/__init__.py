@@ -15,8 +15,19 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    "divergence": ("gaussian_kl", "gaussian_kl_2d", "sad", "pad", "rsad", "rsad_ranking", "cohens_d",
-                   "hellinger_gaussian", "one_minus_ovl", "kde_sad", "kde_pad"),
+    "divergence": (
+        "gaussian_kl",
+        "gaussian_kl_2d",
+        "sad",
+        "pad",
+        "rsad",
+        "rsad_ranking",
+        "cohens_d",
+        "hellinger_gaussian",
+        "one_minus_ovl",
+        "kde_sad",
+        "kde_pad",
+    ),
     "agreement": ("odd_one_out_agreement", "two_afc_agreement", "human_consensus", "triplet_probabilities"),
     "ranking": ("pairwise_accuracy", "macro_f1", "f1_per_class", "bradley_terry", "win_rate_matrix"),
     "bootstrap": ("bootstrap_ci", "bootstrap_interval", "paired_bootstrap", "two_sample_ci"),

@@ -44,8 +44,11 @@ def check_n_boot(n_boot: object, name: str = "n_boot") -> int:
 def _check(n_boot: object, alpha: object, method: object) -> tuple[int, float, str]:
     from genmetrics.options import choice, number
 
-    return (check_n_boot(n_boot), number("alpha", alpha, lo=0.0, hi=1.0, lo_open=True, hi_open=True),
-            choice("method", method, METHODS))
+    return (
+        check_n_boot(n_boot),
+        number("alpha", alpha, lo=0.0, hi=1.0, lo_open=True, hi_open=True),
+        choice("method", method, METHODS),
+    )
 
 
 @dataclass
@@ -65,16 +68,35 @@ class Interval:
     distribution: np.ndarray
 
 
-def _scipy_interval(data: tuple, statistic: Callable, *, n_boot: int, alpha: float, seed: int, method: str,
-                    vectorized: bool, paired: bool = False, batch: int | None = None) -> Interval:
+def _scipy_interval(
+    data: tuple,
+    statistic: Callable,
+    *,
+    n_boot: int,
+    alpha: float,
+    seed: int,
+    method: str,
+    vectorized: bool,
+    paired: bool = False,
+    batch: int | None = None,
+) -> Interval:
     from scipy.stats import bootstrap
 
     est = float(statistic(*data, axis=-1) if vectorized else statistic(*data))
     with warnings.catch_warnings():
         # scipy warns (DegenerateDataWarning) and returns nan when BCa cannot be computed: fall back below
         warnings.simplefilter("ignore", RuntimeWarning)
-        res = bootstrap(data, statistic, method=method, rng=np.random.default_rng(seed), n_resamples=n_boot,
-                        confidence_level=1.0 - alpha, vectorized=vectorized, paired=paired, batch=batch)
+        res = bootstrap(
+            data,
+            statistic,
+            method=method,
+            rng=np.random.default_rng(seed),
+            n_resamples=n_boot,
+            confidence_level=1.0 - alpha,
+            vectorized=vectorized,
+            paired=paired,
+            batch=batch,
+        )
     dist = np.asarray(res.bootstrap_distribution, dtype=np.float64)
     lo, hi = float(res.confidence_interval.low), float(res.confidence_interval.high)
     if not (np.isfinite(lo) and np.isfinite(hi)):
@@ -92,8 +114,15 @@ def _vector_1d(values, name: str) -> np.ndarray:
     return x
 
 
-def bootstrap_interval(values, *, n_boot: int = 1000, alpha: float = 0.05, seed: int = 0,
-                       stat: Callable = np.mean, method: str = "BCa") -> Interval:
+def bootstrap_interval(
+    values,
+    *,
+    n_boot: int = 1000,
+    alpha: float = 0.05,
+    seed: int = 0,
+    stat: Callable = np.mean,
+    method: str = "BCa",
+) -> Interval:
     """:func:`bootstrap_ci` with the method used and the bootstrap distribution.
 
     >>> r = bootstrap_interval([0.1, 0.4, 0.35, 0.8, 0.5, 0.3], n_boot=500, seed=0)
@@ -108,13 +137,23 @@ def bootstrap_interval(values, *, n_boot: int = 1000, alpha: float = 0.05, seed:
         est = float(stat(x))
         return Interval(est, est, est, "none (one distinct value)", np.full(n_boot, est))
     if stat is np.mean:
-        return _scipy_interval((x,), np.mean, n_boot=n_boot, alpha=alpha, seed=seed, method=method, vectorized=True)
-    return _scipy_interval((x,), lambda s: float(stat(s)), n_boot=n_boot, alpha=alpha, seed=seed, method=method,
-                           vectorized=False)
+        return _scipy_interval(
+            (x,), np.mean, n_boot=n_boot, alpha=alpha, seed=seed, method=method, vectorized=True
+        )
+    return _scipy_interval(
+        (x,), lambda s: float(stat(s)), n_boot=n_boot, alpha=alpha, seed=seed, method=method, vectorized=False
+    )
 
 
-def bootstrap_ci(values, *, n_boot: int = 1000, alpha: float = 0.05, seed: int = 0, stat: Callable = np.mean,
-                 method: str = "BCa") -> tuple[float, float, float]:
+def bootstrap_ci(
+    values,
+    *,
+    n_boot: int = 1000,
+    alpha: float = 0.05,
+    seed: int = 0,
+    stat: Callable = np.mean,
+    method: str = "BCa",
+) -> tuple[float, float, float]:
     """``(estimate, low, high)``: the statistic of ``values`` and its ``1 - alpha`` bootstrap interval
     (:func:`scipy.stats.bootstrap`, BCa by default; percentile where BCa is undefined).
 
@@ -126,9 +165,17 @@ def bootstrap_ci(values, *, n_boot: int = 1000, alpha: float = 0.05, seed: int =
     return r.estimate, r.low, r.high
 
 
-def two_sample_ci(x: np.ndarray, y: np.ndarray, stat: Callable[[np.ndarray, np.ndarray], np.ndarray], *,
-                  n_boot: int = 1000, alpha: float = 0.05, seed: int = 0, method: str = "BCa",
-                  budget: float = 2e7) -> Interval:
+def two_sample_ci(
+    x: np.ndarray,
+    y: np.ndarray,
+    stat: Callable[[np.ndarray, np.ndarray], np.ndarray],
+    *,
+    n_boot: int = 1000,
+    alpha: float = 0.05,
+    seed: int = 0,
+    method: str = "BCa",
+    budget: float = 2e7,
+) -> Interval:
     """Interval of ``stat`` between two samples ``x [N,...]`` and ``y [M,...]``, each resampled (rows, with
     replacement) independently of the other.
 
@@ -166,12 +213,14 @@ def two_sample_ci(x: np.ndarray, y: np.ndarray, stat: Callable[[np.ndarray, np.n
         return np.asarray(stat(wx, wy), dtype=np.float64).reshape(shape)
 
     data = (np.arange(n, dtype=np.float64), np.arange(m, dtype=np.float64))
-    return _scipy_interval(data, statistic, n_boot=n_boot, alpha=alpha, seed=seed, method=method, vectorized=True,
-                           batch=batch)
+    return _scipy_interval(
+        data, statistic, n_boot=n_boot, alpha=alpha, seed=seed, method=method, vectorized=True, batch=batch
+    )
 
 
-def paired_bootstrap(a, b, *, n_boot: int = 1000, alpha: float = 0.05, seed: int = 0,
-                     method: str = "BCa") -> dict[str, Any]:
+def paired_bootstrap(
+    a, b, *, n_boot: int = 1000, alpha: float = 0.05, seed: int = 0, method: str = "BCa"
+) -> dict[str, Any]:
     """Paired bootstrap of ``mean(a - b)`` over shared samples: estimate, interval (BCa by default) and the
     two-sided bootstrap p-value that the mean difference is zero (from the same resamples).
 
@@ -187,9 +236,17 @@ def paired_bootstrap(a, b, *, n_boot: int = 1000, alpha: float = 0.05, seed: int
     if a.shape != b.shape:
         from genmetrics.errors import InputError
 
-        raise InputError(f"paired_bootstrap: a and b must pair up one to one, got {a.size} and {b.size} values")
+        raise InputError(
+            f"paired_bootstrap: a and b must pair up one to one, got {a.size} and {b.size} values"
+        )
     r = bootstrap_interval(a - b, n_boot=n_boot, alpha=alpha, seed=seed, method=method)
     boots = r.distribution
     p = 2 * min(float((boots <= 0).mean()), float((boots >= 0).mean()))
-    return {"diff": r.estimate, "low": r.low, "high": r.high, "p_value": min(1.0, p), "n": int(a.size),
-            "method": r.method}
+    return {
+        "diff": r.estimate,
+        "low": r.low,
+        "high": r.high,
+        "p_value": min(1.0, p),
+        "n": int(a.size),
+        "method": r.method,
+    }

@@ -99,7 +99,9 @@ def gaussian_kl(mu_p: Any, var_p: Any, mu_q: Any, var_q: Any) -> torch.Tensor:
     >>> gaussian_kl(torch.tensor([1.0, 2.0]), 1.0, 0.0, 1.0).tolist()  # unit variances: (mu_p - mu_q)^2 / 2
     [0.5, 2.0]
     """
-    mu_p, var_p, mu_q, var_q = (_f64(v, n) for v, n in ((mu_p, "mu_p"), (var_p, "var_p"), (mu_q, "mu_q"), (var_q, "var_q")))
+    mu_p, var_p, mu_q, var_q = (
+        _f64(v, n) for v, n in ((mu_p, "mu_p"), (var_p, "var_p"), (mu_q, "mu_q"), (var_q, "var_q"))
+    )
     if (var_p <= 0).any() or (var_q <= 0).any():
         raise InputError("gaussian_kl: variances must be > 0; add a ridge (eps) for constant scores")
     return 0.5 * (torch.log(var_q / var_p) + (var_p + (mu_p - mu_q) ** 2) / var_q - 1.0)
@@ -131,7 +133,9 @@ def gaussian_kl_2d(mu_p: Any, cov_p: Any, mu_q: Any, cov_q: Any) -> torch.Tensor
     >>> float(gaussian_kl_2d(torch.tensor([1.0, 1.0]), eye, torch.zeros(2), eye))
     1.0
     """
-    mu_p, cov_p, mu_q, cov_q = (_f64(v, n) for v, n in ((mu_p, "mu_p"), (cov_p, "cov_p"), (mu_q, "mu_q"), (cov_q, "cov_q")))
+    mu_p, cov_p, mu_q, cov_q = (
+        _f64(v, n) for v, n in ((mu_p, "mu_p"), (cov_p, "cov_p"), (mu_q, "mu_q"), (cov_q, "cov_q"))
+    )
     for c, n in ((cov_p, "cov_p"), (cov_q, "cov_q")):
         if c.shape[-2:] != (2, 2):
             raise InputError(f"{n}: expected covariances [...,2,2], got shape {tuple(c.shape)}")
@@ -141,8 +145,16 @@ def gaussian_kl_2d(mu_p: Any, cov_p: Any, mu_q: Any, cov_q: Any) -> torch.Tensor
         if m.shape[-1] != 2:
             raise InputError(f"{n}: expected means [...,2], got shape {tuple(m.shape)}")
     mp, mq = mu_p.movedim(-1, 0), mu_q.movedim(-1, 0)
-    return _kl2_parts(mp, cov_p[..., 0, 0], cov_p[..., 0, 1], cov_p[..., 1, 1],
-                      mq, cov_q[..., 0, 0], cov_q[..., 0, 1], cov_q[..., 1, 1])
+    return _kl2_parts(
+        mp,
+        cov_p[..., 0, 0],
+        cov_p[..., 0, 1],
+        cov_p[..., 1, 1],
+        mq,
+        cov_q[..., 0, 0],
+        cov_q[..., 0, 1],
+        cov_q[..., 1, 1],
+    )
 
 
 # ---------------------------------------------------------------------------- sufficient statistics
@@ -157,7 +169,9 @@ def gaussian_stats(scores: Any, *, name: str = "scores") -> tuple[torch.Tensor, 
     return torch.tensor(float(x.shape[0]), dtype=torch.float64, device=x.device), x.sum(0), x.T @ x
 
 
-def _moments(n: torch.Tensor, s: torch.Tensor, cross: torch.Tensor | None, sq: torch.Tensor | None, name: str):
+def _moments(
+    n: torch.Tensor, s: torch.Tensor, cross: torch.Tensor | None, sq: torch.Tensor | None, name: str
+):
     """Mean and unbiased (co)variances from sums. ``cross`` [C,C] or, for variances only, ``sq`` [C]."""
     n_ = float(n)
     if n_ < 2:
@@ -176,7 +190,9 @@ def _moments(n: torch.Tensor, s: torch.Tensor, cross: torch.Tensor | None, sq: t
     return mean, var.clamp_min(0.0), cov
 
 
-def sad_from_stats(real_stats, gen_stats, *, direction: str = "gen||real", eps: float = DEFAULT_EPS) -> torch.Tensor:
+def sad_from_stats(
+    real_stats, gen_stats, *, direction: str = "gen||real", eps: float = DEFAULT_EPS
+) -> torch.Tensor:
     """SaD per attribute from ``(n, sum [C], sq [C] or cross [C,C])`` of each set.
 
     The statistics a metric accumulates give :func:`sad` of the full tables:
@@ -202,8 +218,9 @@ def sad_from_stats(real_stats, gen_stats, *, direction: str = "gen||real", eps: 
     return gaussian_kl(mr, vr, mg, vg)
 
 
-def pad_from_stats(real_stats, gen_stats, *, direction: str = "gen||real", eps: float = DEFAULT_EPS,
-                   chunk: int = 1 << 22) -> torch.Tensor:
+def pad_from_stats(
+    real_stats, gen_stats, *, direction: str = "gen||real", eps: float = DEFAULT_EPS, chunk: int = 1 << 22
+) -> torch.Tensor:
     """PaD per unordered attribute pair (``itertools.combinations`` order) from ``(n, sum, cross)``.
 
     >>> g = torch.Generator().manual_seed(0)
@@ -229,8 +246,8 @@ def pad_from_stats(real_stats, gen_stats, *, direction: str = "gen||real", eps: 
     out = torch.empty(iu.numel(), dtype=torch.float64, device=covr.device)
     vp, vq = torch.diagonal(covp), torch.diagonal(covq)
     for start in range(0, iu.numel(), chunk):
-        i, j = iu[start:start + chunk], ju[start:start + chunk]
-        out[start:start + chunk] = _kl2_parts(
+        i, j = iu[start : start + chunk], ju[start : start + chunk]
+        out[start : start + chunk] = _kl2_parts(
             (mp[i], mp[j]), vp[i], covp[i, j], vp[j], (mq[i], mq[j]), vq[i], covq[i, j], vq[j]
         )
     return out.clamp_min(0.0)
@@ -345,8 +362,15 @@ def _grid_kl(p: np.ndarray, q: np.ndarray, direction: str) -> float:
     return max(float(np.mean(p * np.log(p / q))), 0.0)
 
 
-def kde_sad(real: Any, gen: Any, *, n_points: int = HCS_POINTS, grid: tuple[float, float] = HCS_GRID,
-            direction: str = "real||gen", eps: float = 1e-10) -> torch.Tensor:
+def kde_sad(
+    real: Any,
+    gen: Any,
+    *,
+    n_points: int = HCS_POINTS,
+    grid: tuple[float, float] = HCS_GRID,
+    direction: str = "real||gen",
+    eps: float = 1e-10,
+) -> torch.Tensor:
     """SaD as the 2024 HCS code computes it (parity mode) -> ``[C]``.
 
     Per attribute: ``scipy.stats.gaussian_kde`` (Scott's rule) of each set, evaluated on ``n_points``
@@ -368,7 +392,9 @@ def kde_sad(real: Any, gen: Any, *, n_points: int = HCS_POINTS, grid: tuple[floa
     _pair(real, gen)
     lo, hi = float(grid[0]), float(grid[1])
     if not hi > lo or int(n_points) < 2:
-        raise InputError(f"kde grid: expected lo < hi and n_points >= 2, got grid={grid!r}, n_points={n_points!r}")
+        raise InputError(
+            f"kde grid: expected lo < hi and n_points >= 2, got grid={grid!r}, n_points={n_points!r}"
+        )
     xs = np.linspace(lo, hi, int(n_points))
     width = (hi - lo) / int(n_points)
     r, g = real.cpu().numpy(), gen.cpu().numpy()
@@ -380,8 +406,15 @@ def kde_sad(real: Any, gen: Any, *, n_points: int = HCS_POINTS, grid: tuple[floa
     return torch.tensor(out, dtype=torch.float64)
 
 
-def kde_pad(real: Any, gen: Any, *, n_points: int = HCS_POINTS, grid: tuple[float, float] = HCS_GRID,
-            direction: str = "real||gen", eps: float = 1e-10) -> torch.Tensor:
+def kde_pad(
+    real: Any,
+    gen: Any,
+    *,
+    n_points: int = HCS_POINTS,
+    grid: tuple[float, float] = HCS_GRID,
+    direction: str = "real||gen",
+    eps: float = 1e-10,
+) -> torch.Tensor:
     """PaD as the 2024 HCS code computes it (parity mode) -> ``[C*(C-1)//2]`` (combinations order).
 
     Per pair: a 2-D ``gaussian_kde`` of each set evaluated on a ``(b+1) x (b+1)`` grid over ``grid``²
@@ -405,7 +438,9 @@ def kde_pad(real: Any, gen: Any, *, n_points: int = HCS_POINTS, grid: tuple[floa
     lo, hi = float(grid[0]), float(grid[1])
     b = math.isqrt(int(n_points))
     if not hi > lo or b < 2:
-        raise InputError(f"kde grid: expected lo < hi and n_points >= 4, got grid={grid!r}, n_points={n_points!r}")
+        raise InputError(
+            f"kde grid: expected lo < hi and n_points >= 4, got grid={grid!r}, n_points={n_points!r}"
+        )
     ax = np.linspace(lo, hi, b + 1)
     gx, gy = np.meshgrid(ax, ax)
     pts = np.vstack([gx.ravel(), gy.ravel()])

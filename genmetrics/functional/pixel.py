@@ -18,8 +18,13 @@ import torch
 import torch.nn.functional as F
 
 
-def gaussian_window(kernel_size: int, sigma: float, *, dtype: torch.dtype = torch.float32,
-                    device: torch.device | str | None = None) -> torch.Tensor:
+def gaussian_window(
+    kernel_size: int,
+    sigma: float,
+    *,
+    dtype: torch.dtype = torch.float32,
+    device: torch.device | str | None = None,
+) -> torch.Tensor:
     """The normalised 1-D Gaussian ``[kernel_size]`` centred on the middle tap.
 
     >>> w = gaussian_window(5, 1.0, dtype=torch.float64)
@@ -55,16 +60,24 @@ def _blur(x: torch.Tensor, win: torch.Tensor) -> torch.Tensor:
     h = x.shape[-2] - k + 1
     y = x[..., 0:h, :] * taps[0]
     for i in range(1, k):
-        y.add_(x[..., i:i + h, :], alpha=taps[i])
+        y.add_(x[..., i : i + h, :], alpha=taps[i])
     w = y.shape[-1] - k + 1
     z = y[..., 0:w] * taps[0]
     for i in range(1, k):
-        z.add_(y[..., i:i + w], alpha=taps[i])
+        z.add_(y[..., i : i + w], alpha=taps[i])
     return z
 
 
-def _ssim_terms(preds: torch.Tensor, target: torch.Tensor, win: torch.Tensor, c1: float, c2: float, *,
-                pad: bool, luminance: bool) -> tuple[torch.Tensor | None, torch.Tensor]:
+def _ssim_terms(
+    preds: torch.Tensor,
+    target: torch.Tensor,
+    win: torch.Tensor,
+    c1: float,
+    c2: float,
+    *,
+    pad: bool,
+    luminance: bool,
+) -> tuple[torch.Tensor | None, torch.Tensor]:
     """``(ssim_map or None, cs_map)`` over ``[B,C,H,W]``; ``pad`` reflect-pads by half the window first."""
     b, c, h, w = preds.shape
     p = (win.numel() - 1) // 2
@@ -99,8 +112,16 @@ def _image_mean(x: torch.Tensor) -> torch.Tensor:
     return torch.sum(x.reshape(x.shape[0], -1), dim=1, dtype=torch.float64) / (x[0].numel())
 
 
-def ssim(preds: torch.Tensor, target: torch.Tensor, *, kernel_size: int = 11, sigma: float = 1.5,
-         k1: float = 0.01, k2: float = 0.03, data_range: float = 1.0) -> torch.Tensor:
+def ssim(
+    preds: torch.Tensor,
+    target: torch.Tensor,
+    *,
+    kernel_size: int = 11,
+    sigma: float = 1.5,
+    k1: float = 0.01,
+    k2: float = 0.03,
+    data_range: float = 1.0,
+) -> torch.Tensor:
     """SSIM per image of ``[B,C,H,W]`` (reflect padding, whole-image mean), float64 ``[B]``.
 
     >>> x = torch.rand(2, 3, 32, 32, generator=torch.Generator().manual_seed(0))
@@ -108,14 +129,24 @@ def ssim(preds: torch.Tensor, target: torch.Tensor, *, kernel_size: int = 11, si
     ([1.0, 1.0], True)
     """
     win = gaussian_window(kernel_size, sigma, dtype=preds.dtype, device=preds.device)
-    s, _ = _ssim_terms(preds, target, win, (k1 * data_range) ** 2, (k2 * data_range) ** 2, pad=True, luminance=True)
+    s, _ = _ssim_terms(
+        preds, target, win, (k1 * data_range) ** 2, (k2 * data_range) ** 2, pad=True, luminance=True
+    )
     assert s is not None  # luminance=True always returns the SSIM map
     return _image_mean(s)
 
 
-def ms_ssim(preds: torch.Tensor, target: torch.Tensor, *, kernel_size: int = 11, sigma: float = 1.5,
-            betas: tuple[float, ...] = (0.0448, 0.2856, 0.3001, 0.2363, 0.1333), k1: float = 0.01, k2: float = 0.03,
-            data_range: float = 1.0) -> torch.Tensor:
+def ms_ssim(
+    preds: torch.Tensor,
+    target: torch.Tensor,
+    *,
+    kernel_size: int = 11,
+    sigma: float = 1.5,
+    betas: tuple[float, ...] = (0.0448, 0.2856, 0.3001, 0.2363, 0.1333),
+    k1: float = 0.01,
+    k2: float = 0.03,
+    data_range: float = 1.0,
+) -> torch.Tensor:
     """MS-SSIM per image of ``[B,C,H,W]`` with the ``relu`` normalisation, float64 ``[B]``.
 
     Five scales with an 11-tap window need at least 161 px per side:

@@ -48,8 +48,10 @@ def pairwise_accuracy(score_a: Any, score_b: Any, human_prefers_a: Any) -> float
     """
     a, b, h = _vec(score_a, "score_a"), _vec(score_b, "score_b"), _vec(human_prefers_a, "human_prefers_a")
     if not (a.numel() == b.numel() == h.numel()):
-        raise ValueError(f"pairwise_accuracy: lengths differ (score_a {a.numel()}, score_b {b.numel()}, "
-                         f"human_prefers_a {h.numel()})")
+        raise ValueError(
+            f"pairwise_accuracy: lengths differ (score_a {a.numel()}, score_b {b.numel()}, "
+            f"human_prefers_a {h.numel()})"
+        )
     if a.numel() == 0:
         raise ValueError("pairwise_accuracy: no pairs given")
     if ((h < 0) | (h > 1)).any():
@@ -108,7 +110,9 @@ def macro_f1(pred_logits: Any, labels: Any) -> float:
     return float(f1_per_class(pred_logits, labels).mean())
 
 
-def _pairs(item_a: Any, item_b: Any, outcome: Any, n_items: int | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
+def _pairs(
+    item_a: Any, item_b: Any, outcome: Any, n_items: int | None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
     ia = torch.as_tensor(item_a).detach().to("cpu").reshape(-1).long()
     ib = torch.as_tensor(item_b).detach().to("cpu").reshape(-1).long()
     o = _vec(outcome, "outcome")
@@ -214,8 +218,10 @@ def bradley_terry(
     if prior > 0:
         w_t = w_t + prior * (1 - torch.eye(k, dtype=torch.float64))
     elif not _strongly_connected(w_t):
-        raise ValueError("bradley_terry: the maximum-likelihood ratings do not exist (some item never lost, "
-                         "never won, or never met the others); pass prior > 0 to regularise")
+        raise ValueError(
+            "bradley_terry: the maximum-likelihood ratings do not exist (some item never lost, "
+            "never won, or never met the others); pass prior > 0 to regularise"
+        )
     w = w_t.numpy()
     n = w + w.T
 

@@ -7,18 +7,45 @@ import click
 
 @click.command("leaderboard")
 @click.argument("config", type=click.Path(dir_okay=False))
-@click.option("--out", "out", type=click.Path(file_okay=False), default=None,
-              help="Output folder (default: run.out of the config).")
+@click.option(
+    "--out",
+    "out",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Output folder (default: run.out of the config).",
+)
 @click.option("--resume", is_flag=True, help="Keep finished results in OUT and score only what is missing.")
-@click.option("--device", default=None, help="auto, cpu, cuda, cuda:1 ... (default: run.device of the config, else auto).")
-@click.option("--batch-size", type=int, default=None, help="Images per streamed chunk (default: each metric's batch_size).")
+@click.option(
+    "--device",
+    default=None,
+    help="auto, cpu, cuda, cuda:1 ... (default: run.device of the config, else auto).",
+)
+@click.option(
+    "--batch-size",
+    type=int,
+    default=None,
+    help="Images per streamed chunk (default: each metric's batch_size).",
+)
 @click.option("--seed", type=int, default=None, help="Bootstrap and torch seed (default: run.seed, else 0).")
 @click.option("--no-plots", is_flag=True, help="Skip the PNG plots.")
-@click.option("--on-error", type=click.Choice(["stop", "skip"]), default="stop", show_default=True,
-              help="A bad image: stop (finished results are kept; fix it and --resume), or report it in "
-                   "OUT/skipped.jsonl and score the rest.")
-def leaderboard_cmd(config: str, out: str | None, resume: bool, device: str | None, batch_size: int | None,
-                    seed: int | None, no_plots: bool, on_error: str) -> None:
+@click.option(
+    "--on-error",
+    type=click.Choice(["stop", "skip"]),
+    default="stop",
+    show_default=True,
+    help="A bad image: stop (finished results are kept; fix it and --resume), or report it in "
+    "OUT/skipped.jsonl and score the rest.",
+)
+def leaderboard_cmd(
+    config: str,
+    out: str | None,
+    resume: bool,
+    device: str | None,
+    batch_size: int | None,
+    seed: int | None,
+    no_plots: bool,
+    on_error: str,
+) -> None:
     """Score every generator of CONFIG with every metric and write a leaderboard to OUT.
 
     Under `torchrun --nproc_per_node N -m genmetrics leaderboard ...` each rank scores its shard of
@@ -26,8 +53,16 @@ def leaderboard_cmd(config: str, out: str | None, resume: bool, device: str | No
     """
     from genmetrics.leaderboard.runner import run_leaderboard
 
-    result = run_leaderboard(config, out, resume=resume, device=device, batch_size=batch_size, seed=seed,
-                             plots=not no_plots, on_error=on_error)
+    result = run_leaderboard(
+        config,
+        out,
+        resume=resume,
+        device=device,
+        batch_size=batch_size,
+        seed=seed,
+        plots=not no_plots,
+        on_error=on_error,
+    )
     if result.rank != 0 or result.summary is None:
         return
     s = result.summary
@@ -37,8 +72,10 @@ def leaderboard_cmd(config: str, out: str | None, resume: bool, device: str | No
     for item in s["ranking"]:
         vals = "  ".join(f"{c}={_short(item[c])}" for c in cols)
         click.echo(f"  {item['rank']:>2}. {item['generator']:<{width}}  {vals}")
-    click.echo(f"report: {result.report}  (also leaderboard.csv, leaderboard.html, summary.json; "
-               f"per-image results: {result.results})")
+    click.echo(
+        f"report: {result.report}  (also leaderboard.csv, leaderboard.html, summary.json; "
+        f"per-image results: {result.results})"
+    )
 
 
 def _short(x: object) -> str:

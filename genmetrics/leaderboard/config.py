@@ -121,7 +121,7 @@ def toml_lines(text: str) -> dict[KeyPath, int]:
         m = _KEY.match(line)
         if m:
             lines.setdefault((*current, *_split_dotted(m["k"])), n)
-            rest = line[m.end():]
+            rest = line[m.end() :]
             for q in ('"""', "'''"):
                 if rest.count(q) % 2 == 1:
                     in_multiline = q
@@ -305,7 +305,9 @@ class LeaderboardConfig:
 
 
 # ------------------------------------------------------------------------------------------ loading
-def load_config(config: str | Path | Mapping[str, Any], *, base_dir: str | Path | None = None) -> LeaderboardConfig:
+def load_config(
+    config: str | Path | Mapping[str, Any], *, base_dir: str | Path | None = None
+) -> LeaderboardConfig:
     """Parse and check a config file (``.toml``, ``.yaml``/``.yml``) or an already-loaded mapping.
 
     For a mapping, relative paths resolve from ``base_dir`` (default: the current folder).
@@ -332,7 +334,9 @@ def load_config(config: str | Path | Mapping[str, Any], *, base_dir: str | Path 
     try:  # utf-8-sig: a byte-order mark (Windows editors) is accepted; CRLF line ends are valid TOML and YAML
         text = path.read_text(encoding="utf-8-sig")
     except UnicodeDecodeError as e:
-        raise InputError(f"config {str(path)!r} is not UTF-8 text ({e.reason} at byte {e.start}); save it as UTF-8") from None
+        raise InputError(
+            f"config {str(path)!r} is not UTF-8 text ({e.reason} at byte {e.start}); save it as UTF-8"
+        ) from None
     suffix = path.suffix.lower()
     if suffix in (".yaml", ".yml"):
         raw, lines = _parse_yaml(path, text)
@@ -340,7 +344,9 @@ def load_config(config: str | Path | Mapping[str, Any], *, base_dir: str | Path 
         raw, lines = _parse_toml(path, text)
     else:
         raise InputError(f"config {str(path)!r}: unknown extension {suffix!r}; use .toml, .yaml or .yml")
-    return _from_dict(raw, path=path, base_dir=(Path(base_dir) if base_dir else path.parent).resolve(), lines=lines)
+    return _from_dict(
+        raw, path=path, base_dir=(Path(base_dir) if base_dir else path.parent).resolve(), lines=lines
+    )
 
 
 def _parse_toml(path: Path, text: str) -> tuple[dict[str, Any], dict[KeyPath, int]]:
@@ -374,7 +380,9 @@ def _parse_yaml(path: Path, text: str) -> tuple[dict[str, Any], dict[KeyPath, in
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
-        raise InputError(f"{path}:1: the config must be a mapping with data, generators and metrics; got {type(raw).__name__}")
+        raise InputError(
+            f"{path}:1: the config must be a mapping with data, generators and metrics; got {type(raw).__name__}"
+        )
     return raw, yaml_lines(text)
 
 
@@ -393,12 +401,16 @@ class _Checker:
         if value is None:
             return {}
         if not isinstance(value, Mapping):
-            raise self.cfg.error(key, f"expected a table (mapping), got {type(value).__name__} {value!r}"[:300])
+            raise self.cfg.error(
+                key, f"expected a table (mapping), got {type(value).__name__} {value!r}"[:300]
+            )
         if allowed is not None:
             for k in value:
                 if k not in allowed:
-                    raise self.cfg.error((*key, k), f"unknown key {k!r}{_close(str(k), allowed)} "
-                                                    f"(allowed here: {', '.join(allowed)})")
+                    raise self.cfg.error(
+                        (*key, k),
+                        f"unknown key {k!r}{_close(str(k), allowed)} (allowed here: {', '.join(allowed)})",
+                    )
         return dict(value)
 
     @overload
@@ -412,7 +424,9 @@ class _Checker:
                 raise self.cfg.error(key, "is required")
             return None
         if not isinstance(value, str) or not value.strip():
-            raise self.cfg.error(key, f"expected a non-empty string, got {type(value).__name__} {value!r}"[:300])
+            raise self.cfg.error(
+                key, f"expected a non-empty string, got {type(value).__name__} {value!r}"[:300]
+            )
         return value
 
     @overload
@@ -432,8 +446,18 @@ class _Checker:
             raise self.cfg.error(key, str(e)) from None
         return p if p.is_absolute() else self.cfg.base_dir / p
 
-    def number(self, value: Any, key: KeyPath, typ: type, default: Any, *, lo: float | None = None,
-               hi: float | None = None, lo_open: bool = False, hi_open: bool = False) -> Any:
+    def number(
+        self,
+        value: Any,
+        key: KeyPath,
+        typ: type,
+        default: Any,
+        *,
+        lo: float | None = None,
+        hi: float | None = None,
+        lo_open: bool = False,
+        hi_open: bool = False,
+    ) -> Any:
         if value is None:
             return default
         ok = isinstance(value, (int, float)) and not isinstance(value, bool)
@@ -441,20 +465,36 @@ class _Checker:
             ok = ok and float(value).is_integer()
         if ok:
             v = typ(value)
-            ok = ((lo is None or (v > lo if lo_open else v >= lo)) and (hi is None or (v < hi if hi_open else v <= hi)))
+            ok = (lo is None or (v > lo if lo_open else v >= lo)) and (
+                hi is None or (v < hi if hi_open else v <= hi)
+            )
         if not ok:
             rng = ""
             if lo is not None or hi is not None:
                 left = "(" if lo_open else "["
                 right = ")" if hi_open else "]"
-                rng = f" in {left}{lo if lo is not None else '-inf'}, {hi if hi is not None else 'inf'}{right}"
-            raise self.cfg.error(key, f"expected {'an integer' if typ is int else 'a number'}{rng}, got {value!r}")
+                rng = (
+                    f" in {left}{lo if lo is not None else '-inf'}, {hi if hi is not None else 'inf'}{right}"
+                )
+            raise self.cfg.error(
+                key, f"expected {'an integer' if typ is int else 'a number'}{rng}, got {value!r}"
+            )
         return typ(value)
 
 
-def _from_dict(raw: dict[str, Any], *, path: Path | None, base_dir: Path, lines: dict[KeyPath, int]) -> LeaderboardConfig:
-    cfg = LeaderboardConfig(path=path, base_dir=base_dir, data=DataSpec(), run=RunSpec(), generators=[], metrics=[],
-                            raw=raw, lines=lines)
+def _from_dict(
+    raw: dict[str, Any], *, path: Path | None, base_dir: Path, lines: dict[KeyPath, int]
+) -> LeaderboardConfig:
+    cfg = LeaderboardConfig(
+        path=path,
+        base_dir=base_dir,
+        data=DataSpec(),
+        run=RunSpec(),
+        generators=[],
+        metrics=[],
+        raw=raw,
+        lines=lines,
+    )
     c = _Checker(cfg)
     c.table(raw, (), TOP_KEYS)
 
@@ -462,9 +502,12 @@ def _from_dict(raw: dict[str, Any], *, path: Path | None, base_dir: Path, lines:
     recursive = d.get("recursive", False)
     if not isinstance(recursive, bool):
         raise cfg.error(("data", "recursive"), f"expected true or false, got {recursive!r}")
-    cfg.data = DataSpec(references=c.path(d.get("references"), ("data", "references")),
-                        prompts=c.path(d.get("prompts"), ("data", "prompts")),
-                        real=c.path(d.get("real"), ("data", "real")), recursive=recursive)
+    cfg.data = DataSpec(
+        references=c.path(d.get("references"), ("data", "references")),
+        prompts=c.path(d.get("prompts"), ("data", "prompts")),
+        real=c.path(d.get("real"), ("data", "real")),
+        recursive=recursive,
+    )
 
     r = c.table(raw.get("run"), ("run",), RUN_KEYS)
     cfg.run = RunSpec(
@@ -486,8 +529,9 @@ def _from_dict(raw: dict[str, Any], *, path: Path | None, base_dir: Path, lines:
 
     gens = raw.get("generators")
     if gens is None:
-        raise cfg.error(("generators",), "is required: add one [[generators]] table per generator "
-                                         "with name and images")
+        raise cfg.error(
+            ("generators",), "is required: add one [[generators]] table per generator with name and images"
+        )
     if not isinstance(gens, list) or not gens:
         raise cfg.error(("generators",), "expected a non-empty list of tables ([[generators]] in TOML)")
     seen: dict[str, int] = {}
@@ -496,14 +540,23 @@ def _from_dict(raw: dict[str, Any], *, path: Path | None, base_dir: Path, lines:
         g = c.table(g, key, GENERATOR_KEYS)
         name = c.string(g.get("name"), (*key, "name"), required=True)
         if name.startswith("__"):
-            raise cfg.error((*key, "name"), f"generator names may not start with '__' (reserved), got {name!r}")
+            raise cfg.error(
+                (*key, "name"), f"generator names may not start with '__' (reserved), got {name!r}"
+            )
         if name in seen:
-            raise cfg.error((*key, "name"), f"duplicate generator name {name!r} (also generators[{seen[name]}])")
+            raise cfg.error(
+                (*key, "name"), f"duplicate generator name {name!r} (also generators[{seen[name]}])"
+            )
         seen[name] = i
-        cfg.generators.append(GeneratorSpec(
-            name=name, images=c.path(g.get("images"), (*key, "images"), required=True),
-            references=c.path(g.get("references"), (*key, "references")),
-            prompts=c.path(g.get("prompts"), (*key, "prompts")), index=i))
+        cfg.generators.append(
+            GeneratorSpec(
+                name=name,
+                images=c.path(g.get("images"), (*key, "images"), required=True),
+                references=c.path(g.get("references"), (*key, "references")),
+                prompts=c.path(g.get("prompts"), (*key, "prompts")),
+                index=i,
+            )
+        )
 
     mets = raw.get("metrics")
     if mets is None:
@@ -520,22 +573,38 @@ def _from_dict(raw: dict[str, Any], *, path: Path | None, base_dir: Path, lines:
             raise cfg.error((*key, "label"), f"use letters, digits and _ . : + - only, got {label!r}")
         aspects = m.get("aspects")
         if aspects is not None:
-            if (isinstance(aspects, str) or not isinstance(aspects, list) or not aspects
-                    or not all(isinstance(a, str) and a.strip() for a in aspects)):
-                raise cfg.error((*key, "aspects"), f"expected a non-empty list of non-empty strings, got {aspects!r}")
+            if (
+                isinstance(aspects, str)
+                or not isinstance(aspects, list)
+                or not aspects
+                or not all(isinstance(a, str) and a.strip() for a in aspects)
+            ):
+                raise cfg.error(
+                    (*key, "aspects"), f"expected a non-empty list of non-empty strings, got {aspects!r}"
+                )
             if len(set(aspects)) != len(aspects):
                 raise cfg.error((*key, "aspects"), f"aspects repeat: {aspects!r}")
-        spec = MetricSpec(name=name, label=label, aspects=list(aspects) if aspects else None,
-                          options={k: v for k, v in m.items() if k not in RUNNER_METRIC_KEYS}, index=i)
+        spec = MetricSpec(
+            name=name,
+            label=label,
+            aspects=list(aspects) if aspects else None,
+            options={k: v for k, v in m.items() if k not in RUNNER_METRIC_KEYS},
+            index=i,
+        )
         for col in spec.columns():
             if col in columns:
-                raise cfg.error((*key, "label" if "label" in m else "name"),
-                                f"column {col!r} is already produced by metrics[{columns[col]}]; give this entry "
-                                "a different label = \"...\"")
+                raise cfg.error(
+                    (*key, "label" if "label" in m else "name"),
+                    f"column {col!r} is already produced by metrics[{columns[col]}]; give this entry "
+                    'a different label = "..."',
+                )
             columns[col] = i
         cfg.metrics.append(spec)
 
     if cfg.run.rank_by is not None and cfg.run.rank_by not in columns:
-        raise cfg.error(("run", "rank_by"), f"{cfg.run.rank_by!r} is not a metric column{_close(cfg.run.rank_by, list(columns))} "
-                                            f"(columns: {', '.join(columns)})")
+        raise cfg.error(
+            ("run", "rank_by"),
+            f"{cfg.run.rank_by!r} is not a metric column{_close(cfg.run.rank_by, list(columns))} "
+            f"(columns: {', '.join(columns)})",
+        )
     return cfg

@@ -203,11 +203,15 @@ def _load_prompts(cfg: LeaderboardConfig, path: Path, key: KeyPath) -> dict[str,
             ref_paths = None
             if refs is not None:
                 if not isinstance(refs, list) or not all(isinstance(r, str) and r for r in refs):
-                    raise InputError(f"{where}: 'references' should be a list of image paths, got {refs!r}"[:300])
+                    raise InputError(
+                        f"{where}: 'references' should be a list of image paths, got {refs!r}"[:300]
+                    )
                 ref_paths = [Path(r) if Path(r).is_absolute() else path.parent / r for r in refs]
             unknown = set(obj) - {"id", "prompt", "references"}
             if unknown:
-                raise InputError(f"{where}: unknown key(s) {sorted(unknown)}; a line holds id, prompt and references")
+                raise InputError(
+                    f"{where}: unknown key(s) {sorted(unknown)}; a line holds id, prompt and references"
+                )
             rows[sid] = _PromptRow(n, prompt, ref_paths)
     except InputError as e:
         raise cfg.error(key, str(e)) from None
@@ -215,8 +219,11 @@ def _load_prompts(cfg: LeaderboardConfig, path: Path, key: KeyPath) -> dict[str,
 
 
 #: what the planner calls each reference kind in ``MetricPlan.uses``
-_REFERENCE_USE = {ReferenceKind.MATCHED: "reference", ReferenceKind.REAL_SET: "real",
-                  ReferenceKind.IMAGE_LIST: "reference_sets"}
+_REFERENCE_USE = {
+    ReferenceKind.MATCHED: "reference",
+    ReferenceKind.REAL_SET: "real",
+    ReferenceKind.IMAGE_LIST: "reference_sets",
+}
 
 
 def _resolve_paths(cfg: LeaderboardConfig, options: dict[str, Any]) -> dict[str, Any]:
@@ -253,8 +260,13 @@ def device_for_run(device: str) -> str:
 
 
 # ------------------------------------------------------------------------------------------ plan
-def build_plan(cfg: LeaderboardConfig, *, metric_kwargs: dict[str, dict[str, Any]] | None = None,
-               device: str | None = None, check_construct: bool = True) -> Plan:
+def build_plan(
+    cfg: LeaderboardConfig,
+    *,
+    metric_kwargs: dict[str, dict[str, Any]] | None = None,
+    device: str | None = None,
+    check_construct: bool = True,
+) -> Plan:
     """Check everything a run needs and list the work. Raises :class:`InputError` naming the config
     key and line; nothing is scored and no weights load here (metrics are constructed once to check
     their options, which by the house rules loads no weights).
@@ -275,8 +287,10 @@ def build_plan(cfg: LeaderboardConfig, *, metric_kwargs: dict[str, dict[str, Any
     metric_kwargs = dict(metric_kwargs or {})
     unknown = set(metric_kwargs) - {m.label for m in cfg.metrics}
     if unknown:
-        raise InputError(f"metric_kwargs names {sorted(unknown)}, which are not metric labels of the config "
-                         f"({', '.join(m.label for m in cfg.metrics)})")
+        raise InputError(
+            f"metric_kwargs names {sorted(unknown)}, which are not metric labels of the config "
+            f"({', '.join(m.label for m in cfg.metrics)})"
+        )
     # -- files and folders (checked whether or not a metric uses them: typos fail early)
     fingerprints: dict[str, str] = {}
     images: dict[str, list[Path]] = {}
@@ -286,7 +300,8 @@ def build_plan(cfg: LeaderboardConfig, *, metric_kwargs: dict[str, dict[str, Any
     ref_files: dict[Path, list[Path]] = {}
     ref_keys: dict[Path, KeyPath] = {}
     for key, folder in [(("data", "references"), cfg.data.references)] + [
-            ((*g.key, "references"), g.references) for g in cfg.generators]:
+        ((*g.key, "references"), g.references) for g in cfg.generators
+    ]:
         if folder is not None and folder not in ref_files:
             ref_files[folder] = _files(cfg, folder, key)
             ref_keys[folder] = key
@@ -299,7 +314,9 @@ def build_plan(cfg: LeaderboardConfig, *, metric_kwargs: dict[str, dict[str, Any
         real = ref_files[cfg.data.references]
     prompts: dict[Path, dict[str, _PromptRow]] = {}
     prompt_keys: dict[Path, KeyPath] = {}
-    for key, f in [(("data", "prompts"), cfg.data.prompts)] + [((*g.key, "prompts"), g.prompts) for g in cfg.generators]:
+    for key, f in [(("data", "prompts"), cfg.data.prompts)] + [
+        ((*g.key, "prompts"), g.prompts) for g in cfg.generators
+    ]:
         if f is not None and f not in prompts:
             prompts[f] = _load_prompts(cfg, f, key)
             prompt_keys[f] = key
@@ -315,17 +332,22 @@ def build_plan(cfg: LeaderboardConfig, *, metric_kwargs: dict[str, dict[str, Any
         try:
             accepted = metric_options(spec.name)
         except (ImportError, AttributeError) as e:
-            raise GenmetricsError(f"{cfg.where((*key, 'name'))}: metric {spec.name!r} is registered but its code "
-                                  f"cannot be loaded ({type(e).__name__}: {e})") from None
+            raise GenmetricsError(
+                f"{cfg.where((*key, 'name'))}: metric {spec.name!r} is registered but its code "
+                f"cannot be loaded ({type(e).__name__}: {e})"
+            ) from None
         for opt in spec.options:
             if opt not in accepted:
                 import difflib
 
                 close = difflib.get_close_matches(opt, list(accepted), n=2, cutoff=0.6)
                 hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
-                raise cfg.error((*key, opt), f"unknown key {opt!r} for metric {spec.name!r}{hint} "
-                                             f"(metric options: {', '.join(accepted) or 'none'}; "
-                                             "runner keys: name, label, aspects)")
+                raise cfg.error(
+                    (*key, opt),
+                    f"unknown key {opt!r} for metric {spec.name!r}{hint} "
+                    f"(metric options: {', '.join(accepted) or 'none'}; "
+                    "runner keys: name, label, aspects)",
+                )
         kwargs: dict[str, Any] = {}
         kwargs.update(_resolve_paths(cfg, spec.options))
         kwargs.update(metric_kwargs.get(spec.label, {}))
@@ -334,7 +356,9 @@ def build_plan(cfg: LeaderboardConfig, *, metric_kwargs: dict[str, dict[str, Any
         if cfg.run.cache is not False and "cache_dir" in accepted and "cache_dir" not in kwargs:
             from genmetrics.backbones.weights import genmetrics_home
 
-            kwargs["cache_dir"] = str(cfg.run.cache if cfg.run.cache is not True else genmetrics_home() / "features")
+            kwargs["cache_dir"] = str(
+                cfg.run.cache if cfg.run.cache is not True else genmetrics_home() / "features"
+            )
         if check_construct:
             from genmetrics.registry import create_metric
 
@@ -347,14 +371,23 @@ def build_plan(cfg: LeaderboardConfig, *, metric_kwargs: dict[str, dict[str, Any
             del m
 
         aspects: list[str | None] = list(spec.aspects) if spec.aspects else [None]
-        mp = MetricPlan(spec=spec, card=card, kwargs=kwargs,
-                        columns=[Column(c, spec, a) for c, a in zip(spec.columns(), aspects)])
+        mp = MetricPlan(
+            spec=spec,
+            card=card,
+            kwargs=kwargs,
+            columns=[Column(c, spec, a) for c, a in zip(spec.columns(), aspects)],
+        )
         if card.level is Granularity.SET:
             if spec.aspects:
-                raise cfg.error((*key, "aspects"), f"{spec.name!r} is a set-level metric; it takes no aspects")
+                raise cfg.error(
+                    (*key, "aspects"), f"{spec.name!r} is a set-level metric; it takes no aspects"
+                )
             if real is None:
-                raise cfg.error(key, f"{spec.name!r} is a set-level metric that compares each generator with the real "
-                                     "set: set data.real (or data.references) to a folder of real images")
+                raise cfg.error(
+                    key,
+                    f"{spec.name!r} is a set-level metric that compares each generator with the real "
+                    "set: set data.real (or data.references) to a folder of real images",
+                )
             mp.real = real
             mp.uses = ("real",)
         else:
@@ -364,32 +397,58 @@ def build_plan(cfg: LeaderboardConfig, *, metric_kwargs: dict[str, dict[str, Any
     if cfg.run.rank_by is not None:
         m = next(p for p in plans if cfg.run.rank_by in [c.name for c in p.columns])
         if m.higher_is_better is None:
-            raise cfg.error(("run", "rank_by"), f"metric {m.spec.name!r} has no direction (higher_is_better is "
-                                                "unknown), so it cannot rank generators; choose another column")
+            raise cfg.error(
+                ("run", "rank_by"),
+                f"metric {m.spec.name!r} has no direction (higher_is_better is "
+                "unknown), so it cannot rank generators; choose another column",
+            )
     return Plan(config=cfg, images=images, metrics=plans, fingerprints=fingerprints)
 
 
-def _plan_samples(cfg: LeaderboardConfig, mp: MetricPlan, images: dict[str, list[Path]],
-                  ref_files: dict[Path, list[Path]], ref_keys: dict[Path, KeyPath],
-                  prompts: dict[Path, dict[str, _PromptRow]], prompt_keys: dict[Path, KeyPath],
-                  real: list[Path] | None) -> None:
+def _plan_samples(
+    cfg: LeaderboardConfig,
+    mp: MetricPlan,
+    images: dict[str, list[Path]],
+    ref_files: dict[Path, list[Path]],
+    ref_keys: dict[Path, KeyPath],
+    prompts: dict[Path, dict[str, _PromptRow]],
+    prompt_keys: dict[Path, KeyPath],
+    real: list[Path] | None,
+) -> None:
     spec, card, key = mp.spec, mp.card, mp.spec.key
     use = _REFERENCE_USE.get(card.reference) if card.feeds("reference", mp.kwargs) else None
     ref_sets = use == "reference_sets"
     needs_cond = card.feeds("condition", mp.kwargs)
     if spec.aspects and card.condition not in (ConditionKind.PROMPT, ConditionKind.ASPECTS):
-        raise cfg.error((*key, "aspects"), f"{spec.name!r} takes no condition (text per sample), so it takes no aspects")
+        raise cfg.error(
+            (*key, "aspects"), f"{spec.name!r} takes no condition (text per sample), so it takes no aspects"
+        )
     use_aspects = bool(spec.aspects)
     if needs_cond and not use_aspects and card.condition is ConditionKind.ASPECTS:
-        raise cfg.error(key, f"{spec.name!r} compares images with respect to an aspect: add "
-                             "aspects = [\"overall\", ...] to this metric (one result column per aspect)")
+        raise cfg.error(
+            key,
+            f"{spec.name!r} compares images with respect to an aspect: add "
+            'aspects = ["overall", ...] to this metric (one result column per aspect)',
+        )
     needs_prompt = needs_cond and not use_aspects
-    mp.uses = tuple(u for u, on in (("reference_sets", ref_sets), ("reference", use == "reference"),
-                                    ("real", use == "real"), ("prompt", needs_prompt), ("aspects", use_aspects)) if on)
+    mp.uses = tuple(
+        u
+        for u, on in (
+            ("reference_sets", ref_sets),
+            ("reference", use == "reference"),
+            ("real", use == "real"),
+            ("prompt", needs_prompt),
+            ("aspects", use_aspects),
+        )
+        if on
+    )
     if use == "real":
         if real is None:
-            raise cfg.error(key, f"{spec.name!r} needs the real set (its reference is the real images as a set): set data.real "
-                                 "(or data.references) to a folder of real images")
+            raise cfg.error(
+                key,
+                f"{spec.name!r} needs the real set (its reference is the real images as a set): set data.real "
+                "(or data.references) to a folder of real images",
+            )
         mp.real = real
     for g in cfg.generators:
         files = images[g.name]
@@ -399,42 +458,63 @@ def _plan_samples(cfg: LeaderboardConfig, mp: MetricPlan, images: dict[str, list
         if ref_sets or needs_prompt:
             if prompt_file is None:
                 what = "reference images per sample" if ref_sets else "a prompt per image"
-                raise cfg.error(key, f"{spec.name!r} needs {what}: set data.prompts (or generators[{g.index}].prompts) "
-                                     "to a JSONL file of {\"id\": stem, \"prompt\": ..., \"references\": [...]}")
+                raise cfg.error(
+                    key,
+                    f"{spec.name!r} needs {what}: set data.prompts (or generators[{g.index}].prompts) "
+                    'to a JSONL file of {"id": stem, "prompt": ..., "references": [...]}',
+                )
             rows = prompts[prompt_file]
             pkey = prompt_keys[prompt_file]
             missing = [s.id for s in samples if s.id not in rows]
             if missing:
-                raise cfg.error(gkey, f"{len(missing)} image(s) have no line in {cfg.ref(pkey)} = {str(prompt_file)!r} "
-                                      f"(first ids: {', '.join(missing[:3])}); {spec.name!r} needs one per image")
+                raise cfg.error(
+                    gkey,
+                    f"{len(missing)} image(s) have no line in {cfg.ref(pkey)} = {str(prompt_file)!r} "
+                    f"(first ids: {', '.join(missing[:3])}); {spec.name!r} needs one per image",
+                )
             for s in samples:
                 row = rows[s.id]
                 if needs_prompt:
                     if row.prompt is None:
-                        raise cfg.error(pkey, f"{prompt_file.name}:{row.line}: id {s.id!r} has no 'prompt', which "
-                                              f"{spec.name!r} (metrics[{spec.index}]) needs")
+                        raise cfg.error(
+                            pkey,
+                            f"{prompt_file.name}:{row.line}: id {s.id!r} has no 'prompt', which "
+                            f"{spec.name!r} (metrics[{spec.index}]) needs",
+                        )
                     s.condition = row.prompt
                 if ref_sets:
                     if not row.references:
-                        raise cfg.error(pkey, f"{prompt_file.name}:{row.line}: id {s.id!r} has no 'references', "
-                                              f"which {spec.name!r} (metrics[{spec.index}]) needs")
+                        raise cfg.error(
+                            pkey,
+                            f"{prompt_file.name}:{row.line}: id {s.id!r} has no 'references', "
+                            f"which {spec.name!r} (metrics[{spec.index}]) needs",
+                        )
                     for r in row.references:
                         if not r.is_file():
-                            raise cfg.error(pkey, f"{prompt_file.name}:{row.line}: reference image {str(r)!r} of "
-                                                  f"id {s.id!r} does not exist")
+                            raise cfg.error(
+                                pkey,
+                                f"{prompt_file.name}:{row.line}: reference image {str(r)!r} of "
+                                f"id {s.id!r} does not exist",
+                            )
                     s.reference = list(row.references)
         if use == "reference":
             folder = g.references or cfg.data.references
             if folder is None:
-                raise cfg.error(key, f"{spec.name!r} compares each image with its reference: set data.references "
-                                     f"(or generators[{g.index}].references) to a folder of reference images with "
-                                     "the same file stems")
+                raise cfg.error(
+                    key,
+                    f"{spec.name!r} compares each image with its reference: set data.references "
+                    f"(or generators[{g.index}].references) to a folder of reference images with "
+                    "the same file stems",
+                )
             by_stem = {r.stem: r for r in ref_files[folder]}
             missing = [s.candidate.name for s in samples if s.id not in by_stem]
             if missing:
-                raise cfg.error(gkey, f"{len(missing)} image(s) have no reference with the same stem in "
-                                      f"{cfg.ref(ref_keys[folder])} = {str(folder)!r} (first: {', '.join(missing[:3])}); "
-                                      f"{spec.name!r} matches references by file name without extension")
+                raise cfg.error(
+                    gkey,
+                    f"{len(missing)} image(s) have no reference with the same stem in "
+                    f"{cfg.ref(ref_keys[folder])} = {str(folder)!r} (first: {', '.join(missing[:3])}); "
+                    f"{spec.name!r} matches references by file name without extension",
+                )
             for s in samples:
                 s.reference = by_stem[s.id]
         mp.samples[g.name] = samples

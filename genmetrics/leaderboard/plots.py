@@ -63,10 +63,17 @@ def bar_chart(name: str, entry: dict[str, Any], order: list[str], path: Path, ci
     x = np.arange(len(gens))
     yerr = None
     if all(v.get("low") is not None for v in vals):
-        yerr = np.array([[m - v["low"] for m, v in zip(means, vals)], [v["high"] - m for m, v in zip(means, vals)]])
+        yerr = np.array(
+            [[m - v["low"] for m, v in zip(means, vals)], [v["high"] - m for m, v in zip(means, vals)]]
+        )
         yerr = np.clip(yerr, 0, None)
     ax.bar(x, means, color=COLOR, yerr=yerr, capsize=4, ecolor="#222")
-    ax.set_xticks(x, gens, rotation=30 if max(len(g) for g in gens) > 8 else 0, ha="right" if max(len(g) for g in gens) > 8 else "center")
+    ax.set_xticks(
+        x,
+        gens,
+        rotation=30 if max(len(g) for g in gens) > 8 else 0,
+        ha="right" if max(len(g) for g in gens) > 8 else "center",
+    )
     lo = float(np.min(means - (yerr[0] if yerr is not None else 0)))
     hi = float(np.max(means + (yerr[1] if yerr is not None else 0)))
     if lo > 0 and (hi - lo) < 0.1 * hi:  # zoom in only when the differences would be invisible from 0
@@ -93,7 +100,13 @@ def _part(result: dict[str, Any], ndim: int, keys: tuple[str, ...]) -> tuple[np.
     None) or, for a dict value, its first entry among ``keys`` (sad/pad/rsad return ``per_attribute``,
     ``per_pair``, ``map``)."""
     value = result.get("value")
-    found = [(None, value)] if isinstance(value, list) else [(k, value.get(k)) for k in keys] if isinstance(value, dict) else []
+    found = (
+        [(None, value)]
+        if isinstance(value, list)
+        else [(k, value.get(k)) for k in keys]
+        if isinstance(value, dict)
+        else []
+    )
     for k, v in found:
         if isinstance(v, list):
             try:

@@ -69,25 +69,43 @@ def summarize(plan: Plan, rows: list[dict[str, Any]]) -> dict[str, Any]:
                 if mp.level == "set":
                     sr = d.get(SET_ID)
                     ci = sr.get("ci") if sr else None
-                    res[g] = {"mean": sr.get("score") if sr else None, "low": ci[0] if ci else None,
-                              "high": ci[1] if ci else None,
-                              "n": sr.get("n") if sr else 0, "n_real": sr.get("n_real") if sr else None}
+                    res[g] = {
+                        "mean": sr.get("score") if sr else None,
+                        "low": ci[0] if ci else None,
+                        "high": ci[1] if ci else None,
+                        "n": sr.get("n") if sr else 0,
+                        "n_real": sr.get("n_real") if sr else None,
+                    }
                     for extra in ("value", "labels", "grid"):
                         if sr and extra in sr:
                             res[g][extra] = sr[extra]
                     continue
                 expected = [s.id for s in mp.samples[g]]
                 vals = [float(d[i]["score"]) for i in expected if i in d and _finite(d[i].get("score"))]
-                entry: dict[str, Any] = {"mean": None, "low": None, "high": None, "std": None, "n": len(vals),
-                                         "n_expected": len(expected),
-                                         "n_invalid": sum(1 for i in expected if i in d and not _finite(d[i].get("score")))}
+                entry: dict[str, Any] = {
+                    "mean": None,
+                    "low": None,
+                    "high": None,
+                    "std": None,
+                    "n": len(vals),
+                    "n_expected": len(expected),
+                    "n_invalid": sum(1 for i in expected if i in d and not _finite(d[i].get("score"))),
+                }
                 if vals:
                     est, lo, hi = bootstrap_ci(vals, n_boot=run.n_boot, alpha=alpha, seed=run.seed)
-                    entry.update(mean=est, low=lo, high=hi, std=float(np.std(vals, ddof=1)) if len(vals) > 1 else 0.0)
+                    entry.update(
+                        mean=est, low=lo, high=hi, std=float(np.std(vals, ddof=1)) if len(vals) > 1 else 0.0
+                    )
                 res[g] = entry
-            columns[col.name] = {"metric": mp.spec.name, "label": mp.spec.label, "aspect": col.aspect,
-                                 "level": mp.level, "family": mp.card.family,
-                                 "higher_is_better": mp.higher_is_better, "generators": res}
+            columns[col.name] = {
+                "metric": mp.spec.name,
+                "label": mp.spec.label,
+                "aspect": col.aspect,
+                "level": mp.level,
+                "family": mp.card.family,
+                "higher_is_better": mp.higher_is_better,
+                "generators": res,
+            }
 
     rank_by = run.rank_by or next((c for c, e in columns.items() if e["higher_is_better"] is not None), None)
     order = list(gens)
@@ -108,13 +126,22 @@ def summarize(plan: Plan, rows: list[dict[str, Any]]) -> dict[str, Any]:
         d = {g: data.get((name, g), {}) for g in gens}
         pairs = []
         for i, a in enumerate(order):
-            for b in order[i + 1:]:
-                shared = [k for k in d[a] if k in d[b] and _finite(d[a][k].get("score")) and _finite(d[b][k].get("score"))]
+            for b in order[i + 1 :]:
+                shared = [
+                    k
+                    for k in d[a]
+                    if k in d[b] and _finite(d[a][k].get("score")) and _finite(d[b][k].get("score"))
+                ]
                 if not shared:
                     continue
                 shared.sort()
-                pb = paired_bootstrap([d[a][k]["score"] for k in shared], [d[b][k]["score"] for k in shared],
-                                      n_boot=run.n_boot, alpha=alpha, seed=run.seed)
+                pb = paired_bootstrap(
+                    [d[a][k]["score"] for k in shared],
+                    [d[b][k]["score"] for k in shared],
+                    n_boot=run.n_boot,
+                    alpha=alpha,
+                    seed=run.seed,
+                )
                 pairs.append({"a": a, "b": b, **pb})
         entry["paired"] = pairs
 
@@ -129,7 +156,9 @@ def summarize(plan: Plan, rows: list[dict[str, Any]]) -> dict[str, Any]:
         "config": str(plan.config.path) if plan.config.path is not None else None,
         "rank_by": rank_by,
         "higher_is_better": columns[rank_by]["higher_is_better"] if rank_by else None,
-        "ci": run.ci, "n_boot": run.n_boot, "seed": run.seed,
+        "ci": run.ci,
+        "n_boot": run.n_boot,
+        "seed": run.seed,
         "set_id": SET_ID,
         "generators": order,
         "ranking": ranking,
@@ -207,11 +236,18 @@ def to_markdown(summary: dict[str, Any], plots: list[tuple[str, str]]) -> str:
     level_s = f"{level:g}%"
     lines = [f"# {summary['title']}", ""]
     rb = summary["rank_by"]
-    direction = {True: "higher is better", False: "lower is better", None: "no direction"}[summary["higher_is_better"]]
-    lines.append(f"{len(order)} generators ranked best first by **{rb}** ({direction}). "
-                 f"Cells: mean over images [{level_s} bootstrap CI, {summary['n_boot']} resamples, seed {summary['seed']}]"
-                 + ("; `(set)` columns: one value per generator against the real set." if any(
-                     e["level"] == "set" for e in cols.values()) else "."))
+    direction = {True: "higher is better", False: "lower is better", None: "no direction"}[
+        summary["higher_is_better"]
+    ]
+    lines.append(
+        f"{len(order)} generators ranked best first by **{rb}** ({direction}). "
+        f"Cells: mean over images [{level_s} bootstrap CI, {summary['n_boot']} resamples, seed {summary['seed']}]"
+        + (
+            "; `(set)` columns: one value per generator against the real set."
+            if any(e["level"] == "set" for e in cols.values())
+            else "."
+        )
+    )
     lines.append("")
     head = ["rank", "generator", "images"] + [_header(n, e) for n, e in cols.items()]
     lines.append("| " + " | ".join(head) + " |")
@@ -220,31 +256,57 @@ def to_markdown(summary: dict[str, Any], plots: list[tuple[str, str]]) -> str:
         g = item["generator"]
         row = [str(item["rank"]), g, str(item["images"])] + [cell(e["generators"][g]) for e in cols.values()]
         lines.append("| " + " | ".join(row) + " |")
-    incomplete = [(n, g, e["generators"][g]) for n, e in cols.items() if e["level"] == "sample" for g in order
-                  if e["generators"][g]["n"] < e["generators"][g]["n_expected"]]
+    incomplete = [
+        (n, g, e["generators"][g])
+        for n, e in cols.items()
+        if e["level"] == "sample"
+        for g in order
+        if e["generators"][g]["n"] < e["generators"][g]["n_expected"]
+    ]
     if incomplete:
-        lines += ["", "Incomplete: " + "; ".join(f"{n} / {g}: {v['n']} of {v['n_expected']} images scored"
-                                                 for n, g, v in incomplete)]
+        lines += [
+            "",
+            "Incomplete: "
+            + "; ".join(f"{n} / {g}: {v['n']} of {v['n_expected']} images scored" for n, g, v in incomplete),
+        ]
     sample_cols = {n: e for n, e in cols.items() if e["level"] == "sample" and e["paired"]}
     if sample_cols:
-        lines += ["", "## Paired comparisons", "",
-                  f"Mean difference A − B over the images both generators have, with a {level_s} paired-bootstrap "
-                  "CI and two-sided p-value; `*` marks intervals that exclude 0."]
+        lines += [
+            "",
+            "## Paired comparisons",
+            "",
+            f"Mean difference A − B over the images both generators have, with a {level_s} paired-bootstrap "
+            "CI and two-sided p-value; `*` marks intervals that exclude 0.",
+        ]
         for n, e in sample_cols.items():
             shown = _pairs_to_show(e, order)
-            lines += ["", f"### {_header(n, e)}", "", "| A | B | A − B | CI | p | n |", "|---|---|---:|---:|---:|---:|"]
+            lines += [
+                "",
+                f"### {_header(n, e)}",
+                "",
+                "| A | B | A − B | CI | p | n |",
+                "|---|---|---:|---:|---:|---:|",
+            ]
             for p in shown:
                 star = " *" if _significant(p) else ""
-                lines.append(f"| {p['a']} | {p['b']} | {fmt(p['diff'], signed=True)}{star} | "
-                             f"[{fmt(p['low'], signed=True)}, {fmt(p['high'], signed=True)}] | "
-                             f"{fmt_p(p['p_value'], summary['n_boot'])} | {p['n']} |")
+                lines.append(
+                    f"| {p['a']} | {p['b']} | {fmt(p['diff'], signed=True)}{star} | "
+                    f"[{fmt(p['low'], signed=True)}, {fmt(p['high'], signed=True)}] | "
+                    f"{fmt_p(p['p_value'], summary['n_boot'])} | {p['n']} |"
+                )
             if len(shown) < len(e["paired"]):
-                lines.append(f"\n(neighbours in the ranking only; all {len(e['paired'])} pairs are in paired.csv)")
+                lines.append(
+                    f"\n(neighbours in the ranking only; all {len(e['paired'])} pairs are in paired.csv)"
+                )
     if plots:
         lines += ["", "## Plots", ""]
         lines += [f"![{t}]({p})" for t, p in plots]
-    lines += ["", "Files: `results.jsonl` (one row per generator, metric and image), `summary.json`, "
-                  "`leaderboard.csv`, `paired.csv`, `leaderboard.html`, `manifest.json`.", ""]
+    lines += [
+        "",
+        "Files: `results.jsonl` (one row per generator, metric and image), `summary.json`, "
+        "`leaderboard.csv`, `paired.csv`, `leaderboard.html`, `manifest.json`.",
+        "",
+    ]
     return "\n".join(lines)
 
 
@@ -277,7 +339,9 @@ def to_csv(summary: dict[str, Any]) -> str:
         row = {"rank": item["rank"], "generator": g, "images": item["images"]}
         for n, e in cols.items():
             v = e["generators"][g]
-            row.update({n: v["mean"], f"{n}_low": v.get("low"), f"{n}_high": v.get("high"), f"{n}_n": v.get("n")})
+            row.update(
+                {n: v["mean"], f"{n}_low": v.get("low"), f"{n}_high": v.get("high"), f"{n}_n": v.get("n")}
+            )
         rows.append(row)
     return _csv(rows, head, ["rank", "images"] + [f"{n}_n" for n in cols])
 
@@ -295,7 +359,11 @@ def paired_csv(summary: dict[str, Any]) -> str:
     ('metric,a,b,diff,low,high,p_value,n', ['psnr', 'copy', 'noisy'])
     """
     head = ["metric", "a", "b", "diff", "low", "high", "p_value", "n"]
-    rows = [{"metric": n, **{k: p[k] for k in head[1:]}} for n, e in summary["columns"].items() for p in e["paired"]]
+    rows = [
+        {"metric": n, **{k: p[k] for k in head[1:]}}
+        for n, e in summary["columns"].items()
+        for p in e["paired"]
+    ]
     return _csv(rows, head, ["n"])
 
 
@@ -321,40 +389,65 @@ def to_html(summary: dict[str, Any], plots: list[tuple[str, Path]]) -> str:
     cols = summary["columns"]
     order = summary["generators"]
     level_s = f"{round(summary['ci'] * 100, 4):g}%"
-    out = ["<!DOCTYPE html>", "<html><head><meta charset=\"utf-8\">", f"<title>{e(summary['title'])}</title>",
-           f"<style>{_CSS}</style></head><body>", f"<h1>{e(summary['title'])}</h1>"]
-    direction = {True: "higher is better", False: "lower is better", None: "no direction"}[summary["higher_is_better"]]
-    out.append(f"<p class=\"note\">Ranked best first by <b>{e(str(summary['rank_by']))}</b> ({direction}). Cells: mean "
-               f"over images [{level_s} bootstrap CI, {summary['n_boot']} resamples, seed {summary['seed']}]; (set) "
-               "columns: one value per generator against the real set.</p>")
-    out.append("<table class=\"lb\"><tr><th>rank</th><th class=\"l\">generator</th><th>images</th>"
-               + "".join(f"<th>{e(_header(n, c))}</th>" for n, c in cols.items()) + "</tr>")
+    out = [
+        "<!DOCTYPE html>",
+        '<html><head><meta charset="utf-8">',
+        f"<title>{e(summary['title'])}</title>",
+        f"<style>{_CSS}</style></head><body>",
+        f"<h1>{e(summary['title'])}</h1>",
+    ]
+    direction = {True: "higher is better", False: "lower is better", None: "no direction"}[
+        summary["higher_is_better"]
+    ]
+    out.append(
+        f'<p class="note">Ranked best first by <b>{e(str(summary["rank_by"]))}</b> ({direction}). Cells: mean '
+        f"over images [{level_s} bootstrap CI, {summary['n_boot']} resamples, seed {summary['seed']}]; (set) "
+        "columns: one value per generator against the real set.</p>"
+    )
+    out.append(
+        '<table class="lb"><tr><th>rank</th><th class="l">generator</th><th>images</th>'
+        + "".join(f"<th>{e(_header(n, c))}</th>" for n, c in cols.items())
+        + "</tr>"
+    )
     for item in summary["ranking"]:
         g = item["generator"]
-        out.append(f"<tr><td>{item['rank']}</td><td class=\"l\">{e(g)}</td><td>{item['images']}</td>"
-                   + "".join(f"<td>{e(cell(c['generators'][g]))}</td>" for c in cols.values()) + "</tr>")
+        out.append(
+            f'<tr><td>{item["rank"]}</td><td class="l">{e(g)}</td><td>{item["images"]}</td>'
+            + "".join(f"<td>{e(cell(c['generators'][g]))}</td>" for c in cols.values())
+            + "</tr>"
+        )
     out.append("</table>")
     sample_cols = {n: c for n, c in cols.items() if c["level"] == "sample" and c["paired"]}
     if sample_cols:
-        out.append(f"<h2>Paired comparisons</h2><p class=\"note\">Mean difference A − B over shared images, {level_s} "
-                   "paired-bootstrap CI, two-sided p-value; green: the interval excludes 0.</p>")
+        out.append(
+            f'<h2>Paired comparisons</h2><p class="note">Mean difference A − B over shared images, {level_s} '
+            "paired-bootstrap CI, two-sided p-value; green: the interval excludes 0.</p>"
+        )
         for n, c in sample_cols.items():
-            out.append(f"<h3>{e(_header(n, c))}</h3><table><tr><th class=\"l\">A</th><th class=\"l\">B</th>"
-                       "<th>A − B</th><th>CI</th><th>p</th><th>n</th></tr>")
+            out.append(
+                f'<h3>{e(_header(n, c))}</h3><table><tr><th class="l">A</th><th class="l">B</th>'
+                "<th>A − B</th><th>CI</th><th>p</th><th>n</th></tr>"
+            )
             for p in c["paired"]:
-                cls = " class=\"sig\"" if _significant(p) else ""
-                out.append(f"<tr><td class=\"l\">{e(p['a'])}</td><td class=\"l\">{e(p['b'])}</td>"
-                           f"<td{cls}>{fmt(p['diff'], signed=True)}</td>"
-                           f"<td>[{fmt(p['low'], signed=True)}, {fmt(p['high'], signed=True)}]</td>"
-                           f"<td>{e(fmt_p(p['p_value'], summary['n_boot']))}</td><td>{p['n']}</td></tr>")
+                cls = ' class="sig"' if _significant(p) else ""
+                out.append(
+                    f'<tr><td class="l">{e(p["a"])}</td><td class="l">{e(p["b"])}</td>'
+                    f"<td{cls}>{fmt(p['diff'], signed=True)}</td>"
+                    f"<td>[{fmt(p['low'], signed=True)}, {fmt(p['high'], signed=True)}]</td>"
+                    f"<td>{e(fmt_p(p['p_value'], summary['n_boot']))}</td><td>{p['n']}</td></tr>"
+                )
             out.append("</table>")
     if plots:
         out.append("<h2>Plots</h2>")
         for title, path in plots:
             data = base64.b64encode(Path(path).read_bytes()).decode("ascii")
-            out.append(f"<figure><img alt=\"{e(title)}\" src=\"data:image/png;base64,{data}\">"
-                       f"<figcaption class=\"note\">{e(title)}</figcaption></figure>")
-    out.append(f"<p class=\"note\">{len(order)} generators; config {e(str(summary['config']))}.</p></body></html>")
+            out.append(
+                f'<figure><img alt="{e(title)}" src="data:image/png;base64,{data}">'
+                f'<figcaption class="note">{e(title)}</figcaption></figure>'
+            )
+    out.append(
+        f'<p class="note">{len(order)} generators; config {e(str(summary["config"]))}.</p></body></html>'
+    )
     return "\n".join(out) + "\n"
 
 
@@ -382,6 +475,8 @@ def write_reports(out_dir: Path, plan: Plan, summary: dict[str, Any], *, plots: 
         atomic_write_text(out_dir / "leaderboard.md", to_markdown(summary, made)),
         atomic_write_text(out_dir / "leaderboard.csv", to_csv(summary)),
         atomic_write_text(out_dir / "paired.csv", paired_csv(summary)),
-        atomic_write_text(out_dir / "leaderboard.html", to_html(summary, [(t, out_dir / p) for t, p in made])),
+        atomic_write_text(
+            out_dir / "leaderboard.html", to_html(summary, [(t, out_dir / p) for t, p in made])
+        ),
     ]
     return paths

@@ -44,7 +44,16 @@ SUMMARY = "summary.json"
 SKIPPED = "skipped.jsonl"
 HASHES = ".genmetrics.hashes.json"  # content hashes of the inputs, kept for --resume (see InputHashes)
 log = logging.getLogger(__name__)
-OUTPUTS = (SKIPPED, RESULTS, MANIFEST, SUMMARY, "leaderboard.md", "leaderboard.csv", "leaderboard.html", "paired.csv")
+OUTPUTS = (
+    SKIPPED,
+    RESULTS,
+    MANIFEST,
+    SUMMARY,
+    "leaderboard.md",
+    "leaderboard.csv",
+    "leaderboard.html",
+    "paired.csv",
+)
 
 
 @dataclass
@@ -112,7 +121,7 @@ class _Dist:
     def shard(self, items: list[Any]) -> list[Any]:
         """This rank's items: every ``world``-th item starting at ``rank`` (of the full sorted list, so
         the assignment does not depend on what is already done)."""
-        return items[self.rank::self.world]
+        return items[self.rank :: self.world]
 
 
 # ------------------------------------------------------------------------------------------ helpers
@@ -135,8 +144,12 @@ def _metric_identity(mp: MetricPlan) -> dict[str, Any]:
     options = {k: v for k, v in mp.kwargs.items() if k not in ("device", "batch_size", "cache_dir")}
     from genmetrics.backbones.provider import describe_provider
 
-    return {"name": mp.spec.name, "options": _describe_option(options), "aspects": mp.spec.aspects,
-            "backbone_provider": describe_provider()}
+    return {
+        "name": mp.spec.name,
+        "options": _describe_option(options),
+        "aspects": mp.spec.aspects,
+        "backbone_provider": describe_provider(),
+    }
 
 
 def backbone_fingerprint(module: Any) -> dict[str, Any]:
@@ -214,7 +227,9 @@ def set_value_score(value: Any) -> tuple[float | None, Any]:
         return float(v.abs().mean()), v.tolist()
     if hasattr(value, "_asdict"):
         return set_value_score(dict(value._asdict()))
-    raise TypeError(f"set-level metric returned {type(value).__name__}; expected a tensor, a number or a dict")
+    raise TypeError(
+        f"set-level metric returned {type(value).__name__}; expected a tensor, a number or a dict"
+    )
 
 
 def _describe_value(v: Any) -> Any:
@@ -226,14 +241,22 @@ def _describe_value(v: Any) -> Any:
     return _describe_option(v)
 
 
-def _sample_rows(per: dict[str, Any], generator: str, column: str, aspect: str | None) -> list[dict[str, Any]]:
+def _sample_rows(
+    per: dict[str, Any], generator: str, column: str, aspect: str | None
+) -> list[dict[str, Any]]:
     import torch
 
     ids = per["ids"]
     scores = per["scores"].detach().to("cpu", torch.float64)
     # per-sample extras: tensors with one entry per sample (mie's diagnostics); other keys are metadata
-    extras = {k: v for k, v in per.items() if k not in ("ids", "scores") and isinstance(v, torch.Tensor)
-              and v.ndim >= 1 and v.shape[0] == len(ids)}
+    extras = {
+        k: v
+        for k, v in per.items()
+        if k not in ("ids", "scores")
+        and isinstance(v, torch.Tensor)
+        and v.ndim >= 1
+        and v.shape[0] == len(ids)
+    }
     rows = []
     for i, sid in enumerate(ids):
         s = scores[i]
@@ -269,7 +292,7 @@ def _bar(items: list[Any], *, rank: int, desc: str, unit: str = "batch"):
 
 
 def _chunks(items: list[Any], n: int) -> list[list[Any]]:
-    return [items[i:i + n] for i in range(0, len(items), n)]
+    return [items[i : i + n] for i in range(0, len(items), n)]
 
 
 # ------------------------------------------------------------------------------------------ the run
@@ -315,9 +338,14 @@ def run_leaderboard(
     if seed is not None and seed < 0:
         raise InputError(f"--seed: expected a non-negative integer, got {seed}")
     # command-line values win over the config's (on a copy: the caller's config is left as it is)
-    cfg = dataclasses.replace(cfg, run=dataclasses.replace(
-        cfg.run, batch_size=batch_size if batch_size is not None else cfg.run.batch_size,
-        seed=seed if seed is not None else cfg.run.seed))
+    cfg = dataclasses.replace(
+        cfg,
+        run=dataclasses.replace(
+            cfg.run,
+            batch_size=batch_size if batch_size is not None else cfg.run.batch_size,
+            seed=seed if seed is not None else cfg.run.seed,
+        ),
+    )
     out_dir = Path(out) if out is not None else cfg.run.out
     if out_dir is None:
         raise InputError("no output folder: pass --out DIR (or set run.out in the config)")
@@ -337,32 +365,55 @@ def run_leaderboard(
     hashes: InputHashes | None = None
     try:
         if dist.rank == 0:
-            lock = lock_output_folder(out_dir)  # a second run on the same --out refuses here, before touching anything
+            lock = lock_output_folder(
+                out_dir
+            )  # a second run on the same --out refuses here, before touching anything
             _note_unused_references(plan)
             if not resume:
                 for name in OUTPUTS:
                     (out_dir / name).unlink(missing_ok=True)
                 shutil.rmtree(out_dir / SHARDS, ignore_errors=True)
                 shutil.rmtree(out_dir / "plots", ignore_errors=True)
-            _write_manifest(out_dir, cfg, plan, identities, old_manifest, dist, dev, status="running",
-                            resumed=old_manifest is not None, weights={}, elapsed=0.0)
+            _write_manifest(
+                out_dir,
+                cfg,
+                plan,
+                identities,
+                old_manifest,
+                dist,
+                dev,
+                status="running",
+                resumed=old_manifest is not None,
+                weights={},
+                elapsed=0.0,
+            )
         dist.barrier()
         from genmetrics.data.results import ResultsWriter, read_results
 
         hashes = InputHashes(plan, cache_file=out_dir / HASHES)
         sources = [out_dir / RESULTS, *sorted((out_dir / SHARDS).glob("*.jsonl"))]
-        if dist.rank == 0 and resume:  # refuse rows that are not this run's; rescore rows whose inputs changed
+        if (
+            dist.rank == 0 and resume
+        ):  # refuse rows that are not this run's; rescore rows whose inputs changed
             _drop_stale_rows(sources, _row_check(plan, unknown_options), hashes)
             hashes.save()
         dist.barrier()
-        done = {(str(r.get("generator")), str(r.get("metric")), str(r.get("id"))) for s in sources for r in read_results(s)}
+        done = {
+            (str(r.get("generator")), str(r.get("metric")), str(r.get("id")))
+            for s in sources
+            for r in read_results(s)
+        }
         dist.barrier()  # every rank has read the finished keys before any rank writes
         mine = out_dir / RESULTS if dist.world == 1 else out_dir / SHARDS / f"rank-{dist.rank:05d}.jsonl"
         weights: dict[str, Any] = {}
         scored = 0
-        skipped_file = out_dir / (SKIPPED if dist.world == 1 else f"{SHARDS}/skipped-rank-{dist.rank:05d}.jsonl")
-        with ResultsWriter(mine, resume=True) as writer, \
-                ResultsWriter(skipped_file, resume=True) as skip_writer:
+        skipped_file = out_dir / (
+            SKIPPED if dist.world == 1 else f"{SHARDS}/skipped-rank-{dist.rank:05d}.jsonl"
+        )
+        with (
+            ResultsWriter(mine, resume=True) as writer,
+            ResultsWriter(skipped_file, resume=True) as skip_writer,
+        ):
             skip = _Skipper(skip_writer) if on_error == "skip" else None
             for mp in plan.metrics:
                 torch.manual_seed(cfg.run.seed)
@@ -372,15 +423,29 @@ def run_leaderboard(
                     else:
                         scored += _run_samples(plan, mp, done, writer, dist, weights, skip, hashes)
                 except GenmetricsError as e:  # missing weights, a corrupt image...: say which metric
-                    raise _with_context(e, f"{cfg.where((*mp.spec.key, 'name'))} ({mp.spec.name}): {e} "
-                                           f"[finished results are kept in {str(out_dir)!r}; rerun with "
-                                           "--resume]") from e
+                    raise _with_context(
+                        e,
+                        f"{cfg.where((*mp.spec.key, 'name'))} ({mp.spec.name}): {e} "
+                        f"[finished results are kept in {str(out_dir)!r}; rerun with "
+                        "--resume]",
+                    ) from e
         dist.barrier()
         summary = None
         if dist.rank == 0:
             summary = _finish(out_dir, plan, plots=plots)
-            _write_manifest(out_dir, cfg, plan, identities, old_manifest, dist, dev, status="complete",
-                            resumed=old_manifest is not None, weights=weights, elapsed=time.time() - t0)
+            _write_manifest(
+                out_dir,
+                cfg,
+                plan,
+                identities,
+                old_manifest,
+                dist,
+                dev,
+                status="complete",
+                resumed=old_manifest is not None,
+                weights=weights,
+                elapsed=time.time() - t0,
+            )
         dist.barrier()
         return RunResult(out=out_dir, rank=dist.rank, world_size=dist.world, summary=summary, scored=scored)
     finally:
@@ -420,15 +485,16 @@ class _Skipper:
         self.writer = writer
         self.count = 0
 
-    def update(self, metric: Any, generator: str, label: str, kwargs: dict[str, Any], n: int,
-               ids: list[str]) -> None:
+    def update(
+        self, metric: Any, generator: str, label: str, kwargs: dict[str, Any], n: int, ids: list[str]
+    ) -> None:
         try:
             metric.update(**kwargs)
             return
         except InputError:
             pass
         for i in range(n):
-            one = {k: (v[i:i + 1] if isinstance(v, list) else v) for k, v in kwargs.items()}
+            one = {k: (v[i : i + 1] if isinstance(v, list) else v) for k, v in kwargs.items()}
             try:
                 metric.update(**one)
             except InputError as e:
@@ -467,17 +533,29 @@ def finite_rows(rows: list[dict[str, Any]], skip: _Skipper | None) -> list[dict[
         if s is None or math.isfinite(s):
             out.append(r)
             continue
-        msg = (f"the score is {s} (not finite); scores that are not finite are never ranked: check the image "
-               "and the metric's options")
+        msg = (
+            f"the score is {s} (not finite); scores that are not finite are never ranked: check the image "
+            "and the metric's options"
+        )
         if skip is None:
-            raise InputError(f"{r['generator']}/{r['id']} for {r['metric']}: {msg}, or pass --on-error skip to "
-                             "report it and score the rest")
+            raise InputError(
+                f"{r['generator']}/{r['id']} for {r['metric']}: {msg}, or pass --on-error skip to "
+                "report it and score the rest"
+            )
         skip.report(str(r["generator"]), str(r["metric"]), str(r["id"]), msg)
     return out
 
 
-def _run_samples(plan: Plan, mp: MetricPlan, done: set, writer: Any, dist: _Dist, weights: dict,
-                 skip: _Skipper | None = None, hashes: InputHashes | None = None) -> int:
+def _run_samples(
+    plan: Plan,
+    mp: MetricPlan,
+    done: set,
+    writer: Any,
+    dist: _Dist,
+    weights: dict,
+    skip: _Skipper | None = None,
+    hashes: InputHashes | None = None,
+) -> int:
     import torch
 
     from genmetrics.registry import create_metric
@@ -520,8 +598,12 @@ def _run_samples(plan: Plan, mp: MetricPlan, done: set, writer: Any, dist: _Dist
                         ref = [str(s.reference) for s in sub]
                     elif "reference_sets" in mp.uses:
                         ref = [[str(r) for r in s.reference] for s in sub]
-                    kwargs = {"reference": ref, "candidates": [str(s.candidate) for s in sub], "condition": cond,
-                              "ids": [s.id for s in sub]}
+                    kwargs = {
+                        "reference": ref,
+                        "candidates": [str(s.candidate) for s in sub],
+                        "condition": cond,
+                        "ids": [s.id for s in sub],
+                    }
                     if skip is not None:
                         skip.update(metric, g.name, col.name, kwargs, len(sub), [s.id for s in sub])
                     else:
@@ -541,8 +623,16 @@ def _run_samples(plan: Plan, mp: MetricPlan, done: set, writer: Any, dist: _Dist
     return written
 
 
-def _run_set(plan: Plan, mp: MetricPlan, done: set, writer: Any, dist: _Dist, weights: dict,
-             skip: _Skipper | None = None, hashes: InputHashes | None = None) -> int:
+def _run_set(
+    plan: Plan,
+    mp: MetricPlan,
+    done: set,
+    writer: Any,
+    dist: _Dist,
+    weights: dict,
+    skip: _Skipper | None = None,
+    hashes: InputHashes | None = None,
+) -> int:
     import torch
 
     from genmetrics.registry import create_metric, metric_options
@@ -553,7 +643,11 @@ def _run_set(plan: Plan, mp: MetricPlan, done: set, writer: Any, dist: _Dist, we
         return 0
     kwargs = dict(mp.kwargs)
     # per-image scores for a bootstrap interval (the KDE modes offer none and refuse keep_scores)
-    if "keep_scores" in metric_options(mp.spec.name) and kwargs.get("divergence") != "kde" and not kwargs.get("compat"):
+    if (
+        "keep_scores" in metric_options(mp.spec.name)
+        and kwargs.get("divergence") != "kde"
+        and not kwargs.get("compat")
+    ):
         kwargs.setdefault("keep_scores", True)
     metric = create_metric(mp.spec.name, **kwargs)
     chunk = plan.config.run.batch_size or int(getattr(metric, "batch_size", 32) or 32)
@@ -563,7 +657,9 @@ def _run_set(plan: Plan, mp: MetricPlan, done: set, writer: Any, dist: _Dist, we
         for batch in _bar(_chunks(dist.shard(mp.real), chunk), rank=dist.rank, desc=f"{label} | real set"):
             paths = [str(p) for p in batch]
             if skip is not None:
-                skip.update(metric, "__real__", label, {"reference": paths}, len(paths), [Path(p).stem for p in paths])
+                skip.update(
+                    metric, "__real__", label, {"reference": paths}, len(paths), [Path(p).stem for p in paths]
+                )
             else:
                 metric.update(reference=paths)
         real_state = metric.state_snapshot()
@@ -573,7 +669,14 @@ def _run_set(plan: Plan, mp: MetricPlan, done: set, writer: Any, dist: _Dist, we
             for batch in _bar(_chunks(dist.shard(files), chunk), rank=dist.rank, desc=f"{label} | {g.name}"):
                 paths = [str(p) for p in batch]
                 if skip is not None:
-                    skip.update(metric, g.name, label, {"candidates": paths}, len(paths), [Path(p).stem for p in paths])
+                    skip.update(
+                        metric,
+                        g.name,
+                        label,
+                        {"candidates": paths},
+                        len(paths),
+                        [Path(p).stem for p in paths],
+                    )
                 else:
                     metric.update(candidates=paths)
             value = metric.compute()  # synchronised across ranks (sum states)
@@ -583,8 +686,14 @@ def _run_set(plan: Plan, mp: MetricPlan, done: set, writer: Any, dist: _Dist, we
                 ci = metric.bootstrap_ci(n_boot=run.n_boot, alpha=1.0 - run.ci, seed=run.seed)
             if dist.rank == 0:
                 score, full = set_value_score(value)
-                row: dict[str, Any] = {"generator": g.name, "metric": label, "id": SET_ID, "score": score,
-                                       "n": len(files), "n_real": len(mp.real)}
+                row: dict[str, Any] = {
+                    "generator": g.name,
+                    "metric": label,
+                    "id": SET_ID,
+                    "score": score,
+                    "n": len(files),
+                    "n_real": len(mp.real),
+                }
                 if full is not None:
                     row["value"] = full
                 if ci is not None:
@@ -593,7 +702,11 @@ def _run_set(plan: Plan, mp: MetricPlan, done: set, writer: Any, dist: _Dist, we
                 if isinstance(labels, (list, tuple)) and labels and all(isinstance(a, str) for a in labels):
                     row["labels"] = list(labels)
                 grid = getattr(metric, "grid", None)
-                if isinstance(grid, (list, tuple)) and len(grid) == 2 and all(isinstance(x, int) for x in grid):
+                if (
+                    isinstance(grid, (list, tuple))
+                    and len(grid) == 2
+                    and all(isinstance(x, int) for x in grid)
+                ):
                     row["grid"] = list(grid)
                 if hashes is not None:
                     row["input"] = hashes.set_level(mp, g.name)
@@ -611,8 +724,11 @@ def _finish(out_dir: Path, plan: Plan, *, plots: bool) -> dict[str, Any]:
     order = {k: i for i, k in enumerate(plan.keys())}
     big = len(order)
     shard_files = sorted((out_dir / SHARDS).glob("*.jsonl"))
-    rows = merge_results([out_dir / RESULTS, *shard_files], out_dir / RESULTS, sort_key=lambda r: order.get(
-        (str(r.get("generator")), str(r.get("metric")), str(r.get("id"))), big))
+    rows = merge_results(
+        [out_dir / RESULTS, *shard_files],
+        out_dir / RESULTS,
+        sort_key=lambda r: order.get((str(r.get("generator")), str(r.get("metric")), str(r.get("id"))), big),
+    )
     shutil.rmtree(out_dir / SHARDS, ignore_errors=True)
     summary = summarize(plan, rows)
     write_reports(out_dir, plan, summary, plots=plots)
@@ -633,8 +749,11 @@ def _note_unused_references(plan: Plan) -> None:
         folder = g.references or cfg.data.references
         if folder is None:
             continue
-        note = unused_references(list_images(folder, recursive=cfg.data.recursive), plan.images[g.name],
-                                 ref_name=f"generator {g.name!r}: references {str(folder)!r}")
+        note = unused_references(
+            list_images(folder, recursive=cfg.data.recursive),
+            plan.images[g.name],
+            ref_name=f"generator {g.name!r}: references {str(folder)!r}",
+        )
         if note:
             print(f"note: {note}", file=sys.stderr)
 
@@ -685,7 +804,11 @@ class InputHashes:
 
     def sample(self, mp: MetricPlan, col: Any, s: Any) -> str:
         h = hashlib.sha256(self.hash(s.candidate).encode())
-        refs = s.reference if isinstance(s.reference, list) else ([s.reference] if s.reference is not None else [])
+        refs = (
+            s.reference
+            if isinstance(s.reference, list)
+            else ([s.reference] if s.reference is not None else [])
+        )
         for r in refs:
             h.update(b"|r" + self.hash(r).encode())
         if "real" in mp.uses:
@@ -695,7 +818,9 @@ class InputHashes:
         return h.hexdigest()[:16]
 
     def set_level(self, mp: MetricPlan, generator: str) -> str:
-        return hashlib.sha256(f"{self.real(mp)}|{self._files(self.plan.images[generator])}".encode()).hexdigest()[:16]
+        return hashlib.sha256(
+            f"{self.real(mp)}|{self._files(self.plan.images[generator])}".encode()
+        ).hexdigest()[:16]
 
     def of_key(self, key: tuple[str, str, str]) -> str | None:
         if self._index is None:
@@ -757,8 +882,11 @@ def _drop_stale_rows(sources: list[Path], check: Any, hashes: InputHashes) -> No
             stale_total += len(rows) - len(keep)
             atomic_write_text(src, "".join(dumps_line(r) + "\n" for r in keep))
     if stale_total:
-        print(f"note: --resume: {stale_total} finished row(s) were scored from files that changed since (same names, "
-              "other content); they are scored again", file=sys.stderr)
+        print(
+            f"note: --resume: {stale_total} finished row(s) were scored from files that changed since (same names, "
+            "other content); they are scored again",
+            file=sys.stderr,
+        )
 
 
 # ------------------------------------------------------------------------------------------ manifest
@@ -776,17 +904,26 @@ def _read_manifest(out_dir: Path) -> dict[str, Any] | str | None:
     return doc
 
 
-def _check_resumable(cfg: LeaderboardConfig, plan: Plan, identities: dict[str, Any], old: dict[str, Any] | str | None,
-                     out_dir: Path) -> set[str]:
+def _check_resumable(
+    cfg: LeaderboardConfig,
+    plan: Plan,
+    identities: dict[str, Any],
+    old: dict[str, Any] | str | None,
+    out_dir: Path,
+) -> set[str]:
     """Refuse a resume whose options or input files differ from the run being resumed, or whose manifest is
     missing or unreadable while results exist. Returns the metric labels the manifest does not record."""
     hint = f"start a new --out folder, or run without --resume to start {str(out_dir)!r} afresh"
-    has_rows = any(p.is_file() and p.stat().st_size > 0
-                   for p in [out_dir / RESULTS, *sorted((out_dir / SHARDS).glob("*.jsonl"))])
+    has_rows = any(
+        p.is_file() and p.stat().st_size > 0
+        for p in [out_dir / RESULTS, *sorted((out_dir / SHARDS).glob("*.jsonl"))]
+    )
     if not isinstance(old, dict):
         if has_rows:
             why = old if isinstance(old, str) else f"{out_dir / MANIFEST} is missing"
-            raise InputError(f"--resume: {why}, so the options the finished rows were computed with are unknown; {hint}")
+            raise InputError(
+                f"--resume: {why}, so the options the finished rows were computed with are unknown; {hint}"
+            )
         return set()
     unknown: set[str] = set()
     old_metrics = old.get("metrics", {})
@@ -796,20 +933,36 @@ def _check_resumable(cfg: LeaderboardConfig, plan: Plan, identities: dict[str, A
         if prev is None:
             unknown.add(mp.spec.label)
         elif prev != identities[mp.spec.label]:
-            raise cfg.error(mp.spec.key, f"metric {mp.spec.label!r} is configured differently from the run being "
-                                         f"resumed in {str(out_dir)!r} (was {json.dumps(prev)}, now "
-                                         f"{json.dumps(identities[mp.spec.label])}); {hint}")
+            raise cfg.error(
+                mp.spec.key,
+                f"metric {mp.spec.label!r} is configured differently from the run being "
+                f"resumed in {str(out_dir)!r} (was {json.dumps(prev)}, now "
+                f"{json.dumps(identities[mp.spec.label])}); {hint}",
+            )
     old_inputs = old.get("inputs", {})
     for key, fp in plan.fingerprints.items():
         if key in old_inputs and old_inputs[key] != fp:
-            raise InputError(f"{cfg.source}: {key}: the image files changed since the run being resumed in "
-                             f"{str(out_dir)!r} (files added, removed or rewritten); {hint}")
+            raise InputError(
+                f"{cfg.source}: {key}: the image files changed since the run being resumed in "
+                f"{str(out_dir)!r} (files added, removed or rewritten); {hint}"
+            )
     return unknown
 
 
-def _write_manifest(out_dir: Path, cfg: LeaderboardConfig, plan: Plan, identities: dict[str, Any],
-                    old: dict[str, Any] | None, dist: _Dist, device: str, *, status: str, resumed: bool,
-                    weights: dict[str, Any], elapsed: float) -> None:
+def _write_manifest(
+    out_dir: Path,
+    cfg: LeaderboardConfig,
+    plan: Plan,
+    identities: dict[str, Any],
+    old: dict[str, Any] | None,
+    dist: _Dist,
+    device: str,
+    *,
+    status: str,
+    resumed: bool,
+    weights: dict[str, Any],
+    elapsed: float,
+) -> None:
     from genmetrics.data.results import atomic_write_json, manifest
 
     old_metrics = (old or {}).get("metrics", {})
@@ -817,20 +970,43 @@ def _write_manifest(out_dir: Path, cfg: LeaderboardConfig, plan: Plan, identitie
     for mp in plan.metrics:
         prev = old_metrics.get(mp.spec.label, {})
         w = weights.get(mp.spec.label) or prev.get("weights") or {"default_weights": mp.card.default_weights}
-        metrics[mp.spec.label] = {"identity": identities[mp.spec.label], "family": mp.card.family,
-                                  "level": mp.level, "higher_is_better": mp.higher_is_better,
-                                  "columns": [c.name for c in mp.columns], "weights": w}
+        metrics[mp.spec.label] = {
+            "identity": identities[mp.spec.label],
+            "family": mp.card.family,
+            "level": mp.level,
+            "higher_is_better": mp.higher_is_better,
+            "columns": [c.name for c in mp.columns],
+            "weights": w,
+        }
     cfg_sha = hashlib.sha256(cfg.path.read_bytes()).hexdigest() if cfg.path is not None else None
     runs = list((old or {}).get("runs", [])) if resumed else []
     if status == "complete":
-        runs.append({"finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "world_size": dist.world,
-                     "device": device, "elapsed_s": round(elapsed, 3)})
+        runs.append(
+            {
+                "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                "world_size": dist.world,
+                "device": device,
+                "elapsed_s": round(elapsed, 3),
+            }
+        )
     doc = manifest(
-        tool="genmetrics leaderboard", status=status, resumed=resumed,
-        config=str(cfg.path) if cfg.path is not None else None, config_sha256=cfg_sha,
-        config_data=_describe_option(cfg.raw), seed=cfg.run.seed, n_boot=cfg.run.n_boot, ci=cfg.run.ci,
-        batch_size=cfg.run.batch_size, device=device, world_size=dist.world,
-        generators={g.name: {"images": str(g.images), "n": len(plan.images[g.name])} for g in plan.generators},
-        inputs=plan.fingerprints, metrics=metrics, runs=runs,
+        tool="genmetrics leaderboard",
+        status=status,
+        resumed=resumed,
+        config=str(cfg.path) if cfg.path is not None else None,
+        config_sha256=cfg_sha,
+        config_data=_describe_option(cfg.raw),
+        seed=cfg.run.seed,
+        n_boot=cfg.run.n_boot,
+        ci=cfg.run.ci,
+        batch_size=cfg.run.batch_size,
+        device=device,
+        world_size=dist.world,
+        generators={
+            g.name: {"images": str(g.images), "n": len(plan.images[g.name])} for g in plan.generators
+        },
+        inputs=plan.fingerprints,
+        metrics=metrics,
+        runs=runs,
     )
     atomic_write_json(out_dir / MANIFEST, doc)

@@ -19,19 +19,29 @@ from genmetrics.registry import (
     register_metric,
 )
 
-register_metric(MetricCard(
-    name="mie", reference=ReferenceKind.IMAGE_LIST, condition=ConditionKind.PROMPT,
-    factory="genmetrics.mie.metric:MIEMetric", family="mie",
-    summary="Multi-subject binding score of a generated image given its reference subjects and prompt "
-            "(learned dual-head Qwen3.5 evaluator: rank score + existence/appearance/interaction logits).",
-    inputs={"reference": "one list of 1-8 reference subject images per sample",
+register_metric(
+    MetricCard(
+        name="mie",
+        reference=ReferenceKind.IMAGE_LIST,
+        condition=ConditionKind.PROMPT,
+        factory="genmetrics.mie.metric:MIEMetric",
+        family="mie",
+        summary="Multi-subject binding score of a generated image given its reference subjects and prompt "
+        "(learned dual-head Qwen3.5 evaluator: rank score + existence/appearance/interaction logits).",
+        inputs={
+            "reference": "one list of 1-8 reference subject images per sample",
             "candidates": "generated images [B]",
-            "condition": "prompts [B] (or one prompt for all)"},
-    higher_is_better=True, range=None, paper="MIBE (Multi-subject Interaction Benchmark and Evaluator), 2026",
-    default_weights=None, level=Granularity.SAMPLE,
-    output="mean rank-head score; per_sample() adds diagnostics [N,3] logits; per_generator() groups by id prefix",
-    tags=("learned", "vlm", "multi-subject", "reference-sets"),
-))
+            "condition": "prompts [B] (or one prompt for all)",
+        },
+        higher_is_better=True,
+        range=None,
+        paper="MIBE (Multi-subject Interaction Benchmark and Evaluator), 2026",
+        default_weights=None,
+        level=Granularity.SAMPLE,
+        output="mean rank-head score; per_sample() adds diagnostics [N,3] logits; per_generator() groups by id prefix",
+        tags=("learned", "vlm", "multi-subject", "reference-sets"),
+    )
+)
 
 _LAZY = {
     "MIEModel": "genmetrics.mie.model",

@@ -40,9 +40,13 @@ WEIGHTS_NAME = "mie_weights.safetensors"
 ADAPTER_DIR = "lora_adapter"
 BACKBONE_NAME = "trainable_backbone.pt"
 #: the authors' mode names -> (tuning, uses LoRA, uses trainable_backbone.pt)
-AUTHOR_MODES = {"head_only": (None, False, False), "layer_only": ("layer_only", False, True),
-                "partial": ("layer_only", False, True), "lora_layer": ("lora_layer", True, True),
-                "lora": ("lora_layer", True, False)}
+AUTHOR_MODES = {
+    "head_only": (None, False, False),
+    "layer_only": ("layer_only", False, True),
+    "partial": ("layer_only", False, True),
+    "lora_layer": ("lora_layer", True, True),
+    "lora": ("lora_layer", True, False),
+}
 
 _TRAIN_HINT = (
     "Train heads with `genmetrics train mie --data silver.jsonl --out DIR` (see docs/mie.md), then pass "
@@ -75,7 +79,8 @@ def resolve_heads(path_or_id: str | os.PathLike) -> Path:
             return p
         raise WeightsUnavailableError(
             f"MIE heads {s!r}: expected a folder holding mie_config.json (genmetrics' format or the authors' layout, "
-            f"also lens_config.json). {_TRAIN_HINT}")
+            f"also lens_config.json). {_TRAIN_HINT}"
+        )
     if not re.match(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$", s) or s.startswith((".", "/", "~")):
         raise WeightsUnavailableError(f"MIE heads {s!r}: no such folder. {_TRAIN_HINT}")
     from genmetrics.backbones.hf import hf_cache_dir
@@ -85,7 +90,9 @@ def resolve_heads(path_or_id: str | os.PathLike) -> Path:
 
         return Path(snapshot_download(s, cache_dir=str(hf_cache_dir()), local_files_only=offline()))
     except Exception as e:  # noqa: BLE001 - any hub failure becomes one clear error
-        err = weights_unavailable(f"MIE heads {s}", [str(hf_cache_dir()), "the Hugging Face Hub"], "heads=", e)
+        err = weights_unavailable(
+            f"MIE heads {s}", [str(hf_cache_dir()), "the Hugging Face Hub"], "heads=", e
+        )
         raise WeightsUnavailableError(f"{err} {_TRAIN_HINT}") from None
 
 
@@ -97,7 +104,8 @@ def no_heads_error() -> WeightsUnavailableError:
     """
     return WeightsUnavailableError(
         "the mie metric needs trained heads (score + diagnostic heads and their trained layers); none are bundled. "
-        + _TRAIN_HINT)
+        + _TRAIN_HINT
+    )
 
 
 def read_config(folder: Path) -> tuple[dict[str, Any], str]:
@@ -111,7 +119,9 @@ def read_config(folder: Path) -> tuple[dict[str, Any], str]:
     """
     p = _pick(folder, CONFIG_NAMES)
     if p is None:
-        raise WeightsUnavailableError(f"MIE checkpoint {str(folder)!r} holds neither of {CONFIG_NAMES}. {_TRAIN_HINT}")
+        raise WeightsUnavailableError(
+            f"MIE checkpoint {str(folder)!r} holds neither of {CONFIG_NAMES}. {_TRAIN_HINT}"
+        )
     try:
         cfg = json.loads(p.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as e:
@@ -120,13 +130,17 @@ def read_config(folder: Path) -> tuple[dict[str, Any], str]:
         if int(cfg.get("version", 0)) != FORMAT_VERSION:
             raise WeightsUnavailableError(
                 f"{str(p)!r} is a genmetrics MIE checkpoint of version {cfg.get('version')}; this genmetrics reads version "
-                f"{FORMAT_VERSION} (version 1 used a different architecture, not the paper's): retrain it")
+                f"{FORMAT_VERSION} (version 1 used a different architecture, not the paper's): retrain it"
+            )
         return cfg, "genmetrics"
     if "mode" not in cfg:
-        raise WeightsUnavailableError(f"{str(p)!r} is neither a genmetrics MIE config nor the authors' (no 'mode')")
+        raise WeightsUnavailableError(
+            f"{str(p)!r} is neither a genmetrics MIE config nor the authors' (no 'mode')"
+        )
     if cfg["mode"] not in AUTHOR_MODES:
-        raise WeightsUnavailableError(f"{str(p)!r}: mode {cfg['mode']!r} is not supported; expected one of "
-                                      f"{sorted(AUTHOR_MODES)}")
+        raise WeightsUnavailableError(
+            f"{str(p)!r}: mode {cfg['mode']!r} is not supported; expected one of {sorted(AUTHOR_MODES)}"
+        )
     return cfg, "authors"
 
 
@@ -134,12 +148,16 @@ def _torch_load(path: Path) -> Any:
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # noqa: BLE001 - pickles with code, corrupt files: one clear error
-        raise WeightsUnavailableError(f"MIE checkpoint file {str(path)!r} cannot be loaded with weights_only=True "
-                                      f"({type(e).__name__}: {str(e)[:200]}); only plain tensor files are accepted") from None
+        raise WeightsUnavailableError(
+            f"MIE checkpoint file {str(path)!r} cannot be loaded with weights_only=True "
+            f"({type(e).__name__}: {str(e)[:200]}); only plain tensor files are accepted"
+        ) from None
 
 
 # ---------------------------------------------------------------------- applying tensors
-def _apply(model: Any, tensors: dict[str, torch.Tensor], what: str, *, expected: set[str] | None = None) -> int:
+def _apply(
+    model: Any, tensors: dict[str, torch.Tensor], what: str, *, expected: set[str] | None = None
+) -> int:
     """Copy ``tensors`` (any naming, see ``canonical_name``) into the backbone; every one must apply and,
     when given, every canonical name in ``expected`` must be covered. Returns the count applied."""
     from genmetrics.mie.model import canonical_name
@@ -162,7 +180,8 @@ def _apply(model: Any, tensors: dict[str, torch.Tensor], what: str, *, expected:
         raise WeightsUnavailableError(
             f"MIE checkpoint {what}: {len(applied)} of {len(tensors)} tensors applied; refusing a partial load "
             f"(no parameter named like {unmatched[:3]}; shape mismatches {bad_shape[:3]}; not in the file but trained "
-            f"in this mode {missing[:3]}). Is it for another backbone, mode or unfreeze_layers?")
+            f"in this mode {missing[:3]}). Is it for another backbone, mode or unfreeze_layers?"
+        )
     return len(applied)
 
 
@@ -171,16 +190,20 @@ def _load_heads(model: Any, heads: dict[str, Any], what: str) -> int:
     for name in ("score_head", "classification_head"):
         sd = heads.get(name)
         if not isinstance(sd, dict):
-            raise WeightsUnavailableError(f"MIE checkpoint {what}: no {name!r} state dict (keys: {sorted(heads)[:5]})")
+            raise WeightsUnavailableError(
+                f"MIE checkpoint {what}: no {name!r} state dict (keys: {sorted(heads)[:5]})"
+            )
         head = getattr(model, name)
         try:
             head.load_state_dict({k: v.float() for k, v in sd.items()}, strict=True)
         except RuntimeError as e:
             h = model.hidden_size
-            raise WeightsUnavailableError(f"MIE checkpoint {what}: {name} does not load into this model's "
-                                          f"Linear({h}, {h // 2}) -> GELU -> Linear({h // 2}, n) head (keys '0.weight', "
-                                          f"'0.bias', '2.weight', '2.bias'; is it for another backbone?): "
-                                          f"{' '.join(str(e).split())[:300]}") from None
+            raise WeightsUnavailableError(
+                f"MIE checkpoint {what}: {name} does not load into this model's "
+                f"Linear({h}, {h // 2}) -> GELU -> Linear({h // 2}, n) head (keys '0.weight', "
+                f"'0.bias', '2.weight', '2.bias'; is it for another backbone?): "
+                f"{' '.join(str(e).split())[:300]}"
+            ) from None
         n += len(sd)
     return n
 
@@ -189,14 +212,18 @@ def _adapter(folder: Path) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
     d = folder / ADAPTER_DIR
     conf_p = d / "adapter_config.json"
     if not conf_p.is_file():
-        raise WeightsUnavailableError(f"MIE checkpoint {str(folder)!r}: the mode uses LoRA but {ADAPTER_DIR}/adapter_config.json "
-                                      "is missing")
+        raise WeightsUnavailableError(
+            f"MIE checkpoint {str(folder)!r}: the mode uses LoRA but {ADAPTER_DIR}/adapter_config.json "
+            "is missing"
+        )
     conf = json.loads(conf_p.read_text(encoding="utf-8"))
     for flag in ("use_dora", "use_rslora"):
         if conf.get(flag):
             raise WeightsUnavailableError(f"{str(conf_p)!r}: {flag}=true is not supported by MIE")
     if conf.get("rank_pattern") or conf.get("alpha_pattern"):
-        raise WeightsUnavailableError(f"{str(conf_p)!r}: per-layer rank_pattern/alpha_pattern is not supported by MIE")
+        raise WeightsUnavailableError(
+            f"{str(conf_p)!r}: per-layer rank_pattern/alpha_pattern is not supported by MIE"
+        )
     if (d / "adapter_model.safetensors").is_file():
         from safetensors.torch import load_file
 
@@ -204,7 +231,9 @@ def _adapter(folder: Path) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
     elif (d / "adapter_model.bin").is_file():
         weights = _torch_load(d / "adapter_model.bin")
     else:
-        raise WeightsUnavailableError(f"MIE checkpoint {str(folder)!r}: {ADAPTER_DIR}/ has no adapter_model.safetensors or .bin")
+        raise WeightsUnavailableError(
+            f"MIE checkpoint {str(folder)!r}: {ADAPTER_DIR}/ has no adapter_model.safetensors or .bin"
+        )
     return conf, weights
 
 
@@ -239,16 +268,27 @@ def save_checkpoint(model: Any, path: str | os.PathLike) -> Path:
         sd[f"backbone.{canonical_name(n)}"] = model.vlm.get_parameter(n)
     for n in model.lora_parameter_names():
         sd[f"lora.{canonical_name(n)}"] = model.vlm.get_parameter(n)
-    save_file({k: v.detach().to("cpu").contiguous() for k, v in sd.items()}, str(out / WEIGHTS_NAME),
-              metadata={"format": "genmetrics-mie"})
+    save_file(
+        {k: v.detach().to("cpu").contiguous() for k, v in sd.items()},
+        str(out / WEIGHTS_NAME),
+        metadata={"format": "genmetrics-mie"},
+    )
     tmp = out / "mie_config.json.tmp"
     tmp.write_text(json.dumps(model.config_dict(), indent=2), encoding="utf-8")
     os.replace(tmp, out / "mie_config.json")
     return out
 
 
-def load_checkpoint(cls: Any, path_or_id: str | os.PathLike, backbone: Any = None, processor: Any = None, *,
-                    device: Any = None, dtype: Any = None, **overrides: Any) -> Any:
+def load_checkpoint(
+    cls: Any,
+    path_or_id: str | os.PathLike,
+    backbone: Any = None,
+    processor: Any = None,
+    *,
+    device: Any = None,
+    dtype: Any = None,
+    **overrides: Any,
+) -> Any:
     """Build ``cls`` (an :class:`~genmetrics.mie.MIEModel`) from a checkpoint in either layout: the backbone it
     names (or the one given), its adapter and trained layers, and the heads (``MIEModel.from_pretrained``).
 
@@ -268,8 +308,10 @@ def load_checkpoint(cls: Any, path_or_id: str | os.PathLike, backbone: Any = Non
     name = cfg.get("base_model_name") or cfg.get("model_name") or cfg.get("backbone") or ""
     if backbone is None:
         if not name:
-            raise WeightsUnavailableError(f"MIE checkpoint {str(path_or_id)!r} does not name its backbone; pass backbone= "
-                                          "and processor=")
+            raise WeightsUnavailableError(
+                f"MIE checkpoint {str(path_or_id)!r} does not name its backbone; pass backbone= "
+                "and processor="
+            )
         backbone, processor = build_backbone(name, device=device, dtype=dtype)
     elif processor is None:
         raise InputError("from_pretrained: pass the processor together with the backbone")
@@ -282,45 +324,78 @@ def load_checkpoint(cls: Any, path_or_id: str | os.PathLike, backbone: Any = Non
     return model.eval()
 
 
-def _load_own(cls: Any, folder: Path, cfg: dict[str, Any], backbone: Any, processor: Any, name: str,
-              overrides: dict[str, Any]) -> Any:
+def _load_own(
+    cls: Any,
+    folder: Path,
+    cfg: dict[str, Any],
+    backbone: Any,
+    processor: Any,
+    name: str,
+    overrides: dict[str, Any],
+) -> Any:
     from genmetrics.backbones.weights import load_state_dict
     from genmetrics.mie.model import LORA_TARGETS
 
     mode = cfg["mode"]
-    kwargs = dict(tuning=None if mode == "head_only" else mode, unfreeze_layers=int(cfg["unfreeze_layers"]),
-                  lora_r=cfg["lora"]["r"], lora_alpha=cfg["lora"]["alpha"], lora_dropout=cfg["lora"]["dropout"],
-                  prompt_template=cfg["prompt_template"], image_size=cfg.get("image_size"),
-                  max_references=int(cfg.get("max_references", 8)), num_error_classes=int(cfg["num_error_classes"]),
-                  lora_target_modules=cfg.get("lora_target_modules") or LORA_TARGETS,
-                  backbone_name=name or None)
+    kwargs = dict(
+        tuning=None if mode == "head_only" else mode,
+        unfreeze_layers=int(cfg["unfreeze_layers"]),
+        lora_r=cfg["lora"]["r"],
+        lora_alpha=cfg["lora"]["alpha"],
+        lora_dropout=cfg["lora"]["dropout"],
+        prompt_template=cfg["prompt_template"],
+        image_size=cfg.get("image_size"),
+        max_references=int(cfg.get("max_references", 8)),
+        num_error_classes=int(cfg["num_error_classes"]),
+        lora_target_modules=cfg.get("lora_target_modules") or LORA_TARGETS,
+        backbone_name=name or None,
+    )
     kwargs.update(overrides)
     model = cls(backbone, processor, **kwargs)
     if not (folder / WEIGHTS_NAME).is_file():
-        raise WeightsUnavailableError(f"MIE checkpoint {str(folder)!r}: {WEIGHTS_NAME} is missing. {_TRAIN_HINT}")
+        raise WeightsUnavailableError(
+            f"MIE checkpoint {str(folder)!r}: {WEIGHTS_NAME} is missing. {_TRAIN_HINT}"
+        )
     sd = load_state_dict(folder / WEIGHTS_NAME)
-    heads = {h: {k[len(h) + 1:]: v for k, v in sd.items() if k.startswith(h + ".")}
-             for h in ("score_head", "classification_head")}
+    heads = {
+        h: {k[len(h) + 1 :]: v for k, v in sd.items() if k.startswith(h + ".")}
+        for h in ("score_head", "classification_head")
+    }
     report = {"heads": _load_heads(model, heads, str(folder))}
     from genmetrics.mie.model import canonical_name
 
-    layers = {k[len("backbone."):]: v for k, v in sd.items() if k.startswith("backbone.")}
-    lora = {k[len("lora."):]: v for k, v in sd.items() if k.startswith("lora.")}
-    for what, tensors, names in (("backbone", layers, model.full_layer_names()), ("lora", lora, model.lora_parameter_names())):
+    layers = {k[len("backbone.") :]: v for k, v in sd.items() if k.startswith("backbone.")}
+    lora = {k[len("lora.") :]: v for k, v in sd.items() if k.startswith("lora.")}
+    for what, tensors, names in (
+        ("backbone", layers, model.full_layer_names()),
+        ("lora", lora, model.lora_parameter_names()),
+    ):
         expected = {canonical_name(n) for n in names}
-        report[what] = _apply(model, tensors, f"{folder}/{WEIGHTS_NAME} ({what})", expected=expected) if expected or tensors else 0
+        report[what] = (
+            _apply(model, tensors, f"{folder}/{WEIGHTS_NAME} ({what})", expected=expected)
+            if expected or tensors
+            else 0
+        )
     model.load_report = report
     return model
 
 
-def _load_authors(cls: Any, folder: Path, cfg: dict[str, Any], backbone: Any, processor: Any, name: str,
-                  overrides: dict[str, Any]) -> Any:
+def _load_authors(
+    cls: Any,
+    folder: Path,
+    cfg: dict[str, Any],
+    backbone: Any,
+    processor: Any,
+    name: str,
+    overrides: dict[str, Any],
+) -> Any:
     from genmetrics.mie.model import canonical_name
 
     tuning, uses_lora, uses_layers = AUTHOR_MODES[cfg["mode"]]
     unfreeze = int(cfg.get("unfreeze_layers", 4)) if uses_layers else 0
-    kwargs: dict[str, Any] = dict(tuning=None, num_error_classes=int(cfg.get("num_error_classes", 3)),
-                                  backbone_name=name or None)
+    kwargs: dict[str, Any] = dict(
+        tuning=None, num_error_classes=int(cfg.get("num_error_classes", 3)), backbone_name=name or None
+    )
     kwargs.update(overrides)
     model = cls(backbone, processor, **kwargs)
     heads_p = _pick(folder, HEADS_NAMES)
@@ -328,26 +403,39 @@ def _load_authors(cls: Any, folder: Path, cfg: dict[str, Any], backbone: Any, pr
         raise WeightsUnavailableError(f"MIE checkpoint {str(folder)!r} holds neither of {HEADS_NAMES}")
     heads = _torch_load(heads_p)
     if not isinstance(heads, dict):
-        raise WeightsUnavailableError(f"{str(heads_p)!r}: expected a dict of head state dicts, got {type(heads).__name__}")
+        raise WeightsUnavailableError(
+            f"{str(heads_p)!r}: expected a dict of head state dicts, got {type(heads).__name__}"
+        )
     report: dict[str, Any] = {"heads": _load_heads(model, heads, str(heads_p)), "lora": 0, "backbone": 0}
     model.tuning, model.unfreeze_layers = tuning, unfreeze
     if uses_lora:
         conf, weights = _adapter(folder)
-        model.lora = {"r": int(conf.get("r", 8)), "alpha": int(conf.get("lora_alpha", 8)),
-                      "dropout": float(conf.get("lora_dropout", 0.0))}
+        model.lora = {
+            "r": int(conf.get("r", 8)),
+            "alpha": int(conf.get("lora_alpha", 8)),
+            "dropout": float(conf.get("lora_dropout", 0.0)),
+        }
         model.add_lora(model.lora, target_modules=_lora_modules(weights))
-        report["lora"] = _apply(model, weights, f"{folder}/{ADAPTER_DIR}",
-                                expected={canonical_name(n) for n in model.lora_parameter_names()})
+        report["lora"] = _apply(
+            model,
+            weights,
+            f"{folder}/{ADAPTER_DIR}",
+            expected={canonical_name(n) for n in model.lora_parameter_names()},
+        )
     if uses_layers:
         p = folder / BACKBONE_NAME
         if not p.is_file():
-            raise WeightsUnavailableError(f"MIE checkpoint {str(folder)!r}: mode {cfg['mode']} needs {BACKBONE_NAME}, "
-                                          "which is missing")
+            raise WeightsUnavailableError(
+                f"MIE checkpoint {str(folder)!r}: mode {cfg['mode']} needs {BACKBONE_NAME}, which is missing"
+            )
         updates = _torch_load(p)
         if not isinstance(updates, dict):
-            raise WeightsUnavailableError(f"{str(p)!r}: expected a dict of tensors, got {type(updates).__name__}")
-        report["backbone"] = _apply(model, updates, str(p),
-                                    expected={canonical_name(n) for n in model.full_layer_names()})
+            raise WeightsUnavailableError(
+                f"{str(p)!r}: expected a dict of tensors, got {type(updates).__name__}"
+            )
+        report["backbone"] = _apply(
+            model, updates, str(p), expected={canonical_name(n) for n in model.full_layer_names()}
+        )
     for n in model.full_layer_names():
         model.vlm.get_parameter(n).requires_grad_(True)
     model.load_report = report

@@ -24,39 +24,90 @@ def _check_images(records: list[Any], path: str) -> None:
 
 
 @click.command("mie")
-@click.option("--data", required=True, type=click.Path(dir_okay=False), help="MIB pairs JSONL (silver labels).")
-@click.option("--out", required=True, type=click.Path(file_okay=False), help="Output folder (checkpoints, best/, final/).")
-@click.option("--val-data", default=None, type=click.Path(dir_okay=False),
-              help="Validation pairs JSONL (default: a seeded --val-fraction of --data).")
-@click.option("--val-fraction", default=0.1, show_default=True, type=float, help="Validation share when --val-data is not given.")
-@click.option("--backbone", default="0.8b", show_default=True,
-              help="0.8b | 2b | 4b (Qwen3.5), a hub id or local folder of a Qwen3.5/Qwen3-VL VLM.")
-@click.option("--tuning", type=click.Choice(["layer_only", "lora_layer"]), default="layer_only", show_default=True)
-@click.option("--unfreeze-layers", default=4, show_default=True, type=int, help="Top language layers trained fully.")
+@click.option(
+    "--data", required=True, type=click.Path(dir_okay=False), help="MIB pairs JSONL (silver labels)."
+)
+@click.option(
+    "--out",
+    required=True,
+    type=click.Path(file_okay=False),
+    help="Output folder (checkpoints, best/, final/).",
+)
+@click.option(
+    "--val-data",
+    default=None,
+    type=click.Path(dir_okay=False),
+    help="Validation pairs JSONL (default: a seeded --val-fraction of --data).",
+)
+@click.option(
+    "--val-fraction",
+    default=0.1,
+    show_default=True,
+    type=float,
+    help="Validation share when --val-data is not given.",
+)
+@click.option(
+    "--backbone",
+    default="0.8b",
+    show_default=True,
+    help="0.8b | 2b | 4b (Qwen3.5), a hub id or local folder of a Qwen3.5/Qwen3-VL VLM.",
+)
+@click.option(
+    "--tuning", type=click.Choice(["layer_only", "lora_layer"]), default="layer_only", show_default=True
+)
+@click.option(
+    "--unfreeze-layers", default=4, show_default=True, type=int, help="Top language layers trained fully."
+)
 @click.option("--lora-r", default=16, show_default=True, type=int)
 @click.option("--lora-alpha", default=32, show_default=True, type=int)
 @click.option("--lora-dropout", default=0.0, show_default=True, type=float)
-@click.option("--image-size", default=512, show_default=True, type=int, help="Longer image side in px (aspect kept).")
+@click.option(
+    "--image-size", default=512, show_default=True, type=int, help="Longer image side in px (aspect kept)."
+)
 @click.option("--subset", default=9600, show_default=True, type=int, help="Random subset of pairs (0 = all).")
-@click.option("--epochs", default=3, show_default=True, type=int, help="Maximum epochs (early stopping may end sooner).")
+@click.option(
+    "--epochs", default=3, show_default=True, type=int, help="Maximum epochs (early stopping may end sooner)."
+)
 @click.option("--lr", default=2e-5, show_default=True, type=float)
 @click.option("--weight-decay", default=0.01, show_default=True, type=float)
-@click.option("--warmup", default=0.03, show_default=True, type=float, help="Warm-up fraction of the steps (cosine schedule).")
+@click.option(
+    "--warmup",
+    default=0.03,
+    show_default=True,
+    type=float,
+    help="Warm-up fraction of the steps (cosine schedule).",
+)
 @click.option("--grad-clip", default=1.0, show_default=True, type=float)
-@click.option("--batch-pairs", default=4, show_default=True, type=int, help="Pairs per micro-batch per process.")
+@click.option(
+    "--batch-pairs", default=4, show_default=True, type=int, help="Pairs per micro-batch per process."
+)
 @click.option("--grad-accum", default=8, show_default=True, type=int)
 @click.option("--alpha", default=1.0, show_default=True, type=float, help="Weight of the rank loss.")
 @click.option("--beta", default=0.5, show_default=True, type=float, help="Weight of the diagnostic BCE loss.")
-@click.option("--margin", default=0.1, show_default=True, type=float, help="Margin of the margin ranking loss.")
-@click.option("--rank-loss", type=click.Choice(["margin", "bradley_terry"]), default="margin", show_default=True)
-@click.option("--patience", "early_stopping_patience", default=2, show_default=True, type=int,
-              help="Early stopping: epochs without improvement of the validation monitor.")
+@click.option(
+    "--margin", default=0.1, show_default=True, type=float, help="Margin of the margin ranking loss."
+)
+@click.option(
+    "--rank-loss", type=click.Choice(["margin", "bradley_terry"]), default="margin", show_default=True
+)
+@click.option(
+    "--patience",
+    "early_stopping_patience",
+    default=2,
+    show_default=True,
+    type=int,
+    help="Early stopping: epochs without improvement of the validation monitor.",
+)
 @click.option("--min-delta", "early_stopping_min_delta", default=1e-3, show_default=True, type=float)
 @click.option("--token-budget", default=16384, show_default=True, type=int, help="Tokens per forward batch.")
 @click.option("--max-steps", default=None, type=int, help="Cap on optimizer steps (caps the schedule).")
-@click.option("--save-every", default=200, show_default=True, type=int, help="Checkpoint every N optimizer steps.")
+@click.option(
+    "--save-every", default=200, show_default=True, type=int, help="Checkpoint every N optimizer steps."
+)
 @click.option("--seed", default=3407, show_default=True, type=int)
-@click.option("--resume", is_flag=True, help="Continue the unfinished run in --out from its newest checkpoint.")
+@click.option(
+    "--resume", is_flag=True, help="Continue the unfinished run in --out from its newest checkpoint."
+)
 @click.option("--overwrite", is_flag=True, help="Train again into an --out that holds a finished run.")
 @click.option("--gradient-checkpointing", is_flag=True)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
@@ -77,27 +128,50 @@ def train_cmd(**kw: Any) -> None:
     if as_json:
         click.echo(json.dumps({k: v for k, v in res.items() if k != "history"} | {"final_loss": final}))
     else:
-        click.echo(f"trained {res['steps']} steps; final loss {final if final is not None else float('nan'):.4f}; "
-                   f"checkpoint: {res['checkpoint']}")
+        click.echo(
+            f"trained {res['steps']} steps; final loss {final if final is not None else float('nan'):.4f}; "
+            f"checkpoint: {res['checkpoint']}"
+        )
 
 
 @click.command("mie")
-@click.option("--data", required=True, type=click.Path(dir_okay=False), help="MIB pairs JSONL with human labels (gold).")
-@click.option("--heads", default=None, help="Trained MIE checkpoint folder or hub id (omit to score baselines only).")
+@click.option(
+    "--data", required=True, type=click.Path(dir_okay=False), help="MIB pairs JSONL with human labels (gold)."
+)
+@click.option(
+    "--heads", default=None, help="Trained MIE checkpoint folder or hub id (omit to score baselines only)."
+)
 @click.option("--backbone", default=None, help="Backbone to use instead of the one named in the checkpoint.")
-@click.option("--metrics", "baselines", multiple=True,
-              help="Registered metrics scored on the same pairs (comma-separated or repeated), e.g. psnr,ssim,clip_i.")
-@click.option("--seen-generators", multiple=True,
-              help="Generators seen in training (comma-separated). Default: read from the checkpoint's training.json.")
+@click.option(
+    "--metrics",
+    "baselines",
+    multiple=True,
+    help="Registered metrics scored on the same pairs (comma-separated or repeated), e.g. psnr,ssim,clip_i.",
+)
+@click.option(
+    "--seen-generators",
+    multiple=True,
+    help="Generators seen in training (comma-separated). Default: read from the checkpoint's training.json.",
+)
 @click.option("--out", default="mie_eval", show_default=True, type=click.Path(file_okay=False))
 @click.option("--n-boot", default=1000, show_default=True, type=int)
 @click.option("--batch-pairs", default=16, show_default=True, type=int)
 @click.option("--token-budget", default=16384, show_default=True, type=int)
 @click.option("--device", default=None)
 @click.option("--json", "as_json", is_flag=True)
-def evaluate_cmd(data: str, heads: str | None, backbone: str | None, baselines: tuple[str, ...],
-                 seen_generators: tuple[str, ...], out: str, n_boot: int, batch_pairs: int, token_budget: int,
-                 device: str | None, as_json: bool) -> None:
+def evaluate_cmd(
+    data: str,
+    heads: str | None,
+    backbone: str | None,
+    baselines: tuple[str, ...],
+    seen_generators: tuple[str, ...],
+    out: str,
+    n_boot: int,
+    batch_pairs: int,
+    token_budget: int,
+    device: str | None,
+    as_json: bool,
+) -> None:
     """Agreement of MIE (and baselines) with human pairwise preferences and diagnostic labels."""
     import genmetrics as gm
     from genmetrics.data.jsonl import load_mib_pairs
@@ -110,7 +184,9 @@ def evaluate_cmd(data: str, heads: str | None, backbone: str | None, baselines: 
         if n not in known:
             gm.metric_info(n)  # raises with close matches
     if heads is None and not names:
-        raise InputError("nothing to evaluate: pass --heads (a trained MIE checkpoint) and/or --metrics psnr,ssim,...")
+        raise InputError(
+            "nothing to evaluate: pass --heads (a trained MIE checkpoint) and/or --metrics psnr,ssim,..."
+        )
     if batch_pairs < 1 or n_boot < 0:
         raise InputError("--batch-pairs must be >= 1 and --n-boot >= 0")
     seen = _split(seen_generators)
@@ -118,14 +194,26 @@ def evaluate_cmd(data: str, heads: str | None, backbone: str | None, baselines: 
 
     lock = lock_output_folder(out)  # a second evaluation writing this --out refuses here
     try:
-        _evaluate_into(records, heads, backbone, names, seen, out, n_boot, batch_pairs, token_budget, device, as_json)
+        _evaluate_into(
+            records, heads, backbone, names, seen, out, n_boot, batch_pairs, token_budget, device, as_json
+        )
     finally:
         lock.release()
 
 
-def _evaluate_into(records: list[Any], heads: str | None, backbone: str | None, names: list[str], seen: list[str],
-                   out: str, n_boot: int, batch_pairs: int, token_budget: int, device: str | None,
-                   as_json: bool) -> None:
+def _evaluate_into(
+    records: list[Any],
+    heads: str | None,
+    backbone: str | None,
+    names: list[str],
+    seen: list[str],
+    out: str,
+    n_boot: int,
+    batch_pairs: int,
+    token_budget: int,
+    device: str | None,
+    as_json: bool,
+) -> None:
     from genmetrics.cli.common import progress
     from genmetrics.mie.checkpoint import resolve_heads
     from genmetrics.mie.evaluate import evaluate_human, write_report
@@ -138,41 +226,97 @@ def _evaluate_into(records: list[Any], heads: str | None, backbone: str | None, 
         from genmetrics.mie.model import MIEModel, build_backbone
 
         vlm, proc = build_backbone(backbone, device=device) if backbone else (None, None)
-        model = MIEModel.from_pretrained(folder, vlm, proc, device=device, token_budget=token_budget, vision_cache_size=256)
-    report, scores = evaluate_human(records, model=model, metrics=names, seen_generators=seen, n_boot=n_boot,
-                                    batch_pairs=batch_pairs, progress=progress)
+        model = MIEModel.from_pretrained(
+            folder, vlm, proc, device=device, token_budget=token_budget, vision_cache_size=256
+        )
+    report, scores = evaluate_human(
+        records,
+        model=model,
+        metrics=names,
+        seen_generators=seen,
+        n_boot=n_boot,
+        batch_pairs=batch_pairs,
+        progress=progress,
+    )
     files = write_report(report, scores, records, out)
     if as_json:
-        click.echo(json.dumps({"files": files, "accuracy": {k: v["accuracy"]["overall"]["value"]
-                                                             for k, v in report["metrics"].items() if "error" not in v}}))
+        click.echo(
+            json.dumps(
+                {
+                    "files": files,
+                    "accuracy": {
+                        k: v["accuracy"]["overall"]["value"]
+                        for k, v in report["metrics"].items()
+                        if "error" not in v
+                    },
+                }
+            )
+        )
         return
     for name, m in report["metrics"].items():
         if "error" in m:
             click.echo(f"{name}: failed ({m['error']})")
             continue
         acc = m["accuracy"]
-        parts = [f"{s} {acc[s]['value']:.3f}" for s in ("overall", "seen", "unseen") if s in acc and acc[s]["n"]]
-        extra = f"; macro-F1 {m['diagnostics']['overall']['macro_f1']['value']:.3f}" if "diagnostics" in m else ""
+        parts = [
+            f"{s} {acc[s]['value']:.3f}" for s in ("overall", "seen", "unseen") if s in acc and acc[s]["n"]
+        ]
+        extra = (
+            f"; macro-F1 {m['diagnostics']['overall']['macro_f1']['value']:.3f}" if "diagnostics" in m else ""
+        )
         click.echo(f"{name}: pairwise accuracy " + ", ".join(parts) + extra)
     click.echo(f"report: {files['markdown']}")
 
 
 @click.command("rank-generators")
-@click.option("--scores", "scores_path", default=None, type=click.Path(dir_okay=False),
-              help="scores.jsonl written by `genmetrics evaluate-human mie` (or any JSONL with generators + scores).")
-@click.option("--data", default=None, type=click.Path(dir_okay=False), help="MIB pairs JSONL to score with --heads first.")
+@click.option(
+    "--scores",
+    "scores_path",
+    default=None,
+    type=click.Path(dir_okay=False),
+    help="scores.jsonl written by `genmetrics evaluate-human mie` (or any JSONL with generators + scores).",
+)
+@click.option(
+    "--data",
+    default=None,
+    type=click.Path(dir_okay=False),
+    help="MIB pairs JSONL to score with --heads first.",
+)
 @click.option("--heads", default=None, help="MIE checkpoint used with --data.")
 @click.option("--metric", default="mie", show_default=True, help="Which scores in --scores to rank by.")
 @click.option("--human", is_flag=True, help="Rank by the human preferences in the file instead of a metric.")
 @click.option("--n-boot", default=1000, show_default=True, type=int)
-@click.option("--prior", default=0.5, show_default=True, type=float, help="Bradley-Terry regulariser (virtual wins).")
-@click.option("--out", default=None, type=click.Path(file_okay=False), help="Write ranking.json, ranking.md, ranking.png here.")
+@click.option(
+    "--prior", default=0.5, show_default=True, type=float, help="Bradley-Terry regulariser (virtual wins)."
+)
+@click.option(
+    "--out",
+    default=None,
+    type=click.Path(file_okay=False),
+    help="Write ranking.json, ranking.md, ranking.png here.",
+)
 @click.option("--device", default=None)
 @click.option("--json", "as_json", is_flag=True)
-@click.option("--on-error", type=click.Choice(["stop", "skip"]), default="stop", show_default=True,
-              help="A score that is not finite (NaN, inf): stop naming it, or leave its pair out and report it.")
-def rank_cmd(scores_path: str | None, data: str | None, heads: str | None, metric: str, human: bool, n_boot: int,
-             prior: float, out: str | None, device: str | None, as_json: bool, on_error: str = "stop") -> None:
+@click.option(
+    "--on-error",
+    type=click.Choice(["stop", "skip"]),
+    default="stop",
+    show_default=True,
+    help="A score that is not finite (NaN, inf): stop naming it, or leave its pair out and report it.",
+)
+def rank_cmd(
+    scores_path: str | None,
+    data: str | None,
+    heads: str | None,
+    metric: str,
+    human: bool,
+    n_boot: int,
+    prior: float,
+    out: str | None,
+    device: str | None,
+    as_json: bool,
+    on_error: str = "stop",
+) -> None:
     """Rank generators from scored pairs: mean score, win-rate matrix, Bradley-Terry ratings with CIs."""
     from genmetrics.mie.ranking import rank_generators, ranking_markdown, ranking_plot
 
@@ -211,7 +355,9 @@ def rank_cmd(scores_path: str | None, data: str | None, heads: str | None, metri
         folder = Path(out)
         folder.mkdir(parents=True, exist_ok=True)
         atomic_write_json(folder / "ranking.json", result)
-        atomic_write_text(folder / "ranking.md", ranking_markdown(result, title=f"Generator ranking by {result['by']}"))
+        atomic_write_text(
+            folder / "ranking.md", ranking_markdown(result, title=f"Generator ranking by {result['by']}")
+        )
         ranking_plot(result, folder / "ranking.png")
     if as_json:
         click.echo(json.dumps(result))
@@ -219,7 +365,9 @@ def rank_cmd(scores_path: str | None, data: str | None, heads: str | None, metri
         click.echo(ranking_markdown(result, title=f"Generator ranking by {result['by']}").rstrip())
 
 
-def _read_scores(path: str, metric: str, human: bool) -> tuple[list[str], list[str], list[float] | None, list[float] | None, list[float] | None]:
+def _read_scores(
+    path: str, metric: str, human: bool
+) -> tuple[list[str], list[str], list[float] | None, list[float] | None, list[float] | None]:
     from genmetrics.data.jsonl import iter_jsonl
 
     ga, gb, sa, sb, outcome = [], [], [], [], []
@@ -242,9 +390,14 @@ def _read_scores(path: str, metric: str, human: bool) -> tuple[list[str], list[s
         if not (isinstance(pair, list) and len(pair) == 2 and all(isinstance(x, (int, float)) for x in pair)):
             avail = sorted(scores) if isinstance(scores, dict) else []
             if pair is None:
-                raise InputError(f"{path}:{n}: no scores for metric {metric!r} (two numbers expected); available: {avail}")
-            raise InputError(f"{path}:{n}: scores of metric {metric!r} should be two numbers (candidate a, candidate b), "
-                             f"got {pair!r}"[:300] + "; fix the line (a text such as \"nan\" is not a score)")
+                raise InputError(
+                    f"{path}:{n}: no scores for metric {metric!r} (two numbers expected); available: {avail}"
+                )
+            raise InputError(
+                f"{path}:{n}: scores of metric {metric!r} should be two numbers (candidate a, candidate b), "
+                f"got {pair!r}"[:300]
+                + '; fix the line (a text such as "nan" is not a score)'
+            )
         sa.append(float(pair[0]))
         sb.append(float(pair[1]))
     if not ga:

@@ -68,8 +68,9 @@ def _chunks(n: int, size: int) -> list[slice]:
     return [slice(i, min(n, i + size)) for i in range(0, n, size)]
 
 
-def score_pairs_mie(model: Any, records: Sequence[Any], *, batch_pairs: int = 16,
-                    progress: Callable | None = None) -> dict[str, np.ndarray]:
+def score_pairs_mie(
+    model: Any, records: Sequence[Any], *, batch_pairs: int = 16, progress: Callable | None = None
+) -> dict[str, np.ndarray]:
     """Scores and diagnostics of both candidates of every pair with an :class:`MIEModel`.
 
     >>> import tempfile
@@ -84,20 +85,34 @@ def score_pairs_mie(model: Any, records: Sequence[Any], *, batch_pairs: int = 16
     """
     sa, sb, da, db = [], [], [], []
     chunks = _chunks(len(records), batch_pairs)
-    for sl in (progress(chunks, desc="mie", total=len(chunks), unit="batch") if progress else chunks):
+    for sl in progress(chunks, desc="mie", total=len(chunks), unit="batch") if progress else chunks:
         rs = records[sl]
-        a, b = model.score_pairs([[str(p) for p in r.references] for r in rs], [r.prompt for r in rs],
-                                 [str(r.candidates[0]) for r in rs], [str(r.candidates[1]) for r in rs])
+        a, b = model.score_pairs(
+            [[str(p) for p in r.references] for r in rs],
+            [r.prompt for r in rs],
+            [str(r.candidates[0]) for r in rs],
+            [str(r.candidates[1]) for r in rs],
+        )
         sa.append(a.score.double().cpu())
         sb.append(b.score.double().cpu())
         da.append(a.diagnostics.double().cpu())
         db.append(b.diagnostics.double().cpu())
-    return {"a": torch.cat(sa).numpy(), "b": torch.cat(sb).numpy(),
-            "diag_a": torch.cat(da).numpy(), "diag_b": torch.cat(db).numpy()}
+    return {
+        "a": torch.cat(sa).numpy(),
+        "b": torch.cat(sb).numpy(),
+        "diag_a": torch.cat(da).numpy(),
+        "diag_b": torch.cat(db).numpy(),
+    }
 
 
-def score_pairs_metric(name: str, records: Sequence[Any], options: dict[str, Any] | None = None, *,
-                       batch_pairs: int = 16, progress: Callable | None = None) -> dict[str, np.ndarray]:
+def score_pairs_metric(
+    name: str,
+    records: Sequence[Any],
+    options: dict[str, Any] | None = None,
+    *,
+    batch_pairs: int = 16,
+    progress: Callable | None = None,
+) -> dict[str, np.ndarray]:
     """Scores of both candidates of every pair with the registered metric ``name`` (see module doc).
 
     >>> import tempfile
@@ -112,7 +127,9 @@ def score_pairs_metric(name: str, records: Sequence[Any], options: dict[str, Any
 
     info = gm.metric_info(name)
     if info.get("level", "sample") != "sample":
-        raise InputError(f"metric {name!r} is set-level ({info.get('level')}); it gives no score per candidate")
+        raise InputError(
+            f"metric {name!r} is set-level ({info.get('level')}); it gives no score per candidate"
+        )
     roles = set(info.get("inputs") or {})
     ref_sets = "reference-sets" in (info.get("tags") or [])
     metric = gm.create_metric(name, **(options or {}))
@@ -121,7 +138,9 @@ def score_pairs_metric(name: str, records: Sequence[Any], options: dict[str, Any
     for side, col in (("a", 0), ("b", 1)):
         vals: list[float] = []
         chunks = _chunks(len(records), batch_pairs)
-        for sl in (progress(chunks, desc=f"{name} ({side})", total=len(chunks), unit="batch") if progress else chunks):
+        for sl in (
+            progress(chunks, desc=f"{name} ({side})", total=len(chunks), unit="batch") if progress else chunks
+        ):
             rs = records[sl]
             cands = [str(r.candidates[col]) for r in rs]
             prompts = [r.prompt for r in rs] if "condition" in roles else None
@@ -131,8 +150,9 @@ def score_pairs_metric(name: str, records: Sequence[Any], options: dict[str, Any
                 # every (candidate, reference) combination, then the mean per candidate
                 owner = [i for i, r in enumerate(rs) for _ in r.references]
                 refs = [str(p) for r in rs for p in r.references]
-                flat = _metric_scores(metric, refs, [cands[i] for i in owner],
-                                      [prompts[i] for i in owner] if prompts else None)
+                flat = _metric_scores(
+                    metric, refs, [cands[i] for i in owner], [prompts[i] for i in owner] if prompts else None
+                )
                 sums = np.zeros(len(rs))
                 counts = np.zeros(len(rs))
                 np.add.at(sums, owner, flat)
@@ -189,13 +209,23 @@ def diagnostic_agreement(pred_logits: np.ndarray, labels: np.ndarray) -> dict[st
         y = torch.from_numpy(labels[keep, c] > 0.5).long()
         p = torch.from_numpy(pred_logits[keep, c] >= 0.0).long()
         if y.numel() == 0:
-            out[d] = {"f1": float("nan"), "balanced_accuracy": float("nan"), "f1_always_passes": float("nan"),
-                      "n": 0, "dropped_ties": int((~keep).sum())}
+            out[d] = {
+                "f1": float("nan"),
+                "balanced_accuracy": float("nan"),
+                "f1_always_passes": float("nan"),
+                "n": 0,
+                "dropped_ties": int((~keep).sum()),
+            }
             continue
         bal = 0.5 * (float(binary_recall(p, y)) + float(binary_recall(1 - p, 1 - y)))
-        out[d] = {"f1": float(binary_f1_score(p, y)), "balanced_accuracy": bal,
-                  "f1_always_passes": float(binary_f1_score(torch.ones_like(y), y)), "n": int(y.numel()),
-                  "positive_rate": float(y.float().mean()), "dropped_ties": int((~keep).sum())}
+        out[d] = {
+            "f1": float(binary_f1_score(p, y)),
+            "balanced_accuracy": bal,
+            "f1_always_passes": float(binary_f1_score(torch.ones_like(y), y)),
+            "n": int(y.numel()),
+            "positive_rate": float(y.float().mean()),
+            "dropped_ties": int((~keep).sum()),
+        }
     return out
 
 
@@ -219,8 +249,12 @@ def _f1_block(pred: np.ndarray, labels: np.ndarray, n_boot: int, alpha: float, s
         return float(np.mean([agg[d]["f1"] for d in DIMENSIONS]))
 
     est, lo, hi = bootstrap_ci(idx, n_boot=n_boot, alpha=alpha, seed=seed, stat=stat)
-    res["macro_f1"] = {"value": float(np.mean([per[d]["f1"] for d in DIMENSIONS])), "low": lo, "high": hi,
-                       "n": int(pred.shape[0])}
+    res["macro_f1"] = {
+        "value": float(np.mean([per[d]["f1"] for d in DIMENSIONS])),
+        "low": lo,
+        "high": hi,
+        "n": int(pred.shape[0]),
+    }
     del est
     return res
 
@@ -265,23 +299,35 @@ def evaluate_scores(
             masks["mixed"] = mixed
     groups = {what: [bucket_value(r, what) for r in records] for what in BREAKDOWNS}
     has_diag = np.array([r.diagnostics is not None for r in records])
-    labels = {side: np.array([r.diagnostics[i] if r.diagnostics else (0.0, 0.0, 0.0) for r in records], dtype=np.float64)
-              for i, side in enumerate(("a", "b"))}
+    labels = {
+        side: np.array(
+            [r.diagnostics[i] if r.diagnostics else (0.0, 0.0, 0.0) for r in records], dtype=np.float64
+        )
+        for i, side in enumerate(("a", "b"))
+    }
 
     report: dict[str, Any] = {
-        "n_pairs": n, "seen_generators": sorted(seen), "alpha": alpha, "n_boot": n_boot,
-        "subsets": {k: int(v.sum()) for k, v in masks.items()}, "metrics": {},
+        "n_pairs": n,
+        "seen_generators": sorted(seen),
+        "alpha": alpha,
+        "n_boot": n_boot,
+        "subsets": {k: int(v.sum()) for k, v in masks.items()},
+        "metrics": {},
     }
     for name, sc in scores.items():
         if "error" in sc:
             report["metrics"][name] = {"error": sc["error"]}
             continue
-        correct = pairwise_correct(torch.from_numpy(sc["a"]), torch.from_numpy(sc["b"]), torch.from_numpy(prefers_a)).numpy()
+        correct = pairwise_correct(
+            torch.from_numpy(sc["a"]), torch.from_numpy(sc["b"]), torch.from_numpy(prefers_a)
+        ).numpy()
         m: dict[str, Any] = {"accuracy": {k: _ci(correct[v], n_boot, alpha, seed) for k, v in masks.items()}}
         m["breakdown"] = {}
         for what, vals in groups.items():
             keys = sorted(set(vals), key=lambda x: (not x.isdigit(), int(x) if x.isdigit() else 0, x))
-            m["breakdown"][what] = {k: _ci(correct[np.array([v == k for v in vals])], n_boot, alpha, seed) for k in keys}
+            m["breakdown"][what] = {
+                k: _ci(correct[np.array([v == k for v in vals])], n_boot, alpha, seed) for k in keys
+            }
         if "diag_a" in sc and has_diag.any():
             pred = np.concatenate([sc["diag_a"][has_diag], sc["diag_b"][has_diag]])
             lab = np.concatenate([labels["a"][has_diag], labels["b"][has_diag]])
@@ -289,9 +335,13 @@ def evaluate_scores(
             for k, v in masks.items():
                 sel = v & has_diag
                 if k != "overall" and sel.any():
-                    m["diagnostics"][k] = _f1_block(np.concatenate([sc["diag_a"][sel], sc["diag_b"][sel]]),
-                                                    np.concatenate([labels["a"][sel], labels["b"][sel]]),
-                                                    n_boot, alpha, seed)
+                    m["diagnostics"][k] = _f1_block(
+                        np.concatenate([sc["diag_a"][sel], sc["diag_b"][sel]]),
+                        np.concatenate([labels["a"][sel], labels["b"][sel]]),
+                        n_boot,
+                        alpha,
+                        seed,
+                    )
         report["metrics"][name] = m
     return report
 
@@ -335,7 +385,9 @@ def evaluate_human(
         except Exception as e:  # noqa: BLE001 - one failing baseline must not stop the others
             log.warning("metric %s failed: %s", name, e)
             scores[name] = {"error": f"{type(e).__name__}: {' '.join(str(e).split())[:300]}"}
-    report = evaluate_scores(records, scores, seen_generators=seen_generators, n_boot=n_boot, alpha=alpha, seed=seed)
+    report = evaluate_scores(
+        records, scores, seen_generators=seen_generators, n_boot=n_boot, alpha=alpha, seed=seed
+    )
     return report, scores
 
 
@@ -360,13 +412,18 @@ def report_markdown(report: dict[str, Any]) -> str:
     from genmetrics.mie.model import DIMENSIONS
 
     subsets = list(report["subsets"])
-    lines = ["# MIE evaluation against human preferences", "",
-             f"{report['n_pairs']} pairs; seen generators: {', '.join(report['seen_generators']) or '(not given)'}; "
-             f"{int(100 * (1 - report['alpha']))}% bootstrap intervals ({report['n_boot']} resamples). "
-             "A score tie counts as half right (0.5 = chance).", "",
-             "## Pairwise accuracy", "",
-             "| metric | " + " | ".join(f"{s} (n={report['subsets'][s]})" for s in subsets) + " |",
-             "|---|" + "---|" * len(subsets)]
+    lines = [
+        "# MIE evaluation against human preferences",
+        "",
+        f"{report['n_pairs']} pairs; seen generators: {', '.join(report['seen_generators']) or '(not given)'}; "
+        f"{int(100 * (1 - report['alpha']))}% bootstrap intervals ({report['n_boot']} resamples). "
+        "A score tie counts as half right (0.5 = chance).",
+        "",
+        "## Pairwise accuracy",
+        "",
+        "| metric | " + " | ".join(f"{s} (n={report['subsets'][s]})" for s in subsets) + " |",
+        "|---|" + "---|" * len(subsets),
+    ]
     ok = {k: v for k, v in report["metrics"].items() if "error" not in v}
     order = sorted(ok, key=lambda k: -ok[k]["accuracy"]["overall"]["value"])
     for name in order:
@@ -376,16 +433,26 @@ def report_markdown(report: dict[str, Any]) -> str:
             lines.append(f"| {name} | failed: {v['error']} |" + " |" * (len(subsets) - 1))
     diag = [n for n in order if "diagnostics" in ok[n]]
     if diag:
-        lines += ["", "## Diagnostics: F1 / balanced accuracy / F1 of always answering \"passes\"", "",
-                  "Labels of exactly 0.5 (annotators split) are left out, as in the authors' analysis. An F1 near "
-                  "the always-passes F1 with balanced accuracy near 0.5 is the majority class, not agreement.", "",
-                  "| metric | subset | " + " | ".join(DIMENSIONS) + " | macro-F1 | macro bal. acc. |",
-                  "|---|---|" + "---|" * (len(DIMENSIONS) + 2)]
+        lines += [
+            "",
+            '## Diagnostics: F1 / balanced accuracy / F1 of always answering "passes"',
+            "",
+            "Labels of exactly 0.5 (annotators split) are left out, as in the authors' analysis. An F1 near "
+            "the always-passes F1 with balanced accuracy near 0.5 is the majority class, not agreement.",
+            "",
+            "| metric | subset | " + " | ".join(DIMENSIONS) + " | macro-F1 | macro bal. acc. |",
+            "|---|---|" + "---|" * (len(DIMENSIONS) + 2),
+        ]
         for name in diag:
             for sub, blk in ok[name]["diagnostics"].items():
-                lines.append(f"| {name} | {sub} | " + " | ".join(
-                    f"{blk[f'f1_{d}']:.3f} / {blk[f'balanced_accuracy_{d}']:.3f} / {blk[f'f1_always_passes_{d}']:.3f}"
-                    for d in DIMENSIONS) + f" | {_fmt(blk['macro_f1'])} | {blk['macro_balanced_accuracy']:.3f} |")
+                lines.append(
+                    f"| {name} | {sub} | "
+                    + " | ".join(
+                        f"{blk[f'f1_{d}']:.3f} / {blk[f'balanced_accuracy_{d}']:.3f} / {blk[f'f1_always_passes_{d}']:.3f}"
+                        for d in DIMENSIONS
+                    )
+                    + f" | {_fmt(blk['macro_f1'])} | {blk['macro_balanced_accuracy']:.3f} |"
+                )
     for what in BREAKDOWNS:
         lines += ["", f"## Accuracy by {what}", ""]
         keys: list[str] = []
@@ -394,7 +461,11 @@ def report_markdown(report: dict[str, Any]) -> str:
         lines += ["| metric | " + " | ".join(keys) + " |", "|---|" + "---|" * len(keys)]
         for name in order:
             b = ok[name]["breakdown"][what]
-            lines.append(f"| {name} | " + " | ".join(_fmt(b[k]) + f" (n={b[k]['n']})" if k in b else "-" for k in keys) + " |")
+            lines.append(
+                f"| {name} | "
+                + " | ".join(_fmt(b[k]) + f" (n={b[k]['n']})" if k in b else "-" for k in keys)
+                + " |"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -417,17 +488,28 @@ def accuracy_plot(report: dict[str, Any], path: Any) -> None:
     ok = {k: v for k, v in report["metrics"].items() if "error" not in v}
     names = sorted(ok, key=lambda k: -ok[k]["accuracy"]["overall"]["value"])
     subsets = [s for s in ("overall", "seen", "unseen") if s in report["subsets"]]
-    fig = Figure(figsize=(max(4.0, 0.9 * len(names) * len(subsets) / 2 + 2), 3.6))  # object API: no backend switch
+    fig = Figure(
+        figsize=(max(4.0, 0.9 * len(names) * len(subsets) / 2 + 2), 3.6)
+    )  # object API: no backend switch
     FigureCanvasAgg(fig)
     ax = fig.add_subplot(1, 1, 1)
     width = 0.8 / max(1, len(subsets))
     for j, s in enumerate(subsets):
         vals = [ok[n]["accuracy"][s]["value"] for n in names]
-        err = [[max(0.0, v - ok[n]["accuracy"][s]["low"]) for n, v in zip(names, vals)],
-               [max(0.0, ok[n]["accuracy"][s]["high"] - v) for n, v in zip(names, vals)]]
+        err = [
+            [max(0.0, v - ok[n]["accuracy"][s]["low"]) for n, v in zip(names, vals)],
+            [max(0.0, ok[n]["accuracy"][s]["high"] - v) for n, v in zip(names, vals)],
+        ]
         vals = [0.0 if math.isnan(v) else v for v in vals]
         err = [[0.0 if math.isnan(e) else e for e in row] for row in err]
-        ax.bar(np.arange(len(names)) + (j - (len(subsets) - 1) / 2) * width, vals, width, yerr=err, capsize=2, label=s)
+        ax.bar(
+            np.arange(len(names)) + (j - (len(subsets) - 1) / 2) * width,
+            vals,
+            width,
+            yerr=err,
+            capsize=2,
+            label=s,
+        )
     ax.axhline(0.5, color="gray", lw=0.8, ls="--")
     ax.set_xticks(range(len(names)), names, rotation=30, ha="right")
     ax.set_ylim(0, 1)
@@ -437,8 +519,9 @@ def accuracy_plot(report: dict[str, Any], path: Any) -> None:
     fig.savefig(path, dpi=120)
 
 
-def write_report(report: dict[str, Any], scores: dict[str, dict[str, np.ndarray]], records: Sequence[Any],
-                 out: str | Path) -> dict[str, str]:
+def write_report(
+    report: dict[str, Any], scores: dict[str, dict[str, np.ndarray]], records: Sequence[Any], out: str | Path
+) -> dict[str, str]:
     """Write ``report.json``, ``report.md``, ``accuracy.png`` and ``scores.jsonl`` into ``out``.
 
     >>> from genmetrics.data.jsonl import MIBPairRecord
@@ -460,12 +543,27 @@ def write_report(report: dict[str, Any], scores: dict[str, dict[str, np.ndarray]
     accuracy_plot(report, folder / "accuracy.png")
     lines = []
     for i, r in enumerate(records):
-        row: dict[str, Any] = {"id": r.id, "generators": list(r.generators), "preference": r.preference,
-                               "scores": {n: [float(s["a"][i]), float(s["b"][i])] for n, s in scores.items() if "error" not in s}}
-        diags = {n: [s["diag_a"][i].tolist(), s["diag_b"][i].tolist()] for n, s in scores.items() if "diag_a" in s}
+        row: dict[str, Any] = {
+            "id": r.id,
+            "generators": list(r.generators),
+            "preference": r.preference,
+            "scores": {
+                n: [float(s["a"][i]), float(s["b"][i])] for n, s in scores.items() if "error" not in s
+            },
+        }
+        diags = {
+            n: [s["diag_a"][i].tolist(), s["diag_b"][i].tolist()] for n, s in scores.items() if "diag_a" in s
+        }
         if diags:
             row["diagnostics"] = diags
         lines.append(json.dumps(row))
     atomic_write_text(folder / "scores.jsonl", "\n".join(lines) + "\n")
-    return {k: str(folder / f) for k, f in (("json", "report.json"), ("markdown", "report.md"),
-                                             ("plot", "accuracy.png"), ("scores", "scores.jsonl"))}
+    return {
+        k: str(folder / f)
+        for k, f in (
+            ("json", "report.json"),
+            ("markdown", "report.md"),
+            ("plot", "accuracy.png"),
+            ("scores", "scores.jsonl"),
+        )
+    }

@@ -24,7 +24,9 @@ RANK_LOSSES = ("margin", "bradley_terry")
 ALPHA, BETA, MARGIN = 1.0, 0.5, 0.1
 
 
-def rank_loss(s_win: torch.Tensor, s_lose: torch.Tensor, *, kind: str = "margin", margin: float = MARGIN) -> torch.Tensor:
+def rank_loss(
+    s_win: torch.Tensor, s_lose: torch.Tensor, *, kind: str = "margin", margin: float = MARGIN
+) -> torch.Tensor:
     """Pairwise ranking loss of preferred-candidate scores ``s_win`` over ``s_lose`` ([n] each).
 
     >>> float(rank_loss(torch.tensor([1.0, 0.0]), torch.tensor([0.0, 0.0]), margin=0.1))  # (0 + 0.1) / 2
@@ -72,12 +74,20 @@ def mie_loss(
 
     rank = rank_loss(win.score.float(), lose.score.float(), kind=rank_loss_kind, margin=margin)
     logits_w, logits_l = win.diagnostics.float(), lose.diagnostics.float()
-    diag = 0.0 * (logits_w.sum() + logits_l.sum())  # keeps the head in the graph (DDP) when nothing is labelled
+    diag = 0.0 * (
+        logits_w.sum() + logits_l.sum()
+    )  # keeps the head in the graph (DDP) when nothing is labelled
     if beta and diag_targets_win is not None and diag_targets_lose is not None:
         dev = logits_w.device
-        m = torch.ones(logits_w.shape[0], dtype=torch.bool, device=dev) if diag_mask is None else diag_mask.to(dev)
+        m = (
+            torch.ones(logits_w.shape[0], dtype=torch.bool, device=dev)
+            if diag_mask is None
+            else diag_mask.to(dev)
+        )
         if bool(m.any()):
-            diag = diag + 0.5 * (F.binary_cross_entropy_with_logits(logits_w[m], diag_targets_win[m].to(logits_w))
-                                 + F.binary_cross_entropy_with_logits(logits_l[m], diag_targets_lose[m].to(logits_l)))
+            diag = diag + 0.5 * (
+                F.binary_cross_entropy_with_logits(logits_w[m], diag_targets_win[m].to(logits_w))
+                + F.binary_cross_entropy_with_logits(logits_l[m], diag_targets_lose[m].to(logits_l))
+            )
     loss = alpha * rank + beta * diag
     return loss, {"rank": float(rank.detach()), "diag": float(diag.detach()), "loss": float(loss.detach())}

@@ -88,8 +88,10 @@ class MIEMetric(SampleMetric):
         if model is not None and not isinstance(model, MIEModel):
             raise InputError(f"model: expected a genmetrics.mie.MIEModel, got {type(model).__name__}")
         if backbone is not None and processor is None and model is None:
-            raise InputError("processor: pass the backbone's processor together with backbone= (load both with "
-                             "genmetrics.backbones.hf.load_vlm)")
+            raise InputError(
+                "processor: pass the backbone's processor together with backbone= (load both with "
+                "genmetrics.backbones.hf.load_vlm)"
+            )
         if model is None and heads is None:
             raise no_heads_error()
         self._heads = heads
@@ -107,7 +109,9 @@ class MIEMetric(SampleMetric):
         self.max_references = MAX_REFERENCES
         if model is not None:
             self._install(model)
-        elif heads is not None and (Path(os.fspath(heads)).expanduser().exists() or os.fspath(heads).startswith((".", "/", "~"))):
+        elif heads is not None and (
+            Path(os.fspath(heads)).expanduser().exists() or os.fspath(heads).startswith((".", "/", "~"))
+        ):
             resolve_heads(heads)  # a local path is checked now (cheap); hub ids resolve on first use
 
     def _install(self, model: MIEModel) -> None:
@@ -127,8 +131,15 @@ class MIEMetric(SampleMetric):
                 backbone, processor = build_backbone(self._weights, device=self._device, dtype=self._dtype)
             if self._heads is None:  # heads=None only comes with model=, installed at construction
                 raise no_heads_error()
-            model = MIEModel.from_pretrained(self._heads, backbone, processor, device=self._device, dtype=self._dtype,
-                                             token_budget=self._token_budget, vision_cache_size=self._vision_cache_size)
+            model = MIEModel.from_pretrained(
+                self._heads,
+                backbone,
+                processor,
+                device=self._device,
+                dtype=self._dtype,
+                token_budget=self._token_budget,
+                vision_cache_size=self._vision_cache_size,
+            )
             self._install(model)
         return cast(MIEModel, self._backbones["mie"])
 
@@ -139,13 +150,21 @@ class MIEMetric(SampleMetric):
         from genmetrics.data.images import as_image_list
 
         cands = as_image_list(candidates, name="candidates")
-        if reference is not None and not isinstance(reference, torch.Tensor) and isinstance(reference, Sequence) \
-                and not isinstance(reference, (str, bytes)) and reference and all(_is_image(r) for r in reference):
+        if (
+            reference is not None
+            and not isinstance(reference, torch.Tensor)
+            and isinstance(reference, Sequence)
+            and not isinstance(reference, (str, bytes))
+            and reference
+            and all(_is_image(r) for r in reference)
+        ):
             # a flat list of images: one reference set shared by every candidate
             reference = [list(reference)] * len(cands)
         elif isinstance(reference, torch.Tensor) and reference.ndim == 4:
             reference = [list(reference.unbind(0))] * len(cands)
-        refs, prompts, cands = validate_inputs(reference, condition, cands, max_references=self.max_references)
+        refs, prompts, cands = validate_inputs(
+            reference, condition, cands, max_references=self.max_references
+        )
         return {"reference": refs, "candidates": cands, "condition": prompts}
 
     def _score_batch(self, batch: dict[str, list[Any]]) -> dict[str, torch.Tensor]:
@@ -161,7 +180,9 @@ class MIEMetric(SampleMetric):
             scores, diags, ids = torch.cat(scores), torch.cat(diags), torch.cat(ids)
         if scores.numel() == 0:
             raise InputError("mie: no samples were scored")
-        both, ids = _drop_duplicate_ids(torch.cat([scores[:, None], diags.reshape(-1, len(DIMENSIONS))], 1), ids)
+        both, ids = _drop_duplicate_ids(
+            torch.cat([scores[:, None], diags.reshape(-1, len(DIMENSIONS))], 1), ids
+        )
         return both[:, 0], both[:, 1:], ids
 
     def per_sample(self, *, sync: bool = True) -> dict[str, Any]:
@@ -184,6 +205,9 @@ class MIEMetric(SampleMetric):
         for gen, idx in sorted(groups.items()):
             ix = torch.tensor(idx)
             probs = torch.sigmoid(ps["diagnostics"][ix]).mean(0)
-            out[gen] = {"n": len(idx), "score": float(ps["scores"][ix].mean()),
-                        **{f"p_{d}": float(p) for d, p in zip(DIMENSIONS, probs)}}
+            out[gen] = {
+                "n": len(idx),
+                "score": float(ps["scores"][ix].mean()),
+                **{f"p_{d}": float(p) for d, p in zip(DIMENSIONS, probs)},
+            }
         return out

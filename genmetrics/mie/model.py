@@ -64,8 +64,10 @@ DEFAULT_BACKBONE = "4b"
 
 #: LoRA targets of ``lora_layer``: every linear projection in the attention and MLP blocks of the vision
 #: tower and of the language tower (what unsloth's ``finetune_vision/language/attention/mlp`` selects).
-LORA_TARGETS = (r".*(?:visual\.blocks\.\d+\.(?:attn|mlp)|language_model\.layers\.\d+\."
-                r"(?:self_attn|linear_attn|mlp))\.[A-Za-z0-9_]+")
+LORA_TARGETS = (
+    r".*(?:visual\.blocks\.\d+\.(?:attn|mlp)|language_model\.layers\.\d+\."
+    r"(?:self_attn|linear_attn|mlp))\.[A-Za-z0-9_]+"
+)
 
 
 @dataclass
@@ -168,7 +170,7 @@ def canonical_name(name: str) -> str:
     name = name.replace(".base_layer.", ".")
     name = re.sub(r"\.(lora_[AB])\.[^.]+\.weight$", r".\1.weight", name)
     m = re.search(r"(?:^|\.)((?:visual|language_model)\.)", name)
-    return name[m.start(1):] if m else name
+    return name[m.start(1) :] if m else name
 
 
 def fit_image(im: Any, size: int | None) -> Any:
@@ -183,7 +185,9 @@ def fit_image(im: Any, size: int | None) -> Any:
     from PIL import Image
 
     scale = size / max(im.size)
-    return im.resize((max(1, round(im.size[0] * scale)), max(1, round(im.size[1] * scale))), Image.Resampling.BICUBIC)
+    return im.resize(
+        (max(1, round(im.size[0] * scale)), max(1, round(im.size[1] * scale))), Image.Resampling.BICUBIC
+    )
 
 
 class MIEModel(nn.Module):
@@ -248,14 +252,27 @@ class MIEModel(nn.Module):
         backbone_name: str | None = None,
     ) -> None:
         super().__init__()
-        if processor is None or not hasattr(processor, "tokenizer") or not hasattr(processor, "image_processor"):
-            raise InputError("MIE needs the backbone's processor (with .tokenizer and .image_processor); "
-                             "load both with genmetrics.backbones.hf.load_vlm")
-        if getattr(processor, "chat_template", None) is None and getattr(processor.tokenizer, "chat_template", None) is None:
-            raise InputError("MIE renders its input with the processor's chat template, and this processor has none; "
-                             "load the processor of a chat (instruct) checkpoint")
+        if (
+            processor is None
+            or not hasattr(processor, "tokenizer")
+            or not hasattr(processor, "image_processor")
+        ):
+            raise InputError(
+                "MIE needs the backbone's processor (with .tokenizer and .image_processor); "
+                "load both with genmetrics.backbones.hf.load_vlm"
+            )
+        if (
+            getattr(processor, "chat_template", None) is None
+            and getattr(processor.tokenizer, "chat_template", None) is None
+        ):
+            raise InputError(
+                "MIE renders its input with the processor's chat template, and this processor has none; "
+                "load the processor of a chat (instruct) checkpoint"
+            )
         if tuning is not None and tuning not in TUNING_MODES:
-            raise InputError(f"tuning={tuning!r} is not supported; expected one of {TUNING_MODES} or None (heads only)")
+            raise InputError(
+                f"tuning={tuning!r} is not supported; expected one of {TUNING_MODES} or None (heads only)"
+            )
         if "{prompt}" not in prompt_template:
             raise InputError(f"prompt_template must contain '{{prompt}}', got {prompt_template!r}")
         vlm = core_vlm(backbone, what="MIE backbone")
@@ -289,7 +306,9 @@ class MIEModel(nn.Module):
         self.image_token_id = int(cfg.image_token_id)
         tok_max = getattr(self.tokenizer, "model_max_length", None) or 10**9
         pos_max = getattr(text_cfg, "max_position_embeddings", None) or 10**9
-        self.max_length = int(max_length if max_length is not None else min(tok_max if tok_max < 10**8 else 10**9, pos_max))
+        self.max_length = int(
+            max_length if max_length is not None else min(tok_max if tok_max < 10**8 else 10**9, pos_max)
+        )
         self._deepstack = bool(getattr(cfg.vision_config, "deepstack_visual_indexes", None))
 
         vlm.requires_grad_(False)
@@ -303,8 +322,9 @@ class MIEModel(nn.Module):
             self.vlm.get_parameter(n).requires_grad_(True)
         h = self.hidden_size
         self.score_head = nn.Sequential(nn.Linear(h, h // 2), nn.GELU(), nn.Linear(h // 2, 1)).float()
-        self.classification_head = nn.Sequential(nn.Linear(h, h // 2), nn.GELU(),
-                                                 nn.Linear(h // 2, int(num_error_classes))).float()
+        self.classification_head = nn.Sequential(
+            nn.Linear(h, h // 2), nn.GELU(), nn.Linear(h // 2, int(num_error_classes))
+        ).float()
         dev = next(vlm.parameters()).device
         self.score_head.to(dev)
         self.classification_head.to(dev)
@@ -317,15 +337,27 @@ class MIEModel(nn.Module):
 
         from genmetrics.backbones.hf import _quiet_peft
 
-        if isinstance(target_modules, str):  # the structural pattern, narrowed to linear layers (as unsloth's)
+        if isinstance(
+            target_modules, str
+        ):  # the structural pattern, narrowed to linear layers (as unsloth's)
             pattern = re.compile(target_modules)
-            target_modules = [n for n, mod in self.vlm.named_modules()
-                              if isinstance(mod, nn.Linear) and pattern.fullmatch(n)]
+            target_modules = [
+                n
+                for n, mod in self.vlm.named_modules()
+                if isinstance(mod, nn.Linear) and pattern.fullmatch(n)
+            ]
         if not target_modules:
-            raise InputError("LoRA: no linear layer of this backbone matches the attention / MLP projections of the "
-                             "vision and language towers; is it a Qwen3.5 or Qwen3-VL model?")
-        conf = LoraConfig(r=int(lora["r"]), lora_alpha=int(lora["alpha"]), lora_dropout=float(lora["dropout"]),
-                          target_modules=target_modules, bias="none")
+            raise InputError(
+                "LoRA: no linear layer of this backbone matches the attention / MLP projections of the "
+                "vision and language towers; is it a Qwen3.5 or Qwen3-VL model?"
+            )
+        conf = LoraConfig(
+            r=int(lora["r"]),
+            lora_alpha=int(lora["alpha"]),
+            lora_dropout=float(lora["dropout"]),
+            target_modules=target_modules,
+            bias="none",
+        )
         with _quiet_peft():
             inject_adapter_in_model(conf, self.vlm)
         n = 0
@@ -334,7 +366,9 @@ class MIEModel(nn.Module):
             p.requires_grad_(is_lora)
             n += is_lora and name.endswith("lora_A.default.weight")
         if n == 0:
-            raise InputError(f"LoRA target_modules {target_modules!r} matched no linear layer of this backbone")
+            raise InputError(
+                f"LoRA target_modules {target_modules!r} matched no linear layer of this backbone"
+            )
         return n
 
     def full_layer_names(self) -> list[str]:
@@ -343,7 +377,9 @@ class MIEModel(nn.Module):
         if not self.unfreeze_layers:
             return []
         n_layers = len(self.vlm.language_model.layers)
-        prefixes = tuple(f"language_model.layers.{i}." for i in range(n_layers - self.unfreeze_layers, n_layers))
+        prefixes = tuple(
+            f"language_model.layers.{i}." for i in range(n_layers - self.unfreeze_layers, n_layers)
+        )
         return [n for n, _ in self.vlm.named_parameters() if n.startswith(prefixes) and "lora_" not in n]
 
     def lora_parameter_names(self) -> list[str]:
@@ -353,7 +389,9 @@ class MIEModel(nn.Module):
         """Names of the parameters with ``requires_grad`` (relative to this module)."""
         return [n for n, p in self.named_parameters() if p.requires_grad]
 
-    def _apply(self, fn: Any, recurse: bool = True) -> MIEModel:  # heads stay fp32 whatever the backbone dtype
+    def _apply(
+        self, fn: Any, recurse: bool = True
+    ) -> MIEModel:  # heads stay fp32 whatever the backbone dtype
         super()._apply(fn, recurse)
         for p in (*self.score_head.parameters(), *self.classification_head.parameters()):
             if p.dtype != torch.float32:
@@ -398,8 +436,10 @@ class MIEModel(nn.Module):
             ids = list(self.tokenizer(self.render_text(n_images, prompt))["input_ids"])
             found = ids.count(self.image_token_id)
             if found != n_images:
-                raise InputError(f"the processor's chat template produced {found} image placeholders for {n_images} "
-                                 "images; MIE needs a Qwen-VL chat template that renders {'type': 'image'} items")
+                raise InputError(
+                    f"the processor's chat template produced {found} image placeholders for {n_images} "
+                    "images; MIE needs a Qwen-VL chat template that renders {'type': 'image'} items"
+                )
             self._texts[key] = ids
             while len(self._texts) > 4096:
                 self._texts.popitem(last=False)
@@ -426,7 +466,9 @@ class MIEModel(nn.Module):
                 batch.pixels[k] = pv
         return keys
 
-    def _sequence(self, ref_keys: list[str], prompt: str, cand_key: str, images: dict[str, _Image], index: int) -> _Sequence:
+    def _sequence(
+        self, ref_keys: list[str], prompt: str, cand_key: str, images: dict[str, _Image], index: int
+    ) -> _Sequence:
         keys = [*ref_keys, cand_key]
         text = self._text_ids(len(keys), prompt)
         ids: list[int] = []
@@ -437,14 +479,20 @@ class MIEModel(nn.Module):
             else:
                 ids.append(t)
         if len(ids) > self.max_length:
-            raise InputError(f"sample {index}: its {len(keys)} images and prompt take {len(ids)} tokens, more than the "
-                             f"context limit max_length={self.max_length}; use fewer or smaller images (image_size) "
-                             "or a shorter prompt")
+            raise InputError(
+                f"sample {index}: its {len(keys)} images and prompt take {len(ids)} tokens, more than the "
+                f"context limit max_length={self.max_length}; use fewer or smaller images (image_size) "
+                "or a shorter prompt"
+            )
         return _Sequence(ids=torch.tensor(ids, dtype=torch.long), image_keys=keys)
 
-    def prepare(self, references: Any, prompts: Any, candidates: Any, *, _batch: MIEBatch | None = None) -> MIEBatch:
+    def prepare(
+        self, references: Any, prompts: Any, candidates: Any, *, _batch: MIEBatch | None = None
+    ) -> MIEBatch:
         """Validate, tokenise and preprocess (no model call). Appends to ``_batch`` when given."""
-        refs, texts, cands = validate_inputs(references, prompts, candidates, max_references=self.max_references)
+        refs, texts, cands = validate_inputs(
+            references, prompts, candidates, max_references=self.max_references
+        )
         batch = _batch if _batch is not None else MIEBatch(sequences=[], images={})
         start = len(batch.sequences)
         for i, (r, p, c) in enumerate(zip(refs, texts, cands)):
@@ -501,8 +549,11 @@ class MIEModel(nn.Module):
         deep = getattr(out, "deepstack_features", None) if self._deepstack else None
         for i, k in enumerate(keys):
             g = batch.images[k].grid
-            feat = VisionFeatures(embeds=out.pooler_output[i], deepstack=tuple(d[i] for d in deep) if deep else (),
-                                  grid=(int(g[1]) // self.merge, int(g[2]) // self.merge))
+            feat = VisionFeatures(
+                embeds=out.pooler_output[i],
+                deepstack=tuple(d[i] for d in deep) if deep else (),
+                grid=(int(g[1]) // self.merge, int(g[2]) // self.merge),
+            )
             batch.features[k] = feat
             if use_cache:
                 self._vision_cache.put(k, feat)
@@ -520,9 +571,15 @@ class MIEModel(nn.Module):
         grid = torch.stack([batch.images[k].grid for k in keys]).to(dev)
         emb_dtype = self.vlm.get_input_embeddings().weight.dtype
         out = self.vlm(
-            input_ids=ids, attention_mask=None, mm_token_type_ids=(ids == self.image_token_id).to(torch.int32),
-            image_grid_thw=grid, mm_encoder_outputs={"image": mm_encoder_outputs(
-                [batch.features[k] for k in keys], device=dev, dtype=emb_dtype, deepstack=self._deepstack)},
+            input_ids=ids,
+            attention_mask=None,
+            mm_token_type_ids=(ids == self.image_token_id).to(torch.int32),
+            image_grid_thw=grid,
+            mm_encoder_outputs={
+                "image": mm_encoder_outputs(
+                    [batch.features[k] for k in keys], device=dev, dtype=emb_dtype, deepstack=self._deepstack
+                )
+            },
             use_cache=False,
         )
         h = out.last_hidden_state[:, -1]  # the last valid token: sequences in a group are unpadded
@@ -552,6 +609,7 @@ class MIEModel(nn.Module):
             cap = max(1, self.token_budget // length)
             if self.max_batch_size:
                 cap = min(cap, int(self.max_batch_size))
+
             def group(sl: slice, rows: list[int] = rows) -> tuple[list[int], Any]:
                 return rows[sl], self._forward_group(batch, rows[sl])
 
@@ -578,9 +636,13 @@ class MIEModel(nn.Module):
         without gradients whatever mode the model is in (and leaves that mode as it was)."""
         return self._eval_call(lambda: self.forward(self.prepare(references, prompts, candidates)))
 
-    def score_pairs(self, references: Any, prompts: Any, candidates_a: Any, candidates_b: Any) -> tuple[MIEOutput, MIEOutput]:
+    def score_pairs(
+        self, references: Any, prompts: Any, candidates_a: Any, candidates_b: Any
+    ) -> tuple[MIEOutput, MIEOutput]:
         """Score both candidates of n pairs; the references of a pair are encoded once (eval mode)."""
-        out = self._eval_call(lambda: self.forward(self.prepare_pairs(references, prompts, candidates_a, candidates_b)))
+        out = self._eval_call(
+            lambda: self.forward(self.prepare_pairs(references, prompts, candidates_a, candidates_b))
+        )
         n = len(out) // 2
         return MIEOutput(out.score[:n], out.diagnostics[:n]), MIEOutput(out.score[n:], out.diagnostics[n:])
 
@@ -589,11 +651,18 @@ class MIEModel(nn.Module):
         from genmetrics.mie.checkpoint import FORMAT_VERSION
 
         return {
-            "format": "genmetrics-mie", "version": FORMAT_VERSION, "base_model_name": self.backbone_name,
-            "mode": self.tuning or "head_only", "unfreeze_layers": self.unfreeze_layers,
-            "num_error_classes": int(cast(nn.Linear, self.classification_head[-1]).out_features), "lora": self.lora,
-            "lora_target_modules": self.lora_target_modules, "prompt_template": self.prompt_template,
-            "image_size": self.image_size, "hidden_size": self.hidden_size, "dimensions": list(DIMENSIONS),
+            "format": "genmetrics-mie",
+            "version": FORMAT_VERSION,
+            "base_model_name": self.backbone_name,
+            "mode": self.tuning or "head_only",
+            "unfreeze_layers": self.unfreeze_layers,
+            "num_error_classes": int(cast(nn.Linear, self.classification_head[-1]).out_features),
+            "lora": self.lora,
+            "lora_target_modules": self.lora_target_modules,
+            "prompt_template": self.prompt_template,
+            "image_size": self.image_size,
+            "hidden_size": self.hidden_size,
+            "dimensions": list(DIMENSIONS),
             "max_references": self.max_references,
         }
 
@@ -605,8 +674,16 @@ class MIEModel(nn.Module):
         return save_checkpoint(self, path)
 
     @classmethod
-    def from_pretrained(cls, path_or_id: str | os.PathLike, backbone: nn.Module | None = None, processor: Any = None,
-                        *, device: Any = None, dtype: Any = None, **overrides: Any) -> MIEModel:
+    def from_pretrained(
+        cls,
+        path_or_id: str | os.PathLike,
+        backbone: nn.Module | None = None,
+        processor: Any = None,
+        *,
+        device: Any = None,
+        dtype: Any = None,
+        **overrides: Any,
+    ) -> MIEModel:
         """Load a checkpoint: genmetrics' format or the authors' layout (``mie_config.json`` /
         ``lens_config.json``, ``mie_heads.pt`` / ``lens_heads.pt``, ``lora_adapter/``,
         ``trainable_backbone.pt``), a folder or a hub id. Every tensor must apply (see
@@ -643,23 +720,35 @@ def validate_inputs(
         _check_image(c, f"candidates[{i}]", "every sample needs a generated image")
     n = len(cands)
     if references is None:
-        raise InputError(f"references: missing; MIE needs {MIN_REFERENCES} to {max_references} reference images per sample")
-    if isinstance(references, (torch.Tensor, str, bytes, os.PathLike)) or not isinstance(references, Sequence):
-        raise InputError("references: expected a list with one list of reference images per sample "
-                         f"(list[list[image]]), got {type(references).__name__}")
+        raise InputError(
+            f"references: missing; MIE needs {MIN_REFERENCES} to {max_references} reference images per sample"
+        )
+    if isinstance(references, (torch.Tensor, str, bytes, os.PathLike)) or not isinstance(
+        references, Sequence
+    ):
+        raise InputError(
+            "references: expected a list with one list of reference images per sample "
+            f"(list[list[image]]), got {type(references).__name__}"
+        )
     refs = list(references)
     if len(refs) != n:
-        raise InputError(f"references: got {len(refs)} reference sets for {n} candidates; pass one list of "
-                         "reference images per candidate")
+        raise InputError(
+            f"references: got {len(refs)} reference sets for {n} candidates; pass one list of "
+            "reference images per candidate"
+        )
     out_refs: list[list[Any]] = []
     for i, r in enumerate(refs):
         if r is None:
-            raise InputError(f"references[{i}] is missing; MIE needs {MIN_REFERENCES} to {max_references} reference "
-                             "images per sample")
+            raise InputError(
+                f"references[{i}] is missing; MIE needs {MIN_REFERENCES} to {max_references} reference "
+                "images per sample"
+            )
         items = as_image_list(r, name=f"references[{i}]")
         if not MIN_REFERENCES <= len(items) <= max_references:
-            raise InputError(f"references[{i}]: got {len(items)} reference images; MIE takes {MIN_REFERENCES} to "
-                             f"{max_references} per sample (the paper uses 2, 4, 6, 8)")
+            raise InputError(
+                f"references[{i}]: got {len(items)} reference images; MIE takes {MIN_REFERENCES} to "
+                f"{max_references} per sample (the paper uses 2, 4, 6, 8)"
+            )
         for j, x in enumerate(items):
             _check_image(x, f"references[{i}][{j}]", "remove it or give the image")
         out_refs.append(items)
@@ -669,8 +758,10 @@ def validate_inputs(
     if len(texts) == 1 and n > 1:
         texts = texts * n
     if len(texts) != n:
-        raise InputError(f"condition: got {len(texts)} prompts for {n} candidates; pass one prompt per candidate "
-                         "(or one for all)")
+        raise InputError(
+            f"condition: got {len(texts)} prompts for {n} candidates; pass one prompt per candidate "
+            "(or one for all)"
+        )
     return out_refs, texts, cands
 
 
@@ -682,4 +773,6 @@ def _check_image(x: Any, name: str, fix: str) -> None:
         if not p.is_file():
             raise InputError(f"{name}: image file {str(p)!r} does not exist; check the path")
     elif isinstance(x, (list, tuple, dict)):
-        raise InputError(f"{name}: expected one image (path, PIL image or tensor [3,H,W]), got a {type(x).__name__}")
+        raise InputError(
+            f"{name}: expected one image (path, PIL image or tensor [3,H,W]), got a {type(x).__name__}"
+        )

@@ -84,15 +84,20 @@ def rank_generators(
         bad = np.flatnonzero(~(np.isfinite(sa) & np.isfinite(sb)))
         if bad.size and on_error == "stop":
             i = int(bad[0])
-            raise InputError(f"rank_generators: {bad.size} pair(s) have a score that is not finite (first: pair {i}, "
-                             f"{ga[i]} {sa[i]} vs {gb[i]} {sb[i]}); such scores are never ranked: fix them, or pass "
-                             "on_error='skip' (--on-error skip) to leave those pairs out")
+            raise InputError(
+                f"rank_generators: {bad.size} pair(s) have a score that is not finite (first: pair {i}, "
+                f"{ga[i]} {sa[i]} vs {gb[i]} {sb[i]}); such scores are never ranked: fix them, or pass "
+                "on_error='skip' (--on-error skip) to leave those pairs out"
+            )
         if bad.size:
             import warnings
 
             skipped = [int(i) for i in bad]
-            warnings.warn(f"rank_generators: {bad.size} pair(s) with a score that is not finite were left out "
-                          f"(pairs {skipped[:5]}{'...' if bad.size > 5 else ''})", stacklevel=2)
+            warnings.warn(
+                f"rank_generators: {bad.size} pair(s) with a score that is not finite were left out "
+                f"(pairs {skipped[:5]}{'...' if bad.size > 5 else ''})",
+                stacklevel=2,
+            )
             keep = np.isfinite(sa) & np.isfinite(sb)
             sa, sb = sa[keep], sb[keep]
             ga = [g for g, k in zip(ga, keep) if k]
@@ -101,7 +106,9 @@ def rank_generators(
                 outcome = [o for o, k in zip(outcome, keep) if k]
             n = len(ga)
             if n == 0:
-                raise InputError("rank_generators: every pair has a score that is not finite; nothing to rank")
+                raise InputError(
+                    "rank_generators: every pair has a score that is not finite; nothing to rank"
+                )
     if outcome is None:
         if not has_scores:
             raise InputError("rank_generators: give scores_a and scores_b, or outcome")
@@ -133,14 +140,20 @@ def rank_generators(
         for b in range(n_boot):
             idx = rng.integers(0, ia.size, ia.size)
             boots[b] = bradley_terry(ia[idx], ib[idx], out[idx], k, prior=prior).numpy()
-    lo, hi = (np.quantile(boots, [alpha / 2, 1 - alpha / 2], axis=0) if len(boots) else (theta, theta))
+    lo, hi = np.quantile(boots, [alpha / 2, 1 - alpha / 2], axis=0) if len(boots) else (theta, theta)
 
     bt = {}
     for i, g in enumerate(names):
-        bt[g] = {"theta": float(theta[i]), "low": float(lo[i]), "high": float(hi[i]),
-                 "elo": 1000.0 + ELO_SCALE * float(theta[i]), "elo_low": 1000.0 + ELO_SCALE * float(lo[i]),
-                 "elo_high": 1000.0 + ELO_SCALE * float(hi[i]),
-                 "wins": float(wins[i].sum()), "games": float(games[i].sum())}
+        bt[g] = {
+            "theta": float(theta[i]),
+            "low": float(lo[i]),
+            "high": float(hi[i]),
+            "elo": 1000.0 + ELO_SCALE * float(theta[i]),
+            "elo_low": 1000.0 + ELO_SCALE * float(lo[i]),
+            "elo_high": 1000.0 + ELO_SCALE * float(hi[i]),
+            "wins": float(wins[i].sum()),
+            "games": float(games[i].sum()),
+        }
 
     result: dict[str, Any] = {"n_pairs": int(n), "bradley_terry": bt}
     if skipped:
@@ -178,20 +191,29 @@ def ranking_markdown(result: dict[str, Any], *, title: str = "Generator ranking"
     """
     lines = [f"# {title}", "", f"{result['n_pairs']} pairs.", ""]
     has_mean = "mean_score" in result
-    head = "| rank | generator | BT rating (Elo scale) | 95% CI | wins / games |" + (" mean score | 95% CI |" if has_mean else "")
+    head = "| rank | generator | BT rating (Elo scale) | 95% CI | wins / games |" + (
+        " mean score | 95% CI |" if has_mean else ""
+    )
     lines += [head, "|" + "---|" * (head.count("|") - 1)]
     for r, g in enumerate(result["generators"], 1):
         bt = result["bradley_terry"][g]
-        row = (f"| {r} | {g} | {bt['elo']:.1f} | [{bt['elo_low']:.1f}, {bt['elo_high']:.1f}] | "
-               f"{bt['wins']:g} / {bt['games']:g} |")
+        row = (
+            f"| {r} | {g} | {bt['elo']:.1f} | [{bt['elo_low']:.1f}, {bt['elo_high']:.1f}] | "
+            f"{bt['wins']:g} / {bt['games']:g} |"
+        )
         if has_mean:
             ms = result["mean_score"][g]
             row += f" {ms['mean']:.4f} | [{ms['low']:.4f}, {ms['high']:.4f}] |"
         lines.append(row)
     wr = result["win_rate"]
     names = wr["generators"]
-    lines += ["", "Win rate of the row generator against the column generator:", "",
-              "| | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
+    lines += [
+        "",
+        "Win rate of the row generator against the column generator:",
+        "",
+        "| | " + " | ".join(names) + " |",
+        "|---|" + "---|" * len(names),
+    ]
     for g, row in zip(names, wr["matrix"]):
         lines.append(f"| {g} | " + " | ".join("-" if v is None else f"{v:.3f}" for v in row) + " |")
     return "\n".join(lines) + "\n"
@@ -215,8 +237,13 @@ def ranking_plot(result: dict[str, Any], path: Any) -> None:
     names = result["generators"]
     bt = result["bradley_terry"]
     vals = [bt[g]["elo"] for g in names]
-    err = [[bt[g]["elo"] - bt[g]["elo_low"] for g in names], [bt[g]["elo_high"] - bt[g]["elo"] for g in names]]
-    fig = Figure(figsize=(max(4.0, 0.8 * len(names) + 2), 3.5))  # object API: no backend switch, no pyplot state
+    err = [
+        [bt[g]["elo"] - bt[g]["elo_low"] for g in names],
+        [bt[g]["elo_high"] - bt[g]["elo"] for g in names],
+    ]
+    fig = Figure(
+        figsize=(max(4.0, 0.8 * len(names) + 2), 3.5)
+    )  # object API: no backend switch, no pyplot state
     FigureCanvasAgg(fig)
     ax = fig.add_subplot(1, 1, 1)
     ax.bar(range(len(names)), vals, yerr=err, capsize=3, color="#4C72B0")

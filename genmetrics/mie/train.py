@@ -210,9 +210,17 @@ class MIETask(TrainTask):
 
         n = len(x["win"])
         dev = out.score.device
-        return mie_loss(MIEOutput(out.score[:n], out.diagnostics[:n]), MIEOutput(out.score[n:], out.diagnostics[n:]),
-                        x["diag_win"].to(dev), x["diag_lose"].to(dev), alpha=self.cfg.alpha, beta=self.cfg.beta,
-                        margin=self.cfg.margin, rank_loss_kind=self.cfg.rank_loss, diag_mask=x["mask"].to(dev))
+        return mie_loss(
+            MIEOutput(out.score[:n], out.diagnostics[:n]),
+            MIEOutput(out.score[n:], out.diagnostics[n:]),
+            x["diag_win"].to(dev),
+            x["diag_lose"].to(dev),
+            alpha=self.cfg.alpha,
+            beta=self.cfg.beta,
+            margin=self.cfg.margin,
+            rank_loss_kind=self.cfg.rank_loss,
+            diag_mask=x["mask"].to(dev),
+        )
 
     def loss(self, module: Any, x: dict[str, Any]) -> tuple[torch.Tensor, dict[str, float]]:
         return self._loss(module(x["batch"]), x)
@@ -224,20 +232,26 @@ class MIETask(TrainTask):
         correct = 0
         bs = self.cfg.batch_pairs
         for i in range(0, len(records), bs):
-            x = self.collate(records[i:i + bs])
+            x = self.collate(records[i : i + bs])
             out = module(x["batch"])
             _, p = self._loss(out, x)
             parts.append(p)
             n = len(x["win"])
             correct += int((out.score[:n] > out.score[n:]).sum())
         mean = {k: sum(p[k] for p in parts) / len(parts) for k in ("rank", "diag")}
-        return {"loss": mean["rank"] + self.cfg.beta * mean["diag"], "rank": mean["rank"], "diag": mean["diag"],
-                "pairwise_accuracy": correct / len(records)}
+        return {
+            "loss": mean["rank"] + self.cfg.beta * mean["diag"],
+            "rank": mean["rank"],
+            "diag": mean["diag"],
+            "pairwise_accuracy": correct / len(records),
+        }
 
     def save(self, module: Any, path: Path) -> None:
         module.save_pretrained(path)
-        (Path(path) / "training.json").write_text(json.dumps({"config": asdict(self.cfg), "generators": self.generators},
-                                                             indent=2), encoding="utf-8")
+        (Path(path) / "training.json").write_text(
+            json.dumps({"config": asdict(self.cfg), "generators": self.generators}, indent=2),
+            encoding="utf-8",
+        )
 
 
 def train_mie(
@@ -277,7 +291,9 @@ def train_mie(
     if config is not None and options:
         cfg = TrainConfig(**{**asdict(config), **options})
     cfg.check()
-    records = load_training_pairs(cfg.data, subset=cfg.subset or None, seed=cfg.seed)  # validated before weights load
+    records = load_training_pairs(
+        cfg.data, subset=cfg.subset or None, seed=cfg.seed
+    )  # validated before weights load
     if cfg.val_data:
         train_recs, val_recs = records, load_training_pairs(cfg.val_data)
     else:
@@ -291,9 +307,18 @@ def train_mie(
     else:
         backbone_name = getattr(getattr(vlm, "config", None), "_name_or_path", "") or cfg.backbone
     torch.manual_seed(cfg.seed)  # head initialisation
-    model = MIEModel(vlm, processor, tuning=cfg.tuning, unfreeze_layers=cfg.unfreeze_layers, lora_r=cfg.lora_r,
-                     lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout, image_size=cfg.image_size,
-                     token_budget=cfg.token_budget, backbone_name=backbone_name)
+    model = MIEModel(
+        vlm,
+        processor,
+        tuning=cfg.tuning,
+        unfreeze_layers=cfg.unfreeze_layers,
+        lora_r=cfg.lora_r,
+        lora_alpha=cfg.lora_alpha,
+        lora_dropout=cfg.lora_dropout,
+        image_size=cfg.image_size,
+        token_budget=cfg.token_budget,
+        backbone_name=backbone_name,
+    )
     if cuda:
         model.to("cuda")
     mp = cfg.mixed_precision or ("bf16" if cuda else "no")
@@ -306,17 +331,54 @@ def train_mie(
     gens = sorted({g for r in train_recs for g in r.generators})
     task = task_cls(model, cfg, gens)
     loop = TrainLoopConfig(
-        out_dir=cfg.out, lr=cfg.lr, weight_decay=cfg.weight_decay, epochs=cfg.epochs, max_steps=cfg.max_steps,
-        batch_size=cfg.batch_pairs, grad_accum=cfg.grad_accum, warmup_ratio=cfg.warmup, scheduler="cosine",
-        max_grad_norm=cfg.grad_clip or None, seed=cfg.seed, eval_every=None,
+        out_dir=cfg.out,
+        lr=cfg.lr,
+        weight_decay=cfg.weight_decay,
+        epochs=cfg.epochs,
+        max_steps=cfg.max_steps,
+        batch_size=cfg.batch_pairs,
+        grad_accum=cfg.grad_accum,
+        warmup_ratio=cfg.warmup,
+        scheduler="cosine",
+        max_grad_norm=cfg.grad_clip or None,
+        seed=cfg.seed,
+        eval_every=None,
         early_stopping_patience=cfg.early_stopping_patience if val_recs else None,
-        early_stopping_min_delta=cfg.early_stopping_min_delta, metric_for_best="loss", greater_is_better=False,
-        save_every=cfg.save_every, resume=cfg.resume, overwrite=cfg.overwrite, mixed_precision=mp,
-        progress=cfg.progress, extra={k: v for k, v in asdict(cfg).items() if k not in (
-            "data", "out", "val_data", "resume", "overwrite", "progress", "save_every", "max_steps", "epochs")})
+        early_stopping_min_delta=cfg.early_stopping_min_delta,
+        metric_for_best="loss",
+        greater_is_better=False,
+        save_every=cfg.save_every,
+        resume=cfg.resume,
+        overwrite=cfg.overwrite,
+        mixed_precision=mp,
+        progress=cfg.progress,
+        extra={
+            k: v
+            for k, v in asdict(cfg).items()
+            if k
+            not in (
+                "data",
+                "out",
+                "val_data",
+                "resume",
+                "overwrite",
+                "progress",
+                "save_every",
+                "max_steps",
+                "epochs",
+            )
+        },
+    )
     res = fit(task, train_recs, loop, val_examples=val_recs or None)
     ckpt = res.best_dir if res.best_dir is not None else res.final_dir
-    return {"out": str(res.out_dir), "checkpoint": str(ckpt), "steps": res.steps, "history": res.history,
-            "best_metric": res.best_metric, "stopped_early": res.stopped_early,
-            "resumed_from": str(res.resumed_from) if res.resumed_from else None, "n_train": len(train_recs),
-            "n_val": len(val_recs)}
+    return {
+        "out": str(res.out_dir),
+        "checkpoint": str(ckpt),
+        "steps": res.steps,
+        "history": res.history,
+        "best_metric": res.best_metric,
+        "stopped_early": res.stopped_early,
+        "resumed_from": str(res.resumed_from) if res.resumed_from else None,
+        "n_train": len(train_recs),
+        "n_val": len(val_recs),
+    }

@@ -20,7 +20,9 @@ def check_attributes(attributes: Any, *, name: str = "attributes") -> list[str]:
         raise InputError(f"{name}: expected a list of strings, got {type(attributes).__name__}")
     attrs = list(attributes)
     if not attrs:
-        raise InputError(f"{name}: the attribute list is empty; pass at least one attribute (e.g. ['smiling'])")
+        raise InputError(
+            f"{name}: the attribute list is empty; pass at least one attribute (e.g. ['smiling'])"
+        )
     seen: dict[str, int] = {}
     for i, a in enumerate(attrs):
         if not isinstance(a, str):

@@ -67,7 +67,9 @@ def load_attribute_set(name: str) -> list[str]:
             f"attributes: unknown attribute set {name!r}{hint} Shipped sets: {', '.join(list_attribute_sets())}; "
             "or pass a text file with one attribute per line, or a list of strings"
         )
-    text = (resources.files("genmetrics.data") / "attributes" / ATTRIBUTE_SETS[key]).read_text(encoding="utf-8")
+    text = (resources.files("genmetrics.data") / "attributes" / ATTRIBUTE_SETS[key]).read_text(
+        encoding="utf-8"
+    )
     return parse_attribute_text(text)
 
 
@@ -82,17 +84,25 @@ def read_attribute_file(path: str | os.PathLike) -> list[str]:
     """
     p = Path(path)
     if not p.exists():
-        raise InputError(f"attributes: file {str(p)!r} does not exist; pass a shipped set name "
-                         f"({', '.join(list_attribute_sets())}) or an existing text file")
+        raise InputError(
+            f"attributes: file {str(p)!r} does not exist; pass a shipped set name "
+            f"({', '.join(list_attribute_sets())}) or an existing text file"
+        )
     if p.is_dir():
-        raise InputError(f"attributes: {str(p)!r} is a folder; expected a text file with one attribute per line")
+        raise InputError(
+            f"attributes: {str(p)!r} is a folder; expected a text file with one attribute per line"
+        )
     try:
         text = p.read_text(encoding="utf-8")
     except UnicodeDecodeError:
-        raise InputError(f"attributes: file {str(p)!r} is not UTF-8 text; save it as UTF-8, one attribute per line") from None
+        raise InputError(
+            f"attributes: file {str(p)!r} is not UTF-8 text; save it as UTF-8, one attribute per line"
+        ) from None
     attrs = parse_attribute_text(text)
     if not attrs:
-        raise InputError(f"attributes: file {str(p)!r} lists no attributes (only blank or '#' lines); add one per line")
+        raise InputError(
+            f"attributes: file {str(p)!r} lists no attributes (only blank or '#' lines); add one per line"
+        )
     return attrs
 
 

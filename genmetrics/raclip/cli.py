@@ -32,28 +32,74 @@ def _load_backbone(weights: str, device: str | None) -> tuple[Any, Any, str]:
 @click.command("compare")
 @click.option("--real", "real_dir", required=True, metavar="DIR", help="Folder of real (training) images.")
 @click.option("--generated", "gen_dir", required=True, metavar="DIR", help="Folder of generated images.")
-@click.option("--attributes", required=True, metavar="SET_OR_FILE",
-              help="A comma-separated list, a shipped attribute set (celeba-20, hcs-celeba-20, celeba-28, celeba-12-irrelevant, celeba-40, "
-                   "coco-80, imagenet-1k) or a text file with one attribute per line.")
-@click.option("--out", "out_dir", default="raclip_compare", show_default=True, metavar="DIR",
-              help="Output folder (created; existing files are overwritten).")
-@click.option("--weights", default="ViT-B-32-quickgelu/openai", show_default=True, metavar="MODEL/TAG",
-              help="open_clip ViT weights: MODEL/TAG, hf-hub:org/name or MODEL:/path/to/checkpoint.")
+@click.option(
+    "--attributes",
+    required=True,
+    metavar="SET_OR_FILE",
+    help="A comma-separated list, a shipped attribute set (celeba-20, hcs-celeba-20, celeba-28, celeba-12-irrelevant, celeba-40, "
+    "coco-80, imagenet-1k) or a text file with one attribute per line.",
+)
+@click.option(
+    "--out",
+    "out_dir",
+    default="raclip_compare",
+    show_default=True,
+    metavar="DIR",
+    help="Output folder (created; existing files are overwritten).",
+)
+@click.option(
+    "--weights",
+    default="ViT-B-32-quickgelu/openai",
+    show_default=True,
+    metavar="MODEL/TAG",
+    help="open_clip ViT weights: MODEL/TAG, hf-hub:org/name or MODEL:/path/to/checkpoint.",
+)
 @click.option("--batch-size", default=32, show_default=True, type=click.IntRange(min=1))
 @click.option("--device", default=None, help="cpu, cuda, cuda:1 (default: CUDA when available).")
-@click.option("--kl-direction", type=click.Choice(["gen||real", "real||gen"]), default="gen||real", show_default=True)
-@click.option("--top", "top_k", default=10, show_default=True, type=click.IntRange(min=1),
-              help="Rows in the report and bars / maps in the plots.")
-@click.option("--n-boot", default=200, show_default=True, type=click.IntRange(min=0),
-              help="Bootstrap resamples for the confidence intervals of mean SaD and PaD (0: none).")
+@click.option(
+    "--kl-direction", type=click.Choice(["gen||real", "real||gen"]), default="gen||real", show_default=True
+)
+@click.option(
+    "--top",
+    "top_k",
+    default=10,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Rows in the report and bars / maps in the plots.",
+)
+@click.option(
+    "--n-boot",
+    default=200,
+    show_default=True,
+    type=click.IntRange(min=0),
+    help="Bootstrap resamples for the confidence intervals of mean SaD and PaD (0: none).",
+)
 @click.option("--seed", default=0, show_default=True, type=int, help="Bootstrap seed.")
-@click.option("--examples", default=2, show_default=True, type=click.IntRange(min=1, max=16),
-              help="Images per set shown in the per-image attribute maps.")
+@click.option(
+    "--examples",
+    default=2,
+    show_default=True,
+    type=click.IntRange(min=1, max=16),
+    help="Images per set shown in the per-image attribute maps.",
+)
 @click.option("--recursive", is_flag=True, help="Also look for images in sub-folders.")
 @click.option("--json", "as_json", is_flag=True, help="Print summary.json to stdout.")
-def compare_cmd(real_dir: str, gen_dir: str, attributes: str, out_dir: str, weights: str, batch_size: int,
-                device: str | None, kl_direction: str, top_k: int, n_boot: int, seed: int, examples: int,
-                recursive: bool, as_json: bool) -> None:
+def compare_cmd(
+    real_dir: str,
+    gen_dir: str,
+    attributes: str,
+    out_dir: str,
+    weights: str,
+    batch_size: int,
+    device: str | None,
+    kl_direction: str,
+    top_k: int,
+    n_boot: int,
+    seed: int,
+    examples: int,
+    recursive: bool,
+    as_json: bool,
+) -> None:
     """Compare real and generated images attribute by attribute: SaD, PaD and R-SaD (RA-CLIPScore)."""
     from genmetrics.backbones.openclip import parse_clip_weights
     from genmetrics.data.images import list_images
@@ -65,13 +111,17 @@ def compare_cmd(real_dir: str, gen_dir: str, attributes: str, out_dir: str, weig
     gen_files = list_images(gen_dir, recursive=recursive)
     for files, what, opt in ((real_files, "real", "--real"), (gen_files, "generated", "--generated")):
         if len(files) < 2:
-            raise InputError(f"{opt} {files[0].parent if files else ''!s}: only {len(files)} {what} image; SaD and PaD "
-                             "fit a Gaussian per set and need at least 2 images in each folder")
+            raise InputError(
+                f"{opt} {files[0].parent if files else ''!s}: only {len(files)} {what} image; SaD and PaD "
+                "fit a Gaussian per set and need at least 2 images in each folder"
+            )
     attrs = resolve_attributes(attributes, name="--attributes")
     out = Path(out_dir)
     from genmetrics.data.results import lock_output_folder
 
-    lock = lock_output_folder(out)  # a second compare or leaderboard on this folder refuses; released at the end
+    lock = lock_output_folder(
+        out
+    )  # a second compare or leaderboard on this folder refuses; released at the end
     from genmetrics.backbones.provider import current_provider
 
     current_provider()  # a bad GENMETRICS_BACKBONE_PROVIDER fails here, before any image is read
@@ -94,10 +144,24 @@ def compare_cmd(real_dir: str, gen_dir: str, attributes: str, out_dir: str, weig
         total = (n + batch_size - 1) // batch_size
         return lambda it: progress(it, desc=f"scoring {role}", total=total, unit="batch")
 
-    real = score_images(scorer, real_files, attrs, role="real", batch_size=batch_size, keep_examples=max(examples, 4),
-                        progress=bar("real", len(real_files)))
-    gen = score_images(scorer, gen_files, attrs, role="generated", batch_size=batch_size, keep_examples=examples,
-                       progress=bar("generated", len(gen_files)))
+    real = score_images(
+        scorer,
+        real_files,
+        attrs,
+        role="real",
+        batch_size=batch_size,
+        keep_examples=max(examples, 4),
+        progress=bar("real", len(real_files)),
+    )
+    gen = score_images(
+        scorer,
+        gen_files,
+        attrs,
+        role="generated",
+        batch_size=batch_size,
+        keep_examples=examples,
+        progress=bar("generated", len(gen_files)),
+    )
     summary = summarize(real, gen, attrs, grid, direction=kl_direction, top_k=top_k, n_boot=n_boot, seed=seed)
 
     # ---- plots
@@ -110,25 +174,50 @@ def compare_cmd(real_dir: str, gen_dir: str, attributes: str, out_dir: str, weig
         from itertools import combinations
 
         pad = D.pad(real.scores, gen.scores, direction=kl_direction)
-        images["pad_bar"] = plots.pad_bar(list(combinations(attrs, 2)), pad, out / "pad_bar.png", top=top_k).name
+        images["pad_bar"] = plots.pad_bar(
+            list(combinations(attrs, 2)), pad, out / "pad_bar.png", top=top_k
+        ).name
     rmap = real.map_mean - gen.map_mean
-    images["rsad_heatmaps"] = plots.rsad_heatmaps(rmap, grid, attrs, out / "rsad_heatmaps.png", top=min(top_k, 8)).name
+    images["rsad_heatmaps"] = plots.rsad_heatmaps(
+        rmap, grid, attrs, out / "rsad_heatmaps.png", top=min(top_k, 8)
+    ).name
     pool = real.examples
-    best = torch.stack([e.score for e in pool]).argmax(0).tolist()  # per attribute, the best-scoring kept real image
-    images["rsad_overlay"] = plots.rsad_overlay(rmap, grid, attrs, [pool[b].image for b in best],
-                                                out / "rsad_overlay.png", top=min(top_k, 8)).name
+    best = (
+        torch.stack([e.score for e in pool]).argmax(0).tolist()
+    )  # per attribute, the best-scoring kept real image
+    images["rsad_overlay"] = plots.rsad_overlay(
+        rmap, grid, attrs, [pool[b].image for b in best], out / "rsad_overlay.png", top=min(top_k, 8)
+    ).name
     shown = real.examples[:examples] + gen.examples[:examples]
     cols = torch.argsort(sad, descending=True)[:4].tolist()
-    images["attribute_maps"] = plots.attribute_maps(shown, attrs, grid, out / "attribute_maps.png", columns=cols).name
+    images["attribute_maps"] = plots.attribute_maps(
+        shown, attrs, grid, out / "attribute_maps.png", columns=cols
+    ).name
 
     summary["files"] = {"report": "report.md", **{k: v for k, v in images.items()}}
     summary["real"], summary["generated"], summary["weights"] = str(real_dir), str(gen_dir), desc
     atomic_write_json(out / "summary.json", summary)
-    atomic_write_text(out / "report.md", markdown_report(summary, images, real=str(real_dir), generated=str(gen_dir),
-                                                         weights=desc, top_k=top_k))
-    atomic_write_json(out / "manifest.json", manifest(weights=desc, attributes=attrs, options={
-        "batch_size": batch_size, "kl_direction": kl_direction, "n_boot": n_boot, "seed": seed, "top": top_k,
-        "recursive": recursive}))
+    atomic_write_text(
+        out / "report.md",
+        markdown_report(
+            summary, images, real=str(real_dir), generated=str(gen_dir), weights=desc, top_k=top_k
+        ),
+    )
+    atomic_write_json(
+        out / "manifest.json",
+        manifest(
+            weights=desc,
+            attributes=attrs,
+            options={
+                "batch_size": batch_size,
+                "kl_direction": kl_direction,
+                "n_boot": n_boot,
+                "seed": seed,
+                "top": top_k,
+                "recursive": recursive,
+            },
+        ),
+    )
     lock.release()
     if as_json:
         echo_json(summary)

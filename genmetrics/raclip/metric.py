@@ -37,14 +37,18 @@ from genmetrics.raclip.model import (
 DEFAULT_WEIGHTS = "ViT-B-32-quickgelu/openai"
 SCORES = ("raclip", "clipscore", "hcs")
 #: ``compat="hcs2024"``: what the 2024 SaD/PaD/HCS code (Kim et al., github.com/notou10/sadpad) does
-HCS2024: dict[str, Any] = dict(score="hcs", text_center="bare", kl_direction="real||gen", divergence="kde", kde_range=D.HCS_GRID)
+HCS2024: dict[str, Any] = dict(
+    score="hcs", text_center="bare", kl_direction="real||gen", divergence="kde", kde_range=D.HCS_GRID
+)
 COMPAT = ("hcs2024",)
 
 
 def _check_text_center(text_center: str) -> str:
     if text_center not in ("prompts", "bare"):
-        raise InputError(f"text_center: expected 'prompts' (Eq. 2: mean of the attribute vectors) or 'bare' (the "
-                         f"2024 HCS code: mean of the bare attribute strings), got {text_center!r}")
+        raise InputError(
+            f"text_center: expected 'prompts' (Eq. 2: mean of the attribute vectors) or 'bare' (the "
+            f"2024 HCS code: mean of the bare attribute strings), got {text_center!r}"
+        )
     return text_center
 
 
@@ -57,8 +61,10 @@ def _check_compat(owner: str, compat: Any, given: dict[str, Any]) -> None:
     clash = [k for k, v in given.items() if v is not None]
     if clash:
         fixed = ", ".join(f"{k}={HCS2024[k]!r}" for k in given)
-        raise InputError(f"{owner}: option {clash[0]} cannot be combined with compat={compat!r}, which fixes "
-                         f"{fixed} (the 2024 code's choices); drop {clash[0]}= or drop compat=")
+        raise InputError(
+            f"{owner}: option {clash[0]} cannot be combined with compat={compat!r}, which fixes "
+            f"{fixed} (the 2024 code's choices); drop {clash[0]}= or drop compat="
+        )
 
 
 def _refuse_given(owner: str, given: dict[str, Any], why: str) -> None:
@@ -95,12 +101,18 @@ class _ClipFamily:
 
     def _init_backbone(self, backbone: Any, tokenizer: Any, weights: str | None, data_range: float) -> None:
         if backbone is not None and weights is not None:
-            raise InputError(f"{self.name}: pass either backbone= (a built model) or weights= (a name to load), not both")
+            raise InputError(
+                f"{self.name}: pass either backbone= (a built model) or weights= (a name to load), not both"
+            )
         if backbone is not None and tokenizer is None:
-            raise InputError(f"{self.name}: backbone= needs its tokenizer= (open_clip.get_tokenizer(model_name))")
+            raise InputError(
+                f"{self.name}: backbone= needs its tokenizer= (open_clip.get_tokenizer(model_name))"
+            )
         if backbone is None and tokenizer is not None:
-            raise InputError(f"{self.name}: option tokenizer has no effect without backbone= (weights= load their own "
-                             "tokenizer); pass backbone= with it or drop tokenizer=")
+            raise InputError(
+                f"{self.name}: option tokenizer has no effect without backbone= (weights= load their own "
+                "tokenizer); pass backbone= with it or drop tokenizer="
+            )
         if not isinstance(data_range, (int, float)) or not data_range > 0:
             raise InputError(f"data_range: expected a positive number (1.0 or 255.0), got {data_range!r}")
         self.weights = weights if backbone is None else None
@@ -132,8 +144,9 @@ class _ClipFamily:
         from genmetrics.backbones.openclip import TextEmbeddingCache
 
         model_precision = getattr(self, "text_dtype", "float64") == "model"
-        return self._aux.setdefault("prompt_cache", TextEmbeddingCache(
-            dtype=None if model_precision else torch.float64))
+        return self._aux.setdefault(
+            "prompt_cache", TextEmbeddingCache(dtype=None if model_precision else torch.float64)
+        )
 
     def _texts(self, texts: list[str], *, normalize: bool = True, name: str = "attributes") -> torch.Tensor:
         """``[N,E]`` embeddings of ``texts`` (float64, or float32 with ``text_dtype="model"``); each distinct
@@ -203,33 +216,56 @@ class RAClipScore(_RAMixin, SampleMetric):
     name = "raclip"
     higher_is_better = True
 
-    def __init__(self, attributes: Any = None, *, backbone: Any = None, tokenizer: Any = None,
-                 weights: str | None = None, dual_prompt: bool = True, local_tokens: bool = True,
-                 global_token: bool = True, temperature: float | None = None, positive_template: str = POSITIVE_TEMPLATE,
-                 negative_template: str | None = None, data_range: float = 1.0, batch_size: int = 32,
-                 **kwargs: Any) -> None:
+    def __init__(
+        self,
+        attributes: Any = None,
+        *,
+        backbone: Any = None,
+        tokenizer: Any = None,
+        weights: str | None = None,
+        dual_prompt: bool = True,
+        local_tokens: bool = True,
+        global_token: bool = True,
+        temperature: float | None = None,
+        positive_template: str = POSITIVE_TEMPLATE,
+        negative_template: str | None = None,
+        data_range: float = 1.0,
+        batch_size: int = 32,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(batch_size=batch_size, **kwargs)
         self.attributes = resolve_attributes(attributes) if attributes is not None else None
-        self._set_scorer_options(dual_prompt=dual_prompt, local_tokens=local_tokens, global_token=global_token,
-                                 temperature=temperature, positive_template=positive_template,
-                                 negative_template=negative_template)
+        self._set_scorer_options(
+            dual_prompt=dual_prompt,
+            local_tokens=local_tokens,
+            global_token=global_token,
+            temperature=temperature,
+            positive_template=positive_template,
+            negative_template=negative_template,
+        )
         self._init_backbone(backbone, tokenizer, weights, data_range)
 
     def _prepare(self, reference: Any, candidates: Any, condition: Any) -> dict[str, list[Any]]:
         if reference is not None:
-            raise InputError(f"{self.name}: takes no reference images (it scores each candidate against text); "
-                             "for real-vs-generated comparisons use sad, pad or rsad")
+            raise InputError(
+                f"{self.name}: takes no reference images (it scores each candidate against text); "
+                "for real-vs-generated comparisons use sad, pad or rsad"
+            )
         if candidates is None:
             raise InputError(f"{self.name}: no candidates given; pass candidates=images")
         items = _images(candidates, "candidates", self.data_range)
         if self.attributes is not None:
             if condition is not None:
-                raise InputError(f"{self.name}: built with attributes=..., so it takes no condition; build it without "
-                                 "attributes to score each image against its own text")
+                raise InputError(
+                    f"{self.name}: built with attributes=..., so it takes no condition; build it without "
+                    "attributes to score each image against its own text"
+                )
             return {"candidates": items}
         if condition is None:
-            raise InputError(f"{self.name}: pass attributes=[...] when creating the metric, or condition= (one text "
-                             "per candidate) to update()")
+            raise InputError(
+                f"{self.name}: pass attributes=[...] when creating the metric, or condition= (one text "
+                "per candidate) to update()"
+            )
         return {"candidates": items, "condition": as_text_list(condition, name="condition")}
 
     @torch.no_grad()
@@ -272,9 +308,19 @@ class CLIPScore(_ClipFamily, SampleMetric):
     name = "clipscore"
     higher_is_better = True
 
-    def __init__(self, attributes: Any = None, *, backbone: Any = None, tokenizer: Any = None,
-                 weights: str | None = None, prompt_template: str = "{}", text_dtype: str = "float64",
-                 data_range: float = 1.0, batch_size: int = 32, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        attributes: Any = None,
+        *,
+        backbone: Any = None,
+        tokenizer: Any = None,
+        weights: str | None = None,
+        prompt_template: str = "{}",
+        text_dtype: str = "float64",
+        data_range: float = 1.0,
+        batch_size: int = 32,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(batch_size=batch_size, **kwargs)
         self.attributes = resolve_attributes(attributes) if attributes is not None else None
         from genmetrics.options import template
@@ -282,8 +328,10 @@ class CLIPScore(_ClipFamily, SampleMetric):
         template("prompt_template", prompt_template, slots=1)
         self.prompt_template = prompt_template
         if text_dtype not in ("float64", "model"):
-            raise InputError(f"{self.name}: option text_dtype: expected 'float64' (exact text embeddings) or 'model' "
-                             f"(the model's own precision), got {text_dtype!r}")
+            raise InputError(
+                f"{self.name}: option text_dtype: expected 'float64' (exact text embeddings) or 'model' "
+                f"(the model's own precision), got {text_dtype!r}"
+            )
         self.text_dtype = text_dtype
         self._init_backbone(backbone, tokenizer, weights, data_range)
 
@@ -296,8 +344,9 @@ class CLIPScore(_ClipFamily, SampleMetric):
         # each distinct prompt / attribute is encoded once per metric (issue 16; cache keyed by the text)
         if self.attributes is not None:
             return clipscore(img, self._texts([self.prompt_template.format(a) for a in self.attributes]))
-        txt = self._texts([self.prompt_template.format(t) for t in batch["condition"]], name="condition",
-                          normalize=False)
+        txt = self._texts(
+            [self.prompt_template.format(t) for t in batch["condition"]], name="condition", normalize=False
+        )
         # cosine in float64: a float32 product alone rounds ~1e-6 at |score| ~ 16 (issue 16 exactness)
         return 100.0 * (F.normalize(img.double(), dim=-1) * F.normalize(txt.double(), dim=-1)).sum(-1)
 
@@ -332,28 +381,49 @@ class HCS(_ClipFamily, SampleMetric):
     name = "hcs"
     higher_is_better = True
 
-    def __init__(self, attributes: Any = None, *, backbone: Any = None, tokenizer: Any = None,
-                 weights: str | None = None, image_center: Any = None, text_center: str | None = None,
-                 compat: str | None = None, data_range: float = 1.0, batch_size: int = 32, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        attributes: Any = None,
+        *,
+        backbone: Any = None,
+        tokenizer: Any = None,
+        weights: str | None = None,
+        image_center: Any = None,
+        text_center: str | None = None,
+        compat: str | None = None,
+        data_range: float = 1.0,
+        batch_size: int = 32,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(batch_size=batch_size, **kwargs)
         self.attributes = resolve_attributes(attributes)
         _check_compat(self.name, compat, {"text_center": text_center})
         self.compat = compat
-        self.text_center = _check_text_center(HCS2024["text_center"] if compat else (text_center or "prompts"))
-        self.image_center = None if image_center is None else torch.as_tensor(image_center, dtype=torch.float64)
+        self.text_center = _check_text_center(
+            HCS2024["text_center"] if compat else (text_center or "prompts")
+        )
+        self.image_center = (
+            None if image_center is None else torch.as_tensor(image_center, dtype=torch.float64)
+        )
         # per-update partial sums of reference embeddings ([k,E], "cat"): C_img without knowing E up front
         self.add_state("ref_sums", default=[], dist_reduce_fx="cat")
         self.add_state("ref_count", default=torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
         self._init_backbone(backbone, tokenizer, weights, data_range)
 
-    def update(self, reference: Any = None, candidates: Any = None, condition: Any = None, *, ids: Any = None) -> None:
+    def update(
+        self, reference: Any = None, candidates: Any = None, condition: Any = None, *, ids: Any = None
+    ) -> None:
         if condition is not None:
             raise InputError("hcs: takes no condition; the attributes are fixed when the metric is created")
         if reference is None and candidates is None:
-            raise InputError("hcs: pass reference= (real images, for C_img) and/or candidates= (images to score)")
+            raise InputError(
+                "hcs: pass reference= (real images, for C_img) and/or candidates= (images to score)"
+            )
         if reference is not None and self.image_center is not None:
-            raise InputError("hcs: built with image_center=, so reference images would change nothing (they only "
-                             "feed C_img); drop reference= or build the metric without image_center=")
+            raise InputError(
+                "hcs: built with image_center=, so reference images would change nothing (they only "
+                "feed C_img); drop reference= or build the metric without image_center="
+            )
         if reference is not None:
             items = _images(reference, "reference", self.data_range)
             from genmetrics.data.batching import map_batches
@@ -384,8 +454,10 @@ class HCS(_ClipFamily, SampleMetric):
             if isinstance(sums, list):
                 sums = torch.cat(sums, 0) if sums else None
             if sums is None or sums.numel() == 0 or float(self.ref_count) == 0:
-                raise InputError("hcs: no reference (real) images were given; C_img is their mean embedding. Call "
-                                 "update(reference=real_images) or pass image_center=")
+                raise InputError(
+                    "hcs: no reference (real) images were given; C_img is their mean embedding. Call "
+                    "update(reference=real_images) or pass image_center="
+                )
             c_img = sums.sum(0) / self.ref_count
         t_attr, c_text = self._hcs_text(self.text_center)
         return c_img, t_attr, c_text
@@ -399,8 +471,10 @@ class HCS(_ClipFamily, SampleMetric):
         with self._synced(sync) as names:  # C_img from every process's reference images
             emb, ids = self._gathered()
             c_img, t_attr, c_text = self._centers()
-        return {"ids": [names.get(int(i)) if int(i) >= 0 else None for i in ids],
-                "scores": hcs(emb, t_attr, c_img, c_text)}
+        return {
+            "ids": [names.get(int(i)) if int(i) >= 0 else None for i in ids],
+            "scores": hcs(emb, t_attr, c_img, c_text),
+        }
 
 
 # ---------------------------------------------------------------------------------- set level
@@ -436,8 +510,17 @@ def _grid_from_weights(spec: str | None) -> tuple[int, int] | None:
 
 
 #: options of sad / pad that R-SaD (a difference of mean maps) has no use for
-_KL_ONLY = ("score", "kl_direction", "eps", "divergence", "kde_points", "kde_range", "text_center", "keep_scores",
-            "compat")
+_KL_ONLY = (
+    "score",
+    "kl_direction",
+    "eps",
+    "divergence",
+    "kde_points",
+    "kde_range",
+    "text_center",
+    "keep_scores",
+    "compat",
+)
 
 
 class _SetDivergence(_RAMixin, Metric):
@@ -450,20 +533,36 @@ class _SetDivergence(_RAMixin, Metric):
     _needs_cross: ClassVar[bool] = False
     _needs_maps: ClassVar[bool] = False
 
-    def __init__(self, attributes: Any = None, *, backbone: Any = None, tokenizer: Any = None,
-                 weights: str | None = None, dual_prompt: bool | None = None, local_tokens: bool | None = None,
-                 global_token: bool | None = None, temperature: float | None = None,
-                 positive_template: str | None = None, negative_template: str | None = None,
-                 data_range: float = 1.0, batch_size: int = 32, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        attributes: Any = None,
+        *,
+        backbone: Any = None,
+        tokenizer: Any = None,
+        weights: str | None = None,
+        dual_prompt: bool | None = None,
+        local_tokens: bool | None = None,
+        global_token: bool | None = None,
+        temperature: float | None = None,
+        positive_template: str | None = None,
+        negative_template: str | None = None,
+        data_range: float = 1.0,
+        batch_size: int = 32,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(batch_size=batch_size, **kwargs)
         self.attributes = resolve_attributes(attributes)
-        self._set_scorer_options(dual_prompt=dual_prompt, local_tokens=local_tokens, global_token=global_token,
-                                 temperature=temperature, positive_template=positive_template,
-                                 negative_template=negative_template)
+        self._set_scorer_options(
+            dual_prompt=dual_prompt,
+            local_tokens=local_tokens,
+            global_token=global_token,
+            temperature=temperature,
+            positive_template=positive_template,
+            negative_template=negative_template,
+        )
         self.score_kind = "raclip"
         self._keep_rows = False
         self._init_backbone(backbone, tokenizer, weights, data_range)
-
 
     # -- scoring ------------------------------------------------------------------------
     @torch.no_grad()
@@ -478,15 +577,21 @@ class _SetDivergence(_RAMixin, Metric):
             return {"score": clipscore(img, self._texts(list(self.attributes)))}
         return {"score": img.double()}  # hcs: embeddings, scored at compute()
 
-    def update(self, reference: Any = None, candidates: Any = None, condition: Any = None, *, ids: Any = None) -> None:
+    def update(
+        self, reference: Any = None, candidates: Any = None, condition: Any = None, *, ids: Any = None
+    ) -> None:
         """Accumulate ``reference`` (real images) and/or ``candidates`` (generated images), in any order.
 
         ``ids`` is accepted for interface compatibility and ignored: sufficient statistics cannot drop
         duplicates, so shard without padding (e.g. ``DistributedSampler(drop_last=False)`` padding off)."""
         if condition is not None:
-            raise InputError(f"{self.name}: takes no condition; the attributes are fixed when the metric is created")
+            raise InputError(
+                f"{self.name}: takes no condition; the attributes are fixed when the metric is created"
+            )
         if reference is None and candidates is None:
-            raise InputError(f"{self.name}: pass reference= (real images) and/or candidates= (generated images)")
+            raise InputError(
+                f"{self.name}: pass reference= (real images) and/or candidates= (generated images)"
+            )
         todo = []
         if reference is not None:
             todo.append(("real", _images(reference, "reference", self.data_range), "reference"))
@@ -495,6 +600,7 @@ class _SetDivergence(_RAMixin, Metric):
         from genmetrics.data.batching import map_batches
 
         for s, items, name in todo:
+
             def rows(sl: slice, items: list[Any] = items, name: str = name) -> dict[str, torch.Tensor]:
                 return self._score_rows(items[sl], name)
 
@@ -516,8 +622,10 @@ class _SetDivergence(_RAMixin, Metric):
             maps = res["maps"].to(self.device)
             expected = getattr(self, f"{s}_maps").shape
             if tuple(maps.shape[1:]) != tuple(expected):
-                raise InputError(f"{self.name}: the model gives maps {tuple(maps.shape[1:])}, the state expects "
-                                 f"{tuple(expected)}; use one backbone for the whole run")
+                raise InputError(
+                    f"{self.name}: the model gives maps {tuple(maps.shape[1:])}, the state expects "
+                    f"{tuple(expected)}; use one backbone for the whole run"
+                )
             setattr(self, f"{s}_maps", getattr(self, f"{s}_maps") + maps.sum(0))
 
     # -- compute ------------------------------------------------------------------------
@@ -539,47 +647,98 @@ class _SetDivergence(_RAMixin, Metric):
         for s, role, arg in (("real", "reference (real)", "reference"), ("gen", "generated", "candidates")):
             n = int(float(getattr(self, f"{s}_n")))
             if n == 0:
-                raise InputError(f"{self.name}: no {role} images were given; call update({arg}=images) before compute()")
+                raise InputError(
+                    f"{self.name}: no {role} images were given; call update({arg}=images) before compute()"
+                )
             if n < minimum:
-                raise InputError(f"{self.name}: {n} {role} image(s); fitting a Gaussian per set needs at least "
-                                 f"{minimum} images in each set")
+                raise InputError(
+                    f"{self.name}: {n} {role} image(s); fitting a Gaussian per set needs at least "
+                    f"{minimum} images in each set"
+                )
 
 
 class _KLDivergence(_SetDivergence):
     """sad / pad: a distribution per set (Gaussian or KDE) of per-image scores, compared with KL."""
 
-    def __init__(self, attributes: Any = None, *, score: str | None = None, kl_direction: str | None = None,
-                 eps: float | None = None, divergence: str | None = None, kde_points: int | None = None,
-                 kde_range: tuple[float, float] | None = None, text_center: str | None = None,
-                 keep_scores: bool = False, compat: str | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        attributes: Any = None,
+        *,
+        score: str | None = None,
+        kl_direction: str | None = None,
+        eps: float | None = None,
+        divergence: str | None = None,
+        kde_points: int | None = None,
+        kde_range: tuple[float, float] | None = None,
+        text_center: str | None = None,
+        keep_scores: bool = False,
+        compat: str | None = None,
+        **kwargs: Any,
+    ) -> None:
         owner = self.name
-        _check_compat(owner, compat, dict(score=score, text_center=text_center, kl_direction=kl_direction,
-                                          divergence=divergence, kde_range=kde_range))
+        _check_compat(
+            owner,
+            compat,
+            dict(
+                score=score,
+                text_center=text_center,
+                kl_direction=kl_direction,
+                divergence=divergence,
+                kde_range=kde_range,
+            ),
+        )
         if compat is not None:
-            score, text_center, kl_direction = HCS2024["score"], HCS2024["text_center"], HCS2024["kl_direction"]
+            score, text_center, kl_direction = (
+                HCS2024["score"],
+                HCS2024["text_center"],
+                HCS2024["kl_direction"],
+            )
             divergence, kde_range = HCS2024["divergence"], HCS2024["kde_range"]
         score = "raclip" if score is None else score
         if score not in SCORES:
             raise InputError(f"{owner}: option score: expected one of {SCORES}, got {score!r}")
         divergence = "gaussian" if divergence is None else divergence
         if divergence not in ("gaussian", "kde"):
-            raise InputError(f"{owner}: option divergence: expected 'gaussian' (closed-form KL, streaming) or 'kde' "
-                             f"(KDE on a grid, as the 2024 HCS code), got {divergence!r}")
+            raise InputError(
+                f"{owner}: option divergence: expected 'gaussian' (closed-form KL, streaming) or 'kde' "
+                f"(KDE on a grid, as the 2024 HCS code), got {divergence!r}"
+            )
         # options that would change nothing are refused, naming the option
         if score != "raclip":
-            _refuse_given(owner, {k: kwargs.get(k) for k in ("dual_prompt", "local_tokens", "global_token",
-                                                             "temperature", "positive_template", "negative_template")},
-                          f"with score={score!r} (it configures the RA-CLIPScore scorer)")
+            _refuse_given(
+                owner,
+                {
+                    k: kwargs.get(k)
+                    for k in (
+                        "dual_prompt",
+                        "local_tokens",
+                        "global_token",
+                        "temperature",
+                        "positive_template",
+                        "negative_template",
+                    )
+                },
+                f"with score={score!r} (it configures the RA-CLIPScore scorer)",
+            )
         if score != "hcs":
-            _refuse_given(owner, {"text_center": text_center}, f"with score={score!r} (C_text belongs to HCS)")
+            _refuse_given(
+                owner, {"text_center": text_center}, f"with score={score!r} (C_text belongs to HCS)"
+            )
         if divergence == "gaussian":
-            _refuse_given(owner, {"kde_points": kde_points, "kde_range": kde_range},
-                          "with divergence='gaussian' (it sets the KDE grid)")
+            _refuse_given(
+                owner,
+                {"kde_points": kde_points, "kde_range": kde_range},
+                "with divergence='gaussian' (it sets the KDE grid)",
+            )
         else:
-            _refuse_given(owner, {"eps": eps}, "with divergence='kde' (it is the Gaussian mode's variance ridge)")
+            _refuse_given(
+                owner, {"eps": eps}, "with divergence='kde' (it is the Gaussian mode's variance ridge)"
+            )
             if keep_scores:
-                raise InputError(f"{owner}: option keep_scores has no effect with divergence='kde' (the KDE mode keeps "
-                                 "the scores anyway and offers no bootstrap interval); drop keep_scores=")
+                raise InputError(
+                    f"{owner}: option keep_scores has no effect with divergence='kde' (the KDE mode keeps "
+                    "the scores anyway and offers no bootstrap interval); drop keep_scores="
+                )
         super().__init__(attributes, **kwargs)
         self.compat = compat
         self.score_kind = score
@@ -589,12 +748,15 @@ class _KLDivergence(_SetDivergence):
         self.divergence = divergence
         from genmetrics import options as O
 
-        self.kde_points = O.integer("kde_points", D.HCS_POINTS if kde_points is None else kde_points, lo=4,
-                                    owner=owner)
+        self.kde_points = O.integer(
+            "kde_points", D.HCS_POINTS if kde_points is None else kde_points, lo=4, owner=owner
+        )
         if kde_range is None:
             kde_range = D.HCS_GRID if score in ("hcs", "clipscore") else (0.0, 1.0)
         if len(tuple(kde_range)) != 2 or not float(kde_range[1]) > float(kde_range[0]):
-            raise InputError(f"{owner}: option kde_range: expected (low, high) with low < high, got {kde_range!r}")
+            raise InputError(
+                f"{owner}: option kde_range: expected (low, high) with low < high, got {kde_range!r}"
+            )
         self.kde_range = (float(kde_range[0]), float(kde_range[1]))
 
         c = len(self.attributes)
@@ -617,7 +779,11 @@ class _KLDivergence(_SetDivergence):
         """``compat="hcs2024"``: also the number the 2024 code prints (mean rounded to 10 decimals, x 1e7)."""
         if self.compat != "hcs2024":
             return {}
-        return {"printed_x1e7": torch.tensor(round(float(mean), 10) * 1e7, dtype=torch.float64, device=mean.device)}
+        return {
+            "printed_x1e7": torch.tensor(
+                round(float(mean), 10) * 1e7, dtype=torch.float64, device=mean.device
+            )
+        }
 
     def _rows(self) -> tuple[torch.Tensor, torch.Tensor]:
         def cat(v: Any) -> torch.Tensor:
@@ -649,8 +815,16 @@ class _KLDivergence(_SetDivergence):
         with self.sync_context(dist_sync_fn=self.dist_sync_fn, should_sync=self._to_sync, should_unsync=True):
             self._check_sets(2)
             real, gen = self._rows()
-        boot = bootstrap_means(real.cpu(), gen.cpu(), n_boot=n_boot, seed=seed, direction=self.kl_direction,
-                               eps=self.eps, alpha=alpha, pad_budget=2e11 if self.name == "pad" else 0.0)
+        boot = bootstrap_means(
+            real.cpu(),
+            gen.cpu(),
+            n_boot=n_boot,
+            seed=seed,
+            direction=self.kl_direction,
+            eps=self.eps,
+            alpha=alpha,
+            pad_budget=2e11 if self.name == "pad" else 0.0,
+        )
         return boot["pad" if self.name == "pad" else "sad"]
 
 
@@ -677,12 +851,15 @@ class SaD(_KLDivergence):
         if self._keep_rows:
             real, gen = self._rows()
             if self.divergence == "kde":
-                per = D.kde_sad(real, gen, n_points=self.kde_points, grid=self.kde_range, direction=self.kl_direction)
+                per = D.kde_sad(
+                    real, gen, n_points=self.kde_points, grid=self.kde_range, direction=self.kl_direction
+                )
             else:
                 per = D.sad(real, gen, direction=self.kl_direction, eps=self.eps)
         else:
-            per = D.sad_from_stats(self._stats("real", "sq"), self._stats("gen", "sq"),
-                                   direction=self.kl_direction, eps=self.eps)
+            per = D.sad_from_stats(
+                self._stats("real", "sq"), self._stats("gen", "sq"), direction=self.kl_direction, eps=self.eps
+            )
         per = per.to(self.device)
         return {"mean": per.mean(), "per_attribute": per, **self._compat_extras(per.mean())}
 
@@ -715,12 +892,18 @@ class PaD(_KLDivergence):
         if self._keep_rows:
             real, gen = self._rows()
             if self.divergence == "kde":
-                per = D.kde_pad(real, gen, n_points=self.kde_points, grid=self.kde_range, direction=self.kl_direction)
+                per = D.kde_pad(
+                    real, gen, n_points=self.kde_points, grid=self.kde_range, direction=self.kl_direction
+                )
             else:
                 per = D.pad(real, gen, direction=self.kl_direction, eps=self.eps)
         else:
-            per = D.pad_from_stats(self._stats("real", "cross"), self._stats("gen", "cross"),
-                                   direction=self.kl_direction, eps=self.eps)
+            per = D.pad_from_stats(
+                self._stats("real", "cross"),
+                self._stats("gen", "cross"),
+                direction=self.kl_direction,
+                eps=self.eps,
+            )
         per = per.to(self.device)
         return {"mean": per.mean(), "per_pair": per, **self._compat_extras(per.mean())}
 
@@ -748,20 +931,28 @@ class RSaD(_SetDivergence):
     def __init__(self, attributes: Any = None, **kwargs: Any) -> None:
         for k in _KL_ONLY:
             if k in kwargs:
-                raise InputError(f"rsad: option {k} has no effect on R-SaD (Eq. 14 is a difference of mean refined "
-                                 "patch maps: no score choice, distribution fit, KL direction or KDE); drop "
-                                 f"{k}=, or use sad / pad for it")
+                raise InputError(
+                    f"rsad: option {k} has no effect on R-SaD (Eq. 14 is a difference of mean refined "
+                    "patch maps: no score choice, distribution fit, KL direction or KDE); drop "
+                    f"{k}=, or use sad / pad for it"
+                )
         super().__init__(attributes, **kwargs)
         c = len(self.attributes)
-        grid = _grid_of(self._backbones["backbone"]) if "backbone" in self._backbones else (
-            _grid_from_weights(self.weights))
+        grid = (
+            _grid_of(self._backbones["backbone"])
+            if "backbone" in self._backbones
+            else (_grid_from_weights(self.weights))
+        )
         if grid is None:
             grid = _grid_of(self._model())
         self.grid = grid
         for st in ("real", "gen"):
             self.add_state(f"{st}_n", default=torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
-            self.add_state(f"{st}_maps", default=torch.zeros(grid[0] * grid[1], c, dtype=torch.float64),
-                           dist_reduce_fx="sum")
+            self.add_state(
+                f"{st}_maps",
+                default=torch.zeros(grid[0] * grid[1], c, dtype=torch.float64),
+                dist_reduce_fx="sum",
+            )
 
     def _compute_state(self) -> dict[str, torch.Tensor]:
         self._check_sets(1)

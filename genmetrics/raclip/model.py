@@ -46,7 +46,9 @@ class RAOutput:
     """
 
     score: torch.Tensor  # [B,C] Eq. 9 RA-CLIPScore
-    global_score: torch.Tensor  # [B,C] r̂_0, the global token's Eq. 4 score ([CLS] of block L; L-1 with global_token=False)
+    global_score: (
+        torch.Tensor
+    )  # [B,C] r̂_0, the global token's Eq. 4 score ([CLS] of block L; L-1 with global_token=False)
     patch_scores: torch.Tensor  # [B,P,C] refined patch scores r̃_j, j>=1 (Eq. 8), row-major over the grid
     grid: tuple[int, int]  # (gh, gw), gh*gw == P
 
@@ -85,11 +87,17 @@ def check_vit(model: Any, *, what: str = "RA-CLIPScore") -> Any:
             f"{' and an attentional pooler' if getattr(visual, 'attn_pool', None) is not None else ''}"
         )
     if len(blocks) < 2:
-        raise InputError(f"backbone: {what} needs at least 2 transformer blocks (Eq. 8 averages all but the last), "
-                         f"got {len(blocks)}")
+        raise InputError(
+            f"backbone: {what} needs at least 2 transformer blocks (Eq. 8 averages all but the last), "
+            f"got {len(blocks)}"
+        )
     for i, blk in enumerate(blocks):
         attn = getattr(blk, "attn", None)
-        ok = attn is not None and getattr(attn, "in_proj_weight", None) is not None and hasattr(attn, "out_proj")
+        ok = (
+            attn is not None
+            and getattr(attn, "in_proj_weight", None) is not None
+            and hasattr(attn, "out_proj")
+        )
         if isinstance(attn, nn.MultiheadAttention):
             ok = ok and attn.bias_k is None and not attn.add_zero_attn and attn._qkv_same_embed_dim
         if not ok or not hasattr(blk, "ln_1") or not hasattr(blk, "mlp") or hasattr(blk, "ln_1_kv"):
@@ -160,7 +168,9 @@ def block_with_attention(blk: Any, x: torch.Tensor, packed: Any = None) -> tuple
     ((2, 5, 64), (2, 5, 5), True)
     """
     q, k, v = _qkv(blk.attn, blk.ln_1(x), packed)
-    w = _logits(blk.attn, q, k).float().softmax(dim=-1)  # fp32 softmax, as SDPA does, also for bf16/fp16 towers
+    w = (
+        _logits(blk.attn, q, k).float().softmax(dim=-1)
+    )  # fp32 softmax, as SDPA does, also for bf16/fp16 towers
     out = _finish_block(blk, x, _merge(blk.attn, w.to(v.dtype) @ v, packed), packed)
     return out, w.mean(1)
 
@@ -211,8 +221,12 @@ def _embed(visual: Any, images: torch.Tensor) -> torch.Tensor:
     return visual.ln_pre(x)
 
 
-def dense_tokens(model: Any, images: torch.Tensor, *, global_layer: str = "last",
-                 ) -> tuple[torch.Tensor, torch.Tensor, tuple[int, int]]:
+def dense_tokens(
+    model: Any,
+    images: torch.Tensor,
+    *,
+    global_layer: str = "last",
+) -> tuple[torch.Tensor, torch.Tensor, tuple[int, int]]:
     """The single masked pass (Eq. 5-7).
 
     Returns ``z [B,1+P,E]`` (projected tokens: ``z[:,0]`` equals ``encode_image``, ``z[:,1:]`` the dense
@@ -234,8 +248,11 @@ def dense_tokens(model: Any, images: torch.Tensor, *, global_layer: str = "last"
     if global_layer not in ("last", "penultimate"):
         raise InputError(f"global_layer: expected 'last' or 'penultimate', got {global_layer!r}")
     visual = check_vit(model)
-    expected = tuple(int(s) for s in visual.image_size) if isinstance(visual.image_size, (tuple, list)) else (
-        int(visual.image_size), int(visual.image_size))
+    expected = (
+        tuple(int(s) for s in visual.image_size)
+        if isinstance(visual.image_size, (tuple, list))
+        else (int(visual.image_size), int(visual.image_size))
+    )
     if not isinstance(images, torch.Tensor) or images.ndim != 4 or images.shape[1] != 3:
         raise InputError(
             f"images: expected a preprocessed float tensor [B,3,H,W], got "
@@ -251,7 +268,9 @@ def dense_tokens(model: Any, images: torch.Tensor, *, global_layer: str = "last"
 
     blocks = visual.transformer.resblocks
     x = _embed(visual, images.to(dtype=visual.conv1.weight.dtype))
-    packed = packed_vision_blocks(visual) if x.device.type == "cpu" else None  # None: the modules' own products
+    packed = (
+        packed_vision_blocks(visual) if x.device.type == "cpu" else None
+    )  # None: the modules' own products
     attn_sum = None
     for i, blk in enumerate(blocks[:-1]):
         x, w = block_with_attention(blk, x, None if packed is None else packed[i])
@@ -269,7 +288,9 @@ def dense_tokens(model: Any, images: torch.Tensor, *, global_layer: str = "last"
 
 
 # -------------------------------------------------------------------------------- Eq. 4, 8, 9
-def token_scores(cos_pos: torch.Tensor, cos_neg: torch.Tensor | None, scale: float | torch.Tensor) -> torch.Tensor:
+def token_scores(
+    cos_pos: torch.Tensor, cos_neg: torch.Tensor | None, scale: float | torch.Tensor
+) -> torch.Tensor:
     """Eq. 4: ``r̂ = softmax([s cos+, s cos-])[0] = sigmoid(s (cos+ - cos-))``; without dual prompt, ``cos+``.
 
     >>> token_scores(torch.tensor([0.3]), torch.tensor([0.3]), 100.0).tolist()  # undecided: 1/2
@@ -292,8 +313,14 @@ def refine(r_hat_patches: torch.Tensor, attn_mean: torch.Tensor) -> torch.Tensor
     return attn_mean.to(r_hat_patches.dtype) @ r_hat_patches
 
 
-def aggregate(r_tilde: torch.Tensor, cos_pos: torch.Tensor, scale: float | torch.Tensor, *,
-              temperature: float = 1.0, local_tokens: bool = True) -> torch.Tensor:
+def aggregate(
+    r_tilde: torch.Tensor,
+    cos_pos: torch.Tensor,
+    scale: float | torch.Tensor,
+    *,
+    temperature: float = 1.0,
+    local_tokens: bool = True,
+) -> torch.Tensor:
     """Eq. 9: ``Σ_j softmax_j(s cos(z_j, T+) / τ) r̃_j`` over all tokens (``local_tokens=False``, "w/o LT":
     the [CLS] token only, so the score is ``r̃_0``). Inputs ``[B,1+P,C]`` -> ``[B,C]``.
 
@@ -311,8 +338,15 @@ def aggregate(r_tilde: torch.Tensor, cos_pos: torch.Tensor, scale: float | torch
 
 # -------------------------------------------------------------------------------- text helpers
 @torch.no_grad()
-def encode_texts(model: Any, tokenizer: Any, texts: list[str], *, name: str = "attributes",
-                 normalize: bool = True, dtype: torch.dtype | None = None) -> torch.Tensor:
+def encode_texts(
+    model: Any,
+    tokenizer: Any,
+    texts: list[str],
+    *,
+    name: str = "attributes",
+    normalize: bool = True,
+    dtype: torch.dtype | None = None,
+) -> torch.Tensor:
     """Text embeddings ``[N,E]`` on the model's device, L2-normalised unless ``normalize=False``.
 
     Each distinct text is encoded once, with the context cut after the longest text (exact for
@@ -353,8 +387,14 @@ def _check_template(t: str, name: str) -> str:
     return template(name, t, slots=1)
 
 
-SCORER_DEFAULTS: dict[str, Any] = dict(dual_prompt=True, local_tokens=True, global_token=True, temperature=1.0,
-                                       positive_template=POSITIVE_TEMPLATE, negative_template=NEGATIVE_TEMPLATE)
+SCORER_DEFAULTS: dict[str, Any] = dict(
+    dual_prompt=True,
+    local_tokens=True,
+    global_token=True,
+    temperature=1.0,
+    positive_template=POSITIVE_TEMPLATE,
+    negative_template=NEGATIVE_TEMPLATE,
+)
 
 
 def scorer_options(*, owner: str = "RA-CLIPScore", **given: Any) -> dict[str, Any]:
@@ -373,17 +413,25 @@ def scorer_options(*, owner: str = "RA-CLIPScore", **given: Any) -> dict[str, An
     """
     unknown = set(given) - set(SCORER_DEFAULTS)
     if unknown:
-        raise InputError(f"{owner}: unknown scorer option(s) {sorted(unknown)}; expected {sorted(SCORER_DEFAULTS)}")
-    opts: dict[str, Any] = {k: (given.get(k) if given.get(k) is not None else v) for k, v in SCORER_DEFAULTS.items()}
+        raise InputError(
+            f"{owner}: unknown scorer option(s) {sorted(unknown)}; expected {sorted(SCORER_DEFAULTS)}"
+        )
+    opts: dict[str, Any] = {
+        k: (given.get(k) if given.get(k) is not None else v) for k, v in SCORER_DEFAULTS.items()
+    }
     for k in ("dual_prompt", "local_tokens", "global_token"):
         if not isinstance(opts[k], bool):
             raise InputError(f"{owner}: option {k}: expected True or False, got {opts[k]!r}")
     if not opts["local_tokens"] and given.get("temperature") is not None:
-        raise InputError(f"{owner}: option temperature has no effect with local_tokens=False (w/o LT scores the "
-                         "[CLS] token alone, whose softmax weight is 1); drop temperature=")
+        raise InputError(
+            f"{owner}: option temperature has no effect with local_tokens=False (w/o LT scores the "
+            "[CLS] token alone, whose softmax weight is 1); drop temperature="
+        )
     if not opts["dual_prompt"] and given.get("negative_template") is not None:
-        raise InputError(f"{owner}: option negative_template has no effect with dual_prompt=False (w/o DP encodes "
-                         "only the positive prompt); drop negative_template=")
+        raise InputError(
+            f"{owner}: option negative_template has no effect with dual_prompt=False (w/o DP encodes "
+            "only the positive prompt); drop negative_template="
+        )
     t = opts["temperature"]
     if not isinstance(t, (int, float)) or isinstance(t, bool) or not t > 0 or not math.isfinite(t):
         raise InputError(f"{owner}: option temperature: expected a finite number > 0, got {t!r}")
@@ -429,19 +477,39 @@ class RegionAttributeScorer(nn.Module):
     ((2, 2), (2, 16, 2), (4, 4))
     """
 
-    def __init__(self, model: Any, tokenizer: Any, *, dual_prompt: bool = True, local_tokens: bool = True,
-                 global_token: bool = True, temperature: float | None = None,
-                 positive_template: str = POSITIVE_TEMPLATE, negative_template: str | None = None,
-                 cache_size: int = 8) -> None:
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        *,
+        dual_prompt: bool = True,
+        local_tokens: bool = True,
+        global_token: bool = True,
+        temperature: float | None = None,
+        positive_template: str = POSITIVE_TEMPLATE,
+        negative_template: str | None = None,
+        cache_size: int = 8,
+    ) -> None:
         super().__init__()
         check_vit(model)
         if tokenizer is None or not callable(tokenizer):
-            raise InputError("tokenizer: expected the open_clip tokenizer of the model (callable), got "
-                             f"{type(tokenizer).__name__}; e.g. open_clip.get_tokenizer('ViT-B-32')")
-        opts = scorer_options(dual_prompt=dual_prompt, local_tokens=local_tokens, global_token=global_token,
-                              temperature=temperature, positive_template=positive_template,
-                              negative_template=negative_template)
-        dual_prompt, local_tokens, global_token = opts["dual_prompt"], opts["local_tokens"], opts["global_token"]
+            raise InputError(
+                "tokenizer: expected the open_clip tokenizer of the model (callable), got "
+                f"{type(tokenizer).__name__}; e.g. open_clip.get_tokenizer('ViT-B-32')"
+            )
+        opts = scorer_options(
+            dual_prompt=dual_prompt,
+            local_tokens=local_tokens,
+            global_token=global_token,
+            temperature=temperature,
+            positive_template=positive_template,
+            negative_template=negative_template,
+        )
+        dual_prompt, local_tokens, global_token = (
+            opts["dual_prompt"],
+            opts["local_tokens"],
+            opts["global_token"],
+        )
         temperature, positive_template = opts["temperature"], opts["positive_template"]
         negative_template = opts["negative_template"]
         self.model = model
@@ -456,7 +524,9 @@ class RegionAttributeScorer(nn.Module):
         from genmetrics.backbones.openclip import TextEmbeddingCache
 
         self.text_cache = TextEmbeddingCache(dtype=torch.float64)  # per prompt text, float64
-        self._text_cache: OrderedDict[tuple, tuple[torch.Tensor, torch.Tensor | None]] = OrderedDict()  # per list
+        self._text_cache: OrderedDict[tuple, tuple[torch.Tensor, torch.Tensor | None]] = (
+            OrderedDict()
+        )  # per list
 
     @property
     def grid(self) -> tuple[int, int]:
@@ -467,7 +537,14 @@ class RegionAttributeScorer(nn.Module):
         """``(T+ [C,E], T- [C,E] or None)``: normalised in float64, then float32 (see the class docstring)."""
         attrs = tuple(check_attributes(attributes))
         p = next(self.model.parameters())  # like text_cache: another device or dtype encodes afresh
-        key = (attrs, str(p.device), str(p.dtype), self.dual_prompt, self.positive_template, self.negative_template)
+        key = (
+            attrs,
+            str(p.device),
+            str(p.dtype),
+            self.dual_prompt,
+            self.positive_template,
+            self.negative_template,
+        )
         hit = self._text_cache.get(key)
         if hit is not None:
             self._text_cache.move_to_end(key)
@@ -477,7 +554,7 @@ class RegionAttributeScorer(nn.Module):
             texts += [self.negative_template.format(a) for a in attrs]
         # one call: one truncation warning; texts seen before (in any list) are not encoded again
         emb = self.text_cache.embed(self.model, self.tokenizer, texts, name="prompts", normalize=True).float()
-        pos, neg = emb[: len(attrs)], (emb[len(attrs):] if self.dual_prompt else None)
+        pos, neg = emb[: len(attrs)], (emb[len(attrs) :] if self.dual_prompt else None)
         self._text_cache[key] = (pos, neg)
         while len(self._text_cache) > self.cache_size:
             self._text_cache.popitem(last=False)
@@ -486,8 +563,9 @@ class RegionAttributeScorer(nn.Module):
     @torch.no_grad()
     def forward(self, images: torch.Tensor, attributes: Sequence[str]) -> RAOutput:
         t_pos, t_neg = self.text_embeddings(attributes)
-        z, attn_sum, grid = dense_tokens(self.model, images,
-                                         global_layer="last" if self.global_token else "penultimate")
+        z, attn_sum, grid = dense_tokens(
+            self.model, images, global_layer="last" if self.global_token else "penultimate"
+        )
         zn = F.normalize(z.float(), dim=-1)
         s = logit_scale_of(self.model)
         cos_pos = zn @ t_pos.T  # [B,1+P,C]
@@ -512,8 +590,9 @@ def clipscore(image_emb: torch.Tensor, text_emb: torch.Tensor) -> torch.Tensor:
     return 100.0 * F.normalize(image_emb.double(), dim=-1) @ F.normalize(text_emb.double(), dim=-1).T
 
 
-def hcs(image_emb: torch.Tensor, text_emb: torch.Tensor, image_center: torch.Tensor,
-        text_center: torch.Tensor) -> torch.Tensor:
+def hcs(
+    image_emb: torch.Tensor, text_emb: torch.Tensor, image_center: torch.Tensor, text_center: torch.Tensor
+) -> torch.Tensor:
     """Eq. 2: ``100 cos(E_v(x) - C_img, E_t(t_i) - C_text)`` -> ``[B,C]`` (embeddings unnormalised).
 
     Centring on the mean of two text vectors makes their scores exact negatives:

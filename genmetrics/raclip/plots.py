@@ -34,7 +34,9 @@ def _save(fig: Any, path: str | Path) -> Path:
     return p
 
 
-def _bar(labels: Sequence[str], values: np.ndarray, path: str | Path, *, title: str, xlabel: str, color: str) -> Path:
+def _bar(
+    labels: Sequence[str], values: np.ndarray, path: str | Path, *, title: str, xlabel: str, color: str
+) -> Path:
     n = len(labels)
     fig = _figure(7.0, max(2.0, 0.32 * n + 1.0))
     ax = fig.add_subplot(1, 1, 1)
@@ -64,9 +66,14 @@ def sad_bar(attributes: Sequence[str], sad: Any, path: str | Path, *, top: int =
     """
     v = torch.as_tensor(sad, dtype=torch.float64)
     order = torch.argsort(v, descending=True)[:top].tolist()
-    return _bar([attributes[i] for i in order], v[order].numpy() * 1000, path,
-                title=f"SaD per attribute (top {len(order)}, mean {1000 * float(v.mean()):.2f})",
-                xlabel="SaD (x10^-3 nats)", color="#d95f02")
+    return _bar(
+        [attributes[i] for i in order],
+        v[order].numpy() * 1000,
+        path,
+        title=f"SaD per attribute (top {len(order)}, mean {1000 * float(v.mean()):.2f})",
+        xlabel="SaD (x10^-3 nats)",
+        color="#d95f02",
+    )
 
 
 def pad_bar(pairs: Sequence[tuple[str, str]], pad: Any, path: str | Path, *, top: int = 20) -> Path:
@@ -81,9 +88,14 @@ def pad_bar(pairs: Sequence[tuple[str, str]], pad: Any, path: str | Path, *, top
     """
     v = torch.as_tensor(pad, dtype=torch.float64)
     order = torch.argsort(v, descending=True)[:top].tolist()
-    return _bar([f"{pairs[i][0]} & {pairs[i][1]}" for i in order], v[order].numpy() * 1000, path,
-                title=f"PaD per attribute pair (top {len(order)}, mean {1000 * float(v.mean()):.2f})",
-                xlabel="PaD (x10^-3 nats)", color="#7570b3")
+    return _bar(
+        [f"{pairs[i][0]} & {pairs[i][1]}" for i in order],
+        v[order].numpy() * 1000,
+        path,
+        title=f"PaD per attribute pair (top {len(order)}, mean {1000 * float(v.mean()):.2f})",
+        xlabel="PaD (x10^-3 nats)",
+        color="#7570b3",
+    )
 
 
 def _top(rank: torch.Tensor, top: int) -> list[int]:
@@ -94,8 +106,9 @@ def _cols(n: int) -> int:
     return min(4, max(1, n))
 
 
-def rsad_heatmaps(rsad_map: Any, grid: tuple[int, int], attributes: Sequence[str], path: str | Path, *,
-                  top: int = 8) -> Path:
+def rsad_heatmaps(
+    rsad_map: Any, grid: tuple[int, int], attributes: Sequence[str], path: str | Path, *, top: int = 8
+) -> Path:
     """Signed R-SaD maps of the ``top`` attributes by ``mean_j |R-SaD_j|`` on the patch grid.
 
     >>> import tempfile
@@ -120,7 +133,9 @@ def rsad_heatmaps(rsad_map: Any, grid: tuple[int, int], attributes: Sequence[str
         ax.set_yticks([])
         cb = fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
         cb.ax.tick_params(labelsize=7)
-    fig.suptitle("R-SaD = mean real - mean generated (red: more in real, blue: more in generated)", fontsize=10)
+    fig.suptitle(
+        "R-SaD = mean real - mean generated (red: more in real, blue: more in generated)", fontsize=10
+    )
     return _save(fig, path)
 
 
@@ -129,8 +144,16 @@ def _upsample(g: np.ndarray, hw: tuple[int, int]) -> np.ndarray:
     return torch.nn.functional.interpolate(t, size=hw, mode="bilinear", align_corners=False)[0, 0].numpy()
 
 
-def rsad_overlay(rsad_map: Any, grid: tuple[int, int], attributes: Sequence[str], backdrops: Sequence[Any],
-                 path: str | Path, *, top: int = 8, alpha: float = 0.55) -> Path:
+def rsad_overlay(
+    rsad_map: Any,
+    grid: tuple[int, int],
+    attributes: Sequence[str],
+    backdrops: Sequence[Any],
+    path: str | Path,
+    *,
+    top: int = 8,
+    alpha: float = 0.55,
+) -> Path:
     """Signed R-SaD maps (upsampled) over a backdrop image per attribute (``backdrops[i]``: ``[3,H,W]``
     in [0,1], e.g. the real image that scores highest on attribute ``i``).
 
@@ -161,8 +184,15 @@ def rsad_overlay(rsad_map: Any, grid: tuple[int, int], attributes: Sequence[str]
     return _save(fig, path)
 
 
-def attribute_maps(examples: Sequence[Any], attributes: Sequence[str], grid: tuple[int, int], path: str | Path, *,
-                   columns: Sequence[int] | None = None, alpha: float = 0.5) -> Path:
+def attribute_maps(
+    examples: Sequence[Any],
+    attributes: Sequence[str],
+    grid: tuple[int, int],
+    path: str | Path,
+    *,
+    columns: Sequence[int] | None = None,
+    alpha: float = 0.5,
+) -> Path:
     """Rows: example images (real and generated); columns: the image, then one overlay of the refined
     patch scores per attribute in ``columns`` (indices; default the first 4). Titles give the image's
     RA-CLIPScore for that attribute. One colour scale (0..max) per column.
@@ -180,7 +210,9 @@ def attribute_maps(examples: Sequence[Any], attributes: Sequence[str], grid: tup
     n = len(examples)
     cols = 1 + len(cols_idx)
     fig = _figure(2.4 * cols, 2.5 * max(n, 1))
-    vmax = {i: max(float(e.patch_scores[:, i].max()) for e in examples) if examples else 1.0 for i in cols_idx}
+    vmax = {
+        i: max(float(e.patch_scores[:, i].max()) for e in examples) if examples else 1.0 for i in cols_idx
+    }
     for r, e in enumerate(examples):
         img = e.image.permute(1, 2, 0).numpy()
         ax = fig.add_subplot(n, cols, r * cols + 1)

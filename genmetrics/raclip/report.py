@@ -70,9 +70,17 @@ def _unnormalise(x: torch.Tensor, model: Any) -> torch.Tensor:
 
 
 @torch.no_grad()
-def score_images(scorer: Any, paths: Sequence[Any], attributes: list[str], *, role: str, batch_size: int = 32,
-                 keep_examples: int = 4, progress: Callable[[Iterable[Any]], Iterable[Any]] | None = None,
-                 data_range: float = 1.0) -> ScoredSet:
+def score_images(
+    scorer: Any,
+    paths: Sequence[Any],
+    attributes: list[str],
+    *,
+    role: str,
+    batch_size: int = 32,
+    keep_examples: int = 4,
+    progress: Callable[[Iterable[Any]], Iterable[Any]] | None = None,
+    data_range: float = 1.0,
+) -> ScoredSet:
     """RA-CLIPScore of every image: ``[N,C]`` scores, summed refined patch maps and a few examples.
 
     >>> import tempfile
@@ -94,7 +102,7 @@ def score_images(scorer: Any, paths: Sequence[Any], attributes: list[str], *, ro
     map_sum: torch.Tensor | None = None
     examples: list[Example] = []
     for start in it:
-        chunk = list(paths[start:start + batch_size])
+        chunk = list(paths[start : start + batch_size])
         x = clip_image_batch(chunk, model, data_range=data_range, name=role)
         out = scorer(x, attributes)
         scores.append(out.score.double().cpu())
@@ -111,9 +119,19 @@ def score_images(scorer: Any, paths: Sequence[Any], attributes: list[str], *, ro
 
 
 # ------------------------------------------------------------------------------------ bootstrap
-def bootstrap_means(real: torch.Tensor, gen: torch.Tensor, *, n_boot: int = 200, seed: int = 0,
-                    direction: str = "gen||real", eps: float = D.DEFAULT_EPS, pad_budget: float = 2e11,
-                    alpha: float = 0.05, method: str = "BCa", bca_budget: float = 5e9) -> dict[str, Any]:
+def bootstrap_means(
+    real: torch.Tensor,
+    gen: torch.Tensor,
+    *,
+    n_boot: int = 200,
+    seed: int = 0,
+    direction: str = "gen||real",
+    eps: float = D.DEFAULT_EPS,
+    pad_budget: float = 2e11,
+    alpha: float = 0.05,
+    method: str = "BCa",
+    bca_budget: float = 5e9,
+) -> dict[str, Any]:
     """Bootstrap intervals of mean SaD and mean PaD (:func:`genmetrics.functional.bootstrap.two_sample_ci`,
     i.e. ``scipy.stats.bootstrap``): both sets resampled with replacement, independently; statistics from
     weighted sufficient statistics. BCa by default; the percentile interval when the BCa jackknife
@@ -140,8 +158,12 @@ def bootstrap_means(real: torch.Tensor, gen: torch.Tensor, *, n_boot: int = 200,
         k = w.sum(1)[:, None]
         mu = w @ d / k
         if not cross:
-            return torch.from_numpy(mu), torch.from_numpy(np.clip((w @ (d * d) - k * mu * mu) / (k - 1), 0.0, None) + eps)
-        cov = (np.einsum("bn,nc,nd->bcd", w, d, d) - k[:, :, None] * mu[:, :, None] * mu[:, None, :]) / (k - 1)[:, :, None]
+            return torch.from_numpy(mu), torch.from_numpy(
+                np.clip((w @ (d * d) - k * mu * mu) / (k - 1), 0.0, None) + eps
+            )
+        cov = (np.einsum("bn,nc,nd->bcd", w, d, d) - k[:, :, None] * mu[:, :, None] * mu[:, None, :]) / (
+            k - 1
+        )[:, :, None]
         return torch.from_numpy(mu), torch.from_numpy(cov + eps * np.eye(c))
 
     def ordered(a, b):
@@ -157,30 +179,65 @@ def bootstrap_means(real: torch.Tensor, gen: torch.Tensor, *, n_boot: int = 200,
         (mp, cp), (mq, cq) = ordered(moments(wx, x, True), moments(wy, y, True))
 
         def pairs(mu, cov):
-            return (torch.stack([mu[:, iu], mu[:, ju]], -1),
-                    torch.stack([torch.stack([cov[:, iu, iu], cov[:, iu, ju]], -1),
-                                 torch.stack([cov[:, ju, iu], cov[:, ju, ju]], -1)], -2))
+            return (
+                torch.stack([mu[:, iu], mu[:, ju]], -1),
+                torch.stack(
+                    [
+                        torch.stack([cov[:, iu, iu], cov[:, iu, ju]], -1),
+                        torch.stack([cov[:, ju, iu], cov[:, ju, ju]], -1),
+                    ],
+                    -2,
+                ),
+            )
 
         return D.gaussian_kl_2d(*pairs(mp, cp), *pairs(mq, cq)).clamp_min(0.0).mean(-1).numpy()
 
     jack = (n + m) * max(n, m)
     jack_ok = min(n, m) >= 3  # a leave-one-out sample of 1 row has no variance: no BCa jackknife below 3 rows
-    sad = two_sample_ci(x, y, sad_stat, n_boot=n_boot, alpha=alpha, seed=seed,
-                        method=method if jack_ok and jack * c <= bca_budget else "percentile")
-    out: dict[str, Any] = {"sad": [sad.low, sad.high], "sad_method": sad.method, "sad_estimate": sad.estimate,
-                           "pad": None}
+    sad = two_sample_ci(
+        x,
+        y,
+        sad_stat,
+        n_boot=n_boot,
+        alpha=alpha,
+        seed=seed,
+        method=method if jack_ok and jack * c <= bca_budget else "percentile",
+    )
+    out: dict[str, Any] = {
+        "sad": [sad.low, sad.high],
+        "sad_method": sad.method,
+        "sad_estimate": sad.estimate,
+        "pad": None,
+    }
     if c >= 2 and n_boot * (n + m) * c * c <= pad_budget:
-        pad = two_sample_ci(x, y, pad_stat, n_boot=n_boot, alpha=alpha, seed=seed, budget=max(1.0, 2e7 / (c * c)),
-                            method=method if jack_ok and (n_boot * (n + m) + jack) * c * c <= pad_budget else "percentile")
+        pad = two_sample_ci(
+            x,
+            y,
+            pad_stat,
+            n_boot=n_boot,
+            alpha=alpha,
+            seed=seed,
+            budget=max(1.0, 2e7 / (c * c)),
+            method=method if jack_ok and (n_boot * (n + m) + jack) * c * c <= pad_budget else "percentile",
+        )
         out.update(pad=[pad.low, pad.high], pad_method=pad.method, pad_estimate=pad.estimate)
     out.update(n_boot=int(n_boot), level=1 - alpha, seed=int(seed), method=method)
     return out
 
 
 # ------------------------------------------------------------------------------------- summary
-def summarize(real: ScoredSet, gen: ScoredSet, attributes: list[str], grid: tuple[int, int], *,
-              direction: str = "gen||real", eps: float = D.DEFAULT_EPS, top_k: int = 10, n_boot: int = 200,
-              seed: int = 0) -> dict[str, Any]:
+def summarize(
+    real: ScoredSet,
+    gen: ScoredSet,
+    attributes: list[str],
+    grid: tuple[int, int],
+    *,
+    direction: str = "gen||real",
+    eps: float = D.DEFAULT_EPS,
+    top_k: int = 10,
+    n_boot: int = 200,
+    seed: int = 0,
+) -> dict[str, Any]:
     """Everything ``summary.json`` holds (plain Python types).
 
     >>> g = torch.Generator().manual_seed(0)
@@ -208,7 +265,12 @@ def summarize(real: ScoredSet, gen: ScoredSet, attributes: list[str], grid: tupl
         "mean_x1000": 1000 * float(sad.mean()),
         "ci95": boot["sad"],
         "per_attribute": [
-            {"attribute": attributes[i], "sad": float(sad[i]), "mean_real": float(mr[i]), "mean_generated": float(mg[i])}
+            {
+                "attribute": attributes[i],
+                "sad": float(sad[i]),
+                "mean_real": float(mr[i]),
+                "mean_generated": float(mg[i]),
+            }
             for i in order
         ],
     }
@@ -221,7 +283,10 @@ def summarize(real: ScoredSet, gen: ScoredSet, attributes: list[str], grid: tupl
             "mean": float(pad.mean()),
             "mean_x1000": 1000 * float(pad.mean()),
             "ci95": boot["pad"],
-            "top_pairs": [{"pair": [attributes[pairs[i][0]], attributes[pairs[i][1]]], "pad": float(pad[i])} for i in top],
+            "top_pairs": [
+                {"pair": [attributes[pairs[i][0]], attributes[pairs[i][1]]], "pad": float(pad[i])}
+                for i in top
+            ],
         }
     else:
         out["pad"] = None
@@ -231,8 +296,12 @@ def summarize(real: ScoredSet, gen: ScoredSet, attributes: list[str], grid: tupl
         "grid": list(grid),
         "mean": float(rank.mean()),
         "ranking": [
-            {"attribute": attributes[i], "mean_abs_rsad": float(rank[i]), "max_rsad": float(rmap[:, i].max()),
-             "min_rsad": float(rmap[:, i].min())}
+            {
+                "attribute": attributes[i],
+                "mean_abs_rsad": float(rank[i]),
+                "max_rsad": float(rmap[:, i].max()),
+                "min_rsad": float(rmap[:, i].min()),
+            }
             for i in torch.argsort(rank, descending=True).tolist()
         ],
     }
@@ -246,8 +315,15 @@ def _fmt(x: float | None, scale: float = 1000.0) -> str:
     return f"{x * scale:.3f}"
 
 
-def markdown_report(summary: dict[str, Any], images: dict[str, str], *, real: str, generated: str,
-                    weights: str, top_k: int = 10) -> str:
+def markdown_report(
+    summary: dict[str, Any],
+    images: dict[str, str],
+    *,
+    real: str,
+    generated: str,
+    weights: str,
+    top_k: int = 10,
+) -> str:
     """The Markdown report (values x1000, i.e. in 10^-3 nats like the paper's tables).
 
     >>> g = torch.Generator().manual_seed(0)
@@ -276,13 +352,22 @@ def markdown_report(summary: dict[str, Any], images: dict[str, str], *, real: st
         lines.append(f"| mean PaD | {_fmt(p['mean'])} | {_ci(p['ci95'])} |")
     lines += [f"| mean R-SaD ranking score | {_fmt(r['mean'])} | |", ""]
     if min(summary["n_real"], summary["n_generated"]) < 100:
-        lines += ["Note: with fewer than 100 images per set the bootstrap interval of a KL divergence is "
-                  "unreliable (resampling shrinks variances, which inflates KL); the estimate can fall outside "
-                  "its interval. Use a few hundred images or more per set for intervals you can quote.", ""]
-    lines += ["## SaD per attribute (largest first)", "",
-              "| attribute | SaD x10^-3 | mean score real | mean score generated |", "|---|---:|---:|---:|"]
+        lines += [
+            "Note: with fewer than 100 images per set the bootstrap interval of a KL divergence is "
+            "unreliable (resampling shrinks variances, which inflates KL); the estimate can fall outside "
+            "its interval. Use a few hundred images or more per set for intervals you can quote.",
+            "",
+        ]
+    lines += [
+        "## SaD per attribute (largest first)",
+        "",
+        "| attribute | SaD x10^-3 | mean score real | mean score generated |",
+        "|---|---:|---:|---:|",
+    ]
     for row in s["per_attribute"][:top_k]:
-        lines.append(f"| {row['attribute']} | {_fmt(row['sad'])} | {row['mean_real']:.4f} | {row['mean_generated']:.4f} |")
+        lines.append(
+            f"| {row['attribute']} | {_fmt(row['sad'])} | {row['mean_real']:.4f} | {row['mean_generated']:.4f} |"
+        )
     if "sad_bar" in images:
         lines += ["", f"![SaD]({images['sad_bar']})"]
     if p is not None:
@@ -291,13 +376,24 @@ def markdown_report(summary: dict[str, Any], images: dict[str, str], *, real: st
             lines.append(f"| {row['pair'][0]} & {row['pair'][1]} | {_fmt(row['pad'])} |")
         if "pad_bar" in images:
             lines += ["", f"![PaD]({images['pad_bar']})"]
-    lines += ["", "## R-SaD ranking (mean_j |R-SaD_j|)", "",
-              "Red: the attribute is more present in that region in the real set; blue: in the generated set.", "",
-              "| attribute | mean abs R-SaD x10^-3 | max | min |", "|---|---:|---:|---:|"]
+    lines += [
+        "",
+        "## R-SaD ranking (mean_j |R-SaD_j|)",
+        "",
+        "Red: the attribute is more present in that region in the real set; blue: in the generated set.",
+        "",
+        "| attribute | mean abs R-SaD x10^-3 | max | min |",
+        "|---|---:|---:|---:|",
+    ]
     for row in r["ranking"][:top_k]:
-        lines.append(f"| {row['attribute']} | {_fmt(row['mean_abs_rsad'])} | {row['max_rsad']:+.4f} | {row['min_rsad']:+.4f} |")
-    for key, title in (("rsad_heatmaps", "R-SaD on the patch grid"), ("rsad_overlay", "R-SaD overlay"),
-                       ("attribute_maps", "Per-image attribute maps (refined patch scores, Eq. 8)")):
+        lines.append(
+            f"| {row['attribute']} | {_fmt(row['mean_abs_rsad'])} | {row['max_rsad']:+.4f} | {row['min_rsad']:+.4f} |"
+        )
+    for key, title in (
+        ("rsad_heatmaps", "R-SaD on the patch grid"),
+        ("rsad_overlay", "R-SaD overlay"),
+        ("attribute_maps", "Per-image attribute maps (refined patch scores, Eq. 8)"),
+    ):
         if key in images:
             lines += ["", f"### {title}", "", f"![{title}]({images[key]})"]
     lines.append("")

@@ -29,11 +29,29 @@ from genmetrics._tiny_vlm import (  # the VLM builders live in a module of their
     tiny_tokenizer,
 )
 
-__all__ = ["metric_recipe", "random_images", "spawn_gloo", "tiny_backbones", "tiny_clip", "tiny_clip_resnet",
-           "tiny_vlm_inputs", "toy_leaderboard", "toy_mib_pairs", "write_images",
-           "tiny_dino", "tiny_qwen3vl", "tiny_qwen3vl_config", "tiny_qwen3vl_for_generation", "tiny_qwen3vl_processor",
-           "tiny_qwen35", "tiny_qwen35_config", "tiny_qwen35_for_generation", "tiny_qwen35_processor",
-           "tiny_tokenizer", "tiny_tpips"]
+__all__ = [
+    "metric_recipe",
+    "random_images",
+    "spawn_gloo",
+    "tiny_backbones",
+    "tiny_clip",
+    "tiny_clip_resnet",
+    "tiny_vlm_inputs",
+    "toy_leaderboard",
+    "toy_mib_pairs",
+    "write_images",
+    "tiny_dino",
+    "tiny_qwen3vl",
+    "tiny_qwen3vl_config",
+    "tiny_qwen3vl_for_generation",
+    "tiny_qwen3vl_processor",
+    "tiny_qwen35",
+    "tiny_qwen35_config",
+    "tiny_qwen35_for_generation",
+    "tiny_qwen35_processor",
+    "tiny_tokenizer",
+    "tiny_tpips",
+]
 
 
 def tiny_clip(
@@ -59,8 +77,14 @@ def tiny_clip(
     torch.manual_seed(seed)
     model = CLIP(
         embed_dim=embed_dim,
-        vision_cfg=dict(image_size=image_size, patch_size=patch_size, width=width, layers=layers,
-                        head_width=16, mlp_ratio=2.0),
+        vision_cfg=dict(
+            image_size=image_size,
+            patch_size=patch_size,
+            width=width,
+            layers=layers,
+            head_width=16,
+            mlp_ratio=2.0,
+        ),
         text_cfg=dict(context_length=context_length, vocab_size=49408, width=32, heads=4, layers=2),
         quick_gelu=quick_gelu,
     )
@@ -98,8 +122,14 @@ def tiny_dino(seed: int = 0, *, image_size: int = 32, patch_size: int = 8) -> An
     from transformers import Dinov2Config, Dinov2Model
 
     torch.manual_seed(seed)
-    cfg = Dinov2Config(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
-                       image_size=image_size, patch_size=patch_size)
+    cfg = Dinov2Config(
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        image_size=image_size,
+        patch_size=patch_size,
+    )
     return Dinov2Model(cfg).eval()
 
 
@@ -134,9 +164,12 @@ def toy_leaderboard(root: str | Path, *, n: int = 3, size: int = 32, seed: int =
     noisy = (refs.int() + noise).clamp(0, 255).to(torch.uint8)
     for folder, images in (("refs", refs), ("copy", refs), ("noisy", noisy)):
         write_images(root / folder, images)
-    return {"data": {"references": "refs"}, "run": {"n_boot": 100, "seed": 0},
-            "generators": [{"name": "noisy", "images": "noisy"}, {"name": "copy", "images": "copy"}],
-            "metrics": [{"name": "psnr"}]}
+    return {
+        "data": {"references": "refs"},
+        "run": {"n_boot": 100, "seed": 0},
+        "generators": [{"name": "noisy", "images": "noisy"}, {"name": "copy", "images": "copy"}],
+        "metrics": [{"name": "psnr"}],
+    }
 
 
 def write_images(folder: str | Path, images: torch.Tensor) -> list[Path]:
@@ -183,10 +216,19 @@ def toy_mib_pairs(folder: str | Path, n: int = 4, *, seed: int = 0) -> Path:
         pref = i % 2
         diag = [[0.0, 0.0, 0.0], [0.0, 0.0, 0.0]]
         diag[pref] = [1.0, 1.0, 1.0]
-        lines.append(json.dumps({"id": f"pair{i}", "prompt": f"subject {i} and a friend playing together",
-                                 "references": [str(p) for p in refs],
-                                 "candidates": [str(cands[2 * i]), str(cands[2 * i + 1])],
-                                 "generators": ["gen_a", "gen_b"], "preference": pref, "diagnostics": diag}))
+        lines.append(
+            json.dumps(
+                {
+                    "id": f"pair{i}",
+                    "prompt": f"subject {i} and a friend playing together",
+                    "references": [str(p) for p in refs],
+                    "candidates": [str(cands[2 * i]), str(cands[2 * i + 1])],
+                    "generators": ["gen_a", "gen_b"],
+                    "preference": pref,
+                    "diagnostics": diag,
+                }
+            )
+        )
     path = folder / "pairs.jsonl"
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path
@@ -208,10 +250,18 @@ def tiny_vlm_inputs(text: str = "a cat", *, size: int = 64, seed: int = 3) -> di
     model, processor = tiny_qwen3vl(), tiny_qwen3vl_processor(size)
     image = random_images(1, size, seed=seed)[0]
     turn = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": text}]}]
-    batch = processor(text=[processor.apply_chat_template(turn, tokenize=False)],
-                      images=[Image.fromarray(image.permute(1, 2, 0).numpy())], return_tensors="pt")
-    return {"model": model, "processor": processor, "image": image.float() / 255, "batch": batch,
-            "image_tokens": batch["input_ids"] == model.config.image_token_id}
+    batch = processor(
+        text=[processor.apply_chat_template(turn, tokenize=False)],
+        images=[Image.fromarray(image.permute(1, 2, 0).numpy())],
+        return_tensors="pt",
+    )
+    return {
+        "model": model,
+        "processor": processor,
+        "image": image.float() / 255,
+        "batch": batch,
+        "image_tokens": batch["input_ids"] == model.config.image_token_id,
+    }
 
 
 def tiny_tpips(variant: str = "late", *, image_size: int = 64, seed: int = 0) -> Any:
@@ -227,8 +277,12 @@ def tiny_tpips(variant: str = "late", *, image_size: int = 64, seed: int = 0) ->
     return TPIPSModel(tiny_qwen3vl(seed=seed), tiny_qwen3vl_processor(), variant, image_size=image_size)
 
 
-_BUILTIN_RECIPES = {"genmetrics.baselines": "baselines", "genmetrics.raclip": "raclip",
-                    "genmetrics.tpips": "tpips", "genmetrics.mie": "mie"}
+_BUILTIN_RECIPES = {
+    "genmetrics.baselines": "baselines",
+    "genmetrics.raclip": "raclip",
+    "genmetrics.tpips": "tpips",
+    "genmetrics.mie": "mie",
+}
 
 
 def metric_recipe(name: str) -> dict[str, Any]:
@@ -248,7 +302,11 @@ def metric_recipe(name: str) -> dict[str, Any]:
     name = card.name  # an alias finds the recipe of the metric it names
     package = card.factory.split(":")[0].rsplit(".", 1)[0]
     top = ".".join(package.split(".")[:2])
-    module = f"genmetrics.testing.recipes.{_BUILTIN_RECIPES[top]}" if top in _BUILTIN_RECIPES else f"{package}.recipes"
+    module = (
+        f"genmetrics.testing.recipes.{_BUILTIN_RECIPES[top]}"
+        if top in _BUILTIN_RECIPES
+        else f"{package}.recipes"
+    )
     try:
         recipes = importlib.import_module(module).RECIPES
     except (ImportError, AttributeError) as e:
@@ -289,7 +347,8 @@ def tiny_backbones(kind: str, weights: str, **options: Any) -> Any:
     if kind == "vlm":
         vlm_kind = options.get("vlm_kind")
         qwen35 = vlm_kind in ("qwen3_5", "qwen35") or (
-            vlm_kind is None and any(k in str(weights).lower() for k in ("qwen3.5", "qwen3_5", "qwen35")))
+            vlm_kind is None and any(k in str(weights).lower() for k in ("qwen3.5", "qwen3_5", "qwen35"))
+        )
         gen = bool(options.get("for_generation", False))
         if qwen35:
             model = (tiny_qwen35_for_generation if gen else tiny_qwen35)(0)
@@ -312,7 +371,9 @@ def _gloo_worker(rank: int, world_size: int, port: int, fn: Any, args: tuple, qu
 
     import torch.distributed as dist
 
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world_size))
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world_size)
+    )
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world_size)
     try:
@@ -337,8 +398,13 @@ def spawn_gloo(fn: Any, world_size: int = 2, args: tuple = ()) -> list[Any]:
     ctx = mp.get_context("spawn")
     queue = ctx.SimpleQueue()
     port = _free_port()
-    procs = mp.start_processes(_gloo_worker, args=(world_size, port, fn, args, queue), nprocs=world_size, join=False,
-                               start_method="spawn")
+    procs = mp.start_processes(
+        _gloo_worker,
+        args=(world_size, port, fn, args, queue),
+        nprocs=world_size,
+        join=False,
+        start_method="spawn",
+    )
     assert procs is not None  # join=False returns the context
     import io
 

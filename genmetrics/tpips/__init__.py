@@ -10,21 +10,29 @@ from __future__ import annotations
 
 from genmetrics.registry import ConditionKind, MetricCard, ReferenceKind, lazy_exports, register_metric
 
-register_metric(MetricCard(
-    name="tpips", reference=ReferenceKind.MATCHED, condition=ConditionKind.ASPECTS,
-    factory="genmetrics.tpips.metric:TPIPS", family="tpips",
-    summary="Text-prompted image perceptual similarity: how similar each candidate is to its reference with "
-            "respect to an aspect given as text (late/mid/early fusion on Qwen3-VL-Embedding).",
-    inputs={"reference": "reference images [B] (paths, PIL, uint8 or float tensors)",
+register_metric(
+    MetricCard(
+        name="tpips",
+        reference=ReferenceKind.MATCHED,
+        condition=ConditionKind.ASPECTS,
+        factory="genmetrics.tpips.metric:TPIPS",
+        family="tpips",
+        summary="Text-prompted image perceptual similarity: how similar each candidate is to its reference with "
+        "respect to an aspect given as text (late/mid/early fusion on Qwen3-VL-Embedding).",
+        inputs={
+            "reference": "reference images [B] (paths, PIL, uint8 or float tensors)",
             "candidates": "images [B], or [B,K] (K candidates per reference), each compared with its reference",
-            "condition": "aspect strings [B] or one string, e.g. 'lighting', 'pose of the cat', 'overall'"},
-    higher_is_better=True, range=(float("-inf"), 1.0),  # late/early [-1, 1]; mid (-inf, 0]
-    paper="Wang et al., The Many Senses of Visual Similarity: A Text-Prompted Image Perceptual Metric",
-    default_weights="Qwen/Qwen3-VL-Embedding-2B",
-    output="mean similarity over samples ([K] for [B,K] candidates); cosine in [-1,1] for late/early fusion, "
-           "a negative weighted distance (<= 0) for mid fusion; per_aspect() gives the mean per aspect",
-    tags=("learned", "vlm", "aspect-conditioned", "perceptual"),
-))
+            "condition": "aspect strings [B] or one string, e.g. 'lighting', 'pose of the cat', 'overall'",
+        },
+        higher_is_better=True,
+        range=(float("-inf"), 1.0),  # late/early [-1, 1]; mid (-inf, 0]
+        paper="Wang et al., The Many Senses of Visual Similarity: A Text-Prompted Image Perceptual Metric",
+        default_weights="Qwen/Qwen3-VL-Embedding-2B",
+        output="mean similarity over samples ([K] for [B,K] candidates); cosine in [-1,1] for late/early fusion, "
+        "a negative weighted distance (<= 0) for mid fusion; per_aspect() gives the mean per aspect",
+        tags=("learned", "vlm", "aspect-conditioned", "perceptual"),
+    )
+)
 
 _LAZY = {
     "TPIPSModel": "genmetrics.tpips.model",

@@ -54,19 +54,39 @@ class VLMBase(nn.Module):
     ([(3, 64, 64), (3, 64, 64)], 2, 64)
     """
 
-    def __init__(self, backbone: nn.Module, processor: Any, *, image_size: int | None = None, resize: str | None = None,
-                 vision_cache_size: int = 64, batch_size: int = 16, vision_batch_size: int = 32,
-                 data_range: float = 1.0, max_aspect_tokens: int = MAX_ASPECT_TOKENS) -> None:
+    def __init__(
+        self,
+        backbone: nn.Module,
+        processor: Any,
+        *,
+        image_size: int | None = None,
+        resize: str | None = None,
+        vision_cache_size: int = 64,
+        batch_size: int = 16,
+        vision_batch_size: int = 32,
+        data_range: float = 1.0,
+        max_aspect_tokens: int = MAX_ASPECT_TOKENS,
+    ) -> None:
         super().__init__()
         self.backbone = backbone
         self._parts = resolve_parts(backbone)
-        if processor is None or not hasattr(processor, "tokenizer") or not hasattr(processor, "image_processor"):
-            raise InputError("processor: expected the model's transformers processor (with .tokenizer and "
-                             f".image_processor, e.g. Qwen3VLProcessor), got {type(processor).__name__}")
+        if (
+            processor is None
+            or not hasattr(processor, "tokenizer")
+            or not hasattr(processor, "image_processor")
+        ):
+            raise InputError(
+                "processor: expected the model's transformers processor (with .tokenizer and "
+                f".image_processor, e.g. Qwen3VLProcessor), got {type(processor).__name__}"
+            )
         self.processor = processor
         self.tokenizer = processor.tokenizer
-        self.vision = VisionEncoder(self._parts.base.visual, processor.image_processor, cache_size=vision_cache_size,
-                                    batch_size=vision_batch_size)
+        self.vision = VisionEncoder(
+            self._parts.base.visual,
+            processor.image_processor,
+            cache_size=vision_cache_size,
+            batch_size=vision_batch_size,
+        )
         self.patch_size, self.merge_size = self.vision.patch_size, self.vision.merge_size
         self.resize = make_resize(resize, image_size, self.vision.factor)
         self.data_range = float(data_range)
@@ -74,7 +94,11 @@ class VLMBase(nn.Module):
         self.max_aspect_tokens = int(max_aspect_tokens)
         ids = token_ids(self._parts.config, self.tokenizer)
         self.image_token_id, self.vision_start_id, self.vision_end_id, self.pad_id = (
-            ids.image, ids.vision_start, ids.vision_end, ids.pad)
+            ids.image,
+            ids.vision_start,
+            ids.vision_end,
+            ids.pad,
+        )
         self._tok_cache: dict[str, list[int]] = {}
 
     # -- basic properties --------------------------------------------------------------------------
@@ -124,24 +148,33 @@ class VLMBase(nn.Module):
 
     def _clip_aspect(self, aspect: str) -> str:
         """Truncate an over-long aspect with the tokenizer (never by slicing the prompt's ids)."""
-        enc = self.tokenizer(aspect, add_special_tokens=False, truncation=True, max_length=self.max_aspect_tokens)
+        enc = self.tokenizer(
+            aspect, add_special_tokens=False, truncation=True, max_length=self.max_aspect_tokens
+        )
         ids = enc["input_ids"]
         if len(ids) >= self.max_aspect_tokens:
             full = len(self.tokenizer(aspect, add_special_tokens=False)["input_ids"])
             if full > self.max_aspect_tokens:
-                warnings.warn(f"aspect of {full} tokens truncated to {self.max_aspect_tokens} tokens by the tokenizer",
-                              stacklevel=3)
+                warnings.warn(
+                    f"aspect of {full} tokens truncated to {self.max_aspect_tokens} tokens by the tokenizer",
+                    stacklevel=3,
+                )
                 return self.tokenizer.decode(ids)
         return aspect
 
     # -- images ------------------------------------------------------------------------------------
-    def load_triplets(self, images1: Any, images2: Any, images3: Any, aspects: Any
-                      ) -> tuple[list[list[torch.Tensor]], list[str]]:
+    def load_triplets(
+        self, images1: Any, images2: Any, images3: Any, aspects: Any
+    ) -> tuple[list[list[torch.Tensor]], list[str]]:
         """The three image columns of a batch of triplets, decoded, and one aspect per row (checked)."""
-        cols = [self.load_images(im, name=f"images{i + 1}") for i, im in enumerate((images1, images2, images3))]
+        cols = [
+            self.load_images(im, name=f"images{i + 1}") for i, im in enumerate((images1, images2, images3))
+        ]
         if not (len(cols[0]) == len(cols[1]) == len(cols[2])):
-            raise InputError(f"triplets: got {len(cols[0])}, {len(cols[1])} and {len(cols[2])} images; "
-                             "pass one of each per row")
+            raise InputError(
+                f"triplets: got {len(cols[0])}, {len(cols[1])} and {len(cols[2])} images; "
+                "pass one of each per row"
+            )
         return cols, check_aspects(aspects, len(cols[0]))
 
     def load_images(self, images: Any, *, name: str = "images") -> list[torch.Tensor]:
@@ -168,8 +201,9 @@ class VLMBase(nn.Module):
                 memo[id(x)] = self.resize.apply(x)
         return [memo[id(x)] for x in images]
 
-    def resized_pairs(self, a: Sequence[torch.Tensor], b: Sequence[torch.Tensor]
-                      ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    def resized_pairs(
+        self, a: Sequence[torch.Tensor], b: Sequence[torch.Tensor]
+    ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
         """Both images of each pair at one size (:meth:`QwenResize.pair_size`), for token-wise comparison."""
         memo: dict[tuple[int, tuple[int, int]], torch.Tensor] = {}
 
@@ -186,10 +220,13 @@ class VLMBase(nn.Module):
             out_b.append(one(y, size))
         return out_a, out_b
 
-    def vision_features(self, images: list[torch.Tensor], *, use_cache: bool = True,
-                        keys: list[str] | None = None) -> list[VisionFeatures]:
+    def vision_features(
+        self, images: list[torch.Tensor], *, use_cache: bool = True, keys: list[str] | None = None
+    ) -> list[VisionFeatures]:
         """Features of already-resized images; every distinct image goes through the vision tower once."""
-        return self.vision.features(images, keys=keys, use_cache=use_cache and self.vision_cache.max_items > 0)
+        return self.vision.features(
+            images, keys=keys, use_cache=use_cache and self.vision_cache.max_items > 0
+        )
 
     @staticmethod
     def _keys(images: list[torch.Tensor]) -> list[str]:
@@ -252,24 +289,42 @@ class VLMBase(nn.Module):
             position_ids[:, b, n:] = torch.arange(last + 1, last + 1 + S - n)
             vmask_t[b, :n] = torch.tensor(vis_masks[b])
         dev = self.device
-        return {"input_ids": input_ids.to(dev), "attention_mask": attn.to(dev), "position_ids": position_ids.to(dev),
-                "visual_mask": vmask_t.to(dev), "features": [f for fs in feats for f in fs],
-                "lengths": [len(s) for s in seqs], "spans": spans}
+        return {
+            "input_ids": input_ids.to(dev),
+            "attention_mask": attn.to(dev),
+            "position_ids": position_ids.to(dev),
+            "visual_mask": vmask_t.to(dev),
+            "features": [f for fs in feats for f in fs],
+            "lengths": [len(s) for s in seqs],
+            "spans": spans,
+        }
 
-    def _embed(self, input_ids: torch.Tensor, visual_mask: torch.Tensor, features: list[VisionFeatures]
-               ) -> tuple[torch.Tensor, list[torch.Tensor] | None]:
+    def _embed(
+        self, input_ids: torch.Tensor, visual_mask: torch.Tensor, features: list[VisionFeatures]
+    ) -> tuple[torch.Tensor, list[torch.Tensor] | None]:
         return scatter_features(self.language_model, input_ids, visual_mask, features)
 
-    def _run_lm(self, embeds: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
-                visual_mask: torch.Tensor, deepstack: list[torch.Tensor] | None,
-                capture: Sequence[int] = ()) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
-        return run_language_model(self.language_model, embeds, attention_mask, position_ids, visual_mask, deepstack,
-                                  capture)
+    def _run_lm(
+        self,
+        embeds: torch.Tensor,
+        attention_mask: torch.Tensor,
+        position_ids: torch.Tensor,
+        visual_mask: torch.Tensor,
+        deepstack: list[torch.Tensor] | None,
+        capture: Sequence[int] = (),
+    ) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
+        return run_language_model(
+            self.language_model, embeds, attention_mask, position_ids, visual_mask, deepstack, capture
+        )
 
-    def run_batch(self, batch: dict[str, Any], capture: Sequence[int] = ()) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
+    def run_batch(
+        self, batch: dict[str, Any], capture: Sequence[int] = ()
+    ) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
         """The language tower on a :meth:`_build_single` batch: ``(last hidden states, captured layers)``."""
         embeds, ds = self._embed(batch["input_ids"], batch["visual_mask"], batch["features"])
-        return self._run_lm(embeds, batch["attention_mask"], batch["position_ids"], batch["visual_mask"], ds, capture)
+        return self._run_lm(
+            embeds, batch["attention_mask"], batch["position_ids"], batch["visual_mask"], ds, capture
+        )
 
     def last_token_states(self, batch: dict[str, Any]) -> torch.Tensor:
         """``[B,D]`` final hidden state of each sequence's last real token (right padding)."""

@@ -28,14 +28,31 @@ class PairwiseScoreModel(VLMBase):
     (True, True)
     """
 
-    def __init__(self, backbone: nn.Module, processor: Any, *, image_size: int | None = None,
-                 prompts: tuple[str, str] | None = None, vision_cache_size: int = 64, batch_size: int = 8,
-                 data_range: float = 1.0) -> None:
-        super().__init__(backbone, processor, image_size=image_size or DEFAULT_IMAGE_SIZE, resize="square",
-                         vision_cache_size=vision_cache_size, batch_size=batch_size, data_range=data_range)
+    def __init__(
+        self,
+        backbone: nn.Module,
+        processor: Any,
+        *,
+        image_size: int | None = None,
+        prompts: tuple[str, str] | None = None,
+        vision_cache_size: int = 64,
+        batch_size: int = 8,
+        data_range: float = 1.0,
+    ) -> None:
+        super().__init__(
+            backbone,
+            processor,
+            image_size=image_size or DEFAULT_IMAGE_SIZE,
+            resize="square",
+            vision_cache_size=vision_cache_size,
+            batch_size=batch_size,
+            data_range=data_range,
+        )
         if self._parts.lm_head is None:
-            raise InputError("the pairwise 0-10 score baseline needs a generative backbone with an LM head "
-                             "(e.g. Qwen3VLForConditionalGeneration / Qwen3-VL-8B-Instruct)")
+            raise InputError(
+                "the pairwise 0-10 score baseline needs a generative backbone with an LM head "
+                "(e.g. Qwen3VLForConditionalGeneration / Qwen3-VL-8B-Instruct)"
+            )
         self.prompts = check_prompts(prompts, "pairwise")
         digit_ids = []
         for d in range(10):
@@ -48,24 +65,35 @@ class PairwiseScoreModel(VLMBase):
         self.ten_id = ten[0] if len(ten) == 1 else None
 
     @torch.no_grad()
-    def _expected(self, left: list[torch.Tensor], right: list[torch.Tensor], aspects: list[str]) -> torch.Tensor:
-        feats = self.vision_features([_concat([a, b]) for a, b in zip(self.resized(left), self.resized(right))])
+    def _expected(
+        self, left: list[torch.Tensor], right: list[torch.Tensor], aspects: list[str]
+    ) -> torch.Tensor:
+        feats = self.vision_features(
+            [_concat([a, b]) for a, b in zip(self.resized(left), self.resized(right))]
+        )
         head = self._parts.lm_head
         assert head is not None  # checked in __init__
         outs = []
         for i in range(0, len(feats), self.batch_size):
-            items = [[("text", "<|im_start|>user\n"), ("image", f),
-                      ("text", prompt_for("pairwise", self._clip_aspect(a), self.prompts)),
-                      ("text", "<|im_end|>\n<|im_start|>assistant\n")]
-                     + ([("text", "1")] if self.ten_id is None else [])
-                     for f, a in zip(feats[i:i + self.batch_size], aspects[i:i + self.batch_size])]
+            items = [
+                [
+                    ("text", "<|im_start|>user\n"),
+                    ("image", f),
+                    ("text", prompt_for("pairwise", self._clip_aspect(a), self.prompts)),
+                    ("text", "<|im_end|>\n<|im_start|>assistant\n"),
+                ]
+                + ([("text", "1")] if self.ten_id is None else [])
+                for f, a in zip(feats[i : i + self.batch_size], aspects[i : i + self.batch_size])
+            ]
             batch = self._build_single(items)
             hidden, _ = self.run_batch(batch)
             rows = torch.arange(hidden.shape[0], device=hidden.device)
             last = torch.tensor([n - 1 for n in batch["lengths"]], device=hidden.device)
             if self.ten_id is None:
                 first = head(hidden[rows, last - 1]).double()
-                nxt = torch.softmax(head(hidden[rows, last]).double(), -1)[:, self.digit_ids[0]]  # P("0" | "1")
+                nxt = torch.softmax(head(hidden[rows, last]).double(), -1)[
+                    :, self.digit_ids[0]
+                ]  # P("0" | "1")
                 p = torch.softmax(first[:, self.digit_ids], -1)
                 values = torch.arange(10, dtype=torch.float64, device=p.device)
                 e = (p * values).sum(-1) - p[:, 1] * 1.0 + p[:, 1] * ((1 - nxt) * 1.0 + nxt * 10.0)

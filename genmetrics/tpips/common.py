@@ -24,29 +24,45 @@ FORMAT = "genmetrics.tpips/1"
 
 #: (template with {aspect}, template for the "overall" aspect) per prompt family (Appendix C.1, C.3)
 PROMPTS: dict[str, tuple[str, str]] = {
-    "late": ("Represent the similarity of the image based on {aspect}.", "Represent the similarity of the image."),
-    "mid": ("Represent the similarity of the image based on {aspect}.", "Represent the similarity of the image."),
-    "early": ("Measure the similarity between the two images based on {aspect}.",
-              "Measure the similarity between the two images."),
+    "late": (
+        "Represent the similarity of the image based on {aspect}.",
+        "Represent the similarity of the image.",
+    ),
+    "mid": (
+        "Represent the similarity of the image based on {aspect}.",
+        "Represent the similarity of the image.",
+    ),
+    "early": (
+        "Measure the similarity between the two images based on {aspect}.",
+        "Measure the similarity between the two images.",
+    ),
     # Appendix C.3 zero-shot embedding baseline (Qwen3-VL-Embedding).
-    "embedding_baseline": ("Represent the visual similarity of this image in terms of {aspect}.",
-                           "Represent the visual similarity of this image."),
-    "triplet": ("I provide three horizontally concatenated images (left, middle, right). Which image is the most "
-                "different among the three in terms of {aspect}? You need to choose: left, middle, right. Answer:",
-                "I provide three horizontally concatenated images (left, middle, right). Which image is the most "
-                "different among the three? You need to choose: left, middle, right. Answer:"),
-    "triplet_2afc": ("I provide three horizontally concatenated images. The center image is the reference. Which "
-                     "candidate (left or right) is more similar to the reference in terms of {aspect}? Answer with "
-                     "one word: left or right. Answer:",
-                     "I provide three horizontally concatenated images. The center image is the reference. Which "
-                     "candidate (left or right) is more similar to the reference? Answer with one word: left or "
-                     "right. Answer:"),
-    "pairwise": ("I show you two images placed side by side (left and right). Rate how similar these two images "
-                 "are in terms of {aspect} on a scale of 0 to 10, where 0 means completely different and 10 means "
-                 "identical. Answer with a single number from 0 to 10. Answer:",
-                 "I show you two images placed side by side (left and right). Rate how similar these two images "
-                 "are overall on a scale of 0 to 10, where 0 means completely different and 10 means identical. "
-                 "Answer with a single number from 0 to 10. Answer:"),
+    "embedding_baseline": (
+        "Represent the visual similarity of this image in terms of {aspect}.",
+        "Represent the visual similarity of this image.",
+    ),
+    "triplet": (
+        "I provide three horizontally concatenated images (left, middle, right). Which image is the most "
+        "different among the three in terms of {aspect}? You need to choose: left, middle, right. Answer:",
+        "I provide three horizontally concatenated images (left, middle, right). Which image is the most "
+        "different among the three? You need to choose: left, middle, right. Answer:",
+    ),
+    "triplet_2afc": (
+        "I provide three horizontally concatenated images. The center image is the reference. Which "
+        "candidate (left or right) is more similar to the reference in terms of {aspect}? Answer with "
+        "one word: left or right. Answer:",
+        "I provide three horizontally concatenated images. The center image is the reference. Which "
+        "candidate (left or right) is more similar to the reference? Answer with one word: left or "
+        "right. Answer:",
+    ),
+    "pairwise": (
+        "I show you two images placed side by side (left and right). Rate how similar these two images "
+        "are in terms of {aspect} on a scale of 0 to 10, where 0 means completely different and 10 means "
+        "identical. Answer with a single number from 0 to 10. Answer:",
+        "I show you two images placed side by side (left and right). Rate how similar these two images "
+        "are overall on a scale of 0 to 10, where 0 means completely different and 10 means identical. "
+        "Answer with a single number from 0 to 10. Answer:",
+    ),
 }
 
 MAX_ASPECT_TOKENS = 128
@@ -76,8 +92,11 @@ def check_prompts(prompts: Any, family: str, *, name: str = "prompts") -> tuple[
         return PROMPTS[family]
     p = tuple(prompts) if isinstance(prompts, Sequence) and not isinstance(prompts, str) else ()
     if len(p) != 2 or not all(isinstance(t, str) for t in p) or "{aspect}" not in p[0]:
-        raise InputError(f"{name}: expected (template containing '{{aspect}}', template for 'overall'), "
-                         f"got {prompts!r}"[:300])
+        raise InputError(
+            f"{name}: expected (template containing '{{aspect}}', template for 'overall'), got {prompts!r}"[
+                :300
+            ]
+        )
     return p[0], p[1]
 
 
@@ -112,14 +131,18 @@ def check_aspects(aspects: Any, n: int, *, name: str = "aspects") -> list[str]:
         raise InputError(f"{name}: expected a string or a list of strings, got {type(aspects).__name__}")
     aspects = list(aspects)
     if len(aspects) != n:
-        raise InputError(f"{name}: got {len(aspects)} aspects for {n} image pairs; pass one aspect per pair "
-                         "(or a single string for all)")
+        raise InputError(
+            f"{name}: got {len(aspects)} aspects for {n} image pairs; pass one aspect per pair "
+            "(or a single string for all)"
+        )
     for i, a in enumerate(aspects):
         if not isinstance(a, str):
             raise InputError(f"{name}[{i}]: expected a string, got {type(a).__name__} {a!r}"[:200])
         if not a.strip():
-            raise InputError(f"{name}[{i}]: the aspect is empty or whitespace only; give a text such as "
-                             "'lighting' or 'overall'")
+            raise InputError(
+                f"{name}[{i}]: the aspect is empty or whitespace only; give a text such as "
+                "'lighting' or 'overall'"
+            )
     return aspects
 
 

@@ -17,7 +17,9 @@ from genmetrics.errors import InputError
 from genmetrics.tpips.common import prompt_for, unit_cosine
 
 
-def early_inputs(model: Any, fa: list[VisionFeatures], fb: list[VisionFeatures], aspects: list[str]) -> dict[str, Any]:
+def early_inputs(
+    model: Any, fa: list[VisionFeatures], fb: list[VisionFeatures], aspects: list[str]
+) -> dict[str, Any]:
     """The Appendix C.2 inputs for a batch of pairs: ids, 4D bool mask ``[B,1,S,S]`` (True = may attend),
     positions ``(3,B,S)``, patch/register masks and the register indices.
 
@@ -32,11 +34,17 @@ def early_inputs(model: Any, fa: list[VisionFeatures], fb: list[VisionFeatures],
     texts = []
     for a in aspects:
         instr = prompt_for("early", model._clip_aspect(a), model.prompts)
-        texts.append(model._ids("<|im_start|>system\n") + model._ids(instr) + model._ids("<|im_end|>\n<|im_start|>user\n"))
+        texts.append(
+            model._ids("<|im_start|>system\n")
+            + model._ids(instr)
+            + model._ids("<|im_end|>\n<|im_start|>user\n")
+        )
     B = len(aspects)
     for x, y in zip(fa, fb):
         if x.grid != y.grid:
-            raise InputError(f"early fusion needs both images on the same token grid, got {x.grid} and {y.grid}")
+            raise InputError(
+                f"early fusion needs both images on the same token grid, got {x.grid} and {y.grid}"
+            )
     lens = [len(t) + fa[i].n_tokens + fb[i].n_tokens + 2 for i, t in enumerate(texts)]
     S = max(lens)
     ids = torch.full((B, S), model.pad_id, dtype=torch.long)
@@ -59,8 +67,8 @@ def early_inputs(model: Any, fa: list[VisionFeatures], fb: list[VisionFeatures],
         hh = torch.arange(gh).repeat_interleave(gw)
         ww = torch.arange(gw).repeat(gh)
         for s in (x1, x2):
-            pos[1, i, s:s + N] = hh
-            pos[2, i, s:s + N] = ww
+            pos[1, i, s : s + N] = hh
+            pos[2, i, s : s + N] = ww
         pos[0, i, r1] = pos[0, i, r2] = M + 1
         m = mask[i, 0]
         m[:M, :M] = torch.tril(torch.ones(M, M, dtype=torch.bool))  # text: causal among itself
@@ -73,13 +81,20 @@ def early_inputs(model: Any, fa: list[VisionFeatures], fb: list[VisionFeatures],
         for p in range(lens[i], S):  # padding attends to itself only; nothing attends to padding
             m[p, p] = True
     dev = model.device
-    return {"input_ids": ids.to(dev), "mask": mask.to(dev), "position_ids": pos.to(dev),
-            "patch_mask": patch.to(dev), "register_mask": reg.to(dev), "register_index": r_idx.to(dev),
-            "lengths": lens}
+    return {
+        "input_ids": ids.to(dev),
+        "mask": mask.to(dev),
+        "position_ids": pos.to(dev),
+        "patch_mask": patch.to(dev),
+        "register_mask": reg.to(dev),
+        "register_index": r_idx.to(dev),
+        "lengths": lens,
+    }
 
 
-def early_registers(model: Any, fa: list[VisionFeatures], fb: list[VisionFeatures], aspects: list[str]
-                    ) -> tuple[torch.Tensor, torch.Tensor]:
+def early_registers(
+    model: Any, fa: list[VisionFeatures], fb: list[VisionFeatures], aspects: list[str]
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Final hidden states ``h_r1``, ``h_r2`` (``[B,D]`` float32) of the two registers.
 
     >>> from genmetrics.testing import random_images, tiny_tpips
@@ -96,10 +111,13 @@ def early_registers(model: Any, fa: list[VisionFeatures], fb: list[VisionFeature
     mask = inp["mask"]
     if attn_implementation(model._parts) == "eager":  # eager adds the mask: give it 0 / -inf
         mask = torch.zeros(mask.shape, dtype=embeds.dtype, device=mask.device).masked_fill(
-            ~mask, torch.finfo(embeds.dtype).min)
+            ~mask, torch.finfo(embeds.dtype).min
+        )
     hidden, _ = model._run_lm(embeds, mask, inp["position_ids"], inp["patch_mask"], ds)
     rows = torch.arange(hidden.shape[0], device=hidden.device)
-    return hidden[rows, inp["register_index"][:, 0]].float(), hidden[rows, inp["register_index"][:, 1]].float()
+    return hidden[rows, inp["register_index"][:, 0]].float(), hidden[
+        rows, inp["register_index"][:, 1]
+    ].float()
 
 
 def early_pairs(model: Any, a: list[torch.Tensor], b: list[torch.Tensor], aspects: list[str]) -> torch.Tensor:
@@ -114,7 +132,7 @@ def early_pairs(model: Any, a: list[torch.Tensor], b: list[torch.Tensor], aspect
     """
     a, b = model.resized_pairs(a, b)
     feats = model.vision_features(list(a) + list(b))
-    fa, fb = feats[:len(a)], feats[len(a):]
+    fa, fb = feats[: len(a)], feats[len(a) :]
     outs = []
     for i in range(0, len(a), model.batch_size):
         sl = slice(i, i + model.batch_size)

@@ -55,11 +55,23 @@ __all__ = [
 ]
 
 SOURCE_NAMES = {
-    "editing": "Editing", "edit": "Editing", "image_editing": "Editing", "img_edit": "Editing",
-    "compositing": "Composite", "composite": "Composite", "image_compositing": "Composite", "img_composite": "Composite",
-    "nvs": "NVS", "novel_view_synthesis": "NVS",
-    "im-to-3d": "Im-to-3D", "im_to_3d": "Im-to-3D", "image-to-3d": "Im-to-3D", "image_to_3d": "Im-to-3D",
-    "single-image-3d": "Im-to-3D", "single_image_3d": "Im-to-3D", "im2_3d": "Im-to-3D",
+    "editing": "Editing",
+    "edit": "Editing",
+    "image_editing": "Editing",
+    "img_edit": "Editing",
+    "compositing": "Composite",
+    "composite": "Composite",
+    "image_compositing": "Composite",
+    "img_composite": "Composite",
+    "nvs": "NVS",
+    "novel_view_synthesis": "NVS",
+    "im-to-3d": "Im-to-3D",
+    "im_to_3d": "Im-to-3D",
+    "image-to-3d": "Im-to-3D",
+    "image_to_3d": "Im-to-3D",
+    "single-image-3d": "Im-to-3D",
+    "single_image_3d": "Im-to-3D",
+    "im2_3d": "Im-to-3D",
 }
 SOURCE_ORDER = ["Editing", "Composite", "NVS", "Im-to-3D"]
 
@@ -126,7 +138,9 @@ def load_bapps(root: str | os.PathLike, *, split: str | None = None) -> list[Two
     if split is not None:
         dirs = [d for d in dirs if split in d.relative_to(base).parts or base.name == split]
     if not dirs:
-        raise InputError(f"{str(base)!r} holds no BAPPS 2AFC folders (a folder with ref/, p0/, p1/ and judge/)")
+        raise InputError(
+            f"{str(base)!r} holds no BAPPS 2AFC folders (a folder with ref/, p0/, p1/ and judge/)"
+        )
     out: list[TwoAFCRecord] = []
     for d in dirs:
         for j in sorted((d / "judge").glob("*.npy")):
@@ -141,15 +155,24 @@ def load_bapps(root: str | os.PathLike, *, split: str | None = None) -> list[Two
             if not 0.0 <= val <= 1.0:
                 raise InputError(f"BAPPS: {j} holds {val}, expected a fraction in [0, 1]")
             votes = (1.0 - val, val)
-            out.append(TwoAFCRecord(id=f"{d.relative_to(base).as_posix()}/{stem}", reference=paths["ref"],
-                                    candidates=(paths["p0"], paths["p1"]), aspect="overall", votes=votes,
-                                    source=d.name))
+            out.append(
+                TwoAFCRecord(
+                    id=f"{d.relative_to(base).as_posix()}/{stem}",
+                    reference=paths["ref"],
+                    candidates=(paths["p0"], paths["p1"]),
+                    aspect="overall",
+                    votes=votes,
+                    source=d.name,
+                )
+            )
     if not out:
         raise InputError(f"{str(base)!r}: BAPPS folders found but no judge/*.npy files")
     return out
 
 
-def load_nights(root: str | os.PathLike, *, split: str | None = "test", min_votes: int = 6) -> list[TwoAFCRecord]:
+def load_nights(
+    root: str | os.PathLike, *, split: str | None = "test", min_votes: int = 6
+) -> list[TwoAFCRecord]:
     """NIGHTS (Fu et al. 2023, DreamSim): ``root/data.csv``; ``split`` in train/val/test/test_imagenet/
     test_no_imagenet or None for all; rows with fewer than ``min_votes`` (unanimous) votes dropped.
     ``votes = [left_vote, right_vote]``; aspect "overall"; source "imagenet"/"non-imagenet" when given.
@@ -195,10 +218,16 @@ def load_nights(root: str | os.PathLike, *, split: str | None = "test", min_vote
                 raise InputError(f"{csv_path}:{n}: left_vote/right_vote should be numbers") from None
             if lv + rv <= 0:
                 continue
-            out.append(TwoAFCRecord(
-                id=str(row.get("id") or n), reference=base / row["ref_path"],
-                candidates=(base / row["left_path"], base / row["right_path"]), aspect="overall", votes=(lv, rv),
-                source=("imagenet" if imagenet else "non-imagenet") if "is_imagenet" in row else None))
+            out.append(
+                TwoAFCRecord(
+                    id=str(row.get("id") or n),
+                    reference=base / row["ref_path"],
+                    candidates=(base / row["left_path"], base / row["right_path"]),
+                    aspect="overall",
+                    votes=(lv, rv),
+                    source=("imagenet" if imagenet else "non-imagenet") if "is_imagenet" in row else None,
+                )
+            )
     if not out:
         raise InputError(f"NIGHTS: no rows left in {csv_path} for split={split!r} and min_votes={min_votes}")
     return out
@@ -210,14 +239,17 @@ def _detect_jsonl(path: Path) -> str:
             return "odd_one_out"
         if "reference" in obj and "candidates" in obj:
             return "two_afc"
-        raise InputError(f"{path}: cannot tell the format from the first record (keys {sorted(obj)}); expected "
-                         "odd-one-out {'images', 'aspect', 'votes'} or 2AFC {'reference', 'candidates', 'aspect', "
-                         "'votes'}")
+        raise InputError(
+            f"{path}: cannot tell the format from the first record (keys {sorted(obj)}); expected "
+            "odd-one-out {'images', 'aspect', 'votes'} or 2AFC {'reference', 'candidates', 'aspect', "
+            "'votes'}"
+        )
     raise InputError(f"{path}: no records")
 
 
-def load_human_data(path: str | os.PathLike, *, kind: str = "auto", split: str | None = None,
-                    name: str | None = None) -> Dataset:
+def load_human_data(
+    path: str | os.PathLike, *, kind: str = "auto", split: str | None = None, name: str | None = None
+) -> Dataset:
     """Load an evaluation set: ``kind`` in ``auto``, ``odd-one-out``, ``2afc``, ``bapps``, ``nights``.
 
     >>> import json, tempfile
@@ -252,8 +284,9 @@ def load_human_data(path: str | os.PathLike, *, kind: str = "auto", split: str |
         recs, kd = load_nights(p, split=split or "test"), "two_afc"
     else:
         raise InputError(f"format {kind!r}: expected auto, odd-one-out, 2afc, bapps or nights")
-    label = name or ("Odd-One-Out" if kd == "odd_one_out" else
-                     {"bapps": "BAPPS", "nights": "NIGHTS"}.get(k, "2AFC"))
+    label = name or (
+        "Odd-One-Out" if kd == "odd_one_out" else {"bapps": "BAPPS", "nights": "NIGHTS"}.get(k, "2AFC")
+    )
     return Dataset(name=label, kind=kd, records=recs, path=str(p))
 
 
@@ -313,22 +346,25 @@ class SimilarityScorer(Scorer):
     def odd_one_out(self, records: Sequence[OddOneOutRecord]) -> torch.Tensor:
         outs = []
         for i in range(0, len(records), self.batch_size):
-            rs = records[i:i + self.batch_size]
+            rs = records[i : i + self.batch_size]
             x1, x2, x3 = ([r.images[k] for r in rs] for k in range(3))
             asp = [r.aspect for r in rs]
             n = len(rs)
             s = self._f(x2 + x1 + x1, x3 + x3 + x2, asp * 3)  # one call: the model dedups each image
-            outs.append(torch.stack([s[:n], s[n:2 * n], s[2 * n:]], 1))
+            outs.append(torch.stack([s[:n], s[n : 2 * n], s[2 * n :]], 1))
         return torch.cat(outs)
 
     def two_afc(self, records: Sequence[TwoAFCRecord]) -> torch.Tensor:
         outs = []
         for i in range(0, len(records), self.batch_size):
-            rs = records[i:i + self.batch_size]
+            rs = records[i : i + self.batch_size]
             n = len(rs)
             ref = [r.reference for r in rs]
-            s = self._f(ref + ref, [r.candidates[0] for r in rs] + [r.candidates[1] for r in rs],
-                        [r.aspect for r in rs] * 2)
+            s = self._f(
+                ref + ref,
+                [r.candidates[0] for r in rs] + [r.candidates[1] for r in rs],
+                [r.aspect for r in rs] * 2,
+            )
             outs.append(torch.stack([s[:n], s[n:]], 1))
         return torch.cat(outs)
 
@@ -358,17 +394,28 @@ class TripletScorer(Scorer):
     def odd_one_out(self, records: Sequence[OddOneOutRecord]) -> torch.Tensor:
         outs = []
         for i in range(0, len(records), self.batch_size):
-            rs = records[i:i + self.batch_size]
-            outs.append(self.model.odd_one_out(*([r.images[k] for r in rs] for k in range(3)),
-                                               [r.aspect for r in rs]).double().cpu())
+            rs = records[i : i + self.batch_size]
+            outs.append(
+                self.model.odd_one_out(*([r.images[k] for r in rs] for k in range(3)), [r.aspect for r in rs])
+                .double()
+                .cpu()
+            )
         return torch.cat(outs)
 
     def two_afc(self, records: Sequence[TwoAFCRecord]) -> torch.Tensor:
         outs = []
         for i in range(0, len(records), self.batch_size):
-            rs = records[i:i + self.batch_size]
-            outs.append(self.model.two_afc([r.reference for r in rs], [r.candidates[0] for r in rs],
-                                           [r.candidates[1] for r in rs], [r.aspect for r in rs]).double().cpu())
+            rs = records[i : i + self.batch_size]
+            outs.append(
+                self.model.two_afc(
+                    [r.reference for r in rs],
+                    [r.candidates[0] for r in rs],
+                    [r.candidates[1] for r in rs],
+                    [r.aspect for r in rs],
+                )
+                .double()
+                .cpu()
+            )
         return torch.cat(outs)
 
     def supports(self, kind: str) -> bool:
@@ -425,8 +472,9 @@ def _breakdown(values: torch.Tensor, sources: list[str]) -> dict[str, Any]:
     return out
 
 
-def evaluate_human(datasets: Sequence[Dataset], scorers: Sequence[Scorer], *, progress: bool = True,
-                   per_sample: bool = True) -> dict[str, Any]:
+def evaluate_human(
+    datasets: Sequence[Dataset], scorers: Sequence[Scorer], *, progress: bool = True, per_sample: bool = True
+) -> dict[str, Any]:
     """Agreement of every scorer with the human votes of every dataset (+ human consensus).
 
     Returns a JSON-able dict ``{"datasets": [...], "models": [...]}``; see :func:`to_markdown`.
@@ -448,10 +496,23 @@ def evaluate_human(datasets: Sequence[Dataset], scorers: Sequence[Scorer], *, pr
     res: dict[str, Any] = {"datasets": [], "models": []}
     for ds in datasets:
         cons = human_consensus_per_sample(ds.votes())
-        res["datasets"].append({"name": ds.name, "kind": ds.kind, "path": ds.path, "n": ds.n,
-                                "human_consensus": _breakdown(cons, ds.sources())})
+        res["datasets"].append(
+            {
+                "name": ds.name,
+                "kind": ds.kind,
+                "path": ds.path,
+                "n": ds.n,
+                "human_consensus": _breakdown(cons, ds.sources()),
+            }
+        )
     for sc in scorers:
-        row: dict[str, Any] = {"name": sc.name, "type": sc.type, "family": sc.family, "size": sc.size, "results": {}}
+        row: dict[str, Any] = {
+            "name": sc.name,
+            "type": sc.type,
+            "family": sc.family,
+            "size": sc.size,
+            "results": {},
+        }
         if per_sample:
             row["per_sample"] = {}
         for ds in datasets:
@@ -459,14 +520,23 @@ def evaluate_human(datasets: Sequence[Dataset], scorers: Sequence[Scorer], *, pr
                 continue
             pred = sc.odd_one_out(ds.records) if ds.kind == "odd_one_out" else sc.two_afc(ds.records)
             if pred.shape != (ds.n, 3 if ds.kind == "odd_one_out" else 2):
-                raise RuntimeError(f"scorer {sc.name!r} returned predictions of shape {tuple(pred.shape)} for {ds.n} "
-                                   f"{ds.kind} records")
+                raise RuntimeError(
+                    f"scorer {sc.name!r} returned predictions of shape {tuple(pred.shape)} for {ds.n} "
+                    f"{ds.kind} records"
+                )
             agree = per_sample_agreement(pred, ds.votes())
             row["results"][ds.name] = _breakdown(agree, ds.sources())
             if per_sample:
                 row["per_sample"][ds.name] = [
-                    {"id": r.id, "source": r.source, "aspect": r.aspect, "pred": [float(x) for x in p],
-                     "agreement": float(a)} for r, p, a in zip(ds.records, pred, agree)]
+                    {
+                        "id": r.id,
+                        "source": r.source,
+                        "aspect": r.aspect,
+                        "pred": [float(x) for x in p],
+                        "agreement": float(a),
+                    }
+                    for r, p, a in zip(ds.records, pred, agree)
+                ]
         res["models"].append(row)
     return res
 
@@ -487,8 +557,15 @@ def _columns(res: dict[str, Any]) -> list[tuple[str, str, str | None]]:
         per = d["human_consensus"].get("per_source")
         if per and len(per) > 1:
             for s in per:
-                cols.append((s if len(res["datasets"]) == 1 or d["kind"] == "two_afc" and n2afc == 1 else
-                             f"{d['name']}: {s}", d["name"], s))
+                cols.append(
+                    (
+                        s
+                        if len(res["datasets"]) == 1 or d["kind"] == "two_afc" and n2afc == 1
+                        else f"{d['name']}: {s}",
+                        d["name"],
+                        s,
+                    )
+                )
             total = "Total" if d["kind"] == "two_afc" and n2afc == 1 else f"{d['name']} total"
             cols.append((total, d["name"], None))
         else:
@@ -527,10 +604,18 @@ def to_markdown(res: dict[str, Any]) -> str:
         return _fmt(block.get("per_source", {}).get(src))
 
     ds_by = {d["name"]: d for d in res["datasets"]}
-    lines.append("| Human | consensus | – | " + " | ".join(cell(ds_by[c[1]]["human_consensus"], c[2]) for c in cols) + " |")
+    lines.append(
+        "| Human | consensus | – | "
+        + " | ".join(cell(ds_by[c[1]]["human_consensus"], c[2]) for c in cols)
+        + " |"
+    )
     for m in res["models"]:
         cells = [cell(m["results"].get(c[1]), c[2]) for c in cols]
-        lines.append(f"| {m['type'] or '–'} | {m['family'] or m['name']} | {m['size'] or '–'} | " + " | ".join(cells) + " |")
+        lines.append(
+            f"| {m['type'] or '–'} | {m['family'] or m['name']} | {m['size'] or '–'} | "
+            + " | ".join(cells)
+            + " |"
+        )
     n = ", ".join(f"{d['name']}: {d['n']} records" for d in res["datasets"])
     lines.append("")
     lines.append(f"Agreement with humans in % (± standard error over records); {n}.")
@@ -557,17 +642,23 @@ def write_report(res: dict[str, Any], out_dir: str | os.PathLike, **manifest_ext
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    slim = {"datasets": res["datasets"],
-            "models": [{k: v for k, v in m.items() if k != "per_sample"} for m in res["models"]]}
-    paths = {"json": atomic_write_json(out / "results.json", slim),
-             "markdown": atomic_write_text(out / "table.md", to_markdown(res))}
+    slim = {
+        "datasets": res["datasets"],
+        "models": [{k: v for k, v in m.items() if k != "per_sample"} for m in res["models"]],
+    }
+    paths = {
+        "json": atomic_write_json(out / "results.json", slim),
+        "markdown": atomic_write_text(out / "table.md", to_markdown(res)),
+    }
     rows = []
     for m in res["models"]:
         for ds_name, items in (m.get("per_sample") or {}).items():
             for it in items:
                 rows.append(dumps_line({"model": m["name"], "dataset": ds_name, **it}))
     paths["per_sample"] = atomic_write_text(out / "per_sample.jsonl", "".join(r + "\n" for r in rows))
-    paths["manifest"] = atomic_write_json(out / "manifest.json", manifest(task="evaluate-human tpips", **manifest_extra))
+    paths["manifest"] = atomic_write_json(
+        out / "manifest.json", manifest(task="evaluate-human tpips", **manifest_extra)
+    )
     return paths
 
 

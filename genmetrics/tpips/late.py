@@ -25,14 +25,21 @@ def single_items(model: Any, feats: list[VisionFeatures], aspects: list[str]) ->
     items = []
     for f, a in zip(feats, aspects):
         instr = prompt_for("late", model._clip_aspect(a), model.prompts)
-        items.append([("text", "<|im_start|>system\n"), ("instruction", instr),
-                      ("text", "<|im_end|>\n<|im_start|>user\n"), ("image", f),
-                      ("text", "<|im_end|>\n<|im_start|>assistant\n")])
+        items.append(
+            [
+                ("text", "<|im_start|>system\n"),
+                ("instruction", instr),
+                ("text", "<|im_end|>\n<|im_start|>user\n"),
+                ("image", f),
+                ("text", "<|im_end|>\n<|im_start|>assistant\n"),
+            ]
+        )
     return items
 
 
-def late_embed(model: Any, images: list[torch.Tensor], aspects: list[str], *, keys: list[str] | None = None
-               ) -> torch.Tensor:
+def late_embed(
+    model: Any, images: list[torch.Tensor], aspects: list[str], *, keys: list[str] | None = None
+) -> torch.Tensor:
     """``[B,D]`` float32 unit embeddings of resized images under their aspects (keeps the graph).
 
     >>> from genmetrics.testing import random_images, tiny_tpips
@@ -44,6 +51,8 @@ def late_embed(model: Any, images: list[torch.Tensor], aspects: list[str], *, ke
     feats = model.vision_features(images, keys=keys)
     outs = []
     for i in range(0, len(images), model.batch_size):
-        batch = model._build_single(single_items(model, feats[i:i + model.batch_size], aspects[i:i + model.batch_size]))
+        batch = model._build_single(
+            single_items(model, feats[i : i + model.batch_size], aspects[i : i + model.batch_size])
+        )
         outs.append(F.normalize(model.last_token_states(batch).float(), dim=-1))
     return torch.cat(outs, 0)

@@ -16,8 +16,10 @@ from genmetrics.tpips.common import CONFIG_NAME, DEFAULT_WEIGHTS, FORMAT, HEAD_N
 
 __all__ = ["adapter_folder", "load_tpips", "save_peft"]
 
-ADAPTER_HINT = ("Fix: pass the folder written by `genmetrics train tpips` (OUT/adapter) or TPIPSModel.save_pretrained "
-                "(adapter=... / --adapter), or a hub id of a published TPIPS adapter.")
+ADAPTER_HINT = (
+    "Fix: pass the folder written by `genmetrics train tpips` (OUT/adapter) or TPIPSModel.save_pretrained "
+    "(adapter=... / --adapter), or a hub id of a published TPIPS adapter."
+)
 
 
 def save_peft(backbone: Any, out: Path) -> None:
@@ -51,9 +53,19 @@ def adapter_folder(path_or_id: str | os.PathLike) -> Path:
     return resolve_folder(path_or_id, CONFIG_NAME, what="TPIPS adapter", hint=ADAPTER_HINT)
 
 
-def load_tpips(adapter: str | os.PathLike | None = None, *, backbone: nn.Module | None = None, processor: Any = None,
-               weights: str | None = None, variant: str | None = None, device: Any = None, dtype: Any = None,
-               image_size: int | None = None, resize: str | None = None, **kwargs: Any) -> Any:
+def load_tpips(
+    adapter: str | os.PathLike | None = None,
+    *,
+    backbone: nn.Module | None = None,
+    processor: Any = None,
+    weights: str | None = None,
+    variant: str | None = None,
+    device: Any = None,
+    dtype: Any = None,
+    image_size: int | None = None,
+    resize: str | None = None,
+    **kwargs: Any,
+) -> Any:
     """Build a TPIPS model.
 
     * ``adapter`` (a folder written by training / ``save_pretrained``, or a hub id): its ``tpips.json``
@@ -88,9 +100,13 @@ def load_tpips(adapter: str | os.PathLike | None = None, *, backbone: nn.Module 
         folder = adapter_folder(adapter)
         cfg = json.loads((folder / CONFIG_NAME).read_text())
         if cfg.get("format") != FORMAT:
-            raise InputError(f"{folder / CONFIG_NAME}: unknown format {cfg.get('format')!r}; expected {FORMAT!r}")
+            raise InputError(
+                f"{folder / CONFIG_NAME}: unknown format {cfg.get('format')!r}; expected {FORMAT!r}"
+            )
         if variant is not None and variant != cfg["variant"]:
-            raise InputError(f"variant={variant!r} but the adapter at {adapter!s} was trained as {cfg['variant']!r}")
+            raise InputError(
+                f"variant={variant!r} but the adapter at {adapter!s} was trained as {cfg['variant']!r}"
+            )
     v = variant or cfg.get("variant") or "late"
     if v not in VARIANTS + ("triplet",):
         raise InputError(f"variant={v!r}: expected late, mid, early or triplet")
@@ -101,15 +117,21 @@ def load_tpips(adapter: str | os.PathLike | None = None, *, backbone: nn.Module 
     elif processor is None:
         raise InputError("processor: pass the backbone's processor together with backbone=")
     if folder is not None and (folder / "adapter_config.json").is_file():
-        with warnings.catch_warnings():  # peft calls a deprecated transformers alias (is_gradient_checkpointing)
+        with (
+            warnings.catch_warnings()
+        ):  # peft calls a deprecated transformers alias (is_gradient_checkpointing)
             warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
             backbone = load_peft_adapter(backbone, folder, is_trainable=False)
     size = image_size or cfg.get("image_size")
     mode = resize or (None if image_size else cfg.get("resize")) or ("square" if size else None)
     if v == "triplet":
         model: Any = TPIPSTripletModel(
-            backbone, processor, image_size=size, prompts=tuple(cfg["prompts"]) if cfg.get("prompts") else None,
-            **{k: kwargs[k] for k in ("vision_cache_size", "batch_size", "data_range") if k in kwargs})
+            backbone,
+            processor,
+            image_size=size,
+            prompts=tuple(cfg["prompts"]) if cfg.get("prompts") else None,
+            **{k: kwargs[k] for k in ("vision_cache_size", "batch_size", "data_range") if k in kwargs},
+        )
     else:
         extra = dict(kwargs)
         if cfg:
@@ -122,7 +144,9 @@ def load_tpips(adapter: str | os.PathLike | None = None, *, backbone: nn.Module 
                 extra.setdefault("mid_hidden", cfg["mid_hidden"])
             if v == "mid":  # adapters saved before the option had no input norm
                 extra.setdefault("mid_text_norm", cfg.get("mid_text_norm", "none"))
-        model = TPIPSModel(backbone, processor, v, image_size=size if mode == "square" else None, resize=mode, **extra)
+        model = TPIPSModel(
+            backbone, processor, v, image_size=size if mode == "square" else None, resize=mode, **extra
+        )
     if folder is not None and (folder / HEAD_NAME).is_file():
         from genmetrics.backbones.weights import load_state_dict
 

@@ -66,9 +66,22 @@ class TPIPS(SampleMetric):
     higher_is_better = True
     paired = True  # preds= are the candidates, target= the references
 
-    def __init__(self, backbone: Any = None, processor: Any = None, *, variant: str = "late", weights: str | None = None,
-                 adapter: str | os.PathLike | None = None, aspect: str | None = None, image_size: int | None = None,
-                 resize: str | None = None, data_range: float = 1.0, dtype: Any = None, vision_cache_size: int = 64, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        backbone: Any = None,
+        processor: Any = None,
+        *,
+        variant: str = "late",
+        weights: str | None = None,
+        adapter: str | os.PathLike | None = None,
+        aspect: str | None = None,
+        image_size: int | None = None,
+        resize: str | None = None,
+        data_range: float = 1.0,
+        dtype: Any = None,
+        vision_cache_size: int = 64,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         if variant not in VARIANTS:
             raise InputError(f"variant={variant!r}: expected one of {', '.join(VARIANTS)}")
@@ -84,8 +97,12 @@ class TPIPS(SampleMetric):
         self.dtype_option = dtype
         self.vision_cache_size = integer("vision_cache_size", vision_cache_size, lo=0, owner="tpips")
         if resize not in (None, "smart", "square"):
-            raise InputError(f"resize={resize!r}: expected 'smart' (the official Qwen3-VL-Embedding policy) or 'square'")
-        self.image_size = integer("image_size", image_size, lo=1, owner="tpips") if image_size is not None else None
+            raise InputError(
+                f"resize={resize!r}: expected 'smart' (the official Qwen3-VL-Embedding policy) or 'square'"
+            )
+        self.image_size = (
+            integer("image_size", image_size, lo=1, owner="tpips") if image_size is not None else None
+        )
         self.resize = resize
         self._candidate_k: int | None = None
         self.add_state("aspect_ids", default=[], dist_reduce_fx="cat")
@@ -103,14 +120,23 @@ class TPIPS(SampleMetric):
         if isinstance(backbone, TPIPSModel):
             model = backbone
         else:
-            model = load_tpips(self.adapter, backbone=backbone, processor=processor, weights=self.weights,
-                               variant=None if self.adapter else self.variant, image_size=self.image_size,
-                               resize=self.resize,
-                               dtype=self.dtype_option, vision_cache_size=self.vision_cache_size,
-                               data_range=self.data_range)
+            model = load_tpips(
+                self.adapter,
+                backbone=backbone,
+                processor=processor,
+                weights=self.weights,
+                variant=None if self.adapter else self.variant,
+                image_size=self.image_size,
+                resize=self.resize,
+                dtype=self.dtype_option,
+                vision_cache_size=self.vision_cache_size,
+                data_range=self.data_range,
+            )
         if not isinstance(model, TPIPSModel):
-            raise InputError("the tpips metric needs a pairwise (late/mid/early) model; a triplet-head adapter scores "
-                             "triplets only: evaluate it with `genmetrics evaluate-human tpips --adapter ...`")
+            raise InputError(
+                "the tpips metric needs a pairwise (late/mid/early) model; a triplet-head adapter scores "
+                "triplets only: evaluate it with `genmetrics evaluate-human tpips --adapter ...`"
+            )
         self._given = (None, None)
         self.register_backbone("backbone", model)
         self._model_ready = True
@@ -135,39 +161,56 @@ class TPIPS(SampleMetric):
 
     def _prepare(self, reference: Any, candidates: Any, condition: Any) -> dict[str, list[Any]]:
         if reference is None:
-            raise InputError("tpips: reference images are required (each candidate is compared with its reference)")
+            raise InputError(
+                "tpips: reference images are required (each candidate is compared with its reference)"
+            )
         if candidates is None:
-            raise InputError("tpips: candidates are required: one image per reference, or K images per reference")
+            raise InputError(
+                "tpips: candidates are required: one image per reference, or K images per reference"
+            )
         ref = self._images(reference, "reference")
         n = len(ref)
         nested = (isinstance(candidates, torch.Tensor) and candidates.ndim == 5) or (
-            isinstance(candidates, Sequence) and not isinstance(candidates, (str, bytes)) and len(candidates) > 0
-            and isinstance(candidates[0], (list, tuple)))
+            isinstance(candidates, Sequence)
+            and not isinstance(candidates, (str, bytes))
+            and len(candidates) > 0
+            and isinstance(candidates[0], (list, tuple))
+        )
         if nested:
             rows = list(candidates.unbind(0)) if isinstance(candidates, torch.Tensor) else list(candidates)
             if len(rows) != n:
-                raise InputError(f"candidates: got {len(rows)} rows of candidates for {n} references; pass one row of K "
-                                 "candidates per reference")
+                raise InputError(
+                    f"candidates: got {len(rows)} rows of candidates for {n} references; pass one row of K "
+                    "candidates per reference"
+                )
             ks = {len(as_image_list(r, name="candidates")) for r in rows}
             if len(ks) != 1 or 0 in ks:
-                raise InputError(f"candidates: every reference needs the same number K >= 1 of candidates, got {sorted(ks)}")
+                raise InputError(
+                    f"candidates: every reference needs the same number K >= 1 of candidates, got {sorted(ks)}"
+                )
             k = ks.pop()
             cand: list[Any] = [self._images(r, f"candidates[{i}]") for i, r in enumerate(rows)]
         else:
             cand = self._images(candidates, "candidates")
             if len(cand) != n:
-                raise InputError(f"mismatched input lengths (reference={n}, candidates={len(cand)}); pass one candidate "
-                                 "per reference, or a list of K candidates per reference")
+                raise InputError(
+                    f"mismatched input lengths (reference={n}, candidates={len(cand)}); pass one candidate "
+                    "per reference, or a list of K candidates per reference"
+                )
             k = 0
         if self._candidate_k is not None and self._candidate_k != k and len(self.scores):
             desc = lambda v: "one candidate per reference" if v == 0 else f"{v} candidates per reference"  # noqa: E731
-            raise InputError(f"candidates: this metric already holds scores for {desc(self._candidate_k)}; got "
-                             f"{desc(k)}; reset() first or use a separate metric")
+            raise InputError(
+                f"candidates: this metric already holds scores for {desc(self._candidate_k)}; got "
+                f"{desc(k)}; reset() first or use a separate metric"
+            )
         self._pending_k: int | None = k
         if condition is None:
             if self.aspect is None:
-                raise InputError("tpips: condition (the aspect text) is required, e.g. condition='lighting' or "
-                                 "'overall' for overall similarity; or create the metric with aspect='...'")
+                raise InputError(
+                    "tpips: condition (the aspect text) is required, e.g. condition='lighting' or "
+                    "'overall' for overall similarity; or create the metric with aspect='...'"
+                )
             condition = self.aspect
         asp = check_aspects(condition, n, name="condition")
         return {"reference": ref, "candidates": cand, "condition": asp}
@@ -183,7 +226,9 @@ class TPIPS(SampleMetric):
             return s.reshape(len(ref), k)
         return model.similarity(ref, cand, asp)
 
-    def update(self, reference: Any = None, candidates: Any = None, condition: Any = None, *, ids: Any = None) -> None:
+    def update(
+        self, reference: Any = None, candidates: Any = None, condition: Any = None, *, ids: Any = None
+    ) -> None:
         import warnings
 
         n_before = sum(int(t.shape[0]) for t in self.scores) if isinstance(self.scores, list) else 0
@@ -203,12 +248,20 @@ class TPIPS(SampleMetric):
             model = self.model()
             tok, limit = getattr(model, "tokenizer", None), getattr(model, "max_aspect_tokens", None)
             uniq = list(dict.fromkeys(asp))
-            long = [a for a in uniq if tok is not None and limit and
-                    len(tok(a, add_special_tokens=False)["input_ids"]) > limit] or uniq[:1]
-            warnings.warn(f"tpips: {len(long)} aspect text(s) exceed the model's {limit} aspect tokens and were "
-                          f"truncated by the tokenizer (first: {long[0][:60]!r}); shorten them to use all of the text",
-                          UserWarning, stacklevel=2)
-        if self._last_kept is not None and not isinstance(condition if condition is not None else self.aspect, str):
+            long = [
+                a
+                for a in uniq
+                if tok is not None and limit and len(tok(a, add_special_tokens=False)["input_ids"]) > limit
+            ] or uniq[:1]
+            warnings.warn(
+                f"tpips: {len(long)} aspect text(s) exceed the model's {limit} aspect tokens and were "
+                f"truncated by the tokenizer (first: {long[0][:60]!r}); shorten them to use all of the text",
+                UserWarning,
+                stacklevel=2,
+            )
+        if self._last_kept is not None and not isinstance(
+            condition if condition is not None else self.aspect, str
+        ):
             asp = [asp[j] for j in self._last_kept]  # ids already scored were dropped: their aspects too
         hashed = []
         for a in asp:

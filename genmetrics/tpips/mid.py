@@ -53,15 +53,23 @@ class MidFusionHead(nn.Module):
     (2, (3, 64), True)
     """
 
-    def __init__(self, hidden_size: int, n_layers: int, mlp_hidden: int = 256, init_weight: float = 1.0,
-                 text_norm: str = "layer"):
+    def __init__(
+        self,
+        hidden_size: int,
+        n_layers: int,
+        mlp_hidden: int = 256,
+        init_weight: float = 1.0,
+        text_norm: str = "layer",
+    ):
         super().__init__()
         if not init_weight > 0:
             raise InputError(f"mid-fusion init_weight must be positive, got {init_weight!r}")
         if text_norm not in TEXT_NORMS:
             raise InputError(f"mid_text_norm={text_norm!r}: expected one of {', '.join(TEXT_NORMS)}")
         self.text_norm = text_norm
-        bias = init_weight + math.log(-math.expm1(-init_weight))  # softplus^-1, stable for small and large values
+        bias = init_weight + math.log(
+            -math.expm1(-init_weight)
+        )  # softplus^-1, stable for small and large values
         self.mlps = nn.ModuleList()
         for _ in range(n_layers):
             fc1, fc2 = nn.Linear(hidden_size, mlp_hidden), nn.Linear(mlp_hidden, hidden_size)
@@ -99,8 +107,9 @@ def probe_indices(n_layers: int, probe_layers: int | Sequence[int]) -> list[int]
     return idx
 
 
-def mid_features(model: Any, images: list[torch.Tensor], aspects: list[str], *, keys: list[str] | None = None
-                 ) -> dict[str, list]:
+def mid_features(
+    model: Any, images: list[torch.Tensor], aspects: list[str], *, keys: list[str] | None = None
+) -> dict[str, list]:
     """Per (image, aspect): unit-normalised image-token states ``[N,d]`` and the instruction-token mean, per
     probe layer.
 
@@ -114,7 +123,9 @@ def mid_features(model: Any, images: list[torch.Tensor], aspects: list[str], *, 
     phis: list[list[torch.Tensor]] = [[] for _ in model.probe_layers]
     texts: list[list[torch.Tensor]] = [[] for _ in model.probe_layers]
     for i in range(0, len(images), model.batch_size):
-        batch = model._build_single(single_items(model, feats[i:i + model.batch_size], aspects[i:i + model.batch_size]))
+        batch = model._build_single(
+            single_items(model, feats[i : i + model.batch_size], aspects[i : i + model.batch_size])
+        )
         _, cap = model.run_batch(batch, capture=model.probe_layers)
         for j, li in enumerate(model.probe_layers):
             h = cap[li].float()

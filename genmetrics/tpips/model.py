@@ -123,18 +123,42 @@ class TPIPSModel(VLMBase):
     (True, True)
     """
 
-    def __init__(self, backbone: nn.Module, processor: Any, variant: str = "late", *, image_size: int | None = None,
-                 resize: str | None = None, temperature: float | None = None, prompts: tuple[str, str] | None = None,
-                 probe_layers: int | Sequence[int] = 20, mid_hidden: int = 256, mid_init: float | None = None,
-                 mid_text_norm: str = "layer",
-                 vision_cache_size: int = 64, batch_size: int = 16, vision_batch_size: int = 32,
-                 data_range: float = 1.0, max_aspect_tokens: int = MAX_ASPECT_TOKENS) -> None:
+    def __init__(
+        self,
+        backbone: nn.Module,
+        processor: Any,
+        variant: str = "late",
+        *,
+        image_size: int | None = None,
+        resize: str | None = None,
+        temperature: float | None = None,
+        prompts: tuple[str, str] | None = None,
+        probe_layers: int | Sequence[int] = 20,
+        mid_hidden: int = 256,
+        mid_init: float | None = None,
+        mid_text_norm: str = "layer",
+        vision_cache_size: int = 64,
+        batch_size: int = 16,
+        vision_batch_size: int = 32,
+        data_range: float = 1.0,
+        max_aspect_tokens: int = MAX_ASPECT_TOKENS,
+    ) -> None:
         if variant not in VARIANTS:
-            raise InputError(f"variant={variant!r}: expected one of {', '.join(VARIANTS)} (the triplet-head variant "
-                             "is TPIPSTripletModel)")
-        super().__init__(backbone, processor, image_size=image_size, resize=resize, vision_cache_size=vision_cache_size,
-                         batch_size=batch_size, vision_batch_size=vision_batch_size, data_range=data_range,
-                         max_aspect_tokens=max_aspect_tokens)
+            raise InputError(
+                f"variant={variant!r}: expected one of {', '.join(VARIANTS)} (the triplet-head variant "
+                "is TPIPSTripletModel)"
+            )
+        super().__init__(
+            backbone,
+            processor,
+            image_size=image_size,
+            resize=resize,
+            vision_cache_size=vision_cache_size,
+            batch_size=batch_size,
+            vision_batch_size=vision_batch_size,
+            data_range=data_range,
+            max_aspect_tokens=max_aspect_tokens,
+        )
         self.variant = variant
         self.temperature = float(DEFAULT_TEMPERATURE[variant] if temperature is None else temperature)
         if self.temperature <= 0:
@@ -151,9 +175,14 @@ class TPIPSModel(VLMBase):
             self.register_vector = nn.Parameter(init.clone().to(self.device))
         elif variant == "mid":
             self.probe_layers = probe_indices(len(self.language_model.layers), probe_layers)
-            w0 = initial_weight(self.temperature, len(self.probe_layers)) if mid_init is None else float(mid_init)
-            self.head = MidFusionHead(self.hidden_size, len(self.probe_layers), mid_hidden, init_weight=w0,
-                                      text_norm=mid_text_norm)
+            w0 = (
+                initial_weight(self.temperature, len(self.probe_layers))
+                if mid_init is None
+                else float(mid_init)
+            )
+            self.head = MidFusionHead(
+                self.hidden_size, len(self.probe_layers), mid_hidden, init_weight=w0, text_norm=mid_text_norm
+            )
             self.head.to(self.device)
 
     def _check_full_attention(self, backbone: nn.Module) -> None:
@@ -163,11 +192,14 @@ class TPIPSModel(VLMBase):
                 f"early fusion needs softmax attention in every language layer, but this backbone has "
                 f"{len(linear)} linear-attention layers (e.g. Qwen3.5's Gated-DeltaNet, layers {linear[:8]}) that "
                 "ignore custom attention masks, so the Appendix C.2 mask cannot be applied; use variant='late' "
-                "or 'mid', or a Qwen3-VL backbone (Qwen/Qwen3-VL-Embedding-2B)")
+                "or 'mid', or a Qwen3-VL backbone (Qwen/Qwen3-VL-Embedding-2B)"
+            )
         impl = attn_implementation(self._parts)
         if impl not in ("sdpa", "eager"):
-            raise InputError(f"early fusion needs attn_implementation 'sdpa' (or 'eager') for its custom 4D mask; "
-                             f"the backbone uses {impl!r}: load it with attn_implementation='sdpa'")
+            raise InputError(
+                f"early fusion needs attn_implementation 'sdpa' (or 'eager') for its custom 4D mask; "
+                f"the backbone uses {impl!r}: load it with attn_implementation='sdpa'"
+            )
 
     @property
     def value_range(self) -> tuple[float, float]:
@@ -192,7 +224,9 @@ class TPIPSModel(VLMBase):
     def embed(self, images: Any, aspects: Any) -> torch.Tensor:
         """Late fusion: ``[B, D]`` L2-normalised float32 embeddings (cosine = similarity)."""
         if self.variant != "late":
-            raise InputError(f"embed() is defined for late fusion only; this model is variant={self.variant!r}")
+            raise InputError(
+                f"embed() is defined for late fusion only; this model is variant={self.variant!r}"
+            )
         imgs = self.load_images(images)
         asp = check_aspects(aspects, len(imgs))
         with torch.no_grad():
@@ -202,7 +236,9 @@ class TPIPSModel(VLMBase):
         """``[B,3]`` Eq. 2 probabilities that each image is the odd one out (float64, no gradient)."""
         x, asp = self.load_triplets(images1, images2, images3, aspects)
         with torch.no_grad():
-            return torch.softmax(self.triplet_scores(x[0], x[1], x[2], asp).double() / self.temperature, dim=1)
+            return torch.softmax(
+                self.triplet_scores(x[0], x[1], x[2], asp).double() / self.temperature, dim=1
+            )
 
     def forward(self, images1: Any, images2: Any, images3: Any, aspects: list[str]) -> torch.Tensor:
         """Training forward: ``[B,3]`` logits ``s_bar / tau`` of Eq. 2 (gradients flow to LoRA and heads)."""
@@ -222,8 +258,9 @@ class TPIPSModel(VLMBase):
         n = len(a)
         return self._pair_from_enc(enc, list(range(n)), list(range(n, 2 * n)))
 
-    def triplet_scores(self, x1: list[torch.Tensor], x2: list[torch.Tensor], x3: list[torch.Tensor],
-                       aspects: list[str]) -> torch.Tensor:
+    def triplet_scores(
+        self, x1: list[torch.Tensor], x2: list[torch.Tensor], x3: list[torch.Tensor], aspects: list[str]
+    ) -> torch.Tensor:
         """``[B,3]`` ``s_bar = [f(x2,x3), f(x1,x3), f(x1,x2)]`` (column k leaves image k out)."""
         pairs = ((x2, x3), (x1, x3), (x1, x2))
         if self.variant == "early":
@@ -233,12 +270,18 @@ class TPIPSModel(VLMBase):
             r1, r2, r3 = self.resized(x1), self.resized(x2), self.resized(x3)
             enc = self._encode_unique(r1 + r2 + r3, list(aspects) * 3)
             idx = {id(x1): range(n), id(x2): range(n, 2 * n), id(x3): range(2 * n, 3 * n)}
-            return torch.stack([self._pair_from_enc(enc, list(idx[id(p)]), list(idx[id(q)])) for p, q in pairs], 1)
+            return torch.stack(
+                [self._pair_from_enc(enc, list(idx[id(p)]), list(idx[id(q)])) for p, q in pairs], 1
+            )
         sized = [self.resized_pairs(p, q) for p, q in pairs]  # mid: each pair on its shared grid
         flat = [t for p, q in sized for t in p + q]
         enc = self._encode_unique(flat, list(aspects) * 6)
-        cols = [self._pair_from_enc(enc, list(range(2 * k * n, (2 * k + 1) * n)),
-                                    list(range((2 * k + 1) * n, (2 * k + 2) * n))) for k in range(3)]
+        cols = [
+            self._pair_from_enc(
+                enc, list(range(2 * k * n, (2 * k + 1) * n)), list(range((2 * k + 1) * n, (2 * k + 2) * n))
+            )
+            for k in range(3)
+        ]
         return torch.stack(cols, 1)
 
     # -- late / mid encodings ----------------------------------------------------------------------
@@ -284,27 +327,43 @@ class TPIPSModel(VLMBase):
         if self.register_vector is not None:
             out["register"] = self.register_vector.detach().cpu().contiguous()
         if self.head is not None:
-            out.update({f"head.{k}": v.detach().cpu().contiguous() for k, v in self.head.state_dict().items()})
+            out.update(
+                {f"head.{k}": v.detach().cpu().contiguous() for k, v in self.head.state_dict().items()}
+            )
         return out
 
     def load_head_state_dict(self, sd: dict[str, torch.Tensor]) -> None:
         if self.register_vector is not None:
             if "register" not in sd:
-                raise InputError("the saved TPIPS head has no register vector; was it trained for early fusion?")
-            self.register_vector.data.copy_(sd["register"].to(self.register_vector.device, self.register_vector.dtype))
+                raise InputError(
+                    "the saved TPIPS head has no register vector; was it trained for early fusion?"
+                )
+            self.register_vector.data.copy_(
+                sd["register"].to(self.register_vector.device, self.register_vector.dtype)
+            )
         if self.head is not None:
             head = {k[5:]: v for k, v in sd.items() if k.startswith("head.")}
             missing = self.head.load_state_dict(head, strict=False)
             if missing.missing_keys:
-                raise InputError(f"the saved TPIPS head lacks {missing.missing_keys[:3]}; was it trained for mid fusion "
-                                 "with the same probe layers?")
+                raise InputError(
+                    f"the saved TPIPS head lacks {missing.missing_keys[:3]}; was it trained for mid fusion "
+                    "with the same probe layers?"
+                )
             self.head.to(self.device)
 
     def config_dict(self, base_weights: str | None = None) -> dict[str, Any]:
-        return {"format": FORMAT, "variant": self.variant, "resize": self.resize.mode, "image_size": self.image_size,
-                "temperature": self.temperature, "prompts": list(self.prompts), "probe_layers": self.probe_layers,
-                "mid_hidden": self.mid_hidden, "base_weights": base_weights,
-                **({"mid_text_norm": self.head.text_norm} if self.head is not None else {})}
+        return {
+            "format": FORMAT,
+            "variant": self.variant,
+            "resize": self.resize.mode,
+            "image_size": self.image_size,
+            "temperature": self.temperature,
+            "prompts": list(self.prompts),
+            "probe_layers": self.probe_layers,
+            "mid_hidden": self.mid_hidden,
+            "base_weights": base_weights,
+            **({"mid_text_norm": self.head.text_norm} if self.head is not None else {}),
+        }
 
     def save_pretrained(self, path: str | os.PathLike, *, base_weights: str | None = None) -> Path:
         """Write the adapter folder: peft adapter (if the backbone is a PeftModel), ``tpips.json`` and
@@ -319,11 +378,27 @@ class TPIPSModel(VLMBase):
         return out
 
     @classmethod
-    def from_pretrained(cls, path: str | os.PathLike, *, backbone: nn.Module | None = None, processor: Any = None,
-                        weights: str | None = None, device: Any = None, dtype: Any = None, **kwargs: Any) -> TPIPSModel:
+    def from_pretrained(
+        cls,
+        path: str | os.PathLike,
+        *,
+        backbone: nn.Module | None = None,
+        processor: Any = None,
+        weights: str | None = None,
+        device: Any = None,
+        dtype: Any = None,
+        **kwargs: Any,
+    ) -> TPIPSModel:
         """Load a saved TPIPS adapter folder or hub id (see :func:`load_tpips`)."""
-        m = load_tpips(path, backbone=backbone, processor=processor, weights=weights, device=device, dtype=dtype,
-                       **kwargs)
+        m = load_tpips(
+            path,
+            backbone=backbone,
+            processor=processor,
+            weights=weights,
+            device=device,
+            dtype=dtype,
+            **kwargs,
+        )
         if not isinstance(m, TPIPSModel):
             raise InputError(f"{path!s} holds a triplet-head model; use TPIPSTripletModel.from_pretrained")
         return m

@@ -50,7 +50,8 @@ def _import_faiss() -> Any:
         raise MissingDependencyError(
             f"TPIPS retrieval needs faiss, which is not installed ({e}); install the extra with "
             "`pip install 'genmetrics[retrieval]'` (faiss-cpu), or a GPU build of faiss (faiss-gpu, e.g. "
-            "`conda install -c pytorch faiss-gpu`)") from None
+            "`conda install -c pytorch faiss-gpu`)"
+        ) from None
     return faiss
 
 
@@ -83,8 +84,10 @@ def model_fingerprint(model: Any) -> list[float]:
 
 def _check_model(model: Any) -> None:
     if getattr(model, "variant", None) != "late":
-        raise InputError(f"retrieval needs embeddings: use a late-fusion TPIPS model (got variant="
-                         f"{getattr(model, 'variant', None)!r})")
+        raise InputError(
+            f"retrieval needs embeddings: use a late-fusion TPIPS model (got variant="
+            f"{getattr(model, 'variant', None)!r})"
+        )
 
 
 @dataclass
@@ -103,7 +106,13 @@ class Hit:
     terms: list[float] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"rank": self.rank, "index": self.index, "path": self.path, "score": self.score, "terms": self.terms}
+        return {
+            "rank": self.rank,
+            "index": self.index,
+            "path": self.path,
+            "score": self.score,
+            "terms": self.terms,
+        }
 
 
 class AspectIndex:
@@ -128,21 +137,36 @@ class AspectIndex:
         self.root = Path(root)
         mf = self.root / MANIFEST
         if not mf.is_file():
-            raise InputError(f"{str(self.root)!r} is not a TPIPS index (no {MANIFEST}); build one with "
-                             "`genmetrics retrieve index` or AspectIndex.build")
+            raise InputError(
+                f"{str(self.root)!r} is not a TPIPS index (no {MANIFEST}); build one with "
+                "`genmetrics retrieve index` or AspectIndex.build"
+            )
         self.manifest = json.loads(mf.read_text())
         if self.manifest.get("format") != INDEX_FORMAT:
             raise InputError(f"{mf}: unknown index format {self.manifest.get('format')!r}")
         self.paths = [str(p) for p in self.manifest["images"]]
         self._emb: dict[str, np.ndarray] = {}
         self._faiss: dict[str, Any] = {}
-        self.build_report: dict[str, Any] | None = None  # set by build(): what it reused, embedded and dropped
+        self.build_report: dict[str, Any] | None = (
+            None  # set by build(): what it reused, embedded and dropped
+        )
 
     # -- building ----------------------------------------------------------------------------------
     @classmethod
-    def build(cls, images: Any, root: str | os.PathLike, model: Any, aspects: Sequence[str], *, overall: bool = True,
-              batch_size: int = 32, factory: str = "Flat", recursive: bool = False, progress: bool = True,
-              model_info: dict[str, Any] | None = None) -> AspectIndex:
+    def build(
+        cls,
+        images: Any,
+        root: str | os.PathLike,
+        model: Any,
+        aspects: Sequence[str],
+        *,
+        overall: bool = True,
+        batch_size: int = 32,
+        factory: str = "Flat",
+        recursive: bool = False,
+        progress: bool = True,
+        model_info: dict[str, Any] | None = None,
+    ) -> AspectIndex:
         """Index ``images`` (a folder or a list of image paths) for every aspect (plus "overall")."""
         from genmetrics.data.images import list_images
         from genmetrics.tpips.model import check_aspects
@@ -158,7 +182,9 @@ class AspectIndex:
         files = [p.resolve() for p in files]  # the index works from any folder
         if not files:
             raise InputError("no images to index")
-        asp = list(dict.fromkeys(check_aspects(list(aspects), len(aspects), name="aspects"))) if aspects else []
+        asp = (
+            list(dict.fromkeys(check_aspects(list(aspects), len(aspects), name="aspects"))) if aspects else []
+        )
         if overall and OVERALL not in asp:
             asp.append(OVERALL)
         if not asp:
@@ -181,17 +207,32 @@ class AspectIndex:
         same_model = old is not None and _same_model(old.manifest.get("fingerprint"), fp)
         if old is not None and same_model:
             where = {(p, tuple(s)): i for i, (p, s) in enumerate(zip(old.paths, old.manifest["stats"]))}
-            rows_old = {i: where[(p, tuple(s))] for i, (p, s) in enumerate(zip(paths, stats)) if (p, tuple(s)) in where}
+            rows_old = {
+                i: where[(p, tuple(s))]
+                for i, (p, s) in enumerate(zip(paths, stats))
+                if (p, tuple(s)) in where
+            }
             for a in asp:
                 if a in old.manifest["aspects"]:
                     reuse[a] = old.embeddings(a)
         n, dim = len(paths), int(probe.shape[0])
         todo_rows = {a: [i for i in range(n) if not (a in reuse and i in rows_old)] for a in asp}
-        report = _update_report(root, old, paths, asp, rows_old, same_model=same_model,
-                                embedded=len(set().union(*todo_rows.values())))
+        report = _update_report(
+            root,
+            old,
+            paths,
+            asp,
+            rows_old,
+            same_model=same_model,
+            embedded=len(set().union(*todo_rows.values())),
+        )
         todo_sets = {a: set(v) for a, v in todo_rows.items()}
-        out = {a: np.lib.format.open_memmap(root / f".emb_{_slug(a)}.npy.tmp", mode="w+", dtype=np.float32,
-                                            shape=(n, dim)) for a in asp}
+        out = {
+            a: np.lib.format.open_memmap(
+                root / f".emb_{_slug(a)}.npy.tmp", mode="w+", dtype=np.float32, shape=(n, dim)
+            )
+            for a in asp
+        }
         for a in asp:
             if a in reuse and rows_old:
                 src = reuse[a]
@@ -206,7 +247,7 @@ class AspectIndex:
         model.vision_cache.max_items = max(saved_cache, batch_size)
         try:
             for s in tqdm(range(0, len(need), batch_size), desc="index", unit="batch", disable=disable):
-                rows = need[s:s + batch_size]
+                rows = need[s : s + batch_size]
                 imgs = model.load_images([paths[i] for i in rows])
                 for a in asp:
                     sel = [k for k, i in enumerate(rows) if i in todo_sets[a]]
@@ -224,8 +265,16 @@ class AspectIndex:
             emb = np.load(root / f"emb_{_slug(a)}.npy", mmap_mode="r")
             _write_faiss(emb, factory, root / f"faiss_{_slug(a)}.index")
             entries[a] = {"embeddings": f"emb_{_slug(a)}.npy", "faiss": f"faiss_{_slug(a)}.index"}
-        manifest = {"format": INDEX_FORMAT, "images": paths, "stats": stats, "aspects": entries, "dim": dim,
-                    "factory": factory, "fingerprint": fp, "model": model_info or {}}
+        manifest = {
+            "format": INDEX_FORMAT,
+            "images": paths,
+            "stats": stats,
+            "aspects": entries,
+            "dim": dim,
+            "factory": factory,
+            "fingerprint": fp,
+            "model": model_info or {},
+        }
         from genmetrics.data.results import atomic_write_json
 
         atomic_write_json(root / MANIFEST, manifest)
@@ -248,8 +297,10 @@ class AspectIndex:
     def _entry(self, aspect: str) -> dict[str, str]:
         e = self.manifest["aspects"].get(aspect)
         if e is None:
-            raise InputError(f"aspect {aspect!r} is not in the index {str(self.root)!r} (indexed: "
-                             f"{', '.join(self.aspects)}); add it with `genmetrics retrieve index --aspect ...`")
+            raise InputError(
+                f"aspect {aspect!r} is not in the index {str(self.root)!r} (indexed: "
+                f"{', '.join(self.aspects)}); add it with `genmetrics retrieve index --aspect ...`"
+            )
         return e
 
     def embeddings(self, aspect: str) -> np.ndarray:
@@ -268,12 +319,24 @@ class AspectIndex:
     def check_model(self, model: Any) -> None:
         _check_model(model)
         if not _same_model(self.manifest.get("fingerprint"), model_fingerprint(model)):
-            raise InputError(f"the index {str(self.root)!r} was built with a different model (weights, adapter, prompt "
-                             "or image size); query it with the same model, or rebuild the index")
+            raise InputError(
+                f"the index {str(self.root)!r} was built with a different model (weights, adapter, prompt "
+                "or image size); query it with the same model, or rebuild the index"
+            )
 
     # -- search ------------------------------------------------------------------------------------
-    def search(self, model: Any, queries: Any, aspects: Any = None, *, k: int = 10, adjust: float | None = None,
-               weights: Sequence[float] | None = None, exclude: Sequence[str] = (), check: bool = True) -> list[Hit]:
+    def search(
+        self,
+        model: Any,
+        queries: Any,
+        aspects: Any = None,
+        *,
+        k: int = 10,
+        adjust: float | None = None,
+        weights: Sequence[float] | None = None,
+        exclude: Sequence[str] = (),
+        check: bool = True,
+    ) -> list[Hit]:
         """Top-``k`` images for one query (``queries`` an image, ``aspects`` a string) or a compositional
         query (lists of images and aspects of equal length, optional ``weights``).
 
@@ -289,7 +352,9 @@ class AspectIndex:
         else:
             q_imgs = [queries]
         if aspects is None:
-            raise InputError("aspects: give the aspect of each query image (e.g. 'lighting'; 'overall' for overall)")
+            raise InputError(
+                "aspects: give the aspect of each query image (e.g. 'lighting'; 'overall' for overall)"
+            )
         asp = check_aspects(aspects, len(q_imgs))
         if not q_imgs:
             raise InputError("queries: give at least one query image")
@@ -299,10 +364,16 @@ class AspectIndex:
         if k < 1:
             raise InputError(f"k must be >= 1, got {k}")
         bad = [("adjust", adjust)] if adjust is not None else []
-        bad = [(n, v) for n, v in bad + [(f"weights[{i}]", x) for i, x in enumerate(w)] if not np.isfinite(float(v))]
+        bad = [
+            (n, v)
+            for n, v in bad + [(f"weights[{i}]", x) for i, x in enumerate(w)]
+            if not np.isfinite(float(v))
+        ]
         if bad:  # a NaN would reach the ranking (every score NaN, the order arbitrary)
-            raise InputError(f"{bad[0][0]}: expected a finite number, got {bad[0][1]!r}"
-                             + (" (0.3 in the paper)" if bad[0][0] == "adjust" else ""))
+            raise InputError(
+                f"{bad[0][0]}: expected a finite number, got {bad[0][1]!r}"
+                + (" (0.3 in the paper)" if bad[0][0] == "adjust" else "")
+            )
         for a in asp:
             self._entry(a)
         if adjust:
@@ -317,7 +388,9 @@ class AspectIndex:
             adj_terms = [t for t, a in enumerate(asp) if not is_overall(a)]
             if adj_terms:
                 qo = model.embed([imgs[t] for t in adj_terms], [OVERALL] * len(adj_terms)).cpu().numpy()
-                combo[OVERALL] = combo.get(OVERALL, 0) - float(adjust) * sum(w[t] * qo[j] for j, t in enumerate(adj_terms))
+                combo[OVERALL] = combo.get(OVERALL, 0) - float(adjust) * sum(
+                    w[t] * qo[j] for j, t in enumerate(adj_terms)
+                )
         excl = {str(Path(p).resolve()) for p in exclude}
         excl_idx = {i for i, p in enumerate(self.paths) if p in excl}
         n_total = len(self.paths)
@@ -352,10 +425,12 @@ class AspectIndex:
             emb = self.embeddings(a)
             q32 = np.asarray(q, dtype=np.float32)
             for s in range(0, n, _CHUNK_ROWS):
-                out[s:s + _CHUNK_ROWS] += np.asarray(emb[s:s + _CHUNK_ROWS]) @ q32
+                out[s : s + _CHUNK_ROWS] += np.asarray(emb[s : s + _CHUNK_ROWS]) @ q32
         return out
 
-    def _shortlist(self, combo: dict[str, np.ndarray], k: int, excl: set[int]) -> tuple[list[int], list[float]]:
+    def _shortlist(
+        self, combo: dict[str, np.ndarray], k: int, excl: set[int]
+    ) -> tuple[list[int], list[float]]:
         depth = min(len(self.paths), max(100 * k, 1000))
         cand: set[int] = set()
         for a, q in combo.items():
@@ -389,28 +464,44 @@ def _write_faiss(emb: np.ndarray, factory: str, path: Path) -> None:
     try:
         index = faiss.index_factory(d, factory, faiss.METRIC_INNER_PRODUCT)
     except RuntimeError as e:
-        raise InputError(f"faiss factory {factory!r} is not understood ({str(e).splitlines()[0][:120]}); use e.g. "
-                         "'Flat', 'HNSW32' or 'IVF1024,Flat'") from None
+        raise InputError(
+            f"faiss factory {factory!r} is not understood ({str(e).splitlines()[0][:120]}); use e.g. "
+            "'Flat', 'HNSW32' or 'IVF1024,Flat'"
+        ) from None
     if not index.is_trained:
         sample = np.asarray(emb[: min(len(emb), 100_000)], dtype=np.float32)
         index.train(sample)
     for s in range(0, len(emb), _CHUNK_ROWS):
-        index.add(np.ascontiguousarray(emb[s:s + _CHUNK_ROWS], dtype=np.float32))
+        index.add(np.ascontiguousarray(emb[s : s + _CHUNK_ROWS], dtype=np.float32))
     tmp = path.with_name("." + path.name + ".tmp")
     faiss.write_index(index, str(tmp))
     os.replace(tmp, path)
 
 
-def _update_report(root: Path, old: AspectIndex | None, paths: list[str], aspects: list[str],
-                   rows_old: dict[int, int], *, same_model: bool, embedded: int) -> dict[str, Any]:
+def _update_report(
+    root: Path,
+    old: AspectIndex | None,
+    paths: list[str],
+    aspects: list[str],
+    rows_old: dict[int, int],
+    *,
+    same_model: bool,
+    embedded: int,
+) -> dict[str, Any]:
     """What a build does to the index already in ``root`` (``old``), with a warning when it removes anything:
     images of the old index that the new image list lacks, aspects not asked for again, or every embedding
     because the model changed. Extending an index (same model, a superset of images and aspects) says nothing."""
     import warnings
 
-    report: dict[str, Any] = {"updated": old is not None, "images": len(paths), "embedded_images": embedded,
-                              "reused_images": len(rows_old), "dropped_images": 0, "dropped_aspects": [],
-                              "model_changed": False}
+    report: dict[str, Any] = {
+        "updated": old is not None,
+        "images": len(paths),
+        "embedded_images": embedded,
+        "reused_images": len(rows_old),
+        "dropped_images": 0,
+        "dropped_aspects": [],
+        "model_changed": False,
+    }
     if old is None:
         return report
     report["dropped_images"] = len(set(old.paths) - set(paths))
@@ -418,20 +509,29 @@ def _update_report(root: Path, old: AspectIndex | None, paths: list[str], aspect
     report["model_changed"] = not same_model
     lost = []
     if not same_model:
-        lost.append(f"the embeddings of all {len(old.paths)} images (it was built with another model; every "
-                    "image is embedded again with this one)")
+        lost.append(
+            f"the embeddings of all {len(old.paths)} images (it was built with another model; every "
+            "image is embedded again with this one)"
+        )
     if report["dropped_images"]:
         lost.append(f"{report['dropped_images']} of its {len(old.paths)} images (not in the new image list)")
     if report["dropped_aspects"]:
         lost.append(f"the aspect(s) {report['dropped_aspects']} (not asked for again)")
     if lost:
-        warnings.warn(f"index {str(root)!r} already exists; updating it drops " + "; ".join(lost) +
-                      ". Index into a new folder to keep the old index, or give the same images and aspects "
-                      "again to extend it.", UserWarning, stacklevel=3)
+        warnings.warn(
+            f"index {str(root)!r} already exists; updating it drops "
+            + "; ".join(lost)
+            + ". Index into a new folder to keep the old index, or give the same images and aspects "
+            "again to extend it.",
+            UserWarning,
+            stacklevel=3,
+        )
     return report
 
 
-def build_index(images: Any, root: str | os.PathLike, model: Any, aspects: Sequence[str], **kwargs: Any) -> AspectIndex:
+def build_index(
+    images: Any, root: str | os.PathLike, model: Any, aspects: Sequence[str], **kwargs: Any
+) -> AspectIndex:
     """Shorthand for :meth:`AspectIndex.build`.
 
     >>> import tempfile
@@ -446,8 +546,15 @@ def build_index(images: Any, root: str | os.PathLike, model: Any, aspects: Seque
     return AspectIndex.build(images, root, model, aspects, **kwargs)
 
 
-def contact_sheet(queries: Sequence[tuple[Any, str]], hits: Sequence[Hit], out_path: str | os.PathLike, *,
-                  thumb: int = 160, columns: int | None = None, title: str | None = None) -> Path:
+def contact_sheet(
+    queries: Sequence[tuple[Any, str]],
+    hits: Sequence[Hit],
+    out_path: str | os.PathLike,
+    *,
+    thumb: int = 160,
+    columns: int | None = None,
+    title: str | None = None,
+) -> Path:
     """A PNG with the query image(s) (labelled with their aspect) on the left and the ranked results
     (rank and score under each) on the right.
 
@@ -470,8 +577,10 @@ def contact_sheet(queries: Sequence[tuple[Any, str]], hits: Sequence[Hit], out_p
         raise InputError(f"sheet {str(out)!r}: the contact sheet is a PNG; name it *.png")
     shown = [p for p, _ in queries] + [h.path for h in hits]
     if any(isinstance(p, (str, os.PathLike)) and os.path.realpath(p) == os.path.realpath(out) for p in shown):
-        raise InputError(f"sheet {str(out)!r} is one of the images it shows (a query or a result); it is never "
-                         "overwritten: write the sheet elsewhere")
+        raise InputError(
+            f"sheet {str(out)!r} is one of the images it shows (a query or a result); it is never "
+            "overwritten: write the sheet elsewhere"
+        )
     cols = columns or min(max(1, len(hits)), 5)
     rows = max(1, -(-len(hits) // cols))
     pad, label_h = 8, 28
@@ -490,13 +599,19 @@ def contact_sheet(queries: Sequence[tuple[Any, str]], hits: Sequence[Hit], out_p
         im.thumbnail((thumb, thumb))
         sheet.paste(im, (x + (thumb - im.width) // 2, y + (thumb - im.height) // 2))
         draw.rectangle([x - 1, y - 1, x + thumb, y + thumb], outline=color)
-        draw.text((x, y + thumb + 3), text[:2 * thumb // 6], fill=(0, 0, 0))
+        draw.text((x, y + thumb + 3), text[: 2 * thumb // 6], fill=(0, 0, 0))
 
     for i, (img, aspect) in enumerate(queries):
         place(img, pad, top + pad + i * cell_h, f"query: {aspect}", (200, 30, 30))
     for j, h in enumerate(hits):
         r, c = divmod(j, cols)
-        place(h.path, pad + cell_w * (1 + c), top + pad + r * cell_h, f"#{h.rank}  {h.score:.3f}", (120, 120, 120))
+        place(
+            h.path,
+            pad + cell_w * (1 + c),
+            top + pad + r * cell_h,
+            f"#{h.rank}  {h.score:.3f}",
+            (120, 120, 120),
+        )
     out.parent.mkdir(parents=True, exist_ok=True)
     sheet.save(out, format="PNG")
     return out

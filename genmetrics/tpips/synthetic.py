@@ -24,7 +24,9 @@ POSITIONS = ("top left", "top right", "bottom left", "bottom right")
 ASPECTS = ("color", "position")
 
 
-def draw_object(color: str, position: str, size: int, g: torch.Generator, shape: str | None = None) -> torch.Tensor:
+def draw_object(
+    color: str, position: str, size: int, g: torch.Generator, shape: str | None = None
+) -> torch.Tensor:
     """One ``uint8 [3,size,size]`` image: the object in its quadrant on a grey background (shape random unless
     given; shade, size, offset and background jittered).
 
@@ -46,7 +48,7 @@ def draw_object(color: str, position: str, size: int, g: torch.Generator, shape:
     yy, xx = torch.meshgrid(torch.arange(size) + 0.5, torch.arange(size) + 0.5, indexing="ij")
     dy, dx = yy - cy, xx - cx
     if shape == "circle":
-        mask = dy ** 2 + dx ** 2 <= r ** 2
+        mask = dy**2 + dx**2 <= r**2
     elif shape == "square":
         h = r * math.sqrt(math.pi) / 2  # same area as the circle
         mask = (dy.abs() <= h) & (dx.abs() <= h)
@@ -61,7 +63,9 @@ def draw_object(color: str, position: str, size: int, g: torch.Generator, shape:
     return (img.clamp(0, 1) * 255).round().to(torch.uint8)
 
 
-def aspect_triplets(n: int, *, seed: int = 0, size: int = 64) -> list[tuple[OddOneOutRecord, OddOneOutRecord]]:
+def aspect_triplets(
+    n: int, *, seed: int = 0, size: int = 64
+) -> list[tuple[OddOneOutRecord, OddOneOutRecord]]:
     """``n`` triplets, each as ``(color record, position record)`` over the same three images (uint8 tensors).
 
     The two records of a triplet share the images but name different odd ones (votes are one-hot):
@@ -81,6 +85,10 @@ def aspect_triplets(n: int, *, seed: int = 0, size: int = 64) -> list[tuple[OddO
         images = tuple(draw_object(objs[k][0], objs[k][1], size, g) for k in order)
         odd_color, odd_position = order.index(2), order.index(0)
         votes = [tuple(1.0 if k == odd else 0.0 for k in range(3)) for odd in (odd_color, odd_position)]
-        out.append((OddOneOutRecord(id=f"s{seed}-{i}-color", images=images, aspect="color", votes=votes[0]),  # type: ignore[arg-type]
-                    OddOneOutRecord(id=f"s{seed}-{i}-position", images=images, aspect="position", votes=votes[1])))  # type: ignore[arg-type]
+        out.append(
+            (
+                OddOneOutRecord(id=f"s{seed}-{i}-color", images=images, aspect="color", votes=votes[0]),  # type: ignore[arg-type]
+                OddOneOutRecord(id=f"s{seed}-{i}-position", images=images, aspect="position", votes=votes[1]),
+            )
+        )  # type: ignore[arg-type]
     return out

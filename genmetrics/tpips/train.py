@@ -37,16 +37,27 @@ from genmetrics.data.jsonl import OddOneOutRecord, load_odd_one_out
 from genmetrics.errors import InputError
 from genmetrics.train import TrainLoopConfig, TrainTask, fit
 
-__all__ = ["DEFAULT_BATCH", "DEFAULT_LR", "LORA_TARGETS", "TPIPSTrainTask", "TrainConfig", "TrainResult",
-           "build_model", "soft_cross_entropy", "train_tpips"]
+__all__ = [
+    "DEFAULT_BATCH",
+    "DEFAULT_LR",
+    "LORA_TARGETS",
+    "TPIPSTrainTask",
+    "TrainConfig",
+    "TrainResult",
+    "build_model",
+    "soft_cross_entropy",
+    "train_tpips",
+]
 
 DEFAULT_LR = {"late": 5e-5, "early": 1e-4, "mid": 1e-4, "triplet": 3e-5}
 DEFAULT_BATCH = {"late": 128, "early": 128, "mid": 32, "triplet": 32}
 TRAIN_VARIANTS = ("late", "mid", "early", "triplet")
 #: LoRA target choices: the official Qwen3-VL-Embedding training's projections (default), or every linear
 #: layer of the language tower (adds the attention output projection)
-LORA_TARGETS: dict[str, Any] = {"qkv-mlp": ["q_proj", "k_proj", "v_proj", "gate_proj", "up_proj", "down_proj"],
-                                "all-linear": "all-linear"}
+LORA_TARGETS: dict[str, Any] = {
+    "qkv-mlp": ["q_proj", "k_proj", "v_proj", "gate_proj", "up_proj", "down_proj"],
+    "all-linear": "all-linear",
+}
 PERMUTATIONS = ((0, 1, 2), (0, 2, 1), (1, 0, 2), (1, 2, 0), (2, 0, 1), (2, 1, 0))
 
 
@@ -78,7 +89,9 @@ class TrainConfig:
     lora_targets: str = "qkv-mlp"
     head_lr_mult: float | None = None  # default 5 for the triplet head, 1 otherwise
     probe_layers: int = 20
-    mid_text_norm: str = "layer"  # mid fusion: LayerNorm on the channel-weight MLPs' input ("none": paper-literal)
+    mid_text_norm: str = (
+        "layer"  # mid fusion: LayerNorm on the channel-weight MLPs' input ("none": paper-literal)
+    )
     image_size: int | None = None  # side of the "square" policy; None: resize="smart"
     resize: str | None = None  # "smart" (official Qwen3-VL-Embedding policy, default) or "square"
     val_every: int | None = None  # None: validate once per epoch (and at the end)
@@ -96,7 +109,9 @@ class TrainConfig:
         c.lr = DEFAULT_LR[c.variant] if c.lr is None else float(c.lr)
         c.batch_size = DEFAULT_BATCH[c.variant] if c.batch_size is None else int(c.batch_size)
         c.lora_alpha = 2 * c.lora_r if c.lora_alpha is None else int(c.lora_alpha)
-        c.head_lr_mult = (5.0 if c.variant == "triplet" else 1.0) if c.head_lr_mult is None else float(c.head_lr_mult)
+        c.head_lr_mult = (
+            (5.0 if c.variant == "triplet" else 1.0) if c.head_lr_mult is None else float(c.head_lr_mult)
+        )
         for name in ("batch_size", "micro_batch_size", "lora_r"):
             if int(getattr(c, name)) < 1:
                 raise InputError(f"{name} must be >= 1, got {getattr(c, name)}")
@@ -140,8 +155,10 @@ def _records(data: Any, name: str) -> list[OddOneOutRecord]:
         raise InputError(f"{name}: no training records")
     for r in recs:
         if not isinstance(r, OddOneOutRecord):
-            raise InputError(f"{name}: expected odd-one-out records (genmetrics.data.jsonl.OddOneOutRecord), got "
-                             f"{type(r).__name__}")
+            raise InputError(
+                f"{name}: expected odd-one-out records (genmetrics.data.jsonl.OddOneOutRecord), got "
+                f"{type(r).__name__}"
+            )
         for p in r.images:
             if isinstance(p, (str, os.PathLike)) and not Path(p).is_file():
                 raise InputError(f"{name}: record {r.id!r}: image file {str(p)!r} does not exist")
@@ -173,16 +190,32 @@ def build_model(config: TrainConfig, backbone: Any, processor: Any) -> torch.nn.
     from genmetrics.tpips.model import TPIPSModel, TPIPSTripletModel
 
     if not hasattr(backbone, "peft_config"):
-        with warnings.catch_warnings():  # peft calls a deprecated transformers alias (is_gradient_checkpointing)
+        with (
+            warnings.catch_warnings()
+        ):  # peft calls a deprecated transformers alias (is_gradient_checkpointing)
             warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
-            backbone = add_lora(backbone, r=config.lora_r, alpha=config.lora_alpha, dropout=config.lora_dropout,
-                                target_modules=LORA_TARGETS[config.lora_targets])
+            backbone = add_lora(
+                backbone,
+                r=config.lora_r,
+                alpha=config.lora_alpha,
+                dropout=config.lora_dropout,
+                target_modules=LORA_TARGETS[config.lora_targets],
+            )
     if config.variant == "triplet":
-        model: torch.nn.Module = TPIPSTripletModel(backbone, processor, image_size=config.image_size)  # square
+        model: torch.nn.Module = TPIPSTripletModel(
+            backbone, processor, image_size=config.image_size
+        )  # square
     else:
-        model = TPIPSModel(backbone, processor, config.variant, image_size=config.image_size, resize=config.resize,
-                           temperature=config.temperature, probe_layers=config.probe_layers,
-                           mid_text_norm=config.mid_text_norm)
+        model = TPIPSModel(
+            backbone,
+            processor,
+            config.variant,
+            image_size=config.image_size,
+            resize=config.resize,
+            temperature=config.temperature,
+            probe_layers=config.probe_layers,
+            mid_text_norm=config.mid_text_norm,
+        )
     for n, p in model.named_parameters():
         if "visual" in n:
             p.requires_grad_(False)
@@ -212,8 +245,11 @@ class TPIPSTrainTask(TrainTask):
         from genmetrics.data.images import load_batch
 
         cols = [load_batch([r.images[k] for r in examples], name=f"images{k + 1}") for k in range(3)]
-        return {"x": cols, "aspects": [r.aspect for r in examples],
-                "votes": torch.tensor([r.votes for r in examples], dtype=torch.float64)}
+        return {
+            "x": cols,
+            "aspects": [r.aspect for r in examples],
+            "votes": torch.tensor([r.votes for r in examples], dtype=torch.float64),
+        }
 
     def loss(self, module: torch.nn.Module, batch: dict[str, Any]) -> tuple[torch.Tensor, dict[str, float]]:
         x, asp, votes = batch["x"], batch["aspects"], batch["votes"]
@@ -229,9 +265,14 @@ class TPIPSTrainTask(TrainTask):
 
         preds = []
         for i in range(0, len(examples), 16):
-            chunk = examples[i:i + 16]
-            preds.append(module.odd_one_out(*[[r.images[k] for r in chunk] for k in range(3)],
-                                            [r.aspect for r in chunk]).double().cpu())
+            chunk = examples[i : i + 16]
+            preds.append(
+                module.odd_one_out(
+                    *[[r.images[k] for r in chunk] for k in range(3)], [r.aspect for r in chunk]
+                )
+                .double()
+                .cpu()
+            )
         mean, se = odd_one_out_agreement(torch.cat(preds), torch.tensor([r.votes for r in examples]))
         return {"agreement": mean, "stderr": se}
 
@@ -259,40 +300,91 @@ class TPIPSTrainTask(TrainTask):
             raise RuntimeError("no trainable parameters after adding LoRA")
         lora = [p for n, p in params if "lora_" in n]
         head = [p for n, p in params if "lora_" not in n]
-        return [g for g in ({"params": lora, "lr_scale": 1.0}, {"params": head, "lr_scale": self.cfg.head_lr_mult})
-                if g["params"]]
+        return [
+            g
+            for g in ({"params": lora, "lr_scale": 1.0}, {"params": head, "lr_scale": self.cfg.head_lr_mult})
+            if g["params"]
+        ]
 
 
-def _loop_config(cfg: TrainConfig, out: Path, n_train: int, resume: bool, progress: bool, world: int) -> TrainLoopConfig:
+def _loop_config(
+    cfg: TrainConfig, out: Path, n_train: int, resume: bool, progress: bool, world: int
+) -> TrainLoopConfig:
     if cfg.batch_size % world:  # type: ignore[operator]
-        raise InputError(f"batch_size {cfg.batch_size} must be a multiple of the number of processes ({world})")
+        raise InputError(
+            f"batch_size {cfg.batch_size} must be a multiple of the number of processes ({world})"
+        )
     per_rank = cfg.batch_size // world  # type: ignore[operator]
     micro = min(cfg.micro_batch_size, per_rank)
     if per_rank % micro:
-        raise InputError(f"batch_size {cfg.batch_size} over {world} process(es) is {per_rank} examples each, not a "
-                         f"multiple of micro_batch_size {micro}; choose sizes that divide")
+        raise InputError(
+            f"batch_size {cfg.batch_size} over {world} process(es) is {per_rank} examples each, not a "
+            f"multiple of micro_batch_size {micro}; choose sizes that divide"
+        )
     epochs = cfg.epochs
     max_steps = cfg.max_steps
     if max_steps is None and float(epochs) != int(epochs):
         max_steps = max(1, math.ceil(epochs * n_train / cfg.batch_size))  # type: ignore[operator]
-    extra = {k: v for k, v in asdict(cfg).items()
-             if k not in ("lr", "epochs", "max_steps", "warmup_ratio", "weight_decay", "max_grad_norm", "seed",
-                          "val_every", "save_every", "keep_checkpoints", "num_workers", "mixed_precision")}
+    extra = {
+        k: v
+        for k, v in asdict(cfg).items()
+        if k
+        not in (
+            "lr",
+            "epochs",
+            "max_steps",
+            "warmup_ratio",
+            "weight_decay",
+            "max_grad_norm",
+            "seed",
+            "val_every",
+            "save_every",
+            "keep_checkpoints",
+            "num_workers",
+            "mixed_precision",
+        )
+    }
     cuda = torch.cuda.is_available()
     return TrainLoopConfig(
-        out_dir=out, lr=float(cfg.lr), weight_decay=cfg.weight_decay, epochs=max(1, math.ceil(epochs)),  # type: ignore[arg-type]
-        max_steps=max_steps, batch_size=micro, grad_accum=per_rank // micro, warmup_ratio=cfg.warmup_ratio,
-        scheduler="cosine", max_grad_norm=cfg.max_grad_norm, seed=cfg.seed, eval_every=cfg.val_every or None,
-        metric_for_best="agreement", greater_is_better=True, save_every=cfg.save_every or None,
-        keep_checkpoints=cfg.keep_checkpoints, resume=resume, mixed_precision=cfg.mixed_precision or (
-            "bf16" if cuda else "no"), find_unused_parameters=cfg.variant == "mid", num_workers=cfg.num_workers,
-        progress=progress, extra=extra)
+        out_dir=out,
+        lr=float(cfg.lr),
+        weight_decay=cfg.weight_decay,
+        epochs=max(1, math.ceil(epochs)),  # type: ignore[arg-type]
+        max_steps=max_steps,
+        batch_size=micro,
+        grad_accum=per_rank // micro,
+        warmup_ratio=cfg.warmup_ratio,
+        scheduler="cosine",
+        max_grad_norm=cfg.max_grad_norm,
+        seed=cfg.seed,
+        eval_every=cfg.val_every or None,
+        metric_for_best="agreement",
+        greater_is_better=True,
+        save_every=cfg.save_every or None,
+        keep_checkpoints=cfg.keep_checkpoints,
+        resume=resume,
+        mixed_precision=cfg.mixed_precision or ("bf16" if cuda else "no"),
+        find_unused_parameters=cfg.variant == "mid",
+        num_workers=cfg.num_workers,
+        progress=progress,
+        extra=extra,
+    )
 
 
 # --------------------------------------------------------------------------------------------- main
-def train_tpips(data: Any, out_dir: str | os.PathLike, *, config: TrainConfig | None = None, backbone: Any = None,
-                processor: Any = None, weights: str | None = None, val_data: Any = None, resume: bool = False,
-                overwrite: bool = False, progress: bool = True) -> TrainResult:
+def train_tpips(
+    data: Any,
+    out_dir: str | os.PathLike,
+    *,
+    config: TrainConfig | None = None,
+    backbone: Any = None,
+    processor: Any = None,
+    weights: str | None = None,
+    val_data: Any = None,
+    resume: bool = False,
+    overwrite: bool = False,
+    progress: bool = True,
+) -> TrainResult:
     """Train TPIPS on odd-one-out records (a JSONL path or a list of ``OddOneOutRecord``).
 
     Inputs are validated before any weights load. ``backbone``/``processor``: a Qwen3-VL model and its
@@ -332,7 +424,9 @@ def train_tpips(data: Any, out_dir: str | os.PathLike, *, config: TrainConfig | 
         from genmetrics.tpips.common import DEFAULT_WEIGHTS, TRIPLET_WEIGHTS
 
         base_weights = weights or (TRIPLET_WEIGHTS if cfg.variant == "triplet" else DEFAULT_WEIGHTS)
-        backbone, processor = load_vlm(base_weights, device=state.device, for_generation=cfg.variant == "triplet")
+        backbone, processor = load_vlm(
+            base_weights, device=state.device, for_generation=cfg.variant == "triplet"
+        )
     elif processor is None:
         raise InputError("processor: pass the backbone's processor together with backbone=")
     with torch.random.fork_rng(devices=[]):
@@ -349,5 +443,12 @@ def train_tpips(data: Any, out_dir: str | os.PathLike, *, config: TrainConfig | 
     val = [{k: v for k, v in r.items() if k != "kind"} for r in res.history if r.get("kind") == "eval"]
     trained = res.module if res.module is not None else model
     trained.eval()
-    return TrainResult(out_dir=out, adapter_dir=res.final_dir, steps=res.steps, losses=losses, val=val, model=trained,
-                       best_dir=res.best_dir)
+    return TrainResult(
+        out_dir=out,
+        adapter_dir=res.final_dir,
+        steps=res.steps,
+        losses=losses,
+        val=val,
+        model=trained,
+        best_dir=res.best_dir,
+    )

@@ -73,13 +73,29 @@ class TPIPSTripletModel(VLMBase):
 
     variant = "triplet"
 
-    def __init__(self, backbone: nn.Module, processor: Any, *, image_size: int | None = None,
-                 prompts: tuple[str, str] | None = None, two_afc_prompts: tuple[str, str] | None = None,
-                 vision_cache_size: int = 8, batch_size: int = 8, data_range: float = 1.0,
-                 max_aspect_tokens: int = MAX_ASPECT_TOKENS) -> None:
-        super().__init__(backbone, processor, image_size=image_size or DEFAULT_IMAGE_SIZE, resize="square",
-                         vision_cache_size=vision_cache_size, batch_size=batch_size, data_range=data_range,
-                         max_aspect_tokens=max_aspect_tokens)
+    def __init__(
+        self,
+        backbone: nn.Module,
+        processor: Any,
+        *,
+        image_size: int | None = None,
+        prompts: tuple[str, str] | None = None,
+        two_afc_prompts: tuple[str, str] | None = None,
+        vision_cache_size: int = 8,
+        batch_size: int = 8,
+        data_range: float = 1.0,
+        max_aspect_tokens: int = MAX_ASPECT_TOKENS,
+    ) -> None:
+        super().__init__(
+            backbone,
+            processor,
+            image_size=image_size or DEFAULT_IMAGE_SIZE,
+            resize="square",
+            vision_cache_size=vision_cache_size,
+            batch_size=batch_size,
+            data_range=data_range,
+            max_aspect_tokens=max_aspect_tokens,
+        )
         self.prompts = check_prompts(prompts, "triplet")
         self.two_afc_prompts = check_prompts(two_afc_prompts, "triplet_2afc", name="two_afc_prompts")
         self.answer_ids = self._answer_token_ids(ANSWERS_3)
@@ -103,27 +119,41 @@ class TPIPSTripletModel(VLMBase):
             w = self.language_model.embed_tokens.weight
         return w.detach()[ids].clone()
 
-    def _logits(self, images: list[torch.Tensor], aspects: list[str], prompts: tuple[str, str]) -> torch.Tensor:
+    def _logits(
+        self, images: list[torch.Tensor], aspects: list[str], prompts: tuple[str, str]
+    ) -> torch.Tensor:
         feats = self.vision_features(images, use_cache=self.vision_cache.max_items > 0)
         outs = []
         for i in range(0, len(images), self.batch_size):
-            items = [[("text", "<|im_start|>user\n"), ("image", f),
-                      ("text", prompt_for("triplet", self._clip_aspect(a), prompts)),
-                      ("text", "<|im_end|>\n<|im_start|>assistant\n")]
-                     for f, a in zip(feats[i:i + self.batch_size], aspects[i:i + self.batch_size])]
+            items = [
+                [
+                    ("text", "<|im_start|>user\n"),
+                    ("image", f),
+                    ("text", prompt_for("triplet", self._clip_aspect(a), prompts)),
+                    ("text", "<|im_end|>\n<|im_start|>assistant\n"),
+                ]
+                for f, a in zip(feats[i : i + self.batch_size], aspects[i : i + self.batch_size])
+            ]
             batch = self._build_single(items)
             h = self.last_token_states(batch)
             outs.append(self.head(h.to(self.head.weight.dtype)))
         return torch.cat(outs, 0)
 
-    def ordered_logits(self, x1: list[torch.Tensor], x2: list[torch.Tensor], x3: list[torch.Tensor],
-                       aspects: list[str]) -> torch.Tensor:
+    def ordered_logits(
+        self, x1: list[torch.Tensor], x2: list[torch.Tensor], x3: list[torch.Tensor], aspects: list[str]
+    ) -> torch.Tensor:
         """``[B,3]`` answer logits for the images in the given (left, middle, right) order."""
         x1, x2, x3 = self.resized(x1), self.resized(x2), self.resized(x3)
         return self._logits([_concat([a, b, c]) for a, b, c in zip(x1, x2, x3)], aspects, self.prompts)
 
-    def forward(self, images1: Any, images2: Any, images3: Any, aspects: list[str],
-                permutations: list[tuple[int, int, int]] | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        images1: Any,
+        images2: Any,
+        images3: Any,
+        aspects: list[str],
+        permutations: list[tuple[int, int, int]] | None = None,
+    ) -> torch.Tensor:
         """Training forward: ``[B,3]`` logits over the original positions; each row ``i`` is shown in the
         order ``permutations[i]`` (identity if None)."""
         cols = [self.load_images(im) for im in (images1, images2, images3)]
@@ -141,8 +171,11 @@ class TPIPSTripletModel(VLMBase):
         """``[B,3]`` probability that each image is the odd one out, averaged over the 6 orders."""
         cols, asp = self.load_triplets(images1, images2, images3, aspects)
         with torch.no_grad():
-            return _mean_over_orders(lambda c: torch.softmax(self.ordered_logits(c[0], c[1], c[2], asp).double(), 1), cols,
-                                     list(itertools.permutations(range(3)))).float()
+            return _mean_over_orders(
+                lambda c: torch.softmax(self.ordered_logits(c[0], c[1], c[2], asp).double(), 1),
+                cols,
+                list(itertools.permutations(range(3))),
+            ).float()
 
     def two_afc(self, reference: Any, candidates0: Any, candidates1: Any, aspects: Any) -> torch.Tensor:
         """``[B,2]`` probability that each candidate is more similar to the reference (reference in the
@@ -155,7 +188,10 @@ class TPIPSTripletModel(VLMBase):
         asp = check_aspects(aspects, len(ref))
 
         def probs(cands: list[list[torch.Tensor]]) -> torch.Tensor:
-            imgs = [_concat([x, r, y]) for x, r, y in zip(self.resized(cands[0]), self.resized(ref), self.resized(cands[1]))]
+            imgs = [
+                _concat([x, r, y])
+                for x, r, y in zip(self.resized(cands[0]), self.resized(ref), self.resized(cands[1]))
+            ]
             lg = self._logits(imgs, asp, self.two_afc_prompts)
             return torch.softmax(lg[:, [0, 2]].double(), 1)  # left / right
 
@@ -170,10 +206,17 @@ class TPIPSTripletModel(VLMBase):
         from genmetrics.tpips.loading import save_peft
 
         save_peft(self.backbone, out)
-        save_file({f"head.{k}": v.detach().cpu().contiguous() for k, v in self.head.state_dict().items()},
-                  str(out / HEAD_NAME))
-        cfg = {"format": FORMAT, "variant": "triplet", "image_size": self.image_size, "prompts": list(self.prompts),
-               "base_weights": base_weights}
+        save_file(
+            {f"head.{k}": v.detach().cpu().contiguous() for k, v in self.head.state_dict().items()},
+            str(out / HEAD_NAME),
+        )
+        cfg = {
+            "format": FORMAT,
+            "variant": "triplet",
+            "image_size": self.image_size,
+            "prompts": list(self.prompts),
+            "base_weights": base_weights,
+        }
         (out / CONFIG_NAME).write_text(json.dumps(cfg, indent=2))
         return out
 

@@ -17,8 +17,16 @@ __all__ = ["TrainLoopConfig", "SCHEDULERS", "RESUME_FREE"]
 SCHEDULERS = ("cosine", "linear", "constant_with_warmup", "constant", "cosine_with_restarts", "polynomial")
 MIXED_PRECISION = ("no", "fp16", "bf16")
 # options that do not change the trained numbers: a resume may change them freely
-RESUME_FREE = ("out_dir", "resume", "overwrite", "progress", "save_every", "save_every_minutes", "keep_checkpoints",
-               "num_workers")
+RESUME_FREE = (
+    "out_dir",
+    "resume",
+    "overwrite",
+    "progress",
+    "save_every",
+    "save_every_minutes",
+    "keep_checkpoints",
+    "num_workers",
+)
 _OWNER = "TrainLoopConfig"
 
 
@@ -85,7 +93,9 @@ class TrainLoopConfig:
             c.max_steps = opt.integer("max_steps", c.max_steps, lo=1, owner=_OWNER)
         c.batch_size = opt.integer("batch_size", c.batch_size, lo=1, owner=_OWNER)
         c.grad_accum = opt.integer("grad_accum", c.grad_accum, lo=1, owner=_OWNER)
-        c.warmup_ratio = opt.number("warmup_ratio", c.warmup_ratio, lo=0.0, hi=1.0, hi_open=True, owner=_OWNER)
+        c.warmup_ratio = opt.number(
+            "warmup_ratio", c.warmup_ratio, lo=0.0, hi=1.0, hi_open=True, owner=_OWNER
+        )
         c.scheduler = opt.choice("scheduler", c.scheduler, SCHEDULERS, owner=_OWNER)
         if c.max_grad_norm is not None:
             c.max_grad_norm = opt.number("max_grad_norm", c.max_grad_norm, lo=0.0, lo_open=True, owner=_OWNER)
@@ -93,21 +103,28 @@ class TrainLoopConfig:
         for name in ("eval_every", "early_stopping_patience", "save_every"):
             if getattr(c, name) is not None:
                 setattr(c, name, opt.integer(name, getattr(c, name), lo=1, owner=_OWNER))
-        c.early_stopping_min_delta = opt.number("early_stopping_min_delta", c.early_stopping_min_delta, lo=0.0,
-                                                owner=_OWNER)
+        c.early_stopping_min_delta = opt.number(
+            "early_stopping_min_delta", c.early_stopping_min_delta, lo=0.0, owner=_OWNER
+        )
         if not isinstance(c.metric_for_best, str) or not c.metric_for_best:
-            raise InputError(f"{_OWNER}: option metric_for_best: expected the name of a metric returned by the "
-                             f"task's evaluate(), got {c.metric_for_best!r}")
+            raise InputError(
+                f"{_OWNER}: option metric_for_best: expected the name of a metric returned by the "
+                f"task's evaluate(), got {c.metric_for_best!r}"
+            )
         if c.save_every_minutes is not None:
-            c.save_every_minutes = opt.number("save_every_minutes", c.save_every_minutes, lo=0.0, owner=_OWNER)
+            c.save_every_minutes = opt.number(
+                "save_every_minutes", c.save_every_minutes, lo=0.0, owner=_OWNER
+            )
         c.keep_checkpoints = opt.integer("keep_checkpoints", c.keep_checkpoints, lo=1, owner=_OWNER)
         c.mixed_precision = opt.choice("mixed_precision", c.mixed_precision, MIXED_PRECISION, owner=_OWNER)
         c.num_workers = opt.integer("num_workers", c.num_workers, lo=0, owner=_OWNER)
         for name in ("greater_is_better", "resume", "overwrite", "find_unused_parameters", "progress"):
             setattr(c, name, opt.flag(name, getattr(c, name), owner=_OWNER))
         if not isinstance(c.extra, dict):
-            raise InputError(f"{_OWNER}: option extra: expected a dict of family hyper-parameters, got "
-                             f"{type(c.extra).__name__}")
+            raise InputError(
+                f"{_OWNER}: option extra: expected a dict of family hyper-parameters, got "
+                f"{type(c.extra).__name__}"
+            )
         return c
 
     def recorded(self) -> dict[str, Any]:

@@ -83,14 +83,23 @@ def _progress_bar(total: int, initial: int, enabled: bool):
 
     setting = env("GENMETRICS_PROGRESS")
     off = not enabled or setting == "0" or (setting is None and not sys.stderr.isatty())
-    return tqdm(total=total, initial=initial, desc="train", unit="step", disable=off, file=sys.stderr,
-                dynamic_ncols=True)
+    return tqdm(
+        total=total,
+        initial=initial,
+        desc="train",
+        unit="step",
+        disable=off,
+        file=sys.stderr,
+        dynamic_ncols=True,
+    )
 
 
 def _check_examples(examples: Any, name: str) -> list:
     if isinstance(examples, (str, bytes, os.PathLike)) or not hasattr(examples, "__len__"):
-        raise InputError(f"fit: {name}: expected a list of examples (the task's collate() turns a list of them into "
-                         f"a batch), got {type(examples).__name__}")
+        raise InputError(
+            f"fit: {name}: expected a list of examples (the task's collate() turns a list of them into "
+            f"a batch), got {type(examples).__name__}"
+        )
     examples = list(examples)
     if not examples:
         raise InputError(f"fit: {name}: the list of examples is empty")
@@ -108,7 +117,9 @@ def _optimizer(task: Any, module: torch.nn.Module, cfg: TrainLoopConfig) -> torc
     out = []
     for i, g in enumerate(groups):
         if "params" not in g:
-            raise InputError(f"fit: param_groups()[{i}] has no 'params'; expected {{'params': [...], 'lr_scale': x}}")
+            raise InputError(
+                f"fit: param_groups()[{i}] has no 'params'; expected {{'params': [...], 'lr_scale': x}}"
+            )
         g = dict(g)
         g["lr"] = cfg.lr * float(g.pop("lr_scale", 1.0))
         out.append(g)
@@ -119,7 +130,9 @@ def _trainable_state(module: torch.nn.Module) -> dict[str, torch.Tensor]:
     """The trained parameters and the buffers (what a checkpoint must hold; frozen weights are not saved)."""
     state = {n: p.detach() for n, p in module.named_parameters() if p.requires_grad}
     params = dict(module.named_parameters())
-    state.update({n: b.detach() for n, b in module.state_dict().items() if n not in params and torch.is_tensor(b)})
+    state.update(
+        {n: b.detach() for n, b in module.state_dict().items() if n not in params and torch.is_tensor(b)}
+    )
     return state
 
 
@@ -128,8 +141,11 @@ def _improved(value: float, best: float | None, cfg: TrainLoopConfig) -> bool:
         return False
     if best is None:
         return True
-    return value > best + cfg.early_stopping_min_delta if cfg.greater_is_better else \
-        value < best - cfg.early_stopping_min_delta
+    return (
+        value > best + cfg.early_stopping_min_delta
+        if cfg.greater_is_better
+        else value < best - cfg.early_stopping_min_delta
+    )
 
 
 def fit(task: Any, train_examples: Any, cfg: TrainLoopConfig, val_examples: Any = None) -> TrainResult:
@@ -162,11 +178,15 @@ def fit(task: Any, train_examples: Any, cfg: TrainLoopConfig, val_examples: Any 
     train_examples = _check_examples(train_examples, "train_examples")
     val_examples = _check_examples(val_examples, "val_examples") if val_examples is not None else []
     if cfg.early_stopping_patience is not None and not val_examples:
-        raise InputError("fit: early_stopping_patience needs validation examples: pass val_examples=... or set "
-                         "early_stopping_patience=None")
+        raise InputError(
+            "fit: early_stopping_patience needs validation examples: pass val_examples=... or set "
+            "early_stopping_patience=None"
+        )
     out: Path = cfg.out_dir  # type: ignore[assignment]
     if out.exists() and not out.is_dir():
-        raise InputError(f"out_dir {str(out)!r} is a file; expected a folder (or a path that does not exist yet)")
+        raise InputError(
+            f"out_dir {str(out)!r} is a file; expected a folder (or a path that does not exist yet)"
+        )
     lock = _lock_out_dir(out)
     try:
         return _fit_locked(task, train_examples, cfg, val_examples, out)
@@ -182,13 +202,17 @@ def _lock_out_dir(out: Path) -> Any:
 
     from genmetrics.data.results import lock_output_folder
 
-    rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else int(os.environ.get("RANK") or 0)
+    rank = (
+        dist.get_rank() if dist.is_available() and dist.is_initialized() else int(os.environ.get("RANK") or 0)
+    )
     if rank != 0:
         return None
     return lock_output_folder(out)
 
 
-def _fit_locked(task: Any, train_examples: list, cfg: TrainLoopConfig, val_examples: list, out: Path) -> TrainResult:
+def _fit_locked(
+    task: Any, train_examples: list, cfg: TrainLoopConfig, val_examples: list, out: Path
+) -> TrainResult:
     from accelerate import Accelerator
     from accelerate.state import AcceleratorState, GradientState
     from accelerate.utils import DistributedDataParallelKwargs, broadcast_object_list, set_seed
@@ -198,14 +222,21 @@ def _fit_locked(task: Any, train_examples: list, cfg: TrainLoopConfig, val_examp
     if shared and shared.get("_mixed_precision") not in (None, cfg.mixed_precision):
         AcceleratorState._reset_state()  # an earlier fit in this process used another precision (the process group stays)
     GradientState._reset_state()  # no data loader left registered by an earlier, interrupted fit
-    acc = Accelerator(mixed_precision=cfg.mixed_precision, cpu=not torch.cuda.is_available(),
-                      gradient_accumulation_steps=cfg.grad_accum,
-                      kwargs_handlers=[DistributedDataParallelKwargs(find_unused_parameters=cfg.find_unused_parameters)])
+    acc = Accelerator(
+        mixed_precision=cfg.mixed_precision,
+        cpu=not torch.cuda.is_available(),
+        gradient_accumulation_steps=cfg.grad_accum,
+        kwargs_handlers=[DistributedDataParallelKwargs(find_unused_parameters=cfg.find_unused_parameters)],
+    )
     world = acc.num_processes
     loader = torch.utils.data.DataLoader(
-        _Examples(train_examples), batch_size=cfg.batch_size, sampler=_EpochPermutation(len(train_examples), cfg.seed),
-        collate_fn=task.collate, num_workers=cfg.num_workers,
-        generator=torch.Generator().manual_seed(cfg.seed))  # creating an iterator must not draw from the global RNG
+        _Examples(train_examples),
+        batch_size=cfg.batch_size,
+        sampler=_EpochPermutation(len(train_examples), cfg.seed),
+        collate_fn=task.collate,
+        num_workers=cfg.num_workers,
+        generator=torch.Generator().manual_seed(cfg.seed),
+    )  # creating an iterator must not draw from the global RNG
     sampler: _EpochPermutation = loader.sampler  # type: ignore[assignment]
     loader = acc.prepare_data_loader(loader)
     n_micro = len(loader)
@@ -214,22 +245,36 @@ def _fit_locked(task: Any, train_examples: list, cfg: TrainLoopConfig, val_examp
     warm = warmup_steps(total, cfg.warmup_ratio)
 
     settings = {k: v for k, v in cfg.recorded().items() if k not in RESUME_FREE}
-    settings.update(processes=world, data_fingerprint=task.data_fingerprint(train_examples), n_train=len(train_examples),
-                    val_fingerprint=task.data_fingerprint(val_examples) if val_examples else None,
-                    n_val=len(val_examples))
-    record = {"settings": settings, "derived": {
-        "global_batch": cfg.batch_size * cfg.grad_accum * world, "micro_batches_per_epoch_per_process": n_micro,
-        "steps_per_epoch": steps_per_epoch, "total_steps": total, "warmup_steps": warm,
-        "mixed_precision": str(acc.mixed_precision), "device": str(acc.device)},
-        "options": cfg.recorded()}
+    settings.update(
+        processes=world,
+        data_fingerprint=task.data_fingerprint(train_examples),
+        n_train=len(train_examples),
+        val_fingerprint=task.data_fingerprint(val_examples) if val_examples else None,
+        n_val=len(val_examples),
+    )
+    record = {
+        "settings": settings,
+        "derived": {
+            "global_batch": cfg.batch_size * cfg.grad_accum * world,
+            "micro_batches_per_epoch_per_process": n_micro,
+            "steps_per_epoch": steps_per_epoch,
+            "total_steps": total,
+            "warmup_steps": warm,
+            "mixed_precision": str(acc.mixed_precision),
+            "device": str(acc.device),
+        },
+        "options": cfg.recorded(),
+    }
 
     # ---- what is already in out_dir
     ckpts = rd.checkpoints(out)
     finished = (out / rd.RESULT).is_file()
     ckpt: Path | None = None
     if cfg.overwrite and cfg.resume:  # overwrite would delete the checkpoints the resume asks for
-        raise InputError(f"out_dir {str(out)!r}: resume=True and overwrite=True (CLI: --resume --overwrite) contradict "
-                         "each other: resume continues the run in the folder, overwrite deletes it; pass one of them")
+        raise InputError(
+            f"out_dir {str(out)!r}: resume=True and overwrite=True (CLI: --resume --overwrite) contradict "
+            "each other: resume continues the run in the folder, overwrite deletes it; pass one of them"
+        )
     if cfg.overwrite:
         acc.wait_for_everyone()
         if acc.is_main_process:
@@ -238,23 +283,31 @@ def _fit_locked(task: Any, train_examples: list, cfg: TrainLoopConfig, val_examp
     elif finished:
         done = rd.read_json(out / rd.RESULT)
         if not cfg.resume:
-            raise InputError(f"out_dir {str(out)!r} holds a finished run ({rd.RESULT}, {done.get('steps')} steps); pass "
-                             "overwrite=True (CLI: --overwrite) to train again into it, or choose another out_dir")
+            raise InputError(
+                f"out_dir {str(out)!r} holds a finished run ({rd.RESULT}, {done.get('steps')} steps); pass "
+                "overwrite=True (CLI: --overwrite) to train again into it, or choose another out_dir"
+            )
         rd.refuse_changed(out, "the finished run", done.get("settings", {}), settings)
         return _finished_result(out, done, task)
     elif ckpts:
         if not cfg.resume:
-            raise InputError(f"out_dir {str(out)!r} holds an unfinished run (newest checkpoint {ckpts[-1].name}); pass "
-                             "resume=True (CLI: --resume) to continue it, overwrite=True (CLI: --overwrite) to start "
-                             "over, or choose another out_dir")
+            raise InputError(
+                f"out_dir {str(out)!r} holds an unfinished run (newest checkpoint {ckpts[-1].name}); pass "
+                "resume=True (CLI: --resume) to continue it, overwrite=True (CLI: --overwrite) to start "
+                "over, or choose another out_dir"
+            )
         ckpt = ckpts[-1]
-        rd.refuse_changed(out, f"checkpoint {ckpt.name}", rd.read_json(ckpt / rd.LOOP_STATE)["settings"], settings)
+        rd.refuse_changed(
+            out, f"checkpoint {ckpt.name}", rd.read_json(ckpt / rd.LOOP_STATE)["settings"], settings
+        )
 
     # ---- model, optimizer, schedule
     set_seed(cfg.seed, device_specific=True)
     module = task.trainable_module()
     if not isinstance(module, torch.nn.Module):
-        raise InputError(f"fit: the task's trainable_module() must return a torch.nn.Module, got {type(module).__name__}")
+        raise InputError(
+            f"fit: the task's trainable_module() must return a torch.nn.Module, got {type(module).__name__}"
+        )
     module.to(acc.device)
     optimizer = _optimizer(task, module, cfg)
     scheduler = get_scheduler(cfg.scheduler, optimizer, num_warmup_steps=warm, num_training_steps=total)
@@ -267,7 +320,10 @@ def _fit_locked(task: Any, train_examples: list, cfg: TrainLoopConfig, val_examp
         from safetensors.torch import save_file
 
         if acc.is_main_process:
-            save_file({k: v.cpu().contiguous() for k, v in _trainable_state(raw).items()}, os.path.join(path, TRAINABLE_FILE))
+            save_file(
+                {k: v.cpu().contiguous() for k, v in _trainable_state(raw).items()},
+                os.path.join(path, TRAINABLE_FILE),
+            )
         weights.clear()  # only the trained weights: a frozen multi-billion-parameter backbone stays out
 
     def load_hook(models: list, path: str) -> None:
@@ -276,8 +332,10 @@ def _fit_locked(task: Any, train_examples: list, cfg: TrainLoopConfig, val_examp
         sd = load_file(os.path.join(path, TRAINABLE_FILE))
         mine = _trainable_state(raw)
         if sd.keys() != mine.keys():
-            raise InputError(f"checkpoint {path} does not match the task's module ({len(sd.keys() ^ mine.keys())} "
-                             "tensors differ); resume with the same model and options")
+            raise InputError(
+                f"checkpoint {path} does not match the task's module ({len(sd.keys() ^ mine.keys())} "
+                "tensors differ); resume with the same model and options"
+            )
         with torch.no_grad():
             for k, t in mine.items():
                 t.copy_(sd[k])
@@ -285,8 +343,16 @@ def _fit_locked(task: Any, train_examples: list, cfg: TrainLoopConfig, val_examp
 
     hooks = [acc.register_save_state_pre_hook(save_hook), acc.register_load_state_pre_hook(load_hook)]
 
-    state: dict[str, Any] = {"step": 0, "epoch": 0, "micro_in_epoch": 0, "epoch_progress": 0.0, "best_metric": None, "best_step": None, "bad_evals": 0,
-             "stopped_early": False}
+    state: dict[str, Any] = {
+        "step": 0,
+        "epoch": 0,
+        "micro_in_epoch": 0,
+        "epoch_progress": 0.0,
+        "best_metric": None,
+        "best_step": None,
+        "bad_evals": 0,
+        "stopped_early": False,
+    }
     history: list[dict[str, Any]] = []
     if ckpt is not None:
         acc.load_state(str(ckpt))  # weights, optimizer, scheduler, accelerate's step and every RNG
@@ -333,7 +399,7 @@ def _fit_locked(task: Any, train_examples: list, cfg: TrainLoopConfig, val_examp
 
             atomic_write_json(tmp / rd.LOOP_STATE, {"settings": settings, "loop": state})
             rd.replace_dir(tmp, final)
-            for old in rd.checkpoints(out)[:-cfg.keep_checkpoints]:
+            for old in rd.checkpoints(out)[: -cfg.keep_checkpoints]:
                 shutil.rmtree(old, ignore_errors=True)
         acc.wait_for_everyone()
         last_save[0] = time.monotonic()
@@ -360,17 +426,25 @@ def _fit_locked(task: Any, train_examples: list, cfg: TrainLoopConfig, val_examp
         if world > 1:
             broadcast_object_list(box, from_process=0)
         if not isinstance(box[0], dict):
-            raise InputError(f"fit: the task's evaluate() must return a dict of metrics, got {type(box[0]).__name__}")
-        metrics = {k: float(v) if isinstance(v, (int, float, torch.Tensor, np.floating, np.integer)) else v
-                   for k, v in box[0].items()}
+            raise InputError(
+                f"fit: the task's evaluate() must return a dict of metrics, got {type(box[0]).__name__}"
+            )
+        metrics = {
+            k: float(v) if isinstance(v, (int, float, torch.Tensor, np.floating, np.integer)) else v
+            for k, v in box[0].items()
+        }
         if cfg.metric_for_best not in metrics:
-            raise InputError(f"fit: metric_for_best={cfg.metric_for_best!r} is not among the task's evaluate() "
-                             f"results {sorted(metrics)}; set metric_for_best to one of them")
+            raise InputError(
+                f"fit: metric_for_best={cfg.metric_for_best!r} is not among the task's evaluate() "
+                f"results {sorted(metrics)}; set metric_for_best to one of them"
+            )
         log({"kind": "eval", "step": state["step"], "epoch": state["epoch_progress"], **metrics})
         value = metrics[cfg.metric_for_best]
         if not isinstance(value, float):
-            raise InputError(f"fit: metric_for_best={cfg.metric_for_best!r} must be a number, evaluate() gave "
-                             f"{type(value).__name__} {value!r}"[:300])
+            raise InputError(
+                f"fit: metric_for_best={cfg.metric_for_best!r} must be a number, evaluate() gave "
+                f"{type(value).__name__} {value!r}"[:300]
+            )
         if _improved(value, state["best_metric"], cfg):
             state.update(best_metric=value, best_step=state["step"], bad_evals=0)
             artifact(rd.BEST)
@@ -396,8 +470,10 @@ def _fit_locked(task: Any, train_examples: list, cfg: TrainLoopConfig, val_examp
                     acc.backward(loss * (cfg.grad_accum / group))
                     expected_sync = (micro + 1) % cfg.grad_accum == 0 or micro + 1 == n_micro
                     if acc.sync_gradients != expected_sync:
-                        raise RuntimeError(f"accelerate's accumulation phase ({acc.sync_gradients}) disagrees with the "
-                                           f"loop's at micro-batch {micro} of epoch {state['epoch']}")
+                        raise RuntimeError(
+                            f"accelerate's accumulation phase ({acc.sync_gradients}) disagrees with the "
+                            f"loop's at micro-batch {micro} of epoch {state['epoch']}"
+                        )
                     grad_norm = None
                     if acc.sync_gradients and cfg.max_grad_norm is not None:
                         grad_norm = acc.clip_grad_norm_(trained, cfg.max_grad_norm)
@@ -414,12 +490,19 @@ def _fit_locked(task: Any, train_examples: list, cfg: TrainLoopConfig, val_examp
                 if not acc.sync_gradients:
                     continue
                 keys = sorted(sums)
-                mean = acc.reduce(torch.tensor([sums[k] / n_in_step for k in keys], device=acc.device), "mean")
+                mean = acc.reduce(
+                    torch.tensor([sums[k] / n_in_step for k in keys], device=acc.device), "mean"
+                )
                 state["step"] += 1
                 end_of_epoch = state["micro_in_epoch"] == n_micro
                 state["epoch_progress"] = round(state["epoch"] + state["micro_in_epoch"] / n_micro, 6)
-                row = {"kind": "train", "step": state["step"], "epoch": state["epoch_progress"], "lr": lr,
-                       **dict(zip(keys, mean.cpu().tolist()))}
+                row = {
+                    "kind": "train",
+                    "step": state["step"],
+                    "epoch": state["epoch_progress"],
+                    "lr": lr,
+                    **dict(zip(keys, mean.cpu().tolist())),
+                }
                 if grad_norm is not None:
                     row["grad_norm"] = float(grad_norm)
                 log(row)
@@ -430,8 +513,10 @@ def _fit_locked(task: Any, train_examples: list, cfg: TrainLoopConfig, val_examp
                 if end_of_epoch:
                     state.update(epoch=state["epoch"] + 1, micro_in_epoch=0)
                 evaluated = False
-                if val_examples and ((cfg.eval_every is None and (end_of_epoch or last)) or
-                                     (cfg.eval_every is not None and (state["step"] % cfg.eval_every == 0 or last))):
+                if val_examples and (
+                    (cfg.eval_every is None and (end_of_epoch or last))
+                    or (cfg.eval_every is not None and (state["step"] % cfg.eval_every == 0 or last))
+                ):
                     state["stopped_early"] = evaluate() and not last
                     evaluated = True
                 if (last or state["stopped_early"]) and not end_of_epoch:
@@ -439,8 +524,12 @@ def _fit_locked(task: Any, train_examples: list, cfg: TrainLoopConfig, val_examp
                         epoch_loader.end()  # leaving mid-epoch: accelerate's gradient state forgets this loader
                 if last or state["stopped_early"]:
                     break
-                if evaluated or end_of_epoch or (cfg.save_every and state["step"] % cfg.save_every == 0) or \
-                        time_to_save():
+                if (
+                    evaluated
+                    or end_of_epoch
+                    or (cfg.save_every and state["step"] % cfg.save_every == 0)
+                    or time_to_save()
+                ):
                     checkpoint()
     finally:
         bar.close()
@@ -448,26 +537,49 @@ def _fit_locked(task: Any, train_examples: list, cfg: TrainLoopConfig, val_examp
             h.remove()
 
     artifact(rd.FINAL)
-    summary = {"finished": True, "steps": state["step"], "epochs_started": state["epoch"],
-               "best_metric": state["best_metric"], "best_step": state["best_step"],
-               "stopped_early": state["stopped_early"], "settings": settings}
+    summary = {
+        "finished": True,
+        "steps": state["step"],
+        "epochs_started": state["epoch"],
+        "best_metric": state["best_metric"],
+        "best_step": state["best_step"],
+        "stopped_early": state["stopped_early"],
+        "settings": settings,
+    }
     if acc.is_main_process:
         from genmetrics.data.results import atomic_write_json
 
         atomic_write_json(out / rd.RESULT, summary)
     acc.wait_for_everyone()
     raw.eval()
-    return TrainResult(out_dir=out, final_dir=out / rd.FINAL, best_dir=(out / rd.BEST) if val_examples else None,
-                       history=history, best_metric=state["best_metric"], best_step=state["best_step"],
-                       steps=state["step"], stopped_early=state["stopped_early"], resumed_from=ckpt, config=record,
-                       module=raw)
+    return TrainResult(
+        out_dir=out,
+        final_dir=out / rd.FINAL,
+        best_dir=(out / rd.BEST) if val_examples else None,
+        history=history,
+        best_metric=state["best_metric"],
+        best_step=state["best_step"],
+        steps=state["step"],
+        stopped_early=state["stopped_early"],
+        resumed_from=ckpt,
+        config=record,
+        module=raw,
+    )
 
 
 def _finished_result(out: Path, done: dict[str, Any], task: Any) -> TrainResult:
     """A resume of a finished run with the same settings: nothing to train; its result as recorded."""
     history = rd.read_metrics(out, int(done.get("steps", 0)))
     best = out / rd.BEST
-    return TrainResult(out_dir=out, final_dir=out / rd.FINAL, best_dir=best if best.is_dir() else None,
-                       history=history, best_metric=done.get("best_metric"), best_step=done.get("best_step"),
-                       steps=int(done.get("steps", 0)), stopped_early=bool(done.get("stopped_early")),
-                       config=rd.read_json(out / rd.CONFIG) if (out / rd.CONFIG).is_file() else {}, module=None)
+    return TrainResult(
+        out_dir=out,
+        final_dir=out / rd.FINAL,
+        best_dir=best if best.is_dir() else None,
+        history=history,
+        best_metric=done.get("best_metric"),
+        best_step=done.get("best_step"),
+        steps=int(done.get("steps", 0)),
+        stopped_early=bool(done.get("stopped_early")),
+        config=rd.read_json(out / rd.CONFIG) if (out / rd.CONFIG).is_file() else {},
+        module=None,
+    )

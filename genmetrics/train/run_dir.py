@@ -61,8 +61,10 @@ def read_json(path: Path) -> dict[str, Any]:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:
-        raise InputError(f"{path}: cannot be read ({e}); the run folder is damaged: pass overwrite=True (CLI: "
-                         "--overwrite) to start over, or choose another out_dir") from None
+        raise InputError(
+            f"{path}: cannot be read ({e}); the run folder is damaged: pass overwrite=True (CLI: "
+            "--overwrite) to start over, or choose another out_dir"
+        ) from None
 
 
 def clear(out: Path) -> None:
@@ -117,8 +119,10 @@ def refuse_changed(out: Path, where: str, before: dict[str, Any], now: dict[str,
     if diff:
         raise InputError(
             f"out_dir {str(out)!r}: cannot resume: {where} was made with other data or settings ("
-            + "; ".join(diff) + "). Resume with the same data and settings, pass overwrite=True (CLI: --overwrite) "
-            "to start over in this folder, or choose another out_dir")
+            + "; ".join(diff)
+            + "). Resume with the same data and settings, pass overwrite=True (CLI: --overwrite) "
+            "to start over in this folder, or choose another out_dir"
+        )
 
 
 def read_metrics(out: Path, upto_step: int) -> list[dict[str, Any]]:

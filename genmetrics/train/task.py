@@ -57,15 +57,19 @@ class TrainTask:
         raise NotImplementedError(f"{type(self).__name__}.loss() is not implemented")
 
     def evaluate(self, module: nn.Module, examples: list) -> dict[str, float]:
-        raise NotImplementedError(f"{type(self).__name__}.evaluate() is not implemented; it is needed when "
-                                  "validation examples are given")
+        raise NotImplementedError(
+            f"{type(self).__name__}.evaluate() is not implemented; it is needed when "
+            "validation examples are given"
+        )
 
     def save(self, module: nn.Module, path: Path) -> None:
         from safetensors.torch import save_file
 
         path.mkdir(parents=True, exist_ok=True)
-        save_file({n: p.detach().cpu().contiguous() for n, p in module.named_parameters() if p.requires_grad},
-                  str(path / "trainable.safetensors"))
+        save_file(
+            {n: p.detach().cpu().contiguous() for n, p in module.named_parameters() if p.requires_grad},
+            str(path / "trainable.safetensors"),
+        )
 
     def data_fingerprint(self, examples: list) -> str:
         return fingerprint_examples(examples)

@@ -31,13 +31,19 @@ def processor():
 
 def _images():
     g = torch.Generator().manual_seed(5)
-    return [torch.randint(0, 256, (3, 64, 96), generator=g, dtype=torch.uint8).float() / 255,
-            torch.randint(0, 256, (3, 32, 64), generator=g, dtype=torch.uint8).float() / 255]
+    return [
+        torch.randint(0, 256, (3, 64, 96), generator=g, dtype=torch.uint8).float() / 255,
+        torch.randint(0, 256, (3, 32, 64), generator=g, dtype=torch.uint8).float() / 255,
+    ]
 
 
 def _plain(vlm, processor, images):
-    out = processor(text=[TEXT], images=images, images_kwargs={"do_rescale": False, "do_resize": False},
-                    return_tensors="pt")
+    out = processor(
+        text=[TEXT],
+        images=images,
+        images_kwargs={"do_rescale": False, "do_resize": False},
+        return_tensors="pt",
+    )
     with torch.no_grad():
         return out, vlm(**out, use_cache=False).last_hidden_state
 
@@ -58,11 +64,15 @@ def test_cached_features_equal_plain_forward(vlm, processor):
     with torch.no_grad():
         via_mm = vlm(**kw, mm_encoder_outputs={"image": mm}, use_cache=False).last_hidden_state
     assert torch.allclose(via_mm, ref, atol=1e-5), (via_mm - ref).abs().max()
-    pos, _ = vlm.get_rope_index(out["input_ids"], out["mm_token_type_ids"], out["image_grid_thw"], out["attention_mask"])
+    pos, _ = vlm.get_rope_index(
+        out["input_ids"], out["mm_token_type_ids"], out["image_grid_thw"], out["attention_mask"]
+    )
     vmask = out["input_ids"] == vlm.config.image_token_id
     with torch.no_grad():
         embeds, ds = qv.scatter_features(vlm.language_model, out["input_ids"], vmask, feats)
-        hidden, cap = qv.run_language_model(vlm.language_model, embeds, out["attention_mask"], pos, vmask, ds, capture=[0])
+        hidden, cap = qv.run_language_model(
+            vlm.language_model, embeds, out["attention_mask"], pos, vmask, ds, capture=[0]
+        )
     assert torch.allclose(hidden, ref, atol=1e-5), (hidden - ref).abs().max()
     assert cap[0].shape == hidden.shape
     with torch.no_grad():  # dropping DeepStack changes the result: the test can see it
@@ -70,7 +80,9 @@ def test_cached_features_equal_plain_forward(vlm, processor):
     assert not torch.allclose(no_ds, ref, atol=1e-3)
 
 
-@pytest.mark.parametrize("hw", [(96, 160), (640, 640), (20, 30), (1000, 100), (3000, 4000), (33, 47), (17, 900)])
+@pytest.mark.parametrize(
+    "hw", [(96, 160), (640, 640), (20, 30), (1000, 100), (3000, 4000), (33, 47), (17, 900)]
+)
 def test_smart_resize_matches_transformers(hw):
     from transformers.models.qwen2_vl.image_processing_qwen2_vl import smart_resize
 
@@ -102,12 +114,15 @@ def test_smart_policy_is_pil_bicubic_on_8bit():
     assert (th, tw) == qv.smart_resize(96, 160, 32, None, 64 * 96) and (th, tw) != (96, 160)
     y = pol.apply(x.float() / 255)
     ref = Image.fromarray(x.permute(1, 2, 0).numpy()).resize((tw, th), Image.Resampling.BICUBIC)
-    assert torch.equal((y * 255).round().to(torch.uint8), torch.from_numpy(__import__("numpy").array(ref)).permute(2, 0, 1))
+    assert torch.equal(
+        (y * 255).round().to(torch.uint8), torch.from_numpy(__import__("numpy").array(ref)).permute(2, 0, 1)
+    )
     same = torch.rand(3, 64, 96)
     assert pol.apply(same) is same  # already at its size: untouched
     assert pol.pair_size(torch.rand(3, 64, 64), torch.rand(3, 128, 64)) == pol.target(96, 64)
-    assert pol.pair_size(torch.rand(3, 64, 64), torch.rand(3, 128, 64)) == pol.pair_size(torch.rand(3, 128, 64),
-                                                                                        torch.rand(3, 64, 64))
+    assert pol.pair_size(torch.rand(3, 64, 64), torch.rand(3, 128, 64)) == pol.pair_size(
+        torch.rand(3, 128, 64), torch.rand(3, 64, 64)
+    )
 
 
 def test_image_key_content_and_lru():
@@ -151,7 +166,9 @@ def test_parts_token_ids_and_linear_attention(vlm, processor):
 def test_resolve_folder(tmp_path):
     (tmp_path / "ok").mkdir()
     (tmp_path / "ok" / "marker.json").write_text("{}")
-    assert qv.resolve_folder(tmp_path / "ok", "marker.json", what="x", hint="h") == (tmp_path / "ok").resolve()
+    assert (
+        qv.resolve_folder(tmp_path / "ok", "marker.json", what="x", hint="h") == (tmp_path / "ok").resolve()
+    )
     (tmp_path / "empty").mkdir()
     with pytest.raises(WeightsUnavailableError, match="no marker.json"):
         qv.resolve_folder(tmp_path / "empty", "marker.json", what="x", hint="make one")

@@ -15,10 +15,21 @@ from genmetrics.testing import tiny_clip, tiny_clip_resnet
 
 def _vit(pool: str = "tok", *, quick_gelu: bool = True, final_ln_after_pool: bool = False, layers: int = 3):
     torch.manual_seed(0)
-    return CLIP(embed_dim=32, quick_gelu=quick_gelu,
-                vision_cfg=dict(image_size=32, patch_size=8, width=64, layers=layers, head_width=16, mlp_ratio=2.0,
-                                pool_type=pool, final_ln_after_pool=final_ln_after_pool),
-                text_cfg=dict(context_length=16, vocab_size=49408, width=32, heads=4, layers=1)).eval()
+    return CLIP(
+        embed_dim=32,
+        quick_gelu=quick_gelu,
+        vision_cfg=dict(
+            image_size=32,
+            patch_size=8,
+            width=64,
+            layers=layers,
+            head_width=16,
+            mlp_ratio=2.0,
+            pool_type=pool,
+            final_ln_after_pool=final_ln_after_pool,
+        ),
+        text_cfg=dict(context_length=16, vocab_size=49408, width=32, heads=4, layers=1),
+    ).eval()
 
 
 def _images(n: int = 3, size: int = 32) -> torch.Tensor:
@@ -34,9 +45,13 @@ def _attention_calls(model) -> list[int]:
 
 @pytest.mark.parametrize("variant", ["tok-quickgelu", "tok-gelu", "avg", "avg-ln-after-pool", "one-block"])
 def test_fast_tower_equals_encode_image(variant):
-    model = {"tok-quickgelu": lambda: tiny_clip()[0], "tok-gelu": lambda: _vit(quick_gelu=False),
-             "avg": lambda: _vit("avg"), "avg-ln-after-pool": lambda: _vit("avg", final_ln_after_pool=True),
-             "one-block": lambda: _vit(layers=1)}[variant]()
+    model = {
+        "tok-quickgelu": lambda: tiny_clip()[0],
+        "tok-gelu": lambda: _vit(quick_gelu=False),
+        "avg": lambda: _vit("avg"),
+        "avg-ln-after-pool": lambda: _vit("avg", final_ln_after_pool=True),
+        "one-block": lambda: _vit(layers=1),
+    }[variant]()
     x = _images()
     calls = _attention_calls(model)
     with torch.no_grad():
@@ -103,9 +118,12 @@ def test_other_towers_and_gradients_use_encode_image():
 
 
 def _cfg_of_tiny() -> dict:
-    return dict(embed_dim=32, quick_gelu=True,
-                vision_cfg=dict(image_size=32, patch_size=8, width=64, layers=2, head_width=16, mlp_ratio=2.0),
-                text_cfg=dict(context_length=16, vocab_size=49408, width=32, heads=4, layers=1))
+    return dict(
+        embed_dim=32,
+        quick_gelu=True,
+        vision_cfg=dict(image_size=32, patch_size=8, width=64, layers=2, head_width=16, mlp_ratio=2.0),
+        text_cfg=dict(context_length=16, vocab_size=49408, width=32, heads=4, layers=1),
+    )
 
 
 def test_packed_weights_are_used_and_follow_the_model():
@@ -127,7 +145,9 @@ def test_packed_weights_are_used_and_follow_the_model():
         torch.testing.assert_close(after, a.encode_image(x), atol=1e-5, rtol=1e-5)
         a.load_state_dict(tiny_clip()[0].state_dict())  # copied in place: back to the first weights
         torch.testing.assert_close(encode_image(a, x), first, atol=0, rtol=0)
-        torch.testing.assert_close(encode_image(b, x), b.encode_image(x), atol=1e-5, rtol=1e-5)  # another tower
+        torch.testing.assert_close(
+            encode_image(b, x), b.encode_image(x), atol=1e-5, rtol=1e-5
+        )  # another tower
         assert oc._packed["tower"]() is b.visual  # one tower's copy at a time
         assert oc.release_packed_weights() and not oc._packed
 

@@ -19,9 +19,13 @@ TEXTS = ["a dog", "a photo of a red car on the street", "x"]
 
 def _custom(no_causal_mask: bool):
     torch.manual_seed(0)
-    return CustomTextCLIP(embed_dim=32, vision_cfg=dict(image_size=32, patch_size=8, width=64, layers=1, head_width=16),
-                          text_cfg=dict(context_length=16, vocab_size=49408, width=32, heads=4, layers=2,
-                                        no_causal_mask=no_causal_mask)).eval()
+    return CustomTextCLIP(
+        embed_dim=32,
+        vision_cfg=dict(image_size=32, patch_size=8, width=64, layers=1, head_width=16),
+        text_cfg=dict(
+            context_length=16, vocab_size=49408, width=32, heads=4, layers=2, no_causal_mask=no_causal_mask
+        ),
+    ).eval()
 
 
 def test_trimmed_equals_full_context_on_causal_towers():
@@ -71,7 +75,9 @@ def test_clipscore_equals_untrimmed_path():
     from genmetrics.backbones.openclip import clip_image_batch
 
     with torch.inference_mode():
-        img = torch.nn.functional.normalize(model.encode_image(clip_image_batch(list(images), model)).float(), dim=-1)
+        img = torch.nn.functional.normalize(
+            model.encode_image(clip_image_batch(list(images), model)).float(), dim=-1
+        )
         txt = torch.nn.functional.normalize(model.encode_text(tok(prompts)).float(), dim=-1)
     plain = (100.0 * (img * txt).sum(-1)).double()
     assert (ours - plain).abs().max() <= 1e-4
@@ -83,7 +89,9 @@ def test_long_text_is_truncated_keeping_the_end_token_with_one_warning():
     long_text = " ".join(["word"] * 40)
     with warnings.catch_warnings(record=True) as w:
         warnings.simplefilter("always")
-        emb = TextEmbeddingCache().embed(model, tok, [long_text, "short", long_text + " more"], name="condition")
+        emb = TextEmbeddingCache().embed(
+            model, tok, [long_text, "short", long_text + " more"], name="condition"
+        )
     msgs = [str(x.message) for x in w if issubclass(x.category, UserWarning)]
     assert len(msgs) == 1 and "2 text(s)" in msgs[0] and "condition" in msgs[0]
     ids = tok([long_text])
@@ -96,8 +104,11 @@ def test_long_text_is_truncated_keeping_the_end_token_with_one_warning():
 def _b16_text_tower():
     """A random text tower with ViT-B/16's sizes (width 512, 12 layers, 8 heads, 77 tokens); tiny image tower."""
     torch.manual_seed(0)
-    return CustomTextCLIP(embed_dim=512, vision_cfg=dict(image_size=32, patch_size=8, width=64, layers=1, head_width=16),
-                          text_cfg=dict(context_length=77, vocab_size=49408, width=512, heads=8, layers=12)).eval()
+    return CustomTextCLIP(
+        embed_dim=512,
+        vision_cfg=dict(image_size=32, patch_size=8, width=64, layers=1, head_width=16),
+        text_cfg=dict(context_length=77, vocab_size=49408, width=512, heads=8, layers=12),
+    ).eval()
 
 
 def _scores(img: torch.Tensor, txt: torch.Tensor) -> torch.Tensor:
@@ -117,7 +128,10 @@ def test_trimming_is_exact_and_float32_gap_is_rounding_of_the_untrimmed_path(whi
         from open_clip import get_tokenizer
 
         model, tok = _b16_text_tower(), get_tokenizer("ViT-B-16")
-        texts = TEXTS + ["two people walking with an umbrella in the snow", "close-up painting of a wooden house"]
+        texts = TEXTS + [
+            "two people walking with an umbrella in the snow",
+            "close-up painting of a wooden house",
+        ]
     ids = tok(texts)
     assert trim_padding(ids, 0).shape[1] < ids.shape[1]
     with torch.inference_mode():
@@ -144,8 +158,10 @@ def test_float64_text_tower_equals_the_float64_model_and_leaves_the_model_alone(
     assert ours.dtype == torch.float64
     assert (ours - exact).abs().max() <= 1e-12 * max(1.0, float(exact.abs().max()))
     assert (f32.double() - exact).abs().max() > 1e-12  # the float32 path really is float32
-    assert all(torch.equal(v, model.state_dict()[k]) and v.dtype == model.state_dict()[k].dtype
-               for k, v in before.items())
+    assert all(
+        torch.equal(v, model.state_dict()[k]) and v.dtype == model.state_dict()[k].dtype
+        for k, v in before.items()
+    )
 
 
 def test_clipscore_text_dtype_float64_is_the_float64_text_tower():
@@ -158,7 +174,12 @@ def test_clipscore_text_dtype_float64_is_the_float64_text_tower():
     prompts = ["a dog", "a photo of a red car on the street", "a dog", "snow"]
     with torch.inference_mode():
         # per update batch, as the metric does (float32 GEMM rounding depends on the batch's shape)
-        img = torch.cat([encode_image(model, clip_image_batch(list(images[sl]), model)) for sl in (slice(0, 2), slice(2, 4))])
+        img = torch.cat(
+            [
+                encode_image(model, clip_image_batch(list(images[sl]), model))
+                for sl in (slice(0, 2), slice(2, 4))
+            ]
+        )
         txt64 = copy.deepcopy(model).double().encode_text(tok(prompts))
     exact = _scores(img, txt64)
     out = {}

@@ -19,7 +19,9 @@ from genmetrics.errors import InputError
 def _pairs(n=4, size=48, seed=0, noise=0.08):
     g = torch.Generator().manual_seed(seed)
     ref = torch.rand(n, 3, size, size, generator=g)
-    smooth = F.interpolate(torch.rand(n, 3, 6, 6, generator=g), size=size, mode="bicubic", align_corners=False)
+    smooth = F.interpolate(
+        torch.rand(n, 3, 6, 6, generator=g), size=size, mode="bicubic", align_corners=False
+    )
     ref[: n // 2] = smooth[: n // 2].clamp(0, 1)  # half natural-ish (smooth), half noise
     cand = (ref + noise * torch.randn(ref.shape, generator=g)).clamp(0, 1)
     return ref, cand
@@ -35,7 +37,7 @@ def _naive_ssim64(pred, target, k, sigma):
     """A second SSIM: full 2-D k x k Gaussian window, float64, reflect padding, whole-image mean."""
     pred, target = pred.double(), target.double()
     x = torch.arange(k, dtype=torch.float64) - (k - 1) / 2
-    g = torch.exp(-x**2 / (2 * sigma**2))
+    g = torch.exp(-(x**2) / (2 * sigma**2))
     g = g / g.sum()
     w = torch.outer(g, g).expand(3, 1, k, k)
     p = (k - 1) // 2
@@ -54,27 +56,46 @@ def _naive_ssim64(pred, target, k, sigma):
 
 def test_float32_within_issue_tolerance_of_float64_reference():
     ref, cand = _pairs(4, 48)
-    psnr64 = peak_signal_noise_ratio(cand.double(), ref.double(), data_range=1.0, reduction="none", dim=(1, 2, 3))
+    psnr64 = peak_signal_noise_ratio(
+        cand.double(), ref.double(), data_range=1.0, reduction="none", dim=(1, 2, 3)
+    )
     assert (_scores("psnr", ref, cand) - psnr64).abs().max() < 1e-4
-    ssim64 = structural_similarity_index_measure(cand.double(), ref.double(), data_range=1.0, reduction="none")
+    ssim64 = structural_similarity_index_measure(
+        cand.double(), ref.double(), data_range=1.0, reduction="none"
+    )
     assert (_scores("ssim", ref, cand) - ssim64).abs().max() < 1e-5
     assert (_scores("ssim", ref, cand) - _naive_ssim64(cand, ref, 11, 1.5)).abs().max() < 1e-5
     big_ref, big_cand = _pairs(2, 176, seed=1)
-    ms64 = multiscale_structural_similarity_index_measure(big_cand.double(), big_ref.double(), data_range=1.0,
-                                                         reduction="none", normalize="relu")
+    ms64 = multiscale_structural_similarity_index_measure(
+        big_cand.double(), big_ref.double(), data_range=1.0, reduction="none", normalize="relu"
+    )
     assert (_scores("ms_ssim", big_ref, big_cand) - ms64).abs().max() < 1e-5
 
 
 def test_precision_float64_matches_the_float64_reference_closely():
     ref, cand = _pairs(3, 40)
-    ssim64 = structural_similarity_index_measure(cand.double(), ref.double(), data_range=1.0, reduction="none")
+    ssim64 = structural_similarity_index_measure(
+        cand.double(), ref.double(), data_range=1.0, reduction="none"
+    )
     assert (_scores("ssim", ref, cand, precision="float64") - ssim64).abs().max() < 1e-12
-    ms = multiscale_structural_similarity_index_measure(cand.double(), ref.double(), data_range=1.0, reduction="none",
-                                                       normalize="relu", betas=(0.5, 0.5), sigma=(6 / 7, 6 / 7))
-    assert (_scores("ms_ssim", ref, cand, precision="float64", kernel_size=7, betas=(0.5, 0.5)) - ms).abs().max() < 1e-12
+    ms = multiscale_structural_similarity_index_measure(
+        cand.double(),
+        ref.double(),
+        data_range=1.0,
+        reduction="none",
+        normalize="relu",
+        betas=(0.5, 0.5),
+        sigma=(6 / 7, 6 / 7),
+    )
+    assert (
+        _scores("ms_ssim", ref, cand, precision="float64", kernel_size=7, betas=(0.5, 0.5)) - ms
+    ).abs().max() < 1e-12
     # "auto" keeps float64 inputs in float64
     assert (_scores("ssim", ref.double(), cand.double()) - ssim64).abs().max() < 1e-12
-    f32, f64 = _scores("ssim", ref, cand, precision="float32"), _scores("ssim", ref, cand, precision="float64")
+    f32, f64 = (
+        _scores("ssim", ref, cand, precision="float32"),
+        _scores("ssim", ref, cand, precision="float64"),
+    )
     assert 0 < (f32 - f64).abs().max() < 1e-5  # the option changes the computation, not the meaning
 
 
@@ -83,8 +104,10 @@ def test_kernel_size_and_sigma_take_effect_and_match_a_naive_window():
     for k, sigma in ((7, 1.0), (5, 1.5), (11, 1.5), (11, 2.5)):
         ours = _scores("ssim", ref, cand, kernel_size=k, sigma=sigma)
         assert (ours - _naive_ssim64(cand, ref, k, sigma)).abs().max() < 1e-5
-    values = {(k, s): float(_scores("ssim", ref, cand, kernel_size=k, sigma=s).mean())
-              for k, s in ((7, 1.5), (11, 1.5), (11, 0.8))}
+    values = {
+        (k, s): float(_scores("ssim", ref, cand, kernel_size=k, sigma=s).mean())
+        for k, s in ((7, 1.5), (11, 1.5), (11, 0.8))
+    }
     assert len(set(values.values())) == 3
     with pytest.raises(InputError, match="odd"):
         gm.create_metric("ssim", kernel_size=6)
@@ -125,9 +148,14 @@ def test_results_do_not_depend_on_input_form_or_batch_size():
     assert torch.equal(r255, keep)
 
 
-@pytest.mark.parametrize("bad,match", [(float("nan"), "candidates\\[3\\]: tensor contains NaN"),
-                                       (float("inf"), "candidates\\[3\\]: tensor contains NaN"),
-                                       (1.5, "candidates\\[3\\]: float values in")])
+@pytest.mark.parametrize(
+    "bad,match",
+    [
+        (float("nan"), "candidates\\[3\\]: tensor contains NaN"),
+        (float("inf"), "candidates\\[3\\]: tensor contains NaN"),
+        (1.5, "candidates\\[3\\]: float values in"),
+    ],
+)
 def test_one_bad_image_in_a_batch_is_named(bad, match):
     ref, cand = _pairs(6, 16)
     cand = cand.clone()

@@ -46,8 +46,22 @@ def test_score_matches_python_api(folders, capsys, tmp_path):
     import genmetrics as gm
 
     out_file = tmp_path / "per.jsonl"
-    rc, out, err = run(["score", "psnr", "--reference", str(folders / "ref"), "--candidates", str(folders / "gen"),
-                        "--json", "--out", str(out_file), "--batch-size", "3"], capsys)
+    rc, out, err = run(
+        [
+            "score",
+            "psnr",
+            "--reference",
+            str(folders / "ref"),
+            "--candidates",
+            str(folders / "gen"),
+            "--json",
+            "--out",
+            str(out_file),
+            "--batch-size",
+            "3",
+        ],
+        capsys,
+    )
     assert rc == 0, err
     res = json.loads(out)
     refs = sorted((folders / "ref").iterdir())
@@ -58,14 +72,20 @@ def test_score_matches_python_api(folders, capsys, tmp_path):
     assert [r["id"] for r in rows] == ["s0", "s1", "s2", "s3"]
 
 
-@pytest.mark.parametrize("argv, fragment", [
-    (["score", "psnrr", "--candidates", "x"], "did you mean 'psnr'"),
-    (["score", "psnr", "--candidates", "/nope"], "does not exist"),
-    (["score", "psnr", "--option", "max_dbb=3", "--candidates", "{gen}", "--reference", "{ref}"], "unknown option"),
-    (["score", "psnr", "--candidates", "{gen}"], "--reference is required"),
-    (["info", "nothing"], "unknown metric"),
-    (["score", "psnr"], "Missing option"),
-])
+@pytest.mark.parametrize(
+    "argv, fragment",
+    [
+        (["score", "psnrr", "--candidates", "x"], "did you mean 'psnr'"),
+        (["score", "psnr", "--candidates", "/nope"], "does not exist"),
+        (
+            ["score", "psnr", "--option", "max_dbb=3", "--candidates", "{gen}", "--reference", "{ref}"],
+            "unknown option",
+        ),
+        (["score", "psnr", "--candidates", "{gen}"], "--reference is required"),
+        (["info", "nothing"], "unknown metric"),
+        (["score", "psnr"], "Missing option"),
+    ],
+)
 def test_errors_exit_2_with_one_line(folders, capsys, argv, fragment):
     argv = [a.format(gen=folders / "gen", ref=folders / "ref") for a in argv]
     rc, out, err = run(argv, capsys)
@@ -77,14 +97,31 @@ def test_errors_exit_2_with_one_line(folders, capsys, argv, fragment):
 
 def test_corrupt_file_named_before_scoring(folders, capsys):
     (folders / "gen" / "s1.png").write_bytes(b"garbage")
-    rc, _, err = run(["score", "psnr", "--reference", str(folders / "ref"), "--candidates", str(folders / "gen")], capsys)
+    rc, _, err = run(
+        ["score", "psnr", "--reference", str(folders / "ref"), "--candidates", str(folders / "gen")], capsys
+    )
     assert rc == 2 and "s1.png" in err
 
 
 def test_console_script_entry(folders):
-    proc = subprocess.run([sys.executable, "-m", "genmetrics", "score", "ssim", "-r", str(folders / "ref"), "-c",
-                           str(folders / "gen")], capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "genmetrics",
+            "score",
+            "ssim",
+            "-r",
+            str(folders / "ref"),
+            "-c",
+            str(folders / "gen"),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("ssim:")
-    proc = subprocess.run([sys.executable, "-m", "genmetrics", "--debug", "info", "zzz"], capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "genmetrics", "--debug", "info", "zzz"], capture_output=True, text=True
+    )
     assert proc.returncode == 2 and "Traceback" in proc.stderr

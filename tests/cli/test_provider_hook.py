@@ -32,7 +32,9 @@ def _recorder(calls: list):
 
 def test_nothing_installed_means_real_loading(monkeypatch):
     monkeypatch.delenv(P.ENV_VAR, raising=False)
-    assert P.current_provider() is None and P.provide("open_clip", "x") is None and P.describe_provider() is None
+    assert (
+        P.current_provider() is None and P.provide("open_clip", "x") is None and P.describe_provider() is None
+    )
 
 
 def test_use_provider_nests_and_restores(monkeypatch):
@@ -57,12 +59,15 @@ def test_environment_variable_and_in_process_precedence(monkeypatch):
         assert P.current_provider() is other  # in-process wins
 
 
-@pytest.mark.parametrize("spec, fragment", [
-    ("genmetrics.testing", "expected 'package.module:function'"),
-    ("genmetrics.nope:fn", "cannot import it"),
-    ("genmetrics.testing:no_such_fn", "cannot import it"),
-    ("genmetrics.backbones.provider:ENV_VAR", "not a function"),
-])
+@pytest.mark.parametrize(
+    "spec, fragment",
+    [
+        ("genmetrics.testing", "expected 'package.module:function'"),
+        ("genmetrics.nope:fn", "cannot import it"),
+        ("genmetrics.testing:no_such_fn", "cannot import it"),
+        ("genmetrics.backbones.provider:ENV_VAR", "not a function"),
+    ],
+)
 def test_bad_environment_variable_is_named(monkeypatch, spec, fragment):
     monkeypatch.setenv(P.ENV_VAR, spec)
     with pytest.raises(InputError, match=P.ENV_VAR) as e:
@@ -96,7 +101,9 @@ def test_provided_backbone_scores_like_the_same_backbone_passed_explicitly():
     assert torch.equal(via_hook, explicit)
     with P.use_provider(tiny_backbones):
         via_hook = gm.create_metric("dino")(reference=ref, candidates=cand)
-    assert torch.equal(via_hook, gm.create_metric("dino", backbone=tiny_dino())(reference=ref, candidates=cand))
+    assert torch.equal(
+        via_hook, gm.create_metric("dino", backbone=tiny_dino())(reference=ref, candidates=cand)
+    )
 
 
 @pytest.mark.slow
@@ -109,13 +116,34 @@ def test_cli_subprocess_takes_backbones_from_the_environment_variable(tmp_path):
     for i in range(2):
         Image.fromarray(refs[i].permute(1, 2, 0).numpy()).save(tmp_path / "ref" / f"s{i}.png")
         Image.fromarray(gens[i].permute(1, 2, 0).numpy()).save(tmp_path / "gen" / f"s{i}.png")
-    env = {**os.environ, P.ENV_VAR: SPEC, "PYTHONPATH": str(REPO), "GENMETRICS_PROGRESS": "0",
-           "GENMETRICS_HOME": str(tmp_path / "empty-home")}
+    env = {
+        **os.environ,
+        P.ENV_VAR: SPEC,
+        "PYTHONPATH": str(REPO),
+        "GENMETRICS_PROGRESS": "0",
+        "GENMETRICS_HOME": str(tmp_path / "empty-home"),
+    }
     ref_files = [str(tmp_path / "ref" / f"s{i}.png") for i in range(2)]
     gen_files = [str(tmp_path / "gen" / f"s{i}.png") for i in range(2)]
     for args in (["clip_i"], ["tpips", "--condition", "lighting"]):
-        proc = subprocess.run([sys.executable, "-m", "genmetrics", "score", *args, "-r", str(tmp_path / "ref"), "-c",
-                               str(tmp_path / "gen"), "--json"], env=env, capture_output=True, text=True, timeout=300)
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "genmetrics",
+                "score",
+                *args,
+                "-r",
+                str(tmp_path / "ref"),
+                "-c",
+                str(tmp_path / "gen"),
+                "--json",
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert proc.returncode == 0, proc.stderr
         with P.use_provider(tiny_backbones):
             m = gm.create_metric(args[0])
@@ -123,7 +151,21 @@ def test_cli_subprocess_takes_backbones_from_the_environment_variable(tmp_path):
             want = m.compute()
         assert json.loads(proc.stdout)["value"] == pytest.approx(float(want), abs=1e-5), args
     env.pop(P.ENV_VAR)
-    proc = subprocess.run([sys.executable, "-m", "genmetrics", "score", "clip_i", "-r", str(tmp_path / "ref"), "-c",
-                           str(tmp_path / "gen")], env={**env, "GENMETRICS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"},
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "genmetrics",
+            "score",
+            "clip_i",
+            "-r",
+            str(tmp_path / "ref"),
+            "-c",
+            str(tmp_path / "gen"),
+        ],
+        env={**env, "GENMETRICS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 1 and "weights" in proc.stderr.lower()  # without the hook: real weights, absent

@@ -26,7 +26,9 @@ print("IMPORTED", [m for m in ("torch", "torchmetrics") if m in sys.modules], fi
 
 @pytest.mark.parametrize("args", [["list"], ["info", "ssim"], ["info", "clip_t", "--json"], ["--help"]])
 def test_light_commands_do_not_import_torch(args):
-    out = subprocess.run([sys.executable, "-c", PROBE.format(args=args)], capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", PROBE.format(args=args)], capture_output=True, text=True, timeout=120
+    )
     line = [x for x in out.stderr.splitlines() if x.startswith("IMPORTED")]
     assert line == ["IMPORTED []"], out.stderr[-2000:]
     if args[-1] == "--json":

@@ -44,29 +44,32 @@ def data(tmp_path):
         _save(tmp_path / "gen/a" / f"s{i}.png", 20 + i)
         _save(tmp_path / "gen/b" / f"s{i}.png", 30 + i)
         _save(tmp_path / "subjects" / f"p{i}.png", 40 + i)
-    lines = [{"id": f"s{i}", "prompt": "x" * (i + 1), "references": [f"subjects/p{i}.png", "subjects/p0.png"]}
-             for i in range(3)]
+    lines = [
+        {"id": f"s{i}", "prompt": "x" * (i + 1), "references": [f"subjects/p{i}.png", "subjects/p0.png"]}
+        for i in range(3)
+    ]
     (tmp_path / "prompts.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
     return tmp_path
 
 
 #: (config entry, the inputs the planner must fill) for every kind of wiring among the built-in cards
 ENTRIES = [
-    ('name = "psnr"', ("reference",)),                                  # MATCHED
-    ('name = "clip_t"', ("prompt",)),                                   # alias; PROMPT
+    ('name = "psnr"', ("reference",)),  # MATCHED
+    ('name = "clip_t"', ("prompt",)),  # alias; PROMPT
     ('name = "clipscore"\nlabel = "cs_attr"\nattributes = ["a", "b"]', ()),  # PROMPT replaced by an option
     ('name = "raclip"', ("prompt",)),
-    ('name = "hcs"\nattributes = ["a", "b"]', ("real",)),               # REAL_SET at sample level
-    ('name = "mie"', ("reference_sets", "prompt")),                     # IMAGE_LIST + PROMPT
+    ('name = "hcs"\nattributes = ["a", "b"]', ("real",)),  # REAL_SET at sample level
+    ('name = "mie"', ("reference_sets", "prompt")),  # IMAGE_LIST + PROMPT
     ('name = "tpips"\naspects = ["overall", "color"]', ("reference", "aspects")),  # MATCHED + ASPECTS
-    ('name = "sad"\nattributes = ["a", "b"]', ("real",)),               # set level
+    ('name = "sad"\nattributes = ["a", "b"]', ("real",)),  # set level
 ]
 
 
 def _config(root: Path) -> Path:
     metrics = "".join(f"[[metrics]]\n{e}\n\n" for e, _ in ENTRIES)
     cfg = root / "board.toml"
-    cfg.write_text(textwrap.dedent("""\
+    cfg.write_text(
+        textwrap.dedent("""\
         [data]
         references = "refs"
         real = "real"
@@ -80,7 +83,9 @@ def _config(root: Path) -> Path:
         name = "b"
         images = "gen/b"
 
-        """) + metrics)
+        """)
+        + metrics
+    )
     return cfg
 
 
@@ -129,7 +134,9 @@ def test_rewording_card_descriptions_changes_nothing(data, reworded, capsys):
     assert get_card("psnr").inputs["reference"] == MISLEADING
     assert _wiring(build_plan(load_config(cfg), check_construct=False)) == before
     assert _score(["psnr", "-r", str(data / "refs"), "-c", str(data / "gen/a")], capsys)[1] == out_before
-    rc, _, err = _score(["psnr", "-c", str(data / "gen/a")], capsys)  # still required, whatever the prose says
+    rc, _, err = _score(
+        ["psnr", "-c", str(data / "gen/a")], capsys
+    )  # still required, whatever the prose says
     assert rc == 2 and "--reference is required" in err
 
 
@@ -141,16 +148,49 @@ def _score(args: list[str], capsys) -> tuple[int, str, str]:
 
 def test_card_typed_fields_are_checked():
     with pytest.raises(ValueError, match="reference='nothing' is not one of"):
-        MetricCard(name="x", factory="m:X", family="f", summary="", inputs={"candidates": "c"},
-                   higher_is_better=True, range=None, reference="nothing")
+        MetricCard(
+            name="x",
+            factory="m:X",
+            family="f",
+            summary="",
+            inputs={"candidates": "c"},
+            higher_is_better=True,
+            range=None,
+            reference="nothing",
+        )
     with pytest.raises(ValueError, match="does not describe a 'reference' role"):
-        MetricCard(name="x", factory="m:X", family="f", summary="", inputs={"candidates": "c"},
-                   higher_is_better=True, range=None, reference=ReferenceKind.MATCHED)
+        MetricCard(
+            name="x",
+            factory="m:X",
+            family="f",
+            summary="",
+            inputs={"candidates": "c"},
+            higher_is_better=True,
+            range=None,
+            reference=ReferenceKind.MATCHED,
+        )
     with pytest.raises(ValueError, match="condition_option"):
-        MetricCard(name="x", factory="m:X", family="f", summary="", inputs={"candidates": "c"},
-                   higher_is_better=True, range=None, condition=ConditionKind.ATTRIBUTES)
-    card = MetricCard(name="x", factory="m:X", family="f", summary="", inputs={"reference": "r", "candidates": "c"},
-                      higher_is_better=True, range=None, reference="real_set", reference_need="optional")
+        MetricCard(
+            name="x",
+            factory="m:X",
+            family="f",
+            summary="",
+            inputs={"candidates": "c"},
+            higher_is_better=True,
+            range=None,
+            condition=ConditionKind.ATTRIBUTES,
+        )
+    card = MetricCard(
+        name="x",
+        factory="m:X",
+        family="f",
+        summary="",
+        inputs={"reference": "r", "candidates": "c"},
+        higher_is_better=True,
+        range=None,
+        reference="real_set",
+        reference_need="optional",
+    )
     assert card.reference is ReferenceKind.REAL_SET and not card.feeds("reference")
     assert card.to_dict()["reference"] == "real_set"
 
@@ -163,8 +203,20 @@ def test_score_feeds_a_real_set_reference_as_a_set(data, capsys):
 
     real, gen = sorted((data / "real").iterdir()), sorted((data / "gen/a").iterdir())
     with use_provider(tiny_backbones):
-        rc, out, err = _score(["hcs", "-r", str(data / "real"), "-c", str(data / "gen/a"), "--attributes", "a,b c",
-                               "--batch-size", "2"], capsys)
+        rc, out, err = _score(
+            [
+                "hcs",
+                "-r",
+                str(data / "real"),
+                "-c",
+                str(data / "gen/a"),
+                "--attributes",
+                "a,b c",
+                "--batch-size",
+                "2",
+            ],
+            capsys,
+        )
         assert rc == 0, err
         m = gm.create_metric("hcs", attributes="a,b c")
         m.update(reference=[str(p) for p in real])
@@ -227,8 +279,14 @@ def _expected_gap(cand: Path, ref: Path, prompt: str) -> float:
 
 
 def _cli(env: dict, *args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "genmetrics", *args], env=env, cwd=str(cwd), capture_output=True,
-                          text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "genmetrics", *args],
+        env=env,
+        cwd=str(cwd),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 @pytest.mark.slow
@@ -237,25 +295,32 @@ def test_entry_point_plugin_works_in_score_and_leaderboard(data, plugin_env):
     assert proc.returncode == 0, proc.stderr
     assert "demo_gap" in [m["name"] for m in json.loads(proc.stdout)]
     # score: the matched reference and the condition come from the card's typed fields
-    proc = _cli(plugin_env, "score", "demo_gap", "-r", "refs", "-c", "gen/a", "-t", "abcd", "--json", cwd=data)
+    proc = _cli(
+        plugin_env, "score", "demo_gap", "-r", "refs", "-c", "gen/a", "-t", "abcd", "--json", cwd=data
+    )
     assert proc.returncode == 0, proc.stderr
     per = json.loads(proc.stdout)["per_sample"]
-    expected = {f"s{i}": _expected_gap(data / f"gen/a/s{i}.png", data / f"refs/s{i}.png", "abcd") for i in range(3)}
+    expected = {
+        f"s{i}": _expected_gap(data / f"gen/a/s{i}.png", data / f"refs/s{i}.png", "abcd") for i in range(3)
+    }
     assert dict(zip(per["ids"], per["scores"])) == pytest.approx(expected, abs=1e-4)  # float32 image means
     proc = _cli(plugin_env, "score", "demo_gap", "-c", "gen/a", "-t", "abcd", cwd=data)
     assert proc.returncode == 2 and "--reference is required" in proc.stderr
     # leaderboard: matched reference per stem and the prompt of each id from the prompts file
     cfg = data / "plugin.toml"
-    cfg.write_text('[data]\nreferences = "refs"\nprompts = "prompts.jsonl"\n\n[[generators]]\nname = "a"\n'
-                   'images = "gen/a"\n\n[[generators]]\nname = "b"\nimages = "gen/b"\n\n[[metrics]]\nname = "demo_gap"\n')
+    cfg.write_text(
+        '[data]\nreferences = "refs"\nprompts = "prompts.jsonl"\n\n[[generators]]\nname = "a"\n'
+        'images = "gen/a"\n\n[[generators]]\nname = "b"\nimages = "gen/b"\n\n[[metrics]]\nname = "demo_gap"\n'
+    )
     proc = _cli(plugin_env, "leaderboard", str(cfg), "--out", "board", cwd=data)
     assert proc.returncode == 0, proc.stderr
     rows = [json.loads(x) for x in (data / "board" / "results.jsonl").read_text().splitlines()]
     assert len(rows) == 6
     for r in rows:
         i = int(r["id"][1:])
-        want = _expected_gap(data / "gen" / r["generator"] / f"{r['id']}.png", data / "refs" / f"{r['id']}.png",
-                             "x" * (i + 1))
+        want = _expected_gap(
+            data / "gen" / r["generator"] / f"{r['id']}.png", data / "refs" / f"{r['id']}.png", "x" * (i + 1)
+        )
         assert r["score"] == pytest.approx(want, abs=1e-4)
 
 
@@ -273,7 +338,9 @@ def test_clip_t_is_an_alias_of_clipscore_listed_as_such(capsys):
     cards = {m["name"]: m for m in json.loads(capsys.readouterr().out)}
     assert cards["clip_t"]["alias_of"] == "clipscore" and cards["clipscore"]["alias_of"] is None
     assert main(["list", "clip*"]) == 0
-    assert "alias of clipscore" in next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("clip_t"))
+    assert "alias of clipscore" in next(
+        ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("clip_t")
+    )
     with pytest.raises(ValueError, match="already registered"):
         registry.register_metric(dataclasses.replace(get_card("psnr"), name="psnr2", aliases=("clip_t",)))
 
@@ -287,7 +354,11 @@ def test_planner_and_score_name_no_metric_and_parse_no_prose():
         tree = ast.parse((REPO / rel).read_text(encoding="utf-8"))
         consts = {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
         assert not consts & names, (rel, consts & names)
-        imported = {a.name for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names}
+        imported = {
+            a.name for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names
+        }
         assert "re" not in imported, rel
-        reads_inputs = [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Attribute) and n.attr == "inputs"]
+        reads_inputs = [
+            n.lineno for n in ast.walk(tree) if isinstance(n, ast.Attribute) and n.attr == "inputs"
+        ]
         assert not reads_inputs, (rel, "reads card.inputs (prose) at lines", reads_inputs)

@@ -47,8 +47,14 @@ class MetricsModule(L.LightningModule):
 def validate(names: list[str], scalar_names: list[str], *, devices: int) -> dict[str, float]:
     module = MetricsModule(names, scalar_names)
     data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.arange(N_ITEMS)), batch_size=1)
-    trainer = L.Trainer(accelerator="cpu", devices=devices, strategy="ddp_spawn" if devices > 1 else "auto",
-                        logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                        enable_model_summary=False)
+    trainer = L.Trainer(
+        accelerator="cpu",
+        devices=devices,
+        strategy="ddp_spawn" if devices > 1 else "auto",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
     (logged,) = trainer.validate(module, dataloaders=data, verbose=False)
     return {k: float(v) for k, v in logged.items()}

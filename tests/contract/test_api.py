@@ -69,13 +69,19 @@ def test_set_dtype_never_casts_sample_ids(dtype):
 # ------------------------------------------------------------------------------- 15.4 compute groups
 def test_compute_groups_never_merge_differing_options():
     ref, cand = _pairs(4)
-    col = MetricCollection({"hi": gm.create_metric("psnr", max_db=60.0), "lo": gm.create_metric("psnr", max_db=25.0)})
+    col = MetricCollection(
+        {"hi": gm.create_metric("psnr", max_db=60.0), "lo": gm.create_metric("psnr", max_db=25.0)}
+    )
     col.update(ref, cand)  # all PSNRs < 25 dB: both states are equal after this first batch
     col.update(ref, ref)  # identical images: 60 vs 25 dB
     out = col.compute()
     first = _psnr_by_hand(ref, cand)
-    assert float(out["hi"]) == pytest.approx(float(torch.cat([first, torch.full((4,), 60.0)]).mean()), rel=1e-7)
-    assert float(out["lo"]) == pytest.approx(float(torch.cat([first, torch.full((4,), 25.0)]).mean()), rel=1e-7)
+    assert float(out["hi"]) == pytest.approx(
+        float(torch.cat([first, torch.full((4,), 60.0)]).mean()), rel=1e-7
+    )
+    assert float(out["lo"]) == pytest.approx(
+        float(torch.cat([first, torch.full((4,), 25.0)]).mean()), rel=1e-7
+    )
     assert len(col.compute_groups) == 2
 
 
@@ -137,7 +143,8 @@ def test_preds_target_keywords():
     out = col(preds=cand, target=ref)
     assert float(out["PSNR"]) == pytest.approx(expected, rel=1e-7)
     assert float(out["SSIM"]) == pytest.approx(
-        float(structural_similarity_index_measure(cand.double(), ref.double(), data_range=1.0)), rel=1e-7)
+        float(structural_similarity_index_measure(cand.double(), ref.double(), data_range=1.0)), rel=1e-7
+    )
     with pytest.raises(InputError, match="both preds= and candidates="):
         psnr.update(preds=cand, candidates=cand, target=ref)
     clip_t = T.build("clip_t")
@@ -153,11 +160,17 @@ def test_ssim_kernel_size_has_effect():
     # whose Gaussian window has that size (sigma 0.9 -> 7 px), computed by our own window code
     ref, cand = ref.double(), cand.double()
     # values[11] came from float32 images, computed in float32 (issue 16): within 1e-6 of float64
-    assert values[11] == pytest.approx(float(structural_similarity_index_measure(cand, ref, data_range=1.0)), abs=1e-6)
+    assert values[11] == pytest.approx(
+        float(structural_similarity_index_measure(cand, ref, data_range=1.0)), abs=1e-6
+    )
     seven = float(gm.create_metric("ssim", kernel_size=7, sigma=0.9).compute(ref, cand))
-    assert seven == pytest.approx(float(structural_similarity_index_measure(cand, ref, data_range=1.0, sigma=0.9)),
-                                  abs=1e-9)
-    ms = {k: float(gm.create_metric("ms_ssim", kernel_size=k, betas=(0.5, 0.5)).compute(ref, cand)) for k in (3, 7)}
+    assert seven == pytest.approx(
+        float(structural_similarity_index_measure(cand, ref, data_range=1.0, sigma=0.9)), abs=1e-9
+    )
+    ms = {
+        k: float(gm.create_metric("ms_ssim", kernel_size=k, betas=(0.5, 0.5)).compute(ref, cand))
+        for k in (3, 7)
+    }
     assert ms[3] != ms[7]
     with pytest.raises(InputError, match="odd"):
         gm.create_metric("ssim", kernel_size=8).compute(ref, cand)

@@ -91,7 +91,7 @@ def test_set_dtype(name, dtype):
     for before, after in zip(ids_before, getattr(m, "sample_ids", [])):
         assert after.dtype == torch.int64 and torch.equal(before, after)
     for k, v in m.metric_state.items():
-        for t in (v if isinstance(v, list) else [v]):
+        for t in v if isinstance(v, list) else [v]:
             assert t.dtype == dtype or not t.is_floating_point(), (k, t.dtype)
     value = m.compute()
     # states rounded to `dtype`: compare with the reference within that dtype's precision; set metrics
@@ -103,7 +103,9 @@ def test_set_dtype(name, dtype):
             assert len(per["ids"]) == sum(int(t.numel()) for t in ids_before)
     else:
         ref = T.reference(name)
-        assert (value.keys() if isinstance(value, dict) else 1) == (ref.keys() if isinstance(ref, dict) else 1)
+        assert (value.keys() if isinstance(value, dict) else 1) == (
+            ref.keys() if isinstance(ref, dict) else 1
+        )
 
 
 OTHER = {"mie": {"token_budget": 8192}}  # an option that changes nothing for the recipe's inputs
@@ -113,8 +115,9 @@ OTHER = {"mie": {"token_budget": 8192}}  # an option that changes nothing for th
 def test_metric_collection_compute_groups(name):
     ups = T.batches(name)
     other = OTHER.get(name, {"data_range": 255.0})  # the recipes feed uint8 images: states stay equal
-    col = MetricCollection({"a": T.build(name), "b": T.build(name), "c": T.build(name, **other)},
-                           compute_groups=True)
+    col = MetricCollection(
+        {"a": T.build(name), "b": T.build(name), "c": T.build(name, **other)}, compute_groups=True
+    )
     for u in ups:
         col.update(**u)
     groups = sorted(sorted(g) for g in col.compute_groups.values())
@@ -155,7 +158,7 @@ def test_ddp_class_forward(name, ddp_results):
             T.assert_close(got.sum(0), expected.sum(0), rtol=1e-9, what="per_sample gathered")
     even = ups[: len(ups) // 2 * 2]
     for step in range(len(even) // 2):
-        expected = T.value_of(name, even[2 * step: 2 * step + 2])
+        expected = T.value_of(name, even[2 * step : 2 * step + 2])
         for rank in range(2):
             T.assert_close(ddp_results[rank][name]["step"][step], expected, what="dist_sync_on_step")
 
@@ -164,7 +167,9 @@ def test_ddp_class_forward(name, ddp_results):
 @pytest.mark.parametrize("name", NAMES)
 def test_ddp_empty_rank(name, ddp_results):
     for rank in range(2):
-        T.assert_close(ddp_results[rank][name]["empty_rank"], T.reference(name), what=f"empty rank, rank {rank}")
+        T.assert_close(
+            ddp_results[rank][name]["empty_rank"], T.reference(name), what=f"empty rank, rank {rank}"
+        )
 
 
 @pytest.mark.distributed

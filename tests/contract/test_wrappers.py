@@ -39,7 +39,9 @@ def test_bootstrapper_resamples_prompts_with_their_images():
     boot.update(candidates=imgs, condition=prompts)
     raw = boot.compute()["raw"]
     lo, hi = sorted([float(expected), float(second)])
-    assert torch.all(raw >= lo - 1e-4) and torch.all(raw <= hi + 1e-4)  # every value a mix of the two true pairs
+    assert torch.all(raw >= lo - 1e-4) and torch.all(
+        raw <= hi + 1e-4
+    )  # every value a mix of the two true pairs
     assert float(other) < lo - 1e-3 or float(other) > hi + 1e-3  # a broken pairing would leave that range
 
 

@@ -29,7 +29,9 @@ from genmetrics.errors import InputError
 from genmetrics.metric import SampleMetric
 from genmetrics.testing import metric_recipe
 
-NAMES: list[str] = [n for n in gm.list_metrics() if gm.registry.alias_of(n) is None]  # an alias is the same metric
+NAMES: list[str] = [
+    n for n in gm.list_metrics() if gm.registry.alias_of(n) is None
+]  # an alias is the same metric
 
 
 @functools.cache
@@ -53,8 +55,10 @@ def merged(updates: list[dict[str, Any]]) -> dict[str, Any]:
         for k, v in u.items():
             if v is not None:
                 out.setdefault(k, []).append(v)
-    return {k: torch.cat(v) if isinstance(v[0], torch.Tensor) else [x for part in v for x in part]
-            for k, v in out.items()}
+    return {
+        k: torch.cat(v) if isinstance(v[0], torch.Tensor) else [x for part in v for x in part]
+        for k, v in out.items()
+    }
 
 
 def value_of(name: str, updates: list[dict[str, Any]], **override: Any) -> Any:
@@ -73,7 +77,9 @@ def reference(name: str) -> Any:
     return value_of(name, batches(name))
 
 
-def assert_close(actual: Any, expected: Any, *, rtol: float = 1e-5, atol: float = 1e-5, what: str = "") -> None:
+def assert_close(
+    actual: Any, expected: Any, *, rtol: float = 1e-5, atol: float = 1e-5, what: str = ""
+) -> None:
     if isinstance(expected, dict):
         assert isinstance(actual, dict) and actual.keys() == expected.keys(), (what, actual, expected)
         for k in expected:
@@ -186,4 +192,3 @@ def ddp_worker(rank: int, world_size: int, names: list[str]) -> dict[str, Any]:
             res["padded"] = p.compute()
         out[name] = res
     return out
-

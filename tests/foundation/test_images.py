@@ -108,8 +108,12 @@ def test_bad_files(tmp_path):
     buf = io.BytesIO()
     Image.new("RGB", (64, 64)).save(buf, "PNG")
     (tmp_path / "corrupt.png").write_bytes(buf.getvalue()[:40] + b"\0" * 30)
-    for name, fragment in [("text.jpg", "not an image"), ("empty.png", "empty"), ("trunc.jpg", "corrupt or truncated"),
-                           ("corrupt.png", "corrupt|not an image")]:
+    for name, fragment in [
+        ("text.jpg", "not an image"),
+        ("empty.png", "empty"),
+        ("trunc.jpg", "corrupt or truncated"),
+        ("corrupt.png", "corrupt|not an image"),
+    ]:
         with pytest.raises(InputError, match=fragment) as e:
             load_image(tmp_path / name)
         assert name in str(e.value)
@@ -155,7 +159,12 @@ def test_folders(tmp_path):
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.integers(1, 5), st.integers(1, 9), st.integers(1, 9), st.sampled_from([torch.uint8, torch.float32, torch.float64]))
+@given(
+    st.integers(1, 5),
+    st.integers(1, 9),
+    st.integers(1, 9),
+    st.sampled_from([torch.uint8, torch.float32, torch.float64]),
+)
 def test_tensor_roundtrip_property(c, h, w, dtype):
     g = torch.Generator().manual_seed(h * 100 + w)
     x = torch.randint(0, 256, (c, h, w), generator=g, dtype=torch.uint8)
@@ -167,5 +176,7 @@ def test_tensor_roundtrip_property(c, h, w, dtype):
         y = to_tensor(x)
         assert y.dtype == torch.float32 and y.shape == (3, h, w)
         assert float(y.min()) >= 0 and float(y.max()) <= 1
-        assert torch.equal(torch.from_numpy(np.array(to_pil(x))).permute(2, 0, 1),
-                           (x if dtype == torch.uint8 else (x * 255).round().to(torch.uint8)))
+        assert torch.equal(
+            torch.from_numpy(np.array(to_pil(x))).permute(2, 0, 1),
+            (x if dtype == torch.uint8 else (x * 255).round().to(torch.uint8)),
+        )

@@ -15,32 +15,63 @@ def _write(path, rows):
 
 
 def test_formats_parse(tmp_path):
-    f = _write(tmp_path / "o.jsonl", [{"id": "t1", "images": ["a.png", "b.png", "c.png"], "aspect": "color", "votes": [1, 5, 0]}])
+    f = _write(
+        tmp_path / "o.jsonl",
+        [{"id": "t1", "images": ["a.png", "b.png", "c.png"], "aspect": "color", "votes": [1, 5, 0]}],
+    )
     (r,) = load_odd_one_out(f)
     assert r.images[0] == tmp_path / "a.png" and r.votes == (1.0, 5.0, 0.0)
-    f = _write(tmp_path / "t.jsonl", [{"id": 1, "reference": "r.png", "candidates": ["a.png", "b.png"], "aspect": "pose",
-                                      "votes": [2, 1], "source": "editing"}])
+    f = _write(
+        tmp_path / "t.jsonl",
+        [
+            {
+                "id": 1,
+                "reference": "r.png",
+                "candidates": ["a.png", "b.png"],
+                "aspect": "pose",
+                "votes": [2, 1],
+                "source": "editing",
+            }
+        ],
+    )
     (r,) = load_two_afc(f)
     assert r.id == "1" and r.source == "editing"
-    f = _write(tmp_path / "m.jsonl", [{"id": "p", "prompt": "two dogs", "references": ["d1.png", "d2.png"],
-                                      "candidates": ["x.png", "y.png"], "generators": ["g1", "g2"], "preference": 1,
-                                      "diagnostics": [[1, 0.5, 0], [1, 1, 1]]}])
+    f = _write(
+        tmp_path / "m.jsonl",
+        [
+            {
+                "id": "p",
+                "prompt": "two dogs",
+                "references": ["d1.png", "d2.png"],
+                "candidates": ["x.png", "y.png"],
+                "generators": ["g1", "g2"],
+                "preference": 1,
+                "diagnostics": [[1, 0.5, 0], [1, 1, 1]],
+            }
+        ],
+    )
     (r,) = load_mib_pairs(f)
     assert r.preference == 1 and r.diagnostics[0] == (1.0, 0.5, 0.0)
 
 
-@pytest.mark.parametrize("line, fragment", [
-    ("{not json", "invalid JSON"),
-    ('["a"]', "expected a JSON object"),
-    ('{"images": ["a","b","c"], "aspect": "x"}', "missing key 'votes'"),
-    ('{"images": ["a","b"], "aspect": "x", "votes": [1,1]}', "should list 3 paths"),
-    ('{"images": ["a","b","c"], "aspect": " ", "votes": [1,1,1]}', "empty or whitespace"),
-    ('{"images": ["a","b","c"], "aspect": "x", "votes": [0,0,0]}', "sums to zero"),
-    ('{"images": ["a","b","c"], "aspect": "x", "votes": [1,"2",0]}', "non-negative number"),
-    ('{"images": "a", "aspect": "x", "votes": [1,1,1]}', "should be list"),
-])
+@pytest.mark.parametrize(
+    "line, fragment",
+    [
+        ("{not json", "invalid JSON"),
+        ('["a"]', "expected a JSON object"),
+        ('{"images": ["a","b","c"], "aspect": "x"}', "missing key 'votes'"),
+        ('{"images": ["a","b"], "aspect": "x", "votes": [1,1]}', "should list 3 paths"),
+        ('{"images": ["a","b","c"], "aspect": " ", "votes": [1,1,1]}', "empty or whitespace"),
+        ('{"images": ["a","b","c"], "aspect": "x", "votes": [0,0,0]}', "sums to zero"),
+        ('{"images": ["a","b","c"], "aspect": "x", "votes": [1,"2",0]}', "non-negative number"),
+        ('{"images": "a", "aspect": "x", "votes": [1,1,1]}', "should be list"),
+    ],
+)
 def test_malformed_lines_name_file_and_line(tmp_path, line, fragment):
-    f = _write(tmp_path / "bad.jsonl", [json.dumps({"images": ["a", "b", "c"], "aspect": "ok", "votes": [1, 0, 0]}), line])
+    f = _write(
+        tmp_path / "bad.jsonl",
+        [json.dumps({"images": ["a", "b", "c"], "aspect": "ok", "votes": [1, 0, 0]}), line],
+    )
     with pytest.raises(InputError, match=fragment) as e:
         load_odd_one_out(f)
     assert "bad.jsonl:2" in str(e.value)
@@ -66,7 +97,9 @@ def test_results_writer_resume_and_torn_line(tmp_path):
     with ResultsWriter(p, resume=True) as w:
         assert w.n_done == 3
         assert w.done({"generator": "g", "metric": "m", "id": "2"})
-        assert w.write([{"generator": "g", "metric": "m", "id": str(i), "score": i} for i in range(2, 5)]) == 2
+        assert (
+            w.write([{"generator": "g", "metric": "m", "id": str(i), "score": i} for i in range(2, 5)]) == 2
+        )
     rows = read_results(p)
     assert [r["id"] for r in rows] == ["0", "1", "2", "3", "4"]
     atomic_write_json(tmp_path / "s.json", {"x": float("nan")})

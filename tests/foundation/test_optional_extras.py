@@ -17,9 +17,13 @@ except ModuleNotFoundError:  # Python 3.10
 
 
 def test_faiss_is_the_retrieval_extra():
-    meta = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text(encoding="utf-8"))["project"]
-    assert not any(d.replace(" ", "").lower().startswith(("faiss-cpu", "faiss-gpu", "faiss"))
-                   for d in meta["dependencies"])
+    meta = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text(encoding="utf-8"))[
+        "project"
+    ]
+    assert not any(
+        d.replace(" ", "").lower().startswith(("faiss-cpu", "faiss-gpu", "faiss"))
+        for d in meta["dependencies"]
+    )
     assert any(d.startswith("faiss-cpu") for d in meta["optional-dependencies"]["retrieval"])
 
 
@@ -31,7 +35,9 @@ def test_missing_faiss_is_one_clear_error(monkeypatch, tmp_path):
         retrieval._import_faiss()
     msg = str(e.value)
     assert "pip install 'genmetrics[retrieval]'" in msg and "faiss-gpu" in msg
-    assert isinstance(e.value, ImportError) and isinstance(e.value, GenmetricsError)  # the CLI: exit 1, one line
+    assert isinstance(e.value, ImportError) and isinstance(
+        e.value, GenmetricsError
+    )  # the CLI: exit 1, one line
 
     class Model:  # build() refuses before it embeds anything
         variant = "late"

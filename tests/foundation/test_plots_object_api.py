@@ -17,11 +17,18 @@ def test_no_backend_switch_or_pyplot_in_library_code():
         tree = ast.parse(path.read_text(encoding="utf-8"))
         for node in ast.walk(tree):
             if isinstance(node, (ast.Import, ast.ImportFrom)):
-                names = [a.name for a in node.names] + ([node.module] if isinstance(node, ast.ImportFrom) else [])
+                names = [a.name for a in node.names] + (
+                    [node.module] if isinstance(node, ast.ImportFrom) else []
+                )
                 if any(n and "pyplot" in n for n in names):
                     bad.append(f"{path.relative_to(ROOT)}:{node.lineno} imports pyplot")
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "use" \
-                    and isinstance(node.func.value, ast.Name) and node.func.value.id in ("matplotlib", "mpl"):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "use"
+                and isinstance(node.func.value, ast.Name)
+                and node.func.value.id in ("matplotlib", "mpl")
+            ):
                 bad.append(f"{path.relative_to(ROOT)}:{node.lineno} calls matplotlib.use")
     assert not bad, bad
 
@@ -32,7 +39,9 @@ def test_plots_keep_the_users_backend(tmp_path):
     import genmetrics.mie.ranking as mie_ranking
     from genmetrics.mie.evaluate import accuracy_plot
 
-    ranking_plot = getattr(mie_ranking, "ranking_plot", None)  # (being moved by its owner at the time of writing)
+    ranking_plot = getattr(
+        mie_ranking, "ranking_plot", None
+    )  # (being moved by its owner at the time of writing)
     before = matplotlib.get_backend()
     matplotlib.use("svg")  # a user's choice that is not Agg
     try:
@@ -40,7 +49,9 @@ def test_plots_keep_the_users_backend(tmp_path):
         if ranking_plot is not None:
             ranking_plot({"generators": ["a", "b"], "bradley_terry": bt}, tmp_path / "rank.png")
         acc = {s: {"value": 0.7, "low": 0.6, "high": 0.8} for s in ("overall", "seen")}
-        accuracy_plot({"metrics": {"m": {"accuracy": acc}}, "subsets": ["overall", "seen"]}, tmp_path / "acc.png")
+        accuracy_plot(
+            {"metrics": {"m": {"accuracy": acc}}, "subsets": ["overall", "seen"]}, tmp_path / "acc.png"
+        )
         assert matplotlib.get_backend() == "svg"
     finally:
         matplotlib.use(before)

@@ -14,9 +14,11 @@ from genmetrics.testing import random_images
 
 
 def test_import_is_light():
-    code = ("import sys, genmetrics as gm; names = gm.list_metrics(); "
-            "heavy = [m for m in ('torch', 'transformers', 'open_clip') if m in sys.modules]; "
-            "assert not heavy, heavy; assert 'psnr' in names")
+    code = (
+        "import sys, genmetrics as gm; names = gm.list_metrics(); "
+        "heavy = [m for m in ('torch', 'transformers', 'open_clip') if m in sys.modules]; "
+        "assert not heavy, heavy; assert 'psnr' in names"
+    )
     assert os.system(f'{sys.executable} -c "{code}"') == 0
 
 
@@ -40,8 +42,17 @@ class _Plugin(SampleMetric):
 
 @pytest.fixture
 def plugin():
-    register_metric(MetricCard(name="plugin_mean", factory=f"{__name__}:_Plugin", family="plugin", summary="mean",
-                               inputs={"candidates": "tensors"}, higher_is_better=True, range=None))
+    register_metric(
+        MetricCard(
+            name="plugin_mean",
+            factory=f"{__name__}:_Plugin",
+            family="plugin",
+            summary="mean",
+            inputs={"candidates": "tensors"},
+            higher_is_better=True,
+            range=None,
+        )
+    )
     yield
     unregister_metric("plugin_mean")
 
@@ -95,7 +106,9 @@ def test_closed_forms():
     assert float(gm.create_metric("psnr").compute(ref, ref)) == 100.0
     a, b = random_images(2, seed=1), random_images(2, seed=2)
     assert float(gm.create_metric("ssim").compute(a, b)) < 0.2  # independent noise is structurally unrelated
-    assert float(gm.create_metric("ssim").compute(a, b)) == pytest.approx(float(gm.create_metric("ssim").compute(b, a)))
+    assert float(gm.create_metric("ssim").compute(a, b)) == pytest.approx(
+        float(gm.create_metric("ssim").compute(b, a))
+    )
     x = random_images(2)
     assert float(gm.create_metric("ssim").compute(x, x)) == pytest.approx(1.0)
 

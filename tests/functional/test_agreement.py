@@ -50,7 +50,7 @@ def test_two_afc_and_consensus_against_explicit():
     assert (mean, se) == (pytest.approx(em), pytest.approx(es))
     assert mean == pytest.approx((0.8 + 0.6 + 0.5 + 0.2) / 4)
     c, cse = human_consensus(votes)
-    per = [(4 / 5) ** 2 + (1 / 5) ** 2, (2 / 5) ** 2 + (3 / 5) ** 2, 1.0, 0.2 ** 2 + 0.8 ** 2]
+    per = [(4 / 5) ** 2 + (1 / 5) ** 2, (2 / 5) ** 2 + (3 / 5) ** 2, 1.0, 0.2**2 + 0.8**2]
     m = sum(per) / 4
     assert c == pytest.approx(m)
     assert cse == pytest.approx(math.sqrt(sum((x - m) ** 2 for x in per) / 3) / 2)

@@ -18,12 +18,16 @@ from genmetrics.functional.bootstrap import bootstrap_ci, bootstrap_interval, pa
 def test_one_sample_matches_scipy(method):
     x = np.random.default_rng(0).exponential(size=37)
     est, lo, hi = bootstrap_ci(x, n_boot=800, alpha=0.1, seed=4, method=method)
-    ref = bootstrap((x,), np.mean, n_resamples=800, confidence_level=0.9, method=method, rng=np.random.default_rng(4))
+    ref = bootstrap(
+        (x,), np.mean, n_resamples=800, confidence_level=0.9, method=method, rng=np.random.default_rng(4)
+    )
     assert est == pytest.approx(x.mean(), rel=1e-12)
     assert (lo, hi) == pytest.approx(tuple(ref.confidence_interval), rel=1e-12)
     # a non-vectorised statistic goes the same way
     est, lo, hi = bootstrap_ci(x, n_boot=300, seed=2, stat=np.median, method=method)
-    ref = bootstrap((x,), np.median, n_resamples=300, method=method, rng=np.random.default_rng(2), vectorized=False)
+    ref = bootstrap(
+        (x,), np.median, n_resamples=300, method=method, rng=np.random.default_rng(2), vectorized=False
+    )
     assert est == np.median(x) and (lo, hi) == pytest.approx(tuple(ref.confidence_interval), rel=1e-12)
 
 
@@ -55,9 +59,18 @@ def test_two_sample_weights_equal_resampling_the_values(method):
         (mr, vr), (mg, vg) = out
         return 0.5 * (np.log(vr / vg) + (vg + (mg - mr) ** 2) / vr - 1)
 
-    iv = two_sample_ci(x, y, stat, n_boot=700, alpha=0.1, seed=1, method=method, budget=3000)  # several batches
-    ref = bootstrap((x, y), _kl_fitted, n_resamples=700, confidence_level=0.9, method=method,
-                    rng=np.random.default_rng(1), batch=3000 // 50)
+    iv = two_sample_ci(
+        x, y, stat, n_boot=700, alpha=0.1, seed=1, method=method, budget=3000
+    )  # several batches
+    ref = bootstrap(
+        (x, y),
+        _kl_fitted,
+        n_resamples=700,
+        confidence_level=0.9,
+        method=method,
+        rng=np.random.default_rng(1),
+        batch=3000 // 50,
+    )
     assert iv.estimate == pytest.approx(_kl_fitted(x, y), rel=1e-10)
     assert (iv.low, iv.high) == pytest.approx(tuple(ref.confidence_interval), rel=1e-9)
     assert iv.method == method and iv.distribution.shape == (700,)
@@ -73,7 +86,9 @@ def test_report_bootstrap_estimates_are_sad_and_pad():
         out = bootstrap_means(real, gen, n_boot=200, seed=1, direction=direction, pad_budget=float("inf"))
         sad = float(D.sad(real, gen, direction=direction).mean())
         pad = float(D.pad(real, gen, direction=direction).mean())
-        assert out["sad_estimate"] == pytest.approx(sad, rel=1e-10) and out["pad_estimate"] == pytest.approx(pad, rel=1e-10)
+        assert out["sad_estimate"] == pytest.approx(sad, rel=1e-10) and out["pad_estimate"] == pytest.approx(
+            pad, rel=1e-10
+        )
         assert out["sad"][0] < sad < out["sad"][1] and out["pad"][0] < pad < out["pad"][1]
         assert out["sad_method"] == out["pad_method"] == "BCa"
     out = bootstrap_means(real, gen, n_boot=200, pad_budget=0.0, bca_budget=0.0)
@@ -88,13 +103,15 @@ def _sad_coverage(method: str, reps: int, n: int, c: int, level: float) -> float
     from genmetrics.raclip.report import bootstrap_means
 
     (mr, sr), (mg, sg) = (0.0, 1.0), (0.3, 1.2)
-    true = 0.5 * (np.log(sr ** 2 / sg ** 2) + (sg ** 2 + (mg - mr) ** 2) / sr ** 2 - 1)  # KL(gen || real), nats
+    true = 0.5 * (np.log(sr**2 / sg**2) + (sg**2 + (mg - mr) ** 2) / sr**2 - 1)  # KL(gen || real), nats
     rng = np.random.default_rng(123)
     hits = 0
     for r in range(reps):
         real = torch.from_numpy(rng.normal(mr, sr, (n, c)))
         gen = torch.from_numpy(rng.normal(mg, sg, (n, c)))
-        lo, hi = bootstrap_means(real, gen, n_boot=1000, seed=r, alpha=1 - level, pad_budget=0.0, method=method)["sad"]
+        lo, hi = bootstrap_means(
+            real, gen, n_boot=1000, seed=r, alpha=1 - level, pad_budget=0.0, method=method
+        )["sad"]
         hits += lo <= true <= hi
     return hits / reps
 
@@ -135,12 +152,15 @@ def test_paired_bootstrap_p_value_and_degenerate_cases():
     assert bootstrap_ci([2.5], n_boot=10) == (2.5, 2.5, 2.5)
 
 
-@pytest.mark.parametrize("kw,match", [
-    ({"n_boot": 0}, "option n_boot: expected an integer in \\[1"),
-    ({"n_boot": 1e8}, "option n_boot"),
-    ({"method": "bca"}, "option method: expected one of 'BCa'"),
-    ({"alpha": 1.5}, "option alpha"),
-])
+@pytest.mark.parametrize(
+    "kw,match",
+    [
+        ({"n_boot": 0}, "option n_boot: expected an integer in \\[1"),
+        ({"n_boot": 1e8}, "option n_boot"),
+        ({"method": "bca"}, "option method: expected one of 'BCa'"),
+        ({"alpha": 1.5}, "option alpha"),
+    ],
+)
 def test_bad_options(kw, match):
     with pytest.raises(InputError, match=match):
         bootstrap_ci([1.0, 2.0, 3.0], **kw)

@@ -32,8 +32,8 @@ def _rows(seed, n=300, c=4, shift=0.0, scale=1.0):
 def test_gaussian_kl_closed_form_against_integration():
     mu_p, var_p, mu_q, var_q = 0.3, 0.5, -0.2, 1.7
     x = np.linspace(-15, 15, 200001)
-    p = np.exp(-(x - mu_p) ** 2 / (2 * var_p)) / math.sqrt(2 * math.pi * var_p)
-    q = np.exp(-(x - mu_q) ** 2 / (2 * var_q)) / math.sqrt(2 * math.pi * var_q)
+    p = np.exp(-((x - mu_p) ** 2) / (2 * var_p)) / math.sqrt(2 * math.pi * var_p)
+    q = np.exp(-((x - mu_q) ** 2) / (2 * var_q)) / math.sqrt(2 * math.pi * var_q)
     numeric = np.trapezoid(p * np.log(p / q), x)
     got = float(gaussian_kl(mu_p, var_p, mu_q, var_q))
     assert abs(got - numeric) < 1e-6
@@ -73,7 +73,9 @@ def test_sad_pad_against_definitions_and_identity():
     exp = gaussian_kl(gen.mean(0), gen.var(0) + eps, real.mean(0), real.var(0) + eps)
     torch.testing.assert_close(s, exp)
     s2 = sad(real, gen, direction="real||gen")
-    torch.testing.assert_close(s2, gaussian_kl(real.mean(0), real.var(0) + eps, gen.mean(0), gen.var(0) + eps))
+    torch.testing.assert_close(
+        s2, gaussian_kl(real.mean(0), real.var(0) + eps, gen.mean(0), gen.var(0) + eps)
+    )
     p = pad(real, gen)
     loop = []
     for i, j in itertools.combinations(range(4), 2):
@@ -109,7 +111,9 @@ def test_from_stats_equals_tables():
     nr, sr, cr = gaussian_stats(real)
     ng, sg, cg = gaussian_stats(gen)
     torch.testing.assert_close(pad_from_stats((nr, sr, cr), (ng, sg, cg)), pad(real, gen))
-    torch.testing.assert_close(sad_from_stats((nr, sr, torch.diagonal(cr)), (ng, sg, torch.diagonal(cg))), sad(real, gen))
+    torch.testing.assert_close(
+        sad_from_stats((nr, sr, torch.diagonal(cr)), (ng, sg, torch.diagonal(cg))), sad(real, gen)
+    )
     torch.testing.assert_close(sad_from_stats((nr, sr, cr), (ng, sg, cg)), sad(real, gen))
 
 
@@ -158,13 +162,21 @@ def _hcs_code_pad(real, gen, n_points):
 def test_kde_mode_matches_hcs_code():
     real = (_rows(4, n=120, c=3) * 30 - 10).numpy()
     gen = (_rows(5, n=100, c=3) * 25 - 5).numpy()
-    torch.testing.assert_close(kde_sad(real, gen, n_points=2000), torch.from_numpy(_hcs_code_sad(real, gen, 2000)))
-    torch.testing.assert_close(kde_pad(real, gen, n_points=900), torch.from_numpy(_hcs_code_pad(real, gen, 900)),
-                               rtol=1e-4, atol=1e-9)
+    torch.testing.assert_close(
+        kde_sad(real, gen, n_points=2000), torch.from_numpy(_hcs_code_sad(real, gen, 2000))
+    )
+    torch.testing.assert_close(
+        kde_pad(real, gen, n_points=900),
+        torch.from_numpy(_hcs_code_pad(real, gen, 900)),
+        rtol=1e-4,
+        atol=1e-9,
+    )
     assert float(kde_sad(real, real, n_points=500).max()) == 0.0
     # the other direction swaps the roles
-    torch.testing.assert_close(kde_sad(real, gen, n_points=500, direction="gen||real"),
-                               torch.from_numpy(_hcs_code_sad(gen, real, 500)))
+    torch.testing.assert_close(
+        kde_sad(real, gen, n_points=500, direction="gen||real"),
+        torch.from_numpy(_hcs_code_sad(gen, real, 500)),
+    )
 
 
 def test_separation_statistics():
@@ -206,4 +218,6 @@ def test_kde_mode_unit_is_nats_per_grid_cell():
     real, gen = rng.normal(0.0, 5.0, (4000, 2)), rng.normal(3.0, 6.0, (4000, 2))
     kl = float(gaussian_kl(0.0, 25.0, 3.0, 36.0))  # KL(real || gen), the code's direction
     assert float(kde_sad(real, gen, n_points=2000).mean()) * 2000 == pytest.approx(kl, rel=0.08)
-    assert float(kde_pad(real, gen, n_points=2500)[0]) * 50 * 50 == pytest.approx(2 * kl, rel=0.08)  # independent
+    assert float(kde_pad(real, gen, n_points=2500)[0]) * 50 * 50 == pytest.approx(
+        2 * kl, rel=0.08
+    )  # independent

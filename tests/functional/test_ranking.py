@@ -21,7 +21,9 @@ def test_pairwise_accuracy_explicit():
             right += 0.5
         elif (x > y) == pa:
             right += 1.0
-    assert pairwise_accuracy(torch.tensor(a), torch.tensor(b), torch.tensor(h)) == pytest.approx(right / 200, abs=1e-12)
+    assert pairwise_accuracy(torch.tensor(a), torch.tensor(b), torch.tensor(h)) == pytest.approx(
+        right / 200, abs=1e-12
+    )
     assert pairwise_accuracy(a.tolist(), b.tolist(), h.tolist()) == pytest.approx(right / 200, abs=1e-12)
     assert pairwise_accuracy([1.0, 1.0], [1.0, 1.0], [1, 0]) == 0.5  # a constant metric is at chance
     assert pairwise_accuracy([2.0], [1.0], [1]) == 1.0 and pairwise_accuracy([2.0], [1.0], [0]) == 0.0

@@ -16,13 +16,40 @@ from genmetrics.metric import Metric, SampleMetric, as_text_list
 from genmetrics.registry import MetricCard, register_metric
 
 _PAIR = {"reference": "reference images [B]", "candidates": "generated images [B]"}
-CALLS: dict[str, Any] = {"updates": 0, "max_batch": 0, "max_pending": 0, "created": 0, "cache_dir": None, "path": None}
+CALLS: dict[str, Any] = {
+    "updates": 0,
+    "max_batch": 0,
+    "max_pending": 0,
+    "created": 0,
+    "cache_dir": None,
+    "path": None,
+}
 
 
-def _card(name: str, factory: str, inputs: dict[str, str], *, level: str = "sample", hib: bool | None = True,
-          tags: tuple[str, ...] = (), **typed: Any) -> None:
-    register_metric(MetricCard(name=name, factory=f"lb_fakes:{factory}", family="lbtest", summary=f"test metric {name}",
-                               inputs=inputs, higher_is_better=hib, range=None, level=level, tags=tags, **typed))
+def _card(
+    name: str,
+    factory: str,
+    inputs: dict[str, str],
+    *,
+    level: str = "sample",
+    hib: bool | None = True,
+    tags: tuple[str, ...] = (),
+    **typed: Any,
+) -> None:
+    register_metric(
+        MetricCard(
+            name=name,
+            factory=f"lb_fakes:{factory}",
+            family="lbtest",
+            summary=f"test metric {name}",
+            inputs=inputs,
+            higher_is_better=hib,
+            range=None,
+            level=level,
+            tags=tags,
+            **typed,
+        )
+    )
 
 
 class SpyPSNR(PSNR):
@@ -34,7 +61,9 @@ class SpyPSNR(PSNR):
         super().__init__(**kwargs)
         CALLS["created"] += 1
 
-    def update(self, reference: Any = None, candidates: Any = None, condition: Any = None, *, ids: Any = None) -> None:
+    def update(
+        self, reference: Any = None, candidates: Any = None, condition: Any = None, *, ids: Any = None
+    ) -> None:
         CALLS["updates"] += 1
         CALLS["max_batch"] = max(CALLS["max_batch"], len(candidates))
         CALLS["max_pending"] = max(CALLS["max_pending"], len(self.scores))
@@ -67,8 +96,9 @@ class PromptMetric(_Mean):
         return {"candidates": as_image_list(candidates), "condition": as_text_list(condition)}
 
     def _score_batch(self, batch: dict[str, list[Any]]) -> torch.Tensor:
-        return self._mean(batch["candidates"]) + torch.tensor([1000.0 * len(t) for t in batch["condition"]],
-                                                              dtype=torch.float64)
+        return self._mean(batch["candidates"]) + torch.tensor(
+            [1000.0 * len(t) for t in batch["condition"]], dtype=torch.float64
+        )
 
 
 class AspectMetric(_Mean):
@@ -77,8 +107,11 @@ class AspectMetric(_Mean):
     name = "_lb_aspect"
 
     def _prepare(self, reference: Any, candidates: Any, condition: Any) -> dict[str, list[Any]]:
-        return {"reference": as_image_list(reference), "candidates": as_image_list(candidates),
-                "condition": as_text_list(condition)}
+        return {
+            "reference": as_image_list(reference),
+            "candidates": as_image_list(candidates),
+            "condition": as_text_list(condition),
+        }
 
     def _score_batch(self, batch: dict[str, list[Any]]) -> torch.Tensor:
         d = (self._mean(batch["candidates"]) - self._mean(batch["reference"])).abs()
@@ -113,11 +146,17 @@ class RefSetMetric(_Mean):
     def _prepare(self, reference: Any, candidates: Any, condition: Any) -> dict[str, list[Any]]:
         refs = list(reference)
         assert all(isinstance(r, list) for r in refs), "expected one list of references per candidate"
-        return {"reference": refs, "candidates": as_image_list(candidates), "condition": as_text_list(condition)}
+        return {
+            "reference": refs,
+            "candidates": as_image_list(candidates),
+            "condition": as_text_list(condition),
+        }
 
     def _score_batch(self, batch: dict[str, list[Any]]) -> torch.Tensor:
-        return torch.tensor([len(r) + 0.001 * len(t) for r, t in zip(batch["reference"], batch["condition"])],
-                            dtype=torch.float64)
+        return torch.tensor(
+            [len(r) + 0.001 * len(t) for r, t in zip(batch["reference"], batch["condition"])],
+            dtype=torch.float64,
+        )
 
 
 class VectorMetric(_Mean):
@@ -148,7 +187,9 @@ class CenterMetric(_Mean):
         self.add_state("ref_sum", default=torch.zeros((), dtype=torch.float64), dist_reduce_fx="sum")
         self.add_state("ref_n", default=torch.zeros((), dtype=torch.float64), dist_reduce_fx="sum")
 
-    def update(self, reference: Any = None, candidates: Any = None, condition: Any = None, *, ids: Any = None) -> None:
+    def update(
+        self, reference: Any = None, candidates: Any = None, condition: Any = None, *, ids: Any = None
+    ) -> None:
         if reference is not None:
             CALLS["updates"] += 1
             imgs = as_image_list(reference)
@@ -176,8 +217,10 @@ class AttrMetric(_Mean):
     def _prepare(self, reference: Any, candidates: Any, condition: Any) -> dict[str, list[Any]]:
         if (condition is None) == (self.attributes is None):
             raise ValueError("give condition xor attributes")
-        return {"candidates": as_image_list(candidates),
-                "condition": as_text_list(condition) if condition is not None else None}
+        return {
+            "candidates": as_image_list(candidates),
+            "condition": as_text_list(condition) if condition is not None else None,
+        }
 
     def _score_batch(self, batch: dict[str, list[Any]]) -> torch.Tensor:
         m = self._mean(batch["candidates"])
@@ -201,7 +244,9 @@ class SetMetric(Metric):
         if grid:
             self.grid = (2, 2)
         for side in ("real", "gen"):
-            self.add_state(f"{side}_sum", default=torch.zeros(4, 3, dtype=torch.float64), dist_reduce_fx="sum")
+            self.add_state(
+                f"{side}_sum", default=torch.zeros(4, 3, dtype=torch.float64), dist_reduce_fx="sum"
+            )
             self.add_state(f"{side}_n", default=torch.zeros((), dtype=torch.float64), dist_reduce_fx="sum")
 
     def _stats(self, images: Any) -> torch.Tensor:
@@ -213,7 +258,9 @@ class SetMetric(Metric):
             out += torch.stack([q.sum((1, 2)) / q[0].numel() for q in quads]).round()
         return out
 
-    def update(self, reference: Any = None, candidates: Any = None, condition: Any = None, *, ids: Any = None) -> None:
+    def update(
+        self, reference: Any = None, candidates: Any = None, condition: Any = None, *, ids: Any = None
+    ) -> None:
         if reference is not None:
             self.real_sum += self._stats(reference)
             self.real_n += len(as_image_list(reference))
@@ -231,17 +278,35 @@ FAKES = {
     "_lb_slow": ("SlowPSNR", _PAIR, {}),
     "_lb_prompt": ("PromptMetric", {"candidates": "generated images [B]", "condition": "prompts [B]"}, {}),
     "_lb_aspect": ("AspectMetric", {**_PAIR, "condition": "aspect texts [B]"}, {"condition": "aspects"}),
-    "_lb_refsets": ("RefSetMetric", {"reference": "reference image lists [B]", "candidates": "generated images [B]",
-                                     "condition": "prompts [B]"}, {"reference": "image_list"}),
+    "_lb_refsets": (
+        "RefSetMetric",
+        {
+            "reference": "reference image lists [B]",
+            "candidates": "generated images [B]",
+            "condition": "prompts [B]",
+        },
+        {"reference": "image_list"},
+    ),
     "_lb_nan": ("NanMetric", {"candidates": "generated images [B]"}, {}),
     "_lb_vector": ("VectorMetric", {"candidates": "generated images [B]"}, {"hib": None}),
-    "_lb_center": ("CenterMetric", {"reference": "real images (only for the centre)", "candidates": "images"},
-                   {"reference": "real_set"}),
-    "_lb_attr": ("AttrMetric", {"candidates": "images [B]",
-                                "condition": "one text per image, only when the metric is built without attributes="},
-                 {"condition_option": "attributes"}),
-    "_lb_set": ("SetMetric", {"reference": "real images", "candidates": "generated images"},
-                {"level": "set", "hib": False, "reference": "real_set"}),
+    "_lb_center": (
+        "CenterMetric",
+        {"reference": "real images (only for the centre)", "candidates": "images"},
+        {"reference": "real_set"},
+    ),
+    "_lb_attr": (
+        "AttrMetric",
+        {
+            "candidates": "images [B]",
+            "condition": "one text per image, only when the metric is built without attributes=",
+        },
+        {"condition_option": "attributes"},
+    ),
+    "_lb_set": (
+        "SetMetric",
+        {"reference": "real images", "candidates": "generated images"},
+        {"level": "set", "hib": False, "reference": "real_set"},
+    ),
 }
 
 
@@ -261,8 +326,15 @@ def unregister() -> None:
 
 def dist_worker(rank: int, world: int, port: int, config: str, out: str, kwargs: dict[str, Any]) -> None:
     """torch.multiprocessing.spawn target: one rank of a leaderboard run (gloo)."""
-    os.environ.update({"RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank),
-                       "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
+    os.environ.update(
+        {
+            "RANK": str(rank),
+            "WORLD_SIZE": str(world),
+            "LOCAL_RANK": str(rank),
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port),
+        }
+    )
     torch.set_num_threads(1)
     register()
     from genmetrics.leaderboard import run_leaderboard

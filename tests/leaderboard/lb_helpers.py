@@ -13,8 +13,15 @@ REPO = HERE.parents[1]
 QUICKSTART = REPO / "examples" / "quickstart"
 
 
-def write_images(folder: Path, stems: list[str], *, size: int = 24, seed: int = 0, noise: float = 0.0,
-                 base: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+def write_images(
+    folder: Path,
+    stems: list[str],
+    *,
+    size: int = 24,
+    seed: int = 0,
+    noise: float = 0.0,
+    base: dict[str, np.ndarray] | None = None,
+) -> dict[str, np.ndarray]:
     """PNG images named by ``stems``; with ``base``, each is that image plus Gaussian noise."""
     folder.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
@@ -22,8 +29,10 @@ def write_images(folder: Path, stems: list[str], *, size: int = 24, seed: int = 
     for s in stems:
         if base is None:
             yy, xx = np.mgrid[0:size, 0:size]
-            a = (np.stack([xx * 5 + rng.integers(0, 60), yy * 4 + rng.integers(0, 60), (xx + yy) * 3 + 20], -1)
-                 + rng.integers(0, 40)).astype(np.float64)
+            a = (
+                np.stack([xx * 5 + rng.integers(0, 60), yy * 4 + rng.integers(0, 60), (xx + yy) * 3 + 20], -1)
+                + rng.integers(0, 40)
+            ).astype(np.float64)
         else:
             a = base[s].astype(np.float64) + rng.normal(0, noise, base[s].shape)
         a = np.clip(a, 0, 255).astype(np.uint8)
@@ -42,8 +51,14 @@ def make_set(root: Path, *, n: int = 6, generators: dict[str, float] | None = No
     return root
 
 
-def toml_config(root: Path, metrics: str, *, generators: list[str] | None = None, extra: str = "",
-                name: str = "config.toml") -> Path:
+def toml_config(
+    root: Path,
+    metrics: str,
+    *,
+    generators: list[str] | None = None,
+    extra: str = "",
+    name: str = "config.toml",
+) -> Path:
     generators = generators or ["mid", "bad", "good"]
     text = '[data]\nreferences = "refs"\n' + extra + "\n"
     for g in generators:

@@ -37,12 +37,17 @@ def _fails(cfg: Path, out: Path, *patterns: str) -> str:
 
 
 def test_toml_and_yaml_give_the_same_config(small_set):
-    t = toml_config(small_set, SPY + 'max_db = 60\n\n[[metrics]]\nname = "_lb_aspect"\naspects = ["overall", "color"]\n',
-                    extra='[run]\nseed = 3\nn_boot = 200\n')
+    t = toml_config(
+        small_set,
+        SPY + 'max_db = 60\n\n[[metrics]]\nname = "_lb_aspect"\naspects = ["overall", "color"]\n',
+        extra="[run]\nseed = 3\nn_boot = 200\n",
+    )
     y = small_set / "config.yaml"
-    y.write_text("data:\n  references: refs\nrun:\n  seed: 3\n  n_boot: 200\ngenerators:\n"
-                 + "".join(f"  - name: {g}\n    images: gen/{g}\n" for g in ["mid", "bad", "good"])
-                 + "metrics:\n  - name: _lb_spy\n    max_db: 60\n  - name: _lb_aspect\n    aspects: [overall, color]\n")
+    y.write_text(
+        "data:\n  references: refs\nrun:\n  seed: 3\n  n_boot: 200\ngenerators:\n"
+        + "".join(f"  - name: {g}\n    images: gen/{g}\n" for g in ["mid", "bad", "good"])
+        + "metrics:\n  - name: _lb_spy\n    max_db: 60\n  - name: _lb_aspect\n    aspects: [overall, color]\n"
+    )
     a, b = load_config(t), load_config(y)
     assert a.data == b.data and a.run == b.run and a.generators == b.generators and a.metrics == b.metrics
     assert a.metrics[0].options == {"max_db": 60}
@@ -51,25 +56,32 @@ def test_toml_and_yaml_give_the_same_config(small_set):
 
 
 def test_line_lookup_toml_and_yaml():
-    text = '[data]\nreferences = "r"\n\n[[generators]]\nname = "a"\n\n[[generators]]\nname = "b"\nimages = "x"\n' \
-           'doc = """\nimages = "not a key"\n"""\n[[metrics]]\nname = "psnr"\n'
+    text = (
+        '[data]\nreferences = "r"\n\n[[generators]]\nname = "a"\n\n[[generators]]\nname = "b"\nimages = "x"\n'
+        'doc = """\nimages = "not a key"\n"""\n[[metrics]]\nname = "psnr"\n'
+    )
     lines = toml_lines(text)
     assert lines[("data", "references")] == 2
     assert lines[("generators", 0, "name")] == 5
     assert lines[("generators", 1)] == 7
     assert lines[("generators", 1, "images")] == 9
     assert lines[("metrics", 0, "name")] == 14
-    y = yaml_lines("data:\n  references: r\ngenerators:\n  - name: a\n    images: x\n  - name: b\n    imagez: y\n")
+    y = yaml_lines(
+        "data:\n  references: r\ngenerators:\n  - name: a\n    images: x\n  - name: b\n    imagez: y\n"
+    )
     assert y[("generators", 1, "imagez")] == 7
     assert y[("data", "references")] == 2
 
 
-@pytest.mark.parametrize("where,snippet,key", [
-    ("top", "colour = 1\n", "colour"),
-    ("data", "referencez = 'refs'\n", "data.referencez"),
-    ("gen", "imagez = 'x'\n", "generators[2].imagez"),
-    ("metric", "max_dbb = 3\n", "metrics[0].max_dbb"),
-])
+@pytest.mark.parametrize(
+    "where,snippet,key",
+    [
+        ("top", "colour = 1\n", "colour"),
+        ("data", "referencez = 'refs'\n", "data.referencez"),
+        ("gen", "imagez = 'x'\n", "generators[2].imagez"),
+        ("metric", "max_dbb = 3\n", "metrics[0].max_dbb"),
+    ],
+)
 def test_unknown_key_names_key_and_line(small_set, tmp_path, where, snippet, key):
     if where == "top":
         cfg = toml_config(small_set, SPY)
@@ -77,7 +89,7 @@ def test_unknown_key_names_key_and_line(small_set, tmp_path, where, snippet, key
     elif where == "data":
         cfg = toml_config(small_set, SPY, extra=snippet)
     elif where == "gen":
-        cfg = toml_config(small_set, "[[metrics]]\nname = \"_lb_spy\"\n")
+        cfg = toml_config(small_set, '[[metrics]]\nname = "_lb_spy"\n')
         text = cfg.read_text().replace('images = "gen/good"\n', 'images = "gen/good"\n' + snippet)
         cfg.write_text(text)
     else:
@@ -91,7 +103,9 @@ def test_unknown_key_names_key_and_line(small_set, tmp_path, where, snippet, key
 def test_unknown_metric_suggests(small_set, tmp_path):
     cfg = toml_config(small_set, SPY + '\n[[metrics]]\nname = "psnrr"\n')
     line = _line_of(cfg, 'name = "psnrr"')
-    _fails(cfg, tmp_path / "out", rf":{line}: metrics\[1\]\.name: unknown metric 'psnrr'", "did you mean 'psnr'")
+    _fails(
+        cfg, tmp_path / "out", rf":{line}: metrics\[1\]\.name: unknown metric 'psnrr'", "did you mean 'psnr'"
+    )
 
 
 def test_bad_option_value_fails_before_scoring(small_set, tmp_path):
@@ -99,11 +113,17 @@ def test_bad_option_value_fails_before_scoring(small_set, tmp_path):
     _fails(cfg, tmp_path / "out", r"metrics\[1\]: metric 'psnr' rejects its options: resize")
 
 
-@pytest.mark.parametrize("key,text", [
-    ("data.references", '[data]\nreferences = "nope"\n'),
-    ("data.prompts", '[data]\nreferences = "refs"\nprompts = "missing.jsonl"\n'),
-    ("generators[0].images", '[data]\nreferences = "refs"\n[[generators]]\nname = "x"\nimages = "gen/none"\n'),
-])
+@pytest.mark.parametrize(
+    "key,text",
+    [
+        ("data.references", '[data]\nreferences = "nope"\n'),
+        ("data.prompts", '[data]\nreferences = "refs"\nprompts = "missing.jsonl"\n'),
+        (
+            "generators[0].images",
+            '[data]\nreferences = "refs"\n[[generators]]\nname = "x"\nimages = "gen/none"\n',
+        ),
+    ],
+)
 def test_missing_files(small_set, tmp_path, key, text):
     cfg = small_set / "bad.toml"
     if "[[generators]]" not in text:
@@ -123,7 +143,11 @@ def test_generator_folder_without_images(small_set, tmp_path):
     (small_set / "gen" / "empty" / "notes.txt").write_text("no images here")
     cfg = toml_config(small_set, SPY, generators=["good", "empty"])
     line = _line_of(cfg, 'images = "gen/empty"')
-    _fails(cfg, tmp_path / "out", rf"config\.toml:{line}: generators\[1\]\.images: image folder .* contains no images")
+    _fails(
+        cfg,
+        tmp_path / "out",
+        rf"config\.toml:{line}: generators\[1\]\.images: image folder .* contains no images",
+    )
 
 
 def test_stem_without_reference(small_set, tmp_path):
@@ -131,8 +155,13 @@ def test_stem_without_reference(small_set, tmp_path):
     cfg = toml_config(small_set, '[[metrics]]\nname = "_lb_vector"\n\n' + SPY, generators=["good", "extra"])
     line = _line_of(cfg, 'images = "gen/extra"')
     # the first metric needs no reference and is fine; the second fails, and nothing was scored before
-    _fails(cfg, tmp_path / "out", rf"config\.toml:{line}: generators\[1\]\.images: 1 image\(s\) have no reference",
-           r"zz9\.png", r"data\.references")
+    _fails(
+        cfg,
+        tmp_path / "out",
+        rf"config\.toml:{line}: generators\[1\]\.images: 1 image\(s\) have no reference",
+        r"zz9\.png",
+        r"data\.references",
+    )
 
 
 def test_bad_syntax_names_line(tmp_path):
@@ -150,13 +179,27 @@ def test_structure_errors(small_set):
     for text, pattern in [
         ('[data]\nreferences = "refs"\n' + SPY, r"generators: is required"),
         ('[[generators]]\nname = "a"\nimages = "gen/good"\n', r"metrics: is required"),
-        ('[[generators]]\nname = "a"\nimages = "gen/good"\n[[generators]]\nname = "a"\nimages = "gen/bad"\n' + SPY,
-         r":5: generators\[1\]\.name: duplicate generator name 'a'"),
-        ('[[generators]]\nname = "a"\nimages = "gen/good"\n' + SPY + SPY, r"metrics\[1\]\.name: column '_lb_spy' is already"),
-        ('[run]\nrank_by = "ssim"\n[[generators]]\nname = "a"\nimages = "gen/good"\n' + SPY,
-         r":2: run\.rank_by: 'ssim' is not a metric column"),
-        ('[run]\nn_boot = 0\n[[generators]]\nname = "a"\nimages = 3\n' + SPY, r":2: run\.n_boot: expected an integer"),
-        ('[[generators]]\nname = "a"\nimages = 3\n' + SPY, r":3: generators\[0\]\.images: expected a non-empty string"),
+        (
+            '[[generators]]\nname = "a"\nimages = "gen/good"\n[[generators]]\nname = "a"\nimages = "gen/bad"\n'
+            + SPY,
+            r":5: generators\[1\]\.name: duplicate generator name 'a'",
+        ),
+        (
+            '[[generators]]\nname = "a"\nimages = "gen/good"\n' + SPY + SPY,
+            r"metrics\[1\]\.name: column '_lb_spy' is already",
+        ),
+        (
+            '[run]\nrank_by = "ssim"\n[[generators]]\nname = "a"\nimages = "gen/good"\n' + SPY,
+            r":2: run\.rank_by: 'ssim' is not a metric column",
+        ),
+        (
+            '[run]\nn_boot = 0\n[[generators]]\nname = "a"\nimages = 3\n' + SPY,
+            r":2: run\.n_boot: expected an integer",
+        ),
+        (
+            '[[generators]]\nname = "a"\nimages = 3\n' + SPY,
+            r":3: generators\[0\]\.images: expected a non-empty string",
+        ),
     ]:
         cfg = small_set / "s.toml"
         cfg.write_text(text)
@@ -167,11 +210,26 @@ def test_structure_errors(small_set):
 def test_inputs_each_metric_needs(small_set, tmp_path):
     (small_set / "p.jsonl").write_text('{"id": "s00", "prompt": "a cat"}\n')
     cases = [
-        ('[[metrics]]\nname = "_lb_prompt"\n', "", r"metrics\[0\]: '_lb_prompt' needs a prompt per image: set data\.prompts"),
-        ('[[metrics]]\nname = "_lb_prompt"\n', 'prompts = "p.jsonl"\n',
-         r"generators\[0\]\.images: 5 image\(s\) have no line in .*data\.prompts .*first ids: s01"),
-        ('[[metrics]]\nname = "_lb_aspect"\n', "", r"metrics\[0\]: '_lb_aspect' compares images with respect to an aspect"),
-        ('[[metrics]]\nname = "_lb_spy"\naspects = ["x"]\n', "", r"metrics\[0\]\.aspects: '_lb_spy' takes no condition"),
+        (
+            '[[metrics]]\nname = "_lb_prompt"\n',
+            "",
+            r"metrics\[0\]: '_lb_prompt' needs a prompt per image: set data\.prompts",
+        ),
+        (
+            '[[metrics]]\nname = "_lb_prompt"\n',
+            'prompts = "p.jsonl"\n',
+            r"generators\[0\]\.images: 5 image\(s\) have no line in .*data\.prompts .*first ids: s01",
+        ),
+        (
+            '[[metrics]]\nname = "_lb_aspect"\n',
+            "",
+            r"metrics\[0\]: '_lb_aspect' compares images with respect to an aspect",
+        ),
+        (
+            '[[metrics]]\nname = "_lb_spy"\naspects = ["x"]\n',
+            "",
+            r"metrics\[0\]\.aspects: '_lb_spy' takes no condition",
+        ),
         ('[[metrics]]\nname = "_lb_refsets"\n', 'prompts = "p.jsonl"\n', r"have no line in"),
     ]
     for metrics, extra, pattern in cases:
@@ -180,20 +238,32 @@ def test_inputs_each_metric_needs(small_set, tmp_path):
     # a set-level metric needs a real set
     cfg = small_set / "set.toml"
     cfg.write_text('[[generators]]\nname = "good"\nimages = "gen/good"\n[[metrics]]\nname = "_lb_set"\n')
-    _fails(cfg, tmp_path / "out", r"set\.toml:4: metrics\[0\]: '_lb_set' is a set-level metric .* set data\.real")
+    _fails(
+        cfg, tmp_path / "out", r"set\.toml:4: metrics\[0\]: '_lb_set' is a set-level metric .* set data\.real"
+    )
 
 
 def test_prompts_file_errors_name_file_line(small_set):
     (small_set / "p.jsonl").write_text('{"id": "s00", "prompt": "a"}\n{"id": "s00", "prompt": "b"}\n')
     cfg = toml_config(small_set, SPY, extra='prompts = "p.jsonl"\n')
-    with pytest.raises(InputError, match=r"config\.toml:3: data\.prompts: p\.jsonl:2: id 's00' repeats line 1"):
+    with pytest.raises(
+        InputError, match=r"config\.toml:3: data\.prompts: p\.jsonl:2: id 's00' repeats line 1"
+    ):
         build_plan(load_config(cfg))
     (small_set / "p.jsonl").write_text('{"id": "s00", "prompt": "a", "references": ["refs/nope.png"]}\n')
     cfg = toml_config(small_set, '[[metrics]]\nname = "_lb_refsets"\n', extra='prompts = "p.jsonl"\n')
     write_images(small_set / "gen" / "one", ["s00"])
-    cfg.write_text(cfg.read_text().replace('images = "gen/mid"', 'images = "gen/one"').replace(
-        '[[generators]]\nname = "bad"\nimages = "gen/bad"\n\n[[generators]]\nname = "good"\nimages = "gen/good"\n\n', ""))
-    with pytest.raises(InputError, match=r"data\.prompts: p\.jsonl:1: reference image .*nope\.png.* does not exist"):
+    cfg.write_text(
+        cfg.read_text()
+        .replace('images = "gen/mid"', 'images = "gen/one"')
+        .replace(
+            '[[generators]]\nname = "bad"\nimages = "gen/bad"\n\n[[generators]]\nname = "good"\nimages = "gen/good"\n\n',
+            "",
+        )
+    )
+    with pytest.raises(
+        InputError, match=r"data\.prompts: p\.jsonl:1: reference image .*nope\.png.* does not exist"
+    ):
         build_plan(load_config(cfg))
 
 

@@ -20,16 +20,30 @@ from genmetrics.data.results import read_results
 from genmetrics.leaderboard import run_leaderboard
 
 # The CLI in a subprocess, with the test metrics registered (the slow one sleeps per chunk).
-CLI = ("import sys; sys.path.insert(0, {here!r}); import lb_fakes; lb_fakes.register(); "
-       "from genmetrics.cli.main import main; sys.exit(main(sys.argv[1:]))")
+CLI = (
+    "import sys; sys.path.insert(0, {here!r}); import lb_fakes; lb_fakes.register(); "
+    "from genmetrics.cli.main import main; sys.exit(main(sys.argv[1:]))"
+)
 REPORTS = ("results.jsonl", "summary.json", "leaderboard.md", "leaderboard.csv", "paired.csv")
 
 
 def _cli(*args: str, **kw: object) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": str(REPO), "GENMETRICS_PROGRESS": "0", "LB_SLOW_S": "0.08",
-           "OMP_NUM_THREADS": "1"}
-    return subprocess.Popen([sys.executable, "-c", CLI.format(here=str(HERE)), *args], env=env, cwd=str(REPO),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO),
+        "GENMETRICS_PROGRESS": "0",
+        "LB_SLOW_S": "0.08",
+        "OMP_NUM_THREADS": "1",
+    }
+    return subprocess.Popen(
+        [sys.executable, "-c", CLI.format(here=str(HERE)), *args],
+        env=env,
+        cwd=str(REPO),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **kw,
+    )
 
 
 def _free_port() -> int:
@@ -77,12 +91,19 @@ def test_sigkill_then_resume_equals_uninterrupted(tmp_path, monkeypatch, capsys)
 @pytest.mark.distributed
 def test_two_processes_equal_one(tmp_path):
     root = make_set(tmp_path / "set", n=7, size=16)  # odd count: uneven shards
-    cfg = toml_config(root, '[[metrics]]\nname = "_lb_spy"\n\n[[metrics]]\nname = "_lb_set"\n\n'
-                            '[[metrics]]\nname = "_lb_set"\nlabel = "set_map"\ngrid = true\n',
-                      extra="[run]\nn_boot = 200\n")
+    cfg = toml_config(
+        root,
+        '[[metrics]]\nname = "_lb_spy"\n\n[[metrics]]\nname = "_lb_set"\n\n'
+        '[[metrics]]\nname = "_lb_set"\nlabel = "set_map"\ngrid = true\n',
+        extra="[run]\nn_boot = 200\n",
+    )
     one = run_leaderboard(cfg, tmp_path / "one", plots=False, batch_size=2)
-    mp.spawn(lb_fakes.dist_worker, args=(2, _free_port(), str(cfg), str(tmp_path / "two"),
-                                         {"plots": False, "batch_size": 2}), nprocs=2, join=True)
+    mp.spawn(
+        lb_fakes.dist_worker,
+        args=(2, _free_port(), str(cfg), str(tmp_path / "two"), {"plots": False, "batch_size": 2}),
+        nprocs=2,
+        join=True,
+    )
     two = tmp_path / "two"
     for f in REPORTS:
         assert (two / f).read_bytes() == (one.out / f).read_bytes(), f

@@ -26,8 +26,22 @@ FOLDERS = ["refs", "gen/slight-noise", "gen/blur", "gen/heavy-jpeg"]
 def test_readme_command_ranks_known_order(tmp_path):
     out = tmp_path / "runs" / "quickstart"
     env = {**os.environ, "PYTHONPATH": str(REPO), "GENMETRICS_PROGRESS": "0"}
-    proc = subprocess.run([sys.executable, "-m", "genmetrics", "leaderboard", "examples/quickstart/config.toml",
-                           "--out", str(out)], cwd=str(REPO), env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "genmetrics",
+            "leaderboard",
+            "examples/quickstart/config.toml",
+            "--out",
+            str(out),
+        ],
+        cwd=str(REPO),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     assert f"report: {out / 'leaderboard.md'}" in proc.stdout
     listed = [ln.split()[1] for ln in proc.stdout.splitlines() if ln.strip()[:2].rstrip(".").isdigit()]
@@ -41,7 +55,14 @@ def test_readme_command_ranks_known_order(tmp_path):
         neighbours = {(p["a"], p["b"]): p for p in col["paired"]}
         for a, b in zip(KNOWN_ORDER, KNOWN_ORDER[1:]):
             assert neighbours[a, b]["low"] > 0, (name, a, b)  # and the gaps are significant
-    for f in ("leaderboard.md", "leaderboard.csv", "leaderboard.html", "paired.csv", "manifest.json", "results.jsonl"):
+    for f in (
+        "leaderboard.md",
+        "leaderboard.csv",
+        "leaderboard.html",
+        "paired.csv",
+        "manifest.json",
+        "results.jsonl",
+    ):
         assert (out / f).is_file(), f
     assert sorted(p.name for p in (out / "plots").iterdir()) == ["ms_ssim.png", "psnr.png", "ssim.png"]
 
@@ -77,7 +98,9 @@ def test_make_data_is_reproducible(tmp_path):
     c = mod["main"](["--out", str(tmp_path / "c")])
     for folder in FOLDERS[:3]:
         for f in sorted((c / folder).glob("*.png")):
-            assert np.array_equal(np.asarray(Image.open(f)), np.asarray(Image.open(QUICKSTART / "data" / folder / f.name)))
+            assert np.array_equal(
+                np.asarray(Image.open(f)), np.asarray(Image.open(QUICKSTART / "data" / folder / f.name))
+            )
 
 
 def _models_subset(tmp_path, n: int = 3):
@@ -85,7 +108,9 @@ def _models_subset(tmp_path, n: int = 3):
     for folder in FOLDERS:
         (tmp_path / "data" / folder).mkdir(parents=True)
         for i in range(n):
-            shutil.copy(QUICKSTART / "data" / folder / f"{i:03d}.png", tmp_path / "data" / folder / f"{i:03d}.png")
+            shutil.copy(
+                QUICKSTART / "data" / folder / f"{i:03d}.png", tmp_path / "data" / folder / f"{i:03d}.png"
+            )
     shutil.copy(QUICKSTART / "data" / "prompts.jsonl", tmp_path / "data" / "prompts.jsonl")
     shutil.copy(QUICKSTART / "config_models.toml", tmp_path / "config_models.toml")
     return load_config(tmp_path / "config_models.toml")
@@ -101,7 +126,11 @@ def test_config_models_is_valid(tmp_path):
     uses = {mp.spec.name: mp.uses for mp in plan.metrics}
     assert uses["clip_t"] == ("prompt",) and uses["clip_i"] == ("reference",) and uses["sad"] == ("real",)
     assert uses["tpips"] == ("reference", "aspects")
-    assert [c.name for c in plan.metric_of("tpips[color]").columns] == ["tpips[overall]", "tpips[color]", "tpips[shape]"]
+    assert [c.name for c in plan.metric_of("tpips[color]").columns] == [
+        "tpips[overall]",
+        "tpips[color]",
+        "tpips[shape]",
+    ]
 
 
 @pytest.mark.slow

@@ -53,7 +53,9 @@ def test_resume_rescores_a_changed_reference(tmp_path):
     Image.fromarray(np.full((16, 16, 3), 200, np.uint8)).save(tmp_path / "set" / "refs" / "s2.bmp")
     res = run_leaderboard(cfg, out, resume=True, plots=False)
     assert res.scored == 2  # s2 of both generators
-    assert res.results.read_bytes() == run_leaderboard(cfg, tmp_path / "fresh", plots=False).results.read_bytes()
+    assert (
+        res.results.read_bytes() == run_leaderboard(cfg, tmp_path / "fresh", plots=False).results.read_bytes()
+    )
 
 
 @pytest.mark.parametrize("damage", ["missing", "torn", "not-a-manifest"])
@@ -68,7 +70,9 @@ def test_resume_refuses_without_a_readable_manifest(tmp_path, damage):
         m.write_text(m.read_text()[:40])
     else:
         m.write_text("[1, 2]")
-    with pytest.raises(InputError, match="--resume: .*manifest.json.*options the finished rows were computed with"):
+    with pytest.raises(
+        InputError, match="--resume: .*manifest.json.*options the finished rows were computed with"
+    ):
         run_leaderboard(cfg, out, resume=True, plots=False)
 
 
@@ -164,8 +168,10 @@ def test_lock_is_held_by_another_process(tmp_path):
 
     out = tmp_path / "out"
     out.mkdir()
-    code = ("import sys,time; from genmetrics.data.results import OutputLock; "
-            f"l = OutputLock(__import__('pathlib').Path({str(out)!r})); print('held', flush=True); time.sleep(30)")
+    code = (
+        "import sys,time; from genmetrics.data.results import OutputLock; "
+        f"l = OutputLock(__import__('pathlib').Path({str(out)!r})); print('held', flush=True); time.sleep(30)"
+    )
     p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     try:
         assert p.stdout.readline().strip() == "held"
@@ -194,6 +200,10 @@ def test_references_without_a_candidate_are_named(tmp_path, capsys):
     (tmp_path / "set" / "gen" / "b" / "s3.bmp").unlink()
     res = run_leaderboard(cfg, tmp_path / "out", plots=False)
     err = capsys.readouterr().err
-    assert "generator 'b': references" in err and "1 reference image(s) have no candidate" in err and "s3.bmp" in err
+    assert (
+        "generator 'b': references" in err
+        and "1 reference image(s) have no candidate" in err
+        and "s3.bmp" in err
+    )
     assert "generator 'a'" not in err  # a uses every reference
     assert res.scored == 7

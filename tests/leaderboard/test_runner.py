@@ -49,11 +49,16 @@ def test_rows_summary_and_ranking(small_set, tmp_path):
     assert [(p["a"], p["b"]) for p in pairs] == [("good", "mid"), ("good", "bad"), ("mid", "bad")]
     by = {(r["generator"], r["id"]): r["score"] for r in rows if r["metric"] == "_lb_spy"}
     ids = sorted(f"s{i:02d}" for i in range(6))
-    want = paired_bootstrap([by["good", i] for i in ids], [by["mid", i] for i in ids], n_boot=300, alpha=0.05, seed=7)
+    want = paired_bootstrap(
+        [by["good", i] for i in ids], [by["mid", i] for i in ids], n_boot=300, alpha=0.05, seed=7
+    )
     assert {k: pairs[0][k] for k in want} == want
     # set-level: one row per generator, value per attribute, no CI, lower is better
     set_rows = [r for r in rows if r["metric"] == "_lb_set"]
-    assert all(r["id"] == SET_ID and r["labels"] == ["red", "green", "blue"] and len(r["value"]) == 3 for r in set_rows)
+    assert all(
+        r["id"] == SET_ID and r["labels"] == ["red", "green", "blue"] and len(r["value"]) == 3
+        for r in set_rows
+    )
     for r in set_rows:
         assert r["score"] == pytest.approx(float(np.mean(np.abs(r["value"]))))
         assert r["n"] == 6 and r["n_real"] == 6
@@ -63,8 +68,11 @@ def test_rows_summary_and_ranking(small_set, tmp_path):
 
 
 def test_reports(small_set, tmp_path):
-    cfg = toml_config(small_set, SPY_SET + '\n[[metrics]]\nname = "_lb_set"\nlabel = "set_map"\ngrid = true\n',
-                      extra="[run]\nn_boot = 200\ntitle = \"Test board\"\n")
+    cfg = toml_config(
+        small_set,
+        SPY_SET + '\n[[metrics]]\nname = "_lb_set"\nlabel = "set_map"\ngrid = true\n',
+        extra='[run]\nn_boot = 200\ntitle = "Test board"\n',
+    )
     res = run_leaderboard(cfg, tmp_path / "out")
     out = res.out
     md = (out / "leaderboard.md").read_text()
@@ -175,8 +183,12 @@ def test_resume_refuses_changed_options_or_inputs(small_set, tmp_path):
     cfg = toml_config(small_set, SPY_SET)
     out = tmp_path / "out"
     run_leaderboard(cfg, out, plots=False)
-    changed = toml_config(small_set, SPY_SET.replace('"_lb_spy"\n', '"_lb_spy"\nmax_db = 50\n', 1), name="changed.toml")
-    with pytest.raises(InputError, match=r"changed\.toml:\d+: metrics\[0\]: metric '_lb_spy' is configured differently"):
+    changed = toml_config(
+        small_set, SPY_SET.replace('"_lb_spy"\n', '"_lb_spy"\nmax_db = 50\n', 1), name="changed.toml"
+    )
+    with pytest.raises(
+        InputError, match=r"changed\.toml:\d+: metrics\[0\]: metric '_lb_spy' is configured differently"
+    ):
         run_leaderboard(changed, out, resume=True)
     # batch size and device do not change results: resuming with others is fine
     run_leaderboard(cfg, out, resume=True, batch_size=2, device="cpu", plots=False)
@@ -187,11 +199,15 @@ def test_resume_refuses_changed_options_or_inputs(small_set, tmp_path):
 
 
 def test_prompts_aspects_reference_lists_and_vectors(small_set, tmp_path):
-    lines = [json.dumps({"id": f"s{i:02d}", "prompt": "p" * (i + 1), "references": ["refs/s00.png"] * (1 + i % 3)})
-             for i in range(6)]
+    lines = [
+        json.dumps({"id": f"s{i:02d}", "prompt": "p" * (i + 1), "references": ["refs/s00.png"] * (1 + i % 3)})
+        for i in range(6)
+    ]
     (small_set / "prompts.jsonl").write_text("\n".join(lines) + "\n")
-    metrics = ('[[metrics]]\nname = "_lb_prompt"\n\n[[metrics]]\nname = "_lb_aspect"\naspects = ["overall", "shape"]\n\n'
-               '[[metrics]]\nname = "_lb_refsets"\n\n[[metrics]]\nname = "_lb_vector"\n')
+    metrics = (
+        '[[metrics]]\nname = "_lb_prompt"\n\n[[metrics]]\nname = "_lb_aspect"\naspects = ["overall", "shape"]\n\n'
+        '[[metrics]]\nname = "_lb_refsets"\n\n[[metrics]]\nname = "_lb_vector"\n'
+    )
     cfg = toml_config(small_set, metrics, generators=["good", "bad"], extra='prompts = "prompts.jsonl"\n')
     res = run_leaderboard(cfg, tmp_path / "out", plots=False)
     rows = read_results(res.results)
@@ -206,7 +222,13 @@ def test_prompts_aspects_reference_lists_and_vectors(small_set, tmp_path):
         v = by["bad", "_lb_vector", sid]
         assert len(v["scores"]) == 3 and v["score"] == pytest.approx(float(np.mean(v["scores"])))
     s = res.summary
-    assert list(s["columns"]) == ["_lb_prompt", "_lb_aspect[overall]", "_lb_aspect[shape]", "_lb_refsets", "_lb_vector"]
+    assert list(s["columns"]) == [
+        "_lb_prompt",
+        "_lb_aspect[overall]",
+        "_lb_aspect[shape]",
+        "_lb_refsets",
+        "_lb_vector",
+    ]
     assert s["columns"]["_lb_vector"]["higher_is_better"] is None
     assert "_lb_vector" in (res.out / "leaderboard.md").read_text()
 
@@ -248,9 +270,13 @@ def test_cache_folder_and_path_options(small_set, tmp_path, monkeypatch):
     build_plan(load_config(toml_config(small_set, metric + 'path = "weights"\n')), check_construct=True)
     assert lb_fakes.CALLS["cache_dir"] == str(tmp_path / "home" / "features")  # default: the shared cache
     assert lb_fakes.CALLS["path"] == str((small_set / "weights").resolve())  # relative to the config
-    build_plan(load_config(toml_config(small_set, metric + 'path = "org/model"\n', extra="[run]\ncache = false\n")))
+    build_plan(
+        load_config(toml_config(small_set, metric + 'path = "org/model"\n', extra="[run]\ncache = false\n"))
+    )
     assert lb_fakes.CALLS["cache_dir"] is None and lb_fakes.CALLS["path"] == "org/model"  # a hub id stays
-    build_plan(load_config(toml_config(small_set, metric + 'path = "./new"\n', extra='[run]\ncache = "feats"\n')))
+    build_plan(
+        load_config(toml_config(small_set, metric + 'path = "./new"\n', extra='[run]\ncache = "feats"\n'))
+    )
     assert lb_fakes.CALLS["cache_dir"] == str(small_set.resolve() / "feats")
     assert lb_fakes.CALLS["path"] == str((small_set / "new").resolve())
 
@@ -263,7 +289,9 @@ def test_real_set_reference_and_conditional_condition(small_set, tmp_path):
 
     from genmetrics.data.images import to_tensor
 
-    metrics = '[[metrics]]\nname = "_lb_center"\n\n[[metrics]]\nname = "_lb_attr"\nattributes = ["ab", "abcd"]\n'
+    metrics = (
+        '[[metrics]]\nname = "_lb_center"\n\n[[metrics]]\nname = "_lb_attr"\nattributes = ["ab", "abcd"]\n'
+    )
     cfg = toml_config(small_set, metrics, generators=["good", "bad"])
     res = run_leaderboard(cfg, tmp_path / "out", batch_size=4, plots=False)
     assert lb_fakes.CALLS["updates"] == 2  # 6 real images in chunks of 4, once for both generators

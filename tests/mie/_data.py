@@ -21,8 +21,17 @@ def _img(path: Path, rng: np.random.Generator, bright: bool | None = None, size:
     return path.name
 
 
-def write_pairs(folder: Path, n: int = 8, *, seed: int = 0, name: str = "pairs.jsonl", refs=(2, 3, 4),
-                diagnostics: bool = True, generators=GENERATORS[:2], human_noise: float = 0.0) -> Path:
+def write_pairs(
+    folder: Path,
+    n: int = 8,
+    *,
+    seed: int = 0,
+    name: str = "pairs.jsonl",
+    refs=(2, 3, 4),
+    diagnostics: bool = True,
+    generators=GENERATORS[:2],
+    human_noise: float = 0.0,
+) -> Path:
     """``n`` pairs; the winning candidate is bright, the loser dark (easy to learn); references are
     shared across pairs (a pool of 6 subjects)."""
     folder = Path(folder)
@@ -37,10 +46,19 @@ def write_pairs(folder: Path, n: int = 8, *, seed: int = 0, name: str = "pairs.j
         cands[pref] = _img(folder / f"p{seed}_{i}_w.png", rng, bright=True)
         cands[1 - pref] = _img(folder / f"p{seed}_{i}_l.png", rng, bright=False)
         ga, gb = generators[i % len(generators)], generators[(i + 1) % len(generators)]
-        rec = {"id": f"pair{i}", "prompt": f"subject {i} and friends playing together", "references": pool[:k],
-               "candidates": cands, "generators": [ga, gb], "preference": pref,
-               "bucket": {"subjects": k, "ratio": ["balanced", "human_heavy"][i % 2],
-                          "relation": ["non_contact", "occlusion", "physical"][i % 3]}}
+        rec = {
+            "id": f"pair{i}",
+            "prompt": f"subject {i} and friends playing together",
+            "references": pool[:k],
+            "candidates": cands,
+            "generators": [ga, gb],
+            "preference": pref,
+            "bucket": {
+                "subjects": k,
+                "ratio": ["balanced", "human_heavy"][i % 2],
+                "relation": ["non_contact", "occlusion", "physical"][i % 3],
+            },
+        }
         if diagnostics:
             d = [[0.1, 0.2, 0.3], [0.1, 0.2, 0.3]]
             d[pref] = [0.9, 0.8, 0.7]

@@ -36,8 +36,14 @@ def make_model(proc):
     from genmetrics.mie.model import MIEModel
 
     def make(tuning="lora_layer", unfreeze_layers=1, seed=0, **kw):
-        return MIEModel(tiny_backbone(seed), proc, tuning=tuning, unfreeze_layers=unfreeze_layers,
-                        backbone_name="tiny/qwen3.5", **kw).eval()
+        return MIEModel(
+            tiny_backbone(seed),
+            proc,
+            tuning=tuning,
+            unfreeze_layers=unfreeze_layers,
+            backbone_name="tiny/qwen3.5",
+            **kw,
+        ).eval()
 
     return make
 

@@ -10,13 +10,17 @@ import torch
 
 from genmetrics.errors import WeightsUnavailableError
 
-TEMPLATE = ("You are evaluating a multi-subject personalization result. The first images are subject references. "
-            "The last image is the generated candidate. Prompt: {prompt}")
+TEMPLATE = (
+    "You are evaluating a multi-subject personalization result. The first images are subject references. "
+    "The last image is the generated candidate. Prompt: {prompt}"
+)
 # LoRA on every attention / MLP linear of the vision blocks and the language layers (the authors' unsloth
 # finetune_vision + finetune_language + attention + mlp selection), written as its own regex here.
-AUTHOR_REGEX = (r".*?(?:visual|language_model).*?(?:self_attn|linear_attn|attn|mlp)\.(?:q_proj|k_proj|v_proj|o_proj|"
-                r"qkv|proj|in_proj_qkv|in_proj_z|in_proj_a|in_proj_b|out_proj|gate_proj|up_proj|down_proj|linear_fc1|"
-                r"linear_fc2)")
+AUTHOR_REGEX = (
+    r".*?(?:visual|language_model).*?(?:self_attn|linear_attn|attn|mlp)\.(?:q_proj|k_proj|v_proj|o_proj|"
+    r"qkv|proj|in_proj_qkv|in_proj_z|in_proj_a|in_proj_b|out_proj|gate_proj|up_proj|down_proj|linear_fc1|"
+    r"linear_fc2)"
+)
 TEXT = {"num_hidden_layers": 6}  # 6 language layers: the top 4 train, 2 stay frozen
 
 
@@ -35,8 +39,10 @@ class AuthorsMIE(torch.nn.Module):
         if mode == "lora_layer":
             from peft import LoraConfig, get_peft_model
 
-            self.backbone = get_peft_model(base, LoraConfig(r=16, lora_alpha=32, lora_dropout=0.0, bias="none",
-                                                            target_modules=AUTHOR_REGEX))
+            self.backbone = get_peft_model(
+                base,
+                LoraConfig(r=16, lora_alpha=32, lora_dropout=0.0, bias="none", target_modules=AUTHOR_REGEX),
+            )
         else:
             self.backbone = base
             for p in base.parameters():
@@ -46,26 +52,41 @@ class AuthorsMIE(torch.nn.Module):
                 p.requires_grad_(True)
         h = base.config.text_config.hidden_size
         g = torch.Generator().manual_seed(seed + 7)
-        self.score_head = torch.nn.Sequential(torch.nn.Linear(h, h // 2), torch.nn.GELU(), torch.nn.Linear(h // 2, 1)).float()
-        self.classification_head = torch.nn.Sequential(torch.nn.Linear(h, h // 2), torch.nn.GELU(),
-                                                       torch.nn.Linear(h // 2, 3)).float()
+        self.score_head = torch.nn.Sequential(
+            torch.nn.Linear(h, h // 2), torch.nn.GELU(), torch.nn.Linear(h // 2, 1)
+        ).float()
+        self.classification_head = torch.nn.Sequential(
+            torch.nn.Linear(h, h // 2), torch.nn.GELU(), torch.nn.Linear(h // 2, 3)
+        ).float()
         with torch.no_grad():  # every trained tensor away from its initial value, so each one matters
-            for p in [p for p in self.backbone.parameters() if p.requires_grad] + list(self.score_head.parameters()) + \
-                    list(self.classification_head.parameters()):
+            for p in (
+                [p for p in self.backbone.parameters() if p.requires_grad]
+                + list(self.score_head.parameters())
+                + list(self.classification_head.parameters())
+            ):
                 p.add_(torch.randn(p.shape, generator=g) * 0.05)
         self.mode, self.processor = mode, processor
 
     def inputs(self, refs, prompt, cand):
-        content = [{"type": "image"} for _ in refs] + [{"type": "image"}, {"type": "text", "text": TEMPLATE.format(prompt=prompt)}]
-        text = self.processor.apply_chat_template([{"role": "user", "content": content}], tokenize=False,
-                                                  add_generation_prompt=False)
-        return self.processor(text=[text], images=[*refs, cand], return_tensors="pt", padding=False, truncation=False)
+        content = [{"type": "image"} for _ in refs] + [
+            {"type": "image"},
+            {"type": "text", "text": TEMPLATE.format(prompt=prompt)},
+        ]
+        text = self.processor.apply_chat_template(
+            [{"role": "user", "content": content}], tokenize=False, add_generation_prompt=False
+        )
+        return self.processor(
+            text=[text], images=[*refs, cand], return_tensors="pt", padding=False, truncation=False
+        )
 
     @torch.no_grad()
     def forward(self, refs, prompt, cand):
         x = self.inputs(refs, prompt, cand)
-        keep = {k: v for k, v in x.items() if k in ("input_ids", "attention_mask", "pixel_values", "image_grid_thw",
-                                                      "mm_token_type_ids")}
+        keep = {
+            k: v
+            for k, v in x.items()
+            if k in ("input_ids", "attention_mask", "pixel_values", "image_grid_thw", "mm_token_type_ids")
+        }
         out = self.backbone(**keep, output_hidden_states=True)
         last = keep["attention_mask"].sum(1) - 1
         h = out.hidden_states[-1][torch.arange(1), last].float()
@@ -74,14 +95,31 @@ class AuthorsMIE(torch.nn.Module):
     def save(self, folder, legacy=False):
         folder.mkdir(parents=True)
         pre = "lens" if legacy else "mie"
-        torch.save({"score_head": self.score_head.state_dict(), "classification_head": self.classification_head.state_dict()},
-                   folder / f"{pre}_heads.pt")
+        torch.save(
+            {
+                "score_head": self.score_head.state_dict(),
+                "classification_head": self.classification_head.state_dict(),
+            },
+            folder / f"{pre}_heads.pt",
+        )
         if self.mode == "lora_layer":
             self.backbone.save_pretrained(str(folder / "lora_adapter"))
-        tb = {n: p.detach().float() for n, p in self.backbone.named_parameters() if p.requires_grad and "lora_" not in n}
+        tb = {
+            n: p.detach().float()
+            for n, p in self.backbone.named_parameters()
+            if p.requires_grad and "lora_" not in n
+        }
         torch.save(tb, folder / "trainable_backbone.pt")
-        (folder / f"{pre}_config.json").write_text(json.dumps({"base_model_name": "tiny/qwen3.5", "mode": self.mode,
-                                                               "num_error_classes": 3, "unfreeze_layers": 4}))
+        (folder / f"{pre}_config.json").write_text(
+            json.dumps(
+                {
+                    "base_model_name": "tiny/qwen3.5",
+                    "mode": self.mode,
+                    "num_error_classes": 3,
+                    "unfreeze_layers": 4,
+                }
+            )
+        )
         return len(tb)
 
 
@@ -90,10 +128,12 @@ def samples():
     from genmetrics.testing import random_images
 
     im = random_images(12, 64, seed=11)
-    return [([im[0], im[1]], "a dog and a cat on a sofa", im[2]),
-            ([im[3], im[4], im[5], im[6]], "four friends holding umbrellas", im[7]),
-            ([im[8], im[9]], "the cat sits left of the dog", im[10]),
-            ([im[0], im[5], im[9], im[11]], "Ein Hund, eine Katze und zwei Kinder", im[1])]
+    return [
+        ([im[0], im[1]], "a dog and a cat on a sofa", im[2]),
+        ([im[3], im[4], im[5], im[6]], "four friends holding umbrellas", im[7]),
+        ([im[8], im[9]], "the cat sits left of the dog", im[10]),
+        ([im[0], im[5], im[9], im[11]], "Ein Hund, eine Katze und zwei Kinder", im[1]),
+    ]
 
 
 @pytest.mark.parametrize("mode", ["layer_only", "lora_layer"])
@@ -113,15 +153,21 @@ def test_authors_checkpoint_loads_exactly(mode, proc, samples, tmp_path):
     worst = 0.0
     for i, (refs, prompt, cand) in enumerate(samples):
         s, d = ref(refs, prompt, cand)
-        torch.testing.assert_close(ours.score[i:i + 1], s, atol=1e-5, rtol=1e-5)
-        torch.testing.assert_close(ours.diagnostics[i:i + 1], d, atol=1e-5, rtol=1e-5)
-        worst = max(worst, float((ours.score[i] - s[0]).abs()), float((ours.diagnostics[i] - d[0]).abs().max()))
+        torch.testing.assert_close(ours.score[i : i + 1], s, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(ours.diagnostics[i : i + 1], d, atol=1e-5, rtol=1e-5)
+        worst = max(
+            worst, float((ours.score[i] - s[0]).abs()), float((ours.diagnostics[i] - d[0]).abs().max())
+        )
     print(f"parity {mode}: max |genmetrics - authors| = {worst:.2e}")
     # a second load from genmetrics' own format gives the same numbers again
     model.save_pretrained(tmp_path / "own")
     again = MIEModel.from_pretrained(tmp_path / "own", _base(0), proc)
-    torch.testing.assert_close(again.score([s[0] for s in samples], [s[1] for s in samples], [s[2] for s in samples]).score,
-                               ours.score, atol=0, rtol=0)
+    torch.testing.assert_close(
+        again.score([s[0] for s in samples], [s[1] for s in samples], [s[2] for s in samples]).score,
+        ours.score,
+        atol=0,
+        rtol=0,
+    )
 
 
 def test_token_ids_equal_the_processors(proc):
@@ -131,11 +177,28 @@ def test_token_ids_equal_the_processors(proc):
     model = MIEModel(_base(0), proc, tuning=None)
     im = random_images(4, 64, seed=2)
     im2 = random_images(1, 96, seed=3)[0]
-    prompts = ["cat", "a cat", "A dog and a cat", " leading space", "trailing space ", "two  spaces",
-               "newline\nin the prompt", "tab\there", "emoji \U0001F600 and accents caf\u00e9", "Chinese \u732b\u548c\u72d7",
-               "numbers 123 and 4.5", "punctuation: (a), [b]; {c}!", "quotes 'single' and \"double\"",
-               "Prompt: nested", "<not a tag>", "a very long prompt " * 12, "UPPER lower MiXeD", "x",
-               "the cat is left of the dog, touching it", "ends with a period."]
+    prompts = [
+        "cat",
+        "a cat",
+        "A dog and a cat",
+        " leading space",
+        "trailing space ",
+        "two  spaces",
+        "newline\nin the prompt",
+        "tab\there",
+        "emoji \U0001f600 and accents caf\u00e9",
+        "Chinese \u732b\u548c\u72d7",
+        "numbers 123 and 4.5",
+        "punctuation: (a), [b]; {c}!",
+        "quotes 'single' and \"double\"",
+        "Prompt: nested",
+        "<not a tag>",
+        "a very long prompt " * 12,
+        "UPPER lower MiXeD",
+        "x",
+        "the cat is left of the dog, touching it",
+        "ends with a period.",
+    ]
     ref = AuthorsMIE("layer_only", proc)
     for k, p in enumerate(prompts):
         refs = [im[0], im2] if k % 2 else [im[0], im[1], im[2]]
@@ -153,7 +216,9 @@ def test_partial_or_unsafe_checkpoints_are_refused(proc, tmp_path):
     # keys that match nothing (the classic silent strict=False no-op)
     bad = tmp_path / "renamed"
     ref.save(bad)
-    torch.save({"backbone." + k.replace("layers", "blocks"): v for k, v in tb.items()}, bad / "trainable_backbone.pt")
+    torch.save(
+        {"backbone." + k.replace("layers", "blocks"): v for k, v in tb.items()}, bad / "trainable_backbone.pt"
+    )
     with pytest.raises(WeightsUnavailableError, match="0 of"):
         MIEModel.from_pretrained(bad, _base(0), proc)
     # one tensor missing: partial
@@ -165,15 +230,26 @@ def test_partial_or_unsafe_checkpoints_are_refused(proc, tmp_path):
     # heads under other names (or for another hidden size): one error naming the head
     renamed = tmp_path / "heads_renamed"
     ref.save(renamed)
-    torch.save({"score_head": {"fc." + k: v for k, v in ref.score_head.state_dict().items()},
-                "classification_head": ref.classification_head.state_dict()}, renamed / "mie_heads.pt")
+    torch.save(
+        {
+            "score_head": {"fc." + k: v for k, v in ref.score_head.state_dict().items()},
+            "classification_head": ref.classification_head.state_dict(),
+        },
+        renamed / "mie_heads.pt",
+    )
     with pytest.raises(WeightsUnavailableError, match=r"score_head does not load.*Missing key"):
         MIEModel.from_pretrained(renamed, _base(0), proc)
     # a pickle with code is not loaded
     unsafe = tmp_path / "unsafe"
     ref.save(unsafe)
-    torch.save({"score_head": ref.score_head.state_dict(), "classification_head": ref.classification_head.state_dict(),
-                "extra": _Evil()}, unsafe / "mie_heads.pt")
+    torch.save(
+        {
+            "score_head": ref.score_head.state_dict(),
+            "classification_head": ref.classification_head.state_dict(),
+            "extra": _Evil(),
+        },
+        unsafe / "mie_heads.pt",
+    )
     with pytest.raises(WeightsUnavailableError, match="weights_only"):
         MIEModel.from_pretrained(unsafe, _base(0), proc)
     # the mode needs files that are missing
@@ -208,31 +284,64 @@ def test_authors_checkpoint_through_create_metric_and_the_cli(proc, samples, tmp
     for k in (0, 3):
         n_refs = len(samples[k][0])
         other = (k + 1) % 4
-        lines.append(json.dumps({"id": f"pair{k}", "prompt": samples[k][1],
-                                 "references": [names[k, j] for j in range(n_refs)],
-                                 "candidates": [names[k, n_refs], names[other, len(samples[other][0])]],
-                                 "generators": ["a", "b"], "preference": 0}))
+        lines.append(
+            json.dumps(
+                {
+                    "id": f"pair{k}",
+                    "prompt": samples[k][1],
+                    "references": [names[k, j] for j in range(n_refs)],
+                    "candidates": [names[k, n_refs], names[other, len(samples[other][0])]],
+                    "generators": ["a", "b"],
+                    "preference": 0,
+                }
+            )
+        )
     (tmp_path / "pairs.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    expected = {k: [ref(samples[k][0], samples[k][1], c) for c in (samples[k][2], samples[(k + 1) % 4][2])] for k in (0, 3)}
+    expected = {
+        k: [ref(samples[k][0], samples[k][1], c) for c in (samples[k][2], samples[(k + 1) % 4][2])]
+        for k in (0, 3)
+    }
 
     with use_provider(provider):
         metric = gm.create_metric("mie", heads=str(tmp_path / "ckpt"))
-        metric.update(reference=[s[0] for s in samples], candidates=[s[2] for s in samples],
-                      condition=[s[1] for s in samples])
+        metric.update(
+            reference=[s[0] for s in samples],
+            candidates=[s[2] for s in samples],
+            condition=[s[1] for s in samples],
+        )
         per = metric.per_sample()
         for i, s in enumerate(samples):
             score, diag = ref(*s)
-            torch.testing.assert_close(per["scores"][i:i + 1].float(), score, atol=1e-5, rtol=1e-5)  # kept in float64
-            torch.testing.assert_close(per["diagnostics"][i:i + 1].float(), diag, atol=1e-5, rtol=1e-5)
-        rc = main(["evaluate-human", "mie", "--data", str(tmp_path / "pairs.jsonl"), "--heads", str(tmp_path / "ckpt"),
-                   "--out", str(tmp_path / "eval"), "--n-boot", "10", "--json"])
+            torch.testing.assert_close(
+                per["scores"][i : i + 1].float(), score, atol=1e-5, rtol=1e-5
+            )  # kept in float64
+            torch.testing.assert_close(per["diagnostics"][i : i + 1].float(), diag, atol=1e-5, rtol=1e-5)
+        rc = main(
+            [
+                "evaluate-human",
+                "mie",
+                "--data",
+                str(tmp_path / "pairs.jsonl"),
+                "--heads",
+                str(tmp_path / "ckpt"),
+                "--out",
+                str(tmp_path / "eval"),
+                "--n-boot",
+                "10",
+                "--json",
+            ]
+        )
     assert rc == 0, capsys.readouterr().err
     rows = [json.loads(x) for x in (tmp_path / "eval" / "scores.jsonl").read_text().splitlines()]
     for row, k in zip(rows, (0, 3)):
         got = torch.tensor(row["scores"]["mie"])
         torch.testing.assert_close(got, torch.cat([e[0] for e in expected[k]]), atol=1e-5, rtol=1e-5)
-        torch.testing.assert_close(torch.tensor(row["diagnostics"]["mie"]), torch.cat([e[1] for e in expected[k]]),
-                                   atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(
+            torch.tensor(row["diagnostics"]["mie"]),
+            torch.cat([e[1] for e in expected[k]]),
+            atol=1e-5,
+            rtol=1e-5,
+        )
 
 
 class _Evil:

@@ -9,19 +9,60 @@ from genmetrics.cli.main import main
 
 def test_train_evaluate_rank(tmp_path, pairs_file, capsys, provider):
     run = tmp_path / "run"
-    rc = main(["train", "mie", "--data", str(pairs_file), "--out", str(run), "--tuning", "lora_layer",
-               "--subset", "2", "--val-fraction", "0", "--epochs", "1", "--batch-pairs", "2", "--grad-accum", "1",
-               "--unfreeze-layers", "1", "--lr", "1e-3", "--json"])
+    rc = main(
+        [
+            "train",
+            "mie",
+            "--data",
+            str(pairs_file),
+            "--out",
+            str(run),
+            "--tuning",
+            "lora_layer",
+            "--subset",
+            "2",
+            "--val-fraction",
+            "0",
+            "--epochs",
+            "1",
+            "--batch-pairs",
+            "2",
+            "--grad-accum",
+            "1",
+            "--unfreeze-layers",
+            "1",
+            "--lr",
+            "1e-3",
+            "--json",
+        ]
+    )
     out = capsys.readouterr()
     assert rc == 0, out.err
     res = json.loads(out.out.strip().splitlines()[-1])
     ckpt = res["checkpoint"]
-    assert res["steps"] == 1 and (run / "final" / "mie_weights.safetensors").is_file() and ckpt == str(run / "final")
+    assert (
+        res["steps"] == 1
+        and (run / "final" / "mie_weights.safetensors").is_file()
+        and ckpt == str(run / "final")
+    )
     run = ckpt
 
     ev = tmp_path / "eval"
-    rc = main(["evaluate-human", "mie", "--data", str(pairs_file), "--heads", str(run), "--out", str(ev),
-               "--n-boot", "20", "--json"])
+    rc = main(
+        [
+            "evaluate-human",
+            "mie",
+            "--data",
+            str(pairs_file),
+            "--heads",
+            str(run),
+            "--out",
+            str(ev),
+            "--n-boot",
+            "20",
+            "--json",
+        ]
+    )
     out = capsys.readouterr()
     assert rc == 0, out.err
     assert 0.0 <= json.loads(out.out)["accuracy"]["mie"] <= 1.0
@@ -30,8 +71,19 @@ def test_train_evaluate_rank(tmp_path, pairs_file, capsys, provider):
     assert (ev / "report.md").is_file() and (ev / "accuracy.png").is_file()
 
     rk = tmp_path / "rank"
-    rc = main(["rank-generators", "--scores", str(ev / "scores.jsonl"), "--metric", "mie", "--n-boot", "20",
-               "--out", str(rk)])
+    rc = main(
+        [
+            "rank-generators",
+            "--scores",
+            str(ev / "scores.jsonl"),
+            "--metric",
+            "mie",
+            "--n-boot",
+            "20",
+            "--out",
+            str(rk),
+        ]
+    )
     out = capsys.readouterr()
     assert rc == 0, out.err
     assert "Generator ranking by mie" in out.out and (rk / "ranking.png").is_file()
@@ -42,17 +94,20 @@ def test_train_evaluate_rank(tmp_path, pairs_file, capsys, provider):
     assert rc == 0, out.err and json.loads(out.out)["by"] == "human"
 
 
-@pytest.mark.parametrize("args, needle", [
-    (["train", "mie", "--data", "{missing}", "--out", "{tmp}/x"], "does not exist"),
-    (["train", "mie", "--data", "{pairs}", "--out", "{tmp}/x", "--tuning", "full"], "Invalid value"),
-    (["train", "mie", "--data", "{pairs}", "--out", "{tmp}/x", "--batch-pairs", "0"], "batch_pairs"),
-    (["train", "mie", "--data", "{pairs}", "--out", "{tmp}/x", "--stop-after", "3"], "No such option"),
-    (["evaluate-human", "mie", "--data", "{pairs}"], "nothing to evaluate"),
-    (["evaluate-human", "mie", "--data", "{pairs}", "--metrics", "psnrr"], "unknown metric"),
-    (["evaluate-human", "mie", "--data", "{pairs}", "--heads", "{tmp}/none"], "genmetrics train mie"),
-    (["rank-generators"], "either --scores"),
-    (["rank-generators", "--scores", "{pairs}", "--metric", "mie"], "no scores for metric"),
-])
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["train", "mie", "--data", "{missing}", "--out", "{tmp}/x"], "does not exist"),
+        (["train", "mie", "--data", "{pairs}", "--out", "{tmp}/x", "--tuning", "full"], "Invalid value"),
+        (["train", "mie", "--data", "{pairs}", "--out", "{tmp}/x", "--batch-pairs", "0"], "batch_pairs"),
+        (["train", "mie", "--data", "{pairs}", "--out", "{tmp}/x", "--stop-after", "3"], "No such option"),
+        (["evaluate-human", "mie", "--data", "{pairs}"], "nothing to evaluate"),
+        (["evaluate-human", "mie", "--data", "{pairs}", "--metrics", "psnrr"], "unknown metric"),
+        (["evaluate-human", "mie", "--data", "{pairs}", "--heads", "{tmp}/none"], "genmetrics train mie"),
+        (["rank-generators"], "either --scores"),
+        (["rank-generators", "--scores", "{pairs}", "--metric", "mie"], "no scores for metric"),
+    ],
+)
 def test_bad_input_exit_codes(tmp_path, pairs_file, capsys, args, needle):
     argv = [a.format(missing=tmp_path / "missing.jsonl", tmp=tmp_path, pairs=pairs_file) for a in args]
     rc = main(argv)

@@ -53,8 +53,14 @@ def _write_pairs(folder: Path) -> Path:
             name = f"p{i}_{j}.png"
             Image.fromarray(rng.integers(0, 256, (32, 32, 3), dtype=np.uint8)).save(folder / name)
             names.append(name)
-        rec = {"id": f"pair{i}", "prompt": f"subject {i} hugs the other", "references": names[:2],
-               "candidates": names[2:], "generators": ["gen_a", "gen_b"], "preference": i % 2}
+        rec = {
+            "id": f"pair{i}",
+            "prompt": f"subject {i} hugs the other",
+            "references": names[:2],
+            "candidates": names[2:],
+            "generators": ["gen_a", "gen_b"],
+            "preference": i % 2,
+        }
         if i == 0:
             rec["diagnostics"] = [[0.9, 0.2, 0.8], [0.1, 0.7, 0.3]]
         lines.append(json.dumps(rec))
@@ -68,10 +74,26 @@ def _train(data: str, out: str, grad_accum: int) -> dict:
     from genmetrics.testing import tiny_qwen35, tiny_qwen35_processor
 
     _Recorder.labelled = []
-    res = train_mie(data=data, out=out, vlm=tiny_qwen35(0, text_config=dict(TEXT)),
-                    processor=tiny_qwen35_processor(32), task_cls=_task_cls(), tuning="layer_only", unfreeze_layers=1,
-                    image_size=32, lr=1e-2, weight_decay=0.0, warmup=0.0, batch_pairs=1, grad_accum=grad_accum,
-                    epochs=2, subset=None, val_fraction=0.0, save_every=None, progress=False)
+    res = train_mie(
+        data=data,
+        out=out,
+        vlm=tiny_qwen35(0, text_config=dict(TEXT)),
+        processor=tiny_qwen35_processor(32),
+        task_cls=_task_cls(),
+        tuning="layer_only",
+        unfreeze_layers=1,
+        image_size=32,
+        lr=1e-2,
+        weight_decay=0.0,
+        warmup=0.0,
+        batch_pairs=1,
+        grad_accum=grad_accum,
+        epochs=2,
+        subset=None,
+        val_fraction=0.0,
+        save_every=None,
+        progress=False,
+    )
     model = _Recorder.task.model
     trained = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
     rows = [{k: v for k, v in r.items() if k != "kind"} for r in res["history"] if r["kind"] == "train"]
@@ -92,7 +114,9 @@ def test_two_processes_with_an_unlabelled_micro_batch_equal_one_process(tmp_path
     from genmetrics.testing import spawn_gloo, tiny_qwen35, tiny_qwen35_processor
 
     data = str(_write_pairs(tmp_path))
-    one = _train(data, str(tmp_path / "one"), grad_accum=2)  # the same micro-batches, accumulated in one process
+    one = _train(
+        data, str(tmp_path / "one"), grad_accum=2
+    )  # the same micro-batches, accumulated in one process
     two = spawn_gloo(_worker, 2, (data, str(tmp_path / "two")))
 
     # the premise: in every step one process had no diagnostic label and the other had some
@@ -101,14 +125,22 @@ def test_two_processes_with_an_unlabelled_micro_batch_equal_one_process(tmp_path
         assert sorted([two[0]["labelled"][step], two[1]["labelled"][step]]) == [False, True]
 
     torch.manual_seed(3407)  # train_mie's seed before it builds the heads
-    init = MIEModel(tiny_qwen35(0, text_config=dict(TEXT)), tiny_qwen35_processor(32), tuning="layer_only",
-                    unfreeze_layers=1)
+    init = MIEModel(
+        tiny_qwen35(0, text_config=dict(TEXT)),
+        tiny_qwen35_processor(32),
+        tuning="layer_only",
+        unfreeze_layers=1,
+    )
     head = [n for n in one["params"] if n.startswith("classification_head.")]
-    assert head and all(not torch.equal(one["params"][n], init.get_parameter(n)) for n in head)  # labels moved it
+    assert head and all(
+        not torch.equal(one["params"][n], init.get_parameter(n)) for n in head
+    )  # labels moved it
     for rank in range(2):
         assert two[rank]["params"].keys() == one["params"].keys()
         for n, ref in one["params"].items():
-            torch.testing.assert_close(two[rank]["params"][n], ref, atol=1e-5, rtol=1e-5, msg=f"rank {rank}: {n}")
+            torch.testing.assert_close(
+                two[rank]["params"][n], ref, atol=1e-5, rtol=1e-5, msg=f"rank {rank}: {n}"
+            )
         for a, b in zip(two[rank]["history"], one["history"], strict=True):
             assert a.keys() == b.keys()
             for k in a:

@@ -12,12 +12,33 @@ from genmetrics.registry import MetricCard, register_metric
 @pytest.fixture
 def dummy_metrics():
     cards = [
-        MetricCard(name="test_brightness", factory="_dummy_metrics:Brightness", family="test", summary="",
-                   inputs={"candidates": "images"}, higher_is_better=True, range=None),
-        MetricCard(name="test_refdist", factory="_dummy_metrics:RefDistance", family="test", summary="",
-                   inputs={"reference": "images", "candidates": "images"}, higher_is_better=True, range=None),
-        MetricCard(name="test_dark", factory="_dummy_metrics:Brightness", family="test", summary="",
-                   inputs={"candidates": "images"}, higher_is_better=False, range=None),
+        MetricCard(
+            name="test_brightness",
+            factory="_dummy_metrics:Brightness",
+            family="test",
+            summary="",
+            inputs={"candidates": "images"},
+            higher_is_better=True,
+            range=None,
+        ),
+        MetricCard(
+            name="test_refdist",
+            factory="_dummy_metrics:RefDistance",
+            family="test",
+            summary="",
+            inputs={"reference": "images", "candidates": "images"},
+            higher_is_better=True,
+            range=None,
+        ),
+        MetricCard(
+            name="test_dark",
+            factory="_dummy_metrics:Brightness",
+            family="test",
+            summary="",
+            inputs={"candidates": "images"},
+            higher_is_better=False,
+            range=None,
+        ),
     ]
     registry._load_all()
     for c in cards:
@@ -36,8 +57,9 @@ def test_evaluate_scores_explicit(pairs_file):
     rng = np.random.default_rng(0)
     sa, sb = rng.normal(size=n), rng.normal(size=n)
     da, db = rng.normal(size=(n, 3)), rng.normal(size=(n, 3))
-    rep = evaluate_scores(recs, {"x": {"a": sa, "b": sb, "diag_a": da, "diag_b": db}},
-                          seen_generators=["gen_a"], n_boot=200)
+    rep = evaluate_scores(
+        recs, {"x": {"a": sa, "b": sb, "diag_a": da, "diag_b": db}}, seen_generators=["gen_a"], n_boot=200
+    )
     prefers_a = np.array([r.preference == 0 for r in recs])
     right = ((sa > sb) == prefers_a).astype(float)
     acc = rep["metrics"]["x"]["accuracy"]
@@ -71,11 +93,15 @@ def test_diagnostics_drop_split_labels_and_show_the_majority_answer():
     F1 of the always-passes answer and balanced accuracy 0.5."""
     from genmetrics.mie.evaluate import diagnostic_agreement
 
-    labels = np.array([[1.0, 0.5, 1.0], [1.0, 1.0, 0.0], [0.0, 0.5, 1.0], [2 / 3, 0.0, 1.0], [1 / 3, 1.0, 1.0]])
+    labels = np.array(
+        [[1.0, 0.5, 1.0], [1.0, 1.0, 0.0], [0.0, 0.5, 1.0], [2 / 3, 0.0, 1.0], [1 / 3, 1.0, 1.0]]
+    )
     always = np.full((5, 3), 3.0)  # every logit says "passes"
     agg = diagnostic_agreement(always, labels)
     # existence: labels 1,1,0,1,0 -> precision 3/5, recall 1 -> F1 0.75
-    assert agg["existence"]["f1"] == pytest.approx(0.75) and agg["existence"]["balanced_accuracy"] == pytest.approx(0.5)
+    assert agg["existence"]["f1"] == pytest.approx(0.75) and agg["existence"][
+        "balanced_accuracy"
+    ] == pytest.approx(0.5)
     assert agg["existence"]["f1_always_passes"] == pytest.approx(0.75)
     # appearance: the two 0.5 labels are dropped -> labels 1,0,1
     assert agg["appearance"]["n"] == 3 and agg["appearance"]["dropped_ties"] == 2
@@ -94,8 +120,13 @@ def test_evaluate_human_with_mie_and_registered_metrics(pairs_file, make_model, 
     from genmetrics.mie.evaluate import evaluate_human, write_report
 
     recs = load_mib_pairs(pairs_file)[:4]
-    report, scores = evaluate_human(recs, model=make_model(), metrics=dummy_metrics + ["psnr_nonexistent_xyz"],
-                                    seen_generators=["gen_a", "gen_b"], n_boot=50)
+    report, scores = evaluate_human(
+        recs,
+        model=make_model(),
+        metrics=dummy_metrics + ["psnr_nonexistent_xyz"],
+        seen_generators=["gen_a", "gen_b"],
+        n_boot=50,
+    )
     m = report["metrics"]
     # winners are the bright images: brightness is always right, "lower is better" brightness always wrong
     assert m["test_brightness"]["accuracy"]["overall"]["value"] == 1.0
@@ -104,8 +135,12 @@ def test_evaluate_human_with_mie_and_registered_metrics(pairs_file, make_model, 
     from genmetrics.data.images import to_tensor
 
     r0 = recs[0]
-    want = -np.mean([abs(to_tensor(str(p)).mean().item() - to_tensor(str(r0.candidates[0])).mean().item())
-                     for p in r0.references])
+    want = -np.mean(
+        [
+            abs(to_tensor(str(p)).mean().item() - to_tensor(str(r0.candidates[0])).mean().item())
+            for p in r0.references
+        ]
+    )
     assert scores["test_refdist"]["a"][0] == pytest.approx(want, abs=1e-6)
     assert "error" in m["psnr_nonexistent_xyz"]
     assert "diagnostics" in m["mie"] and "macro_f1" in m["mie"]["diagnostics"]["overall"]
@@ -114,5 +149,10 @@ def test_evaluate_human_with_mie_and_registered_metrics(pairs_file, make_model, 
     assert "test_brightness" in md and "Accuracy by subjects" in md and "macro-F1" in md
     assert open(files["plot"], "rb").read(4) == b"\x89PNG"
     rows = [json.loads(x) for x in open(files["scores"])]
-    assert len(rows) == 4 and set(rows[0]["scores"]) == {"mie", "test_brightness", "test_refdist", "test_dark"}
+    assert len(rows) == 4 and set(rows[0]["scores"]) == {
+        "mie",
+        "test_brightness",
+        "test_refdist",
+        "test_dark",
+    }
     assert json.load(open(files["json"]))["n_pairs"] == 4

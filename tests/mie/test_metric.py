@@ -49,7 +49,9 @@ def test_scores_diagnostics_and_generators(proc, heads_dir, imgs):
     ps = metric.per_sample()
     assert ps["scores"].shape == (3,) and ps["diagnostics"].shape == (3, 3) and ps["ids"][0] == "gen_a/1"
     assert ps["dimensions"] == ("existence", "appearance", "interaction")
-    direct = MIEModel.from_pretrained(heads_dir, tiny_backbone(0), proc).score(refs, ["a", "b", "c"], imgs[5:8])
+    direct = MIEModel.from_pretrained(heads_dir, tiny_backbone(0), proc).score(
+        refs, ["a", "b", "c"], imgs[5:8]
+    )
     torch.testing.assert_close(ps["scores"].float(), direct.score, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(ps["diagnostics"].float(), direct.diagnostics, atol=1e-5, rtol=1e-5)
     assert metric.compute().item() == pytest.approx(float(direct.score.double().mean()), abs=1e-5)
@@ -63,7 +65,9 @@ def test_scores_diagnostics_and_generators(proc, heads_dir, imgs):
     assert metric.per_sample()["scores"].shape == (3,)
     # model= uses a ready MIEModel as is
     m2 = gm.create_metric("mie", model=MIEModel.from_pretrained(heads_dir, tiny_backbone(0), proc))
-    assert m2.compute(refs, imgs[5:8], ["a", "b", "c"]).item() == pytest.approx(metric.compute().item(), abs=1e-5)
+    assert m2.compute(refs, imgs[5:8], ["a", "b", "c"]).item() == pytest.approx(
+        metric.compute().item(), abs=1e-5
+    )
 
 
 def test_bad_input_before_weights(heads_dir, imgs):

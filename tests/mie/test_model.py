@@ -21,7 +21,9 @@ def test_heads_are_fp32_mlps(make_model, imgs):
     for head, n in ((m.score_head, 1), (m.classification_head, 3)):
         assert [type(x).__name__ for x in head] == ["Linear", "GELU", "Linear"]
         assert (head[0].in_features, head[0].out_features, head[2].out_features) == (h, h // 2, n)
-    out = m.score([[imgs[0], imgs[1]], [imgs[2], imgs[3], imgs[4]]], ["a dog and a cat", "three friends"], imgs[5:7])
+    out = m.score(
+        [[imgs[0], imgs[1]], [imgs[2], imgs[3], imgs[4]]], ["a dog and a cat", "three friends"], imgs[5:7]
+    )
     assert out.score.shape == (2,) and out.diagnostics.shape == (2, 3)
     assert out.score.dtype == torch.float32 and out.diagnostics.dtype == torch.float32
     m.to(torch.bfloat16)
@@ -49,29 +51,42 @@ def test_readout_is_the_last_token_of_a_plain_forward(proc, imgs):
     m = MIEModel(tiny_qwen3vl(0), tiny_qwen3vl_processor(), tuning="layer_only", unfreeze_layers=1).eval()
     _perturb(m)
     seq = m.prepare([[imgs[0], imgs[1]]], ["a"], [imgs[3]]).sequences[0]
-    pv = m.processor.image_processor(images=[to_pil(x) for x in (imgs[0], imgs[1], imgs[3])], return_tensors="pt")
+    pv = m.processor.image_processor(
+        images=[to_pil(x) for x in (imgs[0], imgs[1], imgs[3])], return_tensors="pt"
+    )
     ids = seq.ids[None]
     with torch.no_grad():
-        hs = m.vlm(input_ids=ids, attention_mask=torch.ones_like(ids), pixel_values=pv["pixel_values"],
-                   image_grid_thw=pv["image_grid_thw"], mm_token_type_ids=(ids == m.image_token_id).int(),
-                   use_cache=False).last_hidden_state[0]
+        hs = m.vlm(
+            input_ids=ids,
+            attention_mask=torch.ones_like(ids),
+            pixel_values=pv["pixel_values"],
+            image_grid_thw=pv["image_grid_thw"],
+            mm_token_type_ids=(ids == m.image_token_id).int(),
+            use_cache=False,
+        ).last_hidden_state[0]
         ours = m.score([[imgs[0], imgs[1]]], ["a"], [imgs[3]])
     torch.testing.assert_close(m.score_head(hs[-1:].float()).squeeze(-1), ours.score, atol=1e-5, rtol=1e-5)
-    assert (m.score_head(hs[-2:-1].float()).squeeze(-1) - ours.score).abs().item() > 1e-4  # another token differs
+    assert (
+        m.score_head(hs[-2:-1].float()).squeeze(-1) - ours.score
+    ).abs().item() > 1e-4  # another token differs
 
 
 def test_candidate_score_independent_of_batch(make_model, imgs):
     m = make_model()
     _perturb(m)
-    refs = [[imgs[0], imgs[1]], [imgs[2], imgs[3], imgs[4], imgs[5], imgs[6], imgs[7]], [imgs[8]] * 8,
-            [imgs[9], imgs[10], imgs[11], imgs[12]]]
+    refs = [
+        [imgs[0], imgs[1]],
+        [imgs[2], imgs[3], imgs[4], imgs[5], imgs[6], imgs[7]],
+        [imgs[8]] * 8,
+        [imgs[9], imgs[10], imgs[11], imgs[12]],
+    ]
     prompts = ["two subjects", "six subjects with a much longer prompt", "eight", "four"]
     cands = [imgs[13], imgs[14], imgs[15], imgs[0]]
     full = m.score(refs, prompts, cands)
     for i in range(4):
-        alone = m.score(refs[i:i + 1], prompts[i:i + 1], cands[i:i + 1])
-        torch.testing.assert_close(alone.score, full.score[i:i + 1], atol=1e-5, rtol=1e-5)
-        torch.testing.assert_close(alone.diagnostics, full.diagnostics[i:i + 1], atol=1e-5, rtol=1e-5)
+        alone = m.score(refs[i : i + 1], prompts[i : i + 1], cands[i : i + 1])
+        torch.testing.assert_close(alone.score, full.score[i : i + 1], atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(alone.diagnostics, full.diagnostics[i : i + 1], atol=1e-5, rtol=1e-5)
     m.token_budget = 60  # one sequence per forward
     small = m.score(refs[::-1], prompts[::-1], cands[::-1])
     torch.testing.assert_close(small.score.flip(0), full.score, atol=1e-5, rtol=1e-5)
@@ -83,12 +98,18 @@ def test_pairs_share_their_own_references(make_model, imgs, tuning):
     references (as if scored alone), and each reference goes through the vision tower once."""
     m = make_model(tuning)
     _perturb(m)
-    refs = [[imgs[0], imgs[1]], [imgs[2], imgs[3], imgs[4]], [imgs[5], imgs[6]], [imgs[7], imgs[8], imgs[9], imgs[10]]]
+    refs = [
+        [imgs[0], imgs[1]],
+        [imgs[2], imgs[3], imgs[4]],
+        [imgs[5], imgs[6]],
+        [imgs[7], imgs[8], imgs[9], imgs[10]],
+    ]
     prompts = ["p0", "the second pair", "p2", "p3"]
     ca, cb = [imgs[11], imgs[12], imgs[13], imgs[14]], [imgs[15], imgs[0], imgs[3], imgs[6]]
     seen: list[int] = []
     hook = m.vlm.visual.register_forward_hook(
-        lambda mod, args, kwargs, out: seen.append(int(kwargs["grid_thw"].shape[0])), with_kwargs=True)
+        lambda mod, args, kwargs, out: seen.append(int(kwargs["grid_thw"].shape[0])), with_kwargs=True
+    )
     try:
         a, b = m.score_pairs(refs, prompts, ca, cb)
     finally:
@@ -97,7 +118,9 @@ def test_pairs_share_their_own_references(make_model, imgs, tuning):
     for i in range(4):
         alone = m.score([refs[i], refs[i]], [prompts[i]] * 2, [ca[i], cb[i]])
         torch.testing.assert_close(torch.stack([a.score[i], b.score[i]]), alone.score, atol=1e-5, rtol=1e-5)
-        torch.testing.assert_close(torch.stack([a.diagnostics[i], b.diagnostics[i]]), alone.diagnostics, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(
+            torch.stack([a.diagnostics[i], b.diagnostics[i]]), alone.diagnostics, atol=1e-5, rtol=1e-5
+        )
 
 
 def test_score_is_deterministic_in_any_mode(make_model, imgs):
@@ -122,7 +145,9 @@ def _trainable(model):
     return set(model.trainable_parameter_names())
 
 
-HEADS = {f"{h}.{i}.{w}" for h in ("score_head", "classification_head") for i in (0, 2) for w in ("weight", "bias")}
+HEADS = {
+    f"{h}.{i}.{w}" for h in ("score_head", "classification_head") for i in (0, 2) for w in ("weight", "bias")
+}
 
 
 def test_lora_layer_is_the_authors(make_model, imgs):
@@ -136,8 +161,13 @@ def test_lora_layer_is_the_authors(make_model, imgs):
     lora = names - HEADS - full
     assert lora and all("lora_" in n for n in lora)
     mods = {n.split(".lora_")[0] for n in lora}
-    for part in ("visual.blocks.0.attn.qkv", "visual.blocks.1.mlp.linear_fc2", "language_model.layers.0.linear_attn.in_proj_qkv",
-                 "language_model.layers.1.self_attn.q_proj", "language_model.layers.1.mlp.down_proj"):
+    for part in (
+        "visual.blocks.0.attn.qkv",
+        "visual.blocks.1.mlp.linear_fc2",
+        "language_model.layers.0.linear_attn.in_proj_qkv",
+        "language_model.layers.1.self_attn.q_proj",
+        "language_model.layers.1.mlp.down_proj",
+    ):
         assert f"vlm.{part}" in mods, part
     assert not any("merger" in n or "embed" in n or "act_fn" in n for n in mods)
     for n in mods:  # r 16, alpha 32 (scaling 2), dropout 0 -- the authors' peft_kwargs
@@ -211,7 +241,9 @@ def test_save_and_reload_identical(make_model, imgs, tmp_path, tuning, provider)
     again = MIEModel.from_pretrained(tmp_path / "ckpt", tiny_backbone(0), m.processor)
     after = again.score(refs, prompts, cands)
     assert torch.equal(before.score, after.score) and torch.equal(before.diagnostics, after.diagnostics)
-    third = MIEModel.from_pretrained(tmp_path / "ckpt")  # the backbone named in the checkpoint, via the provider
+    third = MIEModel.from_pretrained(
+        tmp_path / "ckpt"
+    )  # the backbone named in the checkpoint, via the provider
     assert torch.equal(third.score(refs, prompts, cands).score, before.score)
 
 

@@ -27,8 +27,10 @@ def test_rank_generators(tmp_path):
         assert bt["low"] <= bt["theta"] <= bt["high"]
     m = np.array([[np.nan if v is None else v for v in row] for row in res["win_rate"]["matrix"]])
     i, j = 0, 3
-    wins = sum((x == "g0" and y == "g3" and s > t) or (x == "g3" and y == "g0" and t > s)
-               for x, y, s, t in zip(ga, gb, sa, sb))
+    wins = sum(
+        (x == "g0" and y == "g3" and s > t) or (x == "g3" and y == "g0" and t > s)
+        for x, y, s, t in zip(ga, gb, sa, sb)
+    )
     games = sum({x, y} == {"g0", "g3"} for x, y in zip(ga, gb))
     assert m[i, j] == pytest.approx(wins / games) and m[i, j] + m[j, i] == pytest.approx(1.0)
     md = ranking_markdown(res)

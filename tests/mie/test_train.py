@@ -9,9 +9,21 @@ from genmetrics.errors import InputError
 
 
 def _opts(tmp_path, data, name, **kw):
-    base = dict(data=str(data), out=str(tmp_path / name), tuning="lora_layer", unfreeze_layers=1,
-                lr=3e-3, batch_pairs=2, grad_accum=1, subset=None, val_fraction=0.0, epochs=2, warmup=0.0,
-                progress=False, save_every=1)
+    base = dict(
+        data=str(data),
+        out=str(tmp_path / name),
+        tuning="lora_layer",
+        unfreeze_layers=1,
+        lr=3e-3,
+        batch_pairs=2,
+        grad_accum=1,
+        subset=None,
+        val_fraction=0.0,
+        epochs=2,
+        warmup=0.0,
+        progress=False,
+        save_every=1,
+    )
     base.update(kw)
     return base
 
@@ -35,9 +47,15 @@ def test_loss_goes_down_reload_and_resume(tmp_path, pairs_file, proc):
     assert straight["steps"] == 4
     assert losses[-1] < 0.8 * losses[0]
 
-    model = MIEModel.from_pretrained(straight["checkpoint"], **{"backbone": _vlm(proc)["vlm"], "processor": proc})
-    a, b = model.score_pairs([[str(p) for p in r.references] for r in recs], [r.prompt for r in recs],
-                             [str(r.candidates[0]) for r in recs], [str(r.candidates[1]) for r in recs])
+    model = MIEModel.from_pretrained(
+        straight["checkpoint"], **{"backbone": _vlm(proc)["vlm"], "processor": proc}
+    )
+    a, b = model.score_pairs(
+        [[str(p) for p in r.references] for r in recs],
+        [r.prompt for r in recs],
+        [str(r.candidates[0]) for r in recs],
+        [str(r.candidates[1]) for r in recs],
+    )
     prefers_a = torch.tensor([r.preference == 0 for r in recs])
     assert ((a.score > b.score) == prefers_a).float().mean() >= 0.75
 
@@ -57,16 +75,31 @@ def test_loss_goes_down_reload_and_resume(tmp_path, pairs_file, proc):
     again = [h["loss"] for h in resumed["history"] if h["kind"] == "train"]
     assert again == pytest.approx(losses, rel=1e-4, abs=1e-5)
     other = MIEModel.from_pretrained(resumed["checkpoint"], _vlm(proc)["vlm"], proc)
-    b2 = other.score_pairs([[str(p) for p in r.references] for r in recs], [r.prompt for r in recs],
-                           [str(r.candidates[0]) for r in recs], [str(r.candidates[1]) for r in recs])[1]
+    b2 = other.score_pairs(
+        [[str(p) for p in r.references] for r in recs],
+        [r.prompt for r in recs],
+        [str(r.candidates[0]) for r in recs],
+        [str(r.candidates[1]) for r in recs],
+    )[1]
     torch.testing.assert_close(b2.score, b.score, atol=1e-5, rtol=1e-4)
 
 
 def test_validation_split_early_stopping_and_bad_options(tmp_path, pairs_file, proc):
     from genmetrics.mie.train import TrainConfig, train_mie
 
-    res = train_mie(**_opts(tmp_path, pairs_file, "lo", tuning="layer_only", epochs=3, val_fraction=0.25,
-                            early_stopping_patience=1, early_stopping_min_delta=10.0), **_vlm(proc))
+    res = train_mie(
+        **_opts(
+            tmp_path,
+            pairs_file,
+            "lo",
+            tuning="layer_only",
+            epochs=3,
+            val_fraction=0.25,
+            early_stopping_patience=1,
+            early_stopping_min_delta=10.0,
+        ),
+        **_vlm(proc),
+    )
     evals = [h for h in res["history"] if h["kind"] == "eval"]
     assert res["n_val"] == 2 and res["n_train"] == 6
     assert res["stopped_early"] and len(evals) == 2  # min_delta 10: epoch 2 is "no better", patience 1 stops
@@ -75,7 +108,11 @@ def test_validation_split_early_stopping_and_bad_options(tmp_path, pairs_file, p
     from pathlib import Path
 
     loop = json.loads((Path(res["out"]) / "train_config.json").read_text())["options"]  # what the trainer ran
-    assert (loop["scheduler"], loop["metric_for_best"], loop["greater_is_better"]) == ("cosine", "loss", False)
+    assert (loop["scheduler"], loop["metric_for_best"], loop["greater_is_better"]) == (
+        "cosine",
+        "loss",
+        False,
+    )
     assert (loop["lr"], loop["max_grad_norm"], loop["weight_decay"]) == (3e-3, 1.0, 0.01)
     with pytest.raises(InputError, match="tuning"):
         TrainConfig(data="x", out="y", tuning="full").check()
@@ -89,22 +126,44 @@ def test_defaults_are_appendix_e():
     from genmetrics.mie.train import TrainConfig
 
     c = TrainConfig(data="x", out="y")
-    assert (c.lr, c.weight_decay, c.warmup, c.grad_clip, c.batch_pairs, c.grad_accum, c.epochs, c.seed) == \
-        (2e-5, 0.01, 0.03, 1.0, 4, 8, 3, 3407)
-    assert (c.alpha, c.beta, c.margin, c.rank_loss, c.tuning, c.unfreeze_layers) == (1.0, 0.5, 0.1, "margin", "layer_only", 4)
+    assert (c.lr, c.weight_decay, c.warmup, c.grad_clip, c.batch_pairs, c.grad_accum, c.epochs, c.seed) == (
+        2e-5,
+        0.01,
+        0.03,
+        1.0,
+        4,
+        8,
+        3,
+        3407,
+    )
+    assert (c.alpha, c.beta, c.margin, c.rank_loss, c.tuning, c.unfreeze_layers) == (
+        1.0,
+        0.5,
+        0.1,
+        "margin",
+        "layer_only",
+        4,
+    )
     assert (c.early_stopping_patience, c.early_stopping_min_delta, c.image_size) == (2, 1e-3, 512)
     assert (c.lora_r, c.lora_alpha, c.lora_dropout, c.subset, c.backbone) == (16, 32, 0.0, 9600, "0.8b")
     from genmetrics.mie.model import LORA_DEFAULTS, UNFREEZE_LAYERS
 
-    assert (LORA_DEFAULTS, UNFREEZE_LAYERS) == ({"r": 16, "alpha": 32, "dropout": 0.0}, 4)  # MIEModel's own defaults
+    assert (LORA_DEFAULTS, UNFREEZE_LAYERS) == (
+        {"r": 16, "alpha": 32, "dropout": 0.0},
+        4,
+    )  # MIEModel's own defaults
 
 
 def test_loss_formula_and_sign():
     from genmetrics.mie.loss import mie_loss
     from genmetrics.mie.model import MIEOutput
 
-    w = MIEOutput(torch.tensor([1.0, 0.0, 0.3]), torch.tensor([[2.0, -1.0, 0.0], [0.5, 0.5, 0.5], [0.0, 0.0, 0.0]]))
-    lo = MIEOutput(torch.tensor([0.0, 2.0, 0.25]), torch.tensor([[0.0, 1.0, -3.0], [1.0, 1.0, 1.0], [1.0, 1.0, 1.0]]))
+    w = MIEOutput(
+        torch.tensor([1.0, 0.0, 0.3]), torch.tensor([[2.0, -1.0, 0.0], [0.5, 0.5, 0.5], [0.0, 0.0, 0.0]])
+    )
+    lo = MIEOutput(
+        torch.tensor([0.0, 2.0, 0.25]), torch.tensor([[0.0, 1.0, -3.0], [1.0, 1.0, 1.0], [1.0, 1.0, 1.0]])
+    )
     tw = torch.tensor([[0.9, 0.2, 0.5], [1.0, 1.0, 1.0], [0.0, 0.0, 0.0]])
     tl = torch.tensor([[0.1, 0.7, 0.5], [0.0, 0.0, 0.0], [1.0, 1.0, 1.0]])
     mask = torch.tensor([True, False, True])
@@ -113,15 +172,19 @@ def test_loss_formula_and_sign():
     rank = (0.0 + 2.1 + 0.05) / 3
     bce = torch.nn.functional.binary_cross_entropy_with_logits
     diag = 0.5 * (bce(w.diagnostics[mask], tw[mask]) + bce(lo.diagnostics[mask], tl[mask]))
-    assert parts["rank"] == pytest.approx(rank, rel=1e-6) and parts["diag"] == pytest.approx(diag.item(), rel=1e-6)
+    assert parts["rank"] == pytest.approx(rank, rel=1e-6) and parts["diag"] == pytest.approx(
+        diag.item(), rel=1e-6
+    )
     assert loss.item() == pytest.approx(0.7 * rank + 0.3 * diag.item(), rel=1e-6)
     # the sign: swapping winner and loser must change the rank loss (it is not symmetric)
     _, swapped = mie_loss(lo, w, tl, tw, alpha=1.0, beta=0.0)
     assert swapped["rank"] == pytest.approx((1.1 + 0.0 + 0.15) / 3, rel=1e-6)
     _, bt = mie_loss(w, lo, rank_loss_kind="bradley_terry", beta=0.0)
     logsig = torch.nn.functional.logsigmoid
-    assert bt["rank"] == pytest.approx(-(logsig(torch.tensor(1.0)) + logsig(torch.tensor(-2.0))
-                                         + logsig(torch.tensor(0.05))).item() / 3, rel=1e-6)
+    assert bt["rank"] == pytest.approx(
+        -(logsig(torch.tensor(1.0)) + logsig(torch.tensor(-2.0)) + logsig(torch.tensor(0.05))).item() / 3,
+        rel=1e-6,
+    )
 
 
 def test_task_loss_uses_each_candidates_own_targets_and_references(make_model, pairs_file):
@@ -166,5 +229,7 @@ def test_unlabelled_micro_batch_keeps_the_diagnostic_head_in_the_graph(make_mode
     loss, parts = task.loss(m, task.collate(recs))
     loss.backward()
     assert parts["diag"] == 0.0
-    for p in m.classification_head.parameters():  # a gradient (zero), not None: DDP finds every parameter used
+    for (
+        p
+    ) in m.classification_head.parameters():  # a gradient (zero), not None: DDP finds every parameter used
         assert p.grad is not None and torch.count_nonzero(p.grad) == 0

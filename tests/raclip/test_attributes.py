@@ -3,8 +3,15 @@ import pytest
 from genmetrics.errors import InputError
 from genmetrics.raclip.attributes import list_attribute_sets, load_attribute_set, resolve_attributes
 
-COUNTS = {"celeba-20": 20, "hcs-celeba-20": 20, "celeba-28": 28, "celeba-12-irrelevant": 12, "celeba-40": 40,
-          "coco-80": 80, "imagenet-1k": 1000}
+COUNTS = {
+    "celeba-20": 20,
+    "hcs-celeba-20": 20,
+    "celeba-28": 28,
+    "celeba-12-irrelevant": 12,
+    "celeba-40": 40,
+    "coco-80": 80,
+    "imagenet-1k": 1000,
+}
 
 
 def test_shipped_sets():
@@ -12,7 +19,9 @@ def test_shipped_sets():
     for name, n in COUNTS.items():
         attrs = resolve_attributes(name)  # validated: no duplicates, no empties
         assert len(attrs) == n, name
-    assert load_attribute_set("HCS_celeba_20")[16] == "wearing earlings"  # verbatim for parity with the 2024 code
+    assert (
+        load_attribute_set("HCS_celeba_20")[16] == "wearing earlings"
+    )  # verbatim for parity with the 2024 code
     assert load_attribute_set("imagenet-1k")[:2] == ["tench", "goldfish"]
     assert load_attribute_set("coco-80")[0] == "person"
     assert not set(load_attribute_set("celeba-28")) & set(load_attribute_set("celeba-12-irrelevant"))
@@ -24,18 +33,37 @@ def test_shipped_sets():
 # "Carpet, Refrigerator, Washing Machine, Pillow" likewise follows "Curtain".
 TABLE7 = {
     "celeba-20": "Arched Eyebrows, Bald, Bangs, Black_Hair, Blond_Hair, Double_Chin, Eyeglasses, Gray_Hair, "
-                 "Heavy Makeup, Male, Mustache, Rosy Cheeks, Smiling, Straight_Hair, Wavy_Hair, Wearing Earrings, "
-                 "Wearing Hat, Wearing_Lipstick, Wearing_Necklace, Young",
+    "Heavy Makeup, Male, Mustache, Rosy Cheeks, Smiling, Straight_Hair, Wavy_Hair, Wearing Earrings, "
+    "Wearing Hat, Wearing_Lipstick, Wearing_Necklace, Young",
     "celeba-28": "Arched_Eyebrows, Bags_Under_Eyes, Bald, Bangs, Big Nose, Black_Hair, Blond_Hair, Brown_Hair, Chubby, "
-                 "Double Chin, Eyeglasses, Goatee, Gray_Hair, Heavy_Makeup, Male, Mouth_Slightly_Open, Mustache, "
-                 "No_Beard, Sideburns, Smiling, Straight_Hair, Wavy_Hair, Wearing_Earrings, Wearing_Hat, "
-                 "Wearing_Lipstick, Wearing_Necklace, Wearing_Necktie, Young",
+    "Double Chin, Eyeglasses, Goatee, Gray_Hair, Heavy_Makeup, Male, Mouth_Slightly_Open, Mustache, "
+    "No_Beard, Sideburns, Smiling, Straight_Hair, Wavy_Hair, Wearing_Earrings, Wearing_Hat, "
+    "Wearing_Lipstick, Wearing_Necklace, Wearing_Necktie, Young",
     "celeba-12-irrelevant": "Giraffe, Zebra, Penguin, Sofa, Chair, Nightstand, Microwave Oven, Curtain, Carpet, "
-                            "Refrigerator, Washing Machine, Pillow",
+    "Refrigerator, Washing Machine, Pillow",
 }
-HCS_2024 = ["man", "woman", "child", "arched eyebrows", "smiling", "wearing hat", "wearing eyeglasses",
-            "wearing necklace", "blonde hair", "black hair", "bangs", "gray hair", "wavy hair", "bald head", "red lip",
-            "makeup", "wearing earlings", "beard", "double chin", "young"]  # notou10/sadpad utils/attribute_list.py
+HCS_2024 = [
+    "man",
+    "woman",
+    "child",
+    "arched eyebrows",
+    "smiling",
+    "wearing hat",
+    "wearing eyeglasses",
+    "wearing necklace",
+    "blonde hair",
+    "black hair",
+    "bangs",
+    "gray hair",
+    "wavy hair",
+    "bald head",
+    "red lip",
+    "makeup",
+    "wearing earlings",
+    "beard",
+    "double chin",
+    "young",
+]  # notou10/sadpad utils/attribute_list.py
 
 
 def _words(identifier: str) -> str:
@@ -69,7 +97,7 @@ def test_table7_identifiers_are_the_papers():
         pytest.skip("paper text not available here")
     text = paper.read_text(encoding="utf-8")
     start = text.index("<table><tr><td>Attribute type</td>")
-    table = text[start:text.index("Table 7:", start)]
+    table = text[start : text.index("Table 7:", start)]
     for name, row in TABLE7.items():
         for ident in row.split(","):
             assert ident.strip() in table, (name, ident)
@@ -98,7 +126,9 @@ def test_files_and_lists(tmp_path):
 def test_compact_set_names_are_accepted():
     from genmetrics.raclip.attributes import load_attribute_set
 
-    assert load_attribute_set("celeba20") == load_attribute_set("celeba-20") == load_attribute_set("CelebA_20")
+    assert (
+        load_attribute_set("celeba20") == load_attribute_set("celeba-20") == load_attribute_set("CelebA_20")
+    )
     assert len(load_attribute_set("coco80")) == 80
 
 
@@ -111,7 +141,9 @@ def test_reproduce_script_uses_each_experiments_list():
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)  # no work at import time
     lists = mod.EXPERIMENT_LISTS
-    assert lists["injection"] == lists["dataset_comparison"] == lists["separation"] == "celeba-20"  # Table 7 row 1
+    assert (
+        lists["injection"] == lists["dataset_comparison"] == lists["separation"] == "celeba-20"
+    )  # Table 7 row 1
     assert lists["ffhq_table"] == "hcs-celeba-20"  # Fig. 14's "bald head"
     assert "bald head" in load_attribute_set(lists["ffhq_table"])
     assert lists["celeba_classification_r"] == "celeba-28"

@@ -35,9 +35,27 @@ def test_compare_writes_summary_report_and_plots(folders, capsys, monkeypatch):
     attrs = folders / "attrs.txt"
     attrs.write_text("smiling\nwearing hat\na red car\nbangs\n")
     out = folders / "out"
-    rc, stdout, err = run(["compare", "--real", str(folders / "real"), "--generated", str(folders / "gen"),
-                           "--attributes", str(attrs), "--out", str(out), "--n-boot", "20", "--top", "3",
-                           "--batch-size", "2", "--json"], capsys)
+    rc, stdout, err = run(
+        [
+            "compare",
+            "--real",
+            str(folders / "real"),
+            "--generated",
+            str(folders / "gen"),
+            "--attributes",
+            str(attrs),
+            "--out",
+            str(out),
+            "--n-boot",
+            "20",
+            "--top",
+            "3",
+            "--batch-size",
+            "2",
+            "--json",
+        ],
+        capsys,
+    )
     assert rc == 0, err
     summary = json.loads((out / "summary.json").read_text())
     assert json.loads(stdout)["sad"]["mean"] == pytest.approx(summary["sad"]["mean"])
@@ -49,8 +67,15 @@ def test_compare_writes_summary_report_and_plots(folders, capsys, monkeypatch):
     assert lo <= hi
     assert len(summary["pad"]["top_pairs"]) == 3 and summary["pad"]["ci95"] is not None
     assert summary["rsad"]["grid"] == [4, 4] and len(summary["rsad"]["ranking"]) == 4
-    for f in ("report.md", "manifest.json", "sad_bar.png", "pad_bar.png", "rsad_heatmaps.png", "rsad_overlay.png",
-              "attribute_maps.png"):
+    for f in (
+        "report.md",
+        "manifest.json",
+        "sad_bar.png",
+        "pad_bar.png",
+        "rsad_heatmaps.png",
+        "rsad_overlay.png",
+        "attribute_maps.png",
+    ):
         assert (out / f).stat().st_size > 0, f
     assert "mean SaD" in (out / "report.md").read_text()
 
@@ -64,13 +89,16 @@ def test_compare_writes_summary_report_and_plots(folders, capsys, monkeypatch):
     assert float(value["mean"]) == pytest.approx(summary["sad"]["mean"], rel=1e-5)
 
 
-@pytest.mark.parametrize("case, needle", [
-    ("missing_real", "does not exist"),
-    ("empty_gen", "contains no images"),
-    ("bad_set", "unknown attribute set"),
-    ("dup_file", "duplicate attribute"),
-    ("one_image", "at least 2 images"),
-])
+@pytest.mark.parametrize(
+    "case, needle",
+    [
+        ("missing_real", "does not exist"),
+        ("empty_gen", "contains no images"),
+        ("bad_set", "unknown attribute set"),
+        ("dup_file", "duplicate attribute"),
+        ("one_image", "at least 2 images"),
+    ],
+)
 def test_compare_input_errors_before_weights(folders, capsys, monkeypatch, case, needle):
     # no test backbone and weights that cannot exist: any error must come from input validation
     monkeypatch.delenv("GENMETRICS_BACKBONE_PROVIDER", raising=False)
@@ -89,7 +117,21 @@ def test_compare_input_errors_before_weights(folders, capsys, monkeypatch, case,
         gen = folders / "single"
         gen.mkdir()
         Image.new("RGB", (8, 8)).save(gen / "a.png")
-    rc, _, err = run(["compare", "--real", str(real), "--generated", str(gen), "--attributes", attrs,
-                      "--out", str(folders / "o"), "--weights", "ViT-B-32/no-such-tag"], capsys)
+    rc, _, err = run(
+        [
+            "compare",
+            "--real",
+            str(real),
+            "--generated",
+            str(gen),
+            "--attributes",
+            attrs,
+            "--out",
+            str(folders / "o"),
+            "--weights",
+            "ViT-B-32/no-such-tag",
+        ],
+        capsys,
+    )
     assert rc == 2
     assert err.startswith("error:") and needle in err and len(err.strip().splitlines()) == 1

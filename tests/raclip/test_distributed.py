@@ -19,8 +19,10 @@ def _data():
 
 def _metrics():
     model, tok = tiny_clip()
-    return {n: gm.create_metric(n, backbone=model, tokenizer=tok, attributes=ATTRS, batch_size=2)
-            for n in ("sad", "pad", "rsad")}
+    return {
+        n: gm.create_metric(n, backbone=model, tokenizer=tok, attributes=ATTRS, batch_size=2)
+        for n in ("sad", "pad", "rsad")
+    }
 
 
 def _worker(rank, world_size):
@@ -51,4 +53,6 @@ def test_two_processes_equal_one():
     for res in results:
         for name, value in single.items():
             for k, v in value.items():
-                torch.testing.assert_close(torch.tensor(res[name][k], dtype=torch.float64), v, rtol=1e-5, atol=1e-6)
+                torch.testing.assert_close(
+                    torch.tensor(res[name][k], dtype=torch.float64), v, rtol=1e-5, atol=1e-6
+                )

@@ -80,7 +80,7 @@ def test_order_and_batch_size_invariance(clip, sets):
             m.update(reference=real)
         else:
             for i in range(0, 7, 2):
-                m.update(reference=real[i:i + 2], candidates=gen[i:i + 2] if i < 6 else None)
+                m.update(reference=real[i : i + 2], candidates=gen[i : i + 2] if i < 6 else None)
         results.append(m.compute()["per_pair"])
     for r in results[1:]:
         torch.testing.assert_close(r, results[0], rtol=1e-5, atol=1e-8)
@@ -106,7 +106,9 @@ def test_state_is_constant_size(clip, sets):
     m.update(reference=real, candidates=gen)
     assert {k: tuple(getattr(m, k).shape) for k in states} == size
     assert all(getattr(m, k).dtype == torch.float64 for k in states)
-    assert all(getattr(f, "__name__", "") == "dim_zero_sum" for k, f in m._reductions.items() if k in states)  # dist_reduce_fx="sum"
+    assert all(
+        getattr(f, "__name__", "") == "dim_zero_sum" for k, f in m._reductions.items() if k in states
+    )  # dist_reduce_fx="sum"
 
 
 def test_kl_direction_and_kde_mode(clip, sets, scored):
@@ -115,15 +117,26 @@ def test_kl_direction_and_kde_mode(clip, sets, scored):
     real, gen = sets
     r, g = scored
     m = _make("sad", clip, kl_direction="real||gen")
-    torch.testing.assert_close(m.compute(real, gen)["per_attribute"], f_sad(r.score, g.score, direction="real||gen"),
-                               rtol=1e-5, atol=1e-7)
+    torch.testing.assert_close(
+        m.compute(real, gen)["per_attribute"],
+        f_sad(r.score, g.score, direction="real||gen"),
+        rtol=1e-5,
+        atol=1e-7,
+    )
     k = _make("sad", clip, divergence="kde", kde_points=500)
-    torch.testing.assert_close(k.compute(real, gen)["per_attribute"],
-                               kde_sad(r.score, g.score, n_points=500, grid=(0.0, 1.0), direction="gen||real"),
-                               rtol=1e-4, atol=1e-8)
+    torch.testing.assert_close(
+        k.compute(real, gen)["per_attribute"],
+        kde_sad(r.score, g.score, n_points=500, grid=(0.0, 1.0), direction="gen||real"),
+        rtol=1e-4,
+        atol=1e-8,
+    )
     kp = _make("pad", clip, divergence="kde", kde_points=100, kl_direction="real||gen")
-    torch.testing.assert_close(kp.compute(real, gen)["per_pair"],
-                               kde_pad(r.score, g.score, n_points=100, grid=(0.0, 1.0)), rtol=1e-4, atol=1e-8)
+    torch.testing.assert_close(
+        kp.compute(real, gen)["per_pair"],
+        kde_pad(r.score, g.score, n_points=100, grid=(0.0, 1.0)),
+        rtol=1e-4,
+        atol=1e-8,
+    )
     with pytest.raises(InputError, match="divergence"):
         _make("sad", clip, divergence="hist")
     with pytest.raises(InputError, match="kl_direction"):
@@ -140,7 +153,9 @@ def test_hcs_antisymmetric_with_two_attributes(clip, sets):
     torch.testing.assert_close(per[:, 0], -per[:, 1], rtol=0, atol=1e-9)
     torch.testing.assert_close(m.compute(), per.mean(0))
     # HCS-mode SaD: reference centre from the real set, same HCS numbers as the hcs metric
-    s = gm.create_metric("sad", backbone=model, tokenizer=tok, attributes=["smiling", "frowning"], score="hcs")
+    s = gm.create_metric(
+        "sad", backbone=model, tokenizer=tok, attributes=["smiling", "frowning"], score="hcs"
+    )
     s.update(candidates=gen)
     s.update(reference=real)
     m2 = gm.create_metric("hcs", backbone=model, tokenizer=tok, attributes=["smiling", "frowning"])
@@ -159,7 +174,9 @@ def test_clipscore_and_condition_modes(clip, sets):
         img = torch.nn.functional.normalize(model.encode_image(clip_image_batch(gen, model)), dim=-1)
         txt = torch.nn.functional.normalize(model.encode_text(tok(ATTRS)), dim=-1)
     c = gm.create_metric("clipscore", backbone=model, tokenizer=tok, attributes=ATTRS)
-    torch.testing.assert_close(c.compute(None, gen), (100 * img @ txt.T).double().mean(0), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(
+        c.compute(None, gen), (100 * img @ txt.T).double().mean(0), rtol=1e-5, atol=1e-5
+    )
     cap = gm.create_metric("clipscore", backbone=model, tokenizer=tok)
     texts = [ATTRS[i % 3] for i in range(6)]
     expected = (100 * img @ txt.T).double()[torch.arange(6), torch.arange(6) % 3].mean()
@@ -168,8 +185,9 @@ def test_clipscore_and_condition_modes(clip, sets):
     full = gm.create_metric("raclip", backbone=model, tokenizer=tok, attributes=ATTRS)
     full.update(candidates=gen)
     per = full.per_sample()["scores"]
-    torch.testing.assert_close(ra.compute(None, gen, texts), per[torch.arange(6), torch.arange(6) % 3].mean(),
-                               rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(
+        ra.compute(None, gen, texts), per[torch.arange(6), torch.arange(6) % 3].mean(), rtol=1e-6, atol=1e-7
+    )
     with pytest.raises(InputError, match="condition"):
         ra.update(candidates=gen)
 
@@ -182,8 +200,15 @@ def test_attribute_sets_and_options(clip):
     assert len(s.attributes) == 20
     with pytest.raises(ValueError, match="unknown option"):
         gm.create_metric("sad", backbone=model, tokenizer=tok, attributes=ATTRS, temprature=2.0)
-    t = gm.create_metric("sad", backbone=model, tokenizer=tok, attributes=ATTRS, temperature=0.5, dual_prompt=False,
-                         global_token=False)
+    t = gm.create_metric(
+        "sad",
+        backbone=model,
+        tokenizer=tok,
+        attributes=ATTRS,
+        temperature=0.5,
+        dual_prompt=False,
+        global_token=False,
+    )
     assert t._scorer().temperature == 0.5 and not t._scorer().dual_prompt
 
 
@@ -269,7 +294,9 @@ def test_keep_scores_bootstrap_matches_per_image_scores():
     r = scorer(clip_image_batch(real, model), attrs).score.double()
     g = scorer(clip_image_batch(gen, model), attrs).score.double()
     for name in ("sad", "pad"):
-        kept = gm.create_metric(name, backbone=model, tokenizer=tok, attributes=attrs, keep_scores=True, batch_size=4)
+        kept = gm.create_metric(
+            name, backbone=model, tokenizer=tok, attributes=attrs, keep_scores=True, batch_size=4
+        )
         plain = gm.create_metric(name, backbone=model, tokenizer=tok, attributes=attrs)
         for m in (kept, plain):
             m.update(candidates=gen)
@@ -304,7 +331,9 @@ def test_kl_direction_is_gen_given_real_by_explicit_formula(clip, sets, scored):
     mr, vr, mg, vg = r.mean(0), r.var(0, ddof=1) + eps, g.mean(0), g.var(0, ddof=1) + eps
     expected = _kl_normal(mg, vg, mr, vr)
     other = _kl_normal(mr, vr, mg, vg)
-    assert np.abs(expected - other).max() > 0.05 * np.abs(expected).max()  # the data tell the directions apart
+    assert (
+        np.abs(expected - other).max() > 0.05 * np.abs(expected).max()
+    )  # the data tell the directions apart
     got = _make("sad", clip).compute(real, gen)["per_attribute"].numpy()
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-9)
     got_rg = _make("sad", clip, kl_direction="real||gen").compute(real, gen)["per_attribute"].numpy()
@@ -315,9 +344,15 @@ def test_kl_direction_is_gen_given_real_by_explicit_formula(clip, sets, scored):
         cg = np.cov(g[:, [i, j]].T) + eps * np.eye(2)
         pairs.append(_kl_bivariate(g[:, [i, j]].mean(0), cg, r[:, [i, j]].mean(0), cr))
         pairs_rg.append(_kl_bivariate(r[:, [i, j]].mean(0), cr, g[:, [i, j]].mean(0), cg))
-    np.testing.assert_allclose(_make("pad", clip).compute(real, gen)["per_pair"].numpy(), pairs, rtol=1e-4, atol=1e-9)
-    np.testing.assert_allclose(_make("pad", clip, kl_direction="real||gen").compute(real, gen)["per_pair"].numpy(),
-                               pairs_rg, rtol=1e-4, atol=1e-9)
+    np.testing.assert_allclose(
+        _make("pad", clip).compute(real, gen)["per_pair"].numpy(), pairs, rtol=1e-4, atol=1e-9
+    )
+    np.testing.assert_allclose(
+        _make("pad", clip, kl_direction="real||gen").compute(real, gen)["per_pair"].numpy(),
+        pairs_rg,
+        rtol=1e-4,
+        atol=1e-9,
+    )
     rs = _make("rsad", clip).compute(real, gen)["map"]
     expected_map = scored[0].patch_scores.double().mean(0) - scored[1].patch_scores.double().mean(0)
     torch.testing.assert_close(rs, expected_map, rtol=1e-5, atol=1e-6)  # positive = more present in real
@@ -362,7 +397,9 @@ def _hcs2024_reference(model, tok, real, gen, attrs, n_points):
 
     def cells(h, i, j):
         d = gaussian_kde(np.vstack((h[:, i], h[:, j])))(pts).reshape(nb + 1, nb + 1)
-        pooled = np.lib.stride_tricks.sliding_window_view(d, (2, 2)).mean(axis=(-1, -2))  # AvgPool2d(2, stride 1)
+        pooled = np.lib.stride_tricks.sliding_window_view(d, (2, 2)).mean(
+            axis=(-1, -2)
+        )  # AvgPool2d(2, stride 1)
         return pooled * (70 / nb) * (70 / nb) + 1e-10
 
     pad = []
@@ -391,7 +428,12 @@ def test_hcs2024_compat_reproduces_the_2024_code(clip):
         assert float(out["mean"]) == pytest.approx(ref.mean(), rel=1e-6)
         assert float(out["printed_x1e7"]) == pytest.approx(round(ref.mean(), 10) * 1e7, rel=1e-6)
         assert (m.score_kind, m.text_center, m.kl_direction, m.divergence, m.kde_range) == (
-            "hcs", "bare", "real||gen", "kde", (-35.0, 35.0))
+            "hcs",
+            "bare",
+            "real||gen",
+            "kde",
+            (-35.0, 35.0),
+        )
     h = gm.create_metric("hcs", backbone=model, tokenizer=tok, attributes=attrs, compat="hcs2024")
     h.update(reference=real, candidates=gen)
     np.testing.assert_allclose(h.per_sample()["scores"].numpy(), h_g, rtol=1e-6, atol=1e-6)
@@ -400,25 +442,60 @@ def test_hcs2024_compat_reproduces_the_2024_code(clip):
 
 
 # ------------------------------------------------------------------------------ no-op options refused
-@pytest.mark.parametrize("name, kw, needle", [
-    ("sad", {"score": "hcs", "temperature": 0.5}, "option temperature has no effect with score='hcs'"),
-    ("pad", {"score": "clipscore", "dual_prompt": False}, "option dual_prompt has no effect with score='clipscore'"),
-    ("sad", {"score": "hcs", "global_token": True}, "option global_token has no effect with score='hcs'"),
-    ("sad", {"text_center": "bare"}, "option text_center has no effect with score='raclip'"),
-    ("sad", {"kde_points": 100}, "option kde_points has no effect with divergence='gaussian'"),
-    ("pad", {"kde_range": (0.0, 1.0)}, "option kde_range has no effect with divergence='gaussian'"),
-    ("sad", {"divergence": "kde", "eps": 1e-3}, "option eps has no effect with divergence='kde'"),
-    ("pad", {"divergence": "kde", "keep_scores": True}, "option keep_scores has no effect with divergence='kde'"),
-    ("sad", {"compat": "hcs2024", "kl_direction": "gen||real"}, "option kl_direction cannot be combined with compat"),
-    ("pad", {"compat": "hcs2024", "score": "hcs"}, "option score cannot be combined with compat"),
-    ("sad", {"compat": "hcs2024", "temperature": 2.0}, "option temperature has no effect with score='hcs'"),
-    ("sad", {"compat": "hcs2024", "eps": 1e-3}, "option eps has no effect with divergence='kde'"),
-    ("sad", {"compat": "hcs2020"}, "option compat: expected None or one of"),
-    ("hcs", {"compat": "hcs2024", "text_center": "bare"}, "option text_center cannot be combined with compat"),
-    ("raclip", {"local_tokens": False, "temperature": 0.5}, "option temperature has no effect with local_tokens=False"),
-    ("raclip", {"dual_prompt": False, "negative_template": "no {}"}, "option negative_template has no effect"),
-    ("rsad", {"local_tokens": False, "temperature": 0.5}, "option temperature has no effect with local_tokens=False"),
-])
+@pytest.mark.parametrize(
+    "name, kw, needle",
+    [
+        ("sad", {"score": "hcs", "temperature": 0.5}, "option temperature has no effect with score='hcs'"),
+        (
+            "pad",
+            {"score": "clipscore", "dual_prompt": False},
+            "option dual_prompt has no effect with score='clipscore'",
+        ),
+        ("sad", {"score": "hcs", "global_token": True}, "option global_token has no effect with score='hcs'"),
+        ("sad", {"text_center": "bare"}, "option text_center has no effect with score='raclip'"),
+        ("sad", {"kde_points": 100}, "option kde_points has no effect with divergence='gaussian'"),
+        ("pad", {"kde_range": (0.0, 1.0)}, "option kde_range has no effect with divergence='gaussian'"),
+        ("sad", {"divergence": "kde", "eps": 1e-3}, "option eps has no effect with divergence='kde'"),
+        (
+            "pad",
+            {"divergence": "kde", "keep_scores": True},
+            "option keep_scores has no effect with divergence='kde'",
+        ),
+        (
+            "sad",
+            {"compat": "hcs2024", "kl_direction": "gen||real"},
+            "option kl_direction cannot be combined with compat",
+        ),
+        ("pad", {"compat": "hcs2024", "score": "hcs"}, "option score cannot be combined with compat"),
+        (
+            "sad",
+            {"compat": "hcs2024", "temperature": 2.0},
+            "option temperature has no effect with score='hcs'",
+        ),
+        ("sad", {"compat": "hcs2024", "eps": 1e-3}, "option eps has no effect with divergence='kde'"),
+        ("sad", {"compat": "hcs2020"}, "option compat: expected None or one of"),
+        (
+            "hcs",
+            {"compat": "hcs2024", "text_center": "bare"},
+            "option text_center cannot be combined with compat",
+        ),
+        (
+            "raclip",
+            {"local_tokens": False, "temperature": 0.5},
+            "option temperature has no effect with local_tokens=False",
+        ),
+        (
+            "raclip",
+            {"dual_prompt": False, "negative_template": "no {}"},
+            "option negative_template has no effect",
+        ),
+        (
+            "rsad",
+            {"local_tokens": False, "temperature": 0.5},
+            "option temperature has no effect with local_tokens=False",
+        ),
+    ],
+)
 def test_noop_options_refused(clip, name, kw, needle):
     with pytest.raises(InputError, match=needle.replace("(", r"\(").replace(")", r"\)")):
         _make(name, clip, **kw)
@@ -430,16 +507,26 @@ def test_rsad_refuses_the_divergence_options(clip):
 
     model, tok = clip
     assert not set(_KL_ONLY) & set(metric_options("rsad"))
-    values = {"score": "raclip", "kl_direction": "gen||real", "eps": 1e-6, "divergence": "gaussian", "kde_points": 100,
-              "kde_range": (0.0, 1.0), "text_center": "prompts", "keep_scores": True, "compat": "hcs2024"}
+    values = {
+        "score": "raclip",
+        "kl_direction": "gen||real",
+        "eps": 1e-6,
+        "divergence": "gaussian",
+        "kde_points": 100,
+        "kde_range": (0.0, 1.0),
+        "text_center": "prompts",
+        "keep_scores": True,
+        "compat": "hcs2024",
+    }
     for k in _KL_ONLY:
         with pytest.raises(InputError, match=f"rsad: option {k} has no effect on R-SaD"):
             RSaD(ATTRS, backbone=model, tokenizer=tok, **{k: values[k]})
         with pytest.raises(ValueError, match=f"unknown option '{k}' for metric 'rsad'"):
             _make("rsad", clip, **{k: values[k]})
     with pytest.raises(InputError, match="image_center=, so reference images would change nothing"):
-        gm.create_metric("hcs", backbone=model, tokenizer=tok, attributes=ATTRS,
-                         image_center=torch.zeros(32)).update(reference=random_images(2, 32, seed=1))
+        gm.create_metric(
+            "hcs", backbone=model, tokenizer=tok, attributes=ATTRS, image_center=torch.zeros(32)
+        ).update(reference=random_images(2, 32, seed=1))
     with pytest.raises(InputError, match="option tokenizer has no effect without backbone"):
         gm.create_metric("sad", tokenizer=tok, attributes=ATTRS)
     # the same options where they do act are accepted

@@ -26,7 +26,7 @@ def _explicit_tokens(model, x):
     full = last(h)  # [CLS] row of the unmasked block == masked block's [CLS] (row 0 of the mask is all zeros)
     a = last.attn
     d = h.shape[-1]
-    wv, bv = a.in_proj_weight[2 * d:], a.in_proj_bias[2 * d:]
+    wv, bv = a.in_proj_weight[2 * d :], a.in_proj_bias[2 * d :]
     dense = h + a.out_proj(F.linear(last.ln_1(h), wv, bv))  # Eq. 6: H + V(H) W_o, residual kept
     dense = dense + last.mlp(last.ln_2(dense))
     out = torch.cat([full[:, :1], dense[:, 1:]], 1)
@@ -181,8 +181,12 @@ def test_dual_prompts_are_the_papers_and_in_order(clip, pixels):
     rec = _Recorder(tok)
     scorer = RegionAttributeScorer(model, rec)
     out = scorer(pixels, ["smiling", "wearing hat"])
-    assert rec.texts == ["This is a photo of smiling.", "This is a photo of wearing hat.",
-                         "This is a photo without smiling.", "This is a photo without wearing hat."]
+    assert rec.texts == [
+        "This is a photo of smiling.",
+        "This is a photo of wearing hat.",
+        "This is a photo without smiling.",
+        "This is a photo without wearing hat.",
+    ]
     with torch.no_grad():
         emb = F.normalize(model.encode_text(tok(rec.texts)).float(), dim=-1)
         z, _, _ = dense_tokens(model, pixels)
@@ -204,7 +208,9 @@ def test_noop_scorer_options_refused(clip):
         RegionAttributeScorer(model, tok, local_tokens=False, temperature=0.5)
     with pytest.raises(InputError, match="option negative_template has no effect with dual_prompt=False"):
         RegionAttributeScorer(model, tok, dual_prompt=False, negative_template="no {} here")
-    RegionAttributeScorer(model, tok, local_tokens=False, global_token=False)  # w/o LT on the L-1 [CLS]: allowed
+    RegionAttributeScorer(
+        model, tok, local_tokens=False, global_token=False
+    )  # w/o LT on the L-1 [CLS]: allowed
 
 
 def test_text_cache(clip, pixels):
@@ -233,11 +239,18 @@ def test_custom_block_towers_match_encode_image(pixels):
     from open_clip.tokenizer import SimpleTokenizer
 
     torch.manual_seed(0)
-    for extra in ({"qk_norm": True, "scale_heads": True}, {"scale_attn": True, "scale_attn_inner": True},
-                  {"ls_init_value": 0.1}):
-        model = CLIP(embed_dim=32, vision_cfg=dict(image_size=32, patch_size=8, width=64, layers=3, head_width=16,
-                                                    mlp_ratio=2.0, **extra),
-                     text_cfg=dict(context_length=16, vocab_size=49408, width=32, heads=4, layers=1)).eval()
+    for extra in (
+        {"qk_norm": True, "scale_heads": True},
+        {"scale_attn": True, "scale_attn_inner": True},
+        {"ls_init_value": 0.1},
+    ):
+        model = CLIP(
+            embed_dim=32,
+            vision_cfg=dict(
+                image_size=32, patch_size=8, width=64, layers=3, head_width=16, mlp_ratio=2.0, **extra
+            ),
+            text_cfg=dict(context_length=16, vocab_size=49408, width=32, heads=4, layers=1),
+        ).eval()
         with torch.no_grad():
             z, _, _ = dense_tokens(model, pixels)
             torch.testing.assert_close(z[:, 0], model.encode_image(pixels), atol=1e-5, rtol=1e-5)

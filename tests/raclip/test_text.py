@@ -37,13 +37,19 @@ def _custom_text_clip():
     from open_clip.tokenizer import SimpleTokenizer
 
     torch.manual_seed(3)
-    model = CustomTextCLIP(embed_dim=32, vision_cfg=dict(image_size=32, patch_size=8, width=64, layers=2, head_width=16),
-                           text_cfg=dict(context_length=16, vocab_size=49408, width=32, heads=4, layers=2)).eval()
+    model = CustomTextCLIP(
+        embed_dim=32,
+        vision_cfg=dict(image_size=32, patch_size=8, width=64, layers=2, head_width=16),
+        text_cfg=dict(context_length=16, vocab_size=49408, width=32, heads=4, layers=2),
+    ).eval()
     return model, SimpleTokenizer(context_length=16)
 
 
-MODELS = {"clip": tiny_clip, "clip_seed1_ctx24": lambda: tiny_clip(seed=1, context_length=24),
-          "custom_text": _custom_text_clip}
+MODELS = {
+    "clip": tiny_clip,
+    "clip_seed1_ctx24": lambda: tiny_clip(seed=1, context_length=24),
+    "custom_text": _custom_text_clip,
+}
 
 
 def _untrimmed64(model, tok, texts):
@@ -100,7 +106,10 @@ def test_attribute_vectors_equal_the_untrimmed_float64_tower(which):
         f32 = model.encode_text(tok(ATTRS)).double()
     assert float((f32 - raw_ref).abs().max()) > 1e-10  # so the bound above is not met by a float32 path
     plain = encode_texts(model, tok, ATTRS)  # default: model precision, float32, normalised
-    assert plain.dtype == torch.float32 and float((plain.double() - F.normalize(raw_ref, dim=-1)).abs().max()) < 1e-5
+    assert (
+        plain.dtype == torch.float32
+        and float((plain.double() - F.normalize(raw_ref, dim=-1)).abs().max()) < 1e-5
+    )
 
 
 @pytest.mark.parametrize("center", ["prompts", "bare"])
@@ -124,7 +133,7 @@ def data():
 def _reference_ra(model, tok, images):
     pos, neg = _prompts(ATTRS)
     t = F.normalize(_untrimmed64(model, tok, pos + neg), dim=-1).float()
-    return _ra_scores(model, clip_image_batch(images, model), t[: len(ATTRS)], t[len(ATTRS):])
+    return _ra_scores(model, clip_image_batch(images, model), t[: len(ATTRS)], t[len(ATTRS) :])
 
 
 def test_raclip_scores_and_set_metrics_equal_the_untrimmed_float64_reference(data):
@@ -138,7 +147,10 @@ def test_raclip_scores_and_set_metrics_equal_the_untrimmed_float64_reference(dat
     by_text = gm.create_metric("raclip", backbone=model, tokenizer=tok)
     idx = torch.arange(len(gen)) % len(ATTRS)
     by_text.update(candidates=gen, condition=[ATTRS[i] for i in idx])
-    assert float((by_text.per_sample()["scores"] - g_score.double()[torch.arange(len(gen)), idx]).abs().max()) <= 1e-6
+    assert (
+        float((by_text.per_sample()["scores"] - g_score.double()[torch.arange(len(gen)), idx]).abs().max())
+        <= 1e-6
+    )
 
     sad = gm.create_metric("sad", backbone=model, tokenizer=tok, attributes=ATTRS)
     pad = gm.create_metric("pad", backbone=model, tokenizer=tok, attributes=ATTRS)
@@ -161,13 +173,16 @@ def test_hcs_and_clipscore_modes_equal_the_untrimmed_float64_reference(data):
         e_gen = model.encode_image(clip_image_batch(gen, model)).double()
     t = _untrimmed64(model, tok, [HCS_TEMPLATE.format(a) for a in ATTRS])
     for center, c_text in (("prompts", t.mean(0)), ("bare", _untrimmed64(model, tok, ATTRS).mean(0))):
+
         def ref_hcs(e, c_text=c_text):
             return 100 * F.normalize(e - e_real.mean(0), dim=-1) @ F.normalize(t - c_text, dim=-1).T
 
         h = gm.create_metric("hcs", backbone=model, tokenizer=tok, attributes=ATTRS, text_center=center)
         h.update(reference=real, candidates=gen)
         assert float((h.per_sample()["scores"] - ref_hcs(e_gen)).abs().max()) <= 1e-6
-        s = gm.create_metric("sad", backbone=model, tokenizer=tok, attributes=ATTRS, score="hcs", text_center=center)
+        s = gm.create_metric(
+            "sad", backbone=model, tokenizer=tok, attributes=ATTRS, score="hcs", text_center=center
+        )
         s.update(reference=real, candidates=gen)
         want = f_sad(ref_hcs(e_real), ref_hcs(e_gen))
         assert float(((s.compute()["per_attribute"] - want).abs() / want.abs().clamp_min(1.0)).max()) <= 1e-6
@@ -202,8 +217,13 @@ def test_each_distinct_text_is_encoded_once_per_scorer_and_metric(data):
         i = ATTRS.index(a)
         assert torch.equal(overlap[0][j], first[0][i]) and torch.equal(overlap[1][j], first[1][i])
 
-    for name, kw, per_text in (("raclip", {}, 2), ("sad", {}, 2), ("rsad", {}, 2), ("pad", {"score": "clipscore"}, 1),
-                               ("sad", {"score": "hcs", "text_center": "bare"}, 2)):
+    for name, kw, per_text in (
+        ("raclip", {}, 2),
+        ("sad", {}, 2),
+        ("rsad", {}, 2),
+        ("pad", {"score": "clipscore"}, 1),
+        ("sad", {"score": "hcs", "text_center": "bare"}, 2),
+    ):
         m = gm.create_metric(name, backbone=model, tokenizer=tok, attributes=ATTRS, **kw)
         for _ in range(2):  # two updates (and two computes) encode nothing new
             if name == "raclip":

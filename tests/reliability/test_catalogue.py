@@ -48,6 +48,10 @@ def test_cli(case, ws, capsys, monkeypatch):
         assert case.fragment in out.out + out.err
         return
     assert rc == case.exit_code, out.err
-    lines = [ln for ln in out.err.splitlines() if ln.strip() and not ln.startswith(("WARNING", "ERROR:root", "warning: "))]
+    lines = [
+        ln
+        for ln in out.err.splitlines()
+        if ln.strip() and not ln.startswith(("WARNING", "ERROR:root", "warning: "))
+    ]
     assert len(lines) == 1 and lines[0].startswith("error: "), out.err
     assert case.fragment in lines[0] or re.search(case.fragment, lines[0]), lines[0]

@@ -55,15 +55,19 @@ def test_bitwise_identical_across_runs(name):
 
 
 def _subprocess_value(name):
-    code = ("import torch, genmetrics as gm; from tests.reliability.test_determinism import _run; "
-            f"v = _run({name!r}); torch.save(v, __import__('sys').argv[1])")
+    code = (
+        "import torch, genmetrics as gm; from tests.reliability.test_determinism import _run; "
+        f"v = _run({name!r}); torch.save(v, __import__('sys').argv[1])"
+    )
     return code
 
 
 @pytest.mark.parametrize("name", ["psnr", "clip_i"])
 def test_bitwise_identical_across_processes(name, tmp_path):
     out = tmp_path / "v.pt"
-    proc = subprocess.run([sys.executable, "-c", _subprocess_value(name), str(out)], cwd=ROOT, capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-c", _subprocess_value(name), str(out)], cwd=ROOT, capture_output=True, text=True
+    )
     assert proc.returncode == 0, proc.stderr
     assert _equal(torch.load(out, weights_only=True), _run(name))
 

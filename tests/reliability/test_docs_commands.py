@@ -45,7 +45,7 @@ def runnable_commands(path: Path) -> list[DocCommand]:
     for m in FENCE.finditer(text):
         if "runnable" not in m["info"].split():
             continue
-        first = text[:m.start("body")].count("\n") + 1
+        first = text[: m.start("body")].count("\n") + 1
         lines = m["body"].splitlines()
         i = 0
         while i < len(lines):
@@ -69,7 +69,9 @@ def runnable_commands(path: Path) -> list[DocCommand]:
             while words and re.fullmatch(r"[A-Z_][A-Z0-9_]*=.*", words[0]):
                 k, _, v = words.pop(0).partition("=")
                 env[k] = v
-            assert words and words[0] == "genmetrics", f"{path.name}:{first + start}: a runnable command must call genmetrics"
+            assert words and words[0] == "genmetrics", (
+                f"{path.name}:{first + start}: a runnable command must call genmetrics"
+            )
             out.append(DocCommand(path.name, first + start, env, words[1:]))
             i += 1
     return out
@@ -107,20 +109,33 @@ def test_doc_command_runs_as_written(cmd, workdir, monkeypatch, capsys):
     rc = main(cmd.argv)
     captured = capsys.readouterr()
     output = captured.out + captured.err
-    want = cmd.exit_code if cmd.exit_code is not None else (2 if any(e.startswith("error:") for e in cmd.expected) else 0)
+    want = (
+        cmd.exit_code
+        if cmd.exit_code is not None
+        else (2 if any(e.startswith("error:") for e in cmd.expected) else 0)
+    )
     assert rc == want, f"{cmd}: exit {rc}, documented {want}\n{output}"
     assert "Traceback" not in output
     for exp in cmd.expected:
-        assert _matches(exp, output), f"{cmd}: documented output line not printed: {exp!r}\n--- printed:\n{output}"
+        assert _matches(exp, output), (
+            f"{cmd}: documented output line not printed: {exp!r}\n--- printed:\n{output}"
+        )
 
 
 def test_parser_reads_continuations_env_and_exit_codes(tmp_path):
     doc = tmp_path / "x.md"
-    doc.write_text("```console runnable\n$ A_B=1 genmetrics score psnr \\\n    --candidates c\nerror: ...\n[exit 2]\n```\n"
-                   "```console\n$ genmetrics list\n```\n")
+    doc.write_text(
+        "```console runnable\n$ A_B=1 genmetrics score psnr \\\n    --candidates c\nerror: ...\n[exit 2]\n```\n"
+        "```console\n$ genmetrics list\n```\n"
+    )
     (c,) = runnable_commands(doc)
-    assert (c.env, c.argv, c.expected, c.exit_code, c.line) == ({"A_B": "1"}, ["score", "psnr", "--candidates", "c"],
-                                                              ["error: ..."], 2, 2)
+    assert (c.env, c.argv, c.expected, c.exit_code, c.line) == (
+        {"A_B": "1"},
+        ["score", "psnr", "--candidates", "c"],
+        ["error: ..."],
+        2,
+        2,
+    )
     assert _matches("psnr: 42.0... (n=12)", "psnr: 42.025925864743144  (n=12)")
     assert not _matches("psnr: 41.0... (n=12)", "psnr: 42.025925864743144  (n=12)")
 
@@ -137,4 +152,6 @@ def test_ctrl_c_prints_the_documented_message(exc, monkeypatch, capsys):
     assert main([]) == 130
     line = "error: interrupted; finished results were kept"
     assert capsys.readouterr().err.strip() == line
-    assert line in (REPO / "docs" / "cli.md").read_text() and line in (REPO / "docs" / "errors.md").read_text()
+    assert (
+        line in (REPO / "docs" / "cli.md").read_text() and line in (REPO / "docs" / "errors.md").read_text()
+    )

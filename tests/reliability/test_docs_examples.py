@@ -45,7 +45,10 @@ class Block:
 
 def blocks(path: Path) -> list[Block]:
     text = path.read_text(encoding="utf-8")
-    return [Block(path.name, text[:m.start()].count("\n") + 1, m["info"].split(), m["body"]) for m in FENCE.finditer(text)]
+    return [
+        Block(path.name, text[: m.start()].count("\n") + 1, m["info"].split(), m["body"])
+        for m in FENCE.finditer(text)
+    ]
 
 
 ALL = [b for p in DOCS for b in blocks(p)]
@@ -84,12 +87,14 @@ def command_lines(block: Block) -> list[Command]:
         while words and re.fullmatch(r"[A-Z_][A-Z0-9_]*=.*", words[0]):
             words.pop(0)
         if words[:2] == ["accelerate", "launch"] and "-m" in words:
-            words = words[words.index("-m") + 1:]
+            words = words[words.index("-m") + 1 :]
         elif words[:2] == ["python", "-m"]:
             words = words[2:]
         if not words or words[0] != "genmetrics":
             continue
-        synopsis = any(w.startswith("[") or w.endswith("]") or w == "..." or "|" in w.replace("||", "") for w in words)
+        synopsis = any(
+            w.startswith("[") or w.endswith("]") or w == "..." or "|" in w.replace("||", "") for w in words
+        )
         out.append(Command(f"{block}+{start}", words[1:], synopsis))
     return out
 
@@ -99,13 +104,14 @@ def inline_commands(path: Path) -> list[Command]:
     text = FENCE.sub(lambda m: "\n" * m[0].count("\n"), path.read_text(encoding="utf-8"))
     out = []
     for m in re.finditer(r"`([^`\n]*\bgenmetrics [a-z][^`\n]*)`", text):
-        line = text[:m.start()].count("\n") + 1
+        line = text[: m.start()].count("\n") + 1
         out += command_lines(Block(path.name, line, [], m[1] + "\n"))
     return out
 
 
 COMMANDS = [c for b in ALL if "runnable" not in b.info for c in command_lines(b)] + [
-    c for p in DOCS for c in inline_commands(p)]
+    c for p in DOCS for c in inline_commands(p)
+]
 
 
 def _resolve(words: list[str]) -> tuple[click.Command, list[str], list[str]]:
@@ -124,15 +130,21 @@ def _resolve(words: list[str]) -> tuple[click.Command, list[str], list[str]]:
 
 #: what a fenced block holding ``genmetrics`` commands must say about itself (README.md, whose blocks
 #: ``tests/test_readme.py`` reads by their plain ``bash`` fence, is exempt; its commands are still checked)
-MARKS = {"runnable": "run as written by test_docs_commands.py", "synopsis": "usage lines with placeholders",
-         "needs-weights": "needs real weights, a GPU or data that is not shipped",
-         "needs-data": "runs on the tiny backbone but on data that is not shipped"}
+MARKS = {
+    "runnable": "run as written by test_docs_commands.py",
+    "synopsis": "usage lines with placeholders",
+    "needs-weights": "needs real weights, a GPU or data that is not shipped",
+    "needs-data": "runs on the tiny backbone but on data that is not shipped",
+}
 
 
 def test_every_command_block_is_marked():
     """A block of commands either runs in a test or says why not, so a new one cannot slip by unmarked."""
-    unmarked = [f"{b} (info {' '.join(b.info)!r})" for b in ALL
-                if b.source != "README.md" and command_lines(b) and not set(b.info) & set(MARKS)]
+    unmarked = [
+        f"{b} (info {' '.join(b.info)!r})"
+        for b in ALL
+        if b.source != "README.md" and command_lines(b) and not set(b.info) & set(MARKS)
+    ]
     assert not unmarked, f"mark these blocks with one of {sorted(MARKS)}: {unmarked}"
 
 
@@ -144,7 +156,9 @@ def test_docs_show_commands_outside_runnable_blocks():
 @pytest.mark.parametrize("command", COMMANDS, ids=str)
 def test_doc_command_flags_exist(command):
     cmd, path, rest = _resolve(command.words)
-    assert not isinstance(cmd, click.Group) or rest in (["--help"], ["..."]), f"{command.where}: 'genmetrics {' '.join(path)}' needs a subcommand"
+    assert not isinstance(cmd, click.Group) or rest in (["--help"], ["..."]), (
+        f"{command.where}: 'genmetrics {' '.join(path)}' needs a subcommand"
+    )
     opts: dict[str, click.Option] = {}
     for p in cmd.params:
         if isinstance(p, click.Option):
@@ -155,8 +169,10 @@ def test_doc_command_flags_exist(command):
         if not w.startswith("-") or re.fullmatch(r"-\d.*", w) or w in ("-", "--help"):
             continue
         name, eq, value = w.partition("=")
-        assert name in opts, (f"{command.where}: 'genmetrics {' '.join(path)}' has no option {name!r} "
-                              f"(it has {sorted(o for o in opts if o.startswith('--'))})")
+        assert name in opts, (
+            f"{command.where}: 'genmetrics {' '.join(path)}' has no option {name!r} "
+            f"(it has {sorted(o for o in opts if o.startswith('--'))})"
+        )
         p = opts[name]
         if p.is_flag or p.count:
             continue
@@ -164,7 +180,9 @@ def test_doc_command_flags_exist(command):
             value = next(it, "")
         placeholder = value.isupper() or "..." in value or "|" in value.replace("||", "") or not value
         if isinstance(p.type, click.Choice) and not placeholder:
-            assert value in p.type.choices, f"{command.where}: {name} {value!r} is not one of {list(p.type.choices)}"
+            assert value in p.type.choices, (
+                f"{command.where}: {name} {value!r} is not one of {list(p.type.choices)}"
+            )
 
 
 def test_flag_check_catches_a_renamed_flag():
@@ -174,7 +192,9 @@ def test_flag_check_catches_a_renamed_flag():
     (c,) = command_lines(Block("x.md", 1, [], "genmetrics compare --real r --kl-direction sideways\n"))
     with pytest.raises(AssertionError, match="not one of"):
         test_doc_command_flags_exist(c)
-    (c,) = command_lines(Block("x.md", 1, [], "accelerate launch -m genmetrics train tpips \\\n  --variant late\n"))
+    (c,) = command_lines(
+        Block("x.md", 1, [], "accelerate launch -m genmetrics train tpips \\\n  --variant late\n")
+    )
     assert c.words == ["train", "tpips", "--variant", "late"]
 
 
@@ -202,14 +222,19 @@ def _given_raclip(root: Path, monkeypatch) -> dict:
     from genmetrics.testing import random_images, tiny_clip
 
     model, tok = tiny_clip()
-    monkeypatch.setattr(open_clip, "create_model_and_transforms", lambda name, pretrained=None, **k: (model, None, None))
+    monkeypatch.setattr(
+        open_clip, "create_model_and_transforms", lambda name, pretrained=None, **k: (model, None, None)
+    )
     monkeypatch.setattr(open_clip, "get_tokenizer", lambda name, **k: tok)
     _images(root, [f"ffhq/{i}.png" for i in range(4)], seed=10)
     _images(root, [f"stylegan2/{i}.png" for i in range(4)], seed=20)
-    return {"real_loader": [random_images(3, 32, seed=1), random_images(2, 32, seed=2)],
-            "generated_loader": [random_images(3, 32, seed=3), random_images(2, 32, seed=4)],
-            "real_images": random_images(4, 32, seed=5), "generated_images": random_images(4, 32, seed=6),
-            "images": random_images(2, 32, seed=7)}
+    return {
+        "real_loader": [random_images(3, 32, seed=1), random_images(2, 32, seed=2)],
+        "generated_loader": [random_images(3, 32, seed=3), random_images(2, 32, seed=4)],
+        "real_images": random_images(4, 32, seed=5),
+        "generated_images": random_images(4, 32, seed=6),
+        "images": random_images(2, 32, seed=7),
+    }
 
 
 def _given_tpips(root: Path, monkeypatch) -> dict:
@@ -218,13 +243,23 @@ def _given_tpips(root: Path, monkeypatch) -> dict:
 
     backbone, processor = tiny_backbones("vlm", "Qwen/Qwen3-VL-Embedding-2B")
     for folder in ("runs/tpips/final", "runs/late/final"):
-        TPIPSModel(backbone, processor, variant="late").save_pretrained(root / folder,
-                                                                         base_weights="Qwen/Qwen3-VL-Embedding-2B")
+        TPIPSModel(backbone, processor, variant="late").save_pretrained(
+            root / folder, base_weights="Qwen/Qwen3-VL-Embedding-2B"
+        )
     _images(root, ["ref.png", "gen.png", "a.png", "b.png", "c.png", "q.jpg", "a.jpg", "b.jpg"], size=32)
     _images(root, [f"photos/{i}.png" for i in range(4)], seed=30, size=32)
     x = [random_images(2, 32, seed=s) for s in range(3)]
-    return {"backbone": backbone, "processor": processor, "images_a": x[0], "images_b": x[1], "images": x[2],
-            "x1": x[0], "x2": x[1], "x3": x[2], "aspects": ["lighting", "pose"]}
+    return {
+        "backbone": backbone,
+        "processor": processor,
+        "images_a": x[0],
+        "images_b": x[1],
+        "images": x[2],
+        "x1": x[0],
+        "x2": x[1],
+        "x3": x[2],
+        "aspects": ["lighting", "pose"],
+    }
 
 
 def _given_mie(root: Path, monkeypatch) -> dict:
@@ -233,11 +268,26 @@ def _given_mie(root: Path, monkeypatch) -> dict:
 
     backbone, processor = tiny_backbones("vlm", "Qwen/Qwen3.5-0.8B")
     MIEModel(backbone, processor, backbone_name="Qwen/Qwen3.5-0.8B").save_pretrained(root / "runs/mie/best")
-    _images(root, ["refs/alice.png", "refs/dog.png", "refs/bob.png", "refs/cat.png", "refs/chair.png",
-                   "gen/model-a/001.png", "gen/model-a/002.png"], size=32)
-    return {"references": [["refs/alice.png", "refs/dog.png"]], "prompts": ["Alice walks the dog"],
-            "candidates": ["gen/model-a/001.png"], "cands_a": ["gen/model-a/001.png"],
-            "cands_b": ["gen/model-a/002.png"]}
+    _images(
+        root,
+        [
+            "refs/alice.png",
+            "refs/dog.png",
+            "refs/bob.png",
+            "refs/cat.png",
+            "refs/chair.png",
+            "gen/model-a/001.png",
+            "gen/model-a/002.png",
+        ],
+        size=32,
+    )
+    return {
+        "references": [["refs/alice.png", "refs/dog.png"]],
+        "prompts": ["Alice walks the dog"],
+        "candidates": ["gen/model-a/001.png"],
+        "cands_a": ["gen/model-a/001.png"],
+        "cands_b": ["gen/model-a/002.png"],
+    }
 
 
 def _given_leaderboard(root: Path, monkeypatch) -> dict:
@@ -246,15 +296,19 @@ def _given_leaderboard(root: Path, monkeypatch) -> dict:
         '[data]\nreferences = "data/refs"\nprompts = "data/prompts.jsonl"\n\n[run]\nn_boot = 50\n\n'
         '[[generators]]\nname = "blur"\nimages = "data/gen/blur"\n\n[[generators]]\nname = "heavy-jpeg"\n'
         'images = "data/gen/heavy-jpeg"\n\n[[metrics]]\nname = "psnr"\n\n[[metrics]]\nname = "clip_t"\n',
-        encoding="utf-8")
+        encoding="utf-8",
+    )
     return {}
 
 
 def _given_baselines(root: Path, monkeypatch) -> dict:
     from genmetrics.testing import random_images, tiny_clip
 
-    return {"images": random_images(2, 32, seed=1), "prompts": ["a red car", "a cat on a mat"],
-            "my_open_clip_model": tiny_clip()[0]}
+    return {
+        "images": random_images(2, 32, seed=1),
+        "prompts": ["a red car", "a cat on a mat"],
+        "my_open_clip_model": tiny_clip()[0],
+    }
 
 
 def _given_torchmetrics(root: Path, monkeypatch) -> dict:
@@ -274,9 +328,15 @@ def _given_contributing(root: Path, monkeypatch) -> dict:
 
 
 #: per page: the files it names (written into the working folder) and its placeholders
-GIVEN = {"raclip.md": _given_raclip, "tpips.md": _given_tpips, "mie.md": _given_mie,
-         "leaderboard.md": _given_leaderboard, "baselines.md": _given_baselines,
-         "torchmetrics.md": _given_torchmetrics, "contributing.md": _given_contributing}
+GIVEN = {
+    "raclip.md": _given_raclip,
+    "tpips.md": _given_tpips,
+    "mie.md": _given_mie,
+    "leaderboard.md": _given_leaderboard,
+    "baselines.md": _given_baselines,
+    "torchmetrics.md": _given_torchmetrics,
+    "contributing.md": _given_contributing,
+}
 
 
 def test_every_page_with_python_blocks_has_its_givens():
@@ -321,7 +381,9 @@ def test_doc_python_blocks_run(page, tmp_path, monkeypatch, capsys):
 
 def test_signature_check_catches_a_renamed_keyword():
     with pytest.raises(AssertionError, match="no parameter 'directio'"):
-        _check_signatures(Block("x.md", 1, ["python", "signatures"], "sad(real, gen, *, directio=1) -> [C]\n"))
+        _check_signatures(
+            Block("x.md", 1, ["python", "signatures"], "sad(real, gen, *, directio=1) -> [C]\n")
+        )
 
 
 # ----------------------------------------------------------------------------------------- named files
@@ -332,7 +394,7 @@ def named_paths() -> list[tuple[str, str]]:
         text = p.read_text(encoding="utf-8")
         for m in re.finditer(r"`((?:genmetrics|tests|benchmarks|examples|docs)/[^`\s]*)`", text):
             if "<" not in m[1]:  # a template such as genmetrics/<family>/cli.py
-                out.append((f"{p.name}:{text[:m.start()].count(chr(10)) + 1}", m[1]))
+                out.append((f"{p.name}:{text[: m.start()].count(chr(10)) + 1}", m[1]))
     return out
 
 
@@ -352,7 +414,9 @@ def benchmark_commands() -> list[tuple[str, str, list[str]]]:
     out = []
     for p in DOCS:
         for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
-            for m in re.finditer(r"python (benchmarks/\w+\.py)((?: +--?[\w-]+(?: +[^\s`#-][^\s`#]*)?)*)", line):
+            for m in re.finditer(
+                r"python (benchmarks/\w+\.py)((?: +--?[\w-]+(?: +[^\s`#-][^\s`#]*)?)*)", line
+            ):
                 out.append((f"{p.name}:{i}", m[1], re.findall(r"(?<!\S)(--?[a-z][\w-]*)", m[2])))
     return out
 
@@ -367,5 +431,9 @@ def test_benchmark_commands_in_the_docs_name_scripts_and_flags_that_exist():
             bad.append(f"{where}: {script} does not exist")
             continue
         text = src.read_text(encoding="utf-8")
-        bad += [f"{where}: {script} has no option {f}" for f in flags if f"'{f}'" not in text and f'"{f}"' not in text]
+        bad += [
+            f"{where}: {script} has no option {f}"
+            for f in flags
+            if f"'{f}'" not in text and f'"{f}"' not in text
+        ]
     assert len(cmds) >= 8 and not bad, bad

@@ -56,17 +56,31 @@ def test_choice_suggests():
         options.choice("on_error", "skp", ("stop", "skip"))
 
 
-@pytest.mark.parametrize("name, raw, expect", [
-    ("GENMETRICS_OFFLINE", "yes", True), ("GENMETRICS_OFFLINE", "0", False), ("GENMETRICS_MAX_PIXELS", "100", 100),
-    ("GENMETRICS_PROGRESS", "1", "1"), ("GENMETRICS_MAX_PIXELS", "", None)])
+@pytest.mark.parametrize(
+    "name, raw, expect",
+    [
+        ("GENMETRICS_OFFLINE", "yes", True),
+        ("GENMETRICS_OFFLINE", "0", False),
+        ("GENMETRICS_MAX_PIXELS", "100", 100),
+        ("GENMETRICS_PROGRESS", "1", "1"),
+        ("GENMETRICS_MAX_PIXELS", "", None),
+    ],
+)
 def test_env_parses_by_kind(monkeypatch, name, raw, expect):
     monkeypatch.setenv(name, raw)
     assert options.env(name) == expect
 
 
-@pytest.mark.parametrize("name, raw", [("GENMETRICS_OFFLINE", "maybe"), ("GENMETRICS_MAX_PIXELS", "1e99x"),
-                                       ("GENMETRICS_MAX_PIXELS", "-4"), ("GENMETRICS_PROGRESS", "2"),
-                                       ("GENMETRICS_HOME", "~nosuchuser_gm/x")])
+@pytest.mark.parametrize(
+    "name, raw",
+    [
+        ("GENMETRICS_OFFLINE", "maybe"),
+        ("GENMETRICS_MAX_PIXELS", "1e99x"),
+        ("GENMETRICS_MAX_PIXELS", "-4"),
+        ("GENMETRICS_PROGRESS", "2"),
+        ("GENMETRICS_HOME", "~nosuchuser_gm/x"),
+    ],
+)
 def test_env_refuses_naming_the_variable(monkeypatch, name, raw):
     monkeypatch.setenv(name, raw)
     with pytest.raises(InputError, match=f"{name}"):

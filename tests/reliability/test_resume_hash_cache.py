@@ -26,8 +26,11 @@ def _bmp_set(root, n=3):
         for i in range(n):
             Image.fromarray(rng.integers(0, 256, (16, 16, 3), dtype=np.uint8)).save(root / sub / f"s{i}.bmp")
     cfg = root / "config.toml"
-    cfg.write_text('[data]\nreferences = "refs"\n\n[[generators]]\nname = "a"\nimages = "gen/a"\n\n'
-                   '[[metrics]]\nname = "psnr"\n', encoding="utf-8")
+    cfg.write_text(
+        '[data]\nreferences = "refs"\n\n[[generators]]\nname = "a"\nimages = "gen/a"\n\n'
+        '[[metrics]]\nname = "psnr"\n',
+        encoding="utf-8",
+    )
     return cfg
 
 
@@ -59,7 +62,9 @@ def test_resume_reads_no_unchanged_file_and_rehashes_a_replaced_one(tmp_path, re
     target = tmp_path / "set" / "gen" / "a" / "s1.bmp"
     st = target.stat()
     Image.fromarray(np.full((16, 16, 3), 9, np.uint8)).save(target)
-    os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns))  # same name, size and mtime: only ctime/inode differ
+    os.utime(
+        target, ns=(st.st_atime_ns, st.st_mtime_ns)
+    )  # same name, size and mtime: only ctime/inode differ
     assert (target.stat().st_size, target.stat().st_mtime_ns) == (st.st_size, st.st_mtime_ns)
     res = run_leaderboard(cfg, out, resume=True, plots=False)
     assert reads == ["s1.bmp"] and res.scored == 1

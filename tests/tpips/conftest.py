@@ -12,7 +12,6 @@ from PIL import Image
 SIZE = 64  # the tiny processor's image size (2x2 merged tokens per image)
 
 
-
 @pytest.fixture(scope="session")
 def processor():
     from genmetrics.testing import tiny_qwen3vl_processor
@@ -48,7 +47,9 @@ def write_png(path: Path, t: torch.Tensor) -> str:
     return str(path)
 
 
-def make_triplets(root: Path, n: int = 8, seed: int = 0, size: int = SIZE, sources: list[str] | None = None) -> Path:
+def make_triplets(
+    root: Path, n: int = 8, seed: int = 0, size: int = SIZE, sources: list[str] | None = None
+) -> Path:
     """``n`` synthetic odd-one-out records: (base, slightly perturbed base, unrelated image), votes [0,1,4]
     (mostly the unrelated one is odd)."""
     g = torch.Generator().manual_seed(seed)
@@ -58,8 +59,12 @@ def make_triplets(root: Path, n: int = 8, seed: int = 0, size: int = SIZE, sourc
         near = (base.int() + torch.randint(-20, 21, base.shape, generator=g)).clamp(0, 255).to(torch.uint8)
         far = torch.randint(0, 256, (3, size, size), generator=g, dtype=torch.uint8)
         paths = [write_png(root / "img" / f"t{i}_{j}.png", t) for j, t in enumerate((base, near, far))]
-        rec = {"id": f"t{i}", "images": [str(Path(p).relative_to(root)) for p in paths],
-               "aspect": ["lighting", "overall", "color"][i % 3], "votes": [0, 1, 4]}
+        rec = {
+            "id": f"t{i}",
+            "images": [str(Path(p).relative_to(root)) for p in paths],
+            "aspect": ["lighting", "overall", "color"][i % 3],
+            "votes": [0, 1, 4],
+        }
         if sources:
             rec["source"] = sources[i % len(sources)]
         lines.append(rec)
@@ -77,9 +82,16 @@ def make_two_afc(root: Path, n: int = 6, seed: int = 1, size: int = SIZE) -> Pat
         c0 = (ref.int() + torch.randint(-10, 11, ref.shape, generator=g)).clamp(0, 255).to(torch.uint8)
         c1 = torch.randint(0, 256, (3, size, size), generator=g, dtype=torch.uint8)
         p = [write_png(root / "afc" / f"a{i}_{j}.png", t) for j, t in enumerate((ref, c0, c1))]
-        lines.append({"id": f"a{i}", "reference": str(Path(p[0]).relative_to(root)),
-                      "candidates": [str(Path(x).relative_to(root)) for x in p[1:]], "aspect": "color",
-                      "votes": [4, 1] if i % 3 else [2, 3], "source": sources[i % 4]})
+        lines.append(
+            {
+                "id": f"a{i}",
+                "reference": str(Path(p[0]).relative_to(root)),
+                "candidates": [str(Path(x).relative_to(root)) for x in p[1:]],
+                "aspect": "color",
+                "votes": [4, 1] if i % 3 else [2, 3],
+                "source": sources[i % 4],
+            }
+        )
     out = root / "two_afc.jsonl"
     out.write_text("\n".join(json.dumps(r) for r in lines) + "\n")
     return out

@@ -42,11 +42,13 @@ def test_eq2_sign_identical_pair_makes_the_third_odd(models, images, variant):
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_triplet_columns_leave_image_k_out(models, images, variant):
     m = models[variant]
-    x1, x2, x3 = [m.load_images(images[i:i + 2]) for i in (0, 2, 4)]
+    x1, x2, x3 = [m.load_images(images[i : i + 2]) for i in (0, 2, 4)]
     asp = ["color", "pose of the cat"]
     with torch.no_grad():
         s = m.triplet_scores(x1, x2, x3, asp)
-        ref = torch.stack([m.pair_scores(x2, x3, asp), m.pair_scores(x1, x3, asp), m.pair_scores(x1, x2, asp)], 1)
+        ref = torch.stack(
+            [m.pair_scores(x2, x3, asp), m.pair_scores(x1, x3, asp), m.pair_scores(x1, x2, asp)], 1
+        )
     assert torch.allclose(s.double(), ref.double(), atol=1e-6), (s, ref)
     assert (s[:, 0] - s[:, 2]).abs().max() > 1e-6  # the columns differ, so a swap would show
 
@@ -55,14 +57,20 @@ def _mid_reference(vlm, processor, m: TPIPSModel, a, b, aspect: str) -> float:
     """Eq. 3 from the standard Qwen3VLModel forward: hidden_states[l + 1] is decoder layer l's output."""
     tok = processor.tokenizer
     instr = prompt_for("mid", aspect)
-    text = (f"<|im_start|>system\n{instr}<|im_end|>\n<|im_start|>user\n<|vision_start|><|image_pad|><|vision_end|>"
-            "<|im_end|>\n<|im_start|>assistant\n")
+    text = (
+        f"<|im_start|>system\n{instr}<|im_end|>\n<|im_start|>user\n<|vision_start|><|image_pad|><|vision_end|>"
+        "<|im_end|>\n<|im_start|>assistant\n"
+    )
     t0 = len(tok("<|im_start|>system\n", add_special_tokens=False)["input_ids"])
     t1 = t0 + len(tok(instr, add_special_tokens=False)["input_ids"])
     states = []
     for im in (a, b):
-        out = processor(text=[text], images=[im], images_kwargs={"do_resize": False, "do_rescale": False},
-                        return_tensors="pt")
+        out = processor(
+            text=[text],
+            images=[im],
+            images_kwargs={"do_resize": False, "do_rescale": False},
+            return_tensors="pt",
+        )
         with torch.no_grad():
             hs = vlm(**out, output_hidden_states=True, use_cache=False).hidden_states
         img = out["input_ids"][0] == vlm.config.image_token_id
@@ -105,7 +113,9 @@ def _first_step(vlm_seed: int, processor, mid_init, images):
     cfg = TrainConfig(variant="mid", image_size=SIZE, probe_layers=2, lora_dropout=0.0).resolved()
     model = build_model(cfg, tiny_qwen3vl(seed=vlm_seed), processor)
     if mid_init is not None:
-        model.head = type(model.head)(model.hidden_size, len(model.probe_layers), model.mid_hidden, init_weight=mid_init)
+        model.head = type(model.head)(
+            model.hidden_size, len(model.probe_layers), model.mid_hidden, init_weight=mid_init
+        )
     model.train()
     x = [model.load_images(images[i::3][:2]) for i in range(3)]
     votes = torch.tensor([[0.0, 1.0, 4.0], [3.0, 1.0, 1.0]])
@@ -141,7 +151,9 @@ def test_mid_channel_weights_follow_the_aspect_whatever_the_state_scale():
     w = heads["layer"].channel_weights(0, t * 10)  # (per-channel variance 1, far above LayerNorm's eps 1e-5)
     for scale in (1e3, 1e5):
         assert torch.allclose(heads["layer"].channel_weights(0, t * scale), w, rtol=1e-4, atol=1e-7)
-        assert not torch.allclose(heads["none"].channel_weights(0, t * scale), heads["none"].channel_weights(0, t))
+        assert not torch.allclose(
+            heads["none"].channel_weights(0, t * scale), heads["none"].channel_weights(0, t)
+        )
     assert (heads["layer"].channel_weights(0, u) - w).abs().max() > 1e-2
     with pytest.raises(Exception, match="mid_text_norm"):
         MidFusionHead(32, 1, text_norm="rms")

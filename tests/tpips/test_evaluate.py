@@ -46,7 +46,11 @@ def test_statistics_equal_explicit_computation(files):
     agree = []
     for r in ooo.records:
         x = r.images
-        s = [float(_fake([x[1]], [x[2]], None)), float(_fake([x[0]], [x[2]], None)), float(_fake([x[0]], [x[1]], None))]
+        s = [
+            float(_fake([x[1]], [x[2]], None)),
+            float(_fake([x[0]], [x[2]], None)),
+            float(_fake([x[0]], [x[1]], None)),
+        ]
         y = [v / sum(r.votes) for v in r.votes]
         agree.append(y[int(np.argmax(s))])
     got = res["models"][0]["results"]["Odd-One-Out"]["overall"]
@@ -72,8 +76,9 @@ def test_statistics_equal_explicit_computation(files):
 
 def test_markdown_like_table3(files):
     ooo, afc = (load_human_data(f) for f in files)
-    res = evaluate_human([ooo, afc], [SimilarityScorer(name="fake", type="Late Fusion", family="Ours", size="8B",
-                                                       fn=_fake)])
+    res = evaluate_human(
+        [ooo, afc], [SimilarityScorer(name="fake", type="Late Fusion", family="Ours", size="8B", fn=_fake)]
+    )
     md = to_markdown(res).splitlines()
     assert md[0] == "| Type | Family | Size | Odd-One-Out | Editing | Composite | NVS | Im-to-3D | Total |"
     assert md[2].startswith("| Human | consensus | – | ")
@@ -100,8 +105,10 @@ def test_bapps_and_nights_loaders(tmp_path):
     for i in range(4):
         for s in ("ref", "l", "r"):
             write_png(nd / "imgs" / f"{i}_{s}.png", img())
-        rows.append(f"{i},{i % 2},{1 - i % 2},{6 if i < 3 else 4},imgs/{i}_ref.png,imgs/{i}_l.png,imgs/{i}_r.png,"
-                    f"{'test' if i else 'train'},{'True' if i == 1 else 'False'}")
+        rows.append(
+            f"{i},{i % 2},{1 - i % 2},{6 if i < 3 else 4},imgs/{i}_ref.png,imgs/{i}_l.png,imgs/{i}_r.png,"
+            f"{'test' if i else 'train'},{'True' if i == 1 else 'False'}"
+        )
     (nd / "data.csv").write_text("\n".join(rows) + "\n")
     recs = load_nights(nd)  # test split, votes >= 6: rows 1 and 2
     assert [r.id for r in recs] == ["1", "2"] and recs[0].votes == (1.0, 0.0)
@@ -121,9 +128,11 @@ def test_zero_shot_baselines_in_harness(files, vlm, processor):
     ooo, afc = (load_human_data(f) for f in files)
     gen = tiny_qwen3vl_for_generation()
     emb = TPIPSModel(vlm, processor, "late", image_size=SIZE, prompts=PROMPTS["embedding_baseline"])
-    scorers = [SimilarityScorer(name="emb", fn=emb.similarity),
-               SimilarityScorer(name="pairwise", fn=PairwiseScoreModel(gen, processor, image_size=SIZE).score),
-               TripletScorer(name="triplet", model=TPIPSTripletModel(gen, processor, image_size=SIZE))]
+    scorers = [
+        SimilarityScorer(name="emb", fn=emb.similarity),
+        SimilarityScorer(name="pairwise", fn=PairwiseScoreModel(gen, processor, image_size=SIZE).score),
+        TripletScorer(name="triplet", model=TPIPSTripletModel(gen, processor, image_size=SIZE)),
+    ]
     res = evaluate_human([ooo, afc], scorers, per_sample=False)
     for m in res["models"]:
         for ds in ("Odd-One-Out", "2AFC"):
@@ -135,13 +144,40 @@ def test_cli_evaluate(tmp_path, files, tiny_folder):
 
     ooo, afc = files
     out = tmp_path / "report"
-    rc = main(["evaluate-human", "tpips", "--data", str(ooo), "--data", str(afc), "--weights", str(tiny_folder),
-               "--image-size", str(SIZE), "--baseline", "embedding", "--baseline", "triplet", "--baseline", "metric:ssim",
-               "--generative-weights", str(tiny_folder), "--out", str(out), "--limit", "4"])
+    rc = main(
+        [
+            "evaluate-human",
+            "tpips",
+            "--data",
+            str(ooo),
+            "--data",
+            str(afc),
+            "--weights",
+            str(tiny_folder),
+            "--image-size",
+            str(SIZE),
+            "--baseline",
+            "embedding",
+            "--baseline",
+            "triplet",
+            "--baseline",
+            "metric:ssim",
+            "--generative-weights",
+            str(tiny_folder),
+            "--out",
+            str(out),
+            "--limit",
+            "4",
+        ]
+    )
     assert rc == 0
     res = json.loads((out / "results.json").read_text())
-    assert [m["family"] for m in res["models"]] == ["Qwen3-VL-Emb (zero-shot)", "Qwen3-VL-Emb",
-                                                    "Qwen3-VL (triplet prompt)", "ssim"]
+    assert [m["family"] for m in res["models"]] == [
+        "Qwen3-VL-Emb (zero-shot)",
+        "Qwen3-VL-Emb",
+        "Qwen3-VL (triplet prompt)",
+        "ssim",
+    ]
     assert res["datasets"][0]["n"] == 4
     table = (out / "table.md").read_text()
     assert "| Human | consensus |" in table and "Total" in table

@@ -23,8 +23,10 @@ def test_card_and_lazy_exports():
     info = gm.metric_info("tpips")
     assert info["default_weights"] == "Qwen/Qwen3-VL-Embedding-2B"
     assert set(info["inputs"]) == {"reference", "candidates", "condition"}
-    code = ("import sys, genmetrics as gm; gm.list_metrics(); import genmetrics.tpips as t; "
-            "assert 'torch' not in sys.modules, 'torch imported'; assert 'TPIPSModel' in dir(t)")
+    code = (
+        "import sys, genmetrics as gm; gm.list_metrics(); import genmetrics.tpips as t; "
+        "assert 'torch' not in sys.modules, 'torch imported'; assert 'TPIPSModel' in dir(t)"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
@@ -84,7 +86,9 @@ def test_variants_and_qwen35_early_error(vlm, processor, images):
     s = m.similarities(images[:2], images[:2], "lighting")
     assert torch.allclose(s, torch.ones(2, dtype=torch.float64), atol=1e-6)
     with pytest.raises(InputError, match="linear-attention"):
-        gm.create_metric("tpips", backbone=tiny_qwen35(), processor=processor, variant="early", image_size=SIZE)
+        gm.create_metric(
+            "tpips", backbone=tiny_qwen35(), processor=processor, variant="early", image_size=SIZE
+        )
 
 
 def test_default_weights_offline_raise_weights_unavailable(images):

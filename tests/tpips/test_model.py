@@ -19,12 +19,23 @@ from genmetrics.tpips.model import (
 from .conftest import SIZE
 
 VARIANTS = ["late", "mid", "early"]
-ASPECTS8 = ["lighting", "color", "pose of the cat", "texture", "background", "overall", "camera angle", "style"]
+ASPECTS8 = [
+    "lighting",
+    "color",
+    "pose of the cat",
+    "texture",
+    "background",
+    "overall",
+    "camera angle",
+    "style",
+]
 
 
 def _late_text(instruction: str) -> str:
-    return (f"<|im_start|>system\n{instruction}<|im_end|>\n<|im_start|>user\n<|vision_start|><|image_pad|>"
-            "<|vision_end|><|im_end|>\n<|im_start|>assistant\n")
+    return (
+        f"<|im_start|>system\n{instruction}<|im_end|>\n<|im_start|>user\n<|vision_start|><|image_pad|>"
+        "<|vision_end|><|im_end|>\n<|im_start|>assistant\n"
+    )
 
 
 @pytest.mark.parametrize("aspect", ["lighting", "overall"])
@@ -48,7 +59,9 @@ def test_positions_and_ids_match_transformers(vlm, processor, images):
     am = out["attention_mask"].bool()
     assert torch.equal(batch["attention_mask"].bool(), am)
     assert torch.equal(batch["input_ids"][am], out["input_ids"][am])
-    pos, _ = vlm.get_rope_index(out["input_ids"], out["mm_token_type_ids"], out["image_grid_thw"], out["attention_mask"])
+    pos, _ = vlm.get_rope_index(
+        out["input_ids"], out["mm_token_type_ids"], out["image_grid_thw"], out["attention_mask"]
+    )
     for b in range(2):
         assert torch.equal(batch["position_ids"][:, b, am[b]], pos[:, b, am[b]])
 
@@ -99,9 +112,11 @@ def test_symmetric_and_identity(models, images, variant):
 def test_pair_independent_of_batch(models, images, variant):
     m = models[variant]
     alone = m.similarity([images[0]], [images[1]], ["lighting"])
-    batch = m.similarity([images[2], images[0], images[4]], [images[3], images[1], images[0]],
-                         ["a much longer aspect: the exact pose of the cat and the dog on the sofa", "lighting",
-                          "overall"])
+    batch = m.similarity(
+        [images[2], images[0], images[4]],
+        [images[3], images[1], images[0]],
+        ["a much longer aspect: the exact pose of the cat and the dog on the sofa", "lighting", "overall"],
+    )
     assert torch.allclose(alone[0], batch[1], atol=1e-5), (alone, batch)
 
 
@@ -128,10 +143,17 @@ def test_early_mask_and_positions(models, images):
             row[r] = True
             assert torch.equal(mask[r], row)
         L = inp["lengths"][b]
-        assert not mask[:, L:].any() or all(mask[p, p] and mask[:, p].sum() == 1 for p in range(L, mask.shape[0]))
+        assert not mask[:, L:].any() or all(
+            mask[p, p] and mask[:, p].sum() == 1 for p in range(L, mask.shape[0])
+        )
         assert torch.equal(pos[0, :M], torch.arange(1, M + 1)) and not pos[1:, :M].any()
-        grid = torch.stack([torch.zeros(N, dtype=torch.long), torch.arange(gh).repeat_interleave(gw),
-                            torch.arange(gw).repeat(gh)])
+        grid = torch.stack(
+            [
+                torch.zeros(N, dtype=torch.long),
+                torch.arange(gh).repeat_interleave(gw),
+                torch.arange(gw).repeat(gh),
+            ]
+        )
         assert torch.equal(pos[:, x1], grid) and torch.equal(pos[:, x2], grid)
         assert pos[:, r1].tolist() == pos[:, r2].tolist() == [M + 1, 0, 0]
     assert (inp["input_ids"][inp["register_mask"]] == m.pad_id).all()
@@ -203,8 +225,10 @@ def test_triplet_head_zero_shot_equals_lm_head(gen_model, processor, images):
     logits = tm.ordered_logits([x[0]], [x[1]], [x[2]], ["color"])[0]
     wide = torch.cat(x, -1)
     proc = tiny_qwen3vl_processor(3 * SIZE)  # keeps the 64x192 strip as is
-    text = (f"<|im_start|>user\n<|vision_start|><|image_pad|><|vision_end|>{prompt_for('triplet', 'color')}"
-            "<|im_end|>\n<|im_start|>assistant\n")
+    text = (
+        f"<|im_start|>user\n<|vision_start|><|image_pad|><|vision_end|>{prompt_for('triplet', 'color')}"
+        "<|im_end|>\n<|im_start|>assistant\n"
+    )
     out = proc(text=[text], images=[wide], images_kwargs={"do_rescale": False}, return_tensors="pt")
     with torch.no_grad():
         ref = gen_model(**out, use_cache=False).logits[0, -1, tm.answer_ids]

@@ -33,11 +33,14 @@ def official_embeddings(vlm, processor, images: list[Image.Image], instructions:
     for im, instr in zip(images, instructions):
         h, w = smart_resize(im.height, im.width, factor=32, min_pixels=4 * 32 * 32, max_pixels=1800 * 32 * 32)
         resized.append(im.convert("RGB").resize((w, h)))
-        conv = [{"role": "system", "content": [{"type": "text", "text": instr}]},
-                {"role": "user", "content": [{"type": "image", "image": resized[-1]}]}]
+        conv = [
+            {"role": "system", "content": [{"type": "text", "text": instr}]},
+            {"role": "user", "content": [{"type": "image", "image": resized[-1]}]},
+        ]
         texts.append(processor.apply_chat_template(conv, add_generation_prompt=True, tokenize=False))
-    inputs = processor(text=texts, images=resized, padding=True, images_kwargs={"do_resize": False},
-                       return_tensors="pt")
+    inputs = processor(
+        text=texts, images=resized, padding=True, images_kwargs={"do_resize": False}, return_tensors="pt"
+    )
     with torch.no_grad():
         hidden = vlm(**inputs, use_cache=False).last_hidden_state
     mask = inputs["attention_mask"]
@@ -49,7 +52,9 @@ def test_embedding_baseline_equals_official_embedder(vlm, processor):
     images = [_pil(h, w, i) for i, (h, w) in enumerate(SIZES)]
     aspects = ["lighting", "overall", "the pose of the cat", "color", "texture"]
     ref = official_embeddings(vlm, processor, images, [prompt_for("embedding_baseline", a) for a in aspects])
-    model = load_tpips(None, backbone=vlm, processor=processor, variant="late", prompts=PROMPTS["embedding_baseline"])
+    model = load_tpips(
+        None, backbone=vlm, processor=processor, variant="late", prompts=PROMPTS["embedding_baseline"]
+    )
     assert model.resize.mode == "smart"
     z = model.embed(images, aspects)
     err = float((z - ref).abs().max())
@@ -60,8 +65,15 @@ def test_embedding_baseline_equals_official_embedder(vlm, processor):
     assert torch.allclose(model.embed(t, aspects), z, atol=1e-6)
     assert torch.allclose(model.embed([x.float() / 255 for x in t], aspects), z, atol=1e-6)
     # the square policy is a different function on non-square images (the test can tell them apart)
-    square = load_tpips(None, backbone=vlm, processor=processor, variant="late", prompts=PROMPTS["embedding_baseline"],
-                        resize="square", image_size=64)
+    square = load_tpips(
+        None,
+        backbone=vlm,
+        processor=processor,
+        variant="late",
+        prompts=PROMPTS["embedding_baseline"],
+        resize="square",
+        image_size=64,
+    )
     assert square.resize.mode == "square"
     assert (square.embed(images[:2], aspects[:2]) - z[:2]).abs().max() > 1e-3
 
@@ -83,7 +95,11 @@ def test_pairs_share_one_grid(models_smart, variant):
     assert torch.allclose(s_ab, s_ba, atol=1e-6)
     from genmetrics.backbones.qwen_vl import smart_resize
 
-    assert m.resize.pair_size(torch.zeros(3, 96, 160), torch.zeros(3, 64, 64)) == smart_resize(80, 112) == (64, 128)
+    assert (
+        m.resize.pair_size(torch.zeros(3, 96, 160), torch.zeros(3, 64, 64))
+        == smart_resize(80, 112)
+        == (64, 128)
+    )
     assert float(m.similarity([a], [a], "color")) == pytest.approx(0.0 if variant == "mid" else 1.0, abs=1e-6)
 
 

@@ -14,11 +14,23 @@ def test_defaults_and_a_list_from_a_config():
         assert check_prompts(None, family) == PROMPTS[family]
     pair = check_prompts(["Judge {aspect}.", "Judge."], "late")  # a JSON config gives a list
     assert pair == ("Judge {aspect}.", "Judge.")
-    assert (prompt_for("late", "colour", pair), prompt_for("late", "overall", pair)) == ("Judge colour.", "Judge.")
+    assert (prompt_for("late", "colour", pair), prompt_for("late", "overall", pair)) == (
+        "Judge colour.",
+        "Judge.",
+    )
 
 
-@pytest.mark.parametrize("bad", [("only {aspect}",), ("a {aspect}", "b", "c"), ("no slot", "overall"),
-                                 "a {aspect}", ("a {aspect}", 2), 7])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        ("only {aspect}",),
+        ("a {aspect}", "b", "c"),
+        ("no slot", "overall"),
+        "a {aspect}",
+        ("a {aspect}", 2),
+        7,
+    ],
+)
 def test_refused_with_the_option_name(bad):
     with pytest.raises(InputError, match=r"two_afc_prompts: expected \(template containing '\{aspect\}'"):
         check_prompts(bad, "triplet_2afc", name="two_afc_prompts")

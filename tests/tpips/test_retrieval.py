@@ -29,8 +29,14 @@ def folder(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def index(tmp_path_factory, folder, models):
-    return AspectIndex.build(folder, tmp_path_factory.mktemp("idx"), models["late"], ["lighting", "color"],
-                             batch_size=3, progress=False)
+    return AspectIndex.build(
+        folder,
+        tmp_path_factory.mktemp("idx"),
+        models["late"],
+        ["lighting", "color"],
+        batch_size=3,
+        progress=False,
+    )
 
 
 def test_index_contents_and_cache(index, folder, models, monkeypatch):
@@ -43,7 +49,9 @@ def test_index_contents_and_cache(index, folder, models, monkeypatch):
     calls = []
     real = m.embed
     monkeypatch.setattr(m, "embed", lambda imgs, asp: calls.append(asp) or real(imgs, asp))
-    idx2 = AspectIndex.build(folder, index.root, m, ["lighting", "color", "texture"], batch_size=10, progress=False)
+    idx2 = AspectIndex.build(
+        folder, index.root, m, ["lighting", "color", "texture"], batch_size=10, progress=False
+    )
     new = [a for c in calls for a in (c if isinstance(c, list) else [c])]
     assert set(new) <= {"texture", "overall"} and new.count("texture") == 7
     assert np.array_equal(idx2.embeddings("color"), emb)
@@ -53,7 +61,9 @@ def test_query_single_adjusted_compositional(index, folder, models):
     m = models["late"]
     paths = [str(p) for p in sorted(folder.iterdir())]
     hits = index.search(m, paths[2], "lighting", k=3)
-    assert hits[0].path == str((folder / "img2.png").resolve()) and hits[0].score == pytest.approx(1.0, abs=1e-5)
+    assert hits[0].path == str((folder / "img2.png").resolve()) and hits[0].score == pytest.approx(
+        1.0, abs=1e-5
+    )
     assert [h.rank for h in hits] == [1, 2, 3] and hits[0].score >= hits[1].score >= hits[2].score
     # adjusted score f(aspect) - 0.3 f(overall), exact over the whole index
     e_l, e_o = index.embeddings("lighting"), index.embeddings("overall")
@@ -69,8 +79,9 @@ def test_query_single_adjusted_compositional(index, folder, models):
     total = e_l @ q_l + index.embeddings("color") @ q_c
     total[[2, 5]] = -np.inf
     assert [h.index for h in comp] == list(np.argsort(-total, kind="stable")[:4])
-    assert comp[0].terms == pytest.approx([float(e_l[comp[0].index] @ q_l), float(index.embeddings("color")[comp[0].index] @ q_c)],
-                                          abs=1e-5)
+    assert comp[0].terms == pytest.approx(
+        [float(e_l[comp[0].index] @ q_l), float(index.embeddings("color")[comp[0].index] @ q_c)], abs=1e-5
+    )
 
 
 def test_errors(index, models, folder, vlm, processor):
@@ -91,7 +102,9 @@ def test_contact_sheet(tmp_path, index, models, folder):
     from PIL import Image
 
     hits = index.search(models["late"], str(folder / "img1.png"), "color", k=5)
-    out = contact_sheet([(str(folder / "img1.png"), "color")], hits, tmp_path / "sheet.png", thumb=48, title="color")
+    out = contact_sheet(
+        [(str(folder / "img1.png"), "color")], hits, tmp_path / "sheet.png", thumb=48, title="color"
+    )
     im = Image.open(out)
     assert im.format == "PNG" and im.width > 48 * 5 and im.height > 48
 
@@ -100,19 +113,87 @@ def test_cli_index_and_query(tmp_path, folder, tiny_folder):
     from genmetrics.cli.main import main
 
     idx = tmp_path / "idx"
-    assert main(["retrieve", "index", "--images", str(folder), "--index", str(idx), "--aspect", "lighting",
-                 "--weights", str(tiny_folder), "--image-size", str(SIZE)]) == 0
+    assert (
+        main(
+            [
+                "retrieve",
+                "index",
+                "--images",
+                str(folder),
+                "--index",
+                str(idx),
+                "--aspect",
+                "lighting",
+                "--weights",
+                str(tiny_folder),
+                "--image-size",
+                str(SIZE),
+            ]
+        )
+        == 0
+    )
     out, sheet = tmp_path / "hits.json", tmp_path / "sheet.png"
-    assert main(["retrieve", "query", "--index", str(idx), "--query", str(folder / "img3.png"), "--aspect", "lighting",
-                 "-k", "3", "--adjust", "0.3", "--exclude-query", "--sheet", str(sheet), "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "retrieve",
+                "query",
+                "--index",
+                str(idx),
+                "--query",
+                str(folder / "img3.png"),
+                "--aspect",
+                "lighting",
+                "-k",
+                "3",
+                "--adjust",
+                "0.3",
+                "--exclude-query",
+                "--sheet",
+                str(sheet),
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     res = json.loads(out.read_text())
     assert len(res["hits"]) == 3 and all("img3" not in h["path"] for h in res["hits"]) and sheet.is_file()
-    assert main(["retrieve", "query", "--index", str(idx), "--query", str(folder / "img3.png"), "--aspect", "shape"]) == 2
-    assert main(["retrieve", "query", "--index", str(idx), "--query", str(tmp_path / "none.png"), "--aspect",
-                 "lighting"]) == 2
+    assert (
+        main(
+            [
+                "retrieve",
+                "query",
+                "--index",
+                str(idx),
+                "--query",
+                str(folder / "img3.png"),
+                "--aspect",
+                "shape",
+            ]
+        )
+        == 2
+    )
+    assert (
+        main(
+            [
+                "retrieve",
+                "query",
+                "--index",
+                str(idx),
+                "--query",
+                str(tmp_path / "none.png"),
+                "--aspect",
+                "lighting",
+            ]
+        )
+        == 2
+    )
 
 
-def test_index_built_with_relative_paths_works_from_another_folder(tmp_path, folder, tiny_folder, monkeypatch):
+def test_index_built_with_relative_paths_works_from_another_folder(
+    tmp_path, folder, tiny_folder, monkeypatch
+):
     """An index built with a relative --adapter and --images stores what it needs to reload (absolute adapter,
     weights and image paths), so a query from any other folder works."""
     import shutil
@@ -125,18 +206,71 @@ def test_index_built_with_relative_paths_works_from_another_folder(tmp_path, fol
     shutil.copytree(folder, work / "imgs")
     data = make_triplets(work / "votes", n=4)
     monkeypatch.chdir(work)
-    assert main(["train", "tpips", "--data", str(data), "--out", "run", "--weights", str(tiny_folder), "--max-steps",
-                 "1", "--batch-size", "2", "--micro-batch-size", "2", "--lr", "1e-3"]) == 0
-    assert main(["retrieve", "index", "--images", "imgs", "--index", "idx", "--aspect", "lighting",
-                 "--adapter", "run/final"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "tpips",
+                "--data",
+                str(data),
+                "--out",
+                "run",
+                "--weights",
+                str(tiny_folder),
+                "--max-steps",
+                "1",
+                "--batch-size",
+                "2",
+                "--micro-batch-size",
+                "2",
+                "--lr",
+                "1e-3",
+            ]
+        )
+        == 0
+    )
+    assert (
+        main(
+            [
+                "retrieve",
+                "index",
+                "--images",
+                "imgs",
+                "--index",
+                "idx",
+                "--aspect",
+                "lighting",
+                "--adapter",
+                "run/final",
+            ]
+        )
+        == 0
+    )
     info = json.loads((work / "idx" / "manifest.json").read_text())
     assert info["model"]["adapter"] == str((work / "run" / "final").resolve())
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)
     out = elsewhere / "hits.json"
-    assert main(["retrieve", "query", "--index", str(work / "idx"), "--query", str(work / "imgs" / "img3.png"),
-                 "--aspect", "lighting", "-k", "2", "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "retrieve",
+                "query",
+                "--index",
+                str(work / "idx"),
+                "--query",
+                str(work / "imgs" / "img3.png"),
+                "--aspect",
+                "lighting",
+                "-k",
+                "2",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     hits = json.loads(out.read_text())["hits"]
     assert len(hits) == 2 and all(Path(h["path"]).is_absolute() and Path(h["path"]).is_file() for h in hits)
 
@@ -156,13 +290,25 @@ def test_updating_an_index_says_what_it_drops(tmp_path, folder, models, processo
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # extending (same model, more images, one more aspect): no warning
         ext = AspectIndex.build(paths, root, m, ["color", "texture"], progress=False)
-    assert ext.build_report == {"updated": True, "images": 7, "embedded_images": 7, "reused_images": 5,
-                                "dropped_images": 0, "dropped_aspects": [], "model_changed": False}
+    assert ext.build_report == {
+        "updated": True,
+        "images": 7,
+        "embedded_images": 7,
+        "reused_images": 5,
+        "dropped_images": 0,
+        "dropped_aspects": [],
+        "model_changed": False,
+    }
     texture = np.array(ext.embeddings("texture"))
     with pytest.warns(UserWarning, match=r"drops 4 of its 7 images .*aspect\(s\) \['color'\]"):
         cut = AspectIndex.build(paths[:3], root, m, ["texture"], progress=False)
     r = cut.build_report
-    assert (r["dropped_images"], r["dropped_aspects"], r["reused_images"], r["embedded_images"]) == (4, ["color"], 3, 0)
+    assert (r["dropped_images"], r["dropped_aspects"], r["reused_images"], r["embedded_images"]) == (
+        4,
+        ["color"],
+        3,
+        0,
+    )
     assert cut.aspects == ["texture", "overall"]
     assert not [f.name for f in root.iterdir() if "color" in f.name]  # no orphan files of the dropped aspect
     assert any("texture" in f.name for f in root.iterdir())

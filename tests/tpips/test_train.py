@@ -15,8 +15,18 @@ from .conftest import SIZE, make_triplets
 
 
 def _cfg(**kw):
-    base = dict(lr=2e-3, batch_size=8, micro_batch_size=4, max_steps=3, image_size=SIZE, val_every=0, save_every=0,
-                warmup_ratio=0.0, probe_layers=2, lora_dropout=kw.pop("lora_dropout", 0.05))
+    base = dict(
+        lr=2e-3,
+        batch_size=8,
+        micro_batch_size=4,
+        max_steps=3,
+        image_size=SIZE,
+        val_every=0,
+        save_every=0,
+        warmup_ratio=0.0,
+        probe_layers=2,
+        lora_dropout=kw.pop("lora_dropout", 0.05),
+    )
     base.update(kw)
     return TrainConfig(**base)
 
@@ -47,9 +57,22 @@ def test_lora_on_language_tower_only(processor):
     lora = [m for n, m in model.named_modules() if n.endswith("q_proj") and hasattr(m, "r")][0]
     assert lora.r["default"] == 16 and lora.scaling["default"] == 2.0  # alpha = 2r
     assert lora.lora_dropout["default"].p == 0.05
-    wrapped = {n.rsplit(".", 1)[-1] for n, m in model.named_modules() if hasattr(m, "lora_A") and "language_model" in n}
-    assert wrapped == {"q_proj", "k_proj", "v_proj", "gate_proj", "up_proj", "down_proj"}  # the default, qkv-mlp
-    every = build_model(TrainConfig(variant="late", lora_targets="all-linear").resolved(), tiny_qwen3vl(), processor)
+    wrapped = {
+        n.rsplit(".", 1)[-1]
+        for n, m in model.named_modules()
+        if hasattr(m, "lora_A") and "language_model" in n
+    }
+    assert wrapped == {
+        "q_proj",
+        "k_proj",
+        "v_proj",
+        "gate_proj",
+        "up_proj",
+        "down_proj",
+    }  # the default, qkv-mlp
+    every = build_model(
+        TrainConfig(variant="late", lora_targets="all-linear").resolved(), tiny_qwen3vl(), processor
+    )
     assert "o_proj" in {n.rsplit(".", 1)[-1] for n, m in every.named_modules() if hasattr(m, "lora_A")}
     with pytest.raises(InputError, match="lora_targets"):
         TrainConfig(lora_targets="qv").resolved()
@@ -58,8 +81,15 @@ def test_lora_on_language_tower_only(processor):
 def test_loss_goes_down_on_8_triplets(tmp_path, data, processor, images):
     from genmetrics.testing import tiny_qwen3vl
 
-    res = train_tpips(data, tmp_path / "out", config=_cfg(max_steps=12), backbone=tiny_qwen3vl(), processor=processor,
-                      val_data=data, progress=False)
+    res = train_tpips(
+        data,
+        tmp_path / "out",
+        config=_cfg(max_steps=12),
+        backbone=tiny_qwen3vl(),
+        processor=processor,
+        val_data=data,
+        progress=False,
+    )
     assert len(res.losses) == 12
     assert min(res.losses[-3:]) < res.losses[0] - 0.05, res.losses
     rows = [json.loads(x) for x in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
@@ -77,10 +107,21 @@ def test_adapter_reloads_identical(tmp_path, data, processor, images, variant):
     from genmetrics.testing import tiny_qwen3vl, tiny_qwen3vl_for_generation
 
     build = tiny_qwen3vl_for_generation if variant == "triplet" else tiny_qwen3vl
-    res = train_tpips(data, tmp_path / "out", config=_cfg(variant=variant, max_steps=2), backbone=build(),
-                      processor=processor, progress=False)
+    res = train_tpips(
+        data,
+        tmp_path / "out",
+        config=_cfg(variant=variant, max_steps=2),
+        backbone=build(),
+        processor=processor,
+        progress=False,
+    )
     files = {p.name for p in res.adapter_dir.iterdir()}
-    assert {"adapter_config.json", "adapter_model.safetensors", "tpips.json", "tpips_head.safetensors"} <= files
+    assert {
+        "adapter_config.json",
+        "adapter_model.safetensors",
+        "tpips.json",
+        "tpips_head.safetensors",
+    } <= files
     loaded = load_tpips(res.adapter_dir, backbone=build(), processor=processor)
     assert loaded.variant == variant
     if variant == "triplet":
@@ -90,8 +131,17 @@ def test_adapter_reloads_identical(tmp_path, data, processor, images, variant):
         a = res.model.similarity(images[:3], images[3:6], ["color", "overall", "lighting"])
         b = loaded.similarity(images[:3], images[3:6], ["color", "overall", "lighting"])
     assert torch.equal(a, b), (a, b)
-    fresh = load_tpips(None, backbone=build(), processor=processor, variant="late" if variant == "triplet" else variant,
-                       image_size=SIZE) if variant != "triplet" else None
+    fresh = (
+        load_tpips(
+            None,
+            backbone=build(),
+            processor=processor,
+            variant="late" if variant == "triplet" else variant,
+            image_size=SIZE,
+        )
+        if variant != "triplet"
+        else None
+    )
     if fresh is not None:  # the adapter actually changed the model
         assert not torch.equal(fresh.similarity(images[:3], images[3:6], ["color", "overall", "lighting"]), a)
 
@@ -107,7 +157,9 @@ def test_resume_continues_identically(tmp_path, data, processor, monkeypatch, va
 
     build = tiny_qwen3vl_for_generation if variant == "triplet" else tiny_qwen3vl
     cfg = _cfg(variant=variant, max_steps=4, save_every=2, batch_size=4, micro_batch_size=2)
-    full = train_tpips(data, tmp_path / "full", config=cfg, backbone=build(), processor=processor, progress=False)
+    full = train_tpips(
+        data, tmp_path / "full", config=cfg, backbone=build(), processor=processor, progress=False
+    )
     real = run_dir.append_metrics
 
     def killed(out, row):
@@ -120,8 +172,9 @@ def test_resume_continues_identically(tmp_path, data, processor, monkeypatch, va
         train_tpips(data, tmp_path / "cut", config=cfg, backbone=build(), processor=processor, progress=False)
     monkeypatch.setattr(run_dir, "append_metrics", real)
     assert (tmp_path / "cut" / "checkpoints" / "step-2").is_dir()
-    resumed = train_tpips(data, tmp_path / "cut", config=cfg, backbone=build(), processor=processor,
-                          resume=True, progress=False)
+    resumed = train_tpips(
+        data, tmp_path / "cut", config=cfg, backbone=build(), processor=processor, resume=True, progress=False
+    )
     assert len(resumed.losses) == 4 and resumed.steps == 4
     assert resumed.losses == pytest.approx(full.losses, rel=1e-5, abs=1e-6)
     for name in ("adapter_model.safetensors", "tpips_head.safetensors"):
@@ -136,10 +189,18 @@ def test_refuses_to_overwrite_and_bad_config(tmp_path, data, processor):
     from genmetrics.errors import InputError
     from genmetrics.testing import tiny_qwen3vl
 
-    train_tpips(data, tmp_path / "o", config=_cfg(max_steps=1), backbone=tiny_qwen3vl(), processor=processor,
-                progress=False)
+    train_tpips(
+        data,
+        tmp_path / "o",
+        config=_cfg(max_steps=1),
+        backbone=tiny_qwen3vl(),
+        processor=processor,
+        progress=False,
+    )
     with pytest.raises(InputError, match="finished run"):
-        train_tpips(data, tmp_path / "o", config=_cfg(max_steps=1), backbone=tiny_qwen3vl(), processor=processor)
+        train_tpips(
+            data, tmp_path / "o", config=_cfg(max_steps=1), backbone=tiny_qwen3vl(), processor=processor
+        )
     with pytest.raises(InputError, match="variant"):
         TrainConfig(variant="fused").resolved()
     with pytest.raises(InputError, match="does not exist"):
@@ -150,21 +211,61 @@ def test_cli_train_and_errors(tmp_path, data, tiny_folder):
     from genmetrics.cli.main import main
 
     out = tmp_path / "cli"
-    rc = main(["train", "tpips", "--data", str(data), "--out", str(out), "--weights", str(tiny_folder), "--variant",
-               "late", "--max-steps", "2", "--batch-size", "4", "--micro-batch-size", "2", "--image-size", str(SIZE),
-               "--lr", "1e-3"])
+    rc = main(
+        [
+            "train",
+            "tpips",
+            "--data",
+            str(data),
+            "--out",
+            str(out),
+            "--weights",
+            str(tiny_folder),
+            "--variant",
+            "late",
+            "--max-steps",
+            "2",
+            "--batch-size",
+            "4",
+            "--micro-batch-size",
+            "2",
+            "--image-size",
+            str(SIZE),
+            "--lr",
+            "1e-3",
+        ]
+    )
     assert rc == 0
     cfg = json.loads((out / "final" / "tpips.json").read_text())
     assert cfg["variant"] == "late" and cfg["base_weights"] == str(tiny_folder)
-    assert main(["train", "tpips", "--data", str(tmp_path / "nope.jsonl"), "--out", str(tmp_path / "y"),
-                 "--weights", "/does/not/exist"]) == 2
+    assert (
+        main(
+            [
+                "train",
+                "tpips",
+                "--data",
+                str(tmp_path / "nope.jsonl"),
+                "--out",
+                str(tmp_path / "y"),
+                "--weights",
+                "/does/not/exist",
+            ]
+        )
+        == 2
+    )
 
 
 def test_gradient_checkpointing_path(tmp_path, data, processor):
     from genmetrics.testing import tiny_qwen3vl
 
-    res = train_tpips(data, tmp_path / "gc", config=_cfg(variant="mid", max_steps=2, gradient_checkpointing=True),
-                      backbone=tiny_qwen3vl(), processor=processor, progress=False)
+    res = train_tpips(
+        data,
+        tmp_path / "gc",
+        config=_cfg(variant="mid", max_steps=2, gradient_checkpointing=True),
+        backbone=tiny_qwen3vl(),
+        processor=processor,
+        progress=False,
+    )
     assert all(torch.isfinite(torch.tensor(res.losses)))
 
 
@@ -175,13 +276,22 @@ def _ddp_worker(rank, world_size, data_path, out_dir):
 
     os.environ["LOCAL_RANK"] = str(rank)
     cfg = _cfg(max_steps=2, batch_size=4, micro_batch_size=1, lora_dropout=0.0, val_every=1)
-    res = train_tpips(data_path, out_dir, config=cfg, backbone=tiny_qwen3vl(), processor=tiny_qwen3vl_processor(SIZE),
-                      val_data=data_path, progress=False)
+    res = train_tpips(
+        data_path,
+        out_dir,
+        config=cfg,
+        backbone=tiny_qwen3vl(),
+        processor=tiny_qwen3vl_processor(SIZE),
+        val_data=data_path,
+        progress=False,
+    )
     from safetensors.torch import save_file
 
     # the weights go through a file: spawn_gloo's result pipe only takes small objects
-    save_file({n: p.detach().contiguous() for n, p in res.model.named_parameters() if p.requires_grad},
-              f"{out_dir}/rank{rank}.safetensors")
+    save_file(
+        {n: p.detach().contiguous() for n, p in res.model.named_parameters() if p.requires_grad},
+        f"{out_dir}/rank{rank}.safetensors",
+    )
     return res.losses, res.val
 
 
@@ -190,9 +300,15 @@ def test_two_processes_train_like_one(tmp_path, data, processor):
     """DDP over 2 gloo processes (2 examples each, 2 accumulation micro-steps) = one process on all 4."""
     from genmetrics.testing import spawn_gloo, tiny_qwen3vl
 
-    single = train_tpips(data, tmp_path / "one", config=_cfg(max_steps=2, batch_size=4, micro_batch_size=1,
-                                                             lora_dropout=0.0, val_every=1),
-                         backbone=tiny_qwen3vl(), processor=processor, val_data=data, progress=False)
+    single = train_tpips(
+        data,
+        tmp_path / "one",
+        config=_cfg(max_steps=2, batch_size=4, micro_batch_size=1, lora_dropout=0.0, val_every=1),
+        backbone=tiny_qwen3vl(),
+        processor=processor,
+        val_data=data,
+        progress=False,
+    )
     ref = {n: p.detach() for n, p in single.model.named_parameters() if p.requires_grad}
     results = spawn_gloo(_ddp_worker, 2, (str(data), str(tmp_path / "ddp")))
     from safetensors.torch import load_file

@@ -11,8 +11,18 @@ from .toy import Toy, make_data, params
 
 
 def _cfg(out, batch_size, **kw):
-    return TrainLoopConfig(out_dir=out, lr=0.05, epochs=2, batch_size=batch_size, grad_accum=2, warmup_ratio=0.1,
-                           max_grad_norm=0.5, seed=11, progress=False, **kw)
+    return TrainLoopConfig(
+        out_dir=out,
+        lr=0.05,
+        epochs=2,
+        batch_size=batch_size,
+        grad_accum=2,
+        warmup_ratio=0.1,
+        max_grad_norm=0.5,
+        seed=11,
+        progress=False,
+        **kw,
+    )
 
 
 def _worker(rank, world_size, out):
@@ -52,8 +62,19 @@ def _resume_worker(rank, world_size, out, resume):
     import os
 
     os.environ["LOCAL_RANK"] = str(rank)
-    cfg = TrainLoopConfig(out_dir=out, lr=0.05, epochs=2, batch_size=2, grad_accum=1, warmup_ratio=0.1, seed=5,
-                          save_every=2, keep_checkpoints=10, resume=resume, progress=False)
+    cfg = TrainLoopConfig(
+        out_dir=out,
+        lr=0.05,
+        epochs=2,
+        batch_size=2,
+        grad_accum=1,
+        warmup_ratio=0.1,
+        seed=5,
+        save_every=2,
+        keep_checkpoints=10,
+        resume=resume,
+        progress=False,
+    )
     res = fit(Toy(dropout=0.3, init_seed=1 if not resume else 77), make_data(16), cfg)
     return res.history, params(res.module), str(res.resumed_from)
 

@@ -32,10 +32,22 @@ def test_progress_bar_follows_the_environment(tmp_path, monkeypatch, capsys):
 
 
 def test_metrics_log_rows(tmp_path):
-    res = fit(Toy(), make_data(12), TrainLoopConfig(out_dir=tmp_path / "o", lr=0.01, epochs=2, batch_size=2,
-                                                    grad_accum=3, progress=False), val_examples=make_data(3))
+    res = fit(
+        Toy(),
+        make_data(12),
+        TrainLoopConfig(
+            out_dir=tmp_path / "o", lr=0.01, epochs=2, batch_size=2, grad_accum=3, progress=False
+        ),
+        val_examples=make_data(3),
+    )
     rows = [json.loads(x) for x in (tmp_path / "o" / "metrics.jsonl").read_text().splitlines()]
     assert rows == res.history
     assert [(r["kind"], r["step"], r["epoch"]) for r in rows] == [
-        ("train", 1, 0.5), ("train", 2, 1.0), ("eval", 2, 1.0), ("train", 3, 1.5), ("train", 4, 2.0), ("eval", 4, 2.0)]
+        ("train", 1, 0.5),
+        ("train", 2, 1.0),
+        ("eval", 2, 1.0),
+        ("train", 3, 1.5),
+        ("train", 4, 2.0),
+        ("eval", 4, 2.0),
+    ]
     assert all({"loss", "mae", "lr", "grad_norm"} <= r.keys() for r in rows if r["kind"] == "train")

@@ -15,7 +15,9 @@ from .toy import Toy, make_data
 
 
 def _cfg(out, **kw):
-    base = dict(out_dir=out, lr=0.05, epochs=2, batch_size=4, grad_accum=1, warmup_ratio=0.0, seed=3, progress=False)
+    base = dict(
+        out_dir=out, lr=0.05, epochs=2, batch_size=4, grad_accum=1, warmup_ratio=0.0, seed=3, progress=False
+    )
     base.update(kw)
     return TrainLoopConfig(**base)
 
@@ -35,11 +37,17 @@ def test_resume_with_other_settings_or_data_is_refused(killed):
     assert "lr: 0.05 -> 0.1" in msg and "step-2" in msg and "overwrite=True" in msg and "--overwrite" in msg
     assert "data_fingerprint" not in msg and "head" not in msg
 
-    with pytest.raises(InputError) as e:  # other data (same size) and another family option: one message, both
+    with pytest.raises(
+        InputError
+    ) as e:  # other data (same size) and another family option: one message, both
         fit(Toy(), make_data(8, seed=5), _cfg(killed, resume=True, extra={"head": "linear"}))
     msg = str(e.value)
     assert "extra.head: 'mlp' -> 'linear'" in msg and "lr" not in msg.split("(", 1)[1]
-    assert "data_fingerprint: " in msg and "(the training examples changed)" in msg and "val_fingerprint" not in msg
+    assert (
+        "data_fingerprint: " in msg
+        and "(the training examples changed)" in msg
+        and "val_fingerprint" not in msg
+    )
 
     with pytest.raises(InputError, match=r"batch_size: 4 -> 2.*grad_accum: 1 -> 2"):
         fit(Toy(), make_data(8), _cfg(killed, resume=True, batch_size=2, grad_accum=2, extra={"head": "mlp"}))
@@ -75,14 +83,17 @@ def test_finished_run_is_never_overwritten(tmp_path):
     assert redo.module is not None and (out / "final" / "trainable.safetensors").read_bytes() != final
 
 
-@pytest.mark.parametrize("opt,value,match", [
-    ("lr", -1.0, "option lr: expected a finite number in"),
-    ("lr", "fast", "option lr: expected .* got the text 'fast'"),
-    ("scheduler", "cosin", "did you mean 'cosine'"),
-    ("warmup_ratio", 1.0, "option warmup_ratio"),
-    ("grad_accum", 0, "option grad_accum: expected an integer in \\[1"),
-    ("mixed_precision", "fp8", "option mixed_precision"),
-])
+@pytest.mark.parametrize(
+    "opt,value,match",
+    [
+        ("lr", -1.0, "option lr: expected a finite number in"),
+        ("lr", "fast", "option lr: expected .* got the text 'fast'"),
+        ("scheduler", "cosin", "did you mean 'cosine'"),
+        ("warmup_ratio", 1.0, "option warmup_ratio"),
+        ("grad_accum", 0, "option grad_accum: expected an integer in \\[1"),
+        ("mixed_precision", "fp8", "option mixed_precision"),
+    ],
+)
 def test_bad_options_name_themselves(tmp_path, opt, value, match):
     with pytest.raises(InputError, match=match):
         fit(Toy(), make_data(8), _cfg(tmp_path / "x", **{opt: value}))

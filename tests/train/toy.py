@@ -18,11 +18,17 @@ class Toy(TrainTask):
     """Linear -> Dropout -> Tanh -> Linear, MSE; ``kill_at``: raise KeyboardInterrupt at that loss call;
     ``script``: evaluate() returns these values in turn (and records the weights it saw)."""
 
-    def __init__(self, dropout: float = 0.0, kill_at: int | None = None, script: list[float] | None = None,
-                 init_seed: int = 1):
+    def __init__(
+        self,
+        dropout: float = 0.0,
+        kill_at: int | None = None,
+        script: list[float] | None = None,
+        init_seed: int = 1,
+    ):
         torch.manual_seed(init_seed)
-        self.net = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Dropout(dropout), torch.nn.Tanh(),
-                                       torch.nn.Linear(8, 1))
+        self.net = torch.nn.Sequential(
+            torch.nn.Linear(4, 8), torch.nn.Dropout(dropout), torch.nn.Tanh(), torch.nn.Linear(8, 1)
+        )
         self.kill_at, self.script, self.calls, self.seen = kill_at, script, 0, []
 
     def trainable_module(self):
@@ -37,11 +43,13 @@ class Toy(TrainTask):
             raise KeyboardInterrupt("killed by the test")
         x, y = batch
         err = module(x).squeeze(-1) - y
-        return (err ** 2).mean(), {"mae": float(err.detach().abs().mean())}
+        return (err**2).mean(), {"mae": float(err.detach().abs().mean())}
 
     def evaluate(self, module, examples):
         self.seen.append({k: v.detach().cpu().clone() for k, v in module.state_dict().items()})
-        x, y = (t.to(next(module.parameters()).device) for t in self.collate(examples))  # the loop moves batches only
+        x, y = (
+            t.to(next(module.parameters()).device) for t in self.collate(examples)
+        )  # the loop moves batches only
         mse = float(((module(x).squeeze(-1) - y) ** 2).mean())
         if self.script is not None:
             return {"loss": self.script[len(self.seen) - 1], "mse": mse}

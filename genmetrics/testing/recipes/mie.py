@@ -14,7 +14,9 @@ def tiny_backbone(seed: int = 0) -> Any:
     """
     from genmetrics.testing import tiny_qwen35
 
-    return tiny_qwen35(seed, text_config={"num_hidden_layers": 2, "layer_types": ["linear_attention", "full_attention"]})
+    return tiny_qwen35(
+        seed, text_config={"num_hidden_layers": 2, "layer_types": ["linear_attention", "full_attention"]}
+    )
 
 
 def tiny_heads_dir(seed: int = 0, *, tuning: str = "lora_layer", unfreeze_layers: int = 1) -> str:
@@ -34,8 +36,13 @@ def tiny_heads_dir(seed: int = 0, *, tuning: str = "lora_layer", unfreeze_layers
 
     with torch.random.fork_rng(devices=[]):  # LoRA and head initialisation draw from the global RNG
         torch.manual_seed(seed)
-        model = MIEModel(tiny_backbone(seed), tiny_qwen35_processor(), tuning=tuning, unfreeze_layers=unfreeze_layers,
-                         backbone_name="Qwen/Qwen3.5-0.8B")
+        model = MIEModel(
+            tiny_backbone(seed),
+            tiny_qwen35_processor(),
+            tuning=tuning,
+            unfreeze_layers=unfreeze_layers,
+            backbone_name="Qwen/Qwen3.5-0.8B",
+        )
     with torch.no_grad():  # move LoRA B off zero so the adapter matters
         g = torch.Generator().manual_seed(seed + 1)
         for n, p in model.named_parameters():
@@ -50,13 +57,27 @@ def _mie() -> dict[str, Any]:
     from genmetrics.testing import random_images, tiny_qwen35_processor
 
     imgs = random_images(14, 64, seed=5)
-    refs = [[imgs[0], imgs[1]], [imgs[2], imgs[3], imgs[4]], [imgs[0], imgs[1], imgs[5], imgs[6]],
-            [imgs[7], imgs[8]], [imgs[2]]]
+    refs = [
+        [imgs[0], imgs[1]],
+        [imgs[2], imgs[3], imgs[4]],
+        [imgs[0], imgs[1], imgs[5], imgs[6]],
+        [imgs[7], imgs[8]],
+        [imgs[2]],
+    ]
     cands = imgs[9:14]
-    prompts = ["a dog and a cat", "three friends on a bench", "a dog, a cat, a chair and a lamp",
-               "a woman holding a cup", "a teapot"]
+    prompts = [
+        "a dog and a cat",
+        "three friends on a bench",
+        "a dog, a cat, a chair and a lamp",
+        "a woman holding a cup",
+        "a teapot",
+    ]
     return {
-        "kwargs": {"backbone": tiny_backbone(0), "processor": tiny_qwen35_processor(), "heads": tiny_heads_dir(0)},
+        "kwargs": {
+            "backbone": tiny_backbone(0),
+            "processor": tiny_qwen35_processor(),
+            "heads": tiny_heads_dir(0),
+        },
         "updates": [
             {"reference": refs[:3], "candidates": cands[:3], "condition": prompts[:3]},
             {"reference": refs[3:], "candidates": cands[3:], "condition": prompts[3:]},

@@ -41,8 +41,14 @@ def _clipscore() -> dict[str, Any]:
 
 def _hcs() -> dict[str, Any]:
     real, gen = _images(4, 31), _images(4, 32)
-    return {"kwargs": {**_clip(), "attributes": ATTRS},
-            "updates": [{"candidates": gen[:2]}, {"reference": real[:2], "candidates": gen[2:]}, {"reference": real[2:]}]}
+    return {
+        "kwargs": {**_clip(), "attributes": ATTRS},
+        "updates": [
+            {"candidates": gen[:2]},
+            {"reference": real[:2], "candidates": gen[2:]},
+            {"reference": real[2:]},
+        ],
+    }
 
 
 def _sad() -> dict[str, Any]:
