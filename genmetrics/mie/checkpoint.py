@@ -14,7 +14,7 @@ The authors' layout (``MIE_Inference/README.md``; ``lens_*`` are their pre-renam
     trainable_backbone.pt                  {param name: tensor} (modes layer_only, partial, lora_layer, full)
 
 ``.pt`` files are read with ``torch.load(weights_only=True)`` only. Parameter names are matched after
-:func:`~genmetrics.mie.model.canonical_name` (peft and ``*ForConditionalGeneration`` prefixes removed),
+:func:`~genmetrics.mie.common.canonical_name` (peft and ``*ForConditionalGeneration`` prefixes removed),
 every tensor of a file must apply to a parameter of the same shape, and the trained layers and LoRA
 layers the mode implies must all be present: anything else is one :class:`WeightsUnavailableError`
 listing what did not apply (a partial ``strict=False`` load that silently applies nothing is the
@@ -30,8 +30,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from huggingface_hub import snapshot_download
+from safetensors.torch import load_file, save_file
 
+from genmetrics.backbones.hf import hf_cache_dir
+from genmetrics.backbones.weights import load_state_dict, offline, weights_unavailable
 from genmetrics.errors import InputError, WeightsUnavailableError
+from genmetrics.mie.common import LORA_TARGETS, build_backbone, canonical_name
 
 FORMAT_VERSION = 2
 CONFIG_NAMES = ("mie_config.json", "lens_config.json")
@@ -70,8 +75,6 @@ def resolve_heads(path_or_id: str | os.PathLike) -> Path:
     ...     resolve_heads(d) == Path(d).resolve()
     True
     """
-    from genmetrics.backbones.weights import offline, weights_unavailable
-
     s = os.fspath(path_or_id)
     p = Path(s).expanduser()
     if p.exists():
@@ -83,11 +86,7 @@ def resolve_heads(path_or_id: str | os.PathLike) -> Path:
         )
     if not re.match(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$", s) or s.startswith((".", "/", "~")):
         raise WeightsUnavailableError(f"MIE heads {s!r}: no such folder. {_TRAIN_HINT}")
-    from genmetrics.backbones.hf import hf_cache_dir
-
     try:
-        from huggingface_hub import snapshot_download
-
         return Path(snapshot_download(s, cache_dir=str(hf_cache_dir()), local_files_only=offline()))
     except Exception as e:  # noqa: BLE001 - any hub failure becomes one clear error
         err = weights_unavailable(
@@ -160,8 +159,6 @@ def _apply(
 ) -> int:
     """Copy ``tensors`` (any naming, see ``canonical_name``) into the backbone; every one must apply and,
     when given, every canonical name in ``expected`` must be covered. Returns the count applied."""
-    from genmetrics.mie.model import canonical_name
-
     params = {canonical_name(n): p for n, p in model.vlm.named_parameters()}
     applied, unmatched, bad_shape = set(), [], []
     with torch.no_grad():
@@ -225,8 +222,6 @@ def _adapter(folder: Path) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
             f"{str(conf_p)!r}: per-layer rank_pattern/alpha_pattern is not supported by MIE"
         )
     if (d / "adapter_model.safetensors").is_file():
-        from safetensors.torch import load_file
-
         weights = load_file(str(d / "adapter_model.safetensors"))
     elif (d / "adapter_model.bin").is_file():
         weights = _torch_load(d / "adapter_model.bin")
@@ -238,8 +233,6 @@ def _adapter(folder: Path) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
 
 
 def _lora_modules(weights: dict[str, torch.Tensor]) -> list[str]:
-    from genmetrics.mie.model import canonical_name
-
     return sorted({canonical_name(k).rsplit(".lora_A", 1)[0] for k in weights if ".lora_A" in k})
 
 
@@ -255,10 +248,6 @@ def save_checkpoint(model: Any, path: str | os.PathLike) -> Path:
     ...     sorted(p.name for p in save_checkpoint(model, Path(d) / "heads").iterdir())
     ['mie_config.json', 'mie_weights.safetensors']
     """
-    from safetensors.torch import save_file
-
-    from genmetrics.mie.model import canonical_name
-
     out = Path(path)
     out.mkdir(parents=True, exist_ok=True)
     sd: dict[str, torch.Tensor] = {}
@@ -301,8 +290,6 @@ def load_checkpoint(
     >>> torch.equal(again.score_head[0].weight, model.score_head[0].weight)
     True
     """
-    from genmetrics.mie.model import build_backbone
-
     folder = resolve_heads(path_or_id)
     cfg, layout = read_config(folder)
     name = cfg.get("base_model_name") or cfg.get("model_name") or cfg.get("backbone") or ""
@@ -333,9 +320,6 @@ def _load_own(
     name: str,
     overrides: dict[str, Any],
 ) -> Any:
-    from genmetrics.backbones.weights import load_state_dict
-    from genmetrics.mie.model import LORA_TARGETS
-
     mode = cfg["mode"]
     kwargs = dict(
         tuning=None if mode == "head_only" else mode,
@@ -362,8 +346,6 @@ def _load_own(
         for h in ("score_head", "classification_head")
     }
     report = {"heads": _load_heads(model, heads, str(folder))}
-    from genmetrics.mie.model import canonical_name
-
     layers = {k[len("backbone.") :]: v for k, v in sd.items() if k.startswith("backbone.")}
     lora = {k[len("lora.") :]: v for k, v in sd.items() if k.startswith("lora.")}
     for what, tensors, names in (
@@ -389,8 +371,6 @@ def _load_authors(
     name: str,
     overrides: dict[str, Any],
 ) -> Any:
-    from genmetrics.mie.model import canonical_name
-
     tuning, uses_lora, uses_layers = AUTHOR_MODES[cfg["mode"]]
     unfreeze = int(cfg.get("unfreeze_layers", 4)) if uses_layers else 0
     kwargs: dict[str, Any] = dict(

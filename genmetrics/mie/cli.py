@@ -1,5 +1,9 @@
 """Command line for MIE: ``genmetrics train mie``, ``genmetrics evaluate-human mie`` and
-``genmetrics rank-generators``. Every input is validated before any weights load."""
+``genmetrics rank-generators``. Every input is validated before any weights load.
+
+This module is part of the CLI table's lazy boundary: ``genmetrics --help`` imports it to list
+``rank-generators`` and must not import torch, so the commands import the MIE modules when they run.
+"""
 
 from __future__ import annotations
 
@@ -173,16 +177,16 @@ def evaluate_cmd(
     as_json: bool,
 ) -> None:
     """Agreement of MIE (and baselines) with human pairwise preferences and diagnostic labels."""
-    import genmetrics as gm
     from genmetrics.data.jsonl import load_mib_pairs
+    from genmetrics.registry import list_metrics, metric_info
 
     records = load_mib_pairs(data)
     _check_images(records, data)
     names = _split(baselines)
-    known = gm.list_metrics()
+    known = list_metrics()
     for n in names:
         if n not in known:
-            gm.metric_info(n)  # raises with close matches
+            metric_info(n)  # raises with close matches
     if heads is None and not names:
         raise InputError(
             "nothing to evaluate: pass --heads (a trained MIE checkpoint) and/or --metrics psnr,ssim,..."

@@ -35,8 +35,16 @@ from typing import Any
 
 import numpy as np
 import torch
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from torchmetrics.functional.classification import binary_f1_score, binary_recall
 
+from genmetrics.data.results import atomic_write_json, atomic_write_text
 from genmetrics.errors import InputError
+from genmetrics.functional.bootstrap import bootstrap_ci
+from genmetrics.functional.ranking import pairwise_correct
+from genmetrics.mie.common import DIMENSIONS
+from genmetrics.registry import create_metric, metric_info
 
 log = logging.getLogger(__name__)
 
@@ -123,16 +131,14 @@ def score_pairs_metric(
     >>> sorted(s), s["a"].shape
     (['a', 'b'], (3,))
     """
-    import genmetrics as gm
-
-    info = gm.metric_info(name)
+    info = metric_info(name)
     if info.get("level", "sample") != "sample":
         raise InputError(
             f"metric {name!r} is set-level ({info.get('level')}); it gives no score per candidate"
         )
     roles = set(info.get("inputs") or {})
     ref_sets = "reference-sets" in (info.get("tags") or [])
-    metric = gm.create_metric(name, **(options or {}))
+    metric = create_metric(name, **(options or {}))
     sign = -1.0 if info.get("higher_is_better") is False else 1.0
     out = {}
     for side, col in (("a", 0), ("b", 1)):
@@ -178,8 +184,6 @@ def _metric_scores(metric: Any, reference: Any, candidates: list[Any], condition
 
 
 def _ci(values: np.ndarray, n_boot: int, alpha: float, seed: int) -> dict[str, float]:
-    from genmetrics.functional.bootstrap import bootstrap_ci
-
     if values.size == 0:
         return {"value": float("nan"), "low": float("nan"), "high": float("nan"), "n": 0}
     est, lo, hi = bootstrap_ci(values, n_boot=n_boot, alpha=alpha, seed=seed)
@@ -199,10 +203,6 @@ def diagnostic_agreement(pred_logits: np.ndarray, labels: np.ndarray) -> dict[st
     >>> agree["existence"]["f1"], agree["interaction"]["n"], agree["interaction"]["dropped_ties"]
     (1.0, 1, 1)
     """
-    from torchmetrics.functional.classification import binary_f1_score, binary_recall
-
-    from genmetrics.mie.model import DIMENSIONS
-
     out: dict[str, dict[str, float]] = {}
     for c, d in enumerate(DIMENSIONS):
         keep = labels[:, c] != 0.5
@@ -230,9 +230,6 @@ def diagnostic_agreement(pred_logits: np.ndarray, labels: np.ndarray) -> dict[st
 
 
 def _f1_block(pred: np.ndarray, labels: np.ndarray, n_boot: int, alpha: float, seed: int) -> dict[str, Any]:
-    from genmetrics.functional.bootstrap import bootstrap_ci
-    from genmetrics.mie.model import DIMENSIONS
-
     per = diagnostic_agreement(pred, labels)
     res: dict[str, Any] = {"n": int(pred.shape[0]), "dimensions": per}
     for d in DIMENSIONS:
@@ -284,8 +281,6 @@ def evaluate_scores(
     >>> report["metrics"]["oracle"]["accuracy"]["overall"]["value"], report["metrics"]["anti"]["accuracy"]["overall"]["value"]
     (1.0, 0.0)
     """
-    from genmetrics.functional.ranking import pairwise_correct
-
     n = len(records)
     prefers_a = np.array([1.0 - r.preference for r in records])
     seen = set(seen_generators or [])
@@ -409,8 +404,6 @@ def report_markdown(report: dict[str, Any]) -> str:
     >>> report_markdown(report).splitlines()[0]
     '# MIE evaluation against human preferences'
     """
-    from genmetrics.mie.model import DIMENSIONS
-
     subsets = list(report["subsets"])
     lines = [
         "# MIE evaluation against human preferences",
@@ -482,9 +475,6 @@ def accuracy_plot(report: dict[str, Any], path: Any) -> None:
     ...     (Path(d) / "accuracy.png").is_file()
     True
     """
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
     ok = {k: v for k, v in report["metrics"].items() if "error" not in v}
     names = sorted(ok, key=lambda k: -ok[k]["accuracy"]["overall"]["value"])
     subsets = [s for s in ("overall", "seen", "unseen") if s in report["subsets"]]
@@ -534,8 +524,6 @@ def write_report(
     ...     sorted(Path(p).name for p in write_report(report, scores, records, d).values())
     ['accuracy.png', 'report.json', 'report.md', 'scores.jsonl']
     """
-    from genmetrics.data.results import atomic_write_json, atomic_write_text
-
     folder = Path(out)
     folder.mkdir(parents=True, exist_ok=True)
     atomic_write_json(folder / "report.json", report)

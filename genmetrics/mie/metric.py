@@ -14,23 +14,25 @@ diagnostics logits, :meth:`MIEMetric.per_generator` the mean per generator when 
 
 from __future__ import annotations
 
+import copy
 import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar, cast
 
 import torch
+from PIL import Image
 
+from genmetrics.data.images import as_image_list
 from genmetrics.errors import InputError
 from genmetrics.metric import SampleMetric, _drop_duplicate_ids
 from genmetrics.mie.checkpoint import no_heads_error, resolve_heads
-from genmetrics.mie.model import DIMENSIONS, MAX_REFERENCES, MIEModel, validate_inputs
+from genmetrics.mie.common import DIMENSIONS, MAX_REFERENCES, build_backbone
+from genmetrics.mie.model import MIEModel, validate_inputs
 from genmetrics.options import integer
 
 
 def _is_image(x: Any) -> bool:
-    from PIL import Image
-
     return isinstance(x, (str, os.PathLike, Image.Image)) or (isinstance(x, torch.Tensor) and x.ndim == 3)
 
 
@@ -100,8 +102,6 @@ class MIEMetric(SampleMetric):
         self._token_budget = integer("token_budget", token_budget, lo=1, owner="mie")
         self._vision_cache_size = integer("vision_cache_size", vision_cache_size, lo=0, owner="mie")
         if backbone is not None and model is None:
-            import copy
-
             # MIEModel injects the adapter and loads trained layers into its backbone in place; the metric
             # works on its own copy so the caller's model is never altered.
             backbone = copy.deepcopy(backbone)
@@ -126,8 +126,6 @@ class MIEMetric(SampleMetric):
         if "mie" not in self._backbones:
             backbone, processor = self._pending
             if backbone is None and self._weights is not None:
-                from genmetrics.mie.model import build_backbone
-
                 backbone, processor = build_backbone(self._weights, device=self._device, dtype=self._dtype)
             if self._heads is None:  # heads=None only comes with model=, installed at construction
                 raise no_heads_error()
@@ -147,8 +145,6 @@ class MIEMetric(SampleMetric):
     def _prepare(self, reference: Any, candidates: Any, condition: Any) -> dict[str, list[Any]]:
         if candidates is None:
             raise InputError("candidates: missing; mie scores generated images (pass candidates=)")
-        from genmetrics.data.images import as_image_list
-
         cands = as_image_list(candidates, name="candidates")
         if (
             reference is not None

@@ -22,8 +22,12 @@ from typing import Any
 
 import torch
 
+from genmetrics.data.jsonl import load_mib_pairs
 from genmetrics.errors import InputError
-from genmetrics.train import TrainTask
+from genmetrics.mie.common import TUNING_MODES, build_backbone
+from genmetrics.mie.loss import RANK_LOSSES, mie_loss
+from genmetrics.mie.model import MIEModel, MIEOutput
+from genmetrics.train import TrainLoopConfig, TrainTask, fit
 
 log = logging.getLogger(__name__)
 
@@ -77,9 +81,6 @@ class TrainConfig:
     progress: bool = True
 
     def check(self) -> None:
-        from genmetrics.mie.loss import RANK_LOSSES
-        from genmetrics.mie.model import TUNING_MODES
-
         if self.tuning not in TUNING_MODES:
             raise InputError(f"tuning={self.tuning!r}; expected one of {TUNING_MODES}")
         for name in ("batch_pairs", "grad_accum", "token_budget", "lora_r", "epochs"):
@@ -113,8 +114,6 @@ def load_training_pairs(path: str | os.PathLike, *, subset: int | None = None, s
     ...     [r.id for r in load_training_pairs(toy_mib_pairs(d, 4), subset=3, seed=0)]
     ['pair0', 'pair1', 'pair3']
     """
-    from genmetrics.data.jsonl import load_mib_pairs
-
     records = load_mib_pairs(path)
     for r in records:
         for p in (*r.references, *r.candidates):
@@ -205,9 +204,6 @@ class MIETask(TrainTask):
         return x
 
     def _loss(self, out: Any, x: dict[str, Any]) -> tuple[torch.Tensor, dict[str, float]]:
-        from genmetrics.mie.loss import mie_loss
-        from genmetrics.mie.model import MIEOutput
-
         n = len(x["win"])
         dev = out.score.device
         return mie_loss(
@@ -284,9 +280,6 @@ def train_mie(
     >>> result["steps"], Path(result["checkpoint"]).name, type(mie).__name__
     (2, 'final', 'MIEMetric')
     """
-    from genmetrics.mie.model import MIEModel, build_backbone
-    from genmetrics.train import TrainLoopConfig, fit
-
     cfg = config if config is not None else TrainConfig(**options)
     if config is not None and options:
         cfg = TrainConfig(**{**asdict(config), **options})
