@@ -374,7 +374,12 @@ def _load_authors(
     tuning, uses_lora, uses_layers = AUTHOR_MODES[cfg["mode"]]
     unfreeze = int(cfg.get("unfreeze_layers", 4)) if uses_layers else 0
     kwargs: dict[str, Any] = dict(
-        tuning=None, num_error_classes=int(cfg.get("num_error_classes", 3)), backbone_name=name or None
+        tuning=None,
+        num_error_classes=int(cfg.get("num_error_classes", 3)),
+        backbone_name=name or None,
+        # the authors' code hands images to the processor unresized (their loader and dataset never resize);
+        # a genmetrics export records the size it was trained with
+        image_size=cfg.get("image_size"),
     )
     kwargs.update(overrides)
     model = cls(backbone, processor, **kwargs)

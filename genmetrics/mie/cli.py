@@ -66,7 +66,10 @@ def _check_images(records: list[Any], path: str) -> None:
 @click.option("--lora-alpha", default=32, show_default=True, type=int)
 @click.option("--lora-dropout", default=0.0, show_default=True, type=float)
 @click.option(
-    "--image-size", default=512, show_default=True, type=int, help="Longer image side in px (aspect kept)."
+    "--image-size",
+    default="512",
+    show_default=True,
+    help="Longer image side in px (aspect kept), or 'none': unresized, as the authors' code trains.",
 )
 @click.option("--subset", default=9600, show_default=True, type=int, help="Random subset of pairs (0 = all).")
 @click.option(
@@ -119,10 +122,12 @@ def train_cmd(**kw: Any) -> None:
     """Train MIE (score + diagnostic heads; top layers, and LoRA for lora_layer) on pairwise preferences.
 
     Multi-GPU: ``accelerate launch -m genmetrics train mie ...``."""
+    from genmetrics.mie.common import image_size_option
     from genmetrics.mie.train import TrainConfig, load_training_pairs, train_mie
 
     as_json = kw.pop("as_json")
     kw["subset"] = kw["subset"] or None
+    kw["image_size"] = image_size_option(kw["image_size"], owner="train mie --image-size")
     cfg = TrainConfig(**kw)
     cfg.check()
     load_training_pairs(cfg.data, subset=cfg.subset, seed=cfg.seed)  # validate before weights load
@@ -161,6 +166,13 @@ def train_cmd(**kw: Any) -> None:
 @click.option("--n-boot", default=1000, show_default=True, type=int)
 @click.option("--batch-pairs", default=16, show_default=True, type=int)
 @click.option("--token-budget", default=16384, show_default=True, type=int)
+@click.option(
+    "--image-size",
+    default="checkpoint",
+    show_default=True,
+    help="Longer image side in px, 'none' (unresized) or 'checkpoint': the checkpoint's own (genmetrics' "
+    "format: its training size; the authors' layout: unresized, as their code).",
+)
 @click.option("--device", default=None)
 @click.option("--json", "as_json", is_flag=True)
 def evaluate_cmd(
@@ -173,12 +185,16 @@ def evaluate_cmd(
     n_boot: int,
     batch_pairs: int,
     token_budget: int,
+    image_size: str,
     device: str | None,
     as_json: bool,
 ) -> None:
     """Agreement of MIE (and baselines) with human pairwise preferences and diagnostic labels."""
     from genmetrics.data.jsonl import load_mib_pairs
+    from genmetrics.mie.common import image_size_option
     from genmetrics.registry import list_metrics, metric_info
+
+    size = image_size_option(image_size, owner="evaluate-human mie --image-size", allow_checkpoint=True)
 
     records = load_mib_pairs(data)
     _check_images(records, data)
@@ -199,7 +215,18 @@ def evaluate_cmd(
     lock = lock_output_folder(out)  # a second evaluation writing this --out refuses here
     try:
         _evaluate_into(
-            records, heads, backbone, names, seen, out, n_boot, batch_pairs, token_budget, device, as_json
+            records,
+            out,
+            as_json,
+            heads=heads,
+            backbone=backbone,
+            names=names,
+            seen=seen,
+            n_boot=n_boot,
+            batch_pairs=batch_pairs,
+            token_budget=token_budget,
+            image_size=size,
+            device=device,
         )
     finally:
         lock.release()
@@ -207,16 +234,18 @@ def evaluate_cmd(
 
 def _evaluate_into(
     records: list[Any],
+    out: str,
+    as_json: bool,
+    *,
     heads: str | None,
     backbone: str | None,
     names: list[str],
     seen: list[str],
-    out: str,
     n_boot: int,
     batch_pairs: int,
     token_budget: int,
+    image_size: Any,
     device: str | None,
-    as_json: bool,
 ) -> None:
     from genmetrics.cli.common import progress
     from genmetrics.mie.checkpoint import resolve_heads
@@ -227,11 +256,13 @@ def _evaluate_into(
         folder = resolve_heads(heads)
         if not seen and (folder / "training.json").is_file():
             seen = json.loads((folder / "training.json").read_text(encoding="utf-8")).get("generators", [])
+        from genmetrics.mie.common import FROM_CHECKPOINT
         from genmetrics.mie.model import MIEModel, build_backbone
 
         vlm, proc = build_backbone(backbone, device=device) if backbone else (None, None)
+        sized = {} if image_size == FROM_CHECKPOINT else {"image_size": image_size}
         model = MIEModel.from_pretrained(
-            folder, vlm, proc, device=device, token_budget=token_budget, vision_cache_size=256
+            folder, vlm, proc, device=device, token_budget=token_budget, vision_cache_size=256, **sized
         )
     report, scores = evaluate_human(
         records,

@@ -12,6 +12,8 @@ from typing import Any
 from torch import nn
 
 from genmetrics.backbones.hf import load_vlm
+from genmetrics.errors import InputError
+from genmetrics.options import integer
 
 DIMENSIONS = ("existence", "appearance", "interaction")
 MAX_REFERENCES = 8
@@ -21,6 +23,10 @@ DEFAULT_TUNING = "layer_only"  # Appendix E, Table "Training Hyperparameters": l
 UNFREEZE_LAYERS = 4
 LORA_DEFAULTS: dict[str, Any] = {"r": 16, "alpha": 32, "dropout": 0.0}  # the authors' peft_kwargs
 IMAGE_SIZE = 512  # Appendix E: 512 px, aspect ratio kept (the authors' code passes images unresized)
+#: ``image_size`` of a metric or command that takes the checkpoint's own value (genmetrics' format: what it
+#: was trained with; the authors' layout: unresized, as their code scores)
+FROM_CHECKPOINT = "checkpoint"
+_UNRESIZED = ("none", "null", "original")
 
 #: The text of the authors' scoring contract (MIE_Inference/README.md, mie/dataset.py).
 PROMPT_TEMPLATE = (
@@ -84,3 +90,32 @@ def canonical_name(name: str) -> str:
     name = re.sub(r"\.(lora_[AB])\.[^.]+\.weight$", r".\1.weight", name)
     m = re.search(r"(?:^|\.)((?:visual|language_model)\.)", name)
     return name[m.start(1) :] if m else name
+
+
+def image_size_option(value: Any, *, owner: str = "mie", allow_checkpoint: bool = False) -> Any:
+    """Parse an ``image_size`` option: a longer-side bound in px (an integer >= 1), ``None`` (or the words
+    ``"none"`` / ``"original"`` of the command line: images go to the processor unresized, only its own pixel
+    budget applies, as the authors' code) or, where ``allow_checkpoint``, ``"checkpoint"`` (the
+    checkpoint's own value).
+
+    >>> image_size_option("512"), image_size_option(None), image_size_option("none")
+    (512, None, None)
+    >>> image_size_option("checkpoint", allow_checkpoint=True)
+    'checkpoint'
+    >>> image_size_option(0)
+    Traceback (most recent call last):
+        ...
+    genmetrics.errors.InputError: mie: option image_size: expected the longer image side in px (an integer >= 1) or none (unresized), got 0
+    """
+    if value is None or (isinstance(value, str) and value.strip().lower() in _UNRESIZED):
+        return None
+    if allow_checkpoint and isinstance(value, str) and value.strip().lower() == FROM_CHECKPOINT:
+        return FROM_CHECKPOINT
+    try:
+        return integer("image_size", value, lo=1, owner=owner)
+    except InputError:
+        also = f" or {FROM_CHECKPOINT!r} (the checkpoint's own)" if allow_checkpoint else ""
+        raise InputError(
+            f"{owner}: option image_size: expected the longer image side in px (an integer >= 1) or none "
+            f"(unresized){also}, got {value!r}"
+        ) from None

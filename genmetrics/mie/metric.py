@@ -27,7 +27,13 @@ from genmetrics.data.images import as_image_list
 from genmetrics.errors import InputError
 from genmetrics.metric import SampleMetric, _drop_duplicate_ids
 from genmetrics.mie.checkpoint import no_heads_error, resolve_heads
-from genmetrics.mie.common import DIMENSIONS, MAX_REFERENCES, build_backbone
+from genmetrics.mie.common import (
+    DIMENSIONS,
+    FROM_CHECKPOINT,
+    MAX_REFERENCES,
+    build_backbone,
+    image_size_option,
+)
 from genmetrics.mie.model import MIEModel, validate_inputs
 from genmetrics.options import integer
 
@@ -51,6 +57,10 @@ class MIEMetric(SampleMetric):
         weights: backbone alias / hub id / folder to load instead of the checkpoint's backbone.
         token_budget: padded tokens per forward batch; vision_cache_size: reference features kept across
             calls (references repeat across generators).
+        image_size: ``"checkpoint"`` (default): the checkpoint's own (genmetrics' format: the size it was
+            trained with; the authors' layout: unresized, as their code scores); an integer: the longer image
+            side in px (aspect kept); ``None``: unresized (only the processor's pixel budget applies). On the
+            command line: ``genmetrics score mie --option image_size=512`` (or ``=null``).
 
     With an untrained model on the tiny Qwen3.5 (``create_metric("mie", heads="OUT/final")`` for trained
     heads); ids ``"<generator>/<sample>"`` group the results per generator:
@@ -80,6 +90,7 @@ class MIEMetric(SampleMetric):
         weights: str | None = None,
         token_budget: int = 16384,
         vision_cache_size: int = 256,
+        image_size: int | str | None = FROM_CHECKPOINT,
         dtype: Any = None,
         batch_size: int = 32,
         device: Any = None,
@@ -101,6 +112,7 @@ class MIEMetric(SampleMetric):
         self._dtype = dtype
         self._token_budget = integer("token_budget", token_budget, lo=1, owner="mie")
         self._vision_cache_size = integer("vision_cache_size", vision_cache_size, lo=0, owner="mie")
+        self._image_size = image_size_option(image_size, allow_checkpoint=True)
         if backbone is not None and model is None:
             # MIEModel injects the adapter and loads trained layers into its backbone in place; the metric
             # works on its own copy so the caller's model is never altered.
@@ -117,6 +129,8 @@ class MIEMetric(SampleMetric):
     def _install(self, model: MIEModel) -> None:
         model.token_budget = self._token_budget
         model.vision_cache_size = self._vision_cache_size
+        if self._image_size != FROM_CHECKPOINT:
+            model.image_size = self._image_size
         self.max_references = model.max_references
         self.register_backbone("mie", model)
         self._pending = (None, None)

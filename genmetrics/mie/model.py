@@ -57,6 +57,7 @@ from genmetrics.mie.common import (
     UNFREEZE_LAYERS,
     build_backbone,
     canonical_name,
+    image_size_option,
     resolve_backbone_name,
 )
 
@@ -174,7 +175,9 @@ class MIEModel(nn.Module):
         lora_target_modules: the linear layers that get LoRA (a pattern over module names, or a list).
         prompt_template: the text after the images; ``{prompt}`` is replaced by the generation prompt.
         image_size: images are downscaled so their longer side is at most this many px (aspect kept), then
-            resized by the processor (multiples of 32). ``None``: the processor's resizing only.
+            resized by the processor (multiples of 32). ``None``: the processor's resizing only (its own pixel
+            budget), as the authors' code scores and trains; a checkpoint in the authors' layout loads with
+            ``None``. Saved with the checkpoint and read back.
         max_length: context limit in tokens; a longer sample is an error naming it (the authors never
             truncate: cutting image tokens would break the image/feature alignment).
         token_budget: tokens per forward batch (sequences of equal length are batched, without padding).
@@ -261,7 +264,7 @@ class MIEModel(nn.Module):
         self.unfreeze_layers = min(int(unfreeze_layers), n_layers) if tuning is not None else 0
         self.lora = {"r": int(lora_r), "alpha": int(lora_alpha), "dropout": float(lora_dropout)}
         self.prompt_template = prompt_template
-        self.image_size = image_size
+        self.image_size = image_size_option(image_size)
         self.token_budget = int(token_budget)
         self.max_batch_size = max_batch_size
         self.max_references = int(max_references)

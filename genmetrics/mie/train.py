@@ -24,7 +24,7 @@ import torch
 
 from genmetrics.data.jsonl import load_mib_pairs
 from genmetrics.errors import InputError
-from genmetrics.mie.common import TUNING_MODES, build_backbone
+from genmetrics.mie.common import TUNING_MODES, build_backbone, image_size_option
 from genmetrics.mie.loss import RANK_LOSSES, mie_loss
 from genmetrics.mie.model import MIEModel, MIEOutput
 from genmetrics.train import TrainLoopConfig, TrainTask, fit
@@ -83,6 +83,7 @@ class TrainConfig:
     def check(self) -> None:
         if self.tuning not in TUNING_MODES:
             raise InputError(f"tuning={self.tuning!r}; expected one of {TUNING_MODES}")
+        self.image_size = image_size_option(self.image_size, owner="train_mie")
         for name in ("batch_pairs", "grad_accum", "token_budget", "lora_r", "epochs"):
             v = getattr(self, name)
             if not isinstance(v, int) or v < 1:
