@@ -38,6 +38,14 @@ def _check_images(records: list[Any], path: str) -> None:
     help="Output folder (checkpoints, best/, final/).",
 )
 @click.option(
+    "--recipe",
+    type=click.Choice(["paper", "released"]),
+    default="paper",
+    show_default=True,
+    help="paper: Appendix E (4 x 8 pairs, 3 epochs, patience 2, 512 px); released: the authors' released "
+    "pipeline (4 x 4 pairs, 600-step cap, patience 1, unresized). Options given explicitly win.",
+)
+@click.option(
     "--val-data",
     default=None,
     type=click.Path(dir_okay=False),
@@ -67,13 +75,16 @@ def _check_images(records: list[Any], path: str) -> None:
 @click.option("--lora-dropout", default=0.0, show_default=True, type=float)
 @click.option(
     "--image-size",
-    default="512",
-    show_default=True,
-    help="Longer image side in px (aspect kept), or 'none': unresized, as the authors' code trains.",
+    default=None,
+    help="Longer image side in px (aspect kept), or 'none': unresized, as the authors' code trains "
+    "[recipe: paper 512, released none].",
 )
 @click.option("--subset", default=9600, show_default=True, type=int, help="Random subset of pairs (0 = all).")
 @click.option(
-    "--epochs", default=3, show_default=True, type=int, help="Maximum epochs (early stopping may end sooner)."
+    "--epochs",
+    default=None,
+    type=int,
+    help="Maximum epochs (early stopping may end sooner) [recipe: paper 3, released 3].",
 )
 @click.option("--lr", default=2e-5, show_default=True, type=float)
 @click.option("--weight-decay", default=0.01, show_default=True, type=float)
@@ -86,9 +97,17 @@ def _check_images(records: list[Any], path: str) -> None:
 )
 @click.option("--grad-clip", default=1.0, show_default=True, type=float)
 @click.option(
-    "--batch-pairs", default=4, show_default=True, type=int, help="Pairs per micro-batch per process."
+    "--batch-pairs",
+    default=None,
+    type=int,
+    help="Pairs per micro-batch per process [recipe: paper 4, released 4].",
 )
-@click.option("--grad-accum", default=8, show_default=True, type=int)
+@click.option(
+    "--grad-accum",
+    default=None,
+    type=int,
+    help="Micro-batches per optimizer step [recipe: paper 8, released 4].",
+)
 @click.option("--alpha", default=1.0, show_default=True, type=float, help="Weight of the rank loss.")
 @click.option("--beta", default=0.5, show_default=True, type=float, help="Weight of the diagnostic BCE loss.")
 @click.option(
@@ -100,14 +119,20 @@ def _check_images(records: list[Any], path: str) -> None:
 @click.option(
     "--patience",
     "early_stopping_patience",
-    default=2,
-    show_default=True,
+    default=None,
     type=int,
-    help="Early stopping: epochs without improvement of the validation monitor.",
+    help="Early stopping: epochs without improvement of the validation monitor; 0 = never stop early "
+    "[recipe: paper 2, released 1].",
 )
 @click.option("--min-delta", "early_stopping_min_delta", default=1e-3, show_default=True, type=float)
 @click.option("--token-budget", default=16384, show_default=True, type=int, help="Tokens per forward batch.")
-@click.option("--max-steps", default=None, type=int, help="Cap on optimizer steps (caps the schedule).")
+@click.option(
+    "--max-steps",
+    default=None,
+    type=int,
+    help="Cap on optimizer steps: the run is min(cap, epochs x steps per epoch); 0 = no cap "
+    "[recipe: paper none, released 600].",
+)
 @click.option(
     "--save-every", default=200, show_default=True, type=int, help="Checkpoint every N optimizer steps."
 )
@@ -123,12 +148,14 @@ def train_cmd(**kw: Any) -> None:
 
     Multi-GPU: ``accelerate launch -m genmetrics train mie ...``."""
     from genmetrics.mie.common import image_size_option
-    from genmetrics.mie.train import TrainConfig, load_training_pairs, train_mie
+    from genmetrics.mie.train import RECIPE_FIELDS, TrainConfig, load_training_pairs, train_mie
 
     as_json = kw.pop("as_json")
     kw["subset"] = kw["subset"] or None
-    kw["image_size"] = image_size_option(kw["image_size"], owner="train mie --image-size")
-    cfg = TrainConfig(**kw)
+    if kw["image_size"] is not None:
+        kw["image_size"] = image_size_option(kw["image_size"], owner="train mie --image-size")
+    # an option not given takes its recipe's value (TrainConfig fills it in)
+    cfg = TrainConfig(**{k: v for k, v in kw.items() if v is not None or k not in RECIPE_FIELDS})
     cfg.check()
     load_training_pairs(cfg.data, subset=cfg.subset, seed=cfg.seed)  # validate before weights load
     res = train_mie(cfg)
