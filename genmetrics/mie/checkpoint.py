@@ -31,12 +31,13 @@ from typing import Any
 
 import torch
 from huggingface_hub import snapshot_download
+from peft import LoraConfig
 from safetensors.torch import load_file, save_file
 
 from genmetrics.backbones.hf import hf_cache_dir
 from genmetrics.backbones.weights import load_state_dict, offline, weights_unavailable
 from genmetrics.errors import InputError, WeightsUnavailableError
-from genmetrics.mie.common import LORA_TARGETS, build_backbone, canonical_name
+from genmetrics.mie.common import LORA_TARGETS, PROMPT_TEMPLATE, build_backbone, canonical_name
 
 FORMAT_VERSION = 2
 CONFIG_NAMES = ("mie_config.json", "lens_config.json")
@@ -182,9 +183,12 @@ def _apply(
     return len(applied)
 
 
+_HEADS = ("score_head", "classification_head")
+
+
 def _load_heads(model: Any, heads: dict[str, Any], what: str) -> int:
     n = 0
-    for name in ("score_head", "classification_head"):
+    for name in _HEADS:
         sd = heads.get(name)
         if not isinstance(sd, dict):
             raise WeightsUnavailableError(
@@ -250,6 +254,14 @@ def save_checkpoint(model: Any, path: str | os.PathLike) -> Path:
     """
     out = Path(path)
     out.mkdir(parents=True, exist_ok=True)
+    save_file(_weights(model), str(out / WEIGHTS_NAME), metadata={"format": "genmetrics-mie"})
+    _write_json(out / "mie_config.json", model.config_dict())
+    return out
+
+
+def _weights(model: Any) -> dict[str, torch.Tensor]:
+    """What genmetrics' format stores: ``score_head.*``, ``classification_head.*``, ``backbone.<canonical
+    name>`` (trained layers), ``lora.<canonical name>`` (LoRA A/B), on the CPU."""
     sd: dict[str, torch.Tensor] = {}
     for head in ("score_head", "classification_head"):
         sd.update({f"{head}.{k}": v for k, v in getattr(model, head).state_dict().items()})
@@ -257,15 +269,166 @@ def save_checkpoint(model: Any, path: str | os.PathLike) -> Path:
         sd[f"backbone.{canonical_name(n)}"] = model.vlm.get_parameter(n)
     for n in model.lora_parameter_names():
         sd[f"lora.{canonical_name(n)}"] = model.vlm.get_parameter(n)
-    save_file(
-        {k: v.detach().to("cpu").contiguous() for k, v in sd.items()},
-        str(out / WEIGHTS_NAME),
-        metadata={"format": "genmetrics-mie"},
+    return {k: v.detach().to("cpu").contiguous() for k, v in sd.items()}
+
+
+def _write_json(path: Path, obj: Any) -> None:
+    """Written last and atomically: a folder holding the config holds every file it names."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=2), encoding="utf-8")
+    os.replace(tmp, path)
+
+
+# ---------------------------------------------------------------------- export to the authors' layout
+#: The authors' loader builds ``*ForConditionalGeneration`` (the core model under ``model.``); in modes with
+#: LoRA it wraps it in a peft ``PeftModel`` (``base_model.model.`` before that).
+AUTHORS_PREFIX = {False: "model.", True: "base_model.model.model."}
+#: adapter_config.json keys every peft release since LoRA's first reads (a newer peft's extra keys can stop
+#: an older one; the authors' pin is older than genmetrics')
+_ADAPTER_KEYS = (
+    "peft_type",
+    "task_type",
+    "base_model_name_or_path",
+    "r",
+    "lora_alpha",
+    "lora_dropout",
+    "target_modules",
+    "bias",
+    "fan_in_fan_out",
+    "inference_mode",
+    "modules_to_save",
+    "init_lora_weights",
+    "layers_to_transform",
+    "layers_pattern",
+    "rank_pattern",
+    "alpha_pattern",
+    "use_rslora",
+    "use_dora",
+)
+
+
+def export_authors_layout(source: Any, out: str | os.PathLike, *, overwrite: bool = False) -> dict[str, Any]:
+    """Write a genmetrics MIE checkpoint (a folder in genmetrics' format, or an :class:`MIEModel`) in the
+    authors' layout, so their ``MIE_Inference/mie_loader.py`` loads it: ``mie_config.json``
+    (``base_model_name``, ``mode``, ``num_error_classes``, ``unfreeze_layers``; plus ``image_size`` and
+    ``exported_by``, which their loader ignores), ``mie_heads.pt``, ``trainable_backbone.pt`` (the trained
+    layers, named as their ``PeftModel`` / ``*ForConditionalGeneration`` names them, fp32) and
+    ``lora_adapter/`` (peft's adapter format, ``lora_layer`` only). Reads the files only: no backbone loads.
+    Returns ``{"out", "mode", "tensors", "lora_modules", "image_size", "notes"}``.
+
+    The authors' code scores images unresized: a checkpoint trained with ``image_size=512`` gives the same
+    numbers there only on images of at most 512 px (``notes`` says so).
+
+    >>> import tempfile
+    >>> from genmetrics.mie.model import MIEModel
+    >>> from genmetrics.testing import tiny_qwen35, tiny_qwen35_processor
+    >>> model = MIEModel(tiny_qwen35(), tiny_qwen35_processor(), unfreeze_layers=1, backbone_name="org/vlm")
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     info = export_authors_layout(model, Path(d) / "authors")
+    ...     names = sorted(p.name for p in Path(info["out"]).iterdir())
+    ...     again = load_checkpoint(MIEModel, info["out"], tiny_qwen35(), tiny_qwen35_processor())
+    >>> names, info["mode"], again.load_report["backbone"] == info["tensors"]["backbone"]
+    (['mie_config.json', 'mie_heads.pt', 'trainable_backbone.pt'], 'layer_only', True)
+    """
+    if isinstance(source, (str, os.PathLike)):
+        folder = resolve_heads(source)
+        cfg, layout = read_config(folder)
+        if layout != "genmetrics":
+            raise InputError(
+                f"export: {str(folder)!r} is already in the authors' layout ({_pick(folder, CONFIG_NAMES)}); "
+                "nothing to convert"
+            )
+        if not (folder / WEIGHTS_NAME).is_file():
+            raise WeightsUnavailableError(f"MIE checkpoint {str(folder)!r}: {WEIGHTS_NAME} is missing")
+        sd = load_state_dict(folder / WEIGHTS_NAME)
+    else:
+        cfg, sd = source.config_dict(), _weights(source)
+    if cfg.get("prompt_template", PROMPT_TEMPLATE) != PROMPT_TEMPLATE:
+        raise InputError(
+            "export: this checkpoint was trained with a custom prompt_template; the authors' code always uses "
+            "its own text, so it would score it with another input than it was trained on"
+        )
+    name = cfg.get("base_model_name") or ""
+    if not name:
+        raise InputError(
+            "export: the checkpoint does not name its backbone (base_model_name); the authors' loader needs it"
+        )
+    dst = Path(out)
+    if dst.exists() and any(dst.iterdir()) and not overwrite:
+        raise InputError(
+            f"export: {str(dst)!r} is not empty; choose a new folder or pass overwrite=True (--overwrite)"
+        )
+    dst.mkdir(parents=True, exist_ok=True)
+    mode = cfg["mode"]
+    lora = {k[len("lora.") :]: v for k, v in sd.items() if k.startswith("lora.")}
+    layers = {k[len("backbone.") :]: v for k, v in sd.items() if k.startswith("backbone.")}
+    wrapped = _lora_modules(lora)
+    prefix = AUTHORS_PREFIX[bool(wrapped)]
+    heads = {h: {k[len(h) + 1 :]: v for k, v in sd.items() if k.startswith(h + ".")} for h in _HEADS}
+    torch.save(heads, dst / HEADS_NAMES[0])
+    tensors = {"heads": sum(len(v) for v in heads.values()), "backbone": 0, "lora": 0}
+    if layers:
+        renamed = {prefix + _peft_name(k, wrapped): v.float() for k, v in layers.items()}
+        torch.save(renamed, dst / BACKBONE_NAME)
+        tensors["backbone"] = len(renamed)
+    if wrapped:
+        _write_adapter(dst / ADAPTER_DIR, lora, wrapped, cfg, name)
+        tensors["lora"] = len(lora)
+    notes = []
+    if cfg.get("image_size") is not None:
+        notes.append(
+            f"trained with image_size={cfg['image_size']}; the authors' code passes images unresized, so it "
+            f"gives genmetrics' numbers on images of at most {cfg['image_size']} px (longer side)"
+        )
+    _write_json(
+        dst / CONFIG_NAMES[0],
+        {
+            "base_model_name": name,
+            "mode": mode,
+            "num_error_classes": int(cfg["num_error_classes"]),
+            "unfreeze_layers": int(cfg["unfreeze_layers"]),
+            "image_size": cfg.get("image_size"),
+            "exported_by": "genmetrics",
+        },
     )
-    tmp = out / "mie_config.json.tmp"
-    tmp.write_text(json.dumps(model.config_dict(), indent=2), encoding="utf-8")
-    os.replace(tmp, out / "mie_config.json")
-    return out
+    return {
+        "out": str(dst),
+        "mode": mode,
+        "tensors": tensors,
+        "lora_modules": len(wrapped),
+        "image_size": cfg.get("image_size"),
+        "notes": notes,
+    }
+
+
+def _peft_name(name: str, wrapped: list[str]) -> str:
+    """``language_model.layers.3.mlp.up_proj.weight`` -> ``...up_proj.base_layer.weight`` when that linear
+    carries LoRA (peft moves the wrapped layer's own weight and bias under ``base_layer``)."""
+    module, _, leaf = name.rpartition(".")
+    return f"{module}.base_layer.{leaf}" if module in wrapped else name
+
+
+def _write_adapter(
+    folder: Path, lora: dict[str, torch.Tensor], wrapped: list[str], cfg: dict[str, Any], base: str
+) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    prefix = AUTHORS_PREFIX[True]
+    save_file(
+        {prefix + k: v.contiguous() for k, v in lora.items()},
+        str(folder / "adapter_model.safetensors"),
+        metadata={"format": "pt"},
+    )
+    conf = LoraConfig(
+        r=int(cfg["lora"]["r"]),
+        lora_alpha=int(cfg["lora"]["alpha"]),
+        lora_dropout=float(cfg["lora"]["dropout"]),
+        target_modules=["model." + m for m in wrapped],
+        bias="none",
+        base_model_name_or_path=base,
+        inference_mode=True,
+    ).to_dict()
+    conf["target_modules"] = sorted(conf["target_modules"])
+    _write_json(folder / "adapter_config.json", {k: conf.get(k) for k in _ADAPTER_KEYS})
 
 
 def load_checkpoint(

@@ -330,6 +330,36 @@ def _evaluate_into(
     click.echo(f"report: {files['markdown']}")
 
 
+@click.command("mie")
+@click.argument("checkpoint")
+@click.option(
+    "--authors-layout",
+    "out",
+    required=True,
+    type=click.Path(file_okay=False),
+    help="Folder to write the authors' layout into (mie_config.json, mie_heads.pt, trainable_backbone.pt, "
+    "lora_adapter/), loadable by their MIE_Inference/mie_loader.py.",
+)
+@click.option("--overwrite", is_flag=True, help="Write into a folder that is not empty.")
+@click.option("--json", "as_json", is_flag=True)
+def export_cmd(checkpoint: str, out: str, overwrite: bool, as_json: bool) -> None:
+    """Export a genmetrics MIE CHECKPOINT (a checkpoint folder, or the --out folder of `train mie`) to the
+    authors' layout. Reads the files only; no backbone is loaded."""
+    from genmetrics.mie.checkpoint import export_authors_layout
+
+    info = export_authors_layout(checkpoint, out, overwrite=overwrite)
+    if as_json:
+        click.echo(json.dumps(info))
+        return
+    t = info["tensors"]
+    click.echo(
+        f"exported {info['mode']} checkpoint to {info['out']}: {t['heads']} head tensors, {t['backbone']} "
+        f"trained-layer tensors, {t['lora']} LoRA tensors on {info['lora_modules']} linear layers"
+    )
+    for note in info["notes"]:
+        click.echo(f"note: {note}")
+
+
 @click.command("rank-generators")
 @click.option(
     "--scores",

@@ -7,13 +7,10 @@ import json
 
 import pytest
 import torch
+from _authors import authors_inputs, authors_score
 
 from genmetrics.errors import WeightsUnavailableError
 
-TEMPLATE = (
-    "You are evaluating a multi-subject personalization result. The first images are subject references. "
-    "The last image is the generated candidate. Prompt: {prompt}"
-)
 # LoRA on every attention / MLP linear of the vision blocks and the language layers (the authors' unsloth
 # finetune_vision + finetune_language + attention + mlp selection), written as its own regex here.
 AUTHOR_REGEX = (
@@ -72,29 +69,12 @@ class AuthorsMIE(torch.nn.Module):
         self.mode, self.processor = mode, processor
 
     def inputs(self, refs, prompt, cand):
-        content = [{"type": "image"} for _ in refs] + [
-            {"type": "image"},
-            {"type": "text", "text": TEMPLATE.format(prompt=prompt)},
-        ]
-        text = self.processor.apply_chat_template(
-            [{"role": "user", "content": content}], tokenize=False, add_generation_prompt=False
-        )
-        return self.processor(
-            text=[text], images=[*refs, cand], return_tensors="pt", padding=False, truncation=False
-        )
+        return authors_inputs(self.processor, refs, prompt, cand)
 
-    @torch.no_grad()
     def forward(self, refs, prompt, cand):
-        x = self.inputs(refs, prompt, cand)
-        keep = {
-            k: v
-            for k, v in x.items()
-            if k in ("input_ids", "attention_mask", "pixel_values", "image_grid_thw", "mm_token_type_ids")
-        }
-        out = self.backbone(**keep, output_hidden_states=True)
-        last = keep["attention_mask"].sum(1) - 1
-        h = out.hidden_states[-1][torch.arange(1), last].float()
-        return self.score_head(h).squeeze(-1), self.classification_head(h)
+        return authors_score(
+            self.backbone, self.score_head, self.classification_head, self.processor, refs, prompt, cand
+        )
 
     def save(self, folder, legacy=False):
         folder.mkdir(parents=True)
@@ -125,19 +105,6 @@ class AuthorsMIE(torch.nn.Module):
             )
         )
         return len(tb)
-
-
-@pytest.fixture(scope="module")
-def samples():
-    from genmetrics.testing import random_images
-
-    im = random_images(12, 64, seed=11)
-    return [
-        ([im[0], im[1]], "a dog and a cat on a sofa", im[2]),
-        ([im[3], im[4], im[5], im[6]], "four friends holding umbrellas", im[7]),
-        ([im[8], im[9]], "the cat sits left of the dog", im[10]),
-        ([im[0], im[5], im[9], im[11]], "Ein Hund, eine Katze und zwei Kinder", im[1]),
-    ]
 
 
 @pytest.mark.parametrize("mode", ["layer_only", "lora_layer"])
