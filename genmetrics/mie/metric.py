@@ -53,7 +53,9 @@ class MIEMetric(SampleMetric):
         heads: folder (or hub id) of trained MIE heads + adapter, as written by ``genmetrics train mie``.
             Required unless ``model=`` is given: creating the metric without it is an error that says how
             to train heads.
-        model: a ready :class:`~genmetrics.mie.MIEModel` (trained or not; used as is).
+        model: a ready :class:`~genmetrics.mie.MIEModel` (trained or not; used as is: its trainable
+            parameters stay trainable and its train/eval mode is kept, so a model under training can be
+            validated with the metric).
         weights: backbone alias / hub id / folder to load instead of the checkpoint's backbone.
         token_budget: padded tokens per forward batch; vision_cache_size: reference features kept across
             calls (references repeat across generators).
@@ -120,19 +122,28 @@ class MIEMetric(SampleMetric):
         self._pending = (backbone, processor)
         self.max_references = MAX_REFERENCES
         if model is not None:
-            self._install(model)
+            self._install(model, callers=True)
         elif heads is not None and (
             Path(os.fspath(heads)).expanduser().exists() or os.fspath(heads).startswith((".", "/", "~"))
         ):
             resolve_heads(heads)  # a local path is checked now (cheap); hub ids resolve on first use
 
-    def _install(self, model: MIEModel) -> None:
+    def _install(self, model: MIEModel, *, callers: bool = False) -> None:
+        """Keep ``model`` as the metric's backbone. A caller's model (``model=``) keeps its trainable
+        parameters and its train/eval mode: it may be a model under training that the metric validates
+        (scoring itself runs in eval mode without gradients and restores the mode)."""
         model.token_budget = self._token_budget
         model.vision_cache_size = self._vision_cache_size
         if self._image_size != FROM_CHECKPOINT:
             model.image_size = self._image_size
         self.max_references = model.max_references
-        self.register_backbone("mie", model)
+        trains = [p for p in model.parameters() if p.requires_grad] if callers else []
+        was = model.training
+        self.register_backbone("mie", model)  # frozen and in eval mode: right for weights the metric loaded
+        for p in trains:
+            p.requires_grad_(True)
+        if callers and was:
+            model.train(True)
         self._pending = (None, None)
 
     def mie_model(self) -> MIEModel:
