@@ -33,7 +33,8 @@ import torch.distributed as dist
 
 from genmetrics.data.jsonl import load_mib_pairs
 from genmetrics.errors import InputError
-from genmetrics.mie.common import TUNING_MODES, build_backbone, image_size_option
+from genmetrics.mie.checkpoint import recorded_backbone
+from genmetrics.mie.common import TUNING_MODES, build_backbone, image_size_option, resolve_backbone_name
 from genmetrics.mie.loss import RANK_LOSSES, mie_loss
 from genmetrics.mie.model import MIEModel, MIEOutput
 from genmetrics.options import choice
@@ -386,6 +387,8 @@ def train_mie(
         raise InputError("train_mie: pass processor= together with vlm=")
     else:
         backbone_name = getattr(getattr(vlm, "config", None), "_name_or_path", "") or cfg.backbone
+    # a local folder is recorded as its absolute path: the checkpoint then loads from any working folder
+    backbone_name = recorded_backbone(resolve_backbone_name(backbone_name))
     loop = loop_config(cfg, len(train_recs), has_validation=bool(val_recs))
     model = build_model(
         cfg, vlm, processor, backbone_name=backbone_name, mixed_precision=loop.mixed_precision
