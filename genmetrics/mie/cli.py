@@ -200,6 +200,12 @@ def train_cmd(**kw: Any) -> None:
     help="Longer image side in px, 'none' (unresized) or 'checkpoint': the checkpoint's own (genmetrics' "
     "format: its training size; the authors' layout: unresized, as their code).",
 )
+@click.option(
+    "--controls",
+    is_flag=True,
+    help="Also score the pairs with references swapped between pairs and with blank references, and print "
+    "both accuracies next to MIE's (an evaluator that uses its references falls to ~0.5 on both).",
+)
 @click.option("--device", default=None)
 @click.option("--json", "as_json", is_flag=True)
 def evaluate_cmd(
@@ -213,6 +219,7 @@ def evaluate_cmd(
     batch_pairs: int,
     token_budget: int,
     image_size: str,
+    controls: bool,
     device: str | None,
     as_json: bool,
 ) -> None:
@@ -234,6 +241,12 @@ def evaluate_cmd(
         raise InputError(
             "nothing to evaluate: pass --heads (a trained MIE checkpoint) and/or --metrics psnr,ssim,..."
         )
+    if controls and heads is None:
+        raise InputError("--controls score an MIE checkpoint with other references: pass --heads")
+    if controls and len(records) < 2:
+        raise InputError(
+            f"--controls: {data} holds {len(records)} pair; swapping references needs at least 2"
+        )
     if batch_pairs < 1 or n_boot < 0:
         raise InputError("--batch-pairs must be >= 1 and --n-boot >= 0")
     seen = _split(seen_generators)
@@ -253,6 +266,7 @@ def evaluate_cmd(
             batch_pairs=batch_pairs,
             token_budget=token_budget,
             image_size=size,
+            controls=controls,
             device=device,
         )
     finally:
@@ -272,6 +286,7 @@ def _evaluate_into(
     batch_pairs: int,
     token_budget: int,
     image_size: Any,
+    controls: bool,
     device: str | None,
 ) -> None:
     from genmetrics.cli.common import progress
@@ -299,8 +314,10 @@ def _evaluate_into(
         n_boot=n_boot,
         batch_pairs=batch_pairs,
         progress=progress,
+        controls=controls,
     )
     files = write_report(report, scores, records, out)
+    control_acc = {k: (v.get("accuracy") or {}).get("value") for k, v in report.get("controls", {}).items()}
     if as_json:
         click.echo(
             json.dumps(
@@ -312,10 +329,14 @@ def _evaluate_into(
                         if "error" not in v
                     },
                 }
+                | ({"controls": control_acc} if control_acc else {})
             )
         )
         return
+    controls_names = {v["scorer"] for v in report.get("controls", {}).values()}
     for name, m in report["metrics"].items():
+        if name in controls_names:
+            continue  # printed on the controls line below
         if "error" in m:
             click.echo(f"{name}: failed ({m['error']})")
             continue
@@ -327,6 +348,11 @@ def _evaluate_into(
             f"; macro-F1 {m['diagnostics']['overall']['macro_f1']['value']:.3f}" if "diagnostics" in m else ""
         )
         click.echo(f"{name}: pairwise accuracy " + ", ".join(parts) + extra)
+    if control_acc:
+        shown = ", ".join(
+            f"{k.replace('_', ' ')} {'failed' if v is None else f'{v:.3f}'}" for k, v in control_acc.items()
+        )
+        click.echo(f"mie controls: {shown} (an evaluator that uses its references falls to ~0.5 on both)")
     click.echo(f"report: {files['markdown']}")
 
 
