@@ -26,12 +26,14 @@ LAZY_COMMANDS: dict[str, str] = {
     "compare": "genmetrics.raclip.cli:compare_cmd",
     "train": "genmetrics.cli.main:train_group",
     "evaluate-human": "genmetrics.cli.main:evaluate_group",
+    "export": "genmetrics.cli.main:export_group",
     "retrieve": "genmetrics.tpips.cli:retrieve_cmd",
     "rank-generators": "genmetrics.mie.cli:rank_cmd",
     "leaderboard": "genmetrics.leaderboard.cli:leaderboard_cmd",
 }
 TRAIN_COMMANDS = {"tpips": "genmetrics.tpips.cli:train_cmd", "mie": "genmetrics.mie.cli:train_cmd"}
 EVALUATE_COMMANDS = {"tpips": "genmetrics.tpips.cli:evaluate_cmd", "mie": "genmetrics.mie.cli:evaluate_cmd"}
+EXPORT_COMMANDS = {"mie": "genmetrics.mie.cli:export_cmd"}
 
 
 class LazyGroup(click.Group):
@@ -62,6 +64,11 @@ def train_group() -> None:
 @click.group(cls=LazyGroup, lazy=EVALUATE_COMMANDS, name="evaluate-human")
 def evaluate_group() -> None:
     """Measure a learned metric's agreement with human judgments."""
+
+
+@click.group(cls=LazyGroup, lazy=EXPORT_COMMANDS, name="export")
+def export_group() -> None:
+    """Write a trained checkpoint in another layout (mie: the authors' own)."""
 
 
 @click.group(cls=LazyGroup, lazy=LAZY_COMMANDS, context_settings={"help_option_names": ["-h", "--help"]})
