@@ -35,7 +35,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from genmetrics.backbones.real_configs import REAL_CONFIGS, RealConfig, count_parameters
+from genmetrics.backbones.real_configs import REAL_CONFIGS, RealConfig, count_parameters, reduced_config
 
 __all__ = ["MemoryEstimate", "image_tokens", "predict_memory"]
 
@@ -138,6 +138,7 @@ def predict_memory(
     variant: str = "late",
     dtype_bytes: int = 4,
     device: str = "cpu",
+    reduced: bool = False,
 ) -> MemoryEstimate:
     """Peak bytes of one scoring forward on ``batch`` items.
 
@@ -151,6 +152,7 @@ def predict_memory(
         dtype_bytes: 4 (float32) or 2 (bfloat16 / float16) for weights and activations.
         device: ``"cpu"`` or ``"cuda"`` (adds the CUDA context; the CPU's packed CLIP weights and dense-mask
             attention).
+        reduced: the entry's :func:`~genmetrics.backbones.real_configs.reduced_config` instead.
 
     >>> one = predict_memory("Qwen3.5-0.8B", batch=1, image_size=(1024, 1024), images_per_item=4, text_tokens=60)
     >>> two = predict_memory("Qwen3.5-0.8B", batch=2, image_size=(1024, 1024), images_per_item=4, text_tokens=60)
@@ -158,11 +160,13 @@ def predict_memory(
     (True, True)
     """
     e = REAL_CONFIGS[name] if isinstance(name, str) else name
+    if reduced:
+        e = RealConfig(**{**e.__dict__, "config": reduced_config(e)})
     if batch < 1:
         raise ValueError(f"batch must be >= 1, got {batch}")
     nbytes = int(dtype_bytes)
     cpu = device == "cpu"
-    weights = count_parameters(e) * nbytes
+    weights = count_parameters(e, reduced=False) * nbytes
     overhead = 0 if cpu else CUDA_OVERHEAD_BYTES
     if e.kind == "open_clip":
         act, kv, packed = _clip(e, batch, image_size, nbytes, cpu and nbytes == 4)

@@ -438,7 +438,6 @@ def processor_for(name: str | RealConfig) -> Any:
     side -= side % 32
     proc = tiny_qwen3vl_processor(side, min_pixels=int(budget["min_pixels"]))
     proc.image_processor.size = {"shortest_edge": budget["min_pixels"], "longest_edge": budget["max_pixels"]}
-    proc.image_processor.max_pixels = budget["max_pixels"]
     return proc
 
 
