@@ -236,64 +236,95 @@ def run_tpips(args) -> None:
     imgs = random_images(2 * pairs, w, seed=1, height=h)
     a, b = list(imgs[:pairs]), list(imgs[pairs:])
     aspects = ["lighting", "the pose of the cat and the dog", "color", "overall"][:pairs]
-    models = {
-        v: TPIPSModel(vlm, proc, v, batch_size=2, vision_batch_size=2, vision_cache_size=16)
-        for v in ("late", "mid", "early")
+    patches, merged = image_tokens(name, (h, w))
+    rec: dict = {
+        "benchmark": "real_size",
+        "family": "tpips",
+        "model": f"{name} config (random weights, Qwen3VLModel, sdpa)",
+        "items": pairs,
+        "item": "pair",
+        "image_size": [h, w],
+        "params": n_params,
+        "params_analytic": count_parameters(name, reduced=args.reduced),
+        "build_s": round(cbuild.wall, 1),
+        "visual_tokens_per_image": merged,
+        "patches_per_image": patches,
+        "rss_before_build_mb": mb(base),
+        **common(args),
     }
-    shared = models["late"].vision
+
+    def stage(label: str, **fields) -> None:
+        rec.update(fields)
+        emit({**rec, "stage": label})
+
+    variants = [v for v in ("late", "mid", "early") if v in args.variants]
+    models = {
+        v: TPIPSModel(vlm, proc, v, batch_size=2, vision_batch_size=2, vision_cache_size=16) for v in variants
+    }
+    shared = models[variants[0]].vision
     for m in models.values():
         m.vision = shared  # the frozen tower once per image for all three variants
-    loaded_a = models["late"].load_images(a)
-    loaded_b = models["late"].load_images(b)
-    final = models["late"].resized(loaded_a + loaded_b)
+    first = models[variants[0]]
+    loaded_a, loaded_b = first.load_images(a), first.load_images(b)
+    final = first.resized(loaded_a + loaded_b)
     reset_peak()
     with torch.no_grad(), Clock() as cv:
         shared.features(final)  # vision: 2 images per tower call
-    res = {
-        "vision": {
-            "s_per_image": round(cv.wall / len(final), 2),
-            "cpu_s_per_image": round(cv.cpu / len(final), 2),
-        }
-    }
-    scores = {}
+    n_img = len(final)
+    stage(
+        "vision",
+        vision={"s_per_image": round(cv.wall / n_img, 2), "cpu_s_per_image": round(cv.cpu / n_img, 2)},
+        peak_rss_mb=mb(peak()),
+        peak_increment_mb=mb(peak() - base),
+    )
+    scores, text_tokens, preds = {}, {}, {}
     for v, m in models.items():
         with Clock() as c:
             scores[v] = m.similarity(loaded_a, loaded_b, aspects)
-        res[v] = {
-            "language_s_per_pair": round(c.wall / pairs, 2),
-            "language_cpu_s_per_pair": round(c.cpu / pairs, 2),
-            "s_per_pair": round((c.wall + cv.wall) / pairs, 2),
-            "cpu_s_per_pair": round((c.cpu + cv.cpu) / pairs, 2),
-            "scores": [round(float(s), 6) for s in scores[v]],
-        }
-    peak_b = peak()
-    patches, merged = image_tokens(name, (h, w))
-    text_tokens = {}
-    for v, m in models.items():
-        if v == "early":
-            text_tokens[v] = len(m._ids(prompt_for("early", aspects[0])))
-        else:
-            text_tokens[v] = len(m._ids(prompt_for(v, aspects[0])))
-    preds = {
-        v: predict_memory(
+        text_tokens[v] = len(m._ids(prompt_for(v, aspects[0]))) + 12  # + the chat / vision markers
+        preds[v] = predict_memory(
             name,
-            batch=2,
+            batch=2 if v != "early" else pairs,
             image_size=(h, w),
             images_per_item=2 if v == "early" else 1,
-            text_tokens=text_tokens[v] + 12,
+            text_tokens=text_tokens[v],
             variant=v,
             reduced=args.reduced,
         ).total
-        for v in models
-    }
-    pred = max(preds.values())
-    # batch invariance: pair 0 alone (vision batch 1 on a fresh cache, language batch 1) vs in the batch
-    alone_vision = VisionEncoder(shared.visual, shared.image_processor, cache_size=16, batch_size=1)
-    inv = {}
-    with Clock() as ci:
-        for v, m in models.items():
-            m.vision, m.batch_size = alone_vision, 1
-            inv[v] = max_diff(m.similarity(loaded_a[:1], loaded_b[:1], aspects[:1]), scores[v][:1])
+        pk = peak()
+        stage(
+            v,
+            **{
+                v: {
+                    "language_s_per_pair": round(c.wall / pairs, 2),
+                    "language_cpu_s_per_pair": round(c.cpu / pairs, 2),
+                    "s_per_pair": round((c.wall + cv.wall) / pairs, 2),
+                    "cpu_s_per_pair": round((c.cpu + cv.cpu) / pairs, 2),
+                    "scores": [round(float(x), 6) for x in scores[v]],
+                    "text_tokens_per_sequence": text_tokens[v],
+                    "sequence_tokens": (2 if v == "early" else 1) * merged + text_tokens[v],
+                }
+            },
+            peak_rss_mb=mb(pk),
+            peak_increment_mb=mb(pk - base),
+            predicted_mb={k: mb(x) for k, x in preds.items()},
+            predicted_over_measured=round(max(preds.values()) / (pk - base), 3),
+        )
+    # batch invariance: image a_0 alone (vision batch 1 on a fresh cache, language batch 1) vs in the batch
+    late = TPIPSModel(vlm, proc, "late", batch_size=1, vision_batch_size=1, vision_cache_size=0)
+    with torch.no_grad(), Clock() as ci:
+        alone = late.embed(loaded_a[:1], aspects[:1])
+        late.batch_size, late.vision = 2, VisionEncoder(shared.visual, shared.image_processor, batch_size=2)
+        both = late.embed(loaded_a[:1] + loaded_b[:1], aspects[:1] * 2)
+    stage(
+        "batch_invariance",
+        batch_invariance_max_abs={"late_embedding_1_vs_2": max_diff(alone[0], both[0])},
+        batch_invariance_s=round(ci.wall, 1),
+        bf16_max_abs_diff=None,
+        bf16_note="not run on this CPU: bfloat16 products have no hardware support here (see "
+        "bf16_gemm_slowdown); benchmarks/device_real_size.py measures it on a GPU",
+        bf16_gemm_slowdown=bf16_gemm_slowdown(),
+    )
     # parity: late fusion vs the official embedder on 2 images of awkward sizes (one padded batch)
     sizes = [(140, 100), (96, 250)] if args.reduced else [(389, 517), (777, 301)]
     ims = [_pil(hh, ww, 7 + i) for i, (hh, ww) in enumerate(sizes)]
@@ -302,47 +333,16 @@ def run_tpips(args) -> None:
     with Clock() as cp:
         ours = late.embed(ims, par_aspects)
         ref = official_embeddings(vlm, proc, ims, [prompt_for("late", x) for x in par_aspects])
-    emit(
-        {
-            "benchmark": "real_size",
-            "family": "tpips",
-            "model": f"{name} config (random weights, Qwen3VLModel, sdpa)",
-            "items": pairs,
-            "item": "pair",
-            "image_size": [h, w],
-            "params": n_params,
-            "params_analytic": count_parameters(name, reduced=args.reduced),
-            "build_s": round(cbuild.wall, 1),
-            **res,
-            "visual_tokens_per_image": merged,
-            "patches_per_image": patches,
-            "text_tokens_per_sequence": {v: t + 12 for v, t in text_tokens.items()},
-            "sequence_tokens": {
-                "late": merged + text_tokens["late"] + 12,
-                "mid": merged + text_tokens["mid"] + 12,
-                "early": 2 * merged + text_tokens["early"] + 2 + 6,
-            },
-            "peak_rss_mb": mb(peak_b),
-            "rss_before_build_mb": mb(base),
-            "peak_increment_mb": mb(peak_b - base),
-            "predicted_mb": {v: mb(p) for v, p in preds.items()},
-            "predicted_over_measured": round(pred / (peak_b - base), 3),
-            "batch_invariance_max_abs": inv,
-            "batch_invariance_s": round(ci.wall, 1),
-            "bf16_max_abs_diff": None,
-            "bf16_note": "not run on this CPU: bfloat16 products have no hardware support here (see "
-            "bf16_gemm_slowdown); benchmarks/device_real_size.py measures it on a GPU",
-            "bf16_gemm_slowdown": bf16_gemm_slowdown(),
-            "parity_official_late": {
-                "image_sizes": [list(s) for s in sizes],
-                "smart_sizes": [list(smart_resize(*s)) for s in sizes],
-                "embedding_max_abs_diff": max_diff(ours, ref),
-                "cosine_diff": abs(float(ours[0] @ ours[1]) - float(ref[0] @ ref[1])),
-                "s": round(cp.wall, 1),
-            },
-            **common(args),
+    rec.update(
+        parity_official_late={
+            "image_sizes": [list(x) for x in sizes],
+            "smart_sizes": [list(smart_resize(*x)) for x in sizes],
+            "embedding_max_abs_diff": max_diff(ours, ref),
+            "cosine_diff": abs(float(ours[0] @ ours[1]) - float(ref[0] @ ref[1])),
+            "s": round(cp.wall, 1),
         }
     )
+    emit(rec)
 
 
 # -------------------------------------------------------------------------------------------------------- MIE
@@ -389,75 +389,67 @@ def run_mie(args) -> None:
         text_tokens=seq - (k + 1) * merged,
         reduced=args.reduced,
     )
-    # batch invariance: pair 0 alone, one sequence per forward (vision: 5 images instead of 10 per call)
-    model.max_batch_size = 1
+    rec = {
+        "benchmark": "real_size",
+        "family": "mie",
+        "model": f"{name} config (random weights, Qwen3_5Model, sdpa, torch Gated-DeltaNet fallback)",
+        "items": pairs,
+        "item": "pair (2 candidates, 3 references)",
+        "image_size": [side, side],
+        "params": n_params,
+        "params_analytic": count_parameters(name, reduced=args.reduced),
+        "build_s": round(cbuild.wall, 1),
+        "s_per_pair": round(c.wall / pairs, 2),
+        "cpu_s_per_pair": round(c.cpu / pairs, 2),
+        "wall_s": round(c.wall, 1),
+        "cpu_s": round(c.cpu, 1),
+        "stats": stats,
+        "visual_tokens_per_image": merged,
+        "patches_per_image": patches,
+        "sequence_tokens": seq,
+        "text_tokens_per_sequence": seq - (k + 1) * merged,
+        "peak_rss_mb": mb(peak_b),
+        "rss_before_build_mb": mb(base),
+        "peak_increment_mb": mb(peak_b - base),
+        "predicted_mb": mb(pred.total),
+        "predicted": {kk: mb(v) for kk, v in pred.as_dict().items()},
+        "predicted_over_measured": round(pred.total / (peak_b - base), 3),
+        **common(args),
+    }
+    emit({**rec, "stage": "score_pairs"})
+    # batch invariance: candidate a of pair 0 alone (vision: its 4 images; language: batch 1) vs in the
+    # pair's batch of 2 (vision: all images of the call; language: a and b together)
     with Clock() as ci:
-        a1, b1 = model.score_pairs(refs[:1], prompts[:1], ca[:1], cb[:1])
-    model.max_batch_size = None
-    inv = max(
-        max_diff(a1.score, out_a.score[:1]),
-        max_diff(b1.score, out_b.score[:1]),
-        max_diff(a1.diagnostics, out_a.diagnostics[:1]),
-        max_diff(b1.diagnostics, out_b.diagnostics[:1]),
+        a1 = model.score([refs[0]], prompts[:1], [ca[0]])
+    rec.update(
+        batch_invariance_max_abs=max(
+            max_diff(a1.score, out_a.score[:1]), max_diff(a1.diagnostics, out_a.diagnostics[:1])
+        ),
+        batch_invariance_s=round(ci.wall, 1),
+        bf16_max_abs_diff=None,
+        bf16_note="not run on this CPU (see bf16_gemm_slowdown); benchmarks/device_real_size.py measures it",
+        bf16_gemm_slowdown=bf16_gemm_slowdown(),
     )
+    emit({**rec, "stage": "batch_invariance"})
     # parity with the authors' forward: one sample of awkward sizes, unresized
-    sizes = (
-        [(120, 333), (301, 257), (64, 64), (290, 410)]
-        if args.reduced
-        else [(389, 517), (777, 301), (250, 250), (600, 450)]
-    )
+    sizes = [(120, 333), (301, 257), (64, 64), (290, 410)]
+    if not args.reduced:
+        sizes = [(389, 517), (777, 301), (250, 250), (600, 450)]
     ims = [_pil(hh, ww, 20 + i) for i, (hh, ww) in enumerate(sizes)]
+    prompt = "a dog, a cat and a child on a sofa"
     with Clock() as cp:
-        ours = model.score([ims[:3]], ["a dog, a cat and a child on a sofa"], [ims[3]])
-        s, d = authors_mie(
-            model.vlm,
-            proc,
-            copy_head(model.score_head),
-            copy_head(model.classification_head),
-            ims[:3],
-            "a dog, a cat and a child on a sofa",
-            ims[3],
-        )
-    emit(
-        {
-            "benchmark": "real_size",
-            "family": "mie",
-            "model": f"{name} config (random weights, Qwen3_5Model, sdpa, torch Gated-DeltaNet fallback)",
-            "items": pairs,
-            "item": "pair (2 candidates, 3 references)",
-            "image_size": [side, side],
-            "params": n_params,
-            "params_analytic": count_parameters(name, reduced=args.reduced),
-            "build_s": round(cbuild.wall, 1),
-            "s_per_pair": round(c.wall / pairs, 2),
-            "cpu_s_per_pair": round(c.cpu / pairs, 2),
-            "wall_s": round(c.wall, 1),
-            "cpu_s": round(c.cpu, 1),
-            "stats": stats,
-            "visual_tokens_per_image": merged,
-            "patches_per_image": patches,
-            "sequence_tokens": seq,
-            "text_tokens_per_sequence": seq - (k + 1) * merged,
-            "peak_rss_mb": mb(peak_b),
-            "rss_before_build_mb": mb(base),
-            "peak_increment_mb": mb(peak_b - base),
-            "predicted_mb": mb(pred.total),
-            "predicted": {kk: mb(v) for kk, v in pred.as_dict().items()},
-            "predicted_over_measured": round(pred.total / (peak_b - base), 3),
-            "batch_invariance_max_abs": inv,
-            "batch_invariance_s": round(ci.wall, 1),
-            "bf16_max_abs_diff": None,
-            "bf16_note": "not run on this CPU (see bf16_gemm_slowdown); benchmarks/device_real_size.py measures it",
-            "bf16_gemm_slowdown": bf16_gemm_slowdown(),
-            "parity_authors": {
-                "image_sizes": [list(x) for x in sizes],
-                "score_diff": max_diff(ours.score, s),
-                "diagnostics_max_abs_diff": max_diff(ours.diagnostics, d),
-                "s": round(cp.wall, 1),
-            },
-            **common(args),
+        ours = model.score([ims[:3]], [prompt], [ims[3]])
+        heads = copy_head(model.score_head), copy_head(model.classification_head)
+        s, d = authors_mie(model.vlm, proc, *heads, ims[:3], prompt, ims[3])
+    rec.update(
+        parity_authors={
+            "image_sizes": [list(x) for x in sizes],
+            "score_diff": max_diff(ours.score, s),
+            "diagnostics_max_abs_diff": max_diff(ours.diagnostics, d),
+            "s": round(cp.wall, 1),
         }
     )
+    emit(rec)
 
 
 RUN = {"raclip": run_raclip, "tpips": run_tpips, "mie": run_mie}
@@ -469,6 +461,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=int(os.environ.get("OMP_NUM_THREADS", "2")))
     ap.add_argument("--reduced", action="store_true", help="reduced configs and small images (smoke run)")
     ap.add_argument("--pairs", type=int, default=2)
+    ap.add_argument("--variants", default="late,mid,early", help="tpips variants, comma-separated")
     ap.add_argument("--clip-images", type=int, default=8)
     ap.add_argument("--bf16-items", type=int, default=2, help="raclip images scored again in bfloat16")
     ap.add_argument("--clip-model", choices=CLIP_MODELS, action="append", help="raclip: one model")
@@ -492,7 +485,14 @@ def main() -> None:
             units.append(["--family", f])
     for unit in units:
         cmd = [sys.executable, __file__, *unit, "--in-process", "--threads", str(args.threads)]
-        cmd += ["--pairs", str(args.pairs), "--clip-images", str(args.clip_images)]
+        cmd += [
+            "--pairs",
+            str(args.pairs),
+            "--clip-images",
+            str(args.clip_images),
+            "--variants",
+            args.variants,
+        ]
         cmd += ["--bf16-items", str(args.bf16_items)] + (["--reduced"] if args.reduced else [])
         env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
         t = time.perf_counter()
