@@ -410,7 +410,7 @@ def build_model(
         if e.kind == "qwen3_vl":
             from transformers import Qwen3VLModel as cls
         else:
-            from transformers import Qwen3_5Model as cls  # type: ignore[assignment]
+            from transformers import Qwen3_5Model as cls
         cfg = hf_config(e, reduced=reduced, token_ids=token_ids)
         with torch.device(device):
             model = cls._from_config(cfg, attn_implementation="sdpa", dtype=dtype)

@@ -75,6 +75,45 @@ def test_toy_vl_language_pass_closed_form():
     assert est.total == est.weights + 4 * (17472 + 128 + 3328)
 
 
+TOY_35 = RealConfig(
+    name="toy-35",
+    family="mie",
+    kind="qwen3_5",
+    config={
+        "text_config": {
+            "vocab_size": 10,
+            "hidden_size": 8,
+            "intermediate_size": 12,
+            "num_hidden_layers": 2,
+            "layer_types": ["linear_attention", "full_attention"],
+            "num_attention_heads": 3,
+            "num_key_value_heads": 1,
+            "head_dim": 4,
+            "linear_num_key_heads": 1,
+            "linear_num_value_heads": 2,
+            "linear_key_head_dim": 2,
+            "linear_value_head_dim": 2,
+            "linear_conv_kernel_dim": 4,
+        },
+        "vision_config": {**TOY_VL.config["vision_config"], "deepstack_visual_indexes": []},
+    },
+    config_source="toy",
+    published_params=0,
+    params_source="toy",
+    image={"min_pixels": 16, "max_pixels": 64},
+)
+
+
+def test_toy_qwen35_language_pass_closed_form():
+    # gated full attention: q and its output gate (2 x 3 x 4) + the attention output (3 x 4) = 36 floats;
+    # Gated-DeltaNet: q,k,v (2 x 1 x 2 + 2 x 2 = 8) and their convolved copy, z and the core output
+    # (2 x 2 x 2) = 24 floats; the wider, 36, counts. Per token: 4 x 8 + 36 + 3 x 12 = 104 floats.
+    est = predict_memory(TOY_35, batch=2, image_size=(8, 8), text_tokens=100, dtype_bytes=4)
+    tokens = 2 * (4 + 100)
+    assert est.activations == 4 * (tokens * 104 + 2 * 4 * 8)  # + the image features, no DeepStack
+    assert est.kv == 4 * (2 * 104 * 3 * 4 * 2)
+
+
 def test_toy_vl_vision_pass_is_the_peak_when_wider():
     # 6 text tokens: the language pass is 20 x 84 + 128 + 320 = 2128 floats; the vision pass, per patch:
     # the 24-wide input row x (4 + 4) / 4 (float32 rows and their model-dtype copy) + 9 x 8 hidden-wide
@@ -114,8 +153,9 @@ def test_scaling_properties_at_real_size(name):
 def test_early_fusion_on_cpu_counts_the_dense_mask_attention():
     # long text so that the language pass is the peak: S = 2 x 64 image tokens + 2000 = 2128
     kw = {"batch": 2, "image_size": (256, 256), "images_per_item": 2, "text_tokens": 2000, "variant": "early"}
-    cpu, gpu = predict_memory("Qwen3-VL-Embedding-2B", **kw), predict_memory(
-        "Qwen3-VL-Embedding-2B", device="cuda", **kw
+    cpu, gpu = (
+        predict_memory("Qwen3-VL-Embedding-2B", **kw),
+        predict_memory("Qwen3-VL-Embedding-2B", device="cuda", **kw),
     )
     s = 2 * 64 + 2000
     assert cpu.activations - gpu.activations == 2 * 16 * s * s * 4  # heads x S x S float32, per sequence
@@ -138,7 +178,12 @@ def test_map_batches_starts_at_the_predicted_batch_on_a_fake_gpu(monkeypatch):
 
     def peak(b: int) -> float:
         return predict_memory(
-            "Qwen3-VL-Embedding-2B", batch=b, image_size=(768, 1024), text_tokens=30, dtype_bytes=2, device="cuda"
+            "Qwen3-VL-Embedding-2B",
+            batch=b,
+            image_size=(768, 1024),
+            text_tokens=30,
+            dtype_bytes=2,
+            device="cuda",
         ).total
 
     fake = 24 * 2**30

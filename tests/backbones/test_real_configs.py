@@ -144,7 +144,12 @@ def test_builds_are_seeded_and_leave_the_callers_rng_alone():
 
 def test_processors_carry_the_real_image_settings():
     p = rc.processor_for("Qwen3.5-0.8B").image_processor
-    assert (p.patch_size, p.merge_size, list(p.image_mean), list(p.image_std)) == (16, 2, [0.5] * 3, [0.5] * 3)
+    assert (p.patch_size, p.merge_size, list(p.image_mean), list(p.image_std)) == (
+        16,
+        2,
+        [0.5] * 3,
+        [0.5] * 3,
+    )
     assert p.size == {"shortest_edge": 65536, "longest_edge": 16777216}
     e = rc.processor_for("Qwen3-VL-Embedding-2B").image_processor
     assert e.size == {"shortest_edge": 4 * 32 * 32, "longest_edge": 1800 * 32 * 32}
