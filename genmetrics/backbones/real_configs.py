@@ -425,6 +425,8 @@ def processor_for(name: str | RealConfig) -> Any:
     >>> p = processor_for("Qwen3.5-0.8B")
     >>> p.image_processor.size["shortest_edge"], p.image_processor.size["longest_edge"], p.image_processor.patch_size
     (65536, 16777216, 16)
+    >>> p.tokenizer.model_max_length
+    262144
     """
     e = _entry(name)
     if e.kind == "open_clip":
@@ -438,6 +440,9 @@ def processor_for(name: str | RealConfig) -> Any:
     side -= side % 32
     proc = tiny_qwen3vl_processor(side, min_pixels=int(budget["min_pixels"]))
     proc.image_processor.size = {"shortest_edge": budget["min_pixels"], "longest_edge": budget["max_pixels"]}
+    # the released tokenizers' context (= max_position_embeddings), not the tiny tokenizer's 512: MIE takes
+    # its default context limit from it, and 4 images of 1024 px are 4096 image tokens
+    proc.tokenizer.model_max_length = int(e.config["text_config"]["max_position_embeddings"])
     return proc
 
 

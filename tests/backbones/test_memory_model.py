@@ -127,7 +127,8 @@ def test_toy_clip_closed_form():
     # per token: residual, ln, q/k/v (3), attention out, MLP hidden + activation (4 + 4), block out = 15 w
     est = predict_memory(TOY_CLIP, batch=3, image_size=(8, 8), dtype_bytes=4, device="cpu")
     acts = 3 * 5 * 15 * 8 * 4 + 3 * 3 * 8 * 8 * 4  # + the float32 pixels
-    packed = 2 * 12 * 8 * 8 * 4  # CPU float32: the blocks' linear weights packed once more
+    # CPU float32: the blocks' linear weights packed once more (12 w^2) + the freed scaled MLP copy (4 w^2)
+    packed = 2 * (12 + 4) * 8 * 8 * 4
     assert (est.activations, est.kv) == (acts, 0)
     assert est.weights == 4 * count_parameters(TOY_CLIP) + packed
     gpu = predict_memory(TOY_CLIP, batch=3, image_size=(8, 8), dtype_bytes=2, device="cuda")

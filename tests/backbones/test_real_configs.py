@@ -153,6 +153,8 @@ def test_processors_carry_the_real_image_settings():
     assert p.size == {"shortest_edge": 65536, "longest_edge": 16777216}
     e = rc.processor_for("Qwen3-VL-Embedding-2B").image_processor
     assert e.size == {"shortest_edge": 4 * 32 * 32, "longest_edge": 1800 * 32 * 32}
+    # the released tokenizers' context, not the tiny tokenizer's 512 (MIE's default limit comes from it)
+    assert rc.processor_for("Qwen3.5-0.8B").tokenizer.model_max_length == 262144
 
 
 def test_unknown_names_are_one_clear_error():

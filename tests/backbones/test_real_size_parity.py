@@ -65,16 +65,17 @@ def test_mie_matches_the_authors_forward_at_reduced_size():
     from genmetrics.mie.model import MIEModel
 
     vlm, proc = build_model("Qwen3.5-0.8B", reduced=True, seed=4), processor_for("Qwen3.5-0.8B")
-    model = MIEModel(vlm, proc, image_size=None).eval()
+    model = MIEModel(vlm, proc, image_size=None).eval()  # the default context limit: the tokenizer's
     with torch.no_grad():  # heads away from their init so every weight matters
         for p in (*model.score_head.parameters(), *model.classification_head.parameters()):
             p.add_(torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())) * 0.05)
     refs = [_pil(120, 333, 5), _pil(301, 257, 6), _pil(64, 64, 7)]  # all below 256 x 256: upscaled
-    cand = _pil(290, 410, 8)
+    cand = _pil(480, 640, 8)  # 300 image tokens: the sequence (~560 tokens) is longer than 512
     prompt = "a dog, a cat and a child on a sofa"
     out = model.score([refs], [prompt], [cand])
     s, d = authors_mie(
         model.vlm, proc, copy_head(model.score_head), copy_head(model.classification_head), refs, prompt, cand
     )
+    assert model.prepare([refs], [prompt], [cand]).sequences[0].cost > 512  # past the tiny tokenizer's limit
     torch.testing.assert_close(out.score, s, atol=1e-4, rtol=0)
     torch.testing.assert_close(out.diagnostics, d, atol=1e-4, rtol=0)
