@@ -81,7 +81,12 @@ def test_analytic_count_equals_a_build_and_the_published_size(name):
     assert _n_params(built) == n
     published = rc.REAL_CONFIGS[name].published_params
     assert abs(n - published) <= 0.01 * published
-    # reduced: the analytic count holds there too (a real CPU build, so the formulas see real modules)
+
+
+@pytest.mark.slow  # five CPU builds with random weights, a few seconds each
+@pytest.mark.parametrize("name", list(rc.REAL_CONFIGS))
+def test_reduced_count_equals_a_cpu_build(name):
+    # a real build (weights in memory), so the formulas are checked against materialised modules too
     assert _n_params(rc.build_model(name, reduced=True)) == rc.count_parameters(name, reduced=True)
 
 
