@@ -213,11 +213,92 @@ def _pil(h: int, w: int, seed: int):
     return Image.fromarray(torch.randint(0, 256, (h, w, 3), generator=g, dtype=torch.uint8).numpy(), "RGB")
 
 
-def run_tpips(args) -> None:
+def _tpips_passes(args, rec, stage, vlm, proc, name, a, b, aspects, variants, base, h, w, pairs, merged):
+    """The timed passes of the tpips family: vision once, each variant, batch invariance of late fusion."""
     import torch
 
-    from genmetrics.backbones.memory_model import image_tokens, predict_memory
-    from genmetrics.backbones.qwen_vl import VisionEncoder, smart_resize
+    from genmetrics.backbones.memory_model import predict_memory
+    from genmetrics.tpips.common import prompt_for
+    from genmetrics.tpips.model import TPIPSModel
+
+    models = {
+        v: TPIPSModel(vlm, proc, v, batch_size=2, vision_batch_size=2, vision_cache_size=16) for v in variants
+    }
+    shared = models[variants[0]].vision
+    for m in models.values():
+        m.vision = shared  # the frozen tower once per image for all three variants
+    first = models[variants[0]]
+    loaded_a, loaded_b = first.load_images(a), first.load_images(b)
+    final = first.resized(loaded_a + loaded_b)
+    reset_peak()
+    with torch.no_grad(), Clock() as cv:
+        shared.features(final)  # vision: 2 images per tower call
+    n_img = len(final)
+    stage(
+        "vision",
+        vision={"s_per_image": round(cv.wall / n_img, 2), "cpu_s_per_image": round(cv.cpu / n_img, 2)},
+        peak_rss_mb=mb(peak()),
+        peak_increment_mb=mb(peak() - base),
+    )
+    scores, text_tokens, preds = {}, {}, {}
+    for v, m in models.items():
+        with Clock() as c:
+            if v == "late":  # the embeddings themselves (batch 2), kept for the batch-invariance check
+                emb = m.embed(loaded_a + loaded_b, aspects * 2)
+                scores[v] = (emb[:pairs] * emb[pairs:]).sum(-1)
+            else:
+                scores[v] = m.similarity(loaded_a, loaded_b, aspects)
+        text_tokens[v] = len(m._ids(prompt_for(v, aspects[0]))) + 12  # + the chat / vision markers
+        preds[v] = predict_memory(
+            name,
+            batch=2 if v != "early" else pairs,
+            image_size=(h, w),
+            images_per_item=2 if v == "early" else 1,
+            text_tokens=text_tokens[v],
+            variant=v,
+            reduced=args.reduced,
+        ).total
+        pk = peak()
+        stage(
+            v,
+            **{
+                v: {
+                    "language_s_per_pair": round(c.wall / pairs, 2),
+                    "language_cpu_s_per_pair": round(c.cpu / pairs, 2),
+                    "s_per_pair": round((c.wall + cv.wall) / pairs, 2),
+                    "cpu_s_per_pair": round((c.cpu + cv.cpu) / pairs, 2),
+                    "scores": [round(float(x), 6) for x in scores[v]],
+                    "text_tokens_per_sequence": text_tokens[v],
+                    "sequence_tokens": (2 if v == "early" else 1) * merged + text_tokens[v],
+                }
+            },
+            peak_rss_mb=mb(pk),
+            peak_increment_mb=mb(pk - base),
+            predicted_mb={k: mb(x) for k, x in preds.items()},
+            predicted_over_measured=round(max(preds.values()) / (pk - base), 3),
+        )
+    if "late" not in scores:
+        return
+    # batch invariance: image a_0 alone (vision batch 1 on a fresh cache, language batch 1) vs its embedding
+    # in the late pass above (vision and language batches of 2)
+    late = TPIPSModel(vlm, proc, "late", batch_size=1, vision_batch_size=1, vision_cache_size=0)
+    with torch.no_grad(), Clock() as ci:
+        alone = late.embed(loaded_a[:1], aspects[:1])
+    stage(
+        "batch_invariance",
+        batch_invariance_max_abs={"late_embedding_1_vs_2": max_diff(alone[0], emb[0])},
+        batch_invariance_s=round(ci.wall, 1),
+        bf16_max_abs_diff=None,
+        bf16_note="not run on this CPU: bfloat16 products have no hardware support here (see "
+        "bf16_gemm_slowdown); benchmarks/device_real_size.py measures it on a GPU",
+        bf16_gemm_slowdown=bf16_gemm_slowdown(),
+    )
+
+
+def run_tpips(args) -> None:
+
+    from genmetrics.backbones.memory_model import image_tokens
+    from genmetrics.backbones.qwen_vl import smart_resize
     from genmetrics.backbones.real_configs import build_model, count_parameters, processor_for
     from genmetrics.testing import random_images
     from genmetrics.tpips.common import prompt_for
@@ -257,74 +338,12 @@ def run_tpips(args) -> None:
         rec.update(fields)
         emit({**rec, "stage": label})
 
-    variants = [v for v in ("late", "mid", "early") if v in args.variants]
-    models = {
-        v: TPIPSModel(vlm, proc, v, batch_size=2, vision_batch_size=2, vision_cache_size=16) for v in variants
-    }
-    shared = models[variants[0]].vision
-    for m in models.values():
-        m.vision = shared  # the frozen tower once per image for all three variants
-    first = models[variants[0]]
-    loaded_a, loaded_b = first.load_images(a), first.load_images(b)
-    final = first.resized(loaded_a + loaded_b)
-    reset_peak()
-    with torch.no_grad(), Clock() as cv:
-        shared.features(final)  # vision: 2 images per tower call
-    n_img = len(final)
-    stage(
-        "vision",
-        vision={"s_per_image": round(cv.wall / n_img, 2), "cpu_s_per_image": round(cv.cpu / n_img, 2)},
-        peak_rss_mb=mb(peak()),
-        peak_increment_mb=mb(peak() - base),
-    )
-    scores, text_tokens, preds = {}, {}, {}
-    for v, m in models.items():
-        with Clock() as c:
-            scores[v] = m.similarity(loaded_a, loaded_b, aspects)
-        text_tokens[v] = len(m._ids(prompt_for(v, aspects[0]))) + 12  # + the chat / vision markers
-        preds[v] = predict_memory(
-            name,
-            batch=2 if v != "early" else pairs,
-            image_size=(h, w),
-            images_per_item=2 if v == "early" else 1,
-            text_tokens=text_tokens[v],
-            variant=v,
-            reduced=args.reduced,
-        ).total
-        pk = peak()
-        stage(
-            v,
-            **{
-                v: {
-                    "language_s_per_pair": round(c.wall / pairs, 2),
-                    "language_cpu_s_per_pair": round(c.cpu / pairs, 2),
-                    "s_per_pair": round((c.wall + cv.wall) / pairs, 2),
-                    "cpu_s_per_pair": round((c.cpu + cv.cpu) / pairs, 2),
-                    "scores": [round(float(x), 6) for x in scores[v]],
-                    "text_tokens_per_sequence": text_tokens[v],
-                    "sequence_tokens": (2 if v == "early" else 1) * merged + text_tokens[v],
-                }
-            },
-            peak_rss_mb=mb(pk),
-            peak_increment_mb=mb(pk - base),
-            predicted_mb={k: mb(x) for k, x in preds.items()},
-            predicted_over_measured=round(max(preds.values()) / (pk - base), 3),
-        )
-    # batch invariance: image a_0 alone (vision batch 1 on a fresh cache, language batch 1) vs in the batch
-    late = TPIPSModel(vlm, proc, "late", batch_size=1, vision_batch_size=1, vision_cache_size=0)
-    with torch.no_grad(), Clock() as ci:
-        alone = late.embed(loaded_a[:1], aspects[:1])
-        late.batch_size, late.vision = 2, VisionEncoder(shared.visual, shared.image_processor, batch_size=2)
-        both = late.embed(loaded_a[:1] + loaded_b[:1], aspects[:1] * 2)
-    stage(
-        "batch_invariance",
-        batch_invariance_max_abs={"late_embedding_1_vs_2": max_diff(alone[0], both[0])},
-        batch_invariance_s=round(ci.wall, 1),
-        bf16_max_abs_diff=None,
-        bf16_note="not run on this CPU: bfloat16 products have no hardware support here (see "
-        "bf16_gemm_slowdown); benchmarks/device_real_size.py measures it on a GPU",
-        bf16_gemm_slowdown=bf16_gemm_slowdown(),
-    )
+    if args.parity_only:
+        variants = []
+    else:
+        variants = [v for v in ("late", "mid", "early") if v in args.variants]
+    if variants:  # --parity-only: straight to the parity check
+        _tpips_passes(args, rec, stage, vlm, proc, name, a, b, aspects, variants, base, h, w, pairs, merged)
     # parity: late fusion vs the official embedder on 2 images of awkward sizes (one padded batch)
     sizes = [(140, 100), (96, 250)] if args.reduced else [(389, 517), (777, 301)]
     ims = [_pil(hh, ww, 7 + i) for i, (hh, ww) in enumerate(sizes)]
@@ -353,7 +372,6 @@ def run_mie(args) -> None:
     from genmetrics.backbones.real_configs import build_model, count_parameters, processor_for
     from genmetrics.mie.model import MIEModel
     from genmetrics.testing import random_images
-    from tests.backbones._references import authors_mie, copy_head
 
     name = "Qwen3.5-0.8B"
     proc = processor_for(name)
@@ -372,6 +390,11 @@ def run_mie(args) -> None:
     with torch.no_grad():  # heads away from their initialisation
         for p in (*model.score_head.parameters(), *model.classification_head.parameters()):
             p.add_(torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())) * 0.05)
+    if args.parity_only:
+        _mie_parity(
+            args, model, proc, {"benchmark": "real_size", "family": "mie", "params": n_params, **common(args)}
+        )
+        return
     batch = model.prepare_pairs(refs, prompts, ca, cb)
     seq = batch.sequences[0].cost
     patches, merged = image_tokens(name, (side, side))
@@ -431,7 +454,13 @@ def run_mie(args) -> None:
         bf16_gemm_slowdown=bf16_gemm_slowdown(),
     )
     emit({**rec, "stage": "batch_invariance"})
-    # parity with the authors' forward: one sample of awkward sizes, unresized
+    _mie_parity(args, model, proc, rec)
+
+
+def _mie_parity(args, model, proc, rec: dict) -> None:
+    """MIE against the authors' forward (tests/backbones/_references.py): one sample, awkward sizes."""
+    from tests.backbones._references import authors_mie, copy_head
+
     sizes = [(120, 333), (301, 257), (64, 64), (290, 410)]
     if not args.reduced:
         sizes = [(389, 517), (777, 301), (250, 250), (600, 450)]
@@ -464,6 +493,7 @@ def main() -> None:
     ap.add_argument("--variants", default="late,mid,early", help="tpips variants, comma-separated")
     ap.add_argument("--clip-images", type=int, default=8)
     ap.add_argument("--bf16-items", type=int, default=2, help="raclip images scored again in bfloat16")
+    ap.add_argument("--parity-only", action="store_true", help="tpips, mie: only the parity check")
     ap.add_argument("--clip-model", choices=CLIP_MODELS, action="append", help="raclip: one model")
     ap.add_argument("--in-process", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -494,6 +524,7 @@ def main() -> None:
             args.variants,
         ]
         cmd += ["--bf16-items", str(args.bf16_items)] + (["--reduced"] if args.reduced else [])
+        cmd += ["--parity-only"] if args.parity_only else []
         env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
         t = time.perf_counter()
         r = subprocess.run(cmd, env=env)
