@@ -11,7 +11,8 @@ Weights policy (DESIGN section 7), shared with :mod:`genmetrics.backbones.weight
   weights, where it looked and how to fix it.
 
 ``trust_remote_code`` is off by default. Precision: bf16 on CUDA, fp32 on CPU unless ``dtype`` is given.
-Nothing is imported from torch/transformers/peft at module import time.
+This module imports torch, transformers and peft (it is only imported by the model families that need them);
+nothing downloads at import time.
 """
 
 from __future__ import annotations
@@ -24,8 +25,16 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import torch
+import transformers
+from huggingface_hub import try_to_load_from_cache
+from huggingface_hub.constants import HF_HUB_CACHE
+from peft import LoraConfig, PeftModel, get_peft_model
+
+from genmetrics.backbones.provider import provide
 from genmetrics.backbones.weights import genmetrics_home, offline
 from genmetrics.errors import InputError, WeightsUnavailableError
+from genmetrics.options import expand_user
 
 __all__ = [
     "VLM_KINDS",
@@ -33,7 +42,9 @@ __all__ = [
     "hf_cache_dir",
     "load_peft_adapter",
     "load_vlm",
+    "quiet_peft",
     "resolve_dtype_device",
+    "unavailable_error",
 ]
 
 #: kind -> (config.model_type, base model class, generation model class)
@@ -66,8 +77,6 @@ def resolve_dtype_device(dtype: Any = None, device: Any = None) -> tuple[Any, An
     >>> resolve_dtype_device(None, "cpu"), resolve_dtype_device("bf16", "cpu")
     ((torch.float32, device(type='cpu')), (torch.bfloat16, device(type='cpu')))
     """
-    import torch
-
     dev = (
         torch.device(device)
         if device is not None
@@ -112,9 +121,18 @@ def _install_hint(model_id: str) -> str:
     )
 
 
-def _unavailable(
+def unavailable_error(
     what: str, looked: list[str], *, cause: BaseException | None = None, hint: str | None = None
-):
+) -> WeightsUnavailableError:
+    """The error for a model or adapter that cannot be had: what, where it looked, why (``cause``), and
+    ``hint`` (default: how to point at local files or pre-download them).
+
+    >>> from unittest import mock
+    >>> with mock.patch.dict(os.environ, {"GENMETRICS_OFFLINE": "1"}):
+    ...     e = unavailable_error("runs/a", ["/work/runs/a"], hint="Fix: train an adapter first.")
+    >>> print(e)
+    weights 'runs/a' are not available. Looked in: /work/runs/a. Downloads are disabled (offline mode: HF_HUB_OFFLINE / GENMETRICS_OFFLINE). Fix: train an adapter first.
+    """
     why = ""
     if cause is not None:
         first = (str(cause).strip().splitlines() or [""])[0][:300]
@@ -134,46 +152,37 @@ def _resolve(
     ``marker`` is the file that must exist (``config.json`` for a model, ``adapter_config.json`` for an
     adapter).
     """
-    from genmetrics.options import expand_user
-
     s = os.fspath(model_id_or_path)
     p = expand_user(
         s, what="weights path"
     )  # local paths first (relative: from the working directory), then hub ids
     if p.exists():
         if not p.is_dir():
-            raise _unavailable(
+            raise unavailable_error(
                 s,
                 [str(p)],
                 hint=f"Fix: pass the checkpoint *folder* (holding {marker}) with {_FIX_OPTION}, not a single file.",
             )
         if not (p / marker).is_file():
-            raise _unavailable(
+            raise unavailable_error(
                 s,
                 [str(p)],
                 hint=f"The folder has no {marker}. Fix: pass the folder that save_pretrained() wrote, with {_FIX_OPTION}.",
             )
         return str(p), {}, [str(p)]
     if _looks_like_path(s):
-        raise _unavailable(
+        raise unavailable_error(
             s,
             [str(p)],
             hint=f"No such file or folder. Fix: pass an existing local folder with {_FIX_OPTION}, or a hub id "
             "such as 'Qwen/Qwen3-VL-2B-Instruct'.",
         )
 
-    from huggingface_hub import try_to_load_from_cache
-
     lfo = offline() if local_files_only is None else bool(local_files_only)
     ours = hf_cache_dir()
     looked = [f"{p.absolute()} (local folder: none)", f"{ours} (GENMETRICS_HOME cache)"]
     caches: list[Path | None] = [ours, None]
-    try:
-        from huggingface_hub.constants import HF_HUB_CACHE
-
-        looked.append(f"{HF_HUB_CACHE} (Hugging Face cache)")
-    except Exception:  # noqa: BLE001  # pragma: no cover
-        looked.append("the default Hugging Face cache")
+    looked.append(f"{HF_HUB_CACHE} (Hugging Face cache)")
     for cache in caches:
         try:
             hit = try_to_load_from_cache(s, marker, cache_dir=cache, revision=revision)
@@ -185,11 +194,11 @@ def _resolve(
                 kw["cache_dir"] = str(cache)
             return s, kw, looked
     if lfo:
-        raise _unavailable(s, looked)
+        raise unavailable_error(s, looked)
     try:
         ours.mkdir(parents=True, exist_ok=True)
     except OSError as e:  # a read-only GENMETRICS_HOME: say so, and how to do without it
-        raise _unavailable(
+        raise unavailable_error(
             s,
             looked,
             cause=e,
@@ -251,10 +260,6 @@ def load_vlm(
     >>> type(model).__name__
     'Qwen3_5Model'
     """
-    import transformers
-
-    from genmetrics.backbones.provider import provide
-
     if kind is not None:
         kind = _KIND_ALIASES.get(kind, kind)
         if kind not in VLM_KINDS:
@@ -274,7 +279,7 @@ def load_vlm(
     try:
         config = transformers.AutoConfig.from_pretrained(name, trust_remote_code=trust_remote_code, **kw)
     except OSError as e:
-        raise _unavailable(what, looked, cause=e) from e
+        raise unavailable_error(what, looked, cause=e) from e
     model_type = getattr(config, "model_type", None)
     detected = next((k for k, (mt, _, _) in VLM_KINDS.items() if mt == model_type), None)
     if kind is None:
@@ -296,7 +301,7 @@ def load_vlm(
             name, trust_remote_code=trust_remote_code, **kw
         )
     except OSError as e:
-        raise _unavailable(what, looked, cause=e) from e
+        raise unavailable_error(what, looked, cause=e) from e
     _align_processor(processor, config)
 
     try:
@@ -309,7 +314,7 @@ def load_vlm(
             **kw,
         )
     except OSError as e:
-        raise _unavailable(what, looked, cause=e) from e
+        raise unavailable_error(what, looked, cause=e) from e
     model = model.to(dev).eval()
     return model, processor
 
@@ -339,12 +344,19 @@ def _align_processor(processor: Any, config: Any) -> None:
 
 
 @contextlib.contextmanager
-def _quiet_peft() -> Iterator[None]:
+def quiet_peft() -> Iterator[None]:
     """peft calls a transformers method deprecated in 5.x (``is_gradient_checkpointing``); its
-    FutureWarning says nothing actionable to users, so it is filtered around peft calls only."""
+    FutureWarning says nothing actionable to users, so it is filtered around peft calls only.
+
+    >>> with quiet_peft():
+    ...     warnings.warn("is_gradient_checkpointing is deprecated", FutureWarning)  # not shown
+    """
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
         yield
+
+
+_quiet_peft = quiet_peft  # the name genmetrics.mie uses (kept until it moves to the public one)
 
 
 def load_peft_adapter(
@@ -376,8 +388,6 @@ def load_peft_adapter(
     >>> len(b1) > 0 and all(torch.equal(b1[k], b2[k]) for k in b1)
     True
     """
-    from peft import PeftModel
-
     name, kw, looked = _resolve(
         adapter_path_or_id, marker="adapter_config.json", local_files_only=local_files_only, revision=revision
     )
@@ -385,15 +395,15 @@ def load_peft_adapter(
         kw["revision"] = revision
     what = os.fspath(adapter_path_or_id)
     try:
-        with _quiet_peft():
+        with quiet_peft():
             return PeftModel.from_pretrained(
                 model, name, adapter_name=adapter_name, is_trainable=is_trainable, **kw
             )
     except OSError as e:
-        raise _unavailable(what, looked, cause=e) from e
+        raise unavailable_error(what, looked, cause=e) from e
     except ValueError as e:
         if "adapter_config.json" in str(e) or "Can't find" in str(e):
-            raise _unavailable(what, looked, cause=e) from e
+            raise unavailable_error(what, looked, cause=e) from e
         raise
 
 
@@ -422,8 +432,6 @@ def add_lora(
     >>> all("lora_" in n for n in trainable), any("visual" in n for n in trainable)  # language tower only
     (True, False)
     """
-    from peft import LoraConfig, get_peft_model
-
     if r <= 0:
         raise InputError(f"LoRA rank r must be positive, got {r}")
     config = LoraConfig(
@@ -435,7 +443,7 @@ def add_lora(
         modules_to_save=modules_to_save,
         bias="none",
     )
-    with _quiet_peft():
+    with quiet_peft():
         peft_model = get_peft_model(model, config)
     for n, p in peft_model.named_parameters():
         if "visual" in n:

@@ -18,7 +18,7 @@ One module for what both families need around a ``Qwen3VLModel`` / ``Qwen3_5Mode
   takes back (``vlm(..., mm_encoder_outputs={"image": ...})``);
 * :func:`resolve_folder`: a trained adapter or heads folder, local path first, then a hub id.
 
-Nothing here downloads at import time; transformers is imported lazily.
+Nothing here downloads at import time.
 """
 
 from __future__ import annotations
@@ -32,9 +32,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
+import torch.nn.functional as F
+from huggingface_hub import snapshot_download
+from PIL import Image
 from torch import nn
+from transformers.modeling_outputs import BaseModelOutputWithPooling
+from transformers.models.qwen3_vl.modeling_qwen3_vl import BaseModelOutputWithDeepstackFeatures
 
+from genmetrics.backbones.hf import hf_cache_dir, unavailable_error
+from genmetrics.backbones.weights import offline
+from genmetrics.data.images import ResizePolicy
 from genmetrics.errors import InputError
 
 __all__ = [
@@ -284,24 +293,17 @@ class QwenResize:
         if (h, w) == (th, tw):
             return x
         if self.mode == "square":
-            from genmetrics.data.images import ResizePolicy
-
             return ResizePolicy("resize", th).apply_one(x) if th == tw else _torch_resize(x, (th, tw))
         return _pil_bicubic(x, (th, tw))
 
 
 def _torch_resize(x: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
-    import torch.nn.functional as F
-
     return F.interpolate(x[None], size=size, mode="bicubic", antialias=True, align_corners=False)[0].clamp_(
         0, 1
     )
 
 
 def _pil_bicubic(x: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
-    import numpy as np
-    from PIL import Image
-
     arr = (x.detach().cpu().float().permute(1, 2, 0).numpy() * 255.0 + 0.5).clip(0, 255).astype(np.uint8)
     im = Image.fromarray(arr, mode="RGB").resize((size[1], size[0]), Image.Resampling.BICUBIC)
     return torch.from_numpy(np.asarray(im, dtype=np.uint8).copy()).permute(2, 0, 1).float().div_(255.0)
@@ -522,15 +524,11 @@ def mm_encoder_outputs(
     """
     pooled = tuple(f.embeds.to(device, dtype) for f in features)
     if deepstack and features and features[0].deepstack:
-        from transformers.models.qwen3_vl.modeling_qwen3_vl import BaseModelOutputWithDeepstackFeatures
-
         levels = [
             tuple(f.deepstack[lvl].to(device, dtype) for f in features)
             for lvl in range(len(features[0].deepstack))
         ]
         return BaseModelOutputWithDeepstackFeatures(pooler_output=pooled, deepstack_features=levels)
-    from transformers.modeling_outputs import BaseModelOutputWithPooling
-
     return BaseModelOutputWithPooling(pooler_output=pooled)
 
 
@@ -639,20 +637,15 @@ def resolve_folder(path_or_id: str | os.PathLike, marker: str, *, what: str, hin
     >>> found.is_absolute()
     True
     """
-    from genmetrics.backbones.hf import _unavailable, hf_cache_dir
-    from genmetrics.backbones.weights import offline
-
     s = os.fspath(path_or_id)
     p = Path(s).expanduser()
     if p.is_dir():
         if not (p / marker).is_file():
-            raise _unavailable(str(p), [str(p)], hint=f"The folder has no {marker}. {hint}")
+            raise unavailable_error(str(p), [str(p)], hint=f"The folder has no {marker}. {hint}")
         return p.resolve()
     if p.exists() or s.startswith((".", "/", "~")) or s.count("/") != 1:
-        raise _unavailable(str(p), [str(p)], hint=f"No such {what} folder. {hint}")
+        raise unavailable_error(str(p), [str(p)], hint=f"No such {what} folder. {hint}")
     try:
-        from huggingface_hub import snapshot_download
-
         return Path(snapshot_download(s, cache_dir=str(hf_cache_dir()), local_files_only=offline()))
     except Exception as e:  # noqa: BLE001 - any hub failure becomes one clear error
-        raise _unavailable(s, [str(hf_cache_dir()), "the Hugging Face Hub"], cause=e, hint=hint) from e
+        raise unavailable_error(s, [str(hf_cache_dir()), "the Hugging Face Hub"], cause=e, hint=hint) from e

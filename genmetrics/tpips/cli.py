@@ -1,6 +1,9 @@
 """Command line for TPIPS: ``genmetrics train tpips``, ``genmetrics evaluate-human tpips`` and
 ``genmetrics retrieve {index,query}``. Inputs are validated before any weights load; bad input raises
-``InputError`` (exit 2, one ``error:`` line), missing weights ``WeightsUnavailableError`` (exit 1)."""
+``InputError`` (exit 2, one ``error:`` line), missing weights ``WeightsUnavailableError`` (exit 1).
+
+This is the command-line boundary: torch, transformers and the models are imported inside the commands, so
+``--help`` and input errors stay fast; everything below this module imports at the top."""
 
 from __future__ import annotations
 
@@ -10,14 +13,14 @@ from typing import Any
 
 import click
 
+from genmetrics.cli.common import echo_json
+from genmetrics.data.results import atomic_write_json, lock_output_folder
 from genmetrics.errors import InputError
 
 _VARIANTS = click.Choice(["late", "mid", "early"])
 
 
 def _echo(obj: Any, as_json: bool) -> None:
-    from genmetrics.cli.common import echo_json
-
     if as_json:
         echo_json(obj)
     else:
@@ -34,7 +37,7 @@ def _load_model(
     dtype: str | None = None,
     resize: str | None = None,
 ) -> Any:
-    from genmetrics.tpips.model import load_tpips
+    from genmetrics.tpips.loading import load_tpips  # torch and transformers load only when a model is needed
 
     kw: dict[str, Any] = {}
     if batch_size:
@@ -285,7 +288,6 @@ def evaluate_cmd(
     as_json: bool,
 ) -> None:
     """Agreement with human votes (odd-one-out, 2AFC, BAPPS, NIGHTS) laid out like the paper's Table 3."""
-    from genmetrics.cli.common import echo_json
     from genmetrics.tpips.evaluate import (
         check_images_exist,
         evaluate_human,
@@ -312,8 +314,6 @@ def evaluate_cmd(
     for dset in datasets:
         if names.count(dset.name) > 1:
             dset.name = f"{dset.name} ({Path(dset.path).stem})"
-    from genmetrics.data.results import lock_output_folder
-
     lock = lock_output_folder(out) if out else None  # a second run writing this --out refuses here
     try:
         scorers = build_scorers(
@@ -359,14 +359,12 @@ def build_scorers(
     batch_size: int = 16,
 ) -> list[Any]:
     """The table rows for ``evaluate-human``: the TPIPS model, then the requested baselines."""
+    from genmetrics.backbones.hf import load_vlm
+    from genmetrics.tpips.baselines import PairwiseScoreModel
+    from genmetrics.tpips.common import DEFAULT_WEIGHTS, PROMPTS
     from genmetrics.tpips.evaluate import MetricScorer, SimilarityScorer, TripletScorer, size_of
-    from genmetrics.tpips.model import (
-        DEFAULT_WEIGHTS,
-        PROMPTS,
-        PairwiseScoreModel,
-        TPIPSTripletModel,
-        load_tpips,
-    )
+    from genmetrics.tpips.loading import load_tpips
+    from genmetrics.tpips.triplet import TPIPSTripletModel
 
     scorers: list[Any] = []
     if include_model:
@@ -416,8 +414,6 @@ def build_scorers(
             )
         elif b in ("pairwise", "triplet"):
             if gen_model is None:
-                from genmetrics.backbones.hf import load_vlm
-
                 gen_model = load_vlm(generative_weights, for_generation=True)
             bb, proc = gen_model
             if b == "pairwise":
@@ -508,7 +504,7 @@ def index_cmd(
 ) -> None:
     """Embed every image once per aspect and build one faiss index per aspect."""
     from genmetrics.data.images import list_images
-    from genmetrics.tpips.model import check_aspects
+    from genmetrics.tpips.common import check_aspects
     from genmetrics.tpips.retrieval import AspectIndex
 
     files = list_images(images, recursive=recursive)
@@ -518,8 +514,6 @@ def index_cmd(
         raise InputError("give at least one --aspect (or keep --overall)")
     if batch_size < 1:
         raise InputError(f"--batch-size must be >= 1, got {batch_size}")
-    from genmetrics.data.results import lock_output_folder
-
     lock = lock_output_folder(index_dir, flag="--index")  # two builds into one index folder would mix files
     try:
         model = _load_model(adapter, weights, "late", image_size, batch_size=batch_size)
@@ -600,8 +594,7 @@ def query_cmd(
 ) -> None:
     """Top-k images of the index for a query image and aspect (or several, summed)."""
     from genmetrics.data.images import load_image
-    from genmetrics.data.results import atomic_write_json
-    from genmetrics.tpips.model import check_aspects
+    from genmetrics.tpips.common import check_aspects
     from genmetrics.tpips.retrieval import AspectIndex, contact_sheet
 
     idx = AspectIndex(index_dir)
@@ -611,7 +604,7 @@ def query_cmd(
     for q in queries:
         load_image(q)  # validate before loading weights
     for a in asp:
-        idx._entry(a)
+        idx.entry(a)
     if adjust and "overall" not in idx.aspects:
         raise InputError("--adjust needs the 'overall' aspect in the index; rebuild it with --overall")
     if weights_ and len(weights_) != len(queries):

@@ -36,10 +36,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from genmetrics.data.jsonl import OddOneOutRecord, TwoAFCRecord, iter_jsonl, load_odd_one_out, load_two_afc
+from genmetrics.data.results import atomic_write_json, atomic_write_text, dumps_line, manifest
 from genmetrics.errors import InputError
+from genmetrics.functional.agreement import human_consensus_per_sample, mean_stderr, per_sample_agreement
+from genmetrics.registry import create_metric, metric_info
 
 __all__ = [
     "Dataset",
@@ -128,8 +132,6 @@ def load_bapps(root: str | os.PathLike, *, split: str | None = None) -> list[Two
     >>> len(records), records[0].votes, records[0].source, records[0].aspect
     (1, (0.75, 0.25), 'cnn', 'overall')
     """
-    import numpy as np
-
     base = Path(root)
     if not base.is_dir():
         raise InputError(f"BAPPS folder {str(base)!r} does not exist")
@@ -439,8 +441,6 @@ class MetricScorer(SimilarityScorer):
     _metric: Any = None
 
     def __post_init__(self) -> None:
-        from genmetrics.registry import create_metric, metric_info
-
         info = metric_info(self.metric_name)
         sign = -1.0 if info.get("higher_is_better") is False else 1.0
         self._metric = create_metric(self.metric_name, **self.options)
@@ -457,8 +457,6 @@ class MetricScorer(SimilarityScorer):
 
 # --------------------------------------------------------------------------------------------- statistics
 def _stats(agree: torch.Tensor) -> dict[str, Any]:
-    from genmetrics.functional.agreement import mean_stderr
-
     mean, se = mean_stderr(agree)
     return {"mean": mean, "stderr": se, "n": int(agree.numel())}
 
@@ -491,8 +489,6 @@ def evaluate_human(
     >>> print(to_markdown(res).splitlines()[3])
     | – | constant | – | 33.3 ± 0.0 |
     """
-    from genmetrics.functional.agreement import human_consensus_per_sample, per_sample_agreement
-
     res: dict[str, Any] = {"datasets": [], "models": []}
     for ds in datasets:
         cons = human_consensus_per_sample(ds.votes())
@@ -638,8 +634,6 @@ def write_report(res: dict[str, Any], out_dir: str | os.PathLike, **manifest_ext
     ...     sorted(p.name for p in Path(d).iterdir()) == sorted(Path(p).name for p in paths.values())
     True
     """
-    from genmetrics.data.results import atomic_write_json, atomic_write_text, dumps_line, manifest
-
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     slim = {

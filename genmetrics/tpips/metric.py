@@ -19,16 +19,20 @@ Images reach the backbone as the official Qwen3-VL-Embedding embedder sends them
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
 import torch
 
+from genmetrics.data.batching import map_batches
 from genmetrics.data.images import as_image_list, load_batch
 from genmetrics.errors import InputError
-from genmetrics.metric import SampleMetric, _keep_index, hash_id
+from genmetrics.metric import SampleMetric, _batch_len, _keep_index, _slice, hash_id
 from genmetrics.options import integer, number
 from genmetrics.tpips.common import DEFAULT_WEIGHTS, VARIANTS, check_aspects
+from genmetrics.tpips.loading import load_tpips
+from genmetrics.tpips.model import VALUE_RANGE, TPIPSModel
 
 
 class TPIPS(SampleMetric):
@@ -114,8 +118,6 @@ class TPIPS(SampleMetric):
 
     # -- model -------------------------------------------------------------------------------------
     def _build(self) -> Any:
-        from genmetrics.tpips.model import TPIPSModel, load_tpips
-
         backbone, processor = self._given
         if isinstance(backbone, TPIPSModel):
             model = backbone
@@ -146,8 +148,6 @@ class TPIPS(SampleMetric):
     def value_range(self) -> tuple[float, float]:
         """The range of the per-sample scores for this metric's variant: ``[-1, 1]`` for late and early fusion
         (cosine), ``(-inf, 0]`` for mid fusion (a negative weighted distance). The card's range is their union."""
-        from genmetrics.tpips.model import VALUE_RANGE
-
         variant = self.model().variant if self._model_ready else self.variant
         return VALUE_RANGE[variant]
 
@@ -229,8 +229,6 @@ class TPIPS(SampleMetric):
     def update(
         self, reference: Any = None, candidates: Any = None, condition: Any = None, *, ids: Any = None
     ) -> None:
-        import warnings
-
         n_before = sum(int(t.shape[0]) for t in self.scores) if isinstance(self.scores, list) else 0
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -292,9 +290,6 @@ class TPIPS(SampleMetric):
 
     def similarities(self, reference: Any, candidates: Any, condition: Any = None) -> torch.Tensor:
         """One-shot per-sample similarities ``[B]`` or ``[B,K]`` (float64) of just these inputs."""
-        from genmetrics.data.batching import map_batches
-        from genmetrics.metric import _batch_len, _slice
-
         held, pending = self._candidate_k, getattr(self, "_pending_k", None)
         self._candidate_k = None  # one-shot: neither checked against nor recorded in the accumulated state
         try:
