@@ -2,7 +2,8 @@
 boolean 4D mask (text causal among itself; patches see the text and both images; ``r_k`` sees the text, the
 patches of ``x_k`` and itself), M-RoPE positions built here (text ``(t,0,0)`` for ``t = 1..M``, patches of
 both images ``(0,h,w)``, both registers ``(M+1,0,0)``), one learned register vector; ``f = cos(h_r1, h_r2)``.
-Symmetric and ``f(x,x) = 1`` by construction. Both images of a pair share one token grid
+Symmetric and ``f(x,x) = 1`` by construction; each pair enters in a canonical order (by content hash), so
+``f(a, b) = f(b, a)`` holds bitwise as well. Both images of a pair share one token grid
 (:meth:`~genmetrics.backbones.qwen_vl.QwenResize.pair_size`)."""
 
 from __future__ import annotations
@@ -169,10 +170,18 @@ class EarlyFusion(Fusion):
     def pair_scores(
         self, base: VLMBase, a: list[torch.Tensor], b: list[torch.Tensor], aspects: list[str]
     ) -> torch.Tensor:
-        """``[B]`` early-fusion similarities of image pairs (resized to a shared grid per pair)."""
-        a, b = base.resized_pairs(a, b)
-        feats = base.vision_features(list(a) + list(b))
-        fa, fb = feats[: len(a)], feats[len(a) :]
+        """``[B]`` early-fusion similarities of image pairs (resized to a shared grid per pair).
+
+        ``f`` is symmetric by construction (both images' patches share positions, the registers swap); to make
+        it symmetric in floating point too, each pair enters the sequence in one canonical order (by content
+        hash), so ``f(a, b)`` and ``f(b, a)`` run the identical computation."""
+        ra, rb = base.resized_pairs(a, b)
+        both, n = ra + rb, len(ra)
+        keys = base.content_keys(both)
+        first = [i if keys[i] <= keys[n + i] else n + i for i in range(n)]
+        order = first + [n + i if f == i else i for i, f in enumerate(first)]
+        feats = base.vision_features([both[j] for j in order], keys=[keys[j] for j in order])
+        fa, fb = feats[:n], feats[n:]
         outs = []
         for i in range(0, len(a), base.batch_size):
             sl = slice(i, i + base.batch_size)

@@ -159,7 +159,9 @@ class EncodedFusion(Fusion):
     """Late and mid fusion: both images of a pair are encoded on their own under the aspect, then compared.
 
     Each distinct (image content, aspect) in a call is encoded once, so an image shared by several pairs (a
-    triplet's columns, a reference scored against K candidates) costs one language-tower row per aspect.
+    triplet's columns, a reference scored against K candidates) costs one language-tower row per aspect. The
+    distinct rows are encoded in a canonical order (by content hash and aspect), so swapping the two images
+    of every pair, or reordering the pairs, runs the identical computation: ``f(a, b) = f(b, a)`` bitwise.
 
     >>> from genmetrics.testing import random_images, tiny_tpips
     >>> model = tiny_tpips("late")
@@ -192,19 +194,16 @@ class EncodedFusion(Fusion):
         ra, rb = self.pair_images(base, list(a), list(b))
         images, asp = ra + rb, list(aspects) * 2
         keys = base.content_keys(images)
-        rows: dict[tuple[str, str], int] = {}
-        index: list[int] = []
-        uniq_images: list[torch.Tensor] = []
-        uniq_keys: list[str] = []
-        uniq_aspects: list[str] = []
-        for k, x, c in zip(keys, images, asp):
-            r = rows.get((k, c))
-            if r is None:
-                r = rows[(k, c)] = len(uniq_images)
-                uniq_images.append(x)
-                uniq_keys.append(k)
-                uniq_aspects.append(c)
-            index.append(r)
-        enc = self.encode(base, uniq_images, uniq_aspects, keys=uniq_keys)
+        first: dict[tuple[str, str], int] = {}
+        for i, rowkey in enumerate(zip(keys, asp)):
+            first.setdefault(rowkey, i)
+        # encoded in a canonical order (by content and aspect): the batch, and so every rounding, is the same
+        # whatever the order of the pairs or of the two images in a pair, so f(a, b) = f(b, a) bitwise
+        uniq = sorted(first)
+        row = {rowkey: r for r, rowkey in enumerate(uniq)}
+        enc = self.encode(
+            base, [images[first[u]] for u in uniq], [u[1] for u in uniq], keys=[u[0] for u in uniq]
+        )
+        index = [row[rowkey] for rowkey in zip(keys, asp)]
         n = len(ra)
         return self.compare(enc, index[:n], index[n:])

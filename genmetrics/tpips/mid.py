@@ -124,16 +124,17 @@ def probe_indices(n_layers: int, probe_layers: int | Sequence[int]) -> list[int]
 @dataclass
 class MidEncoding:
     """Per probe layer ``l`` (outer lists) and encoded row (inner lists): ``phi[l][r]`` the unit-normalised
-    image-token states ``[N_r, d]`` (``N_r`` tokens of that row's grid) and ``text[l][r]`` the mean
-    instruction-token state ``[d]``.
+    image-token states ``[N_r, d]`` (``N_r`` tokens of that row's grid, ``grids[r]``) and ``text[l][r]`` the
+    mean instruction-token state ``[d]``.
 
-    >>> enc = MidEncoding(phi=[[torch.zeros(4, 8)]], text=[[torch.zeros(8)]])
-    >>> len(enc.phi), tuple(enc.phi[0][0].shape)
-    (1, (4, 8))
+    >>> enc = MidEncoding(phi=[[torch.zeros(4, 8)]], text=[[torch.zeros(8)]], grids=[(2, 2)])
+    >>> len(enc.phi), tuple(enc.phi[0][0].shape), enc.grids[0]
+    (1, (4, 8), (2, 2))
     """
 
     phi: list[list[torch.Tensor]]
     text: list[list[torch.Tensor]]
+    grids: list[tuple[int, int]]
 
 
 def mid_features(
@@ -169,11 +170,16 @@ def mid_features(
                 t0, t1 = span.instruction
                 phis[j].append(F.normalize(h[b, s0:s1], dim=-1))
                 texts[j].append(h[b, t0:t1].mean(0))
-    return MidEncoding(phi=phis, text=texts)
+    return MidEncoding(phi=phis, text=texts, grids=[f.grid for f in feats])
 
 
 def mid_distance(head: MidFusionHead, enc: MidEncoding, ra: list[int], rb: list[int]) -> torch.Tensor:
     """``f = -sum_l mean_t ||w_l * (phi_l(a) - phi_l(b))||^2`` for the encoded rows ``ra`` / ``rb``.
+
+    Rows may come from images of different token grids (the default smart resize gives each pair its own
+    grid): rows with the same number of tokens are computed together, so each value is that pair's own
+    computation, whatever else is in the batch. Both images of one pair must share a grid (``InputError``
+    otherwise: Eq. 3 compares token ``t`` of one image with token ``t`` of the other).
 
     >>> from genmetrics.testing import random_images, tiny_tpips
     >>> model = tiny_tpips("mid")
@@ -182,19 +188,35 @@ def mid_distance(head: MidFusionHead, enc: MidEncoding, ra: list[int], rb: list[
     >>> mid_distance(model.fusion.head, enc, [0, 1], [0, 1]).tolist(), bool(mid_distance(model.fusion.head, enc, [0], [1]) < 0)
     ([0.0, 0.0], True)
     """
-    total = None
-    for j in range(len(head.mlps)):
-        phi_a = torch.stack([enc.phi[j][r] for r in ra])
-        phi_b = torch.stack([enc.phi[j][r] for r in rb])
-        ta = torch.stack([enc.text[j][r] for r in ra])
-        tb = torch.stack([enc.text[j][r] for r in rb])
-        # The instruction precedes the image and attention is causal, so both passes see the same text
-        # states; averaging the two weights makes f exactly symmetric in floating point as well.
-        w = 0.5 * (head.channel_weights(j, ta) + head.channel_weights(j, tb))
-        d = ((w.unsqueeze(1) * (phi_a - phi_b)) ** 2).sum(-1).mean(-1)
-        total = d if total is None else total + d
-    assert total is not None  # at least one probe layer
-    return 0.0 - total  # 0 - x: no negative zero for identical images
+    groups: dict[int, list[int]] = {}
+    for i, (r, q) in enumerate(zip(ra, rb)):
+        if enc.grids[r] != enc.grids[q]:
+            raise InputError(
+                f"mid fusion compares two images token by token, but pair {i} has token grids {enc.grids[r]} "
+                f"and {enc.grids[q]}; bring both images of a pair to one size (TPIPSModel does: "
+                "QwenResize.pair_size)"
+            )
+        groups.setdefault(int(enc.phi[0][r].shape[0]), []).append(i)
+    parts, order = [], []
+    for rows in groups.values():
+        ga, gb = [ra[i] for i in rows], [rb[i] for i in rows]
+        total = None
+        for j in range(len(head.mlps)):
+            phi_a = torch.stack([enc.phi[j][r] for r in ga])
+            phi_b = torch.stack([enc.phi[j][r] for r in gb])
+            ta = torch.stack([enc.text[j][r] for r in ga])
+            tb = torch.stack([enc.text[j][r] for r in gb])
+            # The instruction precedes the image and attention is causal, so both passes see the same text
+            # states; averaging the two weights makes f exactly symmetric in floating point as well.
+            w = 0.5 * (head.channel_weights(j, ta) + head.channel_weights(j, tb))
+            d = ((w.unsqueeze(1) * (phi_a - phi_b)) ** 2).sum(-1).mean(-1)
+            total = d if total is None else total + d
+        assert total is not None  # at least one probe layer
+        parts.append(total)
+        order += rows
+    values = torch.cat(parts)
+    inverse = torch.argsort(torch.tensor(order, device=values.device))
+    return 0.0 - values[inverse]  # 0 - x: no negative zero for identical images
 
 
 class MidFusion(EncodedFusion):

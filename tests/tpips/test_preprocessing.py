@@ -87,20 +87,24 @@ def test_square_option_and_adapter_policy(vlm, processor):
 
 @pytest.mark.parametrize("variant", ["mid", "early"])
 def test_pairs_share_one_grid(models_smart, variant):
-    """Mid and early fusion compare token grids: a 96x160 and a 64x64 image are both brought to the
-    smart size of their mean size, 80x112 -> 64x128 (symmetric; identity stays exact)."""
+    """Mid and early fusion compare token grids: both images of a pair are brought to the smart size of their
+    mean size (96x160 and 64x64 -> mean 80x112 -> 64x128), each resized from its own pixels with PIL bicubic
+    as the official embedder resizes (re-done here with PIL directly). Symmetric bitwise; identity exact."""
+    from genmetrics.backbones.qwen_vl import smart_resize
+
     m = models_smart[variant]
     a, b = _pil(96, 160, 1), _pil(64, 64, 2)
     s_ab, s_ba = m.similarity([a], [b], "color"), m.similarity([b], [a], "color")
-    assert torch.allclose(s_ab, s_ba, atol=1e-6)
-    from genmetrics.backbones.qwen_vl import smart_resize
-
-    assert (
-        m.resize.pair_size(torch.zeros(3, 96, 160), torch.zeros(3, 64, 64))
-        == smart_resize(80, 112)
-        == (64, 128)
-    )
+    assert torch.equal(s_ab, s_ba)
+    target = smart_resize(round((96 + 64) / 2), round((160 + 64) / 2))
+    assert target == (64, 128)
+    by_hand = [im.resize((target[1], target[0]), Image.Resampling.BICUBIC) for im in (a, b)]
+    assert torch.equal(m.similarity([by_hand[0]], [by_hand[1]], "color"), s_ab)
     assert float(m.similarity([a], [a], "color")) == pytest.approx(0.0 if variant == "mid" else 1.0, abs=1e-6)
+    # a pair of equal sizes keeps each image's own official size (no resize at all for 64x128)
+    c, d = _pil(64, 128, 3), _pil(64, 128, 4)
+    assert m.resize.pair_size(*(torch.zeros(3, 64, 128),) * 2) == (64, 128)
+    assert torch.isfinite(m.similarity([c], [d], "color")).all()
 
 
 @pytest.fixture(scope="module")
