@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from genmetrics.backbones.qwen_vl import (
+    IMAGE_MODES,
     QwenResize,
     VisionCache,
     VisionEncoder,
@@ -24,12 +25,13 @@ from genmetrics.backbones.qwen_vl import (
     VLMParts,
     attn_implementation,
     keys_of,
+    qwen_image,
     resolve_parts,
     run_language_model,
     scatter_features,
     token_ids,
 )
-from genmetrics.data.images import as_image_list, to_tensor
+from genmetrics.data.images import as_image_list
 from genmetrics.errors import InputError
 from genmetrics.tpips.common import DEFAULT_IMAGE_SIZE, MAX_ASPECT_TOKENS, check_aspects
 
@@ -124,8 +126,15 @@ class VLMBase(nn.Module):
         vision_batch_size: int = 32,
         data_range: float = 1.0,
         max_aspect_tokens: int = MAX_ASPECT_TOKENS,
+        image_modes: str = "official",
     ) -> None:
         super().__init__()
+        if image_modes not in IMAGE_MODES:
+            raise InputError(
+                f"image_modes={image_modes!r}: expected 'official' (PIL modes converted as the Qwen3-VL-Embedding "
+                "embedder does) or 'genmetrics' (alpha composited on white, 16/32-bit rescaled)"
+            )
+        self.image_modes = image_modes
         self.backbone = backbone
         self._parts = resolve_parts(backbone)
         if (
@@ -260,7 +269,8 @@ class VLMBase(nn.Module):
 
     def load_images(self, images: Any, *, name: str = "images") -> list[torch.Tensor]:
         """Any accepted batch -> list of float ``[3,H,W]`` tensors in [0,1] at their own size (the resize
-        policy is applied when they are scored). An input object repeated in the batch is decoded once."""
+        policy is applied when they are scored), PIL modes converted by :attr:`image_modes`
+        (:func:`~genmetrics.backbones.qwen_vl.qwen_image`). An input object repeated in the batch is decoded once."""
         items = as_image_list(images, name=name)
         if not items:
             raise InputError(f"{name}: the batch is empty; expected at least one image")
@@ -270,7 +280,8 @@ class VLMBase(nn.Module):
             t = done.get(id(x))
             if t is None:
                 label = str(x) if isinstance(x, (str, os.PathLike)) else f"{name}[{i}]"
-                t = done[id(x)] = to_tensor(x, data_range=self.data_range, name=label).cpu()
+                t = qwen_image(x, image_modes=self.image_modes, data_range=self.data_range, name=label)
+                t = done[id(x)] = t.cpu()
             out.append(t)
         return out
 

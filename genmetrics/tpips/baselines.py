@@ -39,6 +39,7 @@ class PairwiseScoreModel(VLMBase):
         vision_cache_size: int = 64,
         batch_size: int = 8,
         data_range: float = 1.0,
+        image_modes: str = "official",
     ) -> None:
         super().__init__(
             backbone,
@@ -48,6 +49,7 @@ class PairwiseScoreModel(VLMBase):
             vision_cache_size=vision_cache_size,
             batch_size=batch_size,
             data_range=data_range,
+            image_modes=image_modes,
         )
         if self.lm_head is None:
             raise InputError(

@@ -110,6 +110,14 @@ def _portable(ref: str | None) -> str | None:
     "--image-size", type=int, default=None, help="Side of the square policy (selects --resize square)."
 )
 @click.option(
+    "--image-modes",
+    type=click.Choice(["official", "genmetrics"]),
+    default="official",
+    show_default=True,
+    help="PIL modes to RGB: official (as the Qwen3-VL-Embedding embedder: LA alpha dropped, 16-bit clipped) or "
+    "genmetrics (alpha composited on white, 16-bit rescaled). Recorded in the adapter.",
+)
+@click.option(
     "--lora-targets",
     type=click.Choice(["qkv-mlp", "all-linear"]),
     default="qkv-mlp",
@@ -158,6 +166,7 @@ def train_cmd(
     max_grad_norm: float,
     resize: str | None,
     image_size: int | None,
+    image_modes: str,
     lora_targets: str,
     probe_layers: int,
     mid_text_norm: str,
@@ -190,6 +199,7 @@ def train_cmd(
         max_grad_norm=max_grad_norm,
         resize=resize,
         image_size=image_size,
+        image_modes=image_modes,
         lora_targets=lora_targets,
         probe_layers=probe_layers,
         mid_text_norm=mid_text_norm,

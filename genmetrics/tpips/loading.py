@@ -25,7 +25,7 @@ from genmetrics.tpips.triplet import TPIPSTripletModel
 __all__ = ["adapter_folder", "load_tpips", "save_peft"]
 
 #: options the triplet head takes from ``load_tpips(**kwargs)``
-_TRIPLET_OPTIONS = ("vision_cache_size", "batch_size", "data_range")
+_TRIPLET_OPTIONS = ("vision_cache_size", "batch_size", "data_range", "image_modes")
 
 
 def load_tpips(

@@ -25,8 +25,9 @@ from typing import Any
 
 import torch
 
+from genmetrics.backbones.qwen_vl import IMAGE_MODES, mode_sensitive, qwen_image
 from genmetrics.data.batching import map_batches
-from genmetrics.data.images import as_image_list, load_batch
+from genmetrics.data.images import as_image_list, to_tensor
 from genmetrics.errors import InputError
 from genmetrics.metric import SampleMetric, _batch_len, _keep_index, _slice, hash_id
 from genmetrics.options import integer, number
@@ -52,6 +53,9 @@ class TPIPS(SampleMetric):
         data_range: the value range of float tensor images (1.0 or 255.0).
         dtype: backbone precision when loading weights (default bf16 on CUDA, fp32 on CPU).
         vision_cache_size: images whose vision-tower output is kept across calls.
+        image_modes: how PIL images and files of modes other than RGB become RGB: ``"official"`` (as the
+            Qwen3-VL-Embedding embedder), ``"genmetrics"`` (alpha on white, 16-bit rescaled); default: the
+            adapter's, else ``"official"`` (docs/tpips.md, "PIL modes").
 
     On the tiny random Qwen3-VL (``TPIPS()`` loads Qwen3-VL-Embedding-2B): one aspect per pair, the
     per-sample similarities, their mean and the mean per aspect:
@@ -84,9 +88,16 @@ class TPIPS(SampleMetric):
         data_range: float = 1.0,
         dtype: Any = None,
         vision_cache_size: int = 64,
+        image_modes: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        if image_modes not in (None, *IMAGE_MODES):
+            raise InputError(
+                f"image_modes={image_modes!r}: expected 'official' (as the Qwen3-VL-Embedding embedder) or "
+                "'genmetrics' (alpha on white, 16-bit rescaled)"
+            )
+        self.image_modes = image_modes
         if variant not in VARIANTS:
             raise InputError(f"variant={variant!r}: expected one of {', '.join(VARIANTS)}")
         if backbone is not None and processor is None and not hasattr(backbone, "similarity"):
@@ -121,7 +132,10 @@ class TPIPS(SampleMetric):
         backbone, processor = self._given
         if isinstance(backbone, TPIPSModel):
             model = backbone
+            if self.image_modes is not None:
+                model.image_modes = self.image_modes
         else:
+            extra = {} if self.image_modes is None else {"image_modes": self.image_modes}
             model = load_tpips(
                 self.adapter,
                 backbone=backbone,
@@ -133,6 +147,7 @@ class TPIPS(SampleMetric):
                 dtype=self.dtype_option,
                 vision_cache_size=self.vision_cache_size,
                 data_range=self.data_range,
+                **extra,
             )
         if not isinstance(model, TPIPSModel):
             raise InputError(
@@ -156,8 +171,23 @@ class TPIPS(SampleMetric):
         return self.backbone("backbone") if self._model_ready else self._build()
 
     # -- inputs ------------------------------------------------------------------------------------
-    def _images(self, images: Any, name: str) -> list[torch.Tensor]:
-        return [x.cpu() for x in load_batch(images, data_range=self.data_range, name=name)]
+    def _images(self, images: Any, name: str) -> list[Any]:
+        """Checked (decoded) now, before any weights load; a PIL image or file whose RGB depends on
+        ``image_modes`` is kept as given and converted by the model, every other one as a tensor."""
+        items = as_image_list(images, name=name)
+        if not items:
+            raise InputError(f"{name}: the batch is empty; expected at least one image")
+        out: list[Any] = []
+        for i, x in enumerate(items):
+            label = str(x) if isinstance(x, (str, os.PathLike)) else f"{name}[{i}]"
+            if mode_sensitive(x):
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")  # the model warns when it converts it
+                    qwen_image(x, image_modes=self.image_modes or "official", name=label)
+                out.append(x)
+            else:
+                out.append(to_tensor(x, data_range=self.data_range, name=label).cpu())
+        return out
 
     def _prepare(self, reference: Any, candidates: Any, condition: Any) -> dict[str, list[Any]]:
         if reference is None:

@@ -96,7 +96,9 @@ class MidFusionHead(nn.Module):
         t = text_mean.float()
         if self.text_norm == "layer":
             t = F.layer_norm(t, t.shape[-1:])
-        return F.softplus(self.mlps[layer](t))
+        mlp = self.mlps[layer]
+        dtype = next(mlp.parameters()).dtype  # the head may have been cast (model.to(torch.bfloat16))
+        return F.softplus(mlp(t.to(dtype)).float())
 
     def forward(self, text_means: list[torch.Tensor]) -> list[torch.Tensor]:
         return [self.channel_weights(j, t) for j, t in enumerate(text_means)]

@@ -112,6 +112,9 @@ class TPIPSModel(VLMBase):
             instruction state), ``"none"`` the paper-literal raw average (see :mod:`genmetrics.tpips.mid`).
         vision_cache_size: images kept in the vision-feature LRU across calls.
         batch_size: sequences per language-tower call.
+        image_modes: how PIL images and files of other modes than RGB become RGB: ``"official"`` (default, as
+            the Qwen3-VL-Embedding embedder: LA/PA alpha dropped, 16-bit clipped) or ``"genmetrics"`` (alpha
+            composited on white, 16/32-bit and float rescaled); see docs/tpips.md.
 
     On the tiny random Qwen3-VL (``load_tpips()`` builds it on the real weights). Late fusion compares
     aspect-conditioned embeddings: symmetric, and an image is most similar to itself:
@@ -146,6 +149,7 @@ class TPIPSModel(VLMBase):
         vision_batch_size: int = 32,
         data_range: float = 1.0,
         max_aspect_tokens: int = MAX_ASPECT_TOKENS,
+        image_modes: str = "official",
     ) -> None:
         if variant not in FUSIONS:
             raise InputError(
@@ -162,6 +166,7 @@ class TPIPSModel(VLMBase):
             vision_batch_size=vision_batch_size,
             data_range=data_range,
             max_aspect_tokens=max_aspect_tokens,
+            image_modes=image_modes,
         )
         self.temperature = float(DEFAULT_TEMPERATURE[variant] if temperature is None else temperature)
         if self.temperature <= 0:
@@ -249,6 +254,7 @@ class TPIPSModel(VLMBase):
             "variant": self.variant,
             "resize": self.resize.mode,
             "image_size": self.image_size,
+            "image_modes": self.image_modes,
             "temperature": self.temperature,
             "prompts": list(self.prompts),
             "base_weights": base_weights,
@@ -300,6 +306,9 @@ class TPIPSModel(VLMBase):
         variant = cfg["variant"]
         options = {**FUSIONS[variant].options_from_config(cfg), **kwargs}
         options.setdefault("temperature", cfg.get("temperature"))
+        options.setdefault(
+            "image_modes", cfg.get("image_modes", "genmetrics")
+        )  # older adapters: the contract
         if cfg.get("prompts"):
             options.setdefault("prompts", tuple(cfg["prompts"]))
         model = cls(backbone, processor, variant, **resize_options(cfg, image_size, resize), **options)

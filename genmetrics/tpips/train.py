@@ -34,11 +34,11 @@ import torch
 from accelerate import PartialState
 
 from genmetrics.backbones.hf import add_lora, load_vlm, quiet_peft
-from genmetrics.backbones.qwen_vl import image_key
-from genmetrics.data.images import load_batch
+from genmetrics.backbones.qwen_vl import IMAGE_MODES, image_key
 from genmetrics.data.jsonl import OddOneOutRecord, load_odd_one_out
 from genmetrics.errors import InputError
 from genmetrics.functional.agreement import odd_one_out_agreement
+from genmetrics.tpips.base import VLMBase
 from genmetrics.tpips.common import DEFAULT_WEIGHTS, TRIPLET_WEIGHTS
 from genmetrics.tpips.model import TPIPSModel
 from genmetrics.tpips.triplet import TPIPSTripletModel
@@ -101,6 +101,7 @@ class TrainConfig:
     )
     image_size: int | None = None  # side of the "square" policy; None: resize="smart"
     resize: str | None = None  # "smart" (official Qwen3-VL-Embedding policy, default) or "square"
+    image_modes: str = "official"  # PIL modes to RGB: "official" (the embedder's) or "genmetrics" (rescaled)
     val_every: int | None = None  # None: validate once per epoch (and at the end)
     save_every: int | None = 200
     keep_checkpoints: int = 2
@@ -130,6 +131,8 @@ class TrainConfig:
             raise InputError(f"warmup_ratio must be in [0, 1), got {c.warmup_ratio}")
         if c.image_size is not None and c.image_size % 32:
             raise InputError(f"image_size must be a multiple of 32, got {c.image_size}")
+        if c.image_modes not in IMAGE_MODES:
+            raise InputError(f"image_modes={c.image_modes!r}: expected one of {', '.join(IMAGE_MODES)}")
         if c.lora_targets not in LORA_TARGETS:
             raise InputError(f"lora_targets={c.lora_targets!r}: expected one of {', '.join(LORA_TARGETS)}")
         return c
@@ -185,7 +188,7 @@ def soft_cross_entropy(logits: torch.Tensor, votes: torch.Tensor) -> torch.Tenso
     return -(y * torch.log_softmax(logits.float(), -1)).sum(-1)
 
 
-def build_model(config: TrainConfig, backbone: Any, processor: Any) -> torch.nn.Module:
+def build_model(config: TrainConfig, backbone: Any, processor: Any) -> VLMBase:
     """Wrap ``backbone`` with LoRA (language tower only) and build the TPIPS model of ``config.variant``.
 
     >>> from genmetrics.testing import tiny_qwen3vl, tiny_qwen3vl_processor
@@ -203,8 +206,8 @@ def build_model(config: TrainConfig, backbone: Any, processor: Any) -> torch.nn.
                 target_modules=LORA_TARGETS[config.lora_targets],
             )
     if config.variant == "triplet":
-        model: torch.nn.Module = TPIPSTripletModel(
-            backbone, processor, image_size=config.image_size
+        model: VLMBase = TPIPSTripletModel(
+            backbone, processor, image_size=config.image_size, image_modes=config.image_modes
         )  # square
     else:
         model = TPIPSModel(
@@ -216,6 +219,7 @@ def build_model(config: TrainConfig, backbone: Any, processor: Any) -> torch.nn.
             temperature=config.temperature,
             probe_layers=config.probe_layers,
             mid_text_norm=config.mid_text_norm,
+            image_modes=config.image_modes,
         )
     for n, p in model.named_parameters():
         if "visual" in n:
@@ -236,14 +240,15 @@ class TPIPSTrainTask(TrainTask):
     (['aspects', 'votes', 'x'], 0, True, True)
     """
 
-    def __init__(self, model: torch.nn.Module, config: TrainConfig, base_weights: str | None):
+    def __init__(self, model: VLMBase, config: TrainConfig, base_weights: str | None):
         self.model, self.cfg, self.base_weights = model, config, base_weights
 
     def trainable_module(self) -> torch.nn.Module:
         return self.model
 
     def collate(self, examples: list) -> dict[str, Any]:
-        cols = [load_batch([r.images[k] for r in examples], name=f"images{k + 1}") for k in range(3)]
+        load = self.model.load_images  # the model's image_modes, as at inference
+        cols = [load([r.images[k] for r in examples], name=f"images{k + 1}") for k in range(3)]
         return {
             "x": cols,
             "aspects": [r.aspect for r in examples],

@@ -82,6 +82,7 @@ class TPIPSTripletModel(VLMBase):
         batch_size: int = 8,
         data_range: float = 1.0,
         max_aspect_tokens: int = MAX_ASPECT_TOKENS,
+        image_modes: str = "official",
     ) -> None:
         super().__init__(
             backbone,
@@ -92,6 +93,7 @@ class TPIPSTripletModel(VLMBase):
             batch_size=batch_size,
             data_range=data_range,
             max_aspect_tokens=max_aspect_tokens,
+            image_modes=image_modes,
         )
         self.prompts = check_prompts(prompts, "triplet")
         self.two_afc_prompts = check_prompts(two_afc_prompts, "triplet_2afc", name="two_afc_prompts")
@@ -201,6 +203,7 @@ class TPIPSTripletModel(VLMBase):
             "format": FORMAT,
             "variant": "triplet",
             "image_size": self.image_size,
+            "image_modes": self.image_modes,
             "prompts": list(self.prompts),
             "base_weights": base_weights,
         }
@@ -261,6 +264,6 @@ class TPIPSTripletModel(VLMBase):
             processor,
             image_size=image_size or cfg.get("image_size"),
             prompts=tuple(cfg["prompts"]) if cfg.get("prompts") else None,
-            **kwargs,
+            **{"image_modes": cfg.get("image_modes", "genmetrics"), **kwargs},
         )
         return finish_loading(model, folder, device)
