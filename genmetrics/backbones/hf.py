@@ -29,7 +29,8 @@ import torch
 import transformers
 from huggingface_hub import try_to_load_from_cache
 from huggingface_hub.constants import HF_HUB_CACHE
-from peft import LoraConfig, PeftModel, get_peft_model
+from peft import LoraConfig, PeftModel, get_peft_model, get_peft_model_state_dict
+from safetensors import safe_open
 
 from genmetrics.backbones.provider import provide
 from genmetrics.backbones.weights import genmetrics_home, offline
@@ -39,6 +40,7 @@ from genmetrics.options import expand_user
 __all__ = [
     "VLM_KINDS",
     "add_lora",
+    "check_adapter_file",
     "hf_cache_dir",
     "load_peft_adapter",
     "load_vlm",
@@ -394,9 +396,10 @@ def load_peft_adapter(
     if revision is not None:
         kw["revision"] = revision
     what = os.fspath(adapter_path_or_id)
+    weights_file = check_adapter_file(Path(name)) if Path(name).is_dir() else None
     try:
         with quiet_peft():
-            return PeftModel.from_pretrained(
+            peft_model = PeftModel.from_pretrained(
                 model, name, adapter_name=adapter_name, is_trainable=is_trainable, **kw
             )
     except OSError as e:
@@ -405,6 +408,91 @@ def load_peft_adapter(
         if "adapter_config.json" in str(e) or "Can't find" in str(e):
             raise unavailable_error(what, looked, cause=e) from e
         raise
+    except RuntimeError as e:  # load_state_dict: a tensor of another shape than the backbone's LoRA layer
+        m = _SIZE_MISMATCH.search(str(e))
+        if m is None:
+            raise
+        raise InputError(
+            f"{weights_file or name}: tensor {m['name']!r} has shape {m['got']}, but this backbone's LoRA layer "
+            f"is {m['want']}; the adapter was saved for another backbone or LoRA rank: pass the base weights it "
+            "was trained on"
+        ) from None
+    if weights_file is not None:
+        _check_adapter_keys(peft_model, weights_file, adapter_name)
+    return peft_model
+
+
+_SIZE_MISMATCH = re.compile(
+    r"size mismatch for (?P<name>[\w.]+): copying a param with shape (?P<got>torch\.Size\(\[[^\]]*\]\)) from "
+    r"checkpoint, the shape in current model is (?P<want>torch\.Size\(\[[^\]]*\]\))"
+)
+_PICKLES = ("adapter_model.bin", "adapter_model.pt", "adapter_model.pth", "adapter_model.pkl")
+
+
+def check_adapter_file(folder: Path) -> Path:
+    """The peft adapter weights of ``folder``, checked before anything loads them: ``adapter_model.safetensors``
+    must exist (a pickle such as ``adapter_model.bin`` is refused, never unpickled) and hold only finite values.
+    Raises :class:`~genmetrics.errors.InputError` naming the file (and the tensor).
+
+    >>> import tempfile, torch
+    >>> from safetensors.torch import save_file
+    >>> with tempfile.TemporaryDirectory() as d:  # doctest: +ELLIPSIS
+    ...     _ = (Path(d) / "adapter_model.bin").write_bytes(b"not read")
+    ...     check_adapter_file(Path(d))
+    Traceback (most recent call last):
+        ...
+    genmetrics.errors.InputError: .../adapter_model.bin is a pickle file; genmetrics loads peft adapters only from safetensors (adapter_model.safetensors) and never unpickles a file: ...
+    """
+    path = folder / "adapter_model.safetensors"
+    if not path.is_file():
+        pickled = [folder / n for n in _PICKLES if (folder / n).is_file()]
+        if pickled:
+            raise InputError(
+                f"{pickled[0]} is a pickle file; genmetrics loads peft adapters only from safetensors "
+                "(adapter_model.safetensors) and never unpickles a file: re-save the adapter with "
+                "save_pretrained(safe_serialization=True) where it was trained, or convert it with "
+                "safetensors.torch.save_file on a machine that trusts it"
+            )
+        raise InputError(
+            f"{folder}: no adapter_model.safetensors next to adapter_config.json; restore the adapter"
+        )
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            for key in f.keys():  # noqa: SIM118 - safe_open is not a mapping
+                t = f.get_tensor(key)
+                if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+                    bad = int((~torch.isfinite(t)).sum())
+                    raise InputError(
+                        f"{path}: tensor {key!r} holds {bad} NaN or infinite value(s); the file is corrupt or "
+                        "was saved from a diverged run: retrain or restore it"
+                    )
+    except InputError:
+        raise
+    except Exception as e:  # noqa: BLE001 - any safetensors parse failure: one clear line
+        raise InputError(
+            f"{path}: not a readable safetensors file ({type(e).__name__}: {str(e).splitlines()[0][:160]}); "
+            "restore the adapter"
+        ) from None
+    return path
+
+
+def _check_adapter_keys(peft_model: Any, path: Path, adapter_name: str) -> None:
+    """The file's tensors are exactly the adapter's (peft loads non-strictly: a missing tensor would keep its
+    initial value, an extra one would be ignored)."""
+    expected = set(get_peft_model_state_dict(peft_model, adapter_name=adapter_name))
+    with safe_open(str(path), framework="pt") as f:
+        found = set(f.keys())
+    missing, extra = sorted(expected - found), sorted(found - expected)
+    if missing:
+        raise InputError(
+            f"{path}: tensor {missing[0]!r} is missing ({len(missing)} missing in all); the adapter is incomplete "
+            "or was saved for another backbone: restore it or pass the base weights it was trained on"
+        )
+    if extra:
+        raise InputError(
+            f"{path}: unexpected tensor {extra[0]!r} ({len(extra)} unexpected in all); the adapter was saved for "
+            "another backbone or configuration: pass the base weights it was trained on"
+        )
 
 
 def add_lora(

@@ -18,10 +18,10 @@ import torch
 from safetensors.torch import save_file
 from torch import nn
 
-from genmetrics.backbones.hf import load_peft_adapter, load_vlm, quiet_peft
+from genmetrics.backbones.hf import load_peft_adapter, load_vlm, quiet_peft, unavailable_error
 from genmetrics.backbones.qwen_vl import resolve_folder
 from genmetrics.backbones.weights import load_state_dict
-from genmetrics.errors import InputError
+from genmetrics.errors import InputError, WeightsUnavailableError
 from genmetrics.tpips.common import CONFIG_NAME, DEFAULT_WEIGHTS, FORMAT, HEAD_NAME, TRIPLET_WEIGHTS, VARIANTS
 
 __all__ = [
@@ -31,11 +31,14 @@ __all__ = [
     "open_adapter",
     "read_adapter_config",
     "read_head_file",
+    "recorded_weights",
     "resize_options",
     "save_peft",
+    "weights_record",
     "write_adapter",
 ]
 
+_PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl")
 ADAPTER_HINT = (
     "Fix: pass the folder written by `genmetrics train tpips` (OUT/final) or TPIPSModel.save_pretrained "
     "(adapter=... / --adapter), or a hub id of a published TPIPS adapter."
@@ -76,8 +79,75 @@ def write_adapter(
     out.mkdir(parents=True, exist_ok=True)
     save_peft(backbone, out)
     save_file(head or {"_empty": torch.zeros(1)}, str(out / HEAD_NAME))
+    config = {**config, **weights_record(config.get("base_weights"), out)}
     (out / CONFIG_NAME).write_text(json.dumps(config, indent=2))
     return out
+
+
+def weights_record(base_weights: str | None, folder: Path) -> dict[str, Any]:
+    """How ``tpips.json`` records the base weights: a local folder as its absolute path and, so a run folder
+    moved together with its weights still works, its path relative to the adapter ``folder``; a hub id as is.
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     (Path(d) / "weights").mkdir()
+    ...     rec = weights_record(str(Path(d) / "weights"), Path(d) / "run" / "final")
+    >>> Path(rec["base_weights"]).is_absolute(), rec["base_weights_relative"]
+    (True, '../../weights')
+    >>> weights_record("Qwen/Qwen3-VL-Embedding-2B", Path("run"))
+    {'base_weights': 'Qwen/Qwen3-VL-Embedding-2B'}
+    """
+    if not base_weights:
+        return {"base_weights": base_weights}
+    local = Path(base_weights).expanduser()
+    if not local.exists():
+        return {"base_weights": base_weights}
+    absolute = local.resolve()
+    return {
+        "base_weights": str(absolute),
+        "base_weights_relative": os.path.relpath(absolute, folder.resolve()),
+    }
+
+
+def recorded_weights(config: dict[str, Any], folder: Path) -> tuple[str | None, list[str]]:
+    """The base weights an adapter records, found from any working folder: ``(weights, places looked)``. A
+    recorded path is tried as absolute, relative to the adapter folder and (older adapters) relative to the
+    working folder; a hub id comes back as is. A recorded local folder found nowhere raises
+    ``WeightsUnavailableError`` naming every place looked and the fix.
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as d:  # doctest: +ELLIPSIS
+    ...     recorded_weights({"base_weights": "/gone/weights", "base_weights_relative": "../weights"}, Path(d))
+    Traceback (most recent call last):
+        ...
+    genmetrics.errors.WeightsUnavailableError: weights '/gone/weights' are not available. Looked in: /gone/weights, .../weights (relative to the adapter). ...
+    """
+    recorded = config.get("base_weights")
+    if not recorded:
+        return None, []
+    p = Path(recorded).expanduser()
+    candidates: list[tuple[Path, str]] = []
+    if p.is_absolute():
+        candidates.append((p, ""))
+    else:
+        candidates.append((folder / p, " (relative to the adapter)"))
+        candidates.append((Path.cwd() / p, " (relative to the working folder)"))
+    if config.get("base_weights_relative"):
+        candidates.append(
+            ((folder / config["base_weights_relative"]).resolve(), " (relative to the adapter)")
+        )
+    for c, _ in candidates:
+        if c.exists():
+            return str(c), []
+    looked = [f"{c}{how}" for c, how in candidates]
+    if p.is_absolute() or config.get("base_weights_relative"):
+        raise unavailable_error(
+            recorded,
+            looked,
+            hint=f"{folder / CONFIG_NAME} records these base weights as a local folder. Fix: pass weights= "
+            "(--weights) with the folder (or hub id) of the weights the adapter was trained on.",
+        )
+    return recorded, looked  # a hub id (or an older adapter's relative path): load_vlm looks in the caches
 
 
 def adapter_folder(path_or_id: str | os.PathLike) -> Path:
@@ -153,12 +223,17 @@ def adapter_backbone(
     genmetrics.errors.InputError: processor: pass the backbone's processor together with backbone=
     """
     if backbone is None:
-        w = (
-            weights
-            or config.get("base_weights")
-            or (TRIPLET_WEIGHTS if variant == "triplet" else DEFAULT_WEIGHTS)
-        )
-        backbone, loaded = load_vlm(w, dtype=dtype, device=device, for_generation=variant == "triplet")
+        recorded, looked = (None, []) if weights or folder is None else recorded_weights(config, folder)
+        w = weights or recorded or (TRIPLET_WEIGHTS if variant == "triplet" else DEFAULT_WEIGHTS)
+        try:
+            backbone, loaded = load_vlm(w, dtype=dtype, device=device, for_generation=variant == "triplet")
+        except WeightsUnavailableError as e:
+            if not looked:
+                raise
+            raise WeightsUnavailableError(
+                f"{e} (The adapter {folder} records base weights {w!r}; as a local folder they are not at "
+                f"{', '.join(looked)}.)"
+            ) from None
         processor = processor or loaded
     elif processor is None:
         raise InputError("processor: pass the backbone's processor together with backbone=")
@@ -178,7 +253,20 @@ def read_head_file(folder: Path) -> dict[str, torch.Tensor] | None:
     (['register'], None)
     """
     path = folder / HEAD_NAME
-    return load_state_dict(path) if path.is_file() else None
+    if not path.is_file():
+        pickled = [
+            folder / f"tpips_head{x}" for x in _PICKLE_SUFFIXES if (folder / f"tpips_head{x}").is_file()
+        ]
+        if pickled:
+            raise InputError(
+                f"{pickled[0]} is a pickle file; genmetrics reads TPIPS heads only from safetensors ({HEAD_NAME}) "
+                "and never unpickles a file: re-save the adapter with save_pretrained"
+            )
+        return None
+    try:
+        return load_state_dict(path)
+    except WeightsUnavailableError as e:  # not a safetensors file (e.g. a pickle renamed): never unpickled
+        raise InputError(str(e)) from None
 
 
 def open_adapter(
@@ -234,6 +322,11 @@ def finish_loading(model: Any, folder: Path, device: Any) -> Any:
     False
     """
     head = read_head_file(folder)
+    if head is None and model.head_state_dict():
+        raise InputError(
+            f"{folder}: no {HEAD_NAME}, but a {model.variant} TPIPS model keeps trained tensors there "
+            f"({', '.join(sorted(model.head_state_dict())[:3])}); restore the file or the whole adapter folder"
+        )
     if head is not None:
         model.load_head_state_dict(head, source=str(folder / HEAD_NAME))
     if device is not None:

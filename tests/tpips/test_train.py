@@ -237,7 +237,7 @@ def test_cli_train_and_errors(tmp_path, data, tiny_folder):
     )
     assert rc == 0
     cfg = json.loads((out / "final" / "tpips.json").read_text())
-    assert cfg["variant"] == "late" and cfg["base_weights"] == str(tiny_folder)
+    assert cfg["variant"] == "late" and cfg["base_weights"] == str(tiny_folder.resolve())
     assert (
         main(
             [
