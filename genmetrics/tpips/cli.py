@@ -279,6 +279,12 @@ def train_cmd(
     default=None,
     help="Folder for results.json, table.md, per_sample.jsonl.",
 )
+@click.option(
+    "--controls",
+    is_flag=True,
+    help="Also score each row's records with the aspect replaced (by 'overall', by another record's) and, for "
+    "2AFC, with another record's reference: readings next to the agreement, to check the metric uses both.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the results JSON instead of the table.")
 def evaluate_cmd(
     data: tuple[str, ...],
@@ -295,6 +301,7 @@ def evaluate_cmd(
     batch_size: int,
     limit: int | None,
     out: str | None,
+    controls: bool,
     as_json: bool,
 ) -> None:
     """Agreement with human votes (odd-one-out, 2AFC, BAPPS, NIGHTS) laid out like the paper's Table 3."""
@@ -337,10 +344,16 @@ def evaluate_cmd(
             image_size=image_size,
             batch_size=batch_size,
         )
-        res = evaluate_human(datasets, scorers)
+        res = evaluate_human(datasets, scorers, controls=controls)
         if out:
             write_report(
-                res, out, data=list(data), adapter=adapter, weights=weights, baselines=list(baselines)
+                res,
+                out,
+                data=list(data),
+                adapter=adapter,
+                weights=weights,
+                baselines=list(baselines),
+                controls=controls,
             )
     finally:
         if lock is not None:
