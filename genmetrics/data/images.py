@@ -33,7 +33,7 @@ from __future__ import annotations
 import math
 import os
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeAlias
@@ -95,8 +95,11 @@ def _describe(x: Any) -> str:
     return f"{type(x).__name__} {x!r}"[:200]
 
 
-def load_image(path: str | os.PathLike) -> Image.Image:
-    """Open ``path`` and return an RGB PIL image following the module's conversion rules.
+def load_image(
+    path: str | os.PathLike, *, convert: Callable[[Image.Image], Image.Image] | None = None
+) -> Image.Image:
+    """Open ``path`` and return an RGB PIL image following the module's conversion rules (``convert``: another
+    mode-to-RGB rule, applied to the decoded, EXIF-rotated first frame instead of :func:`to_rgb`).
 
     >>> import tempfile
     >>> with tempfile.TemporaryDirectory() as d:
@@ -134,7 +137,7 @@ def load_image(path: str | os.PathLike) -> Image.Image:
                 im.seek(0)
                 im.load()
                 im = ImageOps.exif_transpose(im)
-                rgb = to_rgb(im, name=str(p))
+                rgb = to_rgb(im, name=str(p)) if convert is None else convert(im)
         if frames > 1:
             kind = "pages" if fmt == "TIFF" else "frames"
             warnings.warn(
