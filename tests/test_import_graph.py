@@ -285,8 +285,7 @@ def test_no_new_violation(rule, today):
 def test_known_violations_only_shrink(rule, today):
     gone = KNOWN_VIOLATIONS[rule] - today.get(rule, set())
     assert not gone, (
-        f"fixed, so delete from KNOWN_VIOLATIONS[{rule!r}] in tests/test_import_graph.py: "
-        f"{sorted(gone)}"
+        f"fixed, so delete from KNOWN_VIOLATIONS[{rule!r}] in tests/test_import_graph.py: {sorted(gone)}"
     )
 
 
