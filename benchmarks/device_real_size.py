@@ -211,7 +211,7 @@ def _raclip_one(args, dev, dtype, name, batch, attrs, timeit) -> None:
 def build_tpips_backbone(args, dev, dtype):
     from transformers import Qwen3VLModel
 
-    from genmetrics._tiny_vlm import tiny_qwen3vl_config
+    from genmetrics.testing.tiny_vlm import tiny_qwen3vl_config
     from genmetrics.testing import tiny_qwen3vl, tiny_qwen3vl_processor
 
     if args.tiny:
@@ -341,7 +341,7 @@ def run_mie(args, dev, dtype) -> None:
     from mie_throughput import REAL_LIKE
     from transformers import Qwen3_5Model
 
-    from genmetrics._tiny_vlm import tiny_qwen35_config
+    from genmetrics.testing.tiny_vlm import tiny_qwen35_config
     from genmetrics.mie.model import MIEModel
     from genmetrics.testing import random_images, tiny_qwen35, tiny_qwen35_processor
 
