@@ -13,9 +13,11 @@ The harness is not part of genmetrics (its code is never committed here): point
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
-import types
+import tempfile
+from pathlib import Path
 
 import pytest
 import torch
@@ -36,8 +38,12 @@ pytestmark = [
 
 if HARNESS:
     sys.path.insert(0, HARNESS)
-    if "cachier" not in sys.modules:  # the harness's optional on-disk cache of reference values: not needed
-        sys.modules["cachier"] = types.SimpleNamespace(cachier=lambda *a, **k: lambda fn: fn)  # type: ignore[assignment]
+    if importlib.util.find_spec("cachier") is None:
+        # the harness's on-disk cache of reference values (package cachier) is not needed: a stand-in module
+        # on sys.path, which the DDP pool's spawned processes inherit too
+        stub = Path(tempfile.mkdtemp(prefix="genmetrics-tm-harness-"))
+        (stub / "cachier.py").write_text("def cachier(*args, **kwargs):\n    return lambda fn: fn\n")
+        sys.path.insert(0, str(stub))
     from unittests._helpers.testers import MetricTester  # noqa: E402
     from unittests.conftest import NUM_PROCESSES, setup_ddp  # noqa: E402
 
