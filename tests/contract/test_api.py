@@ -290,3 +290,22 @@ def test_tpips_over_long_aspects_warn_once_and_repeated_ids_keep_aspects_aligned
         m.update(u["reference"][:2], u["candidates"][:2], ["lighting", "pose"], ids=["b", "d"])
     per_aspect = m.per_aspect()
     assert set(per_aspect) == {long, "color", long + " too", "pose"}  # "lighting" belonged to the dropped "b"
+
+
+def test_state_saved_without_persistent_says_so():
+    """Issue 22.5: a state_dict saved without persistent(True) holds no metric state; compute() on the
+    reloaded metric says that and how to persist, not 'called before any update()'."""
+    ref, cand = _pairs(2)
+    saved = gm.create_metric("psnr")
+    saved.update(reference=ref, candidates=cand)
+    fresh = gm.create_metric("psnr")
+    fresh.load_state_dict(saved.state_dict())  # persistent(False), the default: no states in the dict
+    with pytest.raises(InputError, match=r"persistent\(True\)"):
+        fresh.compute()
+    saved.persistent(True)
+    again = gm.create_metric("psnr")
+    again.persistent(True)
+    again.load_state_dict(saved.state_dict())
+    assert float(again.compute()) == pytest.approx(float(_psnr_by_hand(ref, cand).mean()), rel=1e-7)
+    with pytest.raises(InputError, match="before any update"):  # a metric never loaded keeps the old text
+        gm.create_metric("psnr").compute()
