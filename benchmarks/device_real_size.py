@@ -211,8 +211,8 @@ def _raclip_one(args, dev, dtype, name, batch, attrs, timeit) -> None:
 def build_tpips_backbone(args, dev, dtype):
     from transformers import Qwen3VLModel
 
-    from genmetrics.testing.tiny_vlm import tiny_qwen3vl_config
     from genmetrics.testing import tiny_qwen3vl, tiny_qwen3vl_processor
+    from genmetrics.testing.tiny_vlm import tiny_qwen3vl_config
 
     if args.tiny:
         return tiny_qwen3vl(0).to(device=dev, dtype=dtype), tiny_qwen3vl_processor(64), 64, "tiny_qwen3vl"
@@ -341,9 +341,9 @@ def run_mie(args, dev, dtype) -> None:
     from mie_throughput import REAL_LIKE
     from transformers import Qwen3_5Model
 
-    from genmetrics.testing.tiny_vlm import tiny_qwen35_config
     from genmetrics.mie.model import MIEModel
     from genmetrics.testing import random_images, tiny_qwen35, tiny_qwen35_processor
+    from genmetrics.testing.tiny_vlm import tiny_qwen35_config
 
     reset_peak(dev)
     if args.tiny:
