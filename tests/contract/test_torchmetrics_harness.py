@@ -218,7 +218,7 @@ def test_wrappers_over_every_metric(name):
     first = values["mean"][0] if isinstance(values, dict) else values[0]
     T.assert_close(first, T.scalar(T.reference(name)) if isinstance(values, dict) else T.reference(name))
     # MultitaskWrapper: a dict of tasks, each fed its own inputs
-    multi = tw.MultitaskWrapper({name: T.build(name)})
+    multi = tw.MultitaskWrapper({name: globals()[f"Harnessed_{name}"]()})
     for u in ups:
-        multi.update({name: u})
+        multi.update({name: [u]}, {name: None})  # (task_preds, task_targets), passed positionally
     T.assert_close(multi.compute()[name], T.reference(name), what="MultitaskWrapper")
