@@ -11,8 +11,10 @@ Nothing here imports torch; it is cheap to import anywhere.
 
 from __future__ import annotations
 
+import difflib
 import math
 import os
+import re
 import string
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -118,8 +120,6 @@ def choice(name: str, value: Any, choices: Sequence[str], *, owner: str | None =
     genmetrics.errors.InputError: tpips: option variant: expected one of 'late', 'mid', 'early', got 'lates'; did you mean 'late'?
     """
     if not isinstance(value, str) or value not in choices:
-        import difflib
-
         close = difflib.get_close_matches(str(value), list(choices), n=1, cutoff=0.6)
         hint = f"; did you mean {close[0]!r}?" if close else ""
         raise InputError(
@@ -280,8 +280,6 @@ def device(name: str, value: Any, *, owner: str | None = None) -> Any:
     ``torch.device``; an unknown one (``gpu``) is bad input, not a missing environment."""
     if value is None or not isinstance(value, str):
         return value
-    import re
-
     if not re.fullmatch(r"(auto|cpu|mps|meta|xpu|cuda(:\d+)?)", value.strip()):
         raise InputError(
             f"{_who(name, owner)}: unknown device {value!r}; expected cpu, cuda, cuda:N or mps "

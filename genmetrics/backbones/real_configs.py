@@ -17,7 +17,7 @@ name                       family        built as              published size (p
   those files and cross-checked against the published parameter counts, which they reproduce exactly.
 * :func:`build_model` builds the architecture with seeded random weights (``device="meta"`` builds it without
   memory, for counting). The Qwen special-token ids default to the offline tiny tokenizer's
-  (``token_ids="tiny"``, :mod:`genmetrics._tiny_vlm`): they index rows of the same embedding, so the
+  (``token_ids="tiny"``, :mod:`genmetrics.testing.tiny_vlm`): they index rows of the same embedding, so the
   architecture and the parameter count do not change; ``token_ids="real"`` keeps the published ids.
 * :func:`count_parameters` counts from the typed numbers alone (closed forms per module);
   ``tests/backbones/test_real_configs.py`` checks it against a meta-device build and the published sizes.
@@ -291,7 +291,7 @@ def reduced_config(name: str | RealConfig) -> dict[str, Any]:
     >>> r["text_config"]["hidden_size"], r["text_config"]["head_dim"]
     (256, 128)
     """
-    from genmetrics._tiny_vlm import TINY_VOCAB_SIZE
+    from genmetrics.testing.tiny_vlm import TINY_VOCAB_SIZE
 
     e = _entry(name)
     cfg = copy.deepcopy(dict(e.config))
@@ -321,7 +321,7 @@ def reduced_config(name: str | RealConfig) -> dict[str, Any]:
 
 # ------------------------------------------------------------------------------------------------ building
 def _tiny_ids() -> dict[str, int]:
-    from genmetrics._tiny_vlm import (
+    from genmetrics.testing.tiny_vlm import (
         IMAGE_TOKEN_ID,
         VIDEO_TOKEN_ID,
         VISION_END_TOKEN_ID,
@@ -433,7 +433,7 @@ def processor_for(name: str | RealConfig) -> Any:
         import open_clip
 
         return open_clip.get_tokenizer(e.name)
-    from genmetrics._tiny_vlm import tiny_qwen3vl_processor
+    from genmetrics.testing.tiny_vlm import tiny_qwen3vl_processor
 
     budget = e.image
     side = int(round(budget["max_pixels"] ** 0.5))

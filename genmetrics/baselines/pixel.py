@@ -63,19 +63,20 @@ def stack_images(items: list[Any], *, data_range: float, dtype: torch.dtype | No
         return None
     x = _batch_view(items)
     copied = x is None
+    # gradients flow to float images that require them (a differentiable metric's forward / score)
+    tracked = torch.is_grad_enabled() and any(t.requires_grad for t in items)
     if x is None:
-        x = torch.stack([t.detach() for t in items])
+        x = torch.stack(items if tracked else [t.detach() for t in items])
     if first.dtype == torch.uint8:
         return x.to(dtype or torch.float32).div_(255.0)  # .to made a new tensor
     target = dtype or (torch.float64 if first.dtype == torch.float64 else torch.float32)
-    lo, hi = (float(v) for v in torch.aminmax(x))
+    lo, hi = (float(v) for v in torch.aminmax(x.detach()))
     tol = _RANGE_TOL * data_range
     if not (math.isfinite(lo) and math.isfinite(hi)) or lo < -tol or hi > data_range + tol:
         return None
     y = x.to(target)
-    copied = (
-        copied or y.data_ptr() != x.data_ptr()
-    )  # in place only on our own copy, never the caller's images
+    # in place only on our own copy (never the caller's images) and never on a tensor autograd tracks
+    copied = (copied or y.data_ptr() != x.data_ptr()) and not tracked
     if data_range != 1.0:
         y = y.div_(data_range) if copied else y / data_range
         copied = True
@@ -105,6 +106,9 @@ def _batch_view(items: list[torch.Tensor]) -> torch.Tensor | None:
 class _PairedPixelMetric(SampleMetric):
     higher_is_better = True
     paired = True  # preds= are the candidates, target= the references
+    #: forward() / score() keep the autograd graph of float tensor images of one size (a training loss, as
+    #: torchmetrics' classes); images given as files, PIL or mixed sizes are read without gradients
+    is_differentiable = True
 
     def __init__(
         self,
