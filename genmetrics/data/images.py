@@ -44,6 +44,7 @@ import torch.nn.functional as F
 from PIL import Image, ImageFile, ImageOps, UnidentifiedImageError
 
 from genmetrics.errors import InputError
+from genmetrics.options import env
 
 ImageLike: TypeAlias = str | os.PathLike | Image.Image | torch.Tensor
 
@@ -61,8 +62,6 @@ def max_pixels() -> int:
     ...     max_pixels()
     4096
     """
-    from genmetrics.options import env
-
     return int(env("GENMETRICS_MAX_PIXELS", MAX_PIXELS))
 
 

@@ -199,13 +199,15 @@ def load_two_afc(path: str | os.PathLike[str]) -> list[TwoAFCRecord]:
     """
 
     def parse(line: _Line, ids: set[str]) -> TwoAFCRecord:
+        c0, c1 = line.paths("candidates", 2)
+        v0, v1 = line.votes("votes", 2)
         return TwoAFCRecord(
             id=_unique_id(ids, line, f"line{line.n}"),
             reference=line.path_(line.get("reference", str), "reference"),
-            candidates=tuple(line.paths("candidates", 2)),
-            aspect=line.text("aspect"),  # type: ignore[arg-type]
-            votes=tuple(line.votes("votes", 2)),
-            source=line.get("source", str, required=False),  # type: ignore[arg-type]
+            candidates=(c0, c1),
+            aspect=line.text("aspect"),
+            votes=(v0, v1),
+            source=line.get("source", str, required=False),
         )
 
     return _read(path, parse)
@@ -275,12 +277,13 @@ def load_mib_pairs(
                     ]
                 )
             diag = tuple(tuple(float(x) for x in d) for d in diag)
+        cands = line.paths("candidates", 2)
         return MIBPairRecord(
             id=_unique_id(ids, line, f"line{line.n}"),
             prompt=line.text("prompt"),
             references=tuple(line.paths("references", min_n=1, max_n=max_references)),
-            candidates=tuple(line.paths("candidates", 2)),
-            generators=tuple(gens),  # type: ignore[arg-type]
+            candidates=(cands[0], cands[1]),
+            generators=(gens[0], gens[1]),
             preference=pref,
             diagnostics=diag,
             bucket=line.get("bucket", dict, required=False, default={}),
