@@ -159,12 +159,14 @@ def atomic_output(
     root: str | os.PathLike | None = None,
     what: str | None = None,
     directory: bool = False,
+    merge: bool = False,
 ) -> Iterator[Path]:
     """A fresh temporary path next to ``path`` for writers that take a file name (matplotlib's ``savefig``,
     Pillow's ``save``, safetensors' ``save_file``, ``faiss.write_index``, ``torch.save``, ``numpy.save``;
     with ``directory=True`` a temporary folder, for ``save_pretrained`` / ``save_state``). When the block ends
-    without an error the result is flushed to disk and renamed over ``path``; on an error it is removed and
-    ``path`` is left as it was. :func:`destination` is checked first. The temporary name ends with ``path``'s
+    without an error the result is flushed to disk and renamed over ``path`` (``merge=True``: each file of
+    the temporary folder is renamed into the folder ``path``, which keeps its other files); on an error it
+    is removed and ``path`` is left as it was. :func:`destination` is checked first. The temporary name ends with ``path``'s
     suffix, so writers that pick the format from the name still do.
 
     >>> import tempfile
@@ -183,7 +185,9 @@ def atomic_output(
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the file the usual permissions
     try:
         yield Path(tmp)
-        if directory:
+        if directory and merge:
+            _merge_folder(Path(tmp), p)
+        elif directory:
             _swap_folder(Path(tmp), p)
         else:
             _fsync(tmp)
@@ -210,6 +214,17 @@ def _swap_folder(tmp: Path, p: Path) -> None:
     os.replace(p, old / p.name)
     os.replace(tmp, p)
     shutil.rmtree(old, ignore_errors=True)  # rmtree never follows links
+
+
+def _merge_folder(tmp: Path, p: Path) -> None:
+    """Move every file of the finished folder ``tmp`` into the folder ``p`` (each one checked by the rule and
+    renamed over its destination), then remove ``tmp``."""
+    p = make_folder(p, root=p.parent)
+    for f in sorted(tmp.rglob("*")):
+        if f.is_file() and not f.is_symlink():
+            _fsync(str(f))
+            os.replace(f, destination(p / f.relative_to(tmp), root=p))
+    shutil.rmtree(tmp, ignore_errors=True)
 
 
 def atomic_write_bytes(

@@ -500,7 +500,7 @@ def _csv(rows: list[dict[str, Any]], columns: list[str], counts: list[str]) -> s
     for c in counts:
         df[c] = df[c].astype("Int64")
     for c in df.columns:
-        if df[c].dtype == object:
+        if not pd.api.types.is_numeric_dtype(df[c]):  # text (object or pandas' string dtype)
             df[c] = df[c].map(csv_safe)
     df.columns = [csv_safe(c) for c in df.columns]
     return df.to_csv(index=False, lineterminator="\n")

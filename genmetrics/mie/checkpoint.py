@@ -31,6 +31,7 @@ from typing import Any
 
 import torch
 
+from genmetrics.data.results import atomic_output, atomic_write_text
 from genmetrics.errors import InputError, WeightsUnavailableError
 
 FORMAT_VERSION = 2
@@ -268,14 +269,13 @@ def save_checkpoint(model: Any, path: str | os.PathLike) -> Path:
         sd[f"backbone.{canonical_name(n)}"] = model.vlm.get_parameter(n)
     for n in model.lora_parameter_names():
         sd[f"lora.{canonical_name(n)}"] = model.vlm.get_parameter(n)
-    save_file(
-        {k: v.detach().to("cpu").contiguous() for k, v in sd.items()},
-        str(out / WEIGHTS_NAME),
-        metadata={"format": "genmetrics-mie"},
-    )
-    tmp = out / "mie_config.json.tmp"
-    tmp.write_text(json.dumps(model.config_dict(), indent=2), encoding="utf-8")
-    os.replace(tmp, out / "mie_config.json")
+    with atomic_output(out / WEIGHTS_NAME) as tmp:  # the write rule (genmetrics/data/results.py)
+        save_file(
+            {k: v.detach().to("cpu").contiguous() for k, v in sd.items()},
+            str(tmp),
+            metadata={"format": "genmetrics-mie"},
+        )
+    atomic_write_text(out / "mie_config.json", json.dumps(model.config_dict(), indent=2))
     return out
 
 

@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from genmetrics.data.results import atomic_output
 from genmetrics.errors import InputError
 
 log = logging.getLogger(__name__)
@@ -516,7 +517,8 @@ def accuracy_plot(report: dict[str, Any], path: Any) -> None:
     ax.set_ylabel("pairwise accuracy vs humans")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    with atomic_output(path) as tmp:  # the write rule (genmetrics/data/results.py)
+        fig.savefig(tmp, dpi=120)
 
 
 def write_report(

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from genmetrics.data.results import atomic_output
 from genmetrics.errors import InputError
 
 ELO_SCALE = 400.0 / math.log(10.0)
@@ -251,4 +252,5 @@ def ranking_plot(result: dict[str, Any], path: Any) -> None:
     ax.set_ylabel("Bradley-Terry rating (Elo scale)")
     ax.axhline(1000.0, color="gray", lw=0.8)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    with atomic_output(path) as tmp:  # the write rule (genmetrics/data/results.py)
+        fig.savefig(tmp, dpi=120)

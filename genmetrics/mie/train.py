@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from genmetrics.data.results import atomic_write_text
 from genmetrics.errors import InputError
 from genmetrics.train import TrainTask
 
@@ -248,9 +249,9 @@ class MIETask(TrainTask):
 
     def save(self, module: Any, path: Path) -> None:
         module.save_pretrained(path)
-        (Path(path) / "training.json").write_text(
+        atomic_write_text(
+            Path(path) / "training.json",
             json.dumps({"config": asdict(self.cfg), "generators": self.generators}, indent=2),
-            encoding="utf-8",
         )
 
 

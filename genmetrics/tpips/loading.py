@@ -11,6 +11,7 @@ from typing import Any
 
 from torch import nn
 
+from genmetrics.data.results import atomic_output
 from genmetrics.errors import InputError
 from genmetrics.tpips.common import CONFIG_NAME, DEFAULT_WEIGHTS, FORMAT, HEAD_NAME, TRIPLET_WEIGHTS, VARIANTS
 
@@ -34,10 +35,12 @@ def save_peft(backbone: Any, out: Path) -> None:
     ...     sorted(p.name for p in Path(d).iterdir())
     ['README.md', 'adapter_config.json', 'adapter_model.safetensors']
     """
-    if hasattr(backbone, "peft_config"):
-        with warnings.catch_warnings():
+    if hasattr(
+        backbone, "peft_config"
+    ):  # peft writes a fresh folder; its files then move in (the write rule)
+        with warnings.catch_warnings(), atomic_output(out, directory=True, merge=True) as tmp:
             warnings.simplefilter("ignore", FutureWarning)
-            backbone.save_pretrained(str(out))
+            backbone.save_pretrained(str(tmp))
 
 
 def adapter_folder(path_or_id: str | os.PathLike) -> Path:

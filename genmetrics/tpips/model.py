@@ -33,6 +33,7 @@ import torch
 from torch import nn
 
 from genmetrics.backbones.qwen_vl import attn_implementation, linear_attention_layers
+from genmetrics.data.results import atomic_output, atomic_write_text, make_folder
 from genmetrics.errors import InputError
 from genmetrics.tpips.base import VLMBase
 from genmetrics.tpips.baselines import PairwiseScoreModel
@@ -370,11 +371,11 @@ class TPIPSModel(VLMBase):
         ``tpips_head.safetensors``. Reload with :func:`load_tpips` / :meth:`from_pretrained`."""
         from safetensors.torch import save_file
 
-        out = Path(path)
-        out.mkdir(parents=True, exist_ok=True)
+        out = make_folder(path)  # the write rule (genmetrics/data/results.py)
         save_peft(self.backbone, out)
-        save_file(self.head_state_dict() or {"_empty": torch.zeros(1)}, str(out / HEAD_NAME))
-        (out / CONFIG_NAME).write_text(json.dumps(self.config_dict(base_weights), indent=2))
+        with atomic_output(out / HEAD_NAME, root=out) as tmp:
+            save_file(self.head_state_dict() or {"_empty": torch.zeros(1)}, str(tmp))
+        atomic_write_text(out / CONFIG_NAME, json.dumps(self.config_dict(base_weights), indent=2), root=out)
         return out
 
     @classmethod

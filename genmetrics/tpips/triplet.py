@@ -18,6 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from genmetrics.data.results import atomic_output, atomic_write_text, make_folder
 from genmetrics.errors import InputError
 from genmetrics.tpips.base import VLMBase
 from genmetrics.tpips.common import (
@@ -201,15 +202,15 @@ class TPIPSTripletModel(VLMBase):
     def save_pretrained(self, path: str | os.PathLike, *, base_weights: str | None = None) -> Path:
         from safetensors.torch import save_file
 
-        out = Path(path)
-        out.mkdir(parents=True, exist_ok=True)
+        out = make_folder(path)  # the write rule (genmetrics/data/results.py)
         from genmetrics.tpips.loading import save_peft
 
         save_peft(self.backbone, out)
-        save_file(
-            {f"head.{k}": v.detach().cpu().contiguous() for k, v in self.head.state_dict().items()},
-            str(out / HEAD_NAME),
-        )
+        with atomic_output(out / HEAD_NAME, root=out) as tmp:
+            save_file(
+                {f"head.{k}": v.detach().cpu().contiguous() for k, v in self.head.state_dict().items()},
+                str(tmp),
+            )
         cfg = {
             "format": FORMAT,
             "variant": "triplet",
@@ -217,7 +218,7 @@ class TPIPSTripletModel(VLMBase):
             "prompts": list(self.prompts),
             "base_weights": base_weights,
         }
-        (out / CONFIG_NAME).write_text(json.dumps(cfg, indent=2))
+        atomic_write_text(out / CONFIG_NAME, json.dumps(cfg, indent=2), root=out)
         return out
 
     def head_state_dict(self) -> dict[str, torch.Tensor]:
