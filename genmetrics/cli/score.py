@@ -18,7 +18,7 @@ import torch
 
 from genmetrics.backbones.provider import describe_provider
 from genmetrics.cli.common import echo_json, parse_options
-from genmetrics.data.images import list_images, load_image, stem_index, unused_references
+from genmetrics.data.images import check_image_file, list_images, stem_index, unused_references
 from genmetrics.data.progress import progress
 from genmetrics.data.results import atomic_write_json, atomic_write_text, dumps_line, jsonable
 from genmetrics.errors import InputError
@@ -71,11 +71,13 @@ def _conditions(values: tuple[str, ...], n: int) -> list[str] | None:
 
 
 def _bad_files(files: list[Path]) -> dict[Path, str]:
-    """Check every image before any weights load; returns {path: error message} for unreadable files."""
+    """Check every image before any weights load; returns {path: error message} for unreadable files. A huge
+    image is checked from its header and structure, not decoded (:func:`check_image_file`): what depends on
+    its size is decided before anything decodes it."""
     bad: dict[Path, str] = {}
     for f in dict.fromkeys(files):
         try:
-            load_image(f)
+            check_image_file(f)
         except InputError as e:
             bad[f] = str(e)
     return bad

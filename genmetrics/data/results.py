@@ -35,6 +35,7 @@ from typing import IO, Any
 from filelock import FileLock, Timeout
 
 from genmetrics.data.jsonable import jsonable
+from genmetrics.data.jsonl import decode_line, parse_line
 from genmetrics.errors import InputError
 
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)  # POSIX; on Windows the lstat check of destination() stands alone
@@ -253,7 +254,8 @@ def atomic_write_text(path: str | os.PathLike, text: str, *, root: str | os.Path
     ...     p.read_text(), sorted(q.name for q in p.parent.iterdir())  # no temp file left behind
     ('hello', ['a.txt'])
     """
-    return atomic_write_bytes(path, text.encode("utf-8"), root=root)
+    # surrogateescape: a file name that is not UTF-8 (kept by Python as surrogates) is written back as its bytes
+    return atomic_write_bytes(path, text.encode("utf-8", "surrogateescape"), root=root)
 
 
 def atomic_write_json(
@@ -352,19 +354,19 @@ def read_results(path: str | os.PathLike, *, check: RowCheck | None = None) -> l
     if not p.exists():
         return []
     rows = []
-    with open(p, encoding="utf-8") as f:
-        lines = f.read().split("\n")
-    for i, line in enumerate(lines):
-        if not line.strip():
+    with open(p, "rb") as f:
+        lines = f.read().split(b"\n")
+    for i, raw in enumerate(lines):
+        if not raw.strip():
             continue
         try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            if i >= len(lines) - 2:  # the last line (possibly torn by a kill)
+            row = parse_line(decode_line(raw, p, i + 1), p, i + 1)
+        except InputError as e:
+            if i >= len(lines) - 2:  # the last line (possibly torn by a kill, even inside a character)
                 break
             raise InputError(
-                f"{p}:{i + 1}: corrupt results line (not the last one); fix or delete the line, or run "
-                "without --resume to start afresh"
+                f"{p}:{i + 1}: corrupt results line (not the last one: {str(e).split(': ', 1)[-1]}); fix or "
+                "delete the line, or run without --resume to start afresh"
             ) from None
         if check is not None:
             why = check(row)
