@@ -22,6 +22,7 @@ from genmetrics.data.images import check_image_file, list_images, stem_index, un
 from genmetrics.data.progress import progress
 from genmetrics.data.results import atomic_write_json, atomic_write_text, dumps_line, jsonable
 from genmetrics.errors import InputError
+from genmetrics.leaderboard.notes import SMALL_SET, banner, small_sets
 from genmetrics.leaderboard.wiring import Feeds, Sample, Sources, WiringError, feeds, wire
 from genmetrics.registry import Granularity, MetricCard, create_metric, get_card
 
@@ -215,10 +216,21 @@ def score_cmd(
     if as_json:
         echo_json({**result, "per_sample": per})
         return
+    for note in _notes(feed, samples, real):
+        click.echo(f"note: {note}")
+    click.echo(f"{name}: {json.dumps(rounded(jsonable(value), card))}  (n={len(samples)})")
+
+
+def _notes(feed: Feeds, samples: list[Sample], real: list[Path] | None) -> list[str]:
+    """What the reader must know before the number: random backbones, a set-level value from small sets (the
+    leaderboard's notes, worded the same)."""
+    out = []
     provider = describe_provider()
     if provider is not None:
-        click.echo(f"note: random backbones ({provider}): scores are not meaningful")
-    click.echo(f"{name}: {json.dumps(rounded(jsonable(value), card))}  (n={len(samples)})")
+        out.append(banner(provider))
+    if feed.level is Granularity.SET and min(len(samples), len(real or [])) < SMALL_SET:
+        out.append(small_sets(f"{len(real or [])} real and {len(samples)} generated images"))
+    return out
 
 
 def _metric_options(

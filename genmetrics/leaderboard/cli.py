@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 from accelerate import PartialState
 
+from genmetrics.leaderboard.notes import notes
 from genmetrics.leaderboard.runner import run_leaderboard
 
 
@@ -69,6 +70,8 @@ def leaderboard_cmd(
         return
     s = result.summary
     cols = list(s["columns"])
+    for note in notes(s):  # random backbones, small sets, incomplete cells: before the numbers
+        click.echo(f"note: {note}")
     click.echo(f"{s['title']} (best first by {s['rank_by']}):")
     width = max(len(g) for g in s["generators"])
     for item in s["ranking"]:

@@ -33,16 +33,13 @@ import pandas as pd
 
 from genmetrics.data.results import atomic_write_json, atomic_write_text
 from genmetrics.functional.bootstrap import bootstrap_ci, paired_bootstrap
+from genmetrics.leaderboard.notes import BANNER, notes
 from genmetrics.leaderboard.plan import SET_ID, Plan
 from genmetrics.leaderboard.plots import make_plots
 from genmetrics.registry import Granularity
 
 ARROW = {True: "↑", False: "↓", None: ""}
 MAX_PAIRS_MD = 15  # above this many pairs the Markdown shows neighbours in the ranking only
-#: set-level values from fewer images than this get the note that their intervals are unreliable
-SMALL_SET = 100
-#: the opening words of the note every report of a run on random backbones carries
-BANNER = "random backbones"
 __all__ = [
     "BANNER",
     "CSS",
@@ -218,44 +215,6 @@ def summarize(plan: Plan, rows: list[dict[str, Any]], *, provider: str | None = 
         "ranking": ranking,
         "columns": columns,
     }
-
-
-def notes(summary: dict[str, Any]) -> list[str]:
-    """What a reader must know before reading the numbers, one sentence each: a run on random backbones
-    (a backbone provider), set-level values from small sets, and incomplete cells.
-
-    >>> notes({"backbone_provider": "genmetrics.testing:tiny_backbones", "columns": {}})
-    ['random backbones (backbone provider genmetrics.testing:tiny_backbones): scores are not meaningful']
-    """
-    out = []
-    if summary.get("backbone_provider"):
-        out.append(f"{BANNER} (backbone provider {summary['backbone_provider']}): scores are not meaningful")
-    cols = summary.get("columns", {})
-    small = [
-        n
-        for n, e in cols.items()
-        if e.get("level") == "set"
-        and any(
-            v.get("mean") is not None and min(v.get("n") or 0, v.get("n_real") or 0) < SMALL_SET
-            for v in e["generators"].values()
-        )
-    ]
-    if small:
-        out.append(
-            f"{', '.join(small)}: fewer than {SMALL_SET} images per set; the bootstrap interval of a KL divergence "
-            "is unreliable there (resampling shrinks variances, which inflates KL) and the estimate can fall "
-            "outside its interval. Use a few hundred images or more per set for intervals you can quote."
-        )
-    incomplete = [
-        f"{n} / {g}: {v['n']} of {v['n_expected']} images scored"
-        for n, e in cols.items()
-        if e.get("level") == "sample"
-        for g, v in e["generators"].items()
-        if "n_expected" in v and v["n"] < v["n_expected"]
-    ]
-    if incomplete:
-        out.append("Incomplete: " + "; ".join(incomplete))
-    return out
 
 
 def _split_notes(summary: dict[str, Any]) -> tuple[list[str], list[str]]:
