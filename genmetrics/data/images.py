@@ -245,6 +245,13 @@ def check_image_file(path: str | os.PathLike, *, decode_up_to: int = 4096 * 4096
     return w, h
 
 
+def _well_formed(x: Any) -> bool:
+    """A file path, a PIL image or a ``[3,H,W]`` tensor (what :func:`image_size` can size without guessing)."""
+    if isinstance(x, torch.Tensor):
+        return x.ndim == 3 and x.shape[0] == 3
+    return isinstance(x, (str, os.PathLike, Image.Image))
+
+
 def check_same_size(references: Sequence[Any], candidates: Sequence[Any], *, fix: str) -> None:
     """Refuse, from the headers (nothing decoded), the first candidate whose size differs from its
     reference's; ``fix`` says what to do. For metrics that compare pixels and do not resize.
@@ -255,6 +262,8 @@ def check_same_size(references: Sequence[Any], candidates: Sequence[Any], *, fix
     genmetrics.errors.InputError: candidates[0]: size (4, 5) differs from its reference (4, 4); resize them
     """
     for i, (r, c) in enumerate(zip(references, candidates)):
+        if not all(_well_formed(x) for x in (r, c)):
+            continue  # a malformed input is named by the loader (channels-last, wrong dtype, ...)
         (rw, rh), (cw, ch) = image_size(r), image_size(c)
         if (rw, rh) != (cw, ch):
             where = f" ({c})" if isinstance(c, (str, os.PathLike)) else ""
