@@ -193,7 +193,11 @@ ENV_VARS: dict[str, EnvVar] = {
             "GENMETRICS_HOME", "path", "root of the weights and feature caches (default ~/.cache/genmetrics)"
         ),
         EnvVar("GENMETRICS_OFFLINE", "flag", "1/true: never download (as HF_HUB_OFFLINE)"),
-        EnvVar("GENMETRICS_PROGRESS", "progress", "0: no progress bars, 1: always, unset: on a terminal"),
+        EnvVar(
+            "GENMETRICS_PROGRESS",
+            "progress",
+            "1/true/yes/on: progress bars always, 0/false/no/off: never, unset: a bar on a terminal",
+        ),
         EnvVar(
             "GENMETRICS_MAX_PIXELS",
             "int",
@@ -236,8 +240,8 @@ def env(name: str, default: Any = None) -> Any:
             return flag(name, raw)
         if spec.kind == "int":
             return integer(name, raw, lo=spec.lo)
-        if spec.kind == "progress":
-            return choice(name, raw, ("0", "1"))
+        if spec.kind == "progress":  # read as "1" or "0" (also yes/no, true/false, on/off)
+            return "1" if flag(name, raw) else "0"
     except InputError as e:
         msg = str(e).replace(f"option {name}", f"environment variable {name}", 1)
         raise InputError(f"{msg}; fix or unset it ({spec.help})") from None

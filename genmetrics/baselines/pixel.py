@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from genmetrics.data.images import ResizePolicy, as_image_list, to_tensor
+from genmetrics.data.images import ResizePolicy, as_image_list, check_same_size, to_tensor
 from genmetrics.errors import InputError
 from genmetrics.functional import pixel as P
 from genmetrics.metric import SampleMetric
@@ -137,10 +137,14 @@ class _PairedPixelMetric(SampleMetric):
             raise InputError(
                 f"{self.name}: takes no condition (text); remove it or use clip_t for image-text scores"
             )
-        return {
-            "reference": as_image_list(reference, name="reference"),
-            "candidates": as_image_list(candidates, name="candidates"),
-        }
+        refs, cands = as_image_list(reference, name="reference"), as_image_list(candidates, name="candidates")
+        if self.resize.name == "none":  # from the headers: a huge mismatched file is refused before decoding
+            check_same_size(
+                refs,
+                cands,
+                fix="resize the images or pass resize='to_first' to resize candidates to their reference",
+            )
+        return {"reference": refs, "candidates": cands}
 
     def _compute_dtype(self) -> torch.dtype | None:
         return None if self.precision == "auto" else getattr(torch, self.precision)

@@ -37,6 +37,7 @@ from safetensors.torch import save_file
 
 from genmetrics.backbones.hf import hf_cache_dir
 from genmetrics.backbones.weights import load_state_dict, offline, weights_unavailable
+from genmetrics.data.results import atomic_output, atomic_write_json, make_folder
 from genmetrics.errors import InputError, WeightsUnavailableError
 from genmetrics.mie.common import LORA_TARGETS, PROMPT_TEMPLATE, build_backbone, canonical_name
 
@@ -379,9 +380,8 @@ def save_checkpoint(model: Any, path: str | os.PathLike) -> Path:
     ...     sorted(p.name for p in save_checkpoint(model, Path(d) / "heads").iterdir())
     ['mie_config.json', 'mie_weights.safetensors']
     """
-    out = Path(path)
-    out.mkdir(parents=True, exist_ok=True)
-    save_file(_weights(model), str(out / WEIGHTS_NAME), metadata={"format": "genmetrics-mie"})
+    out = make_folder(path)
+    _save_tensors(out / WEIGHTS_NAME, _weights(model), safetensors_metadata={"format": "genmetrics-mie"})
     _write_json(out / "mie_config.json", model.config_dict())
     return out
 
@@ -400,10 +400,19 @@ def _weights(model: Any) -> dict[str, torch.Tensor]:
 
 
 def _write_json(path: Path, obj: Any) -> None:
-    """Written last and atomically: a folder holding the config holds every file it names."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=2), encoding="utf-8")
-    os.replace(tmp, path)
+    """Written last and atomically, under the write rule (genmetrics/data/results.py): a folder holding the
+    config holds every file it names."""
+    atomic_write_json(path, obj, root=path.parent)
+
+
+def _save_tensors(path: Path, tensors: Any, *, safetensors_metadata: dict[str, str] | None = None) -> None:
+    """One tensor file written whole or not at all, under the write rule: safetensors when ``metadata`` is
+    given, else ``torch.save`` (the authors' ``.pt`` layout, plain tensors only)."""
+    with atomic_output(path, root=path.parent) as tmp:
+        if safetensors_metadata is not None:
+            save_file(tensors, str(tmp), metadata=safetensors_metadata)
+        else:
+            torch.save(tensors, tmp)
 
 
 # ---------------------------------------------------------------------- export to the authors' layout
@@ -485,18 +494,18 @@ def export_authors_layout(source: Any, out: str | os.PathLike, *, overwrite: boo
         raise InputError(
             f"export: {str(dst)!r} is not empty; choose a new folder or pass overwrite=True (--overwrite)"
         )
-    dst.mkdir(parents=True, exist_ok=True)
+    dst = make_folder(dst)
     mode = cfg["mode"]
     lora = {k[len("lora.") :]: v for k, v in sd.items() if k.startswith("lora.")}
     layers = {k[len("backbone.") :]: v for k, v in sd.items() if k.startswith("backbone.")}
     wrapped = _lora_modules(lora)
     prefix = AUTHORS_PREFIX[bool(wrapped)]
     heads = {h: {k[len(h) + 1 :]: v for k, v in sd.items() if k.startswith(h + ".")} for h in _HEADS}
-    torch.save(heads, dst / HEADS_NAMES[0])
+    _save_tensors(dst / HEADS_NAMES[0], heads)
     tensors = {"heads": sum(len(v) for v in heads.values()), "backbone": 0, "lora": 0}
     if layers:
         renamed = {prefix + _peft_name(k, wrapped): v.float() for k, v in layers.items()}
-        torch.save(renamed, dst / BACKBONE_NAME)
+        _save_tensors(dst / BACKBONE_NAME, renamed)
         tensors["backbone"] = len(renamed)
     if wrapped:
         _write_adapter(dst / ADAPTER_DIR, lora, wrapped, cfg, name)
@@ -538,12 +547,12 @@ def _peft_name(name: str, wrapped: list[str]) -> str:
 def _write_adapter(
     folder: Path, lora: dict[str, torch.Tensor], wrapped: list[str], cfg: dict[str, Any], base: str
 ) -> None:
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = make_folder(folder)
     prefix = AUTHORS_PREFIX[True]
-    save_file(
+    _save_tensors(
+        folder / "adapter_model.safetensors",
         {prefix + k: v.contiguous() for k, v in lora.items()},
-        str(folder / "adapter_model.safetensors"),
-        metadata={"format": "pt"},
+        safetensors_metadata={"format": "pt"},
     )
     conf = LoraConfig(
         r=int(cfg["lora"]["r"]),

@@ -40,7 +40,7 @@ from matplotlib.figure import Figure
 from PIL import Image
 from torchmetrics.functional.classification import binary_f1_score, binary_recall
 
-from genmetrics.data.results import atomic_write_json, atomic_write_text
+from genmetrics.data.results import atomic_output, atomic_write_json, atomic_write_text
 from genmetrics.errors import InputError
 from genmetrics.functional.bootstrap import bootstrap_ci
 from genmetrics.functional.ranking import pairwise_correct
@@ -632,7 +632,8 @@ def accuracy_plot(report: dict[str, Any], path: Any) -> None:
     ax.set_ylabel("pairwise accuracy vs humans")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    with atomic_output(path) as tmp:  # the write rule (genmetrics/data/results.py)
+        fig.savefig(tmp, dpi=120)
 
 
 def write_report(

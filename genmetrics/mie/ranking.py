@@ -17,6 +17,7 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from genmetrics.data.results import atomic_output
 from genmetrics.errors import InputError
 from genmetrics.functional.bootstrap import bootstrap_ci
 from genmetrics.functional.ranking import bradley_terry, win_counts, win_rate_matrix
@@ -248,4 +249,5 @@ def ranking_plot(result: dict[str, Any], path: Any) -> None:
     ax.set_ylabel("Bradley-Terry rating (Elo scale)")
     ax.axhline(1000.0, color="gray", lw=0.8)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    with atomic_output(path) as tmp:  # the write rule (genmetrics/data/results.py)
+        fig.savefig(tmp, dpi=120)

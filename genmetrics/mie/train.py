@@ -32,6 +32,7 @@ import torch
 import torch.distributed as dist
 
 from genmetrics.data.jsonl import load_mib_pairs
+from genmetrics.data.results import atomic_write_text
 from genmetrics.errors import InputError
 from genmetrics.mie.checkpoint import recorded_backbone
 from genmetrics.mie.common import TUNING_MODES, build_backbone, image_size_option, resolve_backbone_name
@@ -334,9 +335,9 @@ class MIETask(TrainTask):
 
     def save(self, module: Any, path: Path) -> None:
         module.save_pretrained(path)
-        (Path(path) / "training.json").write_text(
+        atomic_write_text(
+            Path(path) / "training.json",
             json.dumps({"config": asdict(self.cfg), "generators": self.generators}, indent=2),
-            encoding="utf-8",
         )
 
 

@@ -27,6 +27,7 @@ from open_clip.tokenizer import SimpleTokenizer
 from PIL import Image
 from transformers import Dinov2Config, Dinov2Model
 
+from genmetrics.data.results import atomic_output, atomic_write_text
 from genmetrics.testing.tiny_vlm import (  # the VLM builders live in a module of their own; re-exported here
     tiny_qwen3vl,
     tiny_qwen3vl_config,
@@ -189,7 +190,8 @@ def write_images(folder: str | Path, images: torch.Tensor) -> list[Path]:
     folder.mkdir(parents=True, exist_ok=True)
     paths = [folder / f"{i:03d}.png" for i in range(len(images))]
     for img, path in zip(images, paths):
-        Image.fromarray(img.permute(1, 2, 0).numpy()).save(path)
+        with atomic_output(path) as tmp:  # the write rule (genmetrics/data/results.py)
+            Image.fromarray(img.permute(1, 2, 0).numpy()).save(tmp)
     return paths
 
 
@@ -227,9 +229,7 @@ def toy_mib_pairs(folder: str | Path, n: int = 4, *, seed: int = 0) -> Path:
                 }
             )
         )
-    path = folder / "pairs.jsonl"
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return path
+    return atomic_write_text(folder / "pairs.jsonl", "\n".join(lines) + "\n")
 
 
 def tiny_vlm_inputs(text: str = "a cat", *, size: int = 64, seed: int = 3) -> dict[str, Any]:

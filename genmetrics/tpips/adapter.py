@@ -21,6 +21,7 @@ from torch import nn
 from genmetrics.backbones.hf import load_peft_adapter, load_vlm, quiet_peft, unavailable_error
 from genmetrics.backbones.qwen_vl import resolve_folder
 from genmetrics.backbones.weights import load_state_dict
+from genmetrics.data.results import atomic_output, atomic_write_text, make_folder
 from genmetrics.errors import InputError, WeightsUnavailableError
 from genmetrics.tpips.common import CONFIG_NAME, DEFAULT_WEIGHTS, FORMAT, HEAD_NAME, TRIPLET_WEIGHTS, VARIANTS
 
@@ -57,10 +58,12 @@ def save_peft(backbone: Any, out: Path) -> None:
     ...     sorted(p.name for p in Path(d).iterdir())
     ['README.md', 'adapter_config.json', 'adapter_model.safetensors']
     """
-    if hasattr(backbone, "peft_config"):
-        with warnings.catch_warnings():
+    if hasattr(
+        backbone, "peft_config"
+    ):  # peft writes a fresh folder; its files then move in (the write rule)
+        with warnings.catch_warnings(), atomic_output(out, directory=True, merge=True) as tmp:
             warnings.simplefilter("ignore", FutureWarning)
-            backbone.save_pretrained(str(out))
+            backbone.save_pretrained(str(tmp))
 
 
 def write_adapter(
@@ -75,12 +78,14 @@ def write_adapter(
     ...     sorted(p.name for p in out.iterdir()), read_adapter_config(out)["variant"]
     (['tpips.json', 'tpips_head.safetensors'], 'late')
     """
-    out = Path(path)
-    out.mkdir(parents=True, exist_ok=True)
+    out = make_folder(path)  # the write rule (genmetrics/data/results.py)
     save_peft(backbone, out)
-    save_file(head or {"_empty": torch.zeros(1)}, str(out / HEAD_NAME))
+    with atomic_output(out / HEAD_NAME, root=out) as tmp:
+        save_file(head or {"_empty": torch.zeros(1)}, str(tmp))
     config = {**config, **weights_record(config.get("base_weights"), out)}
-    (out / CONFIG_NAME).write_text(json.dumps(config, indent=2))
+    atomic_write_text(
+        out / CONFIG_NAME, json.dumps(config, indent=2), root=out
+    )  # last: the folder is complete
     return out
 
 

@@ -37,7 +37,7 @@ from PIL import Image, ImageDraw
 from tqdm.auto import tqdm
 
 from genmetrics.data.images import list_images, to_pil
-from genmetrics.data.results import atomic_write_json
+from genmetrics.data.results import atomic_output, atomic_write_json, destination
 from genmetrics.errors import InputError, MissingDependencyError
 from genmetrics.tpips.common import check_aspects, is_overall
 
@@ -233,7 +233,10 @@ class AspectIndex:
         todo_sets = {a: set(v) for a, v in todo_rows.items()}
         out = {
             a: np.lib.format.open_memmap(
-                root / f".emb_{_slug(a)}.npy.tmp", mode="w+", dtype=np.float32, shape=(n, dim)
+                destination(root / f".emb_{_slug(a)}.npy.tmp", root=root),
+                mode="w+",
+                dtype=np.float32,
+                shape=(n, dim),
             )
             for a in asp
         }
@@ -263,7 +266,9 @@ class AspectIndex:
         for a in asp:
             out[a].flush()
             del out[a]
-            os.replace(root / f".emb_{_slug(a)}.npy.tmp", root / f"emb_{_slug(a)}.npy")
+            os.replace(
+                root / f".emb_{_slug(a)}.npy.tmp", destination(root / f"emb_{_slug(a)}.npy", root=root)
+            )
             emb = np.load(root / f"emb_{_slug(a)}.npy", mmap_mode="r")
             _write_faiss(emb, factory, root / f"faiss_{_slug(a)}.index")
             entries[a] = {"embeddings": f"emb_{_slug(a)}.npy", "faiss": f"faiss_{_slug(a)}.index"}
@@ -471,9 +476,8 @@ def _write_faiss(emb: np.ndarray, factory: str, path: Path) -> None:
         index.train(sample)
     for s in range(0, len(emb), _CHUNK_ROWS):
         index.add(np.ascontiguousarray(emb[s : s + _CHUNK_ROWS], dtype=np.float32))
-    tmp = path.with_name("." + path.name + ".tmp")
-    faiss.write_index(index, str(tmp))
-    os.replace(tmp, path)
+    with atomic_output(path) as tmp:  # the write rule (genmetrics/data/results.py)
+        faiss.write_index(index, str(tmp))
 
 
 def _update_report(
@@ -604,6 +608,6 @@ def contact_sheet(
             f"#{h.rank}  {h.score:.3f}",
             (120, 120, 120),
         )
-    out.parent.mkdir(parents=True, exist_ok=True)
-    sheet.save(out, format="PNG")
+    with atomic_output(out) as tmp:  # the write rule (genmetrics/data/results.py)
+        sheet.save(tmp, format="PNG")
     return out

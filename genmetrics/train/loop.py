@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from genmetrics.data.results import atomic_output, destination
 from genmetrics.errors import InputError
 from genmetrics.train import run_dir as rd
 from genmetrics.train.config import RESUME_FREE, TrainLoopConfig, warmup_steps
@@ -320,10 +321,8 @@ def _fit_locked(
         from safetensors.torch import save_file
 
         if acc.is_main_process:
-            save_file(
-                {k: v.cpu().contiguous() for k, v in _trainable_state(raw).items()},
-                os.path.join(path, TRAINABLE_FILE),
-            )
+            with atomic_output(os.path.join(path, TRAINABLE_FILE)) as tmp:  # the write rule (data/results.py)
+                save_file({k: v.cpu().contiguous() for k, v in _trainable_state(raw).items()}, str(tmp))
         weights.clear()  # only the trained weights: a frozen multi-billion-parameter backbone stays out
 
     def load_hook(models: list, path: str) -> None:
@@ -374,7 +373,7 @@ def _fit_locked(
 
     def artifact(name: str) -> None:
         if acc.is_main_process:
-            tmp = out / f"{name}.tmp"
+            tmp = destination(out / f"{name}.tmp", root=out)  # the write rule: not a link, inside out
             if tmp.exists():
                 import shutil
 
@@ -388,7 +387,7 @@ def _fit_locked(
         import shutil
 
         final = out / rd.CHECKPOINTS / f"step-{state['step']}"
-        tmp = final.with_name(final.name + ".tmp")
+        tmp = destination(final.with_name(final.name + ".tmp"), root=out)  # the write rule
         if acc.is_main_process and tmp.exists():
             shutil.rmtree(tmp)
         acc.wait_for_everyone()

@@ -965,11 +965,11 @@ CASES: list[Case] = [
     ),
     Case(
         "env-progress-bad",
-        "GENMETRICS_PROGRESS=yes (expects 0 or 1)",
+        "GENMETRICS_PROGRESS=maybe (expects 1/yes/true/on or 0/no/false/off)",
         InputError,
         "GENMETRICS_PROGRESS",
         cli=lambda ws: ["list"],
-        env={"GENMETRICS_PROGRESS": "yes"},
+        env={"GENMETRICS_PROGRESS": "maybe"},
     ),
     Case(
         "env-home-unknown-user",
