@@ -115,10 +115,10 @@ def _error(family: str, e: BaseException, **extra) -> None:
 def run_raclip(args, dev, dtype) -> None:
     from genmetrics.backbones.memory_model import predict_memory
     from genmetrics.backbones.openclip import clip_image_batch
-    from genmetrics.backbones.real_configs import build_model, processor_for
     from genmetrics.raclip.attributes import load_attribute_set
     from genmetrics.raclip.model import RegionAttributeScorer
     from genmetrics.testing import random_images
+    from genmetrics.testing.real_models import build_model, processor_for
 
     attrs = load_attribute_set("celeba-20")[: args.attributes]
     batch = 8 if args.tiny else args.raclip_batch
@@ -180,8 +180,8 @@ def run_raclip(args, dev, dtype) -> None:
 # ------------------------------------------------------------------------------------------------------ TPIPS
 def run_tpips(args, dev, dtype) -> None:
     from genmetrics.backbones.memory_model import image_tokens, predict_memory
-    from genmetrics.backbones.real_configs import build_model, processor_for
     from genmetrics.testing import random_images
+    from genmetrics.testing.real_models import build_model, processor_for
     from genmetrics.tpips.model import TPIPSModel
 
     name = "Qwen3-VL-Embedding-2B"
@@ -297,9 +297,9 @@ def run_mie(args, dev, dtype) -> None:
     import importlib.util
 
     from genmetrics.backbones.memory_model import image_tokens, predict_memory
-    from genmetrics.backbones.real_configs import build_model, processor_for
     from genmetrics.mie.model import MIEModel
     from genmetrics.testing import random_images
+    from genmetrics.testing.real_models import build_model, processor_for
 
     name = "Qwen3.5-0.8B"
     proc = processor_for(name)

@@ -134,10 +134,11 @@ def run_raclip(args) -> None:
 
     from genmetrics.backbones.memory_model import image_tokens, predict_memory
     from genmetrics.backbones.openclip import clip_image_batch
-    from genmetrics.backbones.real_configs import build_model, count_parameters, processor_for
+    from genmetrics.backbones.real_configs import count_parameters
     from genmetrics.raclip.attributes import load_attribute_set
     from genmetrics.raclip.model import RegionAttributeScorer
     from genmetrics.testing import random_images
+    from genmetrics.testing.real_models import build_model, processor_for
 
     attrs = load_attribute_set("celeba-20")
     n = args.clip_images
@@ -299,8 +300,9 @@ def run_tpips(args) -> None:
 
     from genmetrics.backbones.memory_model import image_tokens
     from genmetrics.backbones.qwen_vl import smart_resize
-    from genmetrics.backbones.real_configs import build_model, count_parameters, processor_for
+    from genmetrics.backbones.real_configs import count_parameters
     from genmetrics.testing import random_images
+    from genmetrics.testing.real_models import build_model, processor_for
     from genmetrics.tpips.common import prompt_for
     from genmetrics.tpips.model import TPIPSModel
     from tests.backbones._references import official_embeddings
@@ -369,9 +371,10 @@ def run_mie(args) -> None:
     import torch
 
     from genmetrics.backbones.memory_model import image_tokens, predict_memory
-    from genmetrics.backbones.real_configs import build_model, count_parameters, processor_for
+    from genmetrics.backbones.real_configs import count_parameters
     from genmetrics.mie.model import MIEModel
     from genmetrics.testing import random_images
+    from genmetrics.testing.real_models import build_model, processor_for
 
     name = "Qwen3.5-0.8B"
     proc = processor_for(name)

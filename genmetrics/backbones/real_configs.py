@@ -15,18 +15,16 @@ name                       family        built as              published size (p
 * :data:`REAL_CONFIGS` holds the typed numbers; each entry names its source. The Qwen checkpoints could not
   be read from this machine (no network), so their ``config.json`` numbers were typed from public mirrors of
   those files and cross-checked against the published parameter counts, which they reproduce exactly.
-* :func:`build_model` builds the architecture with seeded random weights (``device="meta"`` builds it without
-  memory, for counting). The Qwen special-token ids default to the offline tiny tokenizer's
-  (``token_ids="tiny"``, :mod:`genmetrics.testing.tiny_vlm`): they index rows of the same embedding, so the
-  architecture and the parameter count do not change; ``token_ids="real"`` keeps the published ids.
+* :func:`genmetrics.testing.real_models.build_model` builds the architecture with seeded random weights
+  (``device="meta"`` builds it without memory, for counting), and
+  :func:`genmetrics.testing.real_models.processor_for` gives the offline processor with the real image
+  preprocessing around the tiny tokenizer: they live under ``genmetrics.testing`` because they use the
+  offline tiny tokenizer, which product code never imports.
 * :func:`count_parameters` counts from the typed numbers alone (closed forms per module);
   ``tests/backbones/test_real_configs.py`` checks it against a meta-device build and the published sizes.
 * :func:`reduced_config` keeps a config's structure (layer counts and types, DeepStack indices, head and
   rotary dimensions, patch / merge sizes, activation) and shrinks the widths, so a test at that size runs
   the same code paths as the real model in a second.
-* :func:`processor_for` gives the offline processor with the real image preprocessing (patch 16, merge 2,
-  mean / std 0.5, the checkpoint's pixel budget) around the tiny tokenizer; open_clip's tokenizer ships
-  with the package.
 
 >>> cfg = REAL_CONFIGS["Qwen3-VL-Embedding-2B"]
 >>> cfg.kind, cfg.config["text_config"]["num_hidden_layers"], count_parameters("Qwen3-VL-Embedding-2B")
@@ -44,11 +42,10 @@ from typing import Any
 
 __all__ = [
     "REAL_CONFIGS",
+    "REDUCED_VOCAB_SIZE",
     "RealConfig",
-    "build_model",
     "count_parameters",
-    "hf_config",
-    "processor_for",
+    "real_config",
     "reduced_config",
 ]
 
@@ -262,7 +259,16 @@ REAL_CONFIGS: dict[str, RealConfig] = {
 }
 
 
-def _entry(name: str | RealConfig) -> RealConfig:
+def real_config(name: str | RealConfig) -> RealConfig:
+    """The :data:`REAL_CONFIGS` entry of ``name`` (an entry passes through); an unknown name is one error.
+
+    >>> real_config("Qwen3.5-0.8B").kind
+    'qwen3_5'
+    >>> real_config("ViT-X")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+        ...
+    genmetrics.errors.InputError: real config 'ViT-X': unknown; expected one of ViT-B-32-quickgelu, ...
+    """
     if isinstance(name, RealConfig):
         return name
     try:
@@ -276,6 +282,11 @@ def _entry(name: str | RealConfig) -> RealConfig:
 
 
 # ------------------------------------------------------------------------------------------- reduced sizes
+#: vocabulary of the reduced Qwen configs: the offline tiny tokenizer's embedding rows
+#: (``genmetrics.testing.tiny_vlm.TINY_VOCAB_SIZE``; a test keeps the two equal), so its ids stay valid
+REDUCED_VOCAB_SIZE = 512
+
+
 def reduced_config(name: str | RealConfig) -> dict[str, Any]:
     """The config with its structure kept and its widths shrunk (for tests).
 
@@ -291,9 +302,7 @@ def reduced_config(name: str | RealConfig) -> dict[str, Any]:
     >>> r["text_config"]["hidden_size"], r["text_config"]["head_dim"]
     (256, 128)
     """
-    from genmetrics.testing.tiny_vlm import TINY_VOCAB_SIZE
-
-    e = _entry(name)
+    e = real_config(name)
     cfg = copy.deepcopy(dict(e.config))
     if e.kind == "open_clip":
         v, t = cfg["vision_cfg"], cfg["text_cfg"]
@@ -303,7 +312,7 @@ def reduced_config(name: str | RealConfig) -> dict[str, Any]:
         return cfg
     t, v = cfg["text_config"], cfg["vision_config"]
     v["hidden_size"], v["num_heads"], v["intermediate_size"] = 128, 2, 256  # vision head_dim 64 as real
-    t["vocab_size"] = TINY_VOCAB_SIZE
+    t["vocab_size"] = REDUCED_VOCAB_SIZE
     if e.kind == "qwen3_vl":
         t.update(hidden_size=256, num_attention_heads=2, num_key_value_heads=1, intermediate_size=384)
     else:  # qwen3_5: head_dim 256, linear heads of 128 as real, one of each
@@ -317,133 +326,6 @@ def reduced_config(name: str | RealConfig) -> dict[str, Any]:
         )
     v["out_hidden_size"] = t["hidden_size"]
     return cfg
-
-
-# ------------------------------------------------------------------------------------------------ building
-def _tiny_ids() -> dict[str, int]:
-    from genmetrics.testing.tiny_vlm import (
-        IMAGE_TOKEN_ID,
-        VIDEO_TOKEN_ID,
-        VISION_END_TOKEN_ID,
-        VISION_START_TOKEN_ID,
-    )
-
-    return {
-        "image_token_id": IMAGE_TOKEN_ID,
-        "video_token_id": VIDEO_TOKEN_ID,
-        "vision_start_token_id": VISION_START_TOKEN_ID,
-        "vision_end_token_id": VISION_END_TOKEN_ID,
-    }
-
-
-def hf_config(name: str | RealConfig, *, reduced: bool = False, token_ids: str = "tiny") -> Any:
-    """The transformers config (``Qwen3VLConfig`` / ``Qwen3_5Config``) of a Qwen entry.
-
-    >>> cfg = hf_config("Qwen3.5-0.8B")
-    >>> type(cfg).__name__, cfg.text_config.layer_types[:4], cfg.image_token_id  # tiny tokenizer's id
-    ('Qwen3_5Config', ['linear_attention', 'linear_attention', 'linear_attention', 'full_attention'], 12)
-    """
-    e = _entry(name)
-    if e.kind == "open_clip":
-        from genmetrics.errors import InputError
-
-        raise InputError(f"{e.name} is an open_clip model; build it with build_model({e.name!r})")
-    cfg = reduced_config(e) if reduced else copy.deepcopy(dict(e.config))
-    if token_ids == "tiny":
-        cfg.update(_tiny_ids())
-    elif token_ids != "real":
-        from genmetrics.errors import InputError
-
-        raise InputError(f"token_ids={token_ids!r}: expected 'tiny' (offline tokenizer) or 'real'")
-    cfg.setdefault("text_config", {})["pad_token_id"] = 0
-    if e.kind == "qwen3_vl":
-        from transformers import Qwen3VLConfig
-
-        return Qwen3VLConfig(**cfg, attn_implementation="sdpa")
-    from transformers import Qwen3_5Config
-
-    return Qwen3_5Config(**cfg, attn_implementation="sdpa")
-
-
-def build_model(
-    name: str | RealConfig,
-    *,
-    seed: int = 0,
-    dtype: Any = None,
-    device: Any = "cpu",
-    reduced: bool = False,
-    token_ids: str = "tiny",
-) -> Any:
-    """The architecture with seeded random weights, in eval mode (nothing downloads).
-
-    open_clip entries: ``open_clip.create_model(name, pretrained=None)``; Qwen entries: the base VLM
-    (``Qwen3VLModel`` / ``Qwen3_5Model``, sdpa attention) built directly on ``device`` in ``dtype``
-    (``device="meta"``: no memory, for counting). The caller's RNG is not advanced.
-
-    >>> m = build_model("Qwen3-VL-Embedding-2B", device="meta")
-    >>> type(m).__name__, sum(p.numel() for p in m.parameters()) == count_parameters("Qwen3-VL-Embedding-2B")
-    ('Qwen3VLModel', True)
-    >>> r = build_model("Qwen3.5-0.8B", reduced=True)
-    >>> len(r.language_model.layers), len(r.visual.blocks)
-    (24, 12)
-    """
-    import torch
-
-    e = _entry(name)
-    dtype = torch.float32 if dtype is None else dtype
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        if e.kind == "open_clip":
-            import open_clip
-
-            with torch.device(device):
-                if reduced:
-                    from open_clip.model import CLIP
-
-                    cfg = reduced_config(e)
-                    model = CLIP(
-                        cfg["embed_dim"], cfg["vision_cfg"], cfg["text_cfg"], quick_gelu=cfg["quick_gelu"]
-                    )
-                else:
-                    model = open_clip.create_model(e.name, pretrained=None, device=device)
-            return model.to(dtype=dtype).eval()
-        if e.kind == "qwen3_vl":
-            from transformers import Qwen3VLModel as cls
-        else:
-            from transformers import Qwen3_5Model as cls
-        cfg = hf_config(e, reduced=reduced, token_ids=token_ids)
-        with torch.device(device):
-            model = cls._from_config(cfg, attn_implementation="sdpa", dtype=dtype)
-    return model.eval()
-
-
-def processor_for(name: str | RealConfig) -> Any:
-    """Offline preprocessing of the real checkpoint: a ``Qwen3VLProcessor`` with the real image settings
-    (patch 16, merge 2, mean / std 0.5, the pixel budget of :attr:`RealConfig.image`) around the tiny
-    tokenizer, or open_clip's tokenizer (shipped with the package) for CLIP entries.
-
-    >>> p = processor_for("Qwen3.5-0.8B")
-    >>> p.image_processor.size["shortest_edge"], p.image_processor.size["longest_edge"], p.image_processor.patch_size
-    (65536, 16777216, 16)
-    >>> p.tokenizer.model_max_length
-    262144
-    """
-    e = _entry(name)
-    if e.kind == "open_clip":
-        import open_clip
-
-        return open_clip.get_tokenizer(e.name)
-    from genmetrics.testing.tiny_vlm import tiny_qwen3vl_processor
-
-    budget = e.image
-    side = int(round(budget["max_pixels"] ** 0.5))
-    side -= side % 32
-    proc = tiny_qwen3vl_processor(side, min_pixels=int(budget["min_pixels"]))
-    proc.image_processor.size = {"shortest_edge": budget["min_pixels"], "longest_edge": budget["max_pixels"]}
-    # the released tokenizers' context (= max_position_embeddings), not the tiny tokenizer's 512: MIE takes
-    # its default context limit from it, and 4 images of 1024 px are 4096 image tokens
-    proc.tokenizer.model_max_length = int(e.config["text_config"]["max_position_embeddings"])
-    return proc
 
 
 # ------------------------------------------------------------------------------------------------ counting
@@ -512,7 +394,7 @@ def count_parameters(name: str | RealConfig, *, reduced: bool = False) -> int:
     >>> count_parameters("Qwen3.5-0.8B"), count_parameters("ViT-B-16-quickgelu")
     (852985920, 149620737)
     """
-    e = _entry(name)
+    e = real_config(name)
     cfg = reduced_config(e) if reduced else e.config
     if e.kind == "open_clip":
         return _count_clip(cfg)

@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from genmetrics import options as opt
+import genmetrics.options as opt
 from genmetrics.errors import InputError
 
 __all__ = ["TrainLoopConfig", "SCHEDULERS", "RESUME_FREE"]

@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 
 from genmetrics.backbones import real_configs as rc
+from genmetrics.testing import real_models as rm
+from genmetrics.testing.tiny_vlm import TINY_VOCAB_SIZE
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "real_size.md"
 
@@ -76,7 +78,7 @@ def test_typed_configs_equal_the_numbers_in_the_docs():
 
 @pytest.mark.parametrize("name", list(rc.REAL_CONFIGS))
 def test_analytic_count_equals_a_build_and_the_published_size(name):
-    built = rc.build_model(name, device="meta")
+    built = rm.build_model(name, device="meta")
     n = rc.count_parameters(name)
     assert _n_params(built) == n
     published = rc.REAL_CONFIGS[name].published_params
@@ -87,38 +89,38 @@ def test_analytic_count_equals_a_build_and_the_published_size(name):
 @pytest.mark.parametrize("name", list(rc.REAL_CONFIGS))
 def test_reduced_count_equals_a_cpu_build(name):
     # a real build (weights in memory), so the formulas are checked against materialised modules too
-    assert _n_params(rc.build_model(name, reduced=True)) == rc.count_parameters(name, reduced=True)
+    assert _n_params(rm.build_model(name, reduced=True)) == rc.count_parameters(name, reduced=True)
 
 
 def test_qwen_counts_are_exact_and_the_components_add_up():
     # the Qwen checkpoints' published sizes are exact element counts: no tolerance needed
     assert rc.count_parameters("Qwen3-VL-Embedding-2B") == 2_127_532_032
     assert rc.count_parameters("Qwen3.5-0.8B") == 852_985_920
-    m = rc.build_model("Qwen3-VL-Embedding-2B", device="meta")
+    m = rm.build_model("Qwen3-VL-Embedding-2B", device="meta")
     vision = _n_params(m.visual)
     # the published split of the 2B checkpoint: 406,957,056 vision + 1,720,574,976 language
     assert (vision, _n_params(m.language_model)) == (406_957_056, 1_720_574_976)
 
 
 def test_the_published_configs_values_reach_the_transformers_config():
-    cfg = rc.hf_config("Qwen3-VL-Embedding-2B", token_ids="real")
+    cfg = rm.hf_config("Qwen3-VL-Embedding-2B", token_ids="real")
     assert cfg.vision_config.deepstack_visual_indexes == [5, 11, 17]
     assert cfg.text_config.rope_parameters["mrope_section"] == [24, 20, 20]
     assert cfg.text_config.rope_parameters["rope_theta"] == 5_000_000.0
     assert (cfg.image_token_id, cfg.vision_start_token_id) == (151655, 151652)
-    tiny = rc.hf_config("Qwen3-VL-Embedding-2B")
+    tiny = rm.hf_config("Qwen3-VL-Embedding-2B")
     assert tiny.image_token_id == 12 and tiny.text_config.vocab_size == 151936
-    q = rc.hf_config("Qwen3.5-0.8B")
+    q = rm.hf_config("Qwen3.5-0.8B")
     assert q.text_config.layer_types == (["linear_attention"] * 3 + ["full_attention"]) * 6
     assert q.text_config.rope_parameters["partial_rotary_factor"] == 0.25
     assert q.vision_config.depth == 12 and q.vision_config.out_hidden_size == 1024
     with pytest.raises(Exception, match="token_ids"):
-        rc.hf_config("Qwen3.5-0.8B", token_ids="other")
+        rm.hf_config("Qwen3.5-0.8B", token_ids="other")
 
 
 @pytest.mark.parametrize("name", ["Qwen3-VL-Embedding-2B", "Qwen3.5-0.8B"])
 def test_reduced_configs_keep_the_structure(name):
-    full, red = rc.hf_config(name), rc.hf_config(name, reduced=True)
+    full, red = rm.hf_config(name), rm.hf_config(name, reduced=True)
     ft, rt, fv, rv = full.text_config, red.text_config, full.vision_config, red.vision_config
     assert rt.num_hidden_layers == ft.num_hidden_layers
     assert list(getattr(rt, "layer_types", []) or []) == list(getattr(ft, "layer_types", []) or [])
@@ -140,15 +142,15 @@ def test_builds_are_seeded_and_leave_the_callers_rng_alone():
     torch.manual_seed(123)
     before = torch.rand(1)
     torch.manual_seed(123)
-    a = rc.build_model("ViT-B-32-quickgelu", reduced=True, seed=1)
+    a = rm.build_model("ViT-B-32-quickgelu", reduced=True, seed=1)
     after = torch.rand(1)
-    b = rc.build_model("ViT-B-32-quickgelu", reduced=True, seed=1)
+    b = rm.build_model("ViT-B-32-quickgelu", reduced=True, seed=1)
     assert torch.equal(before, after)
     assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
 
 
 def test_processors_carry_the_real_image_settings():
-    p = rc.processor_for("Qwen3.5-0.8B").image_processor
+    p = rm.processor_for("Qwen3.5-0.8B").image_processor
     assert (p.patch_size, p.merge_size, list(p.image_mean), list(p.image_std)) == (
         16,
         2,
@@ -156,10 +158,10 @@ def test_processors_carry_the_real_image_settings():
         [0.5] * 3,
     )
     assert p.size == {"shortest_edge": 65536, "longest_edge": 16777216}
-    e = rc.processor_for("Qwen3-VL-Embedding-2B").image_processor
+    e = rm.processor_for("Qwen3-VL-Embedding-2B").image_processor
     assert e.size == {"shortest_edge": 4 * 32 * 32, "longest_edge": 1800 * 32 * 32}
     # the released tokenizers' context, not the tiny tokenizer's 512 (MIE's default limit comes from it)
-    assert rc.processor_for("Qwen3.5-0.8B").tokenizer.model_max_length == 262144
+    assert rm.processor_for("Qwen3.5-0.8B").tokenizer.model_max_length == 262144
 
 
 def test_unknown_names_are_one_clear_error():
@@ -168,4 +170,11 @@ def test_unknown_names_are_one_clear_error():
     with pytest.raises(InputError, match="unknown; expected one of"):
         rc.count_parameters("ViT-H-14")
     with pytest.raises(InputError, match="open_clip model"):
-        rc.hf_config("ViT-B-16-quickgelu")
+        rm.hf_config("ViT-B-16-quickgelu")
+
+
+def test_reduced_vocabulary_is_the_tiny_tokenizers():
+    """reduced_config's vocabulary (product code) and the tiny tokenizer's (testing) are typed twice, because
+    product code never imports genmetrics.testing: they must stay equal so the tiny ids index real rows."""
+    assert rc.REDUCED_VOCAB_SIZE == TINY_VOCAB_SIZE
+    assert rc.reduced_config("Qwen3.5-0.8B")["text_config"]["vocab_size"] == TINY_VOCAB_SIZE
