@@ -13,8 +13,11 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from transformers import AutoModel
 
 from genmetrics.backbones.openclip import clip_image_batch, encode_image, load_open_clip
+from genmetrics.backbones.provider import provide
+from genmetrics.backbones.weights import genmetrics_home, weights_unavailable
 from genmetrics.data.cache import FeatureCache
 from genmetrics.data.images import ResizePolicy, as_image_list, load_batch
 from genmetrics.errors import InputError
@@ -160,11 +163,6 @@ class DINOSimilarity(_ImagePairMetric):
     default_weights = "facebook/dinov2-base"
 
     def _load_default(self) -> None:
-        from transformers import AutoModel
-
-        from genmetrics.backbones.provider import provide
-        from genmetrics.backbones.weights import genmetrics_home, weights_unavailable
-
         provided = provide("dino", str(self.weights))
         if provided is not None:
             self._set_backbone(provided)

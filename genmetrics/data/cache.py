@@ -3,6 +3,9 @@
 The key is the sha256 of the image's bytes (file bytes for paths, raw pixel bytes plus shape for
 tensors and PIL images) and a model identity string (weights name, preprocessing, options). Changing
 the image bytes or the model changes the key, so stale entries are never read.
+
+The caller chooses the folder (the leaderboard's default is ``GENMETRICS_HOME/features``); this module
+imports nothing of genmetrics' backbones, so the data layer stays below them.
 """
 
 from __future__ import annotations
@@ -10,13 +13,14 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import warnings
 from pathlib import Path
 from typing import Any
 
 import torch
 from PIL import Image
-
-from genmetrics.backbones.weights import genmetrics_home
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
 
 
 def content_hash(x: Any) -> str:
@@ -61,10 +65,10 @@ class FeatureCache:
     (None, [1.0, 1.0, 1.0, 1.0], None)
     """
 
-    def __init__(self, model_id: str, root: str | os.PathLike | None = None):
+    def __init__(self, model_id: str, root: str | os.PathLike):
         self.model_id = model_id
         self.model_key = hashlib.sha256(model_id.encode()).hexdigest()[:16]
-        self.root = Path(root) if root is not None else genmetrics_home() / "features"
+        self.root = Path(root)
         self.dir = self.root / self.model_key
         self.hits = 0
         self.misses = 0
@@ -74,9 +78,6 @@ class FeatureCache:
         return self.dir / key[:2] / f"{key}.safetensors"
 
     def get(self, image: Any, *, key: str | None = None) -> dict[str, torch.Tensor] | None:
-        from safetensors import SafetensorError
-        from safetensors.torch import load_file
-
         p = self._path(key or content_hash(image))
         if not p.exists():
             self.misses += 1
@@ -90,8 +91,6 @@ class FeatureCache:
         return out
 
     def put(self, image: Any, tensors: dict[str, torch.Tensor], *, key: str | None = None) -> None:
-        from safetensors.torch import save_file
-
         if self.read_only:
             return
         p = self._path(key or content_hash(image))
@@ -105,8 +104,6 @@ class FeatureCache:
             )
             os.replace(tmp, p)
         except OSError as e:  # a read-only GENMETRICS_HOME must not block a run: score without caching
-            import warnings
-
             self.read_only = True
             warnings.warn(
                 f"the feature cache {str(self.root)!r} is not writable ({type(e).__name__}: {e}); "

@@ -9,8 +9,22 @@ import pytest
 import torch
 from open_clip.model import CLIP
 
-from genmetrics.backbones.openclip import _fast_vision_tower, encode_image
+from genmetrics.backbones import clip_packed
+from genmetrics.backbones._torch_internals import onednn_linear_available
+from genmetrics.backbones.clip_vision import fast_vision_tower
+from genmetrics.backbones.fastpath import force_path
+from genmetrics.backbones.openclip import encode_image, load_open_clip, release_packed_weights
 from genmetrics.testing import tiny_clip, tiny_clip_resnet
+
+
+@pytest.fixture
+def packed_path():
+    """Take the packed oneDNN products whatever this machine measured (their arithmetic is tested here)."""
+    if not onednn_linear_available():
+        pytest.skip("this torch build has no oneDNN packed linear; encode_image uses F.linear")
+    force_path(clip_packed.PACKED_LINEAR, "packed")
+    yield
+    force_path(clip_packed.PACKED_LINEAR, None)
 
 
 def _vit(pool: str = "tok", *, quick_gelu: bool = True, final_ln_after_pool: bool = False, layers: int = 3):
@@ -101,7 +115,7 @@ def test_other_towers_and_gradients_use_encode_image():
     assert calls[0] > 0
     model.train()
     with torch.no_grad():
-        assert _fast_vision_tower(model) is None
+        assert fast_vision_tower(model) is None
     model.eval()
 
     class Custom(CLIP):  # a user's own encode_image is respected
@@ -111,8 +125,8 @@ def test_other_towers_and_gradients_use_encode_image():
     custom = Custom(**_cfg_of_tiny()).eval()
     resnet = tiny_clip_resnet()[0]
     with torch.no_grad():
-        assert _fast_vision_tower(model) is model.visual
-        assert _fast_vision_tower(custom) is None and _fast_vision_tower(resnet) is None
+        assert fast_vision_tower(model) is model.visual
+        assert fast_vision_tower(custom) is None and fast_vision_tower(resnet) is None
         assert torch.equal(encode_image(custom, x), custom.encode_image(x))
         assert torch.equal(encode_image(resnet, x), resnet.encode_image(x))
 
@@ -126,19 +140,16 @@ def _cfg_of_tiny() -> dict:
     )
 
 
-def test_packed_weights_are_used_and_follow_the_model():
-    """On the CPU the blocks' products run on a packed copy of the weights (oneDNN); that copy must follow
-    in-place updates (an optimizer step, ``load_state_dict``) and another model, never serve stale weights."""
-    from genmetrics.backbones import openclip as oc
-
-    if not oc._onednn_ok():
-        pytest.skip("this torch build has no oneDNN packed linear; encode_image uses F.linear")
+def test_packed_weights_are_used_and_follow_the_model(packed_path):
+    """Where the packed path is taken, the blocks' products run on a packed copy of the weights (oneDNN);
+    that copy must follow in-place updates (an optimizer step, ``load_state_dict``) and another model, never
+    serve stale weights."""
     a, b = tiny_clip()[0], _vit()
     x = _images()
     with torch.no_grad():
-        oc.release_packed_weights()
+        release_packed_weights()
         first = encode_image(a, x)
-        assert oc._packed and oc._packed["tower"]() is a.visual, "the packed path was not taken"
+        assert clip_packed.packed_tower() is a.visual, "the packed path was not taken"
         a.visual.transformer.resblocks[0].mlp.c_fc.weight.mul_(1.5)  # in place: same storage, new version
         after = encode_image(a, x)
         assert not torch.allclose(first, after, atol=1e-4)
@@ -148,40 +159,34 @@ def test_packed_weights_are_used_and_follow_the_model():
         torch.testing.assert_close(
             encode_image(b, x), b.encode_image(x), atol=1e-5, rtol=1e-5
         )  # another tower
-        assert oc._packed["tower"]() is b.visual  # one tower's copy at a time
-        assert oc.release_packed_weights() and not oc._packed
+        assert clip_packed.packed_tower() is b.visual  # one tower's copy at a time
+        assert release_packed_weights() and clip_packed.packed_tower() is None
 
 
-def test_weights_made_under_inference_mode_are_packed_per_call():
+def test_weights_made_under_inference_mode_are_packed_per_call(packed_path):
     """A model built under ``torch.inference_mode`` has inference-tensor weights without a version counter:
     an in-place change could not be detected, so nothing is cached and every call sees the current weights."""
-    from genmetrics.backbones import openclip as oc
-
-    if not oc._onednn_ok():
-        pytest.skip("this torch build has no oneDNN packed linear")
     x = _images()
     with torch.inference_mode():
         model = tiny_clip()[0]
-        oc.release_packed_weights()
+        release_packed_weights()
         first = encode_image(model, x)
-        assert not oc._packed, "inference tensors must not be cached"
+        assert clip_packed.packed_tower() is None, "inference tensors must not be cached"
         model.visual.transformer.resblocks[0].mlp.c_fc.weight.mul_(1.5)
         after = encode_image(model, x)
         assert not torch.allclose(first, after, atol=1e-4)
         torch.testing.assert_close(after, model.encode_image(x), atol=1e-5, rtol=1e-5)
 
 
-def test_weights_loaded_lazily_inside_inference_mode_are_cached():
+def test_weights_loaded_lazily_inside_inference_mode_are_cached(packed_path):
     """A metric loads its weights lazily, often inside ``torch.inference_mode`` (the CLI scores that way):
     load_open_clip builds them as ordinary tensors, so the packed copy is kept across calls."""
-    from genmetrics.backbones import openclip as oc
     from genmetrics.backbones.provider import use_provider
     from genmetrics.testing import tiny_backbones
 
     with torch.inference_mode(), use_provider(tiny_backbones):
-        model = oc.load_open_clip("ViT-B-32/openai")[0]
+        model = load_open_clip("ViT-B-32/openai")[0]
         assert not any(p.is_inference() for p in model.parameters())
-        if oc._onednn_ok():
-            oc.release_packed_weights()
-            encode_image(model, _images())
-            assert oc._packed and oc._packed["tower"]() is model.visual
+        release_packed_weights()
+        encode_image(model, _images())
+        assert clip_packed.packed_tower() is model.visual
