@@ -119,25 +119,27 @@ def packed_products_pay_off(blk: Any, rows: int) -> bool:
     d, hidden = int(blk.attn.embed_dim), int(blk.mlp.c_fc.out_features)
     m = row_bucket(rows)
     key = (PACKED_LINEAR, d, hidden, m, torch.get_num_threads())
-
-    def candidates() -> dict[str, Any]:
-        g = torch.Generator().manual_seed(0)
-        x, wide = torch.randn(m, d, generator=g), torch.randn(m, hidden, generator=g)
-        attn, mlp = blk.attn, blk.mlp
-        plain = [
-            (x, attn.in_proj_weight, attn.in_proj_bias),
-            (x, attn.out_proj.weight, attn.out_proj.bias),
-            (x, mlp.c_fc.weight, mlp.c_fc.bias),
-            (wide, mlp.c_proj.weight, mlp.c_proj.bias),
-        ]
-        packed = [(a, reorder_linear_weight(w, _PACK_HINT), b) for a, w, b in plain]
-        return {
-            "plain": lambda: [F.linear(*p) for p in plain],
-            "packed": lambda: [linear_pointwise(*p) for p in packed],
-        }
-
     with torch.no_grad():
-        return choose_path(key, candidates, baseline="plain").path == "packed"
+        return choose_path(key, lambda: _product_candidates(blk, m), baseline="plain").path == "packed"
+
+
+def _product_candidates(blk: Any, m: int) -> dict[str, Any]:
+    """The timed work: ``blk``'s four products on ``m`` random rows, with ``F.linear`` and packed."""
+    g = torch.Generator().manual_seed(0)
+    attn, mlp = blk.attn, blk.mlp
+    x = torch.randn(m, int(attn.embed_dim), generator=g)
+    wide = torch.randn(m, int(mlp.c_fc.out_features), generator=g)
+    plain = [
+        (x, attn.in_proj_weight, attn.in_proj_bias),
+        (x, attn.out_proj.weight, attn.out_proj.bias),
+        (x, mlp.c_fc.weight, mlp.c_fc.bias),
+        (wide, mlp.c_proj.weight, mlp.c_proj.bias),
+    ]
+    packed = [(a, reorder_linear_weight(w, _PACK_HINT), b) for a, w, b in plain]
+    return {
+        "plain": lambda: [F.linear(*p) for p in plain],
+        "packed": lambda: [linear_pointwise(*p) for p in packed],
+    }
 
 
 def packed_vision_blocks(visual: Any, rows: int | None = None) -> list[PackedBlock] | None:

@@ -102,12 +102,13 @@ def choose_path(
     *,
     baseline: str,
     repeats: int = 3,
-    timer: Callable[[], float] = default_timer,
+    timer: Callable[[], float] | None = None,
 ) -> PathChoice:
     """The path for ``key`` on this machine: measured the first time (``candidates()`` builds the timed
     callables, which all compute the same thing; interleaved rounds, the best of ``repeats`` counts, so the
     first round is also the warm-up), then kept for the process. :func:`force_path` overrides the
-    measurement for every key whose first item is the forced name.
+    measurement for every key whose first item is the forced name. ``timer``: seconds now (default
+    :func:`default_timer`, looked up at each call).
 
     >>> import itertools
     >>> clock = itertools.count()  # a fake timer: each call of "slow" spans 3 ticks, of "fast" 1
@@ -126,13 +127,14 @@ def choose_path(
     if hit is not None:
         return hit
     made = candidates()
+    clock = timer or default_timer
     times: dict[str, list[float]] = {k: [] for k in made}
     names = list(made)
     for r in range(max(1, repeats)):
         for k in names[r % len(names) :] + names[: r % len(names)]:
-            t0 = timer()
+            t0 = clock()
             made[k]()
-            times[k].append(timer() - t0)
+            times[k].append(clock() - t0)
     choice = PathChoice(decide(times, baseline), baseline, times)
     _CHOICES[key] = choice
     return choice

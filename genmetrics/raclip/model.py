@@ -28,6 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from genmetrics.backbones.clip_blocks import fused_mlp
 from genmetrics.backbones.clip_packed import packed_vision_blocks
 from genmetrics.backbones.clip_text import TextEmbeddingCache
 from genmetrics.errors import InputError
@@ -151,13 +152,23 @@ def _merge(attn: Any, o: torch.Tensor, packed: Any = None) -> torch.Tensor:
     return attn.out_proj(o) if packed is None else packed.out_proj(o)
 
 
+def _mlp(blk: Any, h: torch.Tensor, packed: Any) -> torch.Tensor:
+    """The block's MLP: packed products, else open_clip's ``c_fc -> gelu -> c_proj`` with QuickGELU fused
+    into the products when no gradient is recorded (the in-place ``silu`` would break autograd), else the
+    module itself."""
+    if packed is not None:
+        return packed.mlp(h)
+    if not torch.is_grad_enabled() and list(blk.mlp._modules) == ["c_fc", "gelu", "c_proj"]:
+        return fused_mlp(blk.mlp, h)
+    return blk.mlp(h)
+
+
 def _finish_block(blk: Any, x: torch.Tensor, a: torch.Tensor, packed: Any = None) -> torch.Tensor:
     ln_attn = getattr(blk, "ln_attn", None)
     if ln_attn is not None:
         a = ln_attn(a)
     x = x + blk.ls_1(a)
-    h = blk.ln_2(x)
-    return x + blk.ls_2(blk.mlp(h) if packed is None else packed.mlp(h))
+    return x + blk.ls_2(_mlp(blk, blk.ln_2(x), packed))
 
 
 def block_with_attention(blk: Any, x: torch.Tensor, packed: Any = None) -> tuple[torch.Tensor, torch.Tensor]:
