@@ -46,6 +46,17 @@ def _vit(pool: str = "tok", *, quick_gelu: bool = True, final_ln_after_pool: boo
     ).eval()
 
 
+def _random_biases(model):
+    """open_clip initialises the attention biases to 0 (``nn.MultiheadAttention``); random ones make a
+    dropped or misplaced bias visible to the parity tests."""
+    g = torch.Generator().manual_seed(7)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("bias"):
+                p.copy_(0.02 * torch.randn(p.shape, generator=g))
+    return model
+
+
 def _images(n: int = 3, size: int = 32) -> torch.Tensor:
     return torch.randn(n, 3, size, size, generator=torch.Generator().manual_seed(3))
 
@@ -57,15 +68,65 @@ def _attention_calls(model) -> list[int]:
     return calls
 
 
+# ---------------------------------------------------------------------------- float32 rounding bounds
+EPS32 = torch.finfo(torch.float32).eps  # 1.19e-7 = 2u, u the unit roundoff
+
+
+def float32_bound(stages: int, k_max: int) -> float:
+    """Norm-wise relative error that two float32 evaluations of the same network may each have against the
+    exact value (issue 27.3: derived, not measured on one CPU).
+
+    A dot product of length ``K`` summed in any order (MKL, oneDNN, SDPA, blocked or not) makes an error of
+    about ``u * sqrt(K)`` relative to its result when the terms have random signs (rounding errors of the
+    partial sums add like a random walk; the worst case ``K * u`` needs every rounding in one direction). The
+    ``stages`` products on the path from input to embedding each add such an independent error, so the
+    total is about ``u * sqrt(stages * K)``, with ``K`` the longest reduction (``k_max``: the MLP's hidden
+    width, the ``c_proj`` product). Layer norms rescale, they do not amplify relative errors of a
+    non-degenerate row. The bound takes 4 standard deviations with ``eps = 2u``: ``4 * eps * sqrt(stages *
+    k_max)``. For the tiny towers (3 blocks, K = 128) that is 1.9e-5, for ViT-B/16 (12 blocks, K = 3072)
+    1.8e-4; measured on an AMD EPYC Zen 3: 2-4 eps and 5-7 eps, so the bound leaves a margin of 50x and 200x
+    for other CPUs, while a wrong weight, a dropped bias or a wrong QuickGELU constant (1.70 for 1.702)
+    moves the embedding by 1e-3 or more (mutations in the report).
+    """
+    return 4.0 * EPS32 * (stages * k_max) ** 0.5
+
+
+def tower_bound(model) -> float:
+    """:func:`float32_bound` for an open_clip ViT tower: 4 products per block (in-projection, out-projection,
+    c_fc, c_proj) plus the final projection; K = the widest of width and MLP hidden width."""
+    v = model.visual
+    blocks = list(v.transformer.resblocks)
+    k_max = max(max(int(b.mlp.c_fc.out_features), int(b.attn.embed_dim)) for b in blocks)
+    return float32_bound(4 * len(blocks) + 1, k_max)
+
+
+def relative_error(a: torch.Tensor, b: torch.Tensor) -> float:
+    """Largest row-wise ``||a - b|| / ||b||`` (norm-wise relative error of each embedding)."""
+    a, b = a.double(), b.double()
+    return float(((a - b).norm(dim=-1) / b.norm(dim=-1)).max())
+
+
+@pytest.fixture(params=["plain", "packed"])
+def path(request):
+    """Each test below runs on both product paths, whichever this machine would choose."""
+    if request.param == "packed" and not onednn_linear_available():
+        pytest.skip("this torch build has no oneDNN packed linear")
+    force_path(clip_packed.PACKED_LINEAR, request.param)
+    yield request.param
+    force_path(clip_packed.PACKED_LINEAR, None)
+
+
 @pytest.mark.parametrize("variant", ["tok-quickgelu", "tok-gelu", "avg", "avg-ln-after-pool", "one-block"])
-def test_fast_tower_equals_encode_image(variant):
-    model = {
-        "tok-quickgelu": lambda: tiny_clip()[0],
-        "tok-gelu": lambda: _vit(quick_gelu=False),
-        "avg": lambda: _vit("avg"),
-        "avg-ln-after-pool": lambda: _vit("avg", final_ln_after_pool=True),
-        "one-block": lambda: _vit(layers=1),
-    }[variant]()
+def test_fast_tower_equals_encode_image(variant, path):
+    model = _random_biases(
+        {
+            "tok-quickgelu": lambda: tiny_clip()[0],
+            "tok-gelu": lambda: _vit(quick_gelu=False),
+            "avg": lambda: _vit("avg"),
+            "avg-ln-after-pool": lambda: _vit("avg", final_ln_after_pool=True),
+            "one-block": lambda: _vit(layers=1),
+        }[variant]()
+    )
     x = _images()
     calls = _attention_calls(model)
     with torch.no_grad():
@@ -75,35 +136,54 @@ def test_fast_tower_equals_encode_image(variant):
         assert calls[0] == n_ref, "the fast path must not run open_clip's attention modules"
         exact = copy.deepcopy(model).double().encode_image(x.double())
     assert fast.shape == ref.shape and fast.dtype == ref.dtype
-    assert (fast - ref).abs().max() <= 1e-5 * max(1.0, float(ref.abs().max()))
-    # as close to the float64 tower as open_clip's own float32 path
-    assert (fast.double() - exact).abs().max() <= 4 * (ref.double() - exact).abs().max() + 1e-6
+    bound = tower_bound(model)
+    # both float32 paths are roundings of the float64 value, each within the bound; so they are within 2x
+    assert relative_error(ref, exact) <= bound, "the bound does not even hold for open_clip's own path"
+    assert relative_error(fast, exact) <= bound
+    assert relative_error(fast, ref) <= 2 * bound
     # images differ, so a wrong token or a shared row would show
     assert not torch.allclose(fast[0], fast[1])
-    _assert_batch_invariant_as_open_clip(model, x)
+    _assert_batch_invariant(model, x)
 
 
-def _assert_batch_invariant_as_open_clip(model, x: torch.Tensor) -> None:
-    """An image's embedding depends on the rest of its batch no more than with open_clip's own path."""
+def _rows_independent_of_batch(model, x: torch.Tensor) -> bool:
+    """Whether this machine's kernels for the tower's products give a row the same bits inside a batch of
+    ``x``'s size as alone (measured: yes on the two AMD EPYC CPUs, no for oneDNN on an Intel Xeon)."""
+    blk = model.visual.transformer.resblocks[0]
+    n_one = model.visual.positional_embedding.shape[0]
+    h = torch.randn(x.shape[0] * n_one, blk.attn.embed_dim, generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        packed = clip_packed.packed_vision_blocks(model.visual, rows=n_one)
+        if packed is None:
+            lin = lambda t: torch.nn.functional.linear(t, blk.attn.in_proj_weight, blk.attn.in_proj_bias)  # noqa: E731
+        else:
+            lin = packed[0].in_proj
+        return torch.equal(lin(h)[:n_one], lin(h[:n_one]))
+
+
+def _assert_batch_invariant(model, x: torch.Tensor) -> None:
+    """An image's embedding inside a batch equals the image alone: exactly where this CPU's products give a
+    row the same bits whatever the batch (issue 26: a per-CPU property, tested as such), else within the
+    float32 bound (two roundings of the same value)."""
     with torch.no_grad():
         fast = encode_image(model, x)
-        fast_split = torch.cat([encode_image(model, x[:1]), encode_image(model, x[1:])])
-        ref = model.encode_image(x)
-        ref_split = torch.cat([model.encode_image(x[:1]), model.encode_image(x[1:])])
-    assert (fast - fast_split).abs().max() <= (ref - ref_split).abs().max()
+        alone = torch.cat([encode_image(model, x[i : i + 1]) for i in range(x.shape[0])])
+    if _rows_independent_of_batch(model, x):
+        assert torch.equal(fast, alone)
+    assert relative_error(fast, alone) <= 2 * tower_bound(model)
 
 
 @pytest.mark.slow
-def test_fast_tower_equals_encode_image_on_vit_b16():
+def test_fast_tower_equals_encode_image_on_vit_b16(path):
     import open_clip
 
     torch.manual_seed(0)
-    model = open_clip.create_model("ViT-B-16-quickgelu", pretrained=None).eval()
+    model = _random_biases(open_clip.create_model("ViT-B-16-quickgelu", pretrained=None).eval())
     x = _images(3, 224)
     with torch.no_grad():
         ref, fast = model.encode_image(x), encode_image(model, x)
-    assert (fast - ref).abs().max() <= 1e-5 * max(1.0, float(ref.abs().max()))
-    _assert_batch_invariant_as_open_clip(model, x)  # (measured: 0 for both at this width)
+    assert relative_error(fast, ref) <= 2 * tower_bound(model)  # 3.7e-4; measured 5-7 eps = 6-8e-7
+    _assert_batch_invariant(model, x)
 
 
 def test_other_towers_and_gradients_use_encode_image():
