@@ -351,10 +351,9 @@ def bench_clipscore(args: argparse.Namespace) -> dict[str, Any]:
     # the packed oneDNN products pay here (issue 26), and packing the tower's weights where they do
     clip_packed.release_packed_weights()
     fastpath.forget_fast_path_choices()
-    rows = min(args.batch, n) * int(oc.visual.positional_embedding.shape[0])
     t0, c0 = time.perf_counter(), time.process_time()
     with torch.inference_mode():
-        packed = clip_packed.packed_vision_blocks(oc.visual, rows=rows)
+        packed = clip_packed.packed_vision_blocks(oc.visual)
     pack_s, pack_cpu_s = time.perf_counter() - t0, time.process_time() - c0
     peak = fastpath.matmul_gflops()
     med, vals = _interleaved(

@@ -5,13 +5,16 @@ Packing reorders each linear weight once into oneDNN's blocked layout (the kerne
 for CPU linears; the private torch calls live in :mod:`genmetrics.backbones._torch_internals`). Whether that
 pays depends on the CPU and on the number of rows: 1.37x ``F.linear`` on ViT-B/16's products on an AMD EPYC
 with AVX-512, 0.93-1.05x on an Intel Xeon (AVX-512, AMX), and on an AMD EPYC Zen 3 (AVX2) about 1.2-1.3x at
-one image's 197 rows but 0.85-0.97x at a batch of 32. So :func:`packed_products_pay_off` times one block's
-four products both ways on the running machine (:func:`genmetrics.backbones.fastpath.choose_path`, once per
-process, width and row bucket) and the packed path is taken only where it measured at least 5% faster.
+one image's 197 rows but 0.85-0.97x from about 1000 rows on. So :func:`packed_products_pay_off` times one
+block's four products both ways on the running machine at :data:`MEASURE_ROWS` rows (a batch's worth:
+:func:`genmetrics.backbones.fastpath.choose_path`, once per process, width and thread count) and the
+packed path is taken only where it measured at least 5% faster.
 
-Rows of a packed product did not depend on the number of rows on the two AMD CPUs measured (0 difference,
-1 to 6304 rows); on the Intel Xeon they did (4e-6). The tests check that property on the machine they run
-on and fall back to the float32 rounding bound where it does not hold.
+The choice does not depend on the batch being scored: the two kernels round differently, and an image's
+score must not depend on the rest of its batch. Rows of either kernel did not depend on the number of rows
+on the two AMD CPUs measured (0 difference from one image's 197 rows up), so scores there are the same bits
+whatever the batch; on the Intel Xeon the packed rows did (4e-6). The tests check that property on the
+machine they run on and fall back to the float32 rounding bound where it does not hold.
 """
 
 from __future__ import annotations
@@ -35,7 +38,9 @@ from genmetrics.backbones.fastpath import choose_path
 #: the name under which the choice is kept (``fastpath.force_path(PACKED_LINEAR, "plain")`` turns it off)
 PACKED_LINEAR = "onednn_packed_linear"
 _PACK_HINT = 32 * 197  # rows the layout is chosen for (fixed, so every call uses the same packed weights)
-_MEASURE_ROWS = (64, 1024)  # row buckets: powers of two in this range; larger calls use the largest
+#: rows the choice is measured at: a batch's worth (both kernels are at their steady throughput from about
+#: 1000 rows on; the default batch of 32 ViT-B/16 images has 6304)
+MEASURE_ROWS = 1024
 _packed: dict[str, Any] = {}  # at most one vision tower: {"tower": weakref, "key": ..., "blocks": [...]}
 
 
@@ -92,35 +97,26 @@ def _pack_key(v: Any) -> tuple | None:
     return tuple((p.data_ptr(), version_counter(p), p.dtype) for p in params)
 
 
-def row_bucket(rows: int) -> int:
-    """The row count a choice is measured at: the next power of two, within 64..1024 (above 1024 rows
-    both kernels run at their steady throughput, and one choice serves every larger call).
-
-    >>> [row_bucket(n) for n in (1, 197, 1576, 6304)]
-    [64, 256, 1024, 1024]
-    """
-    lo, hi = _MEASURE_ROWS
-    return max(lo, min(hi, 1 << max(0, int(rows) - 1).bit_length()))
-
-
-def packed_products_pay_off(blk: Any, rows: int) -> bool:
+def packed_products_pay_off(blk: Any) -> bool:
     """Whether the packed products of blocks shaped like ``blk`` measured at least 5% faster than
-    ``F.linear`` at ``rows`` rows on this machine (:func:`row_bucket`; measured once per process, width and
-    bucket: one block's four products both ways on random input, interleaved, best of three).
+    ``F.linear`` on this machine (one block's four products both ways on :data:`MEASURE_ROWS` random rows,
+    interleaved, best of three; measured once per process, width and thread count).
 
     >>> from genmetrics.backbones.fastpath import force_path
     >>> from genmetrics.testing import tiny_clip
     >>> blk = tiny_clip()[0].visual.transformer.resblocks[0]
     >>> force_path(PACKED_LINEAR, "plain")  # e.g. to compare with the plain products
-    >>> packed_products_pay_off(blk, 197)
+    >>> packed_products_pay_off(blk)
     False
     >>> force_path(PACKED_LINEAR, None)
     """
     d, hidden = int(blk.attn.embed_dim), int(blk.mlp.c_fc.out_features)
-    m = row_bucket(rows)
-    key = (PACKED_LINEAR, d, hidden, m, torch.get_num_threads())
+    key = (PACKED_LINEAR, d, hidden, torch.get_num_threads())
     with torch.no_grad():
-        return choose_path(key, lambda: _product_candidates(blk, m), baseline="plain").path == "packed"
+        return (
+            choose_path(key, lambda: _product_candidates(blk, MEASURE_ROWS), baseline="plain").path
+            == "packed"
+        )
 
 
 def _product_candidates(blk: Any, m: int) -> dict[str, Any]:
@@ -142,12 +138,12 @@ def _product_candidates(blk: Any, m: int) -> dict[str, Any]:
     }
 
 
-def packed_vision_blocks(visual: Any, rows: int | None = None) -> list[PackedBlock] | None:
+def packed_vision_blocks(visual: Any) -> list[PackedBlock] | None:
     """One :class:`PackedBlock` per block of the open_clip ``VisionTransformer`` ``visual``, when its
     products may run on packed oneDNN weights and that is faster here: float32 on the CPU, without autograd,
     every block plain (:func:`~genmetrics.backbones.clip_blocks.is_plain_block`), a torch build with
-    oneDNN's packed linear, and :func:`packed_products_pay_off` at ``rows`` (the rows of each product: batch
-    x tokens; None: one image's tokens); else None (use the blocks' own modules).
+    oneDNN's packed linear, and :func:`packed_products_pay_off` (measured on this machine; the same for
+    every batch); else None (use the blocks' own modules).
 
     The packed copy is kept for the last tower seen while its parameters are unchanged (storage and
     in-place version of each: an optimizer step or ``load_state_dict`` repacks), one extra copy of its
@@ -172,8 +168,7 @@ def packed_vision_blocks(visual: Any, rows: int | None = None) -> list[PackedBlo
         or not onednn_linear_available()
     ):
         return None
-    tokens = int(getattr(visual, "positional_embedding", torch.empty(1)).shape[0])
-    if not packed_products_pay_off(blocks[0], tokens if rows is None else rows):
+    if not packed_products_pay_off(blocks[0]):
         return None
     key = _pack_key(visual)
     ref = _packed.get("tower")

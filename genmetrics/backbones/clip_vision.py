@@ -93,11 +93,7 @@ def encode_image(model: Any, pixels: torch.Tensor) -> torch.Tensor:
     x = v._embeds(pixels)
     blocks = list(v.transformer.resblocks)
     cls_only = v.pool_type == "tok"
-    packed = (
-        packed_vision_blocks(v, rows=x.shape[0] * x.shape[1])
-        if x.dtype == torch.float32 and x.device.type == "cpu"
-        else None
-    )
+    packed = packed_vision_blocks(v) if x.dtype == torch.float32 and x.device.type == "cpu" else None
     for i, blk in enumerate(blocks[:-1] if cls_only else blocks):
         x = sdpa_block(blk, x) if packed is None else packed_block(blk, x, packed[i])
     if cls_only and blocks:

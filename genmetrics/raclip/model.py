@@ -281,7 +281,7 @@ def dense_tokens(
     blocks = visual.transformer.resblocks
     x = _embed(visual, images.to(dtype=visual.conv1.weight.dtype))
     # None: the modules' own products (not the CPU, not float32, or packed measured slower here)
-    packed = packed_vision_blocks(visual, rows=x.shape[0] * x.shape[1]) if x.device.type == "cpu" else None
+    packed = packed_vision_blocks(visual) if x.device.type == "cpu" else None
     attn_sum = None
     for i, blk in enumerate(blocks[:-1]):
         x, w = block_with_attention(blk, x, None if packed is None else packed[i])

@@ -153,7 +153,7 @@ def _rows_independent_of_batch(model, x: torch.Tensor) -> bool:
     n_one = model.visual.positional_embedding.shape[0]
     h = torch.randn(x.shape[0] * n_one, blk.attn.embed_dim, generator=torch.Generator().manual_seed(5))
     with torch.no_grad():
-        packed = clip_packed.packed_vision_blocks(model.visual, rows=n_one)
+        packed = clip_packed.packed_vision_blocks(model.visual)
         if packed is None:
             lin = lambda t: torch.nn.functional.linear(t, blk.attn.in_proj_weight, blk.attn.in_proj_bias)  # noqa: E731
         else:
