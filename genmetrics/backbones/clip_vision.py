@@ -106,5 +106,8 @@ def encode_image(model: Any, pixels: torch.Tensor) -> torch.Tensor:
         pooled = v.ln_post(x)[:, 1:].mean(dim=1)
     proj = v.proj
     if proj is not None:
-        pooled = proj(pooled) if isinstance(proj, torch.nn.Module) else pooled @ proj
+        # one image at a time, like the last block's rows: a one-row product runs another kernel (gemv)
+        # than a B-row one and rounds differently, and an embedding must not depend on its batch
+        rows = [pooled[i : i + 1] for i in range(pooled.shape[0])]
+        pooled = torch.cat([proj(r) if isinstance(proj, torch.nn.Module) else r @ proj for r in rows])
     return pooled

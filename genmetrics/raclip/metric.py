@@ -447,7 +447,9 @@ class HCS(_ClipFamily, SampleMetric):
     @torch.no_grad()
     def _embed(self, images: list[Any], name: str) -> torch.Tensor:
         model = self._model()
-        return model.encode_image(self._pixels(images, name)).double()
+        return encode_image(
+            model, self._pixels(images, name)
+        ).double()  # the fast tower: rows independent of the batch
 
     def _score_batch(self, batch: dict[str, list[Any]]) -> torch.Tensor:
         return self._embed(batch["candidates"], "candidates")  # embeddings; HCS is formed at compute()
@@ -572,7 +574,7 @@ class _SetDivergence(_RAMixin, Metric):
             out = self._scorer()(x, self.attributes)
             return {"score": out.score.double(), "maps": out.patch_scores.double()}
         model = self._model()
-        img = model.encode_image(x)
+        img = encode_image(model, x)
         if self.score_kind == "clipscore":
             return {"score": clipscore(img, self._texts(list(self.attributes)))}
         return {"score": img.double()}  # hcs: embeddings, scored at compute()
