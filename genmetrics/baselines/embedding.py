@@ -51,7 +51,9 @@ class _EmbeddingMetric(SampleMetric):
         self.weights = weights or (None if backbone is not None else self.default_weights)
         self.data_range = number("data_range", data_range, lo=0.0, lo_open=True, owner=self.name or None)
         self._cache_dir = cache_dir
-        self._cache: FeatureCache | None = None
+        # not ``_cache``: torchmetrics keeps its pre-sync copy of the states there (sync() overwrites it,
+        # unsync()/reset() set it to None)
+        self._feature_cache: FeatureCache | None = None
         if backbone is not None:
             self._set_backbone(backbone)
 
@@ -99,26 +101,28 @@ class _EmbeddingMetric(SampleMetric):
         >>> with tempfile.TemporaryDirectory() as d:
         ...     cached = CLIPImageSimilarity(backbone=tiny_clip()[0], cache_dir=d)
         ...     first, again = cached.embed(x), cached.embed(x)  # the second call reads the cache
-        >>> bool(torch.equal(first, again)), cached._cache.hits
+        >>> bool(torch.equal(first, again)), cached._feature_cache.hits
         (True, 2)
         """
         items = as_image_list(images, name="images")
         model = self._model()
         if self._cache_dir is None:
             return self._fresh(items)
-        if self._cache is None:
-            self._cache = FeatureCache(self._cache_identity(model), self._cache_dir)
+        if self._feature_cache is None:
+            self._feature_cache = FeatureCache(self._cache_identity(model), self._cache_dir)
         out: list[torch.Tensor | None] = [None] * len(items)
         dim = self._embed_dim(model)
-        if dim is None and items:  # learn the size from one fresh embedding, never from the cache
-            out[0] = self._fresh(items[:1])[0].cpu()
-            dim = int(out[0].shape[-1])
-            self._cache.put(items[0], {"embedding": out[0]})
+        if not items:
+            return self._fresh(items)
+        if dim is None:  # learn the size from one fresh embedding, never from the cache
+            first = self._fresh(items[:1])[0].cpu()
+            out[0], dim = first, int(first.shape[-1])
+            self._feature_cache.put(items[0], {"embedding": first})
         todo = []
         for i, x in enumerate(items):
             if out[i] is not None:
                 continue
-            hit = self._cache.get(x, expect={"embedding": (dim,)}, check=_unit_norm)
+            hit = self._feature_cache.get(x, expect={"embedding": (dim,)}, check=_unit_norm)
             if hit is not None:
                 out[i] = hit["embedding"].float()
             else:
@@ -127,7 +131,7 @@ class _EmbeddingMetric(SampleMetric):
             new = self._fresh([items[i] for i in todo]).cpu()
             for j, i in enumerate(todo):
                 out[i] = new[j]
-                self._cache.put(items[i], {"embedding": new[j]})
+                self._feature_cache.put(items[i], {"embedding": new[j]})
         return torch.stack(out).to(self.device)  # type: ignore[arg-type]
 
 

@@ -22,7 +22,7 @@ def _metric(name: str, cache_dir: Path):
 
 
 def _entry_paths(metric, images) -> list[Path]:
-    cache = metric._cache
+    cache = metric._feature_cache
     return [cache.dir / (h := content_hash(x))[:2] / f"{h}.safetensors" for x in images]
 
 
@@ -56,7 +56,7 @@ def test_a_poisoned_entry_is_recomputed_never_served(tmp_path, name, fault):
     truth = _metric(name, tmp_path / "fresh").score(ref, cand)
     m = _metric(name, tmp_path / "cache")
     m.score(ref, cand)  # fills the cache
-    dim = int(m._cache.get(ref[0])["embedding"].shape[0])
+    dim = int(m._feature_cache.get(ref[0])["embedding"].shape[0])
     for p in _entry_paths(m, list(ref) + list(cand)):
         bad = FAULTS[fault](dim, tmp_path)
         if isinstance(bad, Payload):
@@ -70,13 +70,13 @@ def test_a_poisoned_entry_is_recomputed_never_served(tmp_path, name, fault):
     torch.testing.assert_close(got, truth, atol=1e-6, rtol=0)
     assert not (tmp_path / "pwned").exists()
     if fault != "pickle":  # an unreadable file is a plain miss (a torn write looks the same)
-        assert again._cache.rejected == 4
+        assert again._feature_cache.rejected == 4
         msgs = [str(x.message) for x in w if "feature cache" in str(x.message)]
         assert len(msgs) == 1 and "recomputed" in msgs[0]
     # the planted entries were overwritten with good ones: a third reader is served from the cache
     third = _metric(name, tmp_path / "cache")
     torch.testing.assert_close(third.score(ref, cand), truth, atol=1e-6, rtol=0)
-    assert third._cache.hits == 4 and third._cache.rejected == 0
+    assert third._feature_cache.hits == 4 and third._feature_cache.rejected == 0
 
 
 def test_another_model_never_reads_these_entries(tmp_path):
@@ -87,13 +87,13 @@ def test_another_model_never_reads_these_entries(tmp_path):
     a.embed(img)
     same = _metric("clip_i", tmp_path)  # same weights, new object
     same.embed(img)
-    assert same._cache.dir == a._cache.dir and same._cache.hits == 1
+    assert same._feature_cache.dir == a._feature_cache.dir and same._feature_cache.hits == 1
     other = gm.create_metric("clip_i", backbone=tiny_clip(seed=1)[0], cache_dir=tmp_path)
     other.embed(img)
     scaled = gm.create_metric("clip_i", backbone=tiny_clip()[0], cache_dir=tmp_path, data_range=255.0)
     scaled.embed(img)
-    assert len({a._cache.dir, other._cache.dir, scaled._cache.dir}) == 3
-    assert other._cache.hits == 0 and scaled._cache.hits == 0
+    assert len({a._feature_cache.dir, other._feature_cache.dir, scaled._feature_cache.dir}) == 3
+    assert other._feature_cache.hits == 0 and scaled._feature_cache.hits == 0
 
 
 def test_the_size_comes_from_the_model_not_the_cache(tmp_path):
@@ -105,5 +105,55 @@ def test_the_size_comes_from_the_model_not_the_cache(tmp_path):
     p = _entry_paths(m, [img[0]])[0]
     save_file({"embedding": torch.ones(3) / 3**0.5}, str(p))  # unit norm, wrong size
     out = m.embed(img)
-    assert out.shape[-1] == 32 and m._cache.rejected == 0  # recomputed (fresh), then overwritten
-    assert FeatureCache(m._cache.model_id, tmp_path).get(img[0])["embedding"].shape == (32,)
+    assert out.shape[-1] == 32 and m._feature_cache.rejected == 0  # recomputed (fresh), then overwritten
+    assert FeatureCache(m._feature_cache.model_id, tmp_path).get(img[0])["embedding"].shape == (32,)
+
+
+def test_the_feature_cache_and_torchmetrics_sync_keep_apart(tmp_path):
+    """torchmetrics keeps its pre-sync copy of the states in ``Metric._cache`` (``sync()`` sets it, ``unsync()``
+    and ``reset()`` clear it). The feature cache used to live under that name: a synced metric then took
+    torchmetrics' dict for the feature cache (``embed`` raised TypeError) and a synced ``compute()`` dropped
+    the feature cache. Here a fake two-process gather (the other process scored the same pairs at twice the
+    score) syncs the metric; the synced value, the restored local states and the cache hits are checked."""
+    ref, cand = random_images(3, seed=1), random_images(3, seed=2)
+    calls: list[torch.dtype] = []
+
+    def gather(t: torch.Tensor, group=None) -> list[torch.Tensor]:
+        calls.append(t.dtype)
+        return [t, 2 * t if t.is_floating_point() else t]  # unnamed ids: never de-duplicated
+
+    def distributed() -> bool:
+        return True
+
+    m = gm.create_metric(
+        "clip_i",
+        backbone=tiny_clip()[0],
+        cache_dir=tmp_path,
+        dist_sync_fn=gather,
+        distributed_available_fn=distributed,
+    )
+    m.update(ref, cand)
+    fc = m._feature_cache
+    local = m.per_sample(sync=False)["scores"]
+    assert fc is not None and fc.hits == 0 and local.shape == (3,)
+
+    value = m.compute()  # synced: sync() -> compute -> unsync()
+    assert calls, "the fake gather was not used: nothing was synced"
+    torch.testing.assert_close(value, torch.cat([local, 2 * local]).mean(), rtol=0, atol=0)
+    assert m._feature_cache is fc and m._cache is None and not m._is_synced
+    assert torch.equal(m.per_sample(sync=False)["scores"], local)  # local states restored
+
+    m.sync(dist_sync_fn=gather, distributed_available=distributed)
+    assert isinstance(m._cache, dict) and {"scores", "sample_ids"} <= set(m._cache)  # torchmetrics' copy
+    emb = m.embed(ref)  # while synced: served from the feature cache, not from torchmetrics' dict
+    assert fc.hits == 3 and emb.shape == (3, 32)
+    torch.testing.assert_close(emb.norm(dim=-1), torch.ones(3))
+    m.unsync()
+    assert torch.equal(m.per_sample(sync=False)["scores"], local)
+
+    m.update(cand, ref)  # every image is in the cache now
+    assert fc.hits == 3 + 6
+    both = m.per_sample(sync=False)["scores"]
+    torch.testing.assert_close(m.compute(), torch.cat([both, 2 * both]).mean(), rtol=0, atol=0)
+    m.reset()
+    assert m._feature_cache is fc and m._cache is None
