@@ -35,7 +35,7 @@ import math
 import operator
 import os
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, ClassVar, cast
 
@@ -48,6 +48,9 @@ from torchmetrics.utilities.plot import plot_single_or_multi_val
 
 from genmetrics._torchmetrics_compat import BackbonesFollowTo, is_synced, set_forward_cache, set_update_count
 from genmetrics.data.batching import map_batches
+
+# as_text_list is re-exported: the text contract lives in data/text.py, below metric and backbones
+from genmetrics.data.text import as_text_list as as_text_list
 from genmetrics.errors import InputError
 from genmetrics.options import device as check_device
 from genmetrics.registry import get_card
@@ -1080,30 +1083,6 @@ def _drop_duplicate_ids(scores: torch.Tensor, ids: torch.Tensor) -> tuple[torch.
     if keep.numel() == ids.numel():
         return scores, ids
     return scores[keep], ids[keep]
-
-
-def as_text_list(texts: Any, *, name: str = "condition", allow_empty: bool = False) -> list[str]:
-    """A string or a list of strings -> list of stripped-checked strings (empty ones are an error).
-
-    >>> as_text_list("a cat"), as_text_list(["a cat", "a dog"], name="prompts")
-    (['a cat'], ['a cat', 'a dog'])
-    >>> as_text_list(["a cat", " "], name="prompts")
-    Traceback (most recent call last):
-        ...
-    genmetrics.errors.InputError: prompts[1]: the text is empty or whitespace only; give a non-empty text
-    """
-    if isinstance(texts, str):
-        texts = [texts]
-    if not isinstance(texts, Sequence) or isinstance(texts, (bytes, bytearray)):
-        raise InputError(f"{name}: expected a string or a list of strings, got {type(texts).__name__}")
-    out = []
-    for i, t in enumerate(texts):
-        if not isinstance(t, str):
-            raise InputError(f"{name}[{i}]: expected a string, got {type(t).__name__} {t!r}"[:200])
-        if not allow_empty and not t.strip():
-            raise InputError(f"{name}[{i}]: the text is empty or whitespace only; give a non-empty text")
-        out.append(t)
-    return out
 
 
 def finite_or_nan(x: float) -> float:

@@ -8,13 +8,17 @@ content and weights identity.
 
 from __future__ import annotations
 
+import hashlib
 import os
 from typing import Any
 
 import torch
 import torch.nn.functional as F
+from transformers import AutoModel
 
 from genmetrics.backbones.openclip import clip_image_batch, encode_image, load_open_clip
+from genmetrics.backbones.provider import provide
+from genmetrics.backbones.weights import genmetrics_home, weights_unavailable
 from genmetrics.data.cache import FeatureCache
 from genmetrics.data.images import ResizePolicy, as_image_list, load_batch
 from genmetrics.errors import InputError
@@ -47,7 +51,9 @@ class _EmbeddingMetric(SampleMetric):
         self.weights = weights or (None if backbone is not None else self.default_weights)
         self.data_range = number("data_range", data_range, lo=0.0, lo_open=True, owner=self.name or None)
         self._cache_dir = cache_dir
-        self._cache: FeatureCache | None = None
+        # not ``_cache``: torchmetrics keeps its pre-sync copy of the states there (sync() overwrites it,
+        # unsync()/reset() set it to None)
+        self._feature_cache: FeatureCache | None = None
         if backbone is not None:
             self._set_backbone(backbone)
 
@@ -67,30 +73,93 @@ class _EmbeddingMetric(SampleMetric):
     def _embed_raw(self, images: list[Any]) -> torch.Tensor:
         raise NotImplementedError
 
+    def _embed_dim(self, model: Any) -> int | None:
+        """The model's embedding size, when its configuration says (None: learnt from a fresh embedding)."""
+        return None
+
+    def _cache_identity(self, model: Any) -> str:
+        """What the cached embeddings depend on: the metric, the weights (their name, or for a caller-built
+        backbone a fingerprint of its tensors -- never ``id(model)``, which a later process reuses for
+        another model) and ``data_range`` (it scales float tensors before the model sees them)."""
+        weights = self.weights or f"weights-sha256:{_fingerprint(model)}"
+        return f"{type(self).__name__}:{weights}:data_range={self.data_range:g}"
+
+    def _fresh(self, items: list[Any]) -> torch.Tensor:
+        with torch.inference_mode():
+            return F.normalize(self._embed_raw(items).float(), dim=-1)
+
     def embed(self, images: Any) -> torch.Tensor:
-        """L2-normalised float32 image embeddings ``[B,D]`` (cached on disk when ``cache_dir`` is set)."""
+        """L2-normalised float32 image embeddings ``[B,D]`` (cached on disk when ``cache_dir`` is set).
+
+        A cached entry is used only when it is one finite vector of the model's size with unit norm (what
+        this metric writes); anything else -- another model's entry, a truncated or altered file -- is
+        recomputed and overwritten, with one warning (:class:`~genmetrics.data.cache.FeatureCache`).
+
+        >>> import tempfile
+        >>> from genmetrics.testing import random_images, tiny_clip
+        >>> x = random_images(2, seed=1)
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     cached = CLIPImageSimilarity(backbone=tiny_clip()[0], cache_dir=d)
+        ...     first, again = cached.embed(x), cached.embed(x)  # the second call reads the cache
+        >>> bool(torch.equal(first, again)), cached._feature_cache.hits
+        (True, 2)
+        """
         items = as_image_list(images, name="images")
         model = self._model()
         if self._cache_dir is None:
-            with torch.inference_mode():
-                return F.normalize(self._embed_raw(items).float(), dim=-1)
-        if self._cache is None:
-            self._cache = FeatureCache(f"{type(self).__name__}:{self.weights or id(model)}", self._cache_dir)
+            return self._fresh(items)
+        if self._feature_cache is None:
+            self._feature_cache = FeatureCache(self._cache_identity(model), self._cache_dir)
         out: list[torch.Tensor | None] = [None] * len(items)
+        dim = self._embed_dim(model)
+        if not items:
+            return self._fresh(items)
+        if dim is None:  # learn the size from one fresh embedding, never from the cache
+            first = self._fresh(items[:1])[0].cpu()
+            out[0], dim = first, int(first.shape[-1])
+            self._feature_cache.put(items[0], {"embedding": first})
         todo = []
         for i, x in enumerate(items):
-            hit = self._cache.get(x)
+            if out[i] is not None:
+                continue
+            hit = self._feature_cache.get(x, expect={"embedding": (dim,)}, check=_unit_norm)
             if hit is not None:
-                out[i] = hit["embedding"]
+                out[i] = hit["embedding"].float()
             else:
                 todo.append(i)
         if todo:
-            with torch.inference_mode():
-                new = F.normalize(self._embed_raw([items[i] for i in todo]).float(), dim=-1).cpu()
+            new = self._fresh([items[i] for i in todo]).cpu()
             for j, i in enumerate(todo):
                 out[i] = new[j]
-                self._cache.put(items[i], {"embedding": new[j]})
+                self._feature_cache.put(items[i], {"embedding": new[j]})
         return torch.stack(out).to(self.device)  # type: ignore[arg-type]
+
+
+def _fingerprint(model: Any) -> str:
+    """sha256 over every tensor's name, shape, dtype, float64 sum and first 16 values: equal for the same
+    weights, different for another model (any retraining moves the sums), cheap for large ones."""
+    h = hashlib.sha256()
+    with torch.no_grad():
+        for name, t in model.state_dict().items():
+            flat = t.detach().reshape(-1)
+            h.update(f"{name}{tuple(t.shape)}{t.dtype}".encode())
+            if flat.numel():
+                h.update(repr(float(flat.double().sum())).encode())
+                h.update(flat[:16].double().cpu().numpy().tobytes())
+    return h.hexdigest()[:32]
+
+
+def _unit_norm(entry: dict[str, torch.Tensor]) -> str | None:
+    """None when the cached embedding has norm 1 up to float32 rounding (normalising a D-vector in float32
+    leaves its norm within D * eps of 1: worst case, every one of the D squares and the sum rounded the
+    same way), else the reason to refuse it."""
+    e = entry["embedding"]
+    norm = float(e.double().norm())
+    return (
+        None
+        if abs(norm - 1.0) <= e.numel() * torch.finfo(torch.float32).eps
+        else f"its norm is {norm:.6g}, not 1"
+    )
 
 
 class _ImagePairMetric(_EmbeddingMetric):
@@ -120,6 +189,10 @@ class _ClipMixin:
     def _load_default(self) -> None:
         model, _, tokenizer = load_open_clip(self.weights, device=self.device)  # type: ignore[attr-defined]
         self._set_backbone(model, tokenizer=tokenizer)  # type: ignore[attr-defined]
+
+    def _embed_dim(self, model: Any) -> int | None:
+        dim = getattr(getattr(model, "visual", None), "output_dim", None)
+        return int(dim) if isinstance(dim, int) else None
 
     def _embed_raw(self, images: list[Any]) -> torch.Tensor:
         model = self._model()  # type: ignore[attr-defined]
@@ -160,11 +233,6 @@ class DINOSimilarity(_ImagePairMetric):
     default_weights = "facebook/dinov2-base"
 
     def _load_default(self) -> None:
-        from transformers import AutoModel
-
-        from genmetrics.backbones.provider import provide
-        from genmetrics.backbones.weights import genmetrics_home, weights_unavailable
-
         provided = provide("dino", str(self.weights))
         if provided is not None:
             self._set_backbone(provided)
@@ -176,6 +244,10 @@ class DINOSimilarity(_ImagePairMetric):
                 str(self.weights), str(genmetrics_home() / "hf"), "backbone=... or weights=/local/dir", e
             ) from None
         self._set_backbone(model)
+
+    def _embed_dim(self, model: Any) -> int | None:
+        dim = getattr(getattr(model, "config", None), "hidden_size", None)
+        return int(dim) if isinstance(dim, int) else None
 
     def _embed_raw(self, images: list[Any]) -> torch.Tensor:
         model = self._model()

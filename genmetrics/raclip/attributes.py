@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from genmetrics.errors import InputError
+from genmetrics.raclip._checks import check_attributes
 
 ATTRIBUTE_SETS: dict[str, str] = {
     "celeba-20": "celeba_20.txt",
@@ -113,8 +114,6 @@ def resolve_attributes(spec: Any, *, name: str = "attributes") -> list[str]:
     >>> resolve_attributes("smiling, wearing hat"), len(resolve_attributes("coco-80"))
     (['smiling', 'wearing hat'], 80)
     """
-    from genmetrics.raclip._checks import check_attributes
-
     if spec is None:
         raise InputError(
             f"{name}: no attributes given; pass a list of strings, a shipped set name "

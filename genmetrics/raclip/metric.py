@@ -14,15 +14,27 @@ import os
 from itertools import combinations
 from typing import Any, ClassVar
 
+import open_clip
 import torch
 import torch.nn.functional as F
 
-from genmetrics.backbones.openclip import clip_image_batch, encode_image, load_open_clip
+from genmetrics import options as O
+from genmetrics.backbones.openclip import (
+    TextEmbeddingCache,
+    clip_image_batch,
+    encode_image,
+    load_open_clip,
+    parse_clip_weights,
+)
+from genmetrics.backbones.provider import current_provider
+from genmetrics.data.batching import map_batches
 from genmetrics.data.images import as_image_list, to_tensor
+from genmetrics.data.text import as_text_list
 from genmetrics.errors import InputError
 from genmetrics.functional import divergence as D
-from genmetrics.metric import Metric, SampleMetric, as_text_list
-from genmetrics.options import choice, number
+from genmetrics.metric import Metric, SampleMetric
+from genmetrics.options import choice, number, template
+from genmetrics.raclip import report
 from genmetrics.raclip.attributes import resolve_attributes
 from genmetrics.raclip.model import (
     HCS_TEMPLATE,
@@ -141,8 +153,6 @@ class _ClipFamily:
     def _text_cache(self) -> Any:
         """This metric's text embeddings, one per distinct text (issue 16): the context cut after the longest
         text of each call, the text tower in float64 unless ``text_dtype="model"`` (clipscore)."""
-        from genmetrics.backbones.openclip import TextEmbeddingCache
-
         model_precision = getattr(self, "text_dtype", "float64") == "model"
         return self._aux.setdefault(
             "prompt_cache", TextEmbeddingCache(dtype=None if model_precision else torch.float64)
@@ -323,8 +333,6 @@ class CLIPScore(_ClipFamily, SampleMetric):
     ) -> None:
         super().__init__(batch_size=batch_size, **kwargs)
         self.attributes = resolve_attributes(attributes) if attributes is not None else None
-        from genmetrics.options import template
-
         template("prompt_template", prompt_template, slots=1)
         self.prompt_template = prompt_template
         if text_dtype not in ("float64", "model"):
@@ -426,8 +434,6 @@ class HCS(_ClipFamily, SampleMetric):
             )
         if reference is not None:
             items = _images(reference, "reference", self.data_range)
-            from genmetrics.data.batching import map_batches
-
             embs = map_batches(lambda sl: self._embed(items[sl], "reference"), len(items), self.batch_size)
             total = torch.cat(embs, 0).sum(0, keepdim=True).to(self.device)
             self.ref_sums.append(total)
@@ -441,7 +447,9 @@ class HCS(_ClipFamily, SampleMetric):
     @torch.no_grad()
     def _embed(self, images: list[Any], name: str) -> torch.Tensor:
         model = self._model()
-        return model.encode_image(self._pixels(images, name)).double()
+        return encode_image(
+            model, self._pixels(images, name)
+        ).double()  # the fast tower: rows independent of the batch
 
     def _score_batch(self, batch: dict[str, list[Any]]) -> torch.Tensor:
         return self._embed(batch["candidates"], "candidates")  # embeddings; HCS is formed at compute()
@@ -485,15 +493,9 @@ def _grid_of(model: Any) -> tuple[int, int]:
 
 def _grid_from_weights(spec: str | None) -> tuple[int, int] | None:
     """Patch grid from the open_clip model config, without loading weights (None when unknown)."""
-    from genmetrics.backbones.provider import current_provider
-
     if current_provider() is not None:
         return None  # a backbone provider may give another model: read the grid from the one it gives
     try:
-        import open_clip
-
-        from genmetrics.backbones.openclip import parse_clip_weights
-
         name = parse_clip_weights(spec or DEFAULT_WEIGHTS).model
         if name.startswith("hf-hub:"):
             return None  # its config lives on the hub: never look it up here (no network at construction)
@@ -572,7 +574,7 @@ class _SetDivergence(_RAMixin, Metric):
             out = self._scorer()(x, self.attributes)
             return {"score": out.score.double(), "maps": out.patch_scores.double()}
         model = self._model()
-        img = model.encode_image(x)
+        img = encode_image(model, x)
         if self.score_kind == "clipscore":
             return {"score": clipscore(img, self._texts(list(self.attributes)))}
         return {"score": img.double()}  # hcs: embeddings, scored at compute()
@@ -597,8 +599,6 @@ class _SetDivergence(_RAMixin, Metric):
             todo.append(("real", _images(reference, "reference", self.data_range), "reference"))
         if candidates is not None:
             todo.append(("gen", _images(candidates, "candidates", self.data_range), "candidates"))
-        from genmetrics.data.batching import map_batches
-
         for s, items, name in todo:
 
             def rows(sl: slice, items: list[Any] = items, name: str = name) -> dict[str, torch.Tensor]:
@@ -748,8 +748,6 @@ class _KLDivergence(_SetDivergence):
         self.kl_direction = choice("kl_direction", direction, D.DIRECTIONS, owner=self.name)
         self.eps = number("eps", D.DEFAULT_EPS if eps is None else eps, lo=0.0, owner=self.name)
         self.divergence = divergence
-        from genmetrics import options as O
-
         self.kde_points = O.integer(
             "kde_points", D.HCS_POINTS if kde_points is None else kde_points, lo=4, owner=owner
         )
@@ -812,12 +810,10 @@ class _KLDivergence(_SetDivergence):
         ``None`` for the KDE mode or when no rows are kept. Synchronised across processes like ``compute()``."""
         if not self._keep_rows or self.divergence != "gaussian":
             return None
-        from genmetrics.raclip.report import bootstrap_means
-
         with self.sync_context(dist_sync_fn=self.dist_sync_fn, should_sync=self._to_sync, should_unsync=True):
             self._check_sets(2)
             real, gen = self._rows()
-        boot = bootstrap_means(
+        boot = report.bootstrap_means(
             real.cpu(),
             gen.cpu(),
             n_boot=n_boot,

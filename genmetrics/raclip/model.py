@@ -28,7 +28,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from genmetrics.backbones.clip_blocks import fused_mlp
+from genmetrics.backbones.clip_packed import packed_vision_blocks
+from genmetrics.backbones.clip_text import TextEmbeddingCache
 from genmetrics.errors import InputError
+from genmetrics.options import template
 from genmetrics.raclip._checks import check_attributes
 
 POSITIVE_TEMPLATE = "This is a photo of {}."
@@ -148,13 +152,23 @@ def _merge(attn: Any, o: torch.Tensor, packed: Any = None) -> torch.Tensor:
     return attn.out_proj(o) if packed is None else packed.out_proj(o)
 
 
+def _mlp(blk: Any, h: torch.Tensor, packed: Any) -> torch.Tensor:
+    """The block's MLP: packed products, else open_clip's ``c_fc -> gelu -> c_proj`` with QuickGELU fused
+    into the products when no gradient is recorded (the in-place ``silu`` would break autograd), else the
+    module itself."""
+    if packed is not None:
+        return packed.mlp(h)
+    if not torch.is_grad_enabled() and list(blk.mlp._modules) == ["c_fc", "gelu", "c_proj"]:
+        return fused_mlp(blk.mlp, h)
+    return blk.mlp(h)
+
+
 def _finish_block(blk: Any, x: torch.Tensor, a: torch.Tensor, packed: Any = None) -> torch.Tensor:
     ln_attn = getattr(blk, "ln_attn", None)
     if ln_attn is not None:
         a = ln_attn(a)
     x = x + blk.ls_1(a)
-    h = blk.ln_2(x)
-    return x + blk.ls_2(blk.mlp(h) if packed is None else packed.mlp(h))
+    return x + blk.ls_2(_mlp(blk, blk.ln_2(x), packed))
 
 
 def block_with_attention(blk: Any, x: torch.Tensor, packed: Any = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -264,13 +278,10 @@ def dense_tokens(
             f"images: got size {tuple(images.shape[-2:])}, the model's input size is {expected}; use "
             "genmetrics.backbones.openclip.clip_image_batch(images, model) to resize and normalise"
         )
-    from genmetrics.backbones.openclip import packed_vision_blocks
-
     blocks = visual.transformer.resblocks
     x = _embed(visual, images.to(dtype=visual.conv1.weight.dtype))
-    packed = (
-        packed_vision_blocks(visual) if x.device.type == "cpu" else None
-    )  # None: the modules' own products
+    # None: the modules' own products (not the CPU, not float32, or packed measured slower here)
+    packed = packed_vision_blocks(visual) if x.device.type == "cpu" else None
     attn_sum = None
     for i, blk in enumerate(blocks[:-1]):
         x, w = block_with_attention(blk, x, None if packed is None else packed[i])
@@ -364,8 +375,6 @@ def encode_texts(
     >>> encode_texts(model, tokenizer, ["smiling"], dtype=torch.float64).dtype
     torch.float64
     """
-    from genmetrics.backbones.openclip import TextEmbeddingCache
-
     return TextEmbeddingCache(dtype=dtype).embed(model, tokenizer, texts, name=name, normalize=normalize)
 
 
@@ -382,8 +391,6 @@ def logit_scale_of(model: Any) -> float:
 
 
 def _check_template(t: str, name: str) -> str:
-    from genmetrics.options import template
-
     return template(name, t, slots=1)
 
 
@@ -521,8 +528,6 @@ class RegionAttributeScorer(nn.Module):
         self.positive_template = _check_template(positive_template, "positive_template")
         self.negative_template = _check_template(negative_template, "negative_template")
         self.cache_size = int(cache_size)
-        from genmetrics.backbones.openclip import TextEmbeddingCache
-
         self.text_cache = TextEmbeddingCache(dtype=torch.float64)  # per prompt text, float64
         self._text_cache: OrderedDict[tuple, tuple[torch.Tensor, torch.Tensor | None]] = (
             OrderedDict()

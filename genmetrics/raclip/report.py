@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from genmetrics.backbones.clip_preprocess import clip_image_batch, clip_preprocess_cfg
 from genmetrics.errors import InputError
 from genmetrics.functional import divergence as D
 
@@ -61,8 +62,6 @@ class ScoredSet:
 
 
 def _unnormalise(x: torch.Tensor, model: Any) -> torch.Tensor:
-    from genmetrics.backbones.openclip import clip_preprocess_cfg
-
     cfg = clip_preprocess_cfg(model)
     mean = torch.tensor(cfg["mean"], dtype=x.dtype, device=x.device).view(1, 3, 1, 1)
     std = torch.tensor(cfg["std"], dtype=x.dtype, device=x.device).view(1, 3, 1, 1)
@@ -93,8 +92,6 @@ def score_images(
     >>> tuple(scored.scores.shape), tuple(scored.map_sum.shape), [e.name for e in scored.examples]
     ((6, 2), (16, 2), ['000.png', '001.png'])
     """
-    from genmetrics.backbones.openclip import clip_image_batch
-
     model = scorer.model
     starts = range(0, len(paths), batch_size)
     it = progress(starts) if progress is not None else starts

@@ -260,15 +260,18 @@ def test_cards():
 def test_hcs_text_center_bare_is_the_2024_code(clip, sets):
     import torch.nn.functional as F
 
-    from genmetrics.backbones.openclip import clip_image_batch
+    from genmetrics.backbones.openclip import clip_image_batch, encode_image
 
     model, tok = clip
     real, gen = sets
     m = gm.create_metric("hcs", backbone=model, tokenizer=tok, attributes=ATTRS, text_center="bare")
     m.update(reference=real, candidates=gen)
-    with torch.no_grad():  # core/hcs.py of the 2024 code, in float64 (text: untrimmed float64 tower)
-        c_img = model.encode_image(clip_image_batch(real, model)).double().mean(0)
-        e = model.encode_image(clip_image_batch(gen, model)).double()
+    # core/hcs.py of the 2024 code, in float64 (text: untrimmed float64 tower), on the metric's image tower
+    # (the fast tower equals encode_image within float32 rounding, tests/baselines/test_clip_image.py; the
+    # centring amplifies that rounding, so a 1e-6 comparison must use the same tower)
+    with torch.no_grad():
+        c_img = encode_image(model, clip_image_batch(real, model)).double().mean(0)
+        e = encode_image(model, clip_image_batch(gen, model)).double()
         m64 = copy.deepcopy(model).double()
         t = m64.encode_text(tok(["a photo of " + a for a in ATTRS]))
         c_text = m64.encode_text(tok(ATTRS)).mean(0)
@@ -367,11 +370,11 @@ def _hcs2024_reference(model, tok, real, gen, attrs, n_points):
     printed value = round(mean, 10) * 1e7."""
     from scipy.stats import gaussian_kde
 
-    from genmetrics.backbones.openclip import clip_image_batch
+    from genmetrics.backbones.openclip import clip_image_batch, encode_image
 
-    with torch.no_grad():
-        e_r = model.encode_image(clip_image_batch(real, model)).double().numpy()
-        e_g = model.encode_image(clip_image_batch(gen, model)).double().numpy()
+    with torch.no_grad():  # the metric's image tower (see test_hcs_text_center_bare_is_the_2024_code)
+        e_r = encode_image(model, clip_image_batch(real, model)).double().numpy()
+        e_g = encode_image(model, clip_image_batch(gen, model)).double().numpy()
         m64 = copy.deepcopy(model).double()  # text: open_clip's untrimmed encode_text in float64 (issue 16)
         t_prompt = m64.encode_text(tok(["a photo of " + a for a in attrs])).numpy()
         t_bare = m64.encode_text(tok(list(attrs))).numpy()

@@ -277,19 +277,26 @@ def test_errors(clip, pixels):
 
 
 def test_cpu_pass_uses_the_packed_products(clip, pixels):
-    """On the CPU without autograd the masked pass runs its products on the packed oneDNN weights that
-    encode_image uses (the parity tests above then check those products); with autograd, the modules' own."""
-    from genmetrics.backbones import openclip as oc
+    """On the CPU without autograd, where the packed oneDNN products are taken (forced here; normally where
+    this machine measured them faster), the masked pass runs on the packed weights that encode_image uses;
+    with autograd, the modules' own."""
+    from genmetrics.backbones import clip_packed
+    from genmetrics.backbones._torch_internals import onednn_linear_available
+    from genmetrics.backbones.fastpath import force_path
 
-    if not oc._onednn_ok():
+    if not onednn_linear_available():
         pytest.skip("this torch build has no oneDNN packed linear")
     model, _ = clip
-    oc.release_packed_weights()
-    with torch.enable_grad():
-        z_grad, a_grad, _ = dense_tokens(model, pixels)
-    assert not oc._packed
-    with torch.no_grad():
-        z, a, _ = dense_tokens(model, pixels)
-    assert oc._packed and oc._packed["tower"]() is model.visual
+    clip_packed.release_packed_weights()
+    force_path(clip_packed.PACKED_LINEAR, "packed")
+    try:
+        with torch.enable_grad():
+            z_grad, a_grad, _ = dense_tokens(model, pixels)
+        assert clip_packed.packed_tower() is None
+        with torch.no_grad():
+            z, a, _ = dense_tokens(model, pixels)
+    finally:
+        force_path(clip_packed.PACKED_LINEAR, None)
+    assert clip_packed.packed_tower() is model.visual
     torch.testing.assert_close(z, z_grad.detach(), atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(a, a_grad.detach(), atol=1e-6, rtol=1e-5)

@@ -168,9 +168,9 @@ def test_raclip_scores_and_set_metrics_equal_the_untrimmed_float64_reference(dat
 def test_hcs_and_clipscore_modes_equal_the_untrimmed_float64_reference(data):
     model, tok = tiny_clip()
     real, gen = data
-    with torch.no_grad():
-        e_real = model.encode_image(clip_image_batch(real, model)).double()
-        e_gen = model.encode_image(clip_image_batch(gen, model)).double()
+    with torch.no_grad():  # the metrics' own image tower (see test_hcs_text_center_bare_is_the_2024_code)
+        e_real = encode_image(model, clip_image_batch(real, model)).double()
+        e_gen = encode_image(model, clip_image_batch(gen, model)).double()
     t = _untrimmed64(model, tok, [HCS_TEMPLATE.format(a) for a in ATTRS])
     for center, c_text in (("prompts", t.mean(0)), ("bare", _untrimmed64(model, tok, ATTRS).mean(0))):
 
