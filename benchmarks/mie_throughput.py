@@ -1,11 +1,12 @@
 """MIE scoring throughput (pairs per second) with token-budget batching.
 
     python benchmarks/mie_throughput.py                 # tiny random Qwen3.5 on CPU
-    python benchmarks/mie_throughput.py --size 0.8b-like --device cuda --pairs 64
+    python benchmarks/mie_throughput.py --size 0.8b --device cuda --pairs 64
 
-``0.8b-like`` is a random Qwen3.5 with a config of roughly Qwen3.5-0.8B's size (hidden 1024, 24 layers in
-the 3:1 Gated-DeltaNet / full-attention pattern, a 24-block vision tower; approximate, not the released
-config) with 512x512 references and 1024x1024 candidates; it needs a GPU. Prints one JSON line.
+``0.8b`` is Qwen3.5-0.8B's released architecture with random weights
+(:mod:`genmetrics.backbones.real_configs`: hidden 1024, 24 layers in the 3:1 Gated-DeltaNet /
+full-attention pattern, a 12-block vision tower; bf16 on CUDA) and its image preprocessing
+(``processor_for``), with 512x512 references and 1024x1024 candidates; it needs a GPU. Prints one JSON line.
 """
 
 from __future__ import annotations
@@ -19,43 +20,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-REAL_LIKE = {
-    "text_config": {
-        "hidden_size": 1024,
-        "intermediate_size": 3584,
-        "num_hidden_layers": 24,
-        "num_attention_heads": 8,
-        "num_key_value_heads": 2,
-        "head_dim": 256,
-        "linear_key_head_dim": 128,
-        "linear_value_head_dim": 128,
-        "linear_num_key_heads": 16,
-        "linear_num_value_heads": 16,
-        "vocab_size": 248320,
-        "layer_types": (["linear_attention"] * 3 + ["full_attention"]) * 6,
-        "max_position_embeddings": 32768,
-        "rope_parameters": {
-            "rope_type": "default",
-            "rope_theta": 10_000_000.0,
-            "partial_rotary_factor": 0.25,
-            "mrope_section": [11, 11, 10],
-            "mrope_interleaved": True,
-        },
-    },
-    "vision_config": {
-        "depth": 24,
-        "hidden_size": 768,
-        "intermediate_size": 3072,
-        "num_heads": 12,
-        "out_hidden_size": 1024,
-        "num_position_embeddings": 2304,
-    },
-}
-
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--size", choices=["tiny", "0.8b-like"], default="tiny")
+    ap.add_argument("--size", choices=["tiny", "0.8b"], default="tiny")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--pairs", type=int, default=16)
     ap.add_argument("--budget", type=int, default=16384, help="tokens per forward batch")
@@ -64,18 +32,18 @@ def main() -> None:
 
     import torch
 
+    from genmetrics.backbones.real_configs import build_model, processor_for
     from genmetrics.mie.model import MIEModel
     from genmetrics.testing import random_images, tiny_qwen35, tiny_qwen35_processor
 
     dev = torch.device(args.device)
     if args.size == "tiny":
         vlm, proc, ref_px, cand_px = tiny_qwen35(0), tiny_qwen35_processor(), 64, 64
-    else:
-        vlm = tiny_qwen35(0, **REAL_LIKE)
-        proc = tiny_qwen35_processor(image_size=1024)
+    else:  # the released architecture (typed config), random weights, built in place on the device
+        dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
+        vlm = build_model("Qwen3.5-0.8B", seed=0, dtype=dtype, device=dev)
+        proc = processor_for("Qwen3.5-0.8B")
         ref_px, cand_px = 512, 1024
-        if dev.type == "cuda":
-            vlm = vlm.to(torch.bfloat16)
     model = (
         MIEModel(vlm, proc, tuning="lora_layer", token_budget=args.budget, max_length=32768).to(dev).eval()
     )

@@ -6,7 +6,9 @@
   (by construction it equals ``reset(); update(...); compute()`` on a copy of the state).
 
 Backbones are registered with :meth:`Metric.register_backbone`: they are frozen, kept in eval mode,
-moved by ``.to(device)``, and are **not** part of ``state_dict()`` or ``parameters()``.
+moved by ``.to(device)``, and are **not** part of ``state_dict()`` or ``parameters()``. A model the caller
+passed (``callers=True``) is moved but keeps its ``requires_grad`` flags and train/eval mode; it is scored
+inside :func:`eval_mode`.
 
 :class:`SampleMetric` is the base of every metric that gives one score per candidate: it keeps the
 per-sample scores (float64) and their ids, drops the duplicates a distributed sampler pads in, and
@@ -692,10 +694,19 @@ class Metric(BackbonesFollowTo, torchmetrics.Metric):
         raise NotImplementedError
 
     # ----------------------------------------------------------------- backbones
-    def register_backbone(self, name: str, module: nn.Module) -> nn.Module:
-        """Keep ``module`` frozen and in eval mode, outside ``state_dict()``; ``.to()`` moves it."""
-        module.eval()
-        module.requires_grad_(False)
+    def register_backbone(self, name: str, module: nn.Module, *, callers: bool = False) -> nn.Module:
+        """Keep ``module`` outside ``state_dict()``; ``.to()`` moves it. A module the metric built or loaded
+        is frozen and kept in eval mode. A caller's module (``callers=True``: a model the user passed, maybe
+        one under training that the metric validates) keeps its ``requires_grad`` flags and its train/eval
+        mode, also across the metric's own :meth:`train` / ``eval()``; the metric scores it inside
+        :func:`eval_mode`."""
+        callers_names = self.__dict__.setdefault("_callers_backbones", set())
+        if callers:
+            callers_names.add(name)
+        else:
+            callers_names.discard(name)
+            module.eval()
+            module.requires_grad_(False)
         self._backbones[name] = module
         try:
             module.to(self.device)
@@ -808,8 +819,10 @@ class Metric(BackbonesFollowTo, torchmetrics.Metric):
 
     def train(self, mode: bool = True) -> Metric:
         super().train(mode)
-        for module in self.__dict__.get("_backbones", {}).values():
-            module.eval()
+        callers = self.__dict__.get("_callers_backbones", set())
+        for name, module in self.__dict__.get("_backbones", {}).items():
+            if name not in callers:  # a caller's module keeps the mode its owner gave it
+                module.eval()
         return self
 
     def extra_repr(self) -> str:
@@ -863,7 +876,7 @@ class SampleMetric(Metric):
         samples: a DistributedSampler's padded copies are then counted once. An id repeated within the
         update is an error; an id this metric already scored in this process is dropped with a warning."""
         batch = self._prepare(reference, candidates, condition)
-        n = _batch_len(batch)
+        n = batch_len(batch)
         hashed, labels = self._hash_ids(ids, n)
         repeated = [j for j, h in enumerate(hashed) if h >= 0 and h in self._seen_ids]
         self._last_kept: list[int] | None = (
@@ -884,7 +897,7 @@ class SampleMetric(Metric):
                 return
             batch = {k: (None if v is None else [v[j] for j in keep]) for k, v in batch.items()}
             hashed, labels, n = [hashed[j] for j in keep], [labels[j] for j in keep], len(keep)
-        results = map_batches(lambda sl: self._score_batch(_slice(batch, sl)), n, self.batch_size)
+        results = map_batches(lambda sl: self._score_batch(slice_batch(batch, sl)), n, self.batch_size)
         score = torch.cat([r["score"] if isinstance(r, dict) else r for r in results], 0)
         if score.shape[0] != n:
             raise RuntimeError(
@@ -1032,7 +1045,39 @@ class SampleMetric(Metric):
         return {"ids": [names.get(int(i)) if int(i) >= 0 else None for i in ids], "scores": scores}
 
 
-def _batch_len(batch: dict[str, list[Any]]) -> int:
+@contextmanager
+def eval_mode(module: nn.Module) -> Iterator[nn.Module]:
+    """``module`` in eval mode and without gradients inside the block; the train/eval mode of each of its
+    submodules is restored after it: how a metric scores a caller's model that may be under training.
+
+    >>> net = nn.Sequential(nn.Linear(2, 2), nn.Dropout(0.5)).train()
+    >>> with eval_mode(net):
+    ...     net.training, net[1].training, torch.is_grad_enabled()
+    (False, False, False)
+    >>> net.training, net[1].training
+    (True, True)
+    """
+    modes = [(m, m.training) for m in module.modules()]
+    module.eval()
+    try:
+        with torch.no_grad():
+            yield module
+    finally:
+        for m, mode in modes:
+            m.train(mode)
+
+
+def batch_len(batch: dict[str, list[Any]]) -> int:
+    """The number of samples of a prepared batch (``{input name: list or None}``): the common length of its
+    given inputs; mismatched lengths, an empty batch or no input at all are an ``InputError``.
+
+    >>> batch_len({"reference": None, "candidates": ["a.png", "b.png"], "condition": ["cat", "dog"]})
+    2
+    >>> batch_len({"candidates": ["a.png", "b.png"], "condition": ["cat"]})
+    Traceback (most recent call last):
+        ...
+    genmetrics.errors.InputError: mismatched input lengths (candidates=2, condition=1); every input needs one entry per sample
+    """
     lengths = {k: len(v) for k, v in batch.items() if v is not None}
     if not lengths:
         raise InputError(
@@ -1047,7 +1092,13 @@ def _batch_len(batch: dict[str, list[Any]]) -> int:
     return n
 
 
-def _slice(batch: dict[str, Any], sl: slice) -> dict[str, Any]:
+def slice_batch(batch: dict[str, Any], sl: slice) -> dict[str, Any]:
+    """The samples ``sl`` of every given input of a prepared batch (absent inputs stay None): the chunks
+    :class:`SampleMetric` scores ``batch_size`` at a time.
+
+    >>> slice_batch({"reference": None, "candidates": ["a", "b", "c"]}, slice(1, 3))
+    {'reference': None, 'candidates': ['b', 'c']}
+    """
     return {k: (v[sl] if v is not None else None) for k, v in batch.items()}
 
 
@@ -1058,9 +1109,13 @@ def _meta_message(role: str) -> str:
     )
 
 
-def _keep_index(ids: torch.Tensor) -> torch.Tensor:
-    """Positions to keep: every unnamed sample (id < 0) and the first occurrence of every named id (the
-    copies a distributed sampler pads in)."""
+def keep_index(ids: torch.Tensor) -> torch.Tensor:
+    """Positions to keep: every unnamed sample (id < 0, :data:`UNNAMED_ID`) and the first occurrence of every
+    named id (the copies a distributed sampler pads in), in their original order.
+
+    >>> keep_index(torch.tensor([7, -1, 3, 7, -1, 3])).tolist()  # the second 7 and 3 are padded copies
+    [0, 1, 2, 4]
+    """
     positions = torch.arange(ids.numel(), device=ids.device)
     named = ids >= 0
     if not bool(named.any()):
@@ -1079,7 +1134,7 @@ def _drop_duplicate_ids(scores: torch.Tensor, ids: torch.Tensor) -> tuple[torch.
     unnamed sample."""
     if ids.numel() == 0:
         return scores, ids
-    keep = _keep_index(ids)
+    keep = keep_index(ids)
     if keep.numel() == ids.numel():
         return scores, ids
     return scores[keep], ids[keep]

@@ -358,9 +358,6 @@ def quiet_peft() -> Iterator[None]:
         yield
 
 
-_quiet_peft = quiet_peft  # the name genmetrics.mie uses (kept until it moves to the public one)
-
-
 def load_peft_adapter(
     model: Any,
     adapter_path_or_id: str | os.PathLike,

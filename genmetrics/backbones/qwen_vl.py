@@ -13,7 +13,7 @@ One module for what both families need around a ``Qwen3VLModel`` / ``Qwen3_5Mode
   RGB, the processor then told not to resize again) and the older fixed-square policy;
 * :func:`image_key`, :class:`VisionFeatures`, :class:`VisionCache`, :class:`VisionEncoder`: the frozen
   vision tower run once per distinct image (content hash), its merged tokens **and DeepStack levels**
-  kept in an LRU cache keyed by content, dtype and device;
+  kept in an LRU cache keyed by content, dtype and device (:func:`feature_scope`);
 * :func:`scatter_features`, :func:`run_language_model`: the language tower called with ``inputs_embeds``,
   explicit ``(3,B,S)`` M-RoPE positions and the DeepStack features at the image positions (hooks capture
   chosen layer outputs); :func:`mm_encoder_outputs`: cached features in the form the standard forward
@@ -61,6 +61,7 @@ __all__ = [
     "VisionFeatures",
     "attn_implementation",
     "core_vlm",
+    "feature_scope",
     "image_key",
     "linear_attention_layers",
     "mm_encoder_outputs",
@@ -474,6 +475,11 @@ class VisionFeatures:
 class VisionCache:
     """LRU cache ``image content hash -> VisionFeatures`` (``max_items=0`` keeps nothing across calls).
 
+    ``get`` / ``put`` take the ``scope`` the features were computed in (:func:`feature_scope`: the vision tower's
+    dtype and device), part of the key: features cached in float32 are never served to the tower once it runs
+    in bfloat16 or on another device. Every user of the cache (TPIPS' :class:`VisionEncoder`, MIE) keys it
+    this way.
+
     >>> cache = VisionCache(2)
     >>> cache.put("a", 1); cache.put("b", 2)
     >>> cache.get("a")  # "a" is now the most recently used
@@ -481,6 +487,9 @@ class VisionCache:
     >>> cache.put("c", 3)  # over capacity: the least recently used ("b") goes
     >>> "a" in cache, "b" in cache, len(cache), cache.hits
     (True, False, 2, 1)
+    >>> cache.put("a", "fp32 features", scope="torch.float32@cpu")
+    >>> cache.get("a", scope="torch.bfloat16@cpu") is None, cache.get("a", scope="torch.float32@cpu")
+    (True, 'fp32 features')
     """
 
     def __init__(self, max_items: int = 64):
@@ -489,18 +498,24 @@ class VisionCache:
         self.hits = 0
         self.misses = 0
 
-    def get(self, key: str) -> Any:
-        v = self._d.get(key)
+    @staticmethod
+    def _key(key: str, scope: str) -> str:
+        return f"{key}|{scope}" if scope else key
+
+    def get(self, key: str, *, scope: str = "") -> Any:
+        k = self._key(key, scope)
+        v = self._d.get(k)
         if v is not None:
-            self._d.move_to_end(key)
+            self._d.move_to_end(k)
             self.hits += 1
         return v
 
-    def put(self, key: str, v: Any) -> None:
+    def put(self, key: str, v: Any, *, scope: str = "") -> None:
         if self.max_items <= 0:
             return
-        self._d[key] = v
-        self._d.move_to_end(key)
+        k = self._key(key, scope)
+        self._d[k] = v
+        self._d.move_to_end(k)
         while len(self._d) > self.max_items:
             self._d.popitem(last=False)
 
@@ -512,6 +527,18 @@ class VisionCache:
 
     def __contains__(self, key: str) -> bool:
         return key in self._d
+
+
+def feature_scope(tower: nn.Module) -> str:
+    """``dtype@device`` of a vision tower's weights: the :class:`VisionCache` scope of the features it makes.
+
+    >>> from genmetrics.testing import tiny_qwen3vl
+    >>> tower = tiny_qwen3vl().visual
+    >>> feature_scope(tower), feature_scope(tower.to(torch.bfloat16))
+    ('torch.float32@cpu', 'torch.bfloat16@cpu')
+    """
+    p = next(tower.parameters())
+    return f"{p.dtype}@{p.device}"
 
 
 class VisionEncoder:
@@ -558,8 +585,7 @@ class VisionEncoder:
         >>> encoder.scope
         'torch.float32@cpu'
         """
-        p = next(self.visual.parameters())
-        return f"{p.dtype}@{p.device}"
+        return feature_scope(self.visual)
 
     def pixels(self, images: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         """``pixel_values`` and ``image_grid_thw`` from the processor, told not to resize or rescale again."""
@@ -607,7 +633,7 @@ class VisionEncoder:
         for k, x in zip(keys, images):
             if k in found or k in todo:
                 continue
-            hit = self.cache.get(f"{k}|{scope}") if use_cache else None
+            hit = self.cache.get(k, scope=scope) if use_cache else None
             if hit is not None:
                 found[k] = hit
             else:
@@ -617,7 +643,7 @@ class VisionEncoder:
             for k, f in zip(todo, self.encode(list(todo.values()))):
                 found[k] = f
                 if use_cache:
-                    self.cache.put(f"{k}|{scope}", f)
+                    self.cache.put(k, f, scope=scope)
         return [found[k] for k in keys]
 
 

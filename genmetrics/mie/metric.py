@@ -137,13 +137,8 @@ class MIEMetric(SampleMetric):
         if self._image_size != FROM_CHECKPOINT:
             model.image_size = self._image_size
         self.max_references = model.max_references
-        trains = [p for p in model.parameters() if p.requires_grad] if callers else []
-        was = model.training
-        self.register_backbone("mie", model)  # frozen and in eval mode: right for weights the metric loaded
-        for p in trains:
-            p.requires_grad_(True)
-        if callers and was:
-            model.train(True)
+        # weights the metric loaded: frozen and in eval mode; a caller's model: flags and mode left as they are
+        self.register_backbone("mie", model, callers=callers)
         self._pending = (None, None)
 
     def mie_model(self) -> MIEModel:

@@ -35,8 +35,15 @@ from peft import LoraConfig, inject_adapter_in_model
 from PIL import Image
 from torch import nn
 
-from genmetrics.backbones.hf import _quiet_peft
-from genmetrics.backbones.qwen_vl import VisionCache, VisionFeatures, core_vlm, image_key, mm_encoder_outputs
+from genmetrics.backbones.hf import quiet_peft
+from genmetrics.backbones.qwen_vl import (
+    VisionCache,
+    VisionFeatures,
+    core_vlm,
+    feature_scope,
+    image_key,
+    mm_encoder_outputs,
+)
 from genmetrics.data.batching import map_batches
 from genmetrics.data.images import as_image_list, to_pil
 from genmetrics.errors import InputError
@@ -328,7 +335,7 @@ class MIEModel(nn.Module):
             target_modules=target_modules,
             bias="none",
         )
-        with _quiet_peft():
+        with quiet_peft():
             inject_adapter_in_model(conf, self.vlm)
         n = 0
         for name, p in self.vlm.named_parameters():
@@ -482,11 +489,12 @@ class MIEModel(nn.Module):
     def _encode(self, batch: MIEBatch) -> None:
         """Vision features of every image of the batch not encoded yet (cache in eval mode only)."""
         use_cache = self.vision_cache_size > 0 and not self.training and not self._vision_trains()
+        scope = feature_scope(self.vlm.visual)  # features of another dtype / device are never served
         need = []
         for k in batch.images:
             if k in batch.features:
                 continue
-            hit = self._vision_cache.get(k) if use_cache else None
+            hit = self._vision_cache.get(k, scope=scope) if use_cache else None
             if hit is not None:
                 batch.features[k] = hit
             else:
@@ -499,13 +507,15 @@ class MIEModel(nn.Module):
         for k in need:
             n = int(batch.images[k].grid.prod())
             if chunk and used + n > budget:
-                self._encode_chunk(batch, chunk, use_cache)
+                self._encode_chunk(batch, chunk, scope if use_cache else "")
                 chunk, used = [], 0
             chunk.append(k)
             used += n
-        self._encode_chunk(batch, chunk, use_cache)
+        self._encode_chunk(batch, chunk, scope if use_cache else "")
 
-    def _encode_chunk(self, batch: MIEBatch, keys: list[str], use_cache: bool) -> None:
+    def _encode_chunk(self, batch: MIEBatch, keys: list[str], cache_scope: str) -> None:
+        """Encode ``keys``; ``cache_scope`` (the tower's :func:`feature_scope`, empty: no caching) keys the
+        features kept across calls."""
         dev = self.device
         vis_dtype = next(self.vlm.visual.parameters()).dtype
         pv = torch.cat([batch.pixels[k] for k in keys]).to(dev, vis_dtype)
@@ -523,8 +533,8 @@ class MIEModel(nn.Module):
                 grid=(int(g[1]) // self.merge, int(g[2]) // self.merge),
             )
             batch.features[k] = feat
-            if use_cache:
-                self._vision_cache.put(k, feat)
+            if cache_scope:
+                self._vision_cache.put(k, feat, scope=cache_scope)
 
     def clear_vision_cache(self) -> None:
         self._vision_cache.clear()

@@ -29,7 +29,7 @@ from genmetrics.backbones.qwen_vl import IMAGE_MODES, mode_sensitive, qwen_image
 from genmetrics.data.batching import map_batches
 from genmetrics.data.images import as_image_list, to_tensor
 from genmetrics.errors import InputError
-from genmetrics.metric import SampleMetric, _batch_len, _keep_index, _slice, hash_id
+from genmetrics.metric import SampleMetric, batch_len, eval_mode, hash_id, keep_index, slice_batch
 from genmetrics.options import integer, number
 from genmetrics.tpips.common import DEFAULT_WEIGHTS, VARIANTS, check_aspects
 from genmetrics.tpips.loading import load_tpips
@@ -154,8 +154,11 @@ class TPIPS(SampleMetric):
                 "the tpips metric needs a pairwise (late/mid/early) model; a triplet-head adapter scores "
                 "triplets only: evaluate it with `genmetrics evaluate-human tpips --adapter ...`"
             )
+        callers = (
+            model is backbone
+        )  # the caller's TPIPSModel keeps its requires_grad flags and train/eval mode
         self._given = (None, None)
-        self.register_backbone("backbone", model)
+        self.register_backbone("backbone", model, callers=callers)
         self._model_ready = True
         return model
 
@@ -248,13 +251,14 @@ class TPIPS(SampleMetric):
     def _score_batch(self, batch: dict[str, list[Any]]) -> torch.Tensor:
         model = self.model()
         ref, cand, asp = batch["reference"], batch["candidates"], batch["condition"]
-        if cand and isinstance(cand[0], list):
-            k = len(cand[0])
-            a = [r for r in ref for _ in range(k)]
-            b = [c for row in cand for c in row]
-            s = model.similarity(a, b, [x for x in asp for _ in range(k)])
-            return s.reshape(len(ref), k)
-        return model.similarity(ref, cand, asp)
+        with eval_mode(model):  # a caller's model under training is scored in eval mode, its mode kept
+            if cand and isinstance(cand[0], list):
+                k = len(cand[0])
+                a = [r for r in ref for _ in range(k)]
+                b = [c for row in cand for c in row]
+                s = model.similarity(a, b, [x for x in asp for _ in range(k)])
+                return s.reshape(len(ref), k)
+            return model.similarity(ref, cand, asp)
 
     def update(
         self, reference: Any = None, candidates: Any = None, condition: Any = None, *, ids: Any = None
@@ -310,7 +314,7 @@ class TPIPS(SampleMetric):
             if not scores:
                 raise InputError("tpips: per_aspect() called before any update()")
             scores, ids, asp = torch.cat(scores), torch.cat(ids), torch.cat(asp)
-        keep = _keep_index(ids)  # padded copies of named ids once; unnamed samples all kept
+        keep = keep_index(ids)  # padded copies of named ids once; unnamed samples all kept
         scores, asp = scores[keep], asp[keep]
         out: dict[str, torch.Tensor] = {}
         for h in dict.fromkeys(asp.tolist()):
@@ -326,8 +330,8 @@ class TPIPS(SampleMetric):
             batch = self._prepare(reference, candidates, condition)
         finally:
             self._candidate_k, self._pending_k = held, pending
-        n = _batch_len(batch)
-        parts = map_batches(lambda sl: self._score_batch(_slice(batch, sl)), n, self.batch_size)
+        n = batch_len(batch)
+        parts = map_batches(lambda sl: self._score_batch(slice_batch(batch, sl)), n, self.batch_size)
         return torch.cat(parts, 0).double()
 
 

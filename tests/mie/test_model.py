@@ -141,6 +141,41 @@ def test_vision_cache_across_calls(make_model, imgs):
     assert m.stats["images_encoded"] == n + 1
 
 
+@pytest.mark.parametrize(
+    ("tuning", "dtype"),
+    [("layer_only", torch.bfloat16), ("lora_layer", torch.bfloat16), ("lora_layer", torch.float64)],
+)
+def test_vision_cache_never_serves_another_dtype(make_model, proc, imgs, tuning, dtype):
+    """Features cached in float32, then the model moved to bfloat16 / float64: the tower runs again (the cache
+    is keyed by content, dtype and device: backbones.qwen_vl.feature_scope) and the scores are those of a model
+    built at that dtype, bitwise: the same computation on the same weights, not float32 features fed to
+    layers of another precision."""
+    from conftest import tiny_backbone
+
+    from genmetrics.mie.model import MIEModel
+
+    m = make_model(tuning, vision_cache_size=8)
+    _perturb(m)  # LoRA's B starts at zero: make every trained tensor matter
+    args = ([[imgs[0], imgs[1]]], ["a dog and a cat"], [imgs[2]])
+    s32 = m.score(*args).score
+    n = m.stats["images_encoded"]
+    assert torch.equal(m.score(*args).score, s32) and m.stats["images_encoded"] == n  # served from the cache
+    m.to(dtype)
+    s_new = m.score(*args).score
+    assert m.stats["images_encoded"] == n + 3  # all three images again, at the new dtype
+    fresh = MIEModel(
+        tiny_backbone(0).to(dtype),
+        proc,
+        tuning=tuning,
+        unfreeze_layers=1,
+        backbone_name="tiny/qwen3.5",
+    ).eval()
+    fresh.load_state_dict(m.state_dict())  # the same trained tensors (heads fp32, backbone at dtype)
+    assert torch.equal(s_new, fresh.score(*args).score), (s_new, s32)
+    assert not torch.equal(s_new, s32)  # another precision is another function: the check can tell them apart
+    assert m.score(*args).score.equal(s_new) and m.stats["images_encoded"] == n + 3  # new features cached
+
+
 def _trainable(model):
     return set(model.trainable_parameter_names())
 

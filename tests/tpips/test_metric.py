@@ -97,3 +97,62 @@ def test_default_weights_offline_raise_weights_unavailable(images):
         m.update(images[:1], images[1:2], [""])  # inputs are validated before weights load
     with pytest.raises(WeightsUnavailableError, match="Qwen3-VL-Embedding-2B"):
         m.update(images[:1], images[1:2], ["lighting"])
+
+
+def _flags(module):
+    return (
+        {n: p.requires_grad for n, p in module.named_parameters()},
+        {n: m.training for n, m in module.named_modules()},
+    )
+
+
+def test_callers_model_keeps_requires_grad_and_mode(processor, images):
+    """A TPIPSModel the caller passes (maybe one under training) keeps every parameter's requires_grad and
+    every submodule's train/eval mode through create_metric, scoring, the metric's train()/eval() and .to();
+    it is scored in eval mode without gradients (the same scores as a frozen eval-mode copy of it)."""
+    import copy
+
+    from genmetrics.testing import tiny_qwen3vl
+    from genmetrics.tpips.model import TPIPSModel
+
+    model = TPIPSModel(tiny_qwen3vl(seed=0), processor, "mid", image_size=SIZE)  # mid: trainable head MLPs
+    params = list(model.parameters())
+    for p in params[::2]:
+        p.requires_grad_(False)  # a mixed pattern: half trainable
+    model.train()
+    model.backbone.visual.eval()  # a mixed pattern of modes too
+    before = _flags(model)
+    assert any(before[0].values()) and not all(before[0].values())
+    assert any(before[1].values()) and not all(before[1].values())
+    frozen = copy.deepcopy(model).eval().requires_grad_(False)
+    ref, cand, asp = images[:2], images[2:4], ["lighting", "pose"]
+
+    metric = gm.create_metric("tpips", backbone=model)
+    assert metric.model() is model and _flags(model) == before
+    seen: list[bool] = []  # (training, grad enabled) of every submodule the scoring calls
+    hooks = [
+        m.register_forward_pre_hook(lambda mod, args: seen.append(mod.training or torch.is_grad_enabled()))
+        for m in model.modules()
+    ]
+    s = metric.similarities(ref, cand, asp)
+    for h in hooks:
+        h.remove()
+    assert seen and not any(seen)  # scored in eval mode, without gradients
+    metric.update(ref, cand, asp)
+    metric.compute()
+    assert _flags(model) == before
+    metric.eval()
+    metric.train()
+    metric.to("cpu")
+    assert _flags(model) == before
+    assert not s.requires_grad
+    torch.testing.assert_close(s, frozen.similarity(ref, cand, asp).double(), rtol=0, atol=0)
+
+
+def test_loaded_backbone_is_frozen_and_in_eval(vlm, processor):
+    """Weights the metric wraps itself stay frozen and in eval mode, also after the metric's train()."""
+    metric = gm.create_metric("tpips", backbone=vlm, processor=processor, image_size=SIZE)
+    metric.train()
+    model = metric.model()
+    assert not any(p.requires_grad for p in model.parameters())
+    assert not any(m.training for m in model.modules())
