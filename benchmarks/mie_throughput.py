@@ -32,7 +32,7 @@ def main() -> None:
 
     import torch
 
-    from genmetrics.backbones.real_configs import build_model, processor_for
+    from genmetrics.testing.real_models import build_model, processor_for
     from genmetrics.mie.model import MIEModel
     from genmetrics.testing import random_images, tiny_qwen35, tiny_qwen35_processor
 
