@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 
 from genmetrics.errors import WeightsUnavailableError
+from genmetrics.options import env
 
 
 def genmetrics_home() -> Path:
@@ -27,8 +28,6 @@ def genmetrics_home() -> Path:
     ...     genmetrics_home() == Path.home() / ".cache" / "genmetrics"
     True
     """
-    from genmetrics.options import env
-
     root = env("GENMETRICS_HOME")
     return root if root is not None else Path.home() / ".cache" / "genmetrics"
 
@@ -44,8 +43,6 @@ def offline() -> bool:
     ...     offline()
     False
     """
-    from genmetrics.options import env
-
     return bool(env("GENMETRICS_OFFLINE", False)) or any(
         os.environ.get(v, "").strip().lower() in ("1", "true", "yes", "on")
         for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")

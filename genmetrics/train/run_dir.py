@@ -13,6 +13,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from genmetrics.data.results import atomic_write_text
 from genmetrics.errors import InputError
 
 CHECKPOINTS = "checkpoints"
@@ -158,8 +159,6 @@ def rewrite_metrics(out: Path, rows: list[dict[str, Any]]) -> None:
     ...     (Path(d) / "metrics.jsonl").read_text()
     '{"step": 1}\\n'
     """
-    from genmetrics.data.results import atomic_write_text
-
     atomic_write_text(out / METRICS, "".join(json.dumps(r) + "\n" for r in rows))
 
 

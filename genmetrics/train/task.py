@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors.torch import save_file
 from torch import nn
 
 __all__ = ["TrainTask", "fingerprint_examples"]
@@ -63,8 +64,6 @@ class TrainTask:
         )
 
     def save(self, module: nn.Module, path: Path) -> None:
-        from safetensors.torch import save_file
-
         path.mkdir(parents=True, exist_ok=True)
         save_file(
             {n: p.detach().cpu().contiguous() for n, p in module.named_parameters() if p.requires_grad},
