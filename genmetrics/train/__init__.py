@@ -30,10 +30,11 @@ What it does:
   ``Accelerator.clip_grad_norm_``; multi-process through accelerate (``accelerate launch`` or ``torchrun``;
   gloo on CPU). Every process sees ``batch_size`` examples of one seeded per-epoch permutation per
   micro-batch, so 2 processes x ``batch_size`` b equal 1 process x 2b, and ``grad_accum`` 2 x b equals 2b.
-* ``out_dir/checkpoints/step-N``: ``Accelerator.save_state`` (trained parameters and buffers only -- a frozen
-  backbone is not copied --, optimizer, scheduler, every RNG) plus ``loop_state.json`` (position in the
-  epoch, early-stopping state). ``resume=True`` continues from the newest one with
-  ``Accelerator.skip_first_batches``: the same numbers as a run that was never stopped.
+* ``out_dir/checkpoints/step-N``: safetensors and JSON only (:mod:`genmetrics.train.checkpoint`): the trained
+  parameters and buffers (a frozen backbone is not copied), the optimizer, the schedule, every RNG of every
+  process, and ``loop_state.json`` (position in the epoch, early-stopping state). ``resume=True`` continues
+  from the newest one with ``Accelerator.skip_first_batches``: the same numbers as a run that was never
+  stopped. Nothing is unpickled; a file that cannot be restored stops the resume, naming the file.
 * ``out_dir/metrics.jsonl`` (one row per optimizer step and per evaluation), ``out_dir/train_config.json``
   (the options and derived values actually used), ``out_dir/best/`` (the artifact of the best evaluation),
   ``out_dir/final/``, ``out_dir/train_result.json`` (written last; the run is finished).

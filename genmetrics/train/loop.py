@@ -14,7 +14,7 @@ import os
 import shutil
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -22,20 +22,18 @@ import numpy as np
 import torch
 import torch.distributed as dist
 from accelerate.utils import DistributedDataParallelKwargs, broadcast_object_list, set_seed
-from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
 from transformers import get_scheduler
 
 from genmetrics.data.results import atomic_write_json, lock_output_folder
 from genmetrics.errors import InputError
 from genmetrics.options import env
+from genmetrics.train import checkpoint as ck
 from genmetrics.train import run_dir as rd
 from genmetrics.train._accelerate_state import new_accelerator
 from genmetrics.train.config import RESUME_FREE, TrainLoopConfig, warmup_steps
 
 __all__ = ["TrainResult", "fit"]
-
-TRAINABLE_FILE = "trainable.safetensors"
 
 
 @dataclass
@@ -61,20 +59,6 @@ class TrainResult:
     resumed_from: Path | None = None
     config: dict[str, Any] = field(default_factory=dict)
     module: Any = None
-
-
-@dataclass
-class LoopState:
-    """Where the loop is (written to ``loop_state.json`` with every checkpoint)."""
-
-    step: int = 0
-    epoch: int = 0
-    micro_in_epoch: int = 0
-    epoch_progress: float = 0.0
-    best_metric: float | None = None
-    best_step: int | None = None
-    bad_evals: int = 0
-    stopped_early: bool = False
 
 
 class _Examples(torch.utils.data.Dataset):
@@ -283,20 +267,21 @@ class _Run:
         )
         self.world = self.acc.num_processes
         self.sampler = _EpochPermutation(len(train), cfg.seed)
+        self.loader_generator = torch.Generator()
         loader = torch.utils.data.DataLoader(
             _Examples(train),
             batch_size=cfg.batch_size,
             sampler=self.sampler,
             collate_fn=task.collate,
             num_workers=cfg.num_workers,
-            generator=torch.Generator().manual_seed(cfg.seed),
-        )  # creating an iterator must not draw from the global RNG
+            generator=self.loader_generator,
+        )  # creating an iterator must not draw from the global RNG (it draws its workers' seed from this one)
         self.loader = self.acc.prepare_data_loader(loader)
         self.n_micro = len(self.loader)
         self.steps_per_epoch = math.ceil(self.n_micro / cfg.grad_accum)
         self.total = cfg.max_steps or cfg.epochs * self.steps_per_epoch
         self.settings, self.record = self._run_record()
-        self.state = LoopState()
+        self.state = ck.LoopState()
         self.history: list[dict[str, Any]] = []
         self.last_save = time.monotonic()
 
@@ -349,7 +334,9 @@ class _Run:
                 "resume=True (CLI: --resume) to continue it, overwrite=True (CLI: --overwrite) to start "
                 "over, or choose another out_dir"
             )
-        before = rd.read_json(ckpts[-1] / rd.LOOP_STATE)["settings"]
+        before, _ = ck.read_loop_state(ckpts[-1])
+        if (out / rd.CONFIG).exists():
+            rd.read_json(out / rd.CONFIG)  # rewritten below, but a damaged one is named, not ignored
         rd.refuse_changed(out, f"checkpoint {ckpts[-1].name}", before, self.settings)
         return ckpts[-1]
 
@@ -381,42 +368,20 @@ class _Run:
             num_warmup_steps=warmup_steps(self.total, cfg.warmup_ratio),
             num_training_steps=self.total,
         )
-        self.model, self.optimizer = acc.prepare(module, optimizer)
-        acc.register_for_checkpointing(self.scheduler)  # not prepared: accelerate would step it per process
-        self.raw = acc.unwrap_model(self.model)
+        self.model, self.optimizer = acc.prepare(module, optimizer)  # the scheduler is not prepared:
+        self.raw = acc.unwrap_model(self.model)  # accelerate would step it once per process
         self.trained = [p for p in self.raw.parameters() if p.requires_grad]
-        self.hooks = [
-            acc.register_save_state_pre_hook(self._save_hook),
-            acc.register_load_state_pre_hook(self._load_hook),
-        ]
 
-    def _save_hook(self, models: list, weights: list, path: str) -> None:
-        if self.acc.is_main_process:
-            save_file(
-                {k: v.cpu().contiguous() for k, v in _trainable_state(self.raw).items()},
-                os.path.join(path, TRAINABLE_FILE),
-            )
-        weights.clear()  # only the trained weights: a frozen multi-billion-parameter backbone stays out
-
-    def _load_hook(self, models: list, path: str) -> None:
-        sd = load_file(os.path.join(path, TRAINABLE_FILE))
-        mine = _trainable_state(self.raw)
-        if sd.keys() != mine.keys():
-            raise InputError(
-                f"checkpoint {path} does not match the task's module ({len(sd.keys() ^ mine.keys())} "
-                "tensors differ); resume with the same model and options"
-            )
-        with torch.no_grad():
-            for k, t in mine.items():
-                t.copy_(sd[k])
-        models.clear()
+    def _parts(self) -> ck.TrainingParts:
+        scaler, rank = self.acc.scaler, self.acc.process_index
+        return ck.TrainingParts(_trainable_state(self.raw), self.optimizer, self.scheduler, scaler, rank)
 
     def _restore(self, ckpt: Path) -> None:
         """Weights, optimizer, schedule, every RNG and the loop position from ``ckpt``; the metrics log is
         cut back to the checkpoint's step."""
-        self.acc.load_state(str(ckpt))
-        self.state = LoopState(**rd.read_json(ckpt / rd.LOOP_STATE)["loop"])
-        self.history = rd.read_metrics(self.out, self.state.step)
+        _, self.state = ck.load_training_state(ckpt, self._parts(), world=self.world)
+        self.acc.step = self.state.micro_in_epoch  # accelerate's accumulation counter, as at the save
+        self.history = rd.read_metrics(self.out, self.state.step, complete=True)
 
     def _write_run_files(self) -> None:
         self.acc.wait_for_everyone()
@@ -432,14 +397,10 @@ class _Run:
         if isinstance(point, dict):
             return _finished_result(self.out, point)
         self._build()
-        try:
-            if point is not None:
-                self._restore(point)
-            self._write_run_files()
-            self._train()
-        finally:
-            for h in self.hooks:
-                h.remove()
+        if point is not None:
+            self._restore(point)
+        self._write_run_files()
+        self._train()
         self._artifact(rd.FINAL)
         self._write_result()
         self.raw.eval()
@@ -459,6 +420,7 @@ class _Run:
     def _epoch(self, bar: Any) -> bool:
         """Train from the current position to the end of the epoch; True when the run ends inside it."""
         self.sampler.epoch = self.state.epoch
+        self.loader_generator.manual_seed(self.sampler.seed * 1_000_003 + self.state.epoch)  # workers' seeds
         skip = self.state.micro_in_epoch
         loader = self.acc.skip_first_batches(self.loader, skip) if skip else self.loader
         sums = _StepSums()
@@ -606,13 +568,15 @@ class _Run:
         acc = self.acc
         final = self.out / rd.CHECKPOINTS / f"step-{self.state.step}"
         tmp = final.with_name(final.name + ".tmp")
-        if acc.is_main_process and tmp.exists():
-            shutil.rmtree(tmp)
+        if acc.is_main_process:
+            for stale in (self.out / rd.CHECKPOINTS).glob("step-*.tmp"):  # saves cut short earlier
+                shutil.rmtree(stale)
+            tmp.mkdir(parents=True)
         acc.wait_for_everyone()
-        acc.save_state(str(tmp))
+        ck.save_training_state(tmp, self._parts(), main=acc.is_main_process)
         acc.wait_for_everyone()
         if acc.is_main_process:
-            atomic_write_json(tmp / rd.LOOP_STATE, {"settings": self.settings, "loop": asdict(self.state)})
+            ck.write_loop_state(tmp, self.settings, self.state)
             rd.replace_dir(tmp, final)
             for old in rd.checkpoints(self.out)[: -self.cfg.keep_checkpoints]:
                 shutil.rmtree(old, ignore_errors=True)
@@ -653,7 +617,7 @@ class _Run:
 
 def _finished_result(out: Path, done: dict[str, Any]) -> TrainResult:
     """A resume of a finished run with the same settings: nothing to train; its result as recorded."""
-    history = rd.read_metrics(out, int(done.get("steps", 0)))
+    history = rd.read_metrics(out, int(done.get("steps", 0)), complete=True)
     best = out / rd.BEST
     return TrainResult(
         out_dir=out,

@@ -23,6 +23,7 @@ METRICS = "metrics.jsonl"
 RESULT = "train_result.json"
 BEST, FINAL = "best", "final"
 OWN_ENTRIES = (CHECKPOINTS, CONFIG, METRICS, RESULT, BEST, FINAL)
+_DAMAGED = "the run folder is damaged: pass overwrite=True (CLI: --overwrite) to start over, or choose another out_dir"
 
 
 def checkpoints(out: Path) -> list[Path]:
@@ -49,7 +50,8 @@ def checkpoints(out: Path) -> list[Path]:
 
 
 def read_json(path: Path) -> dict[str, Any]:
-    """A JSON file of the run folder; a damaged one is an error that says how to start over.
+    """A JSON object of the run folder; a damaged one (torn, not JSON, not an object) is an error that
+    names the file and says how to start over.
 
     >>> import tempfile
     >>> with tempfile.TemporaryDirectory() as d:
@@ -60,12 +62,12 @@ def read_json(path: Path) -> dict[str, Any]:
     genmetrics.errors.InputError: ...train_config.json: cannot be read (...); the run folder is damaged: pass overwrite=True ...
     """
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:
-        raise InputError(
-            f"{path}: cannot be read ({e}); the run folder is damaged: pass overwrite=True (CLI: "
-            "--overwrite) to start over, or choose another out_dir"
-        ) from None
+        raise InputError(f"{path}: cannot be read ({e}); {_DAMAGED}") from None
+    if not isinstance(data, dict):
+        raise InputError(f"{path}: expected a JSON object, got {type(data).__name__}; {_DAMAGED}")
+    return data
 
 
 def clear(out: Path) -> None:
@@ -126,8 +128,10 @@ def refuse_changed(out: Path, where: str, before: dict[str, Any], now: dict[str,
         )
 
 
-def read_metrics(out: Path, upto_step: int) -> list[dict[str, Any]]:
-    """Rows of ``metrics.jsonl`` up to ``upto_step`` (a torn last line is ignored).
+def read_metrics(out: Path, upto_step: int, *, complete: bool = False) -> list[dict[str, Any]]:
+    """Rows of ``metrics.jsonl`` up to ``upto_step``. A torn last line (a crash while appending) is ignored;
+    any other line that is not a JSON row is refused with ``metrics.jsonl:LINE``. With ``complete=True`` the
+    rows of kind "train" must be the steps 1..``upto_step`` (a resume's history equals the run's).
 
     >>> import tempfile
     >>> with tempfile.TemporaryDirectory() as d:
@@ -137,16 +141,25 @@ def read_metrics(out: Path, upto_step: int) -> list[dict[str, Any]]:
     [1, 2]
     """
     p = out / METRICS
-    if not p.is_file():
-        return []
+    lines = p.read_text(encoding="utf-8", errors="replace").splitlines() if p.is_file() else []
     rows = []
-    for line in p.read_text(encoding="utf-8").splitlines():
+    for number, line in enumerate(lines, 1):
         try:
             row = json.loads(line)
         except ValueError:
-            continue
-        if isinstance(row, dict) and isinstance(row.get("step"), int) and row["step"] <= upto_step:
+            row = None
+        if not (isinstance(row, dict) and isinstance(row.get("step"), int)):
+            if number == len(lines):
+                break  # torn by a crash while it was appended
+            raise InputError(f"{p}:{number}: not a metrics row (a JSON object with a 'step'); {_DAMAGED}")
+        if row["step"] <= upto_step:
             rows.append(row)
+    steps = [r["step"] for r in rows if r.get("kind") == "train"]
+    if complete and steps != list(range(1, upto_step + 1)):
+        raise InputError(
+            f"{p}: holds the train rows of {len(steps)} step(s), the checkpoint was made after {upto_step}; "
+            f"{_DAMAGED}"
+        )
     return rows
 
 
