@@ -9,11 +9,15 @@ log, evaluate, checkpoint), finish (artifact, ``train_result.json``).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import shutil
+import signal
 import sys
+import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -178,6 +182,24 @@ def _as_metrics(raw: Any, metric_for_best: str) -> dict[str, Any]:
             f"{type(value).__name__} {value!r}"[:300]
         )
     return metrics
+
+
+@contextlib.contextmanager
+def _finish_before_interrupt() -> Iterator[None]:
+    """Hold Ctrl-C (SIGINT) while a checkpoint or an artifact is written: the write finishes, then the run
+    stops with ``KeyboardInterrupt`` (the CLI exits 130) and ``resume=True`` continues from it. Outside the
+    main thread (no signal handlers there) the write runs unprotected."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: received.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if received:
+        raise KeyboardInterrupt("interrupted while a checkpoint was written; the write was finished first")
 
 
 def fit(task: Any, train_examples: Any, cfg: TrainLoopConfig, val_examples: Any = None) -> TrainResult:
@@ -387,8 +409,10 @@ class _Run:
         self.acc.wait_for_everyone()
         if self.acc.is_main_process:
             self.out.mkdir(parents=True, exist_ok=True)
-            atomic_write_json(self.out / rd.CONFIG, self.record)
-            rd.rewrite_metrics(self.out, self.history)
+            with rd.writing(self.out, self.out / rd.CONFIG):
+                atomic_write_json(self.out / rd.CONFIG, self.record)
+            with rd.writing(self.out, self.out / rd.METRICS):
+                rd.rewrite_metrics(self.out, self.history)
         self.acc.wait_for_everyone()
 
     # ---- the run
@@ -504,7 +528,8 @@ class _Run:
     def _log(self, row: dict[str, Any]) -> None:
         self.history.append(row)
         if self.acc.is_main_process:
-            rd.append_metrics(self.out, row)
+            with rd.writing(self.out, self.out / rd.METRICS):
+                rd.append_metrics(self.out, row)
 
     # ---- evaluation and early stopping
     def _eval_due(self, end_of_epoch: bool, last: bool) -> bool:
@@ -541,11 +566,12 @@ class _Run:
         """The task's artifact (``best`` / ``final``), written to a temporary folder and moved in place."""
         if self.acc.is_main_process:
             tmp = self.out / f"{name}.tmp"
-            if tmp.exists():
-                shutil.rmtree(tmp)
-            tmp.mkdir(parents=True)
-            self.task.save(self.raw, tmp)
-            rd.replace_dir(tmp, self.out / name)
+            with _finish_before_interrupt(), rd.writing(self.out, tmp):
+                if tmp.exists():
+                    shutil.rmtree(tmp)
+                tmp.mkdir(parents=True)
+                self.task.save(self.raw, tmp)
+                rd.replace_dir(tmp, self.out / name)
         self.acc.wait_for_everyone()
 
     def _checkpoint_due(self, at_boundary: bool) -> bool:
@@ -564,10 +590,16 @@ class _Run:
 
     def _checkpoint(self) -> None:
         """``checkpoints/step-N``: written to ``step-N.tmp``, completed by ``loop_state.json``, moved in
-        place; then only the newest ``keep_checkpoints`` are kept."""
-        acc = self.acc
+        place; then only the newest ``keep_checkpoints`` are kept. Ctrl-C waits for the end of the write;
+        a full disk names the disk and keeps the checkpoints already finished."""
         final = self.out / rd.CHECKPOINTS / f"step-{self.state.step}"
         tmp = final.with_name(final.name + ".tmp")
+        with _finish_before_interrupt(), rd.writing(self.out, tmp):
+            self._write_checkpoint(tmp, final)
+        self.last_save = time.monotonic()
+
+    def _write_checkpoint(self, tmp: Path, final: Path) -> None:
+        acc = self.acc
         if acc.is_main_process:
             for stale in (self.out / rd.CHECKPOINTS).glob("step-*.tmp"):  # saves cut short earlier
                 shutil.rmtree(stale)
@@ -581,7 +613,6 @@ class _Run:
             for old in rd.checkpoints(self.out)[: -self.cfg.keep_checkpoints]:
                 shutil.rmtree(old, ignore_errors=True)
         acc.wait_for_everyone()
-        self.last_save = time.monotonic()
 
     def _write_result(self) -> None:
         st = self.state
@@ -595,7 +626,8 @@ class _Run:
             "settings": self.settings,
         }
         if self.acc.is_main_process:
-            atomic_write_json(self.out / rd.RESULT, summary)
+            with rd.writing(self.out, self.out / rd.RESULT):
+                atomic_write_json(self.out / rd.RESULT, summary)
         self.acc.wait_for_everyone()
 
     def _result(self, resumed_from: Path | None) -> TrainResult:
