@@ -260,9 +260,15 @@ def _lock_out_dir(out: Path) -> Any:
     return lock_output_folder(out)
 
 
+#: names of a train row that the loop writes itself; a task's loss part may not use them ("loss" is
+#: dropped: the logged loss is always the value the optimizer minimised, the one backward() saw)
+ROW_KEYS = ("kind", "step", "epoch", "lr", "grad_norm")
+
+
 @dataclass
 class _StepSums:
-    """Sums of the logged values over the micro-batches of one optimizer step."""
+    """Sums of the logged values over the micro-batches of one optimizer step: ``loss`` is the loss the
+    task returned (what backward() saw, before accumulation's scaling), the rest the task's parts."""
 
     sums: dict[str, float] = field(default_factory=dict)
     n: int = 0
@@ -270,7 +276,13 @@ class _StepSums:
     def add(self, loss: torch.Tensor, parts: dict[str, float] | None) -> None:
         self.sums["loss"] = self.sums.get("loss", 0.0) + float(loss.detach())
         for k, v in (parts or {}).items():
-            self.sums[k] = self.sums.get(k, 0.0) + float(v)
+            if k in ROW_KEYS:
+                raise InputError(
+                    f"fit: the task's loss() returned a part named {k!r}, a name the loop logs itself "
+                    f"({', '.join(ROW_KEYS)}); rename the part"
+                )
+            if k != "loss":
+                self.sums[k] = self.sums.get(k, 0.0) + float(v)
         self.n += 1
 
 
