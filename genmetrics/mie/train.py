@@ -24,6 +24,7 @@ import torch
 
 from genmetrics.errors import InputError
 from genmetrics.train import TrainTask
+from genmetrics.train.data_checks import check_pairs
 
 log = logging.getLogger(__name__)
 
@@ -123,6 +124,7 @@ def load_training_pairs(path: str | os.PathLike, *, subset: int | None = None, s
     if subset and subset < len(records):
         keep = sorted(random.Random(seed).sample(range(len(records)), subset))
         records = [records[i] for i in keep]
+    check_pairs(records, str(path))  # identical candidates, contradictions (docs/training.md)
     return records
 
 

@@ -36,6 +36,7 @@ import torch
 from genmetrics.data.jsonl import OddOneOutRecord, load_odd_one_out
 from genmetrics.errors import InputError
 from genmetrics.train import TrainLoopConfig, TrainTask, fit
+from genmetrics.train.data_checks import check_triplets
 
 __all__ = [
     "DEFAULT_BATCH",
@@ -162,6 +163,7 @@ def _records(data: Any, name: str) -> list[OddOneOutRecord]:
         for p in r.images:
             if isinstance(p, (str, os.PathLike)) and not Path(p).is_file():
                 raise InputError(f"{name}: record {r.id!r}: image file {str(p)!r} does not exist")
+    check_triplets(recs, str(data) if isinstance(data, (str, os.PathLike)) else name)  # docs/training.md
     return recs
 
 

@@ -17,7 +17,8 @@ API::
   (per process micro-batch), ``grad_accum=1, warmup_ratio=0.03, scheduler="cosine", max_grad_norm=1.0,
   seed=3407, eval_every=None`` (None: once per epoch), ``early_stopping_patience=None,
   early_stopping_min_delta=0.0, metric_for_best="loss", greater_is_better=False, save_every=None,
-  save_every_minutes=30.0, keep_checkpoints=2, resume=False, overwrite=False, mixed_precision="no", find_unused_parameters=False,
+  save_every_minutes=30.0, keep_checkpoints=2, resume=False, overwrite=False, mixed_precision="no",
+  device=None`` (CUDA when there is one), ``find_unused_parameters=False,
   num_workers=0, progress=True, extra={}`` (family hyper-parameters, recorded and checked on resume).
 * :class:`TrainResult` -- ``out_dir, final_dir, best_dir`` (None without validation), ``history`` (the
   ``metrics.jsonl`` rows), ``best_metric, best_step, steps, stopped_early, resumed_from, config, module``.

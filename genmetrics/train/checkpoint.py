@@ -228,8 +228,17 @@ def check_folder(folder: Path, world: int, has_scaler: bool) -> None:
 
 
 def read_loop_state(folder: Path) -> tuple[dict[str, Any], LoopState]:
-    """The settings recorded with a checkpoint and its :class:`LoopState`, both checked (see
-    :func:`write_loop_state`)."""
+    """The settings recorded with a checkpoint and its :class:`LoopState`, both checked (a round trip is
+    :func:`write_loop_state`'s example).
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     _ = (Path(d) / "loop_state.json").write_text('{"settings": {}, "loop": {"step": 1}}')
+    ...     read_loop_state(Path(d))  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+        ...
+    genmetrics.errors.InputError: ...loop_state.json: 'loop' should hold exactly ['step', 'epoch', ...
+    """
     path = folder / LOOP_STATE
     data = _read_json(path)
     if not isinstance(data, dict) or not isinstance(data.get("settings"), dict) or "loop" not in data:

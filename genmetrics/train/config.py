@@ -8,14 +8,17 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from genmetrics import options as opt
-from genmetrics.errors import InputError
+import torch
 
-__all__ = ["TrainLoopConfig", "SCHEDULERS", "RESUME_FREE"]
+from genmetrics import options as opt
+from genmetrics.errors import GenmetricsError, InputError
+
+__all__ = ["DeviceUnavailableError", "TrainLoopConfig", "SCHEDULERS", "RESUME_FREE", "available_devices"]
 
 # transformers.get_scheduler names that take (num_warmup_steps, num_training_steps) and nothing else
 SCHEDULERS = ("cosine", "linear", "constant_with_warmup", "constant", "cosine_with_restarts", "polynomial")
 MIXED_PRECISION = ("no", "fp16", "bf16")
+DEVICES = ("cpu", "cuda", "mps")  # None: CUDA when there is one, else the CPU
 # options that do not change the trained numbers: a resume may change them freely
 RESUME_FREE = (
     "out_dir",
@@ -30,6 +33,48 @@ RESUME_FREE = (
 _OWNER = "TrainLoopConfig"
 
 
+class DeviceUnavailableError(GenmetricsError, RuntimeError):
+    """A device the configuration asks for does not exist on this machine (an environment problem: the CLI
+    exits 1); the message names the option and the devices that exist.
+
+    >>> issubclass(DeviceUnavailableError, RuntimeError), issubclass(DeviceUnavailableError, ValueError)
+    (True, False)
+    """
+
+
+def available_devices() -> list[str]:
+    """The devices torch can use here, as a configuration names them.
+
+    >>> available_devices()[0]
+    'cpu'
+    """
+    found = ["cpu"]
+    if torch.cuda.is_available():
+        found += [f"cuda:{i}" for i in range(torch.cuda.device_count())]
+    if torch.backends.mps.is_available():
+        found.append("mps")
+    return found
+
+
+def _training_device(value: Any) -> str | None:
+    value = opt.device("device", value, owner=_OWNER)
+    if value is None or value == "auto":
+        return None
+    if value not in DEVICES:
+        raise InputError(
+            f"{_OWNER}: option device: {value!r} is not a training device; expected None (CUDA when there is "
+            "one, else the CPU), 'cpu', 'cuda' or 'mps' (accelerate places one process per GPU: choose GPUs "
+            "with CUDA_VISIBLE_DEVICES)"
+        )
+    present = available_devices()
+    if value != "cpu" and not any(d.split(":")[0] == value for d in present):
+        raise DeviceUnavailableError(
+            f"{_OWNER}: option device: {value!r} asked for, but this machine has only {', '.join(present)} "
+            f"(torch finds no {value.upper()} device); set device='cpu' or leave it unset"
+        )
+    return value
+
+
 @dataclass
 class TrainLoopConfig:
     """Options of the training loop (family hyper-parameters go in ``extra``; they are recorded in
@@ -42,6 +87,8 @@ class TrainLoopConfig:
     * ``eval_every``: ``None`` evaluates once per epoch, ``N`` every N optimizer steps (and at the end).
     * ``early_stopping_patience``: stop after that many evaluations in a row that do not improve
       ``metric_for_best`` by more than ``early_stopping_min_delta``; ``None`` never stops early.
+    * ``device``: ``None`` (CUDA when there is one, else the CPU), ``"cpu"``, ``"cuda"`` or ``"mps"``; a device
+      this machine lacks is a :class:`DeviceUnavailableError` naming the option and the devices there are.
     * ``save_every``: ``None`` checkpoints after each evaluation and at the end of each epoch; ``N`` also
       every N optimizer steps; and whenever ``save_every_minutes`` have passed since the last checkpoint (so a
       long epoch without validation does not lose its work). The newest ``keep_checkpoints`` are kept.
@@ -77,6 +124,7 @@ class TrainLoopConfig:
     resume: bool = False
     overwrite: bool = False
     mixed_precision: str = "no"
+    device: str | None = None
     find_unused_parameters: bool = False
     num_workers: int = 0
     progress: bool = True
@@ -117,6 +165,7 @@ class TrainLoopConfig:
             )
         c.keep_checkpoints = opt.integer("keep_checkpoints", c.keep_checkpoints, lo=1, owner=_OWNER)
         c.mixed_precision = opt.choice("mixed_precision", c.mixed_precision, MIXED_PRECISION, owner=_OWNER)
+        c.device = _training_device(c.device)
         c.num_workers = opt.integer("num_workers", c.num_workers, lo=0, owner=_OWNER)
         for name in ("greater_is_better", "resume", "overwrite", "find_unused_parameters", "progress"):
             setattr(c, name, opt.flag(name, getattr(c, name), owner=_OWNER))

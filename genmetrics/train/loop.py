@@ -293,7 +293,7 @@ class _Run:
         self.task, self.train_examples, self.val_examples, self.cfg, self.out = task, train, val, cfg, out
         self.acc = new_accelerator(
             mixed_precision=cfg.mixed_precision,
-            cpu=not torch.cuda.is_available(),
+            cpu=cfg.device == "cpu" or (cfg.device is None and not torch.cuda.is_available()),
             gradient_accumulation_steps=cfg.grad_accum,
             kwargs_handlers=[
                 DistributedDataParallelKwargs(find_unused_parameters=cfg.find_unused_parameters)

@@ -16,14 +16,11 @@ from genmetrics.testing import (
     tiny_qwen3vl,
     tiny_qwen3vl_for_generation,
     tiny_qwen3vl_processor,
-    tiny_qwen35,
-    tiny_qwen35_processor,
-    toy_mib_pairs,
 )
 from genmetrics.tpips.synthetic import aspect_triplets
 from genmetrics.train import TrainLoopConfig, TrainTask, fit
 
-from .toy import Toy, make_data
+from .toy import Toy, make_data, tiny_mie
 
 EPS32 = 1.19e-7
 STEP = object()  # marks an optimizer step in the recorded sequence
@@ -87,22 +84,7 @@ def test_toy_task(tmp_path, backward_spy):
 def test_mie(tmp_path, backward_spy):
     """MIE's loss is alpha * rank + beta * diag; it was logged twice over (the task's "loss" part added on
     top of the total)."""
-    res = mie_train.train_mie(
-        data=str(toy_mib_pairs(tmp_path / "data", 6)),
-        out=str(tmp_path / "run"),
-        vlm=tiny_qwen35(),
-        processor=tiny_qwen35_processor(),
-        unfreeze_layers=1,
-        image_size=64,
-        batch_pairs=2,
-        grad_accum=2,
-        subset=0,
-        val_fraction=0.0,
-        epochs=1,
-        alpha=0.7,
-        beta=0.3,
-        progress=False,
-    )
+    res = tiny_mie(tmp_path / "data", tmp_path / "run", grad_accum=2, subset=0, epochs=1, alpha=0.7, beta=0.3)
     _check(res["history"], backward_spy, {"rank": 0.7, "diag": 0.3}, [2, 1])
     assert all(r["diag"] > 0 for r in res["history"])  # both terms are live
 
