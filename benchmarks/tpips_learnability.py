@@ -114,13 +114,15 @@ def mid_head_report(model) -> dict:
     from genmetrics.tpips.mid import mid_features
 
     with torch.no_grad():
-        enc = mid_features(model, [torch.full((3, 64, 64), 0.5)] * 2, ["color", "position"])
+        fusion = model.fusion
+        enc = mid_features(
+            model, fusion.probe_layers, [torch.full((3, 64, 64), 0.5)] * 2, ["color", "position"]
+        )
         w = [
-            model.head.channel_weights(j, torch.stack(enc["text"][j][:2]))
-            for j in range(len(model.head.mlps))
+            fusion.head.channel_weights(j, torch.stack(enc.text[j][:2])) for j in range(len(fusion.head.mlps))
         ]
     return {
-        "probe_layers": model.probe_layers,
+        "probe_layers": fusion.probe_layers,
         "channel_weight_cosine_color_vs_position": [
             round(float(torch.cosine_similarity(x[0], x[1], 0)), 3) for x in w
         ],

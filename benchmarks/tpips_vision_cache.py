@@ -21,7 +21,7 @@ def scaled_2b(scale: int = 8, seed: int = 0):
     after blocks 5/11/17; language: 28 layers, width 2048, MLP 6144, head_dim 128), widths divided by ``scale``."""
     from transformers import Qwen3VLModel
 
-    from genmetrics._tiny_vlm import tiny_qwen3vl_config
+    from genmetrics.testing.tiny_vlm import tiny_qwen3vl_config
 
     cfg = tiny_qwen3vl_config(
         text_config={

@@ -30,6 +30,7 @@ from __future__ import annotations
 import copy
 import functools
 import hashlib
+import inspect
 import math
 import operator
 import os
@@ -41,8 +42,15 @@ from typing import Any, ClassVar, cast
 import torch
 import torchmetrics
 from torch import nn
+from torchmetrics.utilities.distributed import gather_all_tensors
+from torchmetrics.utilities.exceptions import TorchMetricsUserError
+from torchmetrics.utilities.plot import plot_single_or_multi_val
 
+from genmetrics._torchmetrics_compat import BackbonesFollowTo, is_synced, set_forward_cache, set_update_count
+from genmetrics.data.batching import map_batches
 from genmetrics.errors import InputError
+from genmetrics.options import device as check_device
+from genmetrics.registry import get_card
 
 #: the id of every sample updated without ``ids=`` (such samples are never de-duplicated)
 UNNAMED_ID = -1
@@ -129,7 +137,98 @@ def _has_meta(value: Any, depth: int = 0) -> bool:
     return False
 
 
-class Metric(torchmetrics.Metric):
+class AgreedGather:
+    """torchmetrics' ``dist_sync_fn`` for genmetrics states: before the gather, every process agrees on the
+    dtype and the trailing shape of the tensor, so a process without any update (whose list state is
+    torchmetrics' empty float placeholder) sends an empty tensor that matches the others (gloo aborts on a
+    dtype mismatch). Then ``gather`` (default: torchmetrics' ``gather_all_tensors``) does the gather.
+
+    >>> fn = AgreedGather()
+    >>> fn.gather is None, callable(fn)
+    (True, True)
+    """
+
+    def __init__(self, gather: Any = None) -> None:
+        if isinstance(gather, AgreedGather):
+            gather = gather.gather
+        self.gather: Any = gather
+
+    def __call__(self, tensor: torch.Tensor, group: Any = None) -> list[torch.Tensor]:
+        dist = torch.distributed
+        meta = None if tensor.numel() == 0 else (tensor.dtype, tuple(tensor.shape[1:]))
+        metas: list[Any] = [None] * dist.get_world_size(group)
+        dist.all_gather_object(metas, meta, group=group)
+        known = [m for m in metas if m is not None]
+        if known:  # empty everywhere: the placeholders already match
+            dtype = functools.reduce(torch.promote_types, [m[0] for m in known])
+            if tensor.numel():
+                tensor = tensor.to(dtype)
+            else:
+                tensor = torch.empty((0, *known[0][1]), dtype=dtype, device=tensor.device)
+        return (self.gather or gather_all_tensors)(tensor, group=group)
+
+
+#: how genmetrics merges two states (forward, merge_state); torchmetrics' names
+_REDUCTIONS = ("sum", "cat", "min", "max")
+
+
+def _tensors(value: Any) -> list[Any]:
+    return list(value) if isinstance(value, list) else [value]
+
+
+def _merge_pair(reduce: Any, first: Any, second: Any) -> Any:
+    """The state ``reduce`` gives for two states (first, then second), detached from any graph."""
+    with torch.no_grad():
+        if reduce == "cat":
+            return [t.detach() for t in _tensors(first) + _tensors(second)]
+        if reduce == "sum":
+            return first.detach() + second.detach()
+        if reduce in ("min", "max"):
+            return getattr(torch, reduce)(first.detach(), second.detach())
+        return reduce(torch.stack([first.detach(), second.detach()]))
+
+
+def _after_load(module: Metric, incompatible_keys: Any) -> None:
+    """``load_state_dict`` post-hook (a module-level function, so metrics stay picklable)."""
+    module._state_loaded()
+
+
+def _squeeze_scalars(value: Any) -> Any:
+    """As torchmetrics' ``compute()`` returns it: one-element tensors as scalars, every tensor a copy."""
+    if isinstance(value, dict):
+        return {k: _squeeze_scalars(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_squeeze_scalars(v) for v in value)
+    if isinstance(value, torch.Tensor):
+        return (value.squeeze() if value.numel() == 1 else value).clone()
+    return value
+
+
+def _advertise_torchmetrics_keywords(cls: type) -> None:
+    """torchmetrics' ``MetricCollection`` passes each metric only the keywords its ``update`` signature
+    names: a paired metric's ``update`` also names ``preds=`` and ``target=`` (translated to
+    ``candidates=`` / ``reference=`` before the update runs)."""
+    update = cls.update  # type: ignore[attr-defined]
+    sig = inspect.signature(update)
+    params = list(sig.parameters.values())
+    names = {p.name for p in params}
+    if any(p.kind is p.VAR_KEYWORD for p in params) or {"preds", "target"} <= names:
+        return
+    extra = [
+        inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=None)
+        for n in ("preds", "target")
+        if n not in names
+    ]
+
+    @functools.wraps(update)
+    def update_with_aliases(self: Metric, *args: Any, **kwargs: Any) -> Any:
+        return update(self, *args, **self._translate_keywords(kwargs))
+
+    update_with_aliases.__signature__ = sig.replace(parameters=params + extra)  # type: ignore[attr-defined]
+    cls.update = update_with_aliases  # type: ignore[attr-defined]
+
+
+class Metric(BackbonesFollowTo, torchmetrics.Metric):
     """Base class of every genmetrics metric (see module docstring for the contract).
 
     ``update`` accumulates; ``compute()`` gives the accumulated value; ``compute(reference, candidates)``
@@ -154,38 +253,51 @@ class Metric(torchmetrics.Metric):
     #: a paired metric compares each candidate with its own reference and takes torchmetrics' ``preds=``
     #: (the candidates) and ``target=`` (the references) keywords too
     paired: ClassVar[bool] = False
-    # torchmetrics is not analysed by mypy (follow_imports = skip); the base-class attributes used here:
-    _update_count: int
-    _computed: Any
-    _to_sync: bool
     compute_on_cpu: bool
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.paired:
+            _advertise_torchmetrics_keywords(cls)
 
     def __init__(
         self, *, batch_size: int = 32, device: str | torch.device | None = None, **kwargs: Any
     ) -> None:
+        kwargs["dist_sync_fn"] = AgreedGather(kwargs.get("dist_sync_fn"))
         super().__init__(**kwargs)
         if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
             raise InputError(f"batch_size: expected a positive integer, got {batch_size!r}")
         self.batch_size = batch_size
         self._backbones: dict[str, nn.Module] = {}
+        #: name -> (default, reduction) of every state, as given to add_state
+        self._state_specs: dict[str, tuple[Any, Any]] = {}
         self._in_forward = False
+        self._loaded_empty = False  # loaded from a state_dict that held no accumulated state
         key = hashlib.blake2b(
             _canonical((type(self).__module__, type(self).__qualname__, self.options())).encode(),
             digest_size=8,
         ).hexdigest()
         self.add_state(OPTIONS_STATE_PREFIX + key, default=[], dist_reduce_fx="cat", persistent=False)
+        self.register_load_state_dict_post_hook(_after_load)
+        self._wrap_entry_points()
         if device is not None:
-            from genmetrics.options import device as check_device
-
             self.to(check_device("device", device))
 
-    # ----------------------------------------------------------------- compute dispatch
-    # torchmetrics wraps ``compute`` and ``update`` per instance in ``__init__`` and again in ``__setstate__``
-    # (the wrappers are never pickled); these overrides hook into that, so metrics pickle and deep-copy.
-    def _wrap_compute(self, compute: Any) -> Any:
-        accumulated = super()._wrap_compute(self._compute_state)
+    # ----------------------------------------------------------------- entry points
+    def _wrap_entry_points(self) -> None:
+        """Put genmetrics' argument handling around the ``update`` and ``compute`` that torchmetrics
+        installs on each instance (in ``__init__`` and again after unpickling): ``preds=``/``target=``,
+        meta tensors, and ``compute(reference, candidates, condition)`` as a one-shot score that never goes
+        through torchmetrics' cached, synchronised ``compute()``."""
+        this: Any = self  # update/compute become instance attributes here (as torchmetrics makes them)
+        accumulated, update = this.compute, this.update
 
-        @functools.wraps(compute)
+        @functools.wraps(update)
+        def checked_update(*args: Any, **kwargs: Any) -> None:
+            args, kwargs = self._checked_inputs(args, kwargs)
+            return update(*args, **kwargs)
+
+        @functools.wraps(type(self).compute)
         def dispatch(
             reference: Any = None, candidates: Any = None, condition: Any = None, **kwargs: Any
         ) -> Any:
@@ -193,32 +305,38 @@ class Metric(torchmetrics.Metric):
             reference, candidates = kwargs.pop("reference"), kwargs.pop("candidates")
             if reference is None and candidates is None and condition is None and not kwargs:
                 distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
-                if self._update_count == 0 and not distributed:
-                    raise InputError(
-                        f"{self.name or type(self).__name__}: compute() called before any update(); nothing to score. "
-                        "Call update(...) first, or compute(reference, candidates, condition) for a one-shot score."
-                    )
+                if self.update_count == 0 and not distributed:
+                    raise InputError(self._nothing_to_compute())
                 return accumulated()
             return self.score(reference, candidates, condition, **kwargs)
 
-        return dispatch
+        this.update, this.compute = checked_update, dispatch
 
-    def _wrap_update(self, update: Any) -> Any:
-        wrapped = super()._wrap_update(update)
+    def _checked_inputs(self, args: tuple, kwargs: dict[str, Any]) -> tuple[tuple, dict[str, Any]]:
+        """``preds=``/``target=`` translated; a meta tensor anywhere is an error naming its role."""
+        kwargs = self._translate_keywords(kwargs)
         roles = ("reference", "candidates", "condition")
+        for i, a in enumerate(args):
+            if _has_meta(a):
+                raise InputError(_meta_message(roles[i] if i < len(roles) else f"argument {i}"))
+        for k, v in kwargs.items():
+            if _has_meta(v):
+                raise InputError(_meta_message(k))
+        return args, kwargs
 
-        @functools.wraps(update)
-        def checked(*args: Any, **kwargs: Any) -> None:
-            kwargs = self._translate_keywords(kwargs)
-            for i, a in enumerate(args):
-                if _has_meta(a):
-                    raise InputError(_meta_message(roles[i] if i < len(roles) else f"argument {i}"))
-            for k, v in kwargs.items():
-                if _has_meta(v):
-                    raise InputError(_meta_message(k))
-            return wrapped(*args, **kwargs)
-
-        return checked
+    def _nothing_to_compute(self) -> str:
+        label = self.name or type(self).__name__
+        if self._loaded_empty:
+            return (
+                f"{label}: compute() found no accumulated state: the state_dict this metric was loaded from "
+                "held none (metric states are left out of state_dict() unless metric.persistent(True) is "
+                "called before it, or it was saved before any update()). Save with persistent(True), or "
+                "call update(...) first"
+            )
+        return (
+            f"{label}: compute() called before any update(); nothing to score. "
+            "Call update(...) first, or compute(reference, candidates, condition) for a one-shot score."
+        )
 
     def _translate_keywords(self, kwargs: dict[str, Any]) -> dict[str, Any]:
         """``preds=`` -> ``candidates=``, ``target=`` -> ``reference=`` (paired metrics only)."""
@@ -243,92 +361,147 @@ class Metric(torchmetrics.Metric):
             kwargs[role] = value
         return kwargs
 
-    def _filter_kwargs(self, **kwargs: Any) -> dict[str, Any]:
-        # MetricCollection passes each metric the keywords of its update signature; keep the aliases
-        out = super()._filter_kwargs(**kwargs)
-        if self.paired:
-            out.update({k: kwargs[k] for k in ("preds", "target") if k in kwargs})
-        return out
-
     def compute(
         self, reference: Any = None, candidates: Any = None, condition: Any = None, **kwargs: Any
     ) -> Any:
         """``compute()``: the accumulated value (synchronised across processes); ``compute(reference,
-        candidates, condition)``: the value of just these inputs, the accumulated state left untouched.
-        (torchmetrics replaces this method per instance with the dispatching wrapper above.)"""
-        return self._wrap_compute(lambda: None)(reference, candidates, condition, **kwargs)
+        candidates, condition)``: the value of just these inputs, the accumulated state left untouched
+        (:meth:`score`)."""
+        if reference is None and candidates is None and condition is None and not kwargs:
+            return self._compute_state()
+        return self.score(reference, candidates, condition, **kwargs)
 
     def score(
         self, reference: Any = None, candidates: Any = None, condition: Any = None, **kwargs: Any
     ) -> Any:
-        """One-shot value of just these inputs; the accumulated state is left untouched."""
-        saved = {
-            k: (v.clone() if isinstance(v, torch.Tensor) else list(v))
-            for k, v in ((k, getattr(self, k)) for k in self._defaults)
-        }
-        saved_meta = (self._update_count, self._computed, self._bookkeeping())
-        try:
-            self.reset()
-            self.update(reference, candidates, condition, **kwargs)
+        """One-shot value of just these inputs; the accumulated state is left untouched. A differentiable
+        metric (``is_differentiable``) keeps the autograd graph of its inputs, as a functional would.
+
+        >>> import genmetrics as gm
+        >>> m = gm.create_metric("psnr")
+        >>> x = torch.full((1, 3, 8, 8), 0.5)
+        >>> round(float(m.score(x, x + 0.1)), 3), m.has_data()
+        (20.0, False)
+        """
+        args, kwargs = self._checked_inputs((reference, candidates, condition), kwargs)
+        with self._aside():
+            self._raw_update(args, kwargs)
             return self._compute_state()
+
+    def _raw_update(self, args: tuple, kwargs: dict[str, Any]) -> None:
+        """The class's own ``update`` (not torchmetrics' counting wrapper), with autograd on for a
+        differentiable metric when the caller has it on."""
+        with torch.set_grad_enabled(self.is_differentiable and torch.is_grad_enabled()):
+            cls: Any = type(self)
+            cls.update(self, *args, **kwargs)
+
+    @contextmanager
+    def _aside(self) -> Iterator[None]:
+        """Inside the block the metric starts from an empty state; on leaving it the accumulated state is
+        put back as it was (``reset`` gives new state objects, so the saved ones are never touched)."""
+        saved, count, book, loaded = (
+            dict(self.metric_state),
+            self.update_count,
+            self._bookkeeping(),
+            self._loaded_empty,
+        )
+        self.reset()
+        try:
+            yield
         finally:
             for k, v in saved.items():
                 setattr(self, k, v)
-            self._update_count, self._computed, book = saved_meta
+            set_update_count(self, count)
             self._set_bookkeeping(book)
+            self._loaded_empty = loaded
 
     # ----------------------------------------------------------------- torchmetrics conventions
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         """The value of this batch alone; the batch is also accumulated (torchmetrics' ``forward``).
 
         One ``update`` per batch. A batch that fails validation leaves the accumulated state as it was; a
-        batch whose value alone is undefined (a set metric given one set) returns NaN and is accumulated."""
-        from torchmetrics.utilities.exceptions import TorchMetricsUserError
-
-        if self._is_synced:
+        batch whose value alone is undefined (a set metric given one set) returns NaN and is accumulated.
+        A differentiable metric's batch value keeps the autograd graph (the accumulated state never does).
+        """
+        if is_synced(self):
             raise TorchMetricsUserError(
                 "The Metric shouldn't be synced when performing ``forward``. "
                 "HINT: Did you forget to call ``unsync`` ?."
             )
-        saved = self._copy_state_dict()
-        count = self._update_count
-        self._in_forward = True
+        args, kwargs = self._checked_inputs(args, kwargs)
+        count = self.update_count
+        self._in_forward = True  # reset() keeps the per-process bookkeeping (ids seen so far)
         try:
-            self.reset()
-            try:
-                self.update(*args, **kwargs)
-            except BaseException:
-                for k, v in saved.items():
-                    setattr(self, k, v)
-                self._update_count = count
-                raise
-            to_sync, on_cpu = self._to_sync, self.compute_on_cpu
-            self._to_sync, self.compute_on_cpu = self.dist_sync_on_step, False
-            try:
-                value = self.compute()
-            except InputError:
-                value = self._undefined_value()
-            finally:
-                self._to_sync, self.compute_on_cpu = to_sync, on_cpu
-                self._computed = None
-                self._update_count = count + 1
-                with torch.no_grad():
-                    self._reduce_states(saved)
+            with self._aside():
+                self._raw_update(args, kwargs)
+                value = self._batch_value()
+                batch, book = dict(self.metric_state), self._bookkeeping()
+            self._merge_states(batch, other_first=False)
+            self._set_bookkeeping(book)
+            set_update_count(self, count + 1)
         finally:
             self._in_forward = False
         if self.compute_on_cpu:
-            self._move_list_states_to_cpu()
-        self._forward_cache = value
+            for k, v in self.metric_state.items():
+                if isinstance(v, list):
+                    setattr(self, k, [t.cpu() for t in v])
+        set_forward_cache(self, value)
         return value
+
+    def _batch_value(self) -> Any:
+        """``forward``'s value of the batch now in the state: over every process with
+        ``dist_sync_on_step``; NaN when the batch alone defines no value."""
+        with self.sync_context(
+            dist_sync_fn=self.dist_sync_fn, should_sync=self.dist_sync_on_step, should_unsync=True
+        ):
+            try:
+                value = self._compute_state()
+            except InputError:
+                value = None
+        return self._undefined_value() if value is None else _squeeze_scalars(value)
 
     def _undefined_value(self) -> Any:
         """What ``forward`` returns for a batch whose value alone is undefined."""
         return torch.tensor(float("nan"), dtype=torch.float64, device=self.device)
 
+    def add_state(
+        self, name: str, default: Any, dist_reduce_fx: Any = None, persistent: bool = False
+    ) -> None:
+        """torchmetrics' ``add_state``; genmetrics states reduce by ``"sum"``, ``"cat"``, ``"min"``,
+        ``"max"`` or a callable over the stacked states (``forward`` and ``merge_state`` merge with it).
+
+        >>> import genmetrics as gm
+        >>> m = gm.create_metric("psnr")
+        >>> m.add_state("total", default=torch.zeros(()), dist_reduce_fx="sum")
+        >>> float(m.total)
+        0.0
+        """
+        if not (dist_reduce_fx in _REDUCTIONS or callable(dist_reduce_fx)):
+            raise ValueError(
+                f"add_state({name!r}): dist_reduce_fx must be one of {', '.join(_REDUCTIONS)} or a callable "
+                f"over the stacked states (genmetrics merges states with it), got {dist_reduce_fx!r}"
+            )
+        super().add_state(name, default, dist_reduce_fx=dist_reduce_fx, persistent=persistent)
+        saved: Any = default.detach().clone() if isinstance(default, torch.Tensor) else []
+        self._state_specs[name] = (saved, dist_reduce_fx)
+
     def reset(self) -> None:
+        """Reset the accumulated state. List states get new lists (torchmetrics clears them in place, which
+        would empty the copies a wrapper such as ``torchmetrics.wrappers.Running`` keeps); tensor states
+        keep the dtype ``set_dtype`` gave them."""
+        dtypes = {}
+        for k, v in self.metric_state.items():
+            if isinstance(self._state_specs[k][0], list):
+                setattr(self, k, [])
+            elif isinstance(v, torch.Tensor):
+                dtypes[k] = v.dtype
         super().reset()
+        for k, dtype in dtypes.items():
+            if getattr(self, k).dtype != dtype:
+                setattr(self, k, getattr(self, k).to(dtype))
         if not self.__dict__.get("_in_forward", False):
             self._set_bookkeeping(None)
+        self._loaded_empty = False
 
     # per-process bookkeeping outside the torchmetrics states (e.g. the names of sample ids)
     def _bookkeeping(self) -> Any:
@@ -340,12 +513,37 @@ class Metric(torchmetrics.Metric):
     def _merge_bookkeeping(self, other: Metric) -> None:
         pass
 
+    def _rebuild_bookkeeping(self) -> None:
+        """Re-derive the bookkeeping from the states (after a state was loaded or merged from a dict)."""
+
     def _options_state(self) -> str:
-        return next(k for k in self._defaults if k.startswith(OPTIONS_STATE_PREFIX))
+        return next(k for k in self.metric_state if k.startswith(OPTIONS_STATE_PREFIX))
+
+    def _merge_states(self, other: dict[str, Any], *, other_first: bool) -> None:
+        """Merge a state dict into this state with each state's reduction (``cat`` keeps order: ``other``
+        first when ``other_first``, as torchmetrics' ``merge_state`` does)."""
+        missing = [k for k in self._state_specs if k not in other]
+        if missing:
+            raise ValueError(
+                f"{self.name or type(self).__name__}: the incoming state has no {missing[0]!r}; expected the "
+                f"states {', '.join(k for k in self._state_specs if not k.startswith(OPTIONS_STATE_PREFIX))}"
+            )
+        for k, (_, reduce) in self._state_specs.items():
+            mine, theirs = getattr(self, k), other[k]
+            setattr(self, k, _merge_pair(reduce, *((theirs, mine) if other_first else (mine, theirs))))
 
     def merge_state(self, incoming_state: dict[str, Any] | torchmetrics.Metric) -> None:
         """Add another metric's state (or a state dict) to this one: every incoming sample is kept (named
-        ids present on both sides count once, as after a distributed gather)."""
+        ids present on both sides count once, as after a distributed gather).
+
+        >>> import genmetrics as gm
+        >>> a, b = gm.create_metric("psnr"), gm.create_metric("psnr")
+        >>> x = torch.full((1, 3, 8, 8), 0.5)
+        >>> a.update(x, x + 0.1); b.update(x, x)
+        >>> a.merge_state(b)
+        >>> round(float(a.compute()), 3), a.update_count  # (20 + 100) / 2
+        (60.0, 2)
+        """
         label = self.name or type(self).__name__
         if isinstance(incoming_state, torchmetrics.Metric):
             if type(incoming_state) is not type(self):
@@ -353,6 +551,7 @@ class Metric(torchmetrics.Metric):
                     f"{label}: merge_state expects another {type(self).__name__}, got "
                     f"{type(incoming_state).__name__}"
                 )
+            assert isinstance(incoming_state, Metric)  # same type as self
             if incoming_state._options_state() != self._options_state():
                 mine, theirs = self.options(), incoming_state.options()
                 diff = sorted(
@@ -362,27 +561,31 @@ class Metric(torchmetrics.Metric):
                     f"{label}: cannot merge the state of a metric built with other options "
                     f"({', '.join(diff) or 'options'} differ); merge metrics built alike"
                 )
-            added = incoming_state._update_count
+            self._merge_states(dict(incoming_state.metric_state), other_first=True)
             self._merge_bookkeeping(incoming_state)
-            super().merge_state(incoming_state)
-        else:
-            if isinstance(incoming_state, dict):
-                incoming_state = {
-                    **{k: [] for k in self._defaults if k.startswith(OPTIONS_STATE_PREFIX)},
-                    **incoming_state,
-                }
-            added = 1
-            super().merge_state(incoming_state)
+            added = incoming_state.update_count
+        elif isinstance(incoming_state, dict):
+            options: dict[str, Any] = {k: [] for k in self.metric_state if k.startswith(OPTIONS_STATE_PREFIX)}
+            self._merge_states({**options, **incoming_state}, other_first=True)
             self._rebuild_bookkeeping()
-        self._update_count += added
-        self._computed = None
-
-    def _rebuild_bookkeeping(self) -> None:
-        """Re-derive the bookkeeping from the states (after a state was loaded or merged from a dict)."""
+            added = 1
+        else:
+            raise ValueError(
+                f"{label}: merge_state expects a dict of states or another {type(self).__name__}, got "
+                f"{type(incoming_state).__name__}"
+            )
+        set_update_count(self, self.update_count + added)
 
     def set_dtype(self, dst_type: str | torch.dtype) -> Metric:
-        """Cast the floating-point states (and their defaults) to ``dst_type``; integer states (sample ids)
-        and the backbones are never cast."""
+        """Cast the floating-point states to ``dst_type`` (``reset()`` keeps it); integer states (sample ids)
+        and the backbones are never cast.
+
+        >>> import genmetrics as gm
+        >>> m = gm.create_metric("psnr").set_dtype(torch.float16)
+        >>> m.update(torch.zeros(1, 3, 8, 8), torch.ones(1, 3, 8, 8))
+        >>> m.scores[0].dtype, m.sample_ids[0].dtype
+        (torch.float64, torch.int64)
+        """
         dtype = getattr(torch, dst_type, None) if isinstance(dst_type, str) else dst_type
         if not isinstance(dtype, torch.dtype):
             raise InputError(
@@ -392,47 +595,13 @@ class Metric(torchmetrics.Metric):
         def cast(t: torch.Tensor) -> torch.Tensor:
             return t.to(dtype) if t.is_floating_point() else t
 
-        self._dtype_convert = True
-        try:
-            self._apply(cast)
-        finally:
-            self._dtype_convert = False
-        self._computed = None
+        for k, v in self.metric_state.items():
+            setattr(self, k, [cast(t) for t in v] if isinstance(v, list) else cast(v))
+        set_update_count(self, self.update_count)  # drops the cached value
         return self
 
-    def _sync_dist(self, dist_sync_fn: Any = None, process_group: Any = None) -> None:
-        """Gather states across processes. List states are first agreed on a dtype and trailing shape, so a
-        process without any update sends an empty tensor that matches the others (gloo aborts otherwise)."""
-        from torchmetrics.utilities.distributed import gather_all_tensors
-
-        dist = torch.distributed
-        group = process_group or self.process_group
-        lists = [k for k in self._reductions if isinstance(getattr(self, k), list)]
-        if lists and dist.is_available() and dist.is_initialized():
-            local: dict[str, Any] = {}
-            for k in lists:
-                v = [t for t in getattr(self, k) if isinstance(t, torch.Tensor)]
-                local[k] = (
-                    None
-                    if not v
-                    else (functools.reduce(torch.promote_types, [t.dtype for t in v]), tuple(v[0].shape[1:]))
-                )
-            gathered: list[Any] = [None] * dist.get_world_size(group)
-            dist.all_gather_object(gathered, local, group=group)
-            for k in lists:
-                metas = [g[k] for g in gathered if g.get(k) is not None]
-                if not metas:
-                    continue  # empty everywhere: torchmetrics' placeholder is the same on every process
-                dtype = functools.reduce(torch.promote_types, [m[0] for m in metas])
-                v = getattr(self, k)
-                if v:
-                    setattr(self, k, [t.to(dtype) for t in v])
-                else:
-                    setattr(self, k, [torch.empty((0, *metas[0][1]), dtype=dtype, device=self.device)])
-        super()._sync_dist(dist_sync_fn or gather_all_tensors, process_group)
-
     def _state_has_data(self) -> bool:
-        for k, default in self._defaults.items():
+        for k, (default, _) in self._state_specs.items():
             v = getattr(self, k)
             if isinstance(v, list):
                 if any(isinstance(t, torch.Tensor) and t.numel() for t in v):
@@ -442,22 +611,32 @@ class Metric(torchmetrics.Metric):
                     return True
         return False
 
-    def _load_from_state_dict(self, state_dict: dict, prefix: str, *args: Any, **kwargs: Any) -> None:
-        # the options state is never saved: a state saved before it existed (or by torchmetrics) loads too
-        for k in self._defaults:
-            if k.startswith(OPTIONS_STATE_PREFIX):
-                state_dict.pop(prefix + k, None)
-        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
-        if self._update_count == 0 and self._state_has_data():
-            self._update_count = 1  # a reloaded persistent state computes like the one that was saved
-        self._computed = None
-        self._rebuild_bookkeeping()
+    def state_dict(self, destination: Any = None, prefix: str = "", keep_vars: bool = False) -> Any:
+        """torchmetrics' ``state_dict`` (the accumulated state only after ``persistent(True)``), without
+        the empty options state (so a state loads into a metric built with other runtime options).
 
-    def persistent(self, mode: bool = False) -> None:
-        super().persistent(mode)
-        for k in self._persistent:
+        >>> import genmetrics as gm
+        >>> m = gm.create_metric("psnr")
+        >>> m.persistent(True)
+        >>> sorted(m.state_dict())
+        ['sample_ids', 'scores']
+        """
+        out = super().state_dict(destination=destination, prefix=prefix, keep_vars=keep_vars)
+        for k in self.metric_state:
             if k.startswith(OPTIONS_STATE_PREFIX):
-                self._persistent[k] = False
+                out.pop(prefix + k, None)
+        return out
+
+    def _state_loaded(self) -> None:
+        """After ``load_state_dict``: a reloaded state computes like the one that was saved."""
+        has_data = self._state_has_data()
+        set_update_count(self, max(self.update_count, 1) if has_data else self.update_count)
+        self._rebuild_bookkeeping()
+        self._loaded_empty = not has_data and self.update_count == 0
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)  # torchmetrics wraps update/compute again (the wrappers are not pickled)
+        self._wrap_entry_points()
 
     def __deepcopy__(self, memo: dict[int, Any]) -> Metric:
         # frozen backbones are shared by copies (clone(), BootStrapper, MetricTracker copy the metric)
@@ -478,8 +657,6 @@ class Metric(torchmetrics.Metric):
         return self._card_range()[1]
 
     def _card_range(self) -> tuple[float | None, float | None]:
-        from genmetrics.registry import get_card
-
         try:
             rng = get_card(self.name).range if self.name else None
         except ValueError:
@@ -498,7 +675,15 @@ class Metric(torchmetrics.Metric):
             return v["mean"] if isinstance(v, dict) and "mean" in v else v
 
         val = [scalar(v) for v in val] if isinstance(val, (list, tuple)) else scalar(val)
-        return self._plot(val, ax)
+        return plot_single_or_multi_val(
+            val,
+            ax=ax,
+            higher_is_better=self.higher_is_better,
+            name=type(self).__name__,
+            lower_bound=self.plot_lower_bound,
+            upper_bound=self.plot_upper_bound,
+            legend_name=self.plot_legend_name,
+        )
 
     def _compute_state(self) -> Any:
         raise NotImplementedError
@@ -509,11 +694,10 @@ class Metric(torchmetrics.Metric):
         module.eval()
         module.requires_grad_(False)
         self._backbones[name] = module
-        if self._device is not None:
-            try:
-                module.to(self._device)
-            except (RuntimeError, NotImplementedError):  # meta tensors etc.
-                pass
+        try:
+            module.to(self.device)
+        except (RuntimeError, NotImplementedError):  # meta tensors etc.
+            pass
         return module
 
     def backbone(self, name: str = "backbone") -> nn.Module:
@@ -538,8 +722,6 @@ class Metric(torchmetrics.Metric):
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Metric:
         self = super().__new__(cls)
-        import inspect
-
         try:
             bound = inspect.signature(cls.__init__).bind_partial(self, *args, **kwargs).arguments
         except TypeError:  # __init__ will raise its own, clearer error
@@ -580,7 +762,7 @@ class Metric(torchmetrics.Metric):
         >>> m.has_data()
         True
         """
-        return self._update_count > 0
+        return self.update_count > 0
 
     def backbones(self) -> dict[str, nn.Module]:
         """The backbones loaded so far, by name (a metric that loads default weights lazily has none before
@@ -609,25 +791,17 @@ class Metric(torchmetrics.Metric):
         """
         state = {
             k: (v.clone() if isinstance(v, torch.Tensor) else [t.clone() for t in v])
-            for k, v in ((k, getattr(self, k)) for k in self._defaults)
+            for k, v in self.metric_state.items()
         }
-        return state, self._update_count, self._bookkeeping()
+        return state, self.update_count, self._bookkeeping()
 
     def restore_state(self, snapshot: Any) -> None:
         """Put back the state of a :meth:`state_snapshot` (the snapshot stays reusable)."""
         state, count, book = snapshot
         for k, v in state.items():
             setattr(self, k, v.clone() if isinstance(v, torch.Tensor) else [t.clone() for t in v])
-        self._update_count = count
-        self._computed = None
+        set_update_count(self, count)
         self._set_bookkeeping(book)
-
-    def _apply(self, fn: Any, exclude_state: Sequence[str] = "") -> nn.Module:
-        this = super()._apply(fn, exclude_state)
-        if not self._dtype_convert:  # set_dtype() casts states only
-            for module in self.__dict__.get("_backbones", {}).values():
-                module._apply(fn)
-        return this
 
     def train(self, mode: bool = True) -> Metric:
         super().train(mode)
@@ -685,8 +859,6 @@ class SampleMetric(Metric):
         """Score and accumulate one batch. ``ids`` (one per candidate; str, int or integer tensors) name the
         samples: a DistributedSampler's padded copies are then counted once. An id repeated within the
         update is an error; an id this metric already scored in this process is dropped with a warning."""
-        from genmetrics.data.batching import map_batches
-
         batch = self._prepare(reference, candidates, condition)
         n = _batch_len(batch)
         hashed, labels = self._hash_ids(ids, n)
@@ -719,9 +891,10 @@ class SampleMetric(Metric):
         extras = {
             k: torch.cat([cast(dict, r)[k] for r in results], 0)
             for k in (results[0] if isinstance(results[0], dict) else ())
-            if k != "score" and k in self._defaults
+            if k != "score" and k in self._state_specs
         }
-        self.scores.append(score.detach().to(device=self.device, dtype=torch.float64))
+        # no detach: a differentiable metric's forward / score keep the graph (merged states never do)
+        self.scores.append(score.to(device=self.device, dtype=torch.float64))
         for (
             k,
             v,
@@ -825,7 +998,7 @@ class SampleMetric(Metric):
             and dist.is_available()
             and dist.is_initialized()
             and dist.get_world_size(self.process_group) > 1
-            and not self._is_synced
+            and not is_synced(self)
         ):
             gathered: list[Any] = [None] * dist.get_world_size(self.process_group)
             dist.all_gather_object(gathered, names, group=self.process_group)

@@ -11,8 +11,10 @@ Nothing here imports torch; it is cheap to import anywhere.
 
 from __future__ import annotations
 
+import difflib
 import math
 import os
+import re
 import string
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -118,8 +120,6 @@ def choice(name: str, value: Any, choices: Sequence[str], *, owner: str | None =
     genmetrics.errors.InputError: tpips: option variant: expected one of 'late', 'mid', 'early', got 'lates'; did you mean 'late'?
     """
     if not isinstance(value, str) or value not in choices:
-        import difflib
-
         close = difflib.get_close_matches(str(value), list(choices), n=1, cutoff=0.6)
         hint = f"; did you mean {close[0]!r}?" if close else ""
         raise InputError(
@@ -193,7 +193,11 @@ ENV_VARS: dict[str, EnvVar] = {
             "GENMETRICS_HOME", "path", "root of the weights and feature caches (default ~/.cache/genmetrics)"
         ),
         EnvVar("GENMETRICS_OFFLINE", "flag", "1/true: never download (as HF_HUB_OFFLINE)"),
-        EnvVar("GENMETRICS_PROGRESS", "progress", "0: no progress bars, 1: always, unset: on a terminal"),
+        EnvVar(
+            "GENMETRICS_PROGRESS",
+            "progress",
+            "1/true/yes/on: progress bars always, 0/false/no/off: never, unset: a bar on a terminal",
+        ),
         EnvVar(
             "GENMETRICS_MAX_PIXELS",
             "int",
@@ -236,8 +240,8 @@ def env(name: str, default: Any = None) -> Any:
             return flag(name, raw)
         if spec.kind == "int":
             return integer(name, raw, lo=spec.lo)
-        if spec.kind == "progress":
-            return choice(name, raw, ("0", "1"))
+        if spec.kind == "progress":  # read as "1" or "0" (also yes/no, true/false, on/off)
+            return "1" if flag(name, raw) else "0"
     except InputError as e:
         msg = str(e).replace(f"option {name}", f"environment variable {name}", 1)
         raise InputError(f"{msg}; fix or unset it ({spec.help})") from None
@@ -280,8 +284,6 @@ def device(name: str, value: Any, *, owner: str | None = None) -> Any:
     ``torch.device``; an unknown one (``gpu``) is bad input, not a missing environment."""
     if value is None or not isinstance(value, str):
         return value
-    import re
-
     if not re.fullmatch(r"(auto|cpu|mps|meta|xpu|cuda(:\d+)?)", value.strip()):
         raise InputError(
             f"{_who(name, owner)}: unknown device {value!r}; expected cpu, cuda, cuda:N or mps "

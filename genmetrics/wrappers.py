@@ -21,6 +21,7 @@ import torch
 import torchmetrics.wrappers as tw
 
 from genmetrics.errors import InputError
+from genmetrics.metric import SampleMetric
 
 
 def _is_batch(value: Any) -> bool:
@@ -53,8 +54,6 @@ class BootStrapper(tw.BootStrapper):
         return torch.multinomial(torch.ones(n), n, replacement=True)
 
     def update(self, *args: Any, **kwargs: Any) -> None:
-        from genmetrics.metric import SampleMetric
-
         named = {f"#{i}": v for i, v in enumerate(args)} | dict(kwargs)
         batch = {k: len(v) for k, v in named.items() if v is not None and _is_batch(v)}
         if not batch:
@@ -134,16 +133,26 @@ class ClasswiseWrapper(tw.ClasswiseWrapper):
     ['sad_smiling', 'sad_wearing hat']
     """
 
-    def __init__(self, metric: Any, labels: list[str] | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        metric: Any,
+        labels: list[str] | None = None,
+        prefix: str | None = None,
+        postfix: str | None = None,
+    ) -> None:
         if labels is None and getattr(metric, "attributes", None) is not None:
             labels = (
                 [f"{a}|{b}" for a, b in metric.pairs]
                 if getattr(metric, "name", "") == "pad"
                 else list(metric.attributes)
             )
-        super().__init__(metric, labels=labels, **kwargs)
+        super().__init__(metric, labels=labels, prefix=prefix, postfix=postfix)
+        # kept here: torchmetrics' own converter is private (renamed between 1.4 and 1.9)
+        self.label_prefix, self.label_postfix = prefix, postfix
 
-    def _convert_output(self, x: Any) -> dict[str, Any]:
+    def _labelled(self, x: Any) -> dict[str, Any]:
+        """``{prefix + label + postfix: value}`` as torchmetrics names them (default prefix: the metric's
+        class name in lower case and ``_``); a dict result gives its per-attribute entry."""
         if isinstance(x, dict):
             key = next((k for k in ("per_attribute", "per_pair") if k in x), None)
             if key is None:
@@ -151,4 +160,16 @@ class ClasswiseWrapper(tw.ClasswiseWrapper):
                     f"ClasswiseWrapper: the result has no per-attribute entry (keys: {sorted(x)})"
                 )
             x = x[key]
-        return super()._convert_output(x)
+        prefix, postfix = self.label_prefix or "", self.label_postfix or ""
+        if not prefix and not postfix:
+            prefix = f"{type(self.metric).__name__.lower()}_"
+        labels = self.labels if self.labels is not None else range(len(x))
+        return {f"{prefix}{label}{postfix}": value for label, value in zip(labels, x)}
+
+    def forward(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        """The batch value, labelled."""
+        return self._labelled(self.metric(*args, **kwargs))
+
+    def compute(self) -> dict[str, Any]:
+        """The accumulated value, labelled."""
+        return self._labelled(self.metric.compute())

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import genmetrics as gm
-from genmetrics.testing import metric_recipe
+from tests.recipes import metric_recipe
 
 NAMES = [n for n in gm.list_metrics() if gm.registry.alias_of(n) is None]  # an alias is the same metric
 

@@ -1,17 +1,51 @@
-"""Test scaffolding stays out of the product: no module of ``genmetrics`` other than the testing ones
-imports ``genmetrics.testing`` (or the tiny-VLM builders), checked statically over every source file."""
+"""The layers of DESIGN.md section 1, checked statically over every source file of ``genmetrics``, with the
+imports inside functions counted like the ones at the top (a function-level import is still a dependency:
+it only hides a loop from readers and linters):
+
+* test scaffolding stays out of the product (no module outside ``genmetrics.testing`` imports it);
+* ``genmetrics.functional`` is pure math: it imports only torch, numpy, scipy and the standard library;
+* the families (raclip, tpips, mie) never import each other;
+* the library never imports the command line (``genmetrics.cli``, a family's ``cli.py``, ``__main__``);
+* no import loops between modules.
+
+``KNOWN_VIOLATIONS`` lists the violations that exist today, each with the area that removes it; it may only
+shrink: a listed violation that no longer exists fails too, so its entry is deleted when the fix lands.
+"""
 
 from __future__ import annotations
 
 import ast
 import sys
+from collections import defaultdict
 from pathlib import Path
 
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "genmetrics"
-#: modules that are test scaffolding themselves (tiny random backbones, recipes of test inputs)
-TESTING = ("genmetrics.testing", "genmetrics._tiny_vlm")
+#: test scaffolding (tiny random backbones, recipes of test inputs)
+TESTING = ("genmetrics.testing",)
+FAMILIES = ("genmetrics.raclip", "genmetrics.tpips", "genmetrics.mie")
+#: what genmetrics.functional may import besides the standard library and itself
+FUNCTIONAL_MAY_IMPORT = ("torch", "numpy", "scipy")
+
+#: today's violations (issue 25.5); each entry is deleted by the lead when the fix of its area lands
+KNOWN_VIOLATIONS: dict[str, set] = {
+    # an import that closes a loop between modules: (importer, imported)
+    "loops": set(),  # mie model <-> checkpoint and the tpips model/loading/triplet/baselines loop: fixed
+    # every import between two layers of one loop of layers (data -> backbones -> metric -> data); the
+    # upward ones are marked, the others leave as the loop breaks
+    "layer_loops": {
+        ("genmetrics.backbones.openclip", "genmetrics.metric"),  # up: clip (openclip -> metric.as_text_list)
+        ("genmetrics.data.cache", "genmetrics.backbones.weights"),  # up: clip (data/cache -> backbones)
+        ("genmetrics.metric", "genmetrics.data.batching"),
+        ("genmetrics.backbones.openclip", "genmetrics.data.images"),
+        ("genmetrics.backbones.qwen_vl", "genmetrics.data.images"),
+    },
+    "cli": set(),  # leaderboard.runner -> cli.common (progress moved to data/progress.py): fixed
+    "families": set(),
+    "functional": set(),
+    "testing": set(),
+}
 
 
 def _module_name(path: Path) -> str:
@@ -21,8 +55,42 @@ def _module_name(path: Path) -> str:
     return ".".join(parts)
 
 
+def _within(module: str, prefixes: tuple[str, ...] | str) -> bool:
+    prefixes = (prefixes,) if isinstance(prefixes, str) else prefixes
+    return any(module == p or module.startswith(p + ".") for p in prefixes)
+
+
 def _is_testing(module: str) -> bool:
-    return any(module == t or module.startswith(t + ".") for t in TESTING)
+    return _within(module, TESTING)
+
+
+def _is_cli(module: str) -> bool:
+    return (
+        _within(module, "genmetrics.cli")
+        or module == "genmetrics.__main__"
+        or (module.startswith("genmetrics.") and module.rsplit(".", 1)[-1] == "cli")
+    )
+
+
+def _type_checking_only(node: ast.AST) -> bool:
+    test = getattr(node, "test", None)
+    return isinstance(node, ast.If) and (
+        (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING")
+        or (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+    )
+
+
+def _walk(tree: ast.AST):
+    """``ast.walk`` without the bodies of ``if TYPE_CHECKING:`` (annotations only, never executed)."""
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        yield node
+        for child in ast.iter_child_nodes(node):
+            if _type_checking_only(child):
+                stack.extend(getattr(child, "orelse", []))
+            else:
+                stack.append(child)
 
 
 def imported_modules(path: Path) -> set[str]:
@@ -32,10 +100,12 @@ def imported_modules(path: Path) -> set[str]:
     here = _module_name(path)
     package = here if path.name == "__init__.py" else here.rpartition(".")[0]
     out: set[str] = set()
-    for node in ast.walk(tree):
+    for node in _walk(tree):
         if isinstance(node, ast.Import):
             out |= {a.name for a in node.names}
         elif isinstance(node, ast.ImportFrom):
+            if node.module == "__future__":
+                continue
             base = node.module or ""
             if node.level:
                 parent = package.split(".")
@@ -52,48 +122,245 @@ def imported_modules(path: Path) -> set[str]:
     return out
 
 
+def source_modules() -> dict[str, Path]:
+    return {_module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
 def product_modules() -> list[Path]:
-    return sorted(p for p in PACKAGE.rglob("*.py") if not _is_testing(_module_name(p)))
+    return [p for m, p in source_modules().items() if not _is_testing(m)]
 
 
-def test_no_product_module_imports_the_testing_scaffolding():
-    offenders = {}
-    for path in product_modules():
-        bad = sorted(m for m in imported_modules(path) if _is_testing(m))
-        if bad:
-            offenders[str(path.relative_to(PACKAGE.parent))] = bad
-    assert not offenders, (
-        f"product modules import test scaffolding: {offenders}; take tiny backbones through "
-        "genmetrics.backbones.provider (see docs/contributing.md)"
+def module_graph() -> dict[str, set[str]]:
+    """``module -> the genmetrics modules it imports`` (only names that are modules of the package; an
+    import of a package's submodule is not also an edge to the package's ``__init__``)."""
+    mods = source_modules()
+    graph: dict[str, set[str]] = {}
+    for name, path in mods.items():
+        targets = set()
+        for imported in imported_modules(path):
+            if imported in mods and imported != name:
+                targets.add(imported)
+        # `from pkg import sub` adds both pkg and pkg.sub: keep only the submodule
+        graph[name] = {
+            t for t in targets if not any(o.startswith(t + ".") for o in targets) or t == "genmetrics"
+        }
+    return graph
+
+
+def import_loops(graph: dict[str, set[str]]) -> set[frozenset[str]]:
+    """Strongly connected components of more than one module (Tarjan), ignoring the edges between a
+    package's ``__init__`` and its own submodules (executing a submodule runs its package first anyway)."""
+
+    def related(a: str, b: str) -> bool:
+        return b.startswith(a + ".") or a.startswith(b + ".")
+
+    edges = {a: {b for b in bs if not related(a, b)} for a, bs in graph.items()}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: set[frozenset[str]] = set()
+    counter = [0]
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10_000))
+
+    def strong(v: str) -> None:
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on_stack.add(v)
+        for w in edges.get(v, ()):
+            if w not in index:
+                strong(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = set()
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                comp.add(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.add(frozenset(comp))
+
+    for v in edges:
+        if v not in index:
+            strong(v)
+    return out
+
+
+def loop_edges(graph: dict[str, set[str]]) -> set[tuple[str, str]]:
+    """The imports that close a loop: edges between two modules of one strongly connected component."""
+    comps = import_loops(graph)
+    return {(a, b) for a, bs in graph.items() for b in bs for c in comps if a in c and b in c}
+
+
+def layer(module: str) -> str:
+    """The layer a module belongs to: its top-level subpackage or module (``genmetrics.data``,
+    ``genmetrics.metric``); the package root's ``__init__`` is a layer of its own."""
+    parts = module.split(".")
+    return ".".join(parts[:2]) if len(parts) > 1 else "genmetrics.__init__"
+
+
+def layer_loop_edges(graph: dict[str, set[str]]) -> set[tuple[str, str]]:
+    """Imports that close a loop between layers (``data`` -> ``backbones`` -> ``metric`` -> ``data``),
+    a loop that no single module shows."""
+    layers: dict[str, set[str]] = defaultdict(set)
+    for a, bs in graph.items():
+        for b in bs:
+            if layer(a) != layer(b):
+                layers[layer(a)].add(layer(b))
+    comps = import_loops(dict(layers))
+    return {
+        (a, b)
+        for a, bs in graph.items()
+        for b in bs
+        if layer(a) != layer(b) and any(layer(a) in c and layer(b) in c for c in comps)
+    }
+
+
+def violations() -> dict[str, set]:
+    """Every violation of the rules above in today's sources."""
+    found: dict[str, set] = defaultdict(set)
+    mods = source_modules()
+    for name, path in mods.items():
+        imported = imported_modules(path)
+        for target in imported:
+            if not _is_testing(name) and _is_testing(target):
+                found["testing"].add((name, target))
+            if not _is_cli(name) and _is_cli(target) and target in mods:
+                found["cli"].add((name, target))
+            here = next((f for f in FAMILIES if _within(name, f)), None)
+            there = next((f for f in FAMILIES if _within(target, f)), None)
+            if here and there and here != there:
+                found["families"].add((name, target))
+            if _within(name, "genmetrics.functional"):
+                top = target.split(".")[0]
+                allowed = top in FUNCTIONAL_MAY_IMPORT or top in sys.stdlib_module_names
+                if not (allowed or _within(target, "genmetrics.functional")):
+                    found["functional"].add((name, target))
+    graph = module_graph()
+    found["loops"] = loop_edges(graph)
+    found["layer_loops"] = layer_loop_edges(graph)
+    # a `from pkg import name` adds pkg.name for a name that is not a module: keep real modules only
+    # and `from pkg import sub` names pkg and pkg.sub: report the submodule only
+    for rule in ("testing", "families", "functional", "cli"):
+        pairs = {(a, b) for a, b in found[rule] if b in mods or not any(b.startswith(m + ".") for m in mods)}
+        found[rule] = {
+            (a, b) for a, b in pairs if not any(x == a and y.startswith(b + ".") for x, y in pairs)
+        }
+    return dict(found)
+
+
+RULES = ("testing", "functional", "families", "cli", "loops", "layer_loops")
+
+
+@pytest.fixture(scope="module")
+def today() -> dict[str, set]:
+    return violations()
+
+
+@pytest.mark.parametrize("rule", RULES)
+def test_no_new_violation(rule, today):
+    new = today.get(rule, set()) - KNOWN_VIOLATIONS[rule]
+    hints = {
+        "testing": "take tiny backbones through genmetrics.backbones.provider (docs/contributing.md)",
+        "functional": "functional/ is pure math: validate in the caller, raise ValueError, import only "
+        + "/".join(FUNCTIONAL_MAY_IMPORT),
+        "families": "families never import each other: move the shared code to backbones/ or data/",
+        "cli": "the library never imports the command line: move the helper out of cli/",
+        "loops": "break the loop (a function-level import still counts): move the shared piece down a layer",
+        "layer_loops": "a lower layer imports a higher one: move the shared piece down (DESIGN.md section 1)",
+    }
+    assert not new, (
+        f"new {rule} violation(s): {sorted(map(sorted, new) if rule == 'loops' else new)}; {hints[rule]}"
     )
+
+
+@pytest.mark.parametrize("rule", RULES)
+def test_known_violations_only_shrink(rule, today):
+    gone = KNOWN_VIOLATIONS[rule] - today.get(rule, set())
+    assert not gone, (
+        f"fixed, so delete from KNOWN_VIOLATIONS[{rule!r}] in tests/test_import_graph.py: {sorted(gone)}"
+    )
+
+
+def _write(root: Path, files: dict[str, str]) -> None:
+    for rel, src in files.items():
+        f = root / "genmetrics" / rel
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text(src)
 
 
 def test_the_scan_sees_every_form_of_import(tmp_path, monkeypatch):
     """The checker itself: each way of importing the testing package is caught (a checker that only saw
     top-level ``import x`` would pass a product that imports it inside a function)."""
-    pkg = tmp_path / "genmetrics" / "fam"
-    pkg.mkdir(parents=True)
     monkeypatch.setattr(sys.modules[__name__], "PACKAGE", tmp_path / "genmetrics")
     forms = {
-        "a.py": "import genmetrics.testing\n",
-        "b.py": "def f():\n    from genmetrics import testing\n",
-        "c.py": "from genmetrics.testing import tiny_clip\n",
-        "d.py": "from .. import testing\n",
-        "e.py": "import importlib\nimportlib.import_module('genmetrics.testing')\n",
-        "f.py": "from genmetrics._tiny_vlm import tiny_qwen3vl\n",
-        "g.py": "from genmetrics.testing.recipes import mie\n",
+        "fam/a.py": "import genmetrics.testing\n",
+        "fam/b.py": "def f():\n    from genmetrics import testing\n",
+        "fam/c.py": "from genmetrics.testing import tiny_clip\n",
+        "fam/d.py": "from .. import testing\n",
+        "fam/e.py": "import importlib\nimportlib.import_module('genmetrics.testing')\n",
+        "fam/g.py": "from genmetrics.testing.recipes import mie\n",
     }
-    for name, src in forms.items():
-        (pkg / name).write_text(src)
-        assert any(_is_testing(m) for m in imported_modules(pkg / name)), name
-    (pkg / "ok.py").write_text(
-        "from genmetrics.backbones.provider import provide\nimport genmetrics.testingx\n"
+    _write(tmp_path, forms)
+    for name in forms:
+        assert any(_is_testing(m) for m in imported_modules(tmp_path / "genmetrics" / name)), name
+    _write(
+        tmp_path,
+        {"fam/ok.py": "from genmetrics.backbones.provider import provide\nimport genmetrics.testingx\n"},
     )
-    assert not any(_is_testing(m) for m in imported_modules(pkg / "ok.py"))
+    assert not any(_is_testing(m) for m in imported_modules(tmp_path / "genmetrics" / "fam" / "ok.py"))
+    _write(
+        tmp_path,
+        {"fam/t.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import genmetrics.testing\n"},
+    )
+    assert not any(_is_testing(m) for m in imported_modules(tmp_path / "genmetrics" / "fam" / "t.py"))
+
+
+def test_each_rule_catches_its_violation(tmp_path, monkeypatch):
+    """A planted package with one violation of each rule, function-level imports included."""
+    monkeypatch.setattr(sys.modules[__name__], "PACKAGE", tmp_path / "genmetrics")
+    _write(
+        tmp_path,
+        {
+            "__init__.py": "",
+            "errors.py": "",
+            "testing/__init__.py": "",
+            "functional/__init__.py": "",
+            "functional/math.py": "import math\nimport torch\ndef f():\n    from genmetrics.errors import E\n",
+            "raclip/__init__.py": "",
+            "raclip/metric.py": "def f():\n    from genmetrics.tpips import model\n",
+            "tpips/__init__.py": "",
+            "tpips/model.py": "from genmetrics.tpips import loading\n",
+            "tpips/loading.py": "def load():\n    from genmetrics.tpips.model import X\n",
+            "cli/__init__.py": "",
+            "cli/common.py": "",
+            "leaderboard/__init__.py": "",
+            "leaderboard/runner.py": "def run():\n    from genmetrics.cli.common import progress\n",
+            "mie/__init__.py": "",
+            "mie/cli.py": "from genmetrics.cli import common\n",
+            "mie/model.py": "import genmetrics.testing\n",
+        },
+    )
+    found = violations()
+    assert found["functional"] == {("genmetrics.functional.math", "genmetrics.errors")}
+    assert found["families"] == {("genmetrics.raclip.metric", "genmetrics.tpips.model")}
+    assert found["cli"] == {("genmetrics.leaderboard.runner", "genmetrics.cli.common")}  # mie/cli.py is CLI
+    assert found["loops"] == {
+        ("genmetrics.tpips.model", "genmetrics.tpips.loading"),
+        ("genmetrics.tpips.loading", "genmetrics.tpips.model"),
+    }
+    # leaderboard -> cli and mie.cli -> cli, but nothing back: no loop of layers
+    assert found["layer_loops"] == set()
+    assert found["testing"] == {("genmetrics.mie.model", "genmetrics.testing")}
 
 
 @pytest.mark.parametrize(
-    "module", ["genmetrics.testing", "genmetrics.testing.recipes.mie", "genmetrics._tiny_vlm"]
+    "module", ["genmetrics.testing", "genmetrics.testing.recipes", "genmetrics.testing.tiny_vlm"]
 )
 def test_testing_modules_are_exempt(module):
     assert _is_testing(module)

@@ -57,3 +57,14 @@ def test_first_two_commands_name_what_exists():
     extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     extra = re.search(r'pip install -e "\.\[(\w+)\]"', second).group(1)
     assert extra in extras and "python -m pytest -q tests" in second
+
+
+def test_default_selection_leaves_slow_and_distributed_out_and_the_readme_says_how_to_run_all():
+    """The README's test command runs pyproject's default selection; CI (and the README) override it."""
+    opts = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
+    assert "-m 'not slow and not distributed'" in opts["addopts"]
+    assert {m.split(":")[0] for m in opts["markers"]} >= {"slow", "distributed"}
+    assert 'python -m pytest -q -m "" tests' in README
+    assert '-m "${CI_PYTEST_MARKERS:-}"' in (REPO / ".ci" / "run").read_text()
+    cpu = [b for b in bash_blocks(README) if "download.pytorch.org/whl/cpu" in b]
+    assert cpu and "torch==2.14.1 torchvision==0.29.1" in cpu[0]

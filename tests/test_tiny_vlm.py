@@ -1,6 +1,6 @@
 """Tiny random Qwen3-VL / Qwen3.5 models, the offline processor, and the transformers/peft loading code.
 
-CPU only, no network: every model is built in code (genmetrics._tiny_vlm) in well under a second.
+CPU only, no network: every model is built in code (genmetrics.testing.tiny_vlm) in well under a second.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import pytest
 import torch
 from PIL import Image
 
-from genmetrics import _tiny_vlm as tv
 from genmetrics.backbones.hf import add_lora, load_peft_adapter, load_vlm, resolve_dtype_device
 from genmetrics.errors import InputError, WeightsUnavailableError
+from genmetrics.testing import tiny_vlm as tv
 
 PAIR_TEXT = (
     "<|im_start|>user\n<|vision_start|><|image_pad|><|vision_end|>"

@@ -11,7 +11,8 @@ Weights policy (DESIGN section 7), shared with :mod:`genmetrics.backbones.weight
   weights, where it looked and how to fix it.
 
 ``trust_remote_code`` is off by default. Precision: bf16 on CUDA, fp32 on CPU unless ``dtype`` is given.
-Nothing is imported from torch/transformers/peft at module import time.
+This module imports torch, transformers and peft (it is only imported by the model families that need them);
+nothing downloads at import time.
 """
 
 from __future__ import annotations
@@ -24,16 +25,28 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import torch
+import transformers
+from huggingface_hub import try_to_load_from_cache
+from huggingface_hub.constants import HF_HUB_CACHE
+from peft import LoraConfig, PeftModel, get_peft_model, get_peft_model_state_dict
+from safetensors import safe_open
+
+from genmetrics.backbones.provider import provide
 from genmetrics.backbones.weights import genmetrics_home, offline
 from genmetrics.errors import InputError, WeightsUnavailableError
+from genmetrics.options import expand_user
 
 __all__ = [
     "VLM_KINDS",
     "add_lora",
+    "check_adapter_file",
     "hf_cache_dir",
     "load_peft_adapter",
     "load_vlm",
+    "quiet_peft",
     "resolve_dtype_device",
+    "unavailable_error",
 ]
 
 #: kind -> (config.model_type, base model class, generation model class)
@@ -66,8 +79,6 @@ def resolve_dtype_device(dtype: Any = None, device: Any = None) -> tuple[Any, An
     >>> resolve_dtype_device(None, "cpu"), resolve_dtype_device("bf16", "cpu")
     ((torch.float32, device(type='cpu')), (torch.bfloat16, device(type='cpu')))
     """
-    import torch
-
     dev = (
         torch.device(device)
         if device is not None
@@ -112,9 +123,18 @@ def _install_hint(model_id: str) -> str:
     )
 
 
-def _unavailable(
+def unavailable_error(
     what: str, looked: list[str], *, cause: BaseException | None = None, hint: str | None = None
-):
+) -> WeightsUnavailableError:
+    """The error for a model or adapter that cannot be had: what, where it looked, why (``cause``), and
+    ``hint`` (default: how to point at local files or pre-download them).
+
+    >>> from unittest import mock
+    >>> with mock.patch.dict(os.environ, {"GENMETRICS_OFFLINE": "1"}):
+    ...     e = unavailable_error("runs/a", ["/work/runs/a"], hint="Fix: train an adapter first.")
+    >>> print(e)
+    weights 'runs/a' are not available. Looked in: /work/runs/a. Downloads are disabled (offline mode: HF_HUB_OFFLINE / GENMETRICS_OFFLINE). Fix: train an adapter first.
+    """
     why = ""
     if cause is not None:
         first = (str(cause).strip().splitlines() or [""])[0][:300]
@@ -134,46 +154,37 @@ def _resolve(
     ``marker`` is the file that must exist (``config.json`` for a model, ``adapter_config.json`` for an
     adapter).
     """
-    from genmetrics.options import expand_user
-
     s = os.fspath(model_id_or_path)
     p = expand_user(
         s, what="weights path"
     )  # local paths first (relative: from the working directory), then hub ids
     if p.exists():
         if not p.is_dir():
-            raise _unavailable(
+            raise unavailable_error(
                 s,
                 [str(p)],
                 hint=f"Fix: pass the checkpoint *folder* (holding {marker}) with {_FIX_OPTION}, not a single file.",
             )
         if not (p / marker).is_file():
-            raise _unavailable(
+            raise unavailable_error(
                 s,
                 [str(p)],
                 hint=f"The folder has no {marker}. Fix: pass the folder that save_pretrained() wrote, with {_FIX_OPTION}.",
             )
         return str(p), {}, [str(p)]
     if _looks_like_path(s):
-        raise _unavailable(
+        raise unavailable_error(
             s,
             [str(p)],
             hint=f"No such file or folder. Fix: pass an existing local folder with {_FIX_OPTION}, or a hub id "
             "such as 'Qwen/Qwen3-VL-2B-Instruct'.",
         )
 
-    from huggingface_hub import try_to_load_from_cache
-
     lfo = offline() if local_files_only is None else bool(local_files_only)
     ours = hf_cache_dir()
     looked = [f"{p.absolute()} (local folder: none)", f"{ours} (GENMETRICS_HOME cache)"]
     caches: list[Path | None] = [ours, None]
-    try:
-        from huggingface_hub.constants import HF_HUB_CACHE
-
-        looked.append(f"{HF_HUB_CACHE} (Hugging Face cache)")
-    except Exception:  # noqa: BLE001  # pragma: no cover
-        looked.append("the default Hugging Face cache")
+    looked.append(f"{HF_HUB_CACHE} (Hugging Face cache)")
     for cache in caches:
         try:
             hit = try_to_load_from_cache(s, marker, cache_dir=cache, revision=revision)
@@ -185,11 +196,11 @@ def _resolve(
                 kw["cache_dir"] = str(cache)
             return s, kw, looked
     if lfo:
-        raise _unavailable(s, looked)
+        raise unavailable_error(s, looked)
     try:
         ours.mkdir(parents=True, exist_ok=True)
     except OSError as e:  # a read-only GENMETRICS_HOME: say so, and how to do without it
-        raise _unavailable(
+        raise unavailable_error(
             s,
             looked,
             cause=e,
@@ -251,10 +262,6 @@ def load_vlm(
     >>> type(model).__name__
     'Qwen3_5Model'
     """
-    import transformers
-
-    from genmetrics.backbones.provider import provide
-
     if kind is not None:
         kind = _KIND_ALIASES.get(kind, kind)
         if kind not in VLM_KINDS:
@@ -274,7 +281,7 @@ def load_vlm(
     try:
         config = transformers.AutoConfig.from_pretrained(name, trust_remote_code=trust_remote_code, **kw)
     except OSError as e:
-        raise _unavailable(what, looked, cause=e) from e
+        raise unavailable_error(what, looked, cause=e) from e
     model_type = getattr(config, "model_type", None)
     detected = next((k for k, (mt, _, _) in VLM_KINDS.items() if mt == model_type), None)
     if kind is None:
@@ -296,7 +303,7 @@ def load_vlm(
             name, trust_remote_code=trust_remote_code, **kw
         )
     except OSError as e:
-        raise _unavailable(what, looked, cause=e) from e
+        raise unavailable_error(what, looked, cause=e) from e
     _align_processor(processor, config)
 
     try:
@@ -309,7 +316,7 @@ def load_vlm(
             **kw,
         )
     except OSError as e:
-        raise _unavailable(what, looked, cause=e) from e
+        raise unavailable_error(what, looked, cause=e) from e
     model = model.to(dev).eval()
     return model, processor
 
@@ -339,12 +346,19 @@ def _align_processor(processor: Any, config: Any) -> None:
 
 
 @contextlib.contextmanager
-def _quiet_peft() -> Iterator[None]:
+def quiet_peft() -> Iterator[None]:
     """peft calls a transformers method deprecated in 5.x (``is_gradient_checkpointing``); its
-    FutureWarning says nothing actionable to users, so it is filtered around peft calls only."""
+    FutureWarning says nothing actionable to users, so it is filtered around peft calls only.
+
+    >>> with quiet_peft():
+    ...     warnings.warn("is_gradient_checkpointing is deprecated", FutureWarning)  # not shown
+    """
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
         yield
+
+
+_quiet_peft = quiet_peft  # the name genmetrics.mie uses (kept until it moves to the public one)
 
 
 def load_peft_adapter(
@@ -376,25 +390,109 @@ def load_peft_adapter(
     >>> len(b1) > 0 and all(torch.equal(b1[k], b2[k]) for k in b1)
     True
     """
-    from peft import PeftModel
-
     name, kw, looked = _resolve(
         adapter_path_or_id, marker="adapter_config.json", local_files_only=local_files_only, revision=revision
     )
     if revision is not None:
         kw["revision"] = revision
     what = os.fspath(adapter_path_or_id)
+    weights_file = check_adapter_file(Path(name)) if Path(name).is_dir() else None
     try:
-        with _quiet_peft():
-            return PeftModel.from_pretrained(
+        with quiet_peft():
+            peft_model = PeftModel.from_pretrained(
                 model, name, adapter_name=adapter_name, is_trainable=is_trainable, **kw
             )
     except OSError as e:
-        raise _unavailable(what, looked, cause=e) from e
+        raise unavailable_error(what, looked, cause=e) from e
     except ValueError as e:
         if "adapter_config.json" in str(e) or "Can't find" in str(e):
-            raise _unavailable(what, looked, cause=e) from e
+            raise unavailable_error(what, looked, cause=e) from e
         raise
+    except RuntimeError as e:  # load_state_dict: a tensor of another shape than the backbone's LoRA layer
+        m = _SIZE_MISMATCH.search(str(e))
+        if m is None:
+            raise
+        raise InputError(
+            f"{weights_file or name}: tensor {m['name']!r} has shape {m['got']}, but this backbone's LoRA layer "
+            f"is {m['want']}; the adapter was saved for another backbone or LoRA rank: pass the base weights it "
+            "was trained on"
+        ) from None
+    if weights_file is not None:
+        _check_adapter_keys(peft_model, weights_file, adapter_name)
+    return peft_model
+
+
+_SIZE_MISMATCH = re.compile(
+    r"size mismatch for (?P<name>[\w.]+): copying a param with shape (?P<got>torch\.Size\(\[[^\]]*\]\)) from "
+    r"checkpoint, the shape in current model is (?P<want>torch\.Size\(\[[^\]]*\]\))"
+)
+_PICKLES = ("adapter_model.bin", "adapter_model.pt", "adapter_model.pth", "adapter_model.pkl")
+
+
+def check_adapter_file(folder: Path) -> Path:
+    """The peft adapter weights of ``folder``, checked before anything loads them: ``adapter_model.safetensors``
+    must exist (a pickle such as ``adapter_model.bin`` is refused, never unpickled) and hold only finite values.
+    Raises :class:`~genmetrics.errors.InputError` naming the file (and the tensor).
+
+    >>> import tempfile, torch
+    >>> from safetensors.torch import save_file
+    >>> with tempfile.TemporaryDirectory() as d:  # doctest: +ELLIPSIS
+    ...     _ = (Path(d) / "adapter_model.bin").write_bytes(b"not read")
+    ...     check_adapter_file(Path(d))
+    Traceback (most recent call last):
+        ...
+    genmetrics.errors.InputError: .../adapter_model.bin is a pickle file; genmetrics loads peft adapters only from safetensors (adapter_model.safetensors) and never unpickles a file: ...
+    """
+    path = folder / "adapter_model.safetensors"
+    if not path.is_file():
+        pickled = [folder / n for n in _PICKLES if (folder / n).is_file()]
+        if pickled:
+            raise InputError(
+                f"{pickled[0]} is a pickle file; genmetrics loads peft adapters only from safetensors "
+                "(adapter_model.safetensors) and never unpickles a file: re-save the adapter with "
+                "save_pretrained(safe_serialization=True) where it was trained, or convert it with "
+                "safetensors.torch.save_file on a machine that trusts it"
+            )
+        raise InputError(
+            f"{folder}: no adapter_model.safetensors next to adapter_config.json; restore the adapter"
+        )
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            for key in f.keys():  # noqa: SIM118 - safe_open is not a mapping
+                t = f.get_tensor(key)
+                if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+                    bad = int((~torch.isfinite(t)).sum())
+                    raise InputError(
+                        f"{path}: tensor {key!r} holds {bad} NaN or infinite value(s); the file is corrupt or "
+                        "was saved from a diverged run: retrain or restore it"
+                    )
+    except InputError:
+        raise
+    except Exception as e:  # noqa: BLE001 - any safetensors parse failure: one clear line
+        raise InputError(
+            f"{path}: not a readable safetensors file ({type(e).__name__}: {str(e).splitlines()[0][:160]}); "
+            "restore the adapter"
+        ) from None
+    return path
+
+
+def _check_adapter_keys(peft_model: Any, path: Path, adapter_name: str) -> None:
+    """The file's tensors are exactly the adapter's (peft loads non-strictly: a missing tensor would keep its
+    initial value, an extra one would be ignored)."""
+    expected = set(get_peft_model_state_dict(peft_model, adapter_name=adapter_name))
+    with safe_open(str(path), framework="pt") as f:
+        found = set(f.keys())
+    missing, extra = sorted(expected - found), sorted(found - expected)
+    if missing:
+        raise InputError(
+            f"{path}: tensor {missing[0]!r} is missing ({len(missing)} missing in all); the adapter is incomplete "
+            "or was saved for another backbone: restore it or pass the base weights it was trained on"
+        )
+    if extra:
+        raise InputError(
+            f"{path}: unexpected tensor {extra[0]!r} ({len(extra)} unexpected in all); the adapter was saved for "
+            "another backbone or configuration: pass the base weights it was trained on"
+        )
 
 
 def add_lora(
@@ -422,8 +520,6 @@ def add_lora(
     >>> all("lora_" in n for n in trainable), any("visual" in n for n in trainable)  # language tower only
     (True, False)
     """
-    from peft import LoraConfig, get_peft_model
-
     if r <= 0:
         raise InputError(f"LoRA rank r must be positive, got {r}")
     config = LoraConfig(
@@ -435,7 +531,7 @@ def add_lora(
         modules_to_save=modules_to_save,
         bias="none",
     )
-    with _quiet_peft():
+    with quiet_peft():
         peft_model = get_peft_model(model, config)
     for n, p in peft_model.named_parameters():
         if "visual" in n:

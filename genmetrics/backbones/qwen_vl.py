@@ -6,19 +6,21 @@ One module for what both families need around a ``Qwen3VLModel`` / ``Qwen3_5Mode
 * :func:`resolve_parts` / :func:`core_vlm`: the base VLM (``.visual`` + ``.language_model``), the LM head;
   :func:`linear_attention_layers` (Qwen3.5 Gated-DeltaNet layers), :func:`attn_implementation`;
 * :func:`token_ids`: the special token ids (image, vision start/end, pad);
+* :func:`official_rgb` / :func:`qwen_image`: PIL modes to RGB as the official embedder does
+  (``qwen_vl_utils.to_rgb``) or by the genmetrics image contract (option ``image_modes``);
 * :func:`smart_resize` and :class:`QwenResize`: the official Qwen3-VL(-Embedding) image policy (both sides
   multiples of 32, between ``4*32*32`` and ``1800*32*32`` pixels, aspect ratio kept, PIL bicubic on 8-bit
   RGB, the processor then told not to resize again) and the older fixed-square policy;
 * :func:`image_key`, :class:`VisionFeatures`, :class:`VisionCache`, :class:`VisionEncoder`: the frozen
   vision tower run once per distinct image (content hash), its merged tokens **and DeepStack levels**
-  kept in an LRU cache;
+  kept in an LRU cache keyed by content, dtype and device;
 * :func:`scatter_features`, :func:`run_language_model`: the language tower called with ``inputs_embeds``,
   explicit ``(3,B,S)`` M-RoPE positions and the DeepStack features at the image positions (hooks capture
   chosen layer outputs); :func:`mm_encoder_outputs`: cached features in the form the standard forward
   takes back (``vlm(..., mm_encoder_outputs={"image": ...})``);
 * :func:`resolve_folder`: a trained adapter or heads folder, local path first, then a hub id.
 
-Nothing here downloads at import time; transformers is imported lazily.
+Nothing here downloads at import time.
 """
 
 from __future__ import annotations
@@ -26,18 +28,29 @@ from __future__ import annotations
 import hashlib
 import math
 import os
+import warnings
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
+import torch.nn.functional as F
+from huggingface_hub import snapshot_download
+from PIL import Image
 from torch import nn
+from transformers.modeling_outputs import BaseModelOutputWithPooling
+from transformers.models.qwen3_vl.modeling_qwen3_vl import BaseModelOutputWithDeepstackFeatures
 
+from genmetrics.backbones.hf import hf_cache_dir, unavailable_error
+from genmetrics.backbones.weights import offline
+from genmetrics.data.images import ResizePolicy, load_image, pil_to_tensor, to_tensor
 from genmetrics.errors import InputError
 
 __all__ = [
+    "IMAGE_MODES",
     "OFFICIAL_MAX_TOKENS",
     "OFFICIAL_MIN_TOKENS",
     "QwenResize",
@@ -51,6 +64,9 @@ __all__ = [
     "image_key",
     "linear_attention_layers",
     "mm_encoder_outputs",
+    "mode_sensitive",
+    "official_rgb",
+    "qwen_image",
     "resolve_folder",
     "resolve_parts",
     "run_language_model",
@@ -284,27 +300,131 @@ class QwenResize:
         if (h, w) == (th, tw):
             return x
         if self.mode == "square":
-            from genmetrics.data.images import ResizePolicy
-
             return ResizePolicy("resize", th).apply_one(x) if th == tw else _torch_resize(x, (th, tw))
         return _pil_bicubic(x, (th, tw))
 
 
 def _torch_resize(x: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
-    import torch.nn.functional as F
-
     return F.interpolate(x[None], size=size, mode="bicubic", antialias=True, align_corners=False)[0].clamp_(
         0, 1
     )
 
 
 def _pil_bicubic(x: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
-    import numpy as np
-    from PIL import Image
-
     arr = (x.detach().cpu().float().permute(1, 2, 0).numpy() * 255.0 + 0.5).clip(0, 255).astype(np.uint8)
     im = Image.fromarray(arr, mode="RGB").resize((size[1], size[0]), Image.Resampling.BICUBIC)
     return torch.from_numpy(np.asarray(im, dtype=np.uint8).copy()).permute(2, 0, 1).float().div_(255.0)
+
+
+# --------------------------------------------------------------------------------------------- PIL modes
+#: ``image_modes``: how a PIL image (or file) of another mode than RGB becomes RGB
+IMAGE_MODES = ("official", "genmetrics")
+#: modes whose RGB is the same under both rules (``Image.convert("RGB")``, RGBA composited on white)
+_SAME_RGB = frozenset({"1", "L", "RGB", "RGBA", "RGBX", "CMYK", "YCbCr", "LAB", "HSV"})
+
+
+def official_rgb(im: Image.Image) -> Image.Image:
+    """RGB as the official Qwen3-VL-Embedding embedder makes it (``qwen_vl_utils.to_rgb``): an RGBA image is
+    pasted on white with its alpha channel as the mask; every other mode goes through ``Image.convert("RGB")``,
+    which drops the alpha of LA / PA images and the transparency of palette images, and clips the values of
+    16-bit, 32-bit and float images to 0..255 (a 16-bit image above 255 turns white).
+
+    >>> official_rgb(Image.new("RGBA", (1, 1), (255, 0, 0, 0))).getpixel((0, 0))  # transparent: white
+    (255, 255, 255)
+    >>> official_rgb(Image.new("LA", (1, 1), (100, 0))).getpixel((0, 0))  # LA: the alpha is dropped
+    (100, 100, 100)
+    >>> official_rgb(Image.new("I;16", (1, 1), 1000)).getpixel((0, 0))  # 16-bit: clipped at 255
+    (255, 255, 255)
+    """
+    if im.mode == "RGBA":
+        out = Image.new("RGB", im.size, (255, 255, 255))
+        out.paste(im, mask=im.getchannel("A"))
+        return out
+    return im.convert("RGB")
+
+
+def _same_rgb(im: Image.Image) -> bool:
+    return im.mode in _SAME_RGB or (im.mode == "P" and "transparency" not in im.info)
+
+
+def mode_sensitive(x: Any) -> bool:
+    """Whether ``image_modes`` changes how ``x`` becomes RGB: a PIL image, or an image file (header only), of
+    mode LA / PA / I / I;16 / F, or a palette image with transparency. Tensors never are.
+
+    >>> mode_sensitive(Image.new("LA", (1, 1))), mode_sensitive(Image.new("RGBA", (1, 1))), mode_sensitive(torch.zeros(3, 1, 1))
+    (True, False, False)
+    """
+    if isinstance(x, Image.Image):
+        return not _same_rgb(x)
+    if isinstance(x, (str, os.PathLike)):
+        try:
+            with Image.open(x) as head:
+                return not _same_rgb(head)
+        except (OSError, ValueError):  # not readable: the shared loader reports it
+            return False
+    return False
+
+
+def _official_loss(im: Image.Image) -> str | None:
+    """What :func:`official_rgb` loses from this image (None when nothing): for the warning."""
+    if im.mode in ("LA", "La", "PA", "RGBa"):
+        alpha = np.asarray(im.getchannel("A"))
+        return "drops its alpha channel" if alpha.size and int(alpha.min()) < 255 else None
+    if im.mode == "P" and "transparency" in im.info:
+        return "ignores its palette transparency"
+    if im.mode.startswith("I") or im.mode == "F":
+        arr = np.asarray(im, dtype=np.float64)
+        if arr.size and (arr.min() < 0 or arr.max() > 255 or (im.mode == "F" and (arr % 1).any())):
+            return f"clips its values ({arr.min():.4g}..{arr.max():.4g}) to 8-bit integers 0..255"
+    return None
+
+
+def _official_rgb_noted(im: Image.Image, name: str) -> Image.Image:
+    """:func:`official_rgb`, with a warning naming what it loses from this image (if anything)."""
+    loss = _official_loss(im)
+    if loss is not None:
+        warnings.warn(
+            f"{name}: an image of mode {im.mode}: image_modes='official' (the Qwen3-VL-Embedding preprocessing) "
+            f"{loss}; pass image_modes='genmetrics' to composite alpha on white and rescale 16/32-bit and float "
+            "images by their sample type (docs/tpips.md)",
+            UserWarning,
+            stacklevel=4,
+        )
+    return official_rgb(im)
+
+
+def qwen_image(
+    x: Any, *, image_modes: str = "official", data_range: float = 1.0, name: str = "image"
+) -> torch.Tensor:
+    """One image (path, PIL, uint8 or float tensor) -> float ``[3,H,W]`` in [0,1], converting PIL modes by
+    ``image_modes``: ``"official"`` (:func:`official_rgb`, the Qwen3-VL-Embedding embedder's conversion) or
+    ``"genmetrics"`` (the project's image contract: alpha composited on white, 16/32-bit and float images
+    scaled by their sample type; :func:`genmetrics.data.images.to_rgb`). The two differ only for LA / PA
+    images, palette images with transparency and 16/32-bit / float images; files are checked and
+    EXIF-rotated by :func:`genmetrics.data.images.load_image` under both. A warning names what the official
+    conversion loses when it loses something (alpha below 255, values outside 0..255).
+
+    >>> la = Image.new("LA", (2, 2), (100, 0))  # grey 100, fully transparent
+    >>> with warnings.catch_warnings():
+    ...     warnings.simplefilter("ignore")  # the warning: "... drops its alpha channel ..."
+    ...     official = qwen_image(la)
+    >>> official[:, 0, 0].mul(255).round().tolist(), qwen_image(la, image_modes="genmetrics")[:, 0, 0].tolist()
+    ([100.0, 100.0, 100.0], [1.0, 1.0, 1.0])
+    """
+    if image_modes not in IMAGE_MODES:
+        raise InputError(
+            f"image_modes={image_modes!r}: expected 'official' (the Qwen3-VL-Embedding conversion) or "
+            "'genmetrics' (alpha on white, 16-bit rescaled)"
+        )
+    if image_modes == "genmetrics" or not isinstance(x, (str, os.PathLike, Image.Image)):
+        return to_tensor(x, data_range=data_range, name=name)
+    if isinstance(x, Image.Image):
+        return to_tensor(x, name=name) if _same_rgb(x) else pil_to_tensor(_official_rgb_noted(x, name))
+    if not mode_sensitive(x):
+        return to_tensor(x, name=name)
+    # the shared loader's checks (existence, size guard, decoding errors, frames, EXIF), the official conversion
+    rgb = load_image(x, convert=lambda im: _official_rgb_noted(im, str(x)))
+    return pil_to_tensor(rgb)
 
 
 # --------------------------------------------------------------------------------------------- vision
@@ -398,7 +518,9 @@ class VisionEncoder:
     """Images (float ``[3,H,W]`` in [0,1], already at their final size) -> :class:`VisionFeatures`, each
     distinct image through the tower once per call, an LRU :class:`VisionCache` across calls.
 
-    ``calls`` counts the images pushed through the tower (for tests and benchmarks).
+    ``calls`` counts the images pushed through the tower (for tests and benchmarks). Cache entries are keyed
+    by the image content **and** the tower's dtype and device (:attr:`scope`): after ``model.to(torch.bfloat16)``
+    or a move to another device the features are computed again, never served from the old precision.
 
     The same image twice in one call, then again in a second call: the tower runs once:
 
@@ -426,6 +548,18 @@ class VisionEncoder:
     @property
     def factor(self) -> int:
         return self.patch_size * self.merge_size
+
+    @property
+    def scope(self) -> str:
+        """``dtype@device`` of the tower's weights, part of every cache key.
+
+        >>> from genmetrics.testing import tiny_qwen3vl, tiny_qwen3vl_processor
+        >>> encoder = VisionEncoder(tiny_qwen3vl().visual, tiny_qwen3vl_processor().image_processor)
+        >>> encoder.scope
+        'torch.float32@cpu'
+        """
+        p = next(self.visual.parameters())
+        return f"{p.dtype}@{p.device}"
 
     def pixels(self, images: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         """``pixel_values`` and ``image_grid_thw`` from the processor, told not to resize or rescale again."""
@@ -467,12 +601,13 @@ class VisionEncoder:
     ) -> list[VisionFeatures]:
         """Features for each image; every distinct image (content key) goes through the tower once."""
         keys = keys_of(images) if keys is None else keys
+        scope = self.scope
         found: dict[str, VisionFeatures] = {}
         todo: dict[str, torch.Tensor] = {}
         for k, x in zip(keys, images):
             if k in found or k in todo:
                 continue
-            hit = self.cache.get(k) if use_cache else None
+            hit = self.cache.get(f"{k}|{scope}") if use_cache else None
             if hit is not None:
                 found[k] = hit
             else:
@@ -482,7 +617,7 @@ class VisionEncoder:
             for k, f in zip(todo, self.encode(list(todo.values()))):
                 found[k] = f
                 if use_cache:
-                    self.cache.put(k, f)
+                    self.cache.put(f"{k}|{scope}", f)
         return [found[k] for k in keys]
 
 
@@ -522,15 +657,11 @@ def mm_encoder_outputs(
     """
     pooled = tuple(f.embeds.to(device, dtype) for f in features)
     if deepstack and features and features[0].deepstack:
-        from transformers.models.qwen3_vl.modeling_qwen3_vl import BaseModelOutputWithDeepstackFeatures
-
         levels = [
             tuple(f.deepstack[lvl].to(device, dtype) for f in features)
             for lvl in range(len(features[0].deepstack))
         ]
         return BaseModelOutputWithDeepstackFeatures(pooler_output=pooled, deepstack_features=levels)
-    from transformers.modeling_outputs import BaseModelOutputWithPooling
-
     return BaseModelOutputWithPooling(pooler_output=pooled)
 
 
@@ -639,20 +770,15 @@ def resolve_folder(path_or_id: str | os.PathLike, marker: str, *, what: str, hin
     >>> found.is_absolute()
     True
     """
-    from genmetrics.backbones.hf import _unavailable, hf_cache_dir
-    from genmetrics.backbones.weights import offline
-
     s = os.fspath(path_or_id)
     p = Path(s).expanduser()
     if p.is_dir():
         if not (p / marker).is_file():
-            raise _unavailable(str(p), [str(p)], hint=f"The folder has no {marker}. {hint}")
+            raise unavailable_error(str(p), [str(p)], hint=f"The folder has no {marker}. {hint}")
         return p.resolve()
     if p.exists() or s.startswith((".", "/", "~")) or s.count("/") != 1:
-        raise _unavailable(str(p), [str(p)], hint=f"No such {what} folder. {hint}")
+        raise unavailable_error(str(p), [str(p)], hint=f"No such {what} folder. {hint}")
     try:
-        from huggingface_hub import snapshot_download
-
         return Path(snapshot_download(s, cache_dir=str(hf_cache_dir()), local_files_only=offline()))
     except Exception as e:  # noqa: BLE001 - any hub failure becomes one clear error
-        raise _unavailable(s, [str(hf_cache_dir()), "the Hugging Face Hub"], cause=e, hint=hint) from e
+        raise unavailable_error(s, [str(hf_cache_dir()), "the Hugging Face Hub"], cause=e, hint=hint) from e

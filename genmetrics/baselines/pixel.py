@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from genmetrics.data.images import ResizePolicy, as_image_list, to_tensor
+from genmetrics.data.images import ResizePolicy, as_image_list, check_same_size, to_tensor
 from genmetrics.errors import InputError
 from genmetrics.functional import pixel as P
 from genmetrics.metric import SampleMetric
@@ -63,19 +63,20 @@ def stack_images(items: list[Any], *, data_range: float, dtype: torch.dtype | No
         return None
     x = _batch_view(items)
     copied = x is None
+    # gradients flow to float images that require them (a differentiable metric's forward / score)
+    tracked = torch.is_grad_enabled() and any(t.requires_grad for t in items)
     if x is None:
-        x = torch.stack([t.detach() for t in items])
+        x = torch.stack(items if tracked else [t.detach() for t in items])
     if first.dtype == torch.uint8:
         return x.to(dtype or torch.float32).div_(255.0)  # .to made a new tensor
     target = dtype or (torch.float64 if first.dtype == torch.float64 else torch.float32)
-    lo, hi = (float(v) for v in torch.aminmax(x))
+    lo, hi = (float(v) for v in torch.aminmax(x.detach()))
     tol = _RANGE_TOL * data_range
     if not (math.isfinite(lo) and math.isfinite(hi)) or lo < -tol or hi > data_range + tol:
         return None
     y = x.to(target)
-    copied = (
-        copied or y.data_ptr() != x.data_ptr()
-    )  # in place only on our own copy, never the caller's images
+    # in place only on our own copy (never the caller's images) and never on a tensor autograd tracks
+    copied = (copied or y.data_ptr() != x.data_ptr()) and not tracked
     if data_range != 1.0:
         y = y.div_(data_range) if copied else y / data_range
         copied = True
@@ -105,6 +106,9 @@ def _batch_view(items: list[torch.Tensor]) -> torch.Tensor | None:
 class _PairedPixelMetric(SampleMetric):
     higher_is_better = True
     paired = True  # preds= are the candidates, target= the references
+    #: forward() / score() keep the autograd graph of float tensor images of one size (a training loss, as
+    #: torchmetrics' classes); images given as files, PIL or mixed sizes are read without gradients
+    is_differentiable = True
 
     def __init__(
         self,
@@ -133,10 +137,14 @@ class _PairedPixelMetric(SampleMetric):
             raise InputError(
                 f"{self.name}: takes no condition (text); remove it or use clip_t for image-text scores"
             )
-        return {
-            "reference": as_image_list(reference, name="reference"),
-            "candidates": as_image_list(candidates, name="candidates"),
-        }
+        refs, cands = as_image_list(reference, name="reference"), as_image_list(candidates, name="candidates")
+        if self.resize.name == "none":  # from the headers: a huge mismatched file is refused before decoding
+            check_same_size(
+                refs,
+                cands,
+                fix="resize the images or pass resize='to_first' to resize candidates to their reference",
+            )
+        return {"reference": refs, "candidates": cands}
 
     def _compute_dtype(self) -> torch.dtype | None:
         return None if self.precision == "auto" else getattr(torch, self.precision)

@@ -2,7 +2,8 @@
 
 Exit codes: 0 success; 2 bad input or usage (one line ``error: ...`` naming the input); 1 environment
 (missing weights, out of memory, ...). ``--debug`` shows tracebacks. Subcommands live with their
-family (``genmetrics/<family>/cli.py``) and are imported only when called.
+family (``genmetrics/<family>/cli.py``) and are imported only when called: ``genmetrics --help`` lists
+them from :data:`COMMAND_HELP` without importing any (``tests/cli/test_startup.py`` checks the two agree).
 """
 
 from __future__ import annotations
@@ -18,29 +19,74 @@ from typing import Any
 
 import click
 
+from genmetrics.errors import GenmetricsError, InputError
+from genmetrics.options import check_environment
+
 # command name -> "module:attribute" (a click.Command or click.Group)
 LAZY_COMMANDS: dict[str, str] = {
     "list": "genmetrics.cli.basic:list_cmd",
     "info": "genmetrics.cli.basic:info_cmd",
-    "score": "genmetrics.cli.basic:score_cmd",
+    "score": "genmetrics.cli.score:score_cmd",
     "compare": "genmetrics.raclip.cli:compare_cmd",
     "train": "genmetrics.cli.main:train_group",
     "evaluate-human": "genmetrics.cli.main:evaluate_group",
+    "export": "genmetrics.cli.main:export_group",
     "retrieve": "genmetrics.tpips.cli:retrieve_cmd",
     "rank-generators": "genmetrics.mie.cli:rank_cmd",
     "leaderboard": "genmetrics.leaderboard.cli:leaderboard_cmd",
 }
 TRAIN_COMMANDS = {"tpips": "genmetrics.tpips.cli:train_cmd", "mie": "genmetrics.mie.cli:train_cmd"}
 EVALUATE_COMMANDS = {"tpips": "genmetrics.tpips.cli:evaluate_cmd", "mie": "genmetrics.mie.cli:evaluate_cmd"}
+EXPORT_COMMANDS = {"mie": "genmetrics.mie.cli:export_cmd"}
+#: what ``--help`` shows for each lazy command: the first paragraph of its docstring, kept here so that help
+#: imports no command module (tests/cli/test_startup.py checks that the two agree)
+COMMAND_HELP = {
+    "list": "List registered metrics and aliases (optionally matching an fnmatch PATTERN).",
+    "info": "Show a metric's card: inputs, direction, range, paper, default weights and options.",
+    "score": "Score candidate images with metric NAME.",
+    "compare": "Compare real and generated images attribute by attribute: SaD, PaD and R-SaD (RA-CLIPScore).",
+    "train": "Train a learned metric (tpips, mie) on your own human judgments.",
+    "evaluate-human": "Measure a learned metric's agreement with human judgments.",
+    "retrieve": "Aspect-conditioned image retrieval with late-fusion TPIPS embeddings (faiss).",
+    "rank-generators": "Rank generators from scored pairs: mean score, win-rate matrix, Bradley-Terry ratings "
+    "with CIs.",
+    "export": "Write a trained checkpoint in another layout (mie: the authors' own).",
+    "leaderboard": "Score every generator of CONFIG with every metric and write a leaderboard to OUT.",
+}
+TRAIN_HELP = {
+    "tpips": "Train TPIPS on odd-one-out votes (Eq. 2; LoRA on the language tower).",
+    "mie": "Train MIE (score + diagnostic heads; top layers, and LoRA for lora_layer) on pairwise preferences.",
+}
+EVALUATE_HELP = {
+    "tpips": "Agreement with human votes (odd-one-out, 2AFC, BAPPS, NIGHTS) laid out like the paper's Table 3.",
+    "mie": "Agreement of MIE (and baselines) with human pairwise preferences and diagnostic labels.",
+}
+EXPORT_HELP = {
+    "mie": "Export a genmetrics MIE CHECKPOINT (a checkpoint folder, or the --out folder of `train mie`)"
+}
 
 
 class LazyGroup(click.Group):
-    def __init__(self, *args: Any, lazy: dict[str, str] | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        lazy: dict[str, str] | None = None,
+        helps: dict[str, str] | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(*args, **kwargs)
         self.lazy = dict(lazy or {})
+        self.helps = dict(helps or {})
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(set(super().list_commands(ctx)) | set(self.lazy))
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The command list of ``--help`` from the help table: no command module is imported."""
+        rows = [(n, self.helps.get(n, "")) for n in self.list_commands(ctx)]
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
 
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
         if name in self.lazy:
@@ -54,17 +100,27 @@ class LazyGroup(click.Group):
         return super().get_command(ctx, name)
 
 
-@click.group(cls=LazyGroup, lazy=TRAIN_COMMANDS, name="train")
+@click.group(cls=LazyGroup, lazy=TRAIN_COMMANDS, helps=TRAIN_HELP, name="train")
 def train_group() -> None:
     """Train a learned metric (tpips, mie) on your own human judgments."""
 
 
-@click.group(cls=LazyGroup, lazy=EVALUATE_COMMANDS, name="evaluate-human")
+@click.group(cls=LazyGroup, lazy=EVALUATE_COMMANDS, helps=EVALUATE_HELP, name="evaluate-human")
 def evaluate_group() -> None:
     """Measure a learned metric's agreement with human judgments."""
 
 
-@click.group(cls=LazyGroup, lazy=LAZY_COMMANDS, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=LazyGroup, lazy=EXPORT_COMMANDS, helps=EXPORT_HELP, name="export")
+def export_group() -> None:
+    """Write a trained checkpoint in another layout (mie: the authors' own)."""
+
+
+@click.group(
+    cls=LazyGroup,
+    lazy=LAZY_COMMANDS,
+    helps=COMMAND_HELP,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
 @click.version_option(package_name="genmetrics")
 @click.option("--debug", is_flag=True, help="Show full tracebacks on errors.")
 @click.option("-v", "--verbose", count=True, help="More log output (-vv for debug logs).")
@@ -105,14 +161,10 @@ def _warnings_as_lines(debug: bool) -> Iterator[None]:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; map errors to exit codes and a single ``error:`` line."""
-    from genmetrics.errors import GenmetricsError, InputError
-
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args
     try:
         with _warnings_as_lines(debug):
-            from genmetrics.options import check_environment
-
             check_environment()  # a bad GENMETRICS_* variable is named before any work
             cli.main(args=args, prog_name="genmetrics", standalone_mode=False)
         return 0

@@ -1,5 +1,6 @@
-"""Batching shared by every family: fixed-size chunks with CUDA out-of-memory back-off, token-budget
-batches for samples of different sizes (MIE), and a DataLoader path that decodes images in workers."""
+"""Batching shared by every family: fixed-size chunks with CUDA out-of-memory back-off, a safe starting
+batch from a memory model and the device's memory, token-budget batches for samples of different sizes
+(MIE), and a DataLoader path that decodes images in workers."""
 
 from __future__ import annotations
 
@@ -19,12 +20,77 @@ def _is_oom(err: BaseException) -> bool:
     return isinstance(err, RuntimeError) and "out of memory" in str(err).lower()
 
 
-def map_batches(fn: Callable[[slice], T], n: int, batch_size: int, *, min_batch_size: int = 1) -> list[T]:
+def device_memory(device: Any = None) -> int | None:
+    """Total bytes of a CUDA device (``None`` for the CPU or when CUDA is absent).
+
+    >>> device_memory("cpu") is None
+    True
+    """
+    dev = torch.device(device) if device is not None else None
+    if dev is not None and dev.type != "cuda":
+        return None
+    if not torch.cuda.is_available():
+        return None
+    return int(torch.cuda.get_device_properties(dev if dev is not None else 0).total_memory)
+
+
+def safe_batch_size(
+    peak_bytes: Callable[[int], float],
+    *,
+    memory: int | None,
+    max_batch_size: int,
+    headroom: float = 0.9,
+    min_batch_size: int = 1,
+) -> int:
+    """The largest batch in ``[min_batch_size, max_batch_size]`` whose predicted peak (``peak_bytes(b)``,
+    e.g. :func:`genmetrics.backbones.memory_model.predict_memory`) fits in ``headroom * memory`` bytes.
+
+    ``memory=None`` (CPU, or unknown) returns ``max_batch_size``; when even ``min_batch_size`` does not fit,
+    ``min_batch_size`` (the out-of-memory back-off of :func:`map_batches` then decides). The predicted peak
+    must grow with the batch (it is searched by bisection).
+
+    >>> peak = lambda b: 4e9 + b * 1e9  # 4 GB of weights, 1 GB per item
+    >>> safe_batch_size(peak, memory=24 * 10**9, max_batch_size=64)  # 4 + 17 <= 21.6 GB
+    17
+    >>> safe_batch_size(peak, memory=None, max_batch_size=64), safe_batch_size(peak, memory=10**9, max_batch_size=8)
+    (64, 1)
+    """
+    if max_batch_size < min_batch_size or min_batch_size < 1:
+        raise ValueError(
+            f"need 1 <= min_batch_size <= max_batch_size, got {min_batch_size}, {max_batch_size}"
+        )
+    if memory is None:
+        return max_batch_size
+    budget = headroom * memory
+    lo, hi = min_batch_size, max_batch_size
+    if peak_bytes(lo) > budget:
+        return min_batch_size
+    while lo < hi:  # invariant: lo fits
+        mid = (lo + hi + 1) // 2
+        if peak_bytes(mid) <= budget:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def map_batches(
+    fn: Callable[[slice], T],
+    n: int,
+    batch_size: int,
+    *,
+    min_batch_size: int = 1,
+    peak_bytes: Callable[[int], float] | None = None,
+    memory: int | None = None,
+    device: Any = None,
+) -> list[T]:
     """Call ``fn`` on consecutive slices covering ``range(n)`` and return the results in order.
 
-    On a CUDA out-of-memory error the slice is retried with half the batch size (down to
-    ``min_batch_size``); the smaller size is kept for the rest of the run. Every sample is scored
-    exactly once and the order is kept.
+    With ``peak_bytes`` (a memory model: predicted peak bytes for a batch) the first batch is the largest
+    that fits the device's memory (:func:`safe_batch_size`; ``memory`` in bytes, else read from ``device``),
+    at most ``batch_size``, instead of starting high. On a CUDA out-of-memory error the slice is retried
+    with half the batch size (down to ``min_batch_size``); the smaller size is kept for the rest of the
+    run. Every sample is scored exactly once and the order is kept.
 
     >>> map_batches(lambda s: (s.start, s.stop), 5, 2)
     [(0, 2), (2, 4), (4, 5)]
@@ -34,9 +100,17 @@ def map_batches(fn: Callable[[slice], T], n: int, batch_size: int, *, min_batch_
     ...     return list(range(s.start, s.stop))
     >>> map_batches(scorer, 5, 4)  # backs off to 2, every sample once, in order
     [[0, 1], [2, 3], [4]]
+    >>> peak = lambda b: 4e9 + b * 1e9  # a memory model: the first batch is the one that fits 8 GB
+    >>> map_batches(lambda s: s.stop - s.start, 7, 32, peak_bytes=peak, memory=8 * 10**9)
+    [3, 3, 1]
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    if peak_bytes is not None:
+        mem = memory if memory is not None else device_memory(device)
+        batch_size = safe_batch_size(
+            peak_bytes, memory=mem, max_batch_size=batch_size, min_batch_size=min(min_batch_size, batch_size)
+        )
     out: list[T] = []
     start, bs = 0, batch_size
     while start < n:

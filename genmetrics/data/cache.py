@@ -17,6 +17,8 @@ import torch
 from PIL import Image
 
 from genmetrics.backbones.weights import genmetrics_home
+from genmetrics.data.results import atomic_output
+from genmetrics.errors import InputError
 
 
 def content_hash(x: Any) -> str:
@@ -95,16 +97,15 @@ class FeatureCache:
         if self.read_only:
             return
         p = self._path(key or content_hash(image))
-        tmp = p.with_suffix(f".{os.getpid()}.tmp")
         try:
-            p.parent.mkdir(parents=True, exist_ok=True)
-            save_file(
-                {k: v.detach().cpu().contiguous() for k, v in tensors.items()},
-                str(tmp),
-                metadata={"model_id": self.model_id},
-            )
-            os.replace(tmp, p)
-        except OSError as e:  # a read-only GENMETRICS_HOME must not block a run: score without caching
+            with atomic_output(p, root=self.root) as tmp:  # the write rule (genmetrics/data/results.py)
+                save_file(
+                    {k: v.detach().cpu().contiguous() for k, v in tensors.items()},
+                    str(tmp),
+                    metadata={"model_id": self.model_id},
+                )
+        except (OSError, InputError) as e:
+            # a read-only GENMETRICS_HOME (or a link planted in the cache) must not block a run: no caching
             import warnings
 
             self.read_only = True

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator
 
 import torch
+
+from genmetrics.options import device as check_device
 
 
 def select_device(device: str | torch.device | None = None) -> torch.device:
@@ -19,12 +22,8 @@ def select_device(device: str | torch.device | None = None) -> torch.device:
     genmetrics.errors.InputError: ...gpu...
     """
     if device is not None:
-        from genmetrics.options import device as check_device
-
         return torch.device(check_device("device", device))
     if torch.cuda.is_available():
-        import os
-
         return torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
     return torch.device("cpu")
 

@@ -30,10 +30,11 @@ Resizing is never implicit: each backbone names one :class:`ResizePolicy`.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeAlias
@@ -44,6 +45,7 @@ import torch.nn.functional as F
 from PIL import Image, ImageFile, ImageOps, UnidentifiedImageError
 
 from genmetrics.errors import InputError
+from genmetrics.options import env
 
 ImageLike: TypeAlias = str | os.PathLike | Image.Image | torch.Tensor
 
@@ -61,8 +63,6 @@ def max_pixels() -> int:
     ...     max_pixels()
     4096
     """
-    from genmetrics.options import env
-
     return int(env("GENMETRICS_MAX_PIXELS", MAX_PIXELS))
 
 
@@ -83,6 +83,10 @@ class FramesDroppedWarning(UserWarning):
 
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".webp", ".bmp", ".tif", ".tiff", ".gif")
 _RANGE_TOL = 1e-3  # relative tolerance on float range checks (rounding of normalised data)
+#: the longest side a shorter-side resize keeps, in multiples of the shorter side: a 100000 x 1 image is
+#: cut to its central 64 x 1 part before resizing (224 x 14336 floats instead of 224 x 22 400 000, 60 GB);
+#: the centre crop takes its pixels from that part, so only sub-pixel resampling positions change
+MAX_ASPECT = 64
 
 
 def _describe(x: Any) -> str:
@@ -95,8 +99,11 @@ def _describe(x: Any) -> str:
     return f"{type(x).__name__} {x!r}"[:200]
 
 
-def load_image(path: str | os.PathLike) -> Image.Image:
-    """Open ``path`` and return an RGB PIL image following the module's conversion rules.
+def load_image(
+    path: str | os.PathLike, *, convert: Callable[[Image.Image], Image.Image] | None = None
+) -> Image.Image:
+    """Open ``path`` and return an RGB PIL image following the module's conversion rules (``convert``: another
+    mode-to-RGB rule, applied to the decoded, EXIF-rotated first frame instead of :func:`to_rgb`).
 
     >>> import tempfile
     >>> with tempfile.TemporaryDirectory() as d:
@@ -121,20 +128,16 @@ def load_image(path: str | os.PathLike) -> Image.Image:
     if p.stat().st_size == 0:
         raise InputError(f"image file {str(p)!r} is empty (0 bytes); regenerate or remove it")
     limit = max_pixels()
-    old_limit = Image.MAX_IMAGE_PIXELS
-    Image.MAX_IMAGE_PIXELS = limit
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("error", Image.DecompressionBombWarning)
+        with _pillow_settings(limit):
             with Image.open(p) as im:
-                _check_pixels(im.size, str(p))
-                ImageFile.LOAD_TRUNCATED_IMAGES = False
+                _check_pixels(im.size, str(p))  # from the header: nothing is decoded before this
                 frames = int(getattr(im, "n_frames", 1) or 1)
                 fmt = (im.format or "").upper()
                 im.seek(0)
                 im.load()
                 im = ImageOps.exif_transpose(im)
-                rgb = to_rgb(im, name=str(p))
+                rgb = to_rgb(im, name=str(p)) if convert is None else convert(im)
         if frames > 1:
             kind = "pages" if fmt == "TIFF" else "frames"
             warnings.warn(
@@ -160,8 +163,116 @@ def load_image(path: str | os.PathLike) -> Image.Image:
         raise InputError(
             f"image file {str(p)!r} is corrupt or truncated ({e}); replace or remove it"
         ) from None
+
+
+@contextlib.contextmanager
+def _pillow_settings(limit: int) -> Iterator[None]:
+    """Pillow's process-wide switches for one read: the bomb limit ``limit`` (its warning an error) and
+    truncated files refused. Both are restored afterwards, so a setting another library made (e.g.
+    ``ImageFile.LOAD_TRUNCATED_IMAGES = True``) is never changed for the rest of the process."""
+    old_limit, old_truncated = Image.MAX_IMAGE_PIXELS, ImageFile.LOAD_TRUNCATED_IMAGES
+    Image.MAX_IMAGE_PIXELS, ImageFile.LOAD_TRUNCATED_IMAGES = limit, False
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            yield
     finally:
-        Image.MAX_IMAGE_PIXELS = old_limit
+        Image.MAX_IMAGE_PIXELS, ImageFile.LOAD_TRUNCATED_IMAGES = old_limit, old_truncated
+
+
+def image_size(x: ImageLike) -> tuple[int, int]:
+    """``(width, height)`` of an image in any accepted form, for a file read from its header only (nothing
+    is decoded), so a decision that depends on the size (a size mismatch, the bomb limit) comes before any
+    decoding.
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     Image.new("RGB", (640, 20)).save(f"{d}/wide.png")
+    ...     image_size(f"{d}/wide.png"), image_size(torch.zeros(3, 4, 5))
+    ((640, 20), (5, 4))
+    """
+    if isinstance(x, (str, os.PathLike)):
+        try:
+            with _pillow_settings(max_pixels()), Image.open(x) as im:
+                w, h = im.size
+                # EXIF orientation from the header; a PNG whose eXIf chunk follows the pixels would be decoded
+                # to read it, so such a PNG counts as upright here
+                header_exif = im.format != "PNG" or "exif" in im.info
+                orientation = im.getexif().get(0x0112, 1) if header_exif else 1
+        except (
+            OSError,
+            SyntaxError,
+            ValueError,
+            Image.DecompressionBombError,
+            Image.DecompressionBombWarning,
+        ):
+            return load_image(
+                x
+            ).size  # unreadable or too large: load_image names the problem (nothing decoded)
+        return (h, w) if orientation in (5, 6, 7, 8) else (w, h)  # EXIF rotation swaps the sides
+    if isinstance(x, Image.Image):
+        return x.size
+    if isinstance(x, torch.Tensor) and x.ndim >= 2:
+        return int(x.shape[-1]), int(x.shape[-2])
+    return to_pil(x).size
+
+
+def check_image_file(path: str | os.PathLike, *, decode_up_to: int = 4096 * 4096) -> tuple[int, int]:
+    """Check an image file before any weights load and return its ``(width, height)``: the header (format,
+    size against the bomb limit) always; the whole file decoded when it has at most ``decode_up_to`` pixels,
+    else Pillow's structural check (``verify``), so checking a huge image costs no memory.
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     Image.new("RGB", (8, 6)).save(f"{d}/ok.png")
+    ...     _ = Path(f"{d}/bad.png").write_bytes(b"not a png")
+    ...     size = check_image_file(f"{d}/ok.png")
+    ...     try:
+    ...         check_image_file(f"{d}/bad.png")
+    ...     except InputError as e:
+    ...         print(size, "is not an image Pillow can read" in str(e))
+    (8, 6) True
+    """
+    w, h = image_size(path)
+    _check_pixels((w, h), str(path))
+    if w * h <= decode_up_to:
+        load_image(path)
+        return w, h
+    try:
+        with _pillow_settings(max_pixels()), Image.open(path) as im:
+            im.verify()
+    except (OSError, SyntaxError, ValueError) as e:
+        raise InputError(
+            f"image file {str(path)!r} is corrupt or truncated ({e}); replace or remove it"
+        ) from None
+    return w, h
+
+
+def _well_formed(x: Any) -> bool:
+    """A file path, a PIL image or a ``[3,H,W]`` tensor (what :func:`image_size` can size without guessing)."""
+    if isinstance(x, torch.Tensor):
+        return x.ndim == 3 and x.shape[0] == 3
+    return isinstance(x, (str, os.PathLike, Image.Image))
+
+
+def check_same_size(references: Sequence[Any], candidates: Sequence[Any], *, fix: str) -> None:
+    """Refuse, from the headers (nothing decoded), the first candidate whose size differs from its
+    reference's; ``fix`` says what to do. For metrics that compare pixels and do not resize.
+
+    >>> check_same_size([torch.zeros(3, 4, 4)], [torch.zeros(3, 4, 5)], fix="resize them")
+    Traceback (most recent call last):
+        ...
+    genmetrics.errors.InputError: candidates[0]: size (4, 5) differs from its reference (4, 4); resize them
+    """
+    for i, (r, c) in enumerate(zip(references, candidates)):
+        if not all(_well_formed(x) for x in (r, c)):
+            continue  # a malformed input is named by the loader (channels-last, wrong dtype, ...)
+        (rw, rh), (cw, ch) = image_size(r), image_size(c)
+        if (rw, rh) != (cw, ch):
+            where = f" ({c})" if isinstance(c, (str, os.PathLike)) else ""
+            raise InputError(
+                f"candidates[{i}]{where}: size {(ch, cw)} differs from its reference {(rh, rw)}; {fix}"
+            )
 
 
 def _check_pixels(size: tuple[int, int], name: str) -> None:
@@ -376,7 +487,8 @@ class ResizePolicy:
 
     * ``"none"``: sizes are left alone; a batch of mixed sizes is an error (pixel metrics);
     * ``"resize"``: bicubic (antialiased) resize to ``size x size``; aspect ratio is not kept (TPIPS);
-    * ``"shorter_side_center_crop"``: resize the shorter side to ``size`` then centre-crop (CLIP, DINO);
+    * ``"shorter_side_center_crop"``: resize the shorter side to ``size`` then centre-crop (CLIP, DINO); an
+      image longer than :data:`MAX_ASPECT` times its shorter side is first cut to that central part;
     * ``"to_first"``: resize every image to the first image's size (candidates to their reference).
 
     >>> images = [torch.rand(3, 8, 6), torch.rand(3, 4, 4)]
@@ -410,7 +522,12 @@ class ResizePolicy:
             s = int(self.size)  # type: ignore[arg-type]
             return x if (h, w) == (s, s) else _resize(x, (s, s))
         s = int(self.size)  # type: ignore[arg-type]
-        scale = s / min(h, w)
+        short = min(h, w)
+        if max(h, w) > MAX_ASPECT * short:  # 100000 x 1: keep the central MAX_ASPECT:1 part (bounded memory)
+            ch, cw = min(h, MAX_ASPECT * short), min(w, MAX_ASPECT * short)
+            x = x[..., (h - ch) // 2 : (h - ch) // 2 + ch, (w - cw) // 2 : (w - cw) // 2 + cw]
+            h, w = ch, cw
+        scale = s / short
         nh, nw = max(s, round(h * scale)), max(s, round(w * scale))
         y = x if (h, w) == (nh, nw) else _resize(x, (nh, nw))
         top, left = (nh - s) // 2, (nw - s) // 2

@@ -19,7 +19,8 @@ from genmetrics.errors import InputError
 
 
 def iter_jsonl(path: str | os.PathLike[str]) -> Iterator[tuple[int, dict[str, Any]]]:
-    """``(line_number, object)`` for every non-blank line; bad JSON is an error naming file and line.
+    """``(line_number, object)`` for every non-blank line; bad JSON (malformed, not UTF-8, nested too deeply,
+    not an object) is an error naming file and line. A UTF-8 byte-order mark and CRLF line ends are fine.
 
     >>> import tempfile
     >>> with tempfile.TemporaryDirectory() as d:
@@ -32,19 +33,53 @@ def iter_jsonl(path: str | os.PathLike[str]) -> Iterator[tuple[int, dict[str, An
         raise InputError(f"data file {str(p)!r} does not exist; check the path")
     if p.is_dir():
         raise InputError(f"data file {str(p)!r} is a folder; expected a .jsonl file")
-    with open(p, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
+    with open(p, "rb") as f:
+        for n, raw in enumerate(f, 1):
+            line = decode_line(raw, p, n)
             if not line.strip():
                 continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise InputError(
-                    f"{p}:{n}: invalid JSON ({e.msg} at column {e.colno}); one JSON object per line"
-                ) from None
+            obj = parse_line(line, p, n)
             if not isinstance(obj, dict):
                 raise InputError(f"{p}:{n}: expected a JSON object, got {type(obj).__name__}")
             yield n, obj
+
+
+def decode_line(raw: bytes, path: Path, n: int) -> str:
+    """Line ``n`` of ``path`` as text (a byte-order mark on line 1 is dropped); not UTF-8 is an error naming
+    the file, the line and the byte.
+
+    >>> decode_line(b"\\xef\\xbb\\xbf{}", Path("a.jsonl"), 1), decode_line(b"{}", Path("a.jsonl"), 2)
+    ('{}', '{}')
+    """
+    try:
+        return raw.decode("utf-8-sig" if n == 1 else "utf-8")
+    except UnicodeDecodeError as e:
+        raise InputError(
+            f"{path}:{n}: not UTF-8 text (byte {e.start + 1} of the line is 0x{raw[e.start]:02x}); save the file "
+            "as UTF-8"
+        ) from None
+
+
+def parse_line(line: str, path: Path, n: int) -> Any:
+    """One JSON value; malformed or too deeply nested JSON is an error naming the file and line.
+
+    >>> parse_line('{"id": 1}', Path("a.jsonl"), 3)
+    {'id': 1}
+    >>> parse_line("[" * 100000, Path("a.jsonl"), 3)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+        ...
+    genmetrics.errors.InputError: a.jsonl:3: invalid JSON (nested too deeply...
+    """
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError as e:
+        raise InputError(
+            f"{path}:{n}: invalid JSON ({e.msg} at column {e.colno}); one JSON object per line"
+        ) from None
+    except RecursionError:
+        raise InputError(
+            f"{path}:{n}: invalid JSON (nested too deeply to read); one flat JSON object per line"
+        ) from None
 
 
 class _Line:
@@ -199,13 +234,15 @@ def load_two_afc(path: str | os.PathLike[str]) -> list[TwoAFCRecord]:
     """
 
     def parse(line: _Line, ids: set[str]) -> TwoAFCRecord:
+        c0, c1 = line.paths("candidates", 2)
+        v0, v1 = line.votes("votes", 2)
         return TwoAFCRecord(
             id=_unique_id(ids, line, f"line{line.n}"),
             reference=line.path_(line.get("reference", str), "reference"),
-            candidates=tuple(line.paths("candidates", 2)),
-            aspect=line.text("aspect"),  # type: ignore[arg-type]
-            votes=tuple(line.votes("votes", 2)),
-            source=line.get("source", str, required=False),  # type: ignore[arg-type]
+            candidates=(c0, c1),
+            aspect=line.text("aspect"),
+            votes=(v0, v1),
+            source=line.get("source", str, required=False),
         )
 
     return _read(path, parse)
@@ -275,12 +312,13 @@ def load_mib_pairs(
                     ]
                 )
             diag = tuple(tuple(float(x) for x in d) for d in diag)
+        cands = line.paths("candidates", 2)
         return MIBPairRecord(
             id=_unique_id(ids, line, f"line{line.n}"),
             prompt=line.text("prompt"),
             references=tuple(line.paths("references", min_n=1, max_n=max_references)),
-            candidates=tuple(line.paths("candidates", 2)),
-            generators=tuple(gens),  # type: ignore[arg-type]
+            candidates=(cands[0], cands[1]),
+            generators=(gens[0], gens[1]),
             preference=pref,
             diagnostics=diag,
             bucket=line.get("bucket", dict, required=False, default={}),

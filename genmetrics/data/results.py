@@ -1,38 +1,142 @@
-"""Results that survive a crash: atomic JSON writes, an append-only JSONL writer that resumes
-without loss or duplicates, and a run manifest."""
+"""Everything genmetrics writes goes through this module: one write rule, atomic writes, an append-only
+JSONL writer that resumes without loss or duplicates, the output-folder lock and the run manifest.
+
+The write rule (:func:`destination`; docs/errors.md, "Writing files"): a file is written only inside the
+folder the user chose (``root``), never through a symbolic link, and always whole:
+
+* a destination that is a symbolic link is refused (the file it points to stays byte-identical), and so is
+  one whose folder resolves outside ``root`` (a link planted as a sub-folder);
+* files are written to a fresh temporary file in the destination's folder (created with ``O_EXCL`` and
+  ``O_NOFOLLOW``), flushed to disk and renamed over the destination (:func:`atomic_write_bytes`,
+  :func:`atomic_output` for writers that take a path: matplotlib, Pillow, safetensors, faiss, ...); a
+  rename replaces a link planted in between instead of following it;
+* appending writers (:class:`ResultsWriter`, :func:`open_append`) open with ``O_NOFOLLOW``.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import hashlib
 import json
 import math
 import os
 import platform
+import shutil
+import socket
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
+
+from filelock import FileLock, Timeout
+
+from genmetrics.data.jsonable import jsonable
+from genmetrics.data.jsonl import decode_line, parse_line
+from genmetrics.errors import InputError
+
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)  # POSIX; on Windows the lstat check of destination() stands alone
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
 
-def _jsonable(x: Any) -> Any:
-    torch = sys.modules.get("torch")  # a tensor can only exist if torch is imported; never import it here
-    if torch is not None and isinstance(x, torch.Tensor):
-        x = x.detach().cpu().tolist()
-    if isinstance(x, float) and not math.isfinite(x):
-        return None if math.isnan(x) else (1e308 if x > 0 else -1e308)
-    if isinstance(x, dict):
-        return {str(k): _jsonable(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_jsonable(v) for v in x]
-    if hasattr(x, "item") and callable(x.item):
-        try:
-            return _jsonable(x.item())
-        except (ValueError, TypeError):
-            pass
-    if isinstance(x, Path):
-        return str(x)
-    return x
+# ------------------------------------------------------------------------------------------ the write rule
+def _within(path: str, root: str) -> bool:
+    try:
+        return os.path.commonpath([path, root]) == root
+    except ValueError:  # another drive (Windows)
+        return False
+
+
+def _refuse_link(p: Path, name: str) -> None:
+    if p.is_symlink():
+        raise InputError(
+            f"{name}: {str(p)!r} is a symbolic link (to {os.readlink(p)!r}); genmetrics never writes through "
+            "a link: remove the link or choose another name"
+        )
+
+
+def _make_dirs(folder: Path, base: Path, name: str) -> None:
+    """Create ``base`` (the user's folder) and the folders from it down to ``folder``; a component that is a
+    link (or anything but a folder) is refused before anything is created through it."""
+    try:
+        base.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise InputError(f"{name}: the folder {str(base)!r} cannot be created ({e.strerror or e})") from None
+    cur = base
+    for part in folder.relative_to(base).parts:
+        cur = cur / part
+        _refuse_link(cur, name)
+        if cur.exists() and not cur.is_dir():
+            raise InputError(f"{name}: {str(cur)!r} is a file where a folder is needed; move it away")
+        if not cur.exists():
+            try:
+                os.mkdir(cur)
+            except FileExistsError:  # made by another process meanwhile
+                pass
+
+
+def destination(
+    path: str | os.PathLike, *, root: str | os.PathLike | None = None, what: str | None = None
+) -> Path:
+    """THE write rule, checked before anything is written to ``path``; returns ``path`` made absolute, with
+    its folder created. ``root`` is the folder the user chose (default: the folder ``path`` is in); ``what``
+    names the destination in the error (default: the path).
+
+    Refused with :class:`~genmetrics.errors.InputError`: ``path`` outside ``root`` (``..``), a folder
+    between them that is a symbolic link or resolves outside ``root``, and ``path`` itself being a link.
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     target = Path(d) / "precious.txt"
+    ...     _ = target.write_text("keep")
+    ...     (Path(d) / "out").mkdir()
+    ...     (Path(d) / "out" / "results.jsonl").symlink_to(target)  # a link planted in the output folder
+    ...     ok = destination(Path(d) / "out" / "plots" / "a.png", root=Path(d) / "out")
+    ...     try:
+    ...         destination(Path(d) / "out" / "results.jsonl", root=Path(d) / "out")
+    ...     except InputError as e:
+    ...         print("refused:", "is a symbolic link" in str(e), target.read_text())
+    ...     ok.parent.is_dir()
+    refused: True keep
+    True
+    """
+    p = Path(os.path.abspath(path))
+    base = Path(os.path.abspath(root)) if root is not None else p.parent
+    name = what or str(path)
+    if not _within(str(p.parent), str(base)):
+        raise InputError(
+            f"{name}: {str(p)!r} is outside the folder {str(base)!r}; genmetrics writes only inside the "
+            "folder you chose"
+        )
+    _make_dirs(p.parent, base, name)
+    real_root, real_parent = os.path.realpath(base), os.path.realpath(p.parent)
+    if not _within(real_parent, real_root):
+        raise InputError(
+            f"{name}: its folder {str(p.parent)!r} resolves to {real_parent!r}, outside {str(base)!r} (a "
+            "symbolic link?); genmetrics never writes outside the folder you chose: remove the link"
+        )
+    _refuse_link(p, name)
+    return p
+
+
+def make_folder(
+    path: str | os.PathLike, *, root: str | os.PathLike | None = None, what: str | None = None
+) -> Path:
+    """The folder ``path`` (created when missing) under the write rule: not a link, inside ``root``.
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     make_folder(Path(d) / "out" / "plots", root=Path(d) / "out").is_dir()
+    True
+    """
+    p = destination(path, root=root, what=what)
+    if p.exists() and not p.is_dir():
+        raise InputError(f"{what or str(path)}: {str(p)!r} is a file; expected a folder")
+    p.mkdir(exist_ok=True)
+    return p
 
 
 def _umask() -> int:
@@ -41,8 +145,108 @@ def _umask() -> int:
     return mask
 
 
-def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
-    """Write ``text`` to ``path`` atomically (temp file in the same folder, fsync, rename).
+def _fsync(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY | _NOFOLLOW | _CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def atomic_output(
+    path: str | os.PathLike,
+    *,
+    root: str | os.PathLike | None = None,
+    what: str | None = None,
+    directory: bool = False,
+    merge: bool = False,
+) -> Iterator[Path]:
+    """A fresh temporary path next to ``path`` for writers that take a file name (matplotlib's ``savefig``,
+    Pillow's ``save``, safetensors' ``save_file``, ``faiss.write_index``, ``torch.save``, ``numpy.save``;
+    with ``directory=True`` a temporary folder, for ``save_pretrained`` / ``save_state``). When the block ends
+    without an error the result is flushed to disk and renamed over ``path`` (``merge=True``: each file of
+    the temporary folder is renamed into the folder ``path``, which keeps its other files); on an error it
+    is removed and ``path`` is left as it was. :func:`destination` is checked first. The temporary name ends with ``path``'s
+    suffix, so writers that pick the format from the name still do.
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     with atomic_output(Path(d) / "a.bin") as tmp:
+    ...         _ = tmp.write_bytes(b"data")  # any writer that takes a path
+    ...     sorted(p.name for p in Path(d).iterdir()), (Path(d) / "a.bin").read_bytes()
+    (['a.bin'], b'data')
+    """
+    p = destination(path, root=root, what=what)
+    if directory:
+        tmp = tempfile.mkdtemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
+    else:
+        fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp" + p.suffix, dir=p.parent)
+        os.close(fd)
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the file the usual permissions
+    try:
+        yield Path(tmp)
+        if directory and merge:
+            _merge_folder(Path(tmp), p)
+        elif directory:
+            _swap_folder(Path(tmp), p)
+        else:
+            _fsync(tmp)
+            os.replace(tmp, p)  # replaces a link planted meanwhile, never follows it
+    except BaseException:
+        if directory:
+            shutil.rmtree(tmp, ignore_errors=True)
+        elif os.path.lexists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def _swap_folder(tmp: Path, p: Path) -> None:
+    """Put the finished folder ``tmp`` in the place of ``p`` (the old one is moved aside, then deleted)."""
+    for f in tmp.rglob("*"):
+        if f.is_file() and not f.is_symlink():
+            _fsync(str(f))
+    if not os.path.lexists(p):
+        os.replace(tmp, p)
+        return
+    if not p.is_dir() or p.is_symlink():
+        raise InputError(f"{str(p)!r} exists and is not a folder; move it away")
+    old = Path(tempfile.mkdtemp(prefix=f".{p.name}.", suffix=".old", dir=p.parent))
+    os.replace(p, old / p.name)
+    os.replace(tmp, p)
+    shutil.rmtree(old, ignore_errors=True)  # rmtree never follows links
+
+
+def _merge_folder(tmp: Path, p: Path) -> None:
+    """Move every file of the finished folder ``tmp`` into the folder ``p`` (each one checked by the rule and
+    renamed over its destination), then remove ``tmp``."""
+    p = make_folder(p, root=p.parent)
+    for f in sorted(tmp.rglob("*")):
+        if f.is_file() and not f.is_symlink():
+            _fsync(str(f))
+            os.replace(f, destination(p / f.relative_to(tmp), root=p))
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+def atomic_write_bytes(
+    path: str | os.PathLike, data: bytes, *, root: str | os.PathLike | None = None
+) -> Path:
+    """Write ``data`` to ``path`` whole or not at all, under the write rule (:func:`atomic_output`).
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     atomic_write_bytes(Path(d) / "sub" / "a.bin", b"\\x00\\x01").read_bytes()  # folders are created
+    b'\\x00\\x01'
+    """
+    with atomic_output(path, root=root) as tmp:
+        fd = os.open(tmp, os.O_WRONLY | os.O_TRUNC | _NOFOLLOW | _CLOEXEC)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+    return Path(os.path.abspath(path))
+
+
+def atomic_write_text(path: str | os.PathLike, text: str, *, root: str | os.PathLike | None = None) -> Path:
+    """Write ``text`` (UTF-8, ``\\n`` line ends on every platform) to ``path`` atomically, under the write rule.
 
     >>> import tempfile
     >>> with tempfile.TemporaryDirectory() as d:
@@ -50,24 +254,13 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
     ...     p.read_text(), sorted(q.name for q in p.parent.iterdir())  # no temp file left behind
     ('hello', ['a.txt'])
     """
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=str(p.parent))
-    try:
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the file the usual permissions
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, p)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return p
+    # surrogateescape: a file name that is not UTF-8 (kept by Python as surrogates) is written back as its bytes
+    return atomic_write_bytes(path, text.encode("utf-8", "surrogateescape"), root=root)
 
 
-def atomic_write_json(path: str | os.PathLike, obj: Any, *, indent: int = 2) -> Path:
+def atomic_write_json(
+    path: str | os.PathLike, obj: Any, *, indent: int = 2, root: str | os.PathLike | None = None
+) -> Path:
     """:func:`atomic_write_text` of ``obj`` as indented JSON (tensors, paths and numpy values converted).
 
     >>> import tempfile
@@ -75,7 +268,32 @@ def atomic_write_json(path: str | os.PathLike, obj: Any, *, indent: int = 2) -> 
     ...     json.loads(atomic_write_json(Path(d) / "a.json", {"path": Path("x.png"), "n": 2}).read_text())
     {'path': 'x.png', 'n': 2}
     """
-    return atomic_write_text(path, json.dumps(_jsonable(obj), indent=indent, sort_keys=False) + "\n")
+    return atomic_write_text(
+        path, json.dumps(jsonable(obj), indent=indent, sort_keys=False) + "\n", root=root
+    )
+
+
+def open_append(
+    path: str | os.PathLike, *, root: str | os.PathLike | None = None, what: str | None = None
+) -> IO[str]:
+    """``path`` opened for appending UTF-8 text under the write rule (``O_NOFOLLOW``: never through a link).
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     for line in ("a", "b"):
+    ...         with open_append(Path(d) / "log.txt") as f:
+    ...             _ = f.write(line + "\\n")
+    ...     (Path(d) / "log.txt").read_text()
+    'a\\nb\\n'
+    """
+    p = destination(path, root=root, what=what)
+    try:
+        fd = os.open(p, os.O_WRONLY | os.O_APPEND | os.O_CREAT | _NOFOLLOW | _CLOEXEC, 0o666)
+    except OSError as e:
+        if e.errno == errno.ELOOP:  # a link planted after the check
+            _refuse_link(p, what or str(path))
+        raise
+    return os.fdopen(fd, "a", encoding="utf-8", newline="\n")
 
 
 def dumps_line(obj: Any) -> str:
@@ -84,7 +302,7 @@ def dumps_line(obj: Any) -> str:
     >>> dumps_line({"generator": "blur", "id": "000", "score": 0.5})
     '{"generator":"blur","id":"000","score":0.5}'
     """
-    return json.dumps(_jsonable(obj), separators=(",", ":"))
+    return json.dumps(jsonable(obj), separators=(",", ":"))
 
 
 RowCheck = Callable[[Any], "str | None"]
@@ -132,25 +350,23 @@ def read_results(path: str | os.PathLike, *, check: RowCheck | None = None) -> l
 
     With ``check`` (e.g. :func:`check_result_row`), a line that parses but is not an acceptable row is
     refused with :class:`~genmetrics.errors.InputError` naming the file and line; it is never used."""
-    from genmetrics.errors import InputError
-
     p = Path(path)
     if not p.exists():
         return []
     rows = []
-    with open(p, encoding="utf-8") as f:
-        lines = f.read().split("\n")
-    for i, line in enumerate(lines):
-        if not line.strip():
+    with open(p, "rb") as f:
+        lines = f.read().split(b"\n")
+    for i, raw in enumerate(lines):
+        if not raw.strip():
             continue
         try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            if i >= len(lines) - 2:  # the last line (possibly torn by a kill)
+            row = parse_line(decode_line(raw, p, i + 1), p, i + 1)
+        except InputError as e:
+            if i >= len(lines) - 2:  # the last line (possibly torn by a kill, even inside a character)
                 break
             raise InputError(
-                f"{p}:{i + 1}: corrupt results line (not the last one); fix or delete the line, or run "
-                "without --resume to start afresh"
+                f"{p}:{i + 1}: corrupt results line (not the last one: {str(e).split(': ', 1)[-1]}); fix or "
+                "delete the line, or run without --resume to start afresh"
             ) from None
         if check is not None:
             why = check(row)
@@ -164,8 +380,6 @@ def read_results(path: str | os.PathLike, *, check: RowCheck | None = None) -> l
 
 
 def _sha256_file(path: str) -> str:
-    import hashlib
-
     d = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -199,8 +413,9 @@ class HashCache:
 
     VERSION = 1
 
-    def __init__(self, file: str | os.PathLike | None = None):
+    def __init__(self, file: str | os.PathLike | None = None, *, root: str | os.PathLike | None = None):
         self.file = Path(file) if file is not None else None
+        self.root = root
         self._known: dict[str, list[Any]] = {}
         self._dirty = False
         if self.file is not None:
@@ -242,11 +457,13 @@ class HashCache:
         if self.file is not None and self._dirty:
             try:
                 atomic_write_text(
-                    self.file, json.dumps({"version": self.VERSION, "files": self._known}) + "\n"
+                    self.file,
+                    json.dumps({"version": self.VERSION, "files": self._known}) + "\n",
+                    root=self.root,
                 )
-            except OSError as e:  # only a cost: a later resume reads the files again
+            except (OSError, InputError) as e:  # only a cost: a later resume reads the files again
                 print(
-                    f"warning: could not keep the input hashes in {str(self.file)!r} ({e.strerror or e}); a later "
+                    f"warning: could not keep the input hashes in {str(self.file)!r} ({getattr(e, 'strerror', None) or e}); a later "
                     "--resume reads the input files again (delete or free that path to keep them)",
                     file=sys.stderr,
                 )
@@ -268,13 +485,15 @@ def content_hash(path: str | os.PathLike) -> str:
     return _HASHES(path)
 
 
+# ------------------------------------------------------------------------------------------ the output lock
 LOCK = ".genmetrics.lock"
 
 
 class OutputLock:
-    """An exclusive lock on an output folder while a run writes to it (``fcntl.flock`` on ``OUT/.genmetrics.lock``:
-    released by the OS when the process ends, so a killed run leaves no stale lock). A second run on the
-    same folder refuses with one line naming the holder.
+    """An exclusive lock on an output folder while a run writes to it (``filelock`` on ``OUT/.genmetrics.lock``:
+    an OS lock, released when the process ends, so a killed run leaves no stale lock; it works on Windows
+    too). A second run on the same folder refuses with one line naming the holder. The lock file is a
+    destination like any other (:func:`destination`): a link planted in its place is refused.
 
     >>> import tempfile
     >>> with tempfile.TemporaryDirectory() as d:
@@ -288,44 +507,45 @@ class OutputLock:
     InputError True
     """
 
-    def __init__(self, out_dir: Path, *, flag: str = "--out"):
-        self.path = Path(out_dir) / LOCK
-        self._f = open(self.path, "a+", encoding="utf-8")
-        try:
-            import fcntl
-        except ImportError:  # pragma: no cover - Windows: no advisory locks here; runs are not guarded
-            return
-        try:
-            fcntl.flock(self._f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            self._f.seek(0)
-            holder = self._f.read().strip() or "another process"
-            self._f.close()
-            from genmetrics.errors import InputError
-
-            raise InputError(
-                f"{flag} {str(out_dir)!r} is in use by another run ({holder}); wait for it to finish or "
-                f"choose another {flag} folder"
-            ) from None
-        self._f.seek(0)
-        self._f.truncate()
-        import socket
-
-        self._f.write(
-            f"pid {os.getpid()} on {socket.gethostname()}, started {time.strftime('%Y-%m-%d %H:%M:%S')}"
-        )
-        self._f.flush()
-
     created_dir = False  # set by lock_output_folder when it made the folder for this run
 
+    def __init__(self, out_dir: str | os.PathLike, *, flag: str = "--out"):
+        out = Path(out_dir)
+        self.path = destination(out / LOCK, root=out, what=f"{flag} {str(out)!r}: the lock file")
+        self._lock = FileLock(self.path, on_acquired=self._stamp)
+        try:
+            self._lock.acquire(timeout=0)
+        except Timeout:
+            raise InputError(
+                f"{flag} {str(out)!r} is in use by another run ({self._holder()}); wait for it to finish or "
+                f"choose another {flag} folder"
+            ) from None
+
+    @staticmethod
+    def _stamp(fd: int) -> None:
+        """Write who holds the lock into the lock file (through the lock's own descriptor)."""
+        who = f"pid {os.getpid()} on {socket.gethostname()}, started {time.strftime('%Y-%m-%d %H:%M:%S')}"
+        os.ftruncate(fd, 0)
+        os.lseek(fd, 0, os.SEEK_SET)
+        os.write(fd, who.encode("utf-8"))
+
+    def _holder(self) -> str:
+        try:
+            fd = os.open(self.path, os.O_RDONLY | _NOFOLLOW | _CLOEXEC)
+            try:
+                text = os.read(fd, 500).decode("utf-8", "replace").strip()
+            finally:
+                os.close(fd)
+        except OSError:  # Windows keeps a locked file unreadable
+            text = ""
+        return text or "another process"
+
     def release(self) -> None:
-        if not self._f.closed:
-            self._f.close()  # closing the descriptor releases the flock
+        if self._lock.is_locked:
+            self._lock.release()
             folder = self.path.parent
             if self.created_dir and [p.name for p in folder.iterdir()] == [LOCK]:
-                self.path.unlink(
-                    missing_ok=True
-                )  # a run that failed before writing leaves no empty folder behind
+                self.path.unlink(missing_ok=True)  # a run that failed before writing leaves no empty folder
                 folder.rmdir()
 
 
@@ -347,8 +567,6 @@ def lock_output_folder(folder: str | os.PathLike, *, flag: str = "--out") -> Out
     True True
     (True, True)
     """
-    from genmetrics.errors import InputError
-
     out = Path(folder)
     if out.exists() and not out.is_dir():
         raise InputError(f"{flag} {str(out)!r} is a file; pass a folder")
@@ -388,10 +606,11 @@ class ResultsWriter:
         *,
         key: Iterable[str] = ("generator", "metric", "id"),
         resume: bool = False,
+        root: str | os.PathLike | None = None,
     ):
-        self.path = Path(path)
+        self.path = destination(path, root=root)
+        self.root = root
         self.key_fields = tuple(key)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         self._done: set[tuple] = set()
         if resume and self.path.exists():
             rows = read_results(self.path)
@@ -399,13 +618,13 @@ class ResultsWriter:
             self._done = {self.key(r) for r in rows}
         elif self.path.exists():
             self.path.unlink()
-        self._f = open(self.path, "a", encoding="utf-8")
+        self._f = open_append(self.path, root=root)
 
     def _rewrite_clean(self, rows: list[dict[str, Any]]) -> None:
         with open(self.path, "rb") as f:
             data = f.read()
         if data and not data.endswith(b"\n") or len(rows) != sum(1 for ln in data.split(b"\n") if ln.strip()):
-            atomic_write_text(self.path, "".join(dumps_line(r) + "\n" for r in rows))
+            atomic_write_text(self.path, "".join(dumps_line(r) + "\n" for r in rows), root=self.root)
 
     def key(self, row: dict[str, Any]) -> tuple:
         return tuple(str(row.get(k)) for k in self.key_fields)
@@ -465,18 +684,14 @@ def package_versions(
     >>> isinstance(v["genmetrics"], str), v["no-such-package"]
     (True, None)
     """
-    from importlib.metadata import PackageNotFoundError, version
-
     out: dict[str, str | None] = {}
     for n in names:
         try:
             out[n] = version(n)
         except PackageNotFoundError:
             out[n] = None
-    if out.get("genmetrics") is None and "genmetrics" in out:  # running from a source checkout
-        import genmetrics
-
-        out["genmetrics"] = f"{genmetrics.__version__} (source)"
+    if out.get("genmetrics") is None and "genmetrics" in out:  # a source checkout that is not installed
+        out["genmetrics"] = "source checkout (not installed)"
     return out
 
 
@@ -511,6 +726,7 @@ def merge_results(
     *,
     key: Iterable[str] = ("generator", "metric", "id"),
     sort_key: Any = None,
+    root: str | os.PathLike | None = None,
 ) -> list[dict[str, Any]]:
     """Union of the rows of several results files, written atomically to ``dest``.
 
@@ -539,5 +755,5 @@ def merge_results(
                 rows.append(r)
     if sort_key is not None:
         rows.sort(key=sort_key)
-    atomic_write_text(dest, "".join(dumps_line(r) + "\n" for r in rows))
+    atomic_write_text(dest, "".join(dumps_line(r) + "\n" for r in rows), root=root)
     return rows

@@ -14,12 +14,14 @@ budget -- the percentile interval is used and the returned method says so.
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from scipy.stats import bootstrap
 
 #: most bootstrap resamples accepted (1e5 already gives a percentile interval to ~0.1% of its width)
 MAX_N_BOOT = 100_000
@@ -34,21 +36,33 @@ def check_n_boot(n_boot: object, name: str = "n_boot") -> int:
     >>> check_n_boot(0, "--n-boot")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
         ...
-    genmetrics.errors.InputError: option --n-boot: expected an integer in [1, 100000], got 0
+    ValueError: option --n-boot: expected an integer in [1, 100000], got 0
     """
-    from genmetrics.options import integer
+    value = _as_number(name, n_boot, "an integer in [1, 100000]")
+    if not (math.isfinite(value) and value.is_integer() and 1 <= value <= MAX_N_BOOT):
+        raise ValueError(f"option {name}: expected an integer in [1, {MAX_N_BOOT}], got {n_boot!r}")
+    return int(value)
 
-    return integer(name, n_boot, lo=1, hi=MAX_N_BOOT)
+
+def _as_number(name: str, value: object, what: str) -> float:
+    """A number from a number or a numeric text (CLI values arrive as text); a ValueError naming ``name``
+    (this module is pure math: the caller's option checks give the same words as genmetrics.options)."""
+    try:
+        if isinstance(value, bool) or value is None:
+            raise TypeError
+        return float(value.strip() if isinstance(value, str) else value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        shown = f"the text {value!r}" if isinstance(value, str) else repr(value)
+        raise ValueError(f"option {name}: expected {what}, got {shown}") from None
 
 
 def _check(n_boot: object, alpha: object, method: object) -> tuple[int, float, str]:
-    from genmetrics.options import choice, number
-
-    return (
-        check_n_boot(n_boot),
-        number("alpha", alpha, lo=0.0, hi=1.0, lo_open=True, hi_open=True),
-        choice("method", method, METHODS),
-    )
+    a = _as_number("alpha", alpha, "a finite number in (0.0, 1.0)")
+    if not 0.0 < a < 1.0:
+        raise ValueError(f"option alpha: expected a finite number in (0.0, 1.0), got {alpha!r}")
+    if not isinstance(method, str) or method not in METHODS:
+        raise ValueError(f"option method: expected one of {', '.join(map(repr, METHODS))}, got {method!r}")
+    return check_n_boot(n_boot), a, method
 
 
 @dataclass
@@ -80,8 +94,6 @@ def _scipy_interval(
     paired: bool = False,
     batch: int | None = None,
 ) -> Interval:
-    from scipy.stats import bootstrap
-
     est = float(statistic(*data, axis=-1) if vectorized else statistic(*data))
     with warnings.catch_warnings():
         # scipy warns (DegenerateDataWarning) and returns nan when BCa cannot be computed: fall back below
@@ -108,9 +120,7 @@ def _scipy_interval(
 def _vector_1d(values, name: str) -> np.ndarray:
     x = np.asarray(values, dtype=np.float64)
     if x.ndim != 1 or x.size == 0:
-        from genmetrics.errors import InputError
-
-        raise InputError(f"{name}: expected a non-empty 1-D array of numbers, got shape {x.shape}")
+        raise ValueError(f"{name}: expected a non-empty 1-D array of numbers, got shape {x.shape}")
     return x
 
 
@@ -234,9 +244,7 @@ def paired_bootstrap(
     a = _vector_1d(a, "paired_bootstrap a")
     b = _vector_1d(b, "paired_bootstrap b")
     if a.shape != b.shape:
-        from genmetrics.errors import InputError
-
-        raise InputError(
+        raise ValueError(
             f"paired_bootstrap: a and b must pair up one to one, got {a.size} and {b.size} values"
         )
     r = bootstrap_interval(a - b, n_boot=n_boot, alpha=alpha, seed=seed, method=method)

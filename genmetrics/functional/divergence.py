@@ -23,8 +23,7 @@ from typing import Any
 
 import numpy as np
 import torch
-
-from genmetrics.errors import InputError
+from scipy.stats import gaussian_kde
 
 DIRECTIONS = ("gen||real", "real||gen")
 #: default variance ridge added to every variance (scores in [0,1] have variances around 1e-2..1e-1)
@@ -42,12 +41,12 @@ def _f64(x: Any, name: str) -> torch.Tensor:
         try:  # Python numbers: straight to float64 (torch.as_tensor would round them through float32)
             x = torch.as_tensor(x, dtype=torch.float64)
         except (TypeError, ValueError, RuntimeError):
-            raise InputError(f"{name}: expected a tensor, got {type(x).__name__}") from None
+            raise ValueError(f"{name}: expected a tensor, got {type(x).__name__}") from None
     if not (x.is_floating_point() or x.dtype in (torch.int32, torch.int64, torch.int16, torch.uint8)):
-        raise InputError(f"{name}: expected a real-valued tensor, got dtype {x.dtype}")
+        raise ValueError(f"{name}: expected a real-valued tensor, got dtype {x.dtype}")
     x = x.to(torch.float64)
     if not torch.isfinite(x).all():
-        raise InputError(f"{name}: contains NaN or infinite values; drop those images or scores first")
+        raise ValueError(f"{name}: contains NaN or infinite values; drop those images or scores first")
     return x
 
 
@@ -56,19 +55,19 @@ def _table(x: Any, name: str, *, min_rows: int = 2) -> torch.Tensor:
     if x.ndim == 1:
         x = x.unsqueeze(1)
     if x.ndim != 2:
-        raise InputError(f"{name}: expected per-image scores [N,C], got shape {tuple(x.shape)}")
+        raise ValueError(f"{name}: expected per-image scores [N,C], got shape {tuple(x.shape)}")
     if x.shape[0] < min_rows:
-        raise InputError(
+        raise ValueError(
             f"{name}: {x.shape[0]} image(s); fitting a distribution needs at least {min_rows} images per set"
         )
     if x.shape[1] == 0:
-        raise InputError(f"{name}: no attributes (C=0); pass at least one attribute")
+        raise ValueError(f"{name}: no attributes (C=0); pass at least one attribute")
     return x
 
 
 def _pair(real: torch.Tensor, gen: torch.Tensor) -> None:
     if real.shape[1] != gen.shape[1]:
-        raise InputError(
+        raise ValueError(
             f"real has {real.shape[1]} attributes but gen has {gen.shape[1]}; score both sets with the same attribute list"
         )
 
@@ -80,13 +79,13 @@ def check_direction(direction: str) -> str:
     'real||gen'
     """
     if direction not in DIRECTIONS:
-        raise InputError(f"kl_direction: expected one of {DIRECTIONS}, got {direction!r}")
+        raise ValueError(f"kl_direction: expected one of {DIRECTIONS}, got {direction!r}")
     return direction
 
 
 def _check_eps(eps: float) -> float:
     if not isinstance(eps, (int, float)) or isinstance(eps, bool) or not eps >= 0 or not math.isfinite(eps):
-        raise InputError(f"eps: expected a finite variance ridge >= 0, got {eps!r}")
+        raise ValueError(f"eps: expected a finite variance ridge >= 0, got {eps!r}")
     return float(eps)
 
 
@@ -103,7 +102,7 @@ def gaussian_kl(mu_p: Any, var_p: Any, mu_q: Any, var_q: Any) -> torch.Tensor:
         _f64(v, n) for v, n in ((mu_p, "mu_p"), (var_p, "var_p"), (mu_q, "mu_q"), (var_q, "var_q"))
     )
     if (var_p <= 0).any() or (var_q <= 0).any():
-        raise InputError("gaussian_kl: variances must be > 0; add a ridge (eps) for constant scores")
+        raise ValueError("gaussian_kl: variances must be > 0; add a ridge (eps) for constant scores")
     return 0.5 * (torch.log(var_q / var_p) + (var_p + (mu_p - mu_q) ** 2) / var_q - 1.0)
 
 
@@ -138,12 +137,12 @@ def gaussian_kl_2d(mu_p: Any, cov_p: Any, mu_q: Any, cov_q: Any) -> torch.Tensor
     )
     for c, n in ((cov_p, "cov_p"), (cov_q, "cov_q")):
         if c.shape[-2:] != (2, 2):
-            raise InputError(f"{n}: expected covariances [...,2,2], got shape {tuple(c.shape)}")
+            raise ValueError(f"{n}: expected covariances [...,2,2], got shape {tuple(c.shape)}")
         if (_det2(c) <= 0).any() or (c[..., 0, 0] <= 0).any():
-            raise InputError(f"{n}: covariance is not positive definite; add a ridge (eps) to its diagonal")
+            raise ValueError(f"{n}: covariance is not positive definite; add a ridge (eps) to its diagonal")
     for m, n in ((mu_p, "mu_p"), (mu_q, "mu_q")):
         if m.shape[-1] != 2:
-            raise InputError(f"{n}: expected means [...,2], got shape {tuple(m.shape)}")
+            raise ValueError(f"{n}: expected means [...,2], got shape {tuple(m.shape)}")
     mp, mq = mu_p.movedim(-1, 0), mu_q.movedim(-1, 0)
     return _kl2_parts(
         mp,
@@ -175,7 +174,7 @@ def _moments(
     """Mean and unbiased (co)variances from sums. ``cross`` [C,C] or, for variances only, ``sq`` [C]."""
     n_ = float(n)
     if n_ < 2:
-        raise InputError(
+        raise ValueError(
             f"{name} set: {int(n_)} image(s); SaD/PaD fit a Gaussian per set and need at least 2 images in each "
             f"set (pass more {'reference' if name == 'real' else 'candidate'} images)"
         )
@@ -235,7 +234,7 @@ def pad_from_stats(
     mg, _, covg = _moments(torch.as_tensor(ng), sg.double(), cg.double(), None, "gen")
     c = mr.shape[0]
     if c < 2:
-        raise InputError(f"PaD needs at least 2 attributes to form a pair, got {c}")
+        raise ValueError(f"PaD needs at least 2 attributes to form a pair, got {c}")
     ridge = eps * torch.eye(c, dtype=torch.float64, device=covr.device)
     covr, covg = covr + ridge, covg + ridge
     if direction == "real||gen":
@@ -295,7 +294,7 @@ def pad(real: Any, gen: Any, *, direction: str = "gen||real", eps: float = DEFAU
     real, gen = _table(real, "real"), _table(gen, "gen")
     _pair(real, gen)
     if real.shape[1] < 2:
-        raise InputError(f"PaD needs at least 2 attributes to form a pair, got {real.shape[1]}")
+        raise ValueError(f"PaD needs at least 2 attributes to form a pair, got {real.shape[1]}")
 
     def stats(x: torch.Tensor):
         m = x.mean(0)
@@ -319,11 +318,11 @@ def rsad(real_maps: Any, gen_maps: Any) -> torch.Tensor:
     r, g = _f64(real_maps, "real_maps"), _f64(gen_maps, "gen_maps")
     for x, n in ((r, "real_maps"), (g, "gen_maps")):
         if x.ndim != 3:
-            raise InputError(f"{n}: expected patch score maps [N,P,C], got shape {tuple(x.shape)}")
+            raise ValueError(f"{n}: expected patch score maps [N,P,C], got shape {tuple(x.shape)}")
         if x.shape[0] == 0:
-            raise InputError(f"{n}: the set is empty; R-SaD needs at least one image in each set")
+            raise ValueError(f"{n}: the set is empty; R-SaD needs at least one image in each set")
     if r.shape[1:] != g.shape[1:]:
-        raise InputError(
+        raise ValueError(
             f"real_maps has maps {tuple(r.shape[1:])} but gen_maps {tuple(g.shape[1:])}; use one backbone, "
             "one input size and one attribute list for both sets"
         )
@@ -338,18 +337,16 @@ def rsad_ranking(rsad_map: Any) -> torch.Tensor:
     """
     m = _f64(rsad_map, "rsad_map")
     if m.ndim != 2:
-        raise InputError(f"rsad_map: expected [P,C], got shape {tuple(m.shape)}")
+        raise ValueError(f"rsad_map: expected [P,C], got shape {tuple(m.shape)}")
     return m.abs().mean(0)
 
 
 # -------------------------------------------------------------------------------- HCS-compatible KDE
 def _kde(samples: np.ndarray, name: str):
-    from scipy.stats import gaussian_kde
-
     try:
         return gaussian_kde(samples)
     except (np.linalg.LinAlgError, ValueError) as e:
-        raise InputError(
+        raise ValueError(
             f"{name}: the kernel density estimate failed ({str(e).splitlines()[0][:120]}); the scores are constant "
             "or perfectly correlated. Use the Gaussian mode (divergence='gaussian'), which has a variance ridge"
         ) from None
@@ -392,7 +389,7 @@ def kde_sad(
     _pair(real, gen)
     lo, hi = float(grid[0]), float(grid[1])
     if not hi > lo or int(n_points) < 2:
-        raise InputError(
+        raise ValueError(
             f"kde grid: expected lo < hi and n_points >= 2, got grid={grid!r}, n_points={n_points!r}"
         )
     xs = np.linspace(lo, hi, int(n_points))
@@ -434,11 +431,11 @@ def kde_pad(
     _pair(real, gen)
     c = real.shape[1]
     if c < 2:
-        raise InputError(f"PaD needs at least 2 attributes to form a pair, got {c}")
+        raise ValueError(f"PaD needs at least 2 attributes to form a pair, got {c}")
     lo, hi = float(grid[0]), float(grid[1])
     b = math.isqrt(int(n_points))
     if not hi > lo or b < 2:
-        raise InputError(
+        raise ValueError(
             f"kde grid: expected lo < hi and n_points >= 4, got grid={grid!r}, n_points={n_points!r}"
         )
     ax = np.linspace(lo, hi, b + 1)
@@ -466,7 +463,7 @@ def _two_samples(pos: Any, neg: Any) -> tuple[torch.Tensor, torch.Tensor]:
     p, n = _f64(pos, "pos").flatten(), _f64(neg, "neg").flatten()
     for x, name in ((p, "pos"), (n, "neg")):
         if x.numel() < 2:
-            raise InputError(f"{name}: need at least 2 scores, got {x.numel()}")
+            raise ValueError(f"{name}: need at least 2 scores, got {x.numel()}")
     return p, n
 
 
@@ -518,12 +515,12 @@ def hellinger_gaussian(pos: Any, neg: Any, *, method: str = "kde", n_points: int
     if method == "gaussian":
         v1, v2 = float(p.var()), float(n.var())
         if v1 <= 0 or v2 <= 0:
-            raise InputError("hellinger_gaussian: a score set is constant; use method='kde' or add noise")
+            raise ValueError("hellinger_gaussian: a score set is constant; use method='kde' or add noise")
         m1, m2 = float(p.mean()), float(n.mean())
         bc = math.sqrt(2 * math.sqrt(v1 * v2) / (v1 + v2)) * math.exp(-((m1 - m2) ** 2) / (4 * (v1 + v2)))
         return math.sqrt(max(0.0, 1.0 - bc))
     if method != "kde":
-        raise InputError(f"method: expected 'kde' or 'gaussian', got {method!r}")
+        raise ValueError(f"method: expected 'kde' or 'gaussian', got {method!r}")
     fp, fn, dx = _kde_grid(p, n, n_points)
     bc = float(np.sum(np.sqrt(fp * fn)) * dx)
     return math.sqrt(max(0.0, 1.0 - min(bc, 1.0)))
@@ -546,7 +543,7 @@ def one_minus_ovl(pos: Any, neg: Any, *, method: str = "kde", n_points: int = 20
         xs_hi = float(max(p.max(), n.max()))
         m1, s1, m2, s2 = float(p.mean()), float(p.std()), float(n.mean()), float(n.std())
         if s1 <= 0 or s2 <= 0:
-            raise InputError("one_minus_ovl: a score set is constant; use method='kde' or add noise")
+            raise ValueError("one_minus_ovl: a score set is constant; use method='kde' or add noise")
         lo, hi = min(xs_lo, m1 - 6 * s1, m2 - 6 * s2), max(xs_hi, m1 + 6 * s1, m2 + 6 * s2)
         xs = np.linspace(lo, hi, int(n_points))
         fp = np.exp(-0.5 * ((xs - m1) / s1) ** 2) / (s1 * math.sqrt(2 * math.pi))
@@ -555,6 +552,6 @@ def one_minus_ovl(pos: Any, neg: Any, *, method: str = "kde", n_points: int = 20
     elif method == "kde":
         fp, fn, dx = _kde_grid(p, n, n_points)
     else:
-        raise InputError(f"method: expected 'kde' or 'gaussian', got {method!r}")
+        raise ValueError(f"method: expected 'kde' or 'gaussian', got {method!r}")
     ovl = float(np.sum(np.minimum(fp, fn)) * dx)
     return min(1.0, max(0.0, 1.0 - ovl))

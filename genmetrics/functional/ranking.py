@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import torch
 
 __all__ = ["bradley_terry", "f1_per_class", "macro_f1", "pairwise_accuracy", "win_counts", "win_rate_matrix"]
@@ -207,8 +208,6 @@ def bradley_terry(
     >>> round(float(theta[0] - theta[1]), 6), round(math.log(3), 6), round(float(theta.sum()), 9)
     (1.098612, 1.098612, 0.0)
     """
-    import numpy as np
-
     w_t = win_counts(item_a, item_b, outcome, n_items)
     k = w_t.shape[0]
     if k == 0:

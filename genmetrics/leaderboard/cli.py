@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import click
+from accelerate import PartialState
+
+from genmetrics.leaderboard.notes import notes
+from genmetrics.leaderboard.runner import run_leaderboard
 
 
 @click.command("leaderboard")
@@ -51,8 +55,6 @@ def leaderboard_cmd(
     Under `torchrun --nproc_per_node N -m genmetrics leaderboard ...` each rank scores its shard of
     the images and rank 0 merges the results and writes the reports.
     """
-    from genmetrics.leaderboard.runner import run_leaderboard
-
     result = run_leaderboard(
         config,
         out,
@@ -63,10 +65,13 @@ def leaderboard_cmd(
         plots=not no_plots,
         on_error=on_error,
     )
+    PartialState().destroy_process_group()  # under torchrun: the run is over (a no-op in one process)
     if result.rank != 0 or result.summary is None:
         return
     s = result.summary
     cols = list(s["columns"])
+    for note in notes(s):  # random backbones, small sets, incomplete cells: before the numbers
+        click.echo(f"note: {note}")
     click.echo(f"{s['title']} (best first by {s['rank_by']}):")
     width = max(len(g) for g in s["generators"])
     for item in s["ranking"]:

@@ -35,12 +35,15 @@ Schema (every path is relative to the config file; see docs/leaderboard.md)::
                                   # option that is a path relative to the config ("./x" or an existing
                                   # file or folder) is resolved against the config's folder
 
-Parsing needs neither torch nor the metric families; :func:`load_config` checks the structure and
-types only. Files, images and metric names are checked by :func:`genmetrics.leaderboard.plan.build_plan`.
+Parsing needs neither torch nor the metric families' code; :func:`load_config` checks the structure, the
+types and that every metric name is registered (a typo is named with its close matches before ``rank_by``
+could suggest it back). Files, images and metric options are checked by
+:func:`genmetrics.leaderboard.plan.build_plan`.
 """
 
 from __future__ import annotations
 
+import difflib
 import re
 import sys
 from collections.abc import Mapping
@@ -48,7 +51,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, overload
 
+import yaml
+
 from genmetrics.errors import InputError
+from genmetrics.options import expand_user
+from genmetrics.registry import get_card
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10: tomli is a dependency there (pyproject.toml)
+    import tomli as tomllib
 
 TOP_KEYS = ("data", "run", "generators", "metrics")
 DATA_KEYS = ("references", "prompts", "real", "recursive")
@@ -146,8 +158,6 @@ def yaml_lines(text: str) -> dict[KeyPath, int]:
     >>> lines[("run", "seed")], lines[("generators", 0, "images")]
     (2, 5)
     """
-    import yaml
-
     lines: dict[KeyPath, int] = {}
     root = yaml.compose(text, Loader=yaml.SafeLoader)
 
@@ -350,11 +360,6 @@ def load_config(
 
 
 def _parse_toml(path: Path, text: str) -> tuple[dict[str, Any], dict[KeyPath, int]]:
-    if sys.version_info >= (3, 11):
-        import tomllib
-    else:  # Python 3.10: tomli is a dependency there (pyproject.toml)
-        import tomli as tomllib
-
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
@@ -367,8 +372,6 @@ def _parse_toml(path: Path, text: str) -> tuple[dict[str, Any], dict[KeyPath, in
 
 
 def _parse_yaml(path: Path, text: str) -> tuple[dict[str, Any], dict[KeyPath, int]]:
-    import yaml
-
     try:
         raw = yaml.safe_load(text)
     except yaml.MarkedYAMLError as e:
@@ -387,8 +390,6 @@ def _parse_yaml(path: Path, text: str) -> tuple[dict[str, Any], dict[KeyPath, in
 
 
 def _close(word: str, options: tuple[str, ...] | list[str]) -> str:
-    import difflib
-
     close = difflib.get_close_matches(word, list(options), n=2, cutoff=0.6)
     return f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
 
@@ -438,8 +439,6 @@ class _Checker:
         s = self.string(value, key, required=required)
         if s is None:
             return None
-        from genmetrics.options import expand_user
-
         try:
             p = expand_user(s, what="path")
         except InputError as e:
@@ -568,6 +567,10 @@ def _from_dict(
         key = ("metrics", i)
         m = c.table(m, key, None)
         name = c.string(m.get("name"), (*key, "name"), required=True)
+        try:  # an unknown metric (a typo: "ssmi") is named with its close matches, before anything else
+            get_card(name)
+        except ValueError as e:
+            raise cfg.error((*key, "name"), str(e)) from None
         label = c.string(m.get("label"), (*key, "label")) or name
         if not re.fullmatch(r"[A-Za-z0-9_.:+-]+", label):
             raise cfg.error((*key, "label"), f"use letters, digits and _ . : + - only, got {label!r}")

@@ -1,55 +1,44 @@
 """Turn a config into a checked plan: every file, image folder, stem match, prompt and metric option is
 validated here, before any metric scores anything (and before any weights load).
 
-What each metric gets is read from the typed input fields of its card
-(:class:`genmetrics.registry.MetricCard`), never from the family's code, the card's prose or its name:
-
-* ``level`` :attr:`~genmetrics.registry.Granularity.SET`: the real set (``data.real``, else
-  ``data.references``) and each generator's folder; one value per generator;
-* ``reference``: :attr:`~genmetrics.registry.ReferenceKind.MATCHED` the reference image with the same
-  file stem; ``REAL_SET`` the whole real set, fed once before the candidates; ``IMAGE_LIST`` the list
-  ``references`` of the sample's prompts-file line;
-* ``condition``: ``PROMPT`` the sample's ``prompt`` from the prompts file, or, when the metric entry has
-  ``aspects = [...]``, each aspect in turn (one result column per aspect); ``ASPECTS`` requires
-  ``aspects``; ``ATTRIBUTES`` is an option of the metric, never fed per sample.
-
-An input is fed only when :meth:`MetricCard.feeds` says so: it is required, and the option that would
-replace it (``reference_option`` / ``condition_option``, e.g. ``attributes``) is not set.
+What each metric gets is decided by :mod:`genmetrics.leaderboard.wiring` from the typed input fields of its
+card (the same function wires ``genmetrics score``); this module supplies the sources (the generator's
+folder, its references matched by stem, the prompts file, the real set) and words a missing input with the
+config key that supplies it.
 """
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import torch
+
+from genmetrics.backbones.weights import genmetrics_home
+from genmetrics.data.images import list_images, stem_index
+from genmetrics.data.jsonl import iter_jsonl
 from genmetrics.errors import GenmetricsError, InputError
 from genmetrics.leaderboard.config import GeneratorSpec, KeyPath, LeaderboardConfig, MetricSpec, key_str
-from genmetrics.registry import ConditionKind, Granularity, MetricCard, ReferenceKind
+from genmetrics.leaderboard.wiring import Feeds, Sample, Sources, WiringError, feeds, wire
+from genmetrics.options import device as check_device
+from genmetrics.options import expand_user
+from genmetrics.registry import Granularity, MetricCard, create_metric, get_card, metric_options
 
 SET_ID = "__set__"  #: the ``id`` of the one results row a set-level metric writes per generator
-
-
-@dataclass
-class Sample:
-    """One planned sample: its id (the candidate's file stem), the candidate and what it is compared with.
-
-    >>> import tempfile
-    >>> from genmetrics.leaderboard import load_config
-    >>> from genmetrics.testing import toy_leaderboard
-    >>> with tempfile.TemporaryDirectory() as d:
-    ...     plan = build_plan(load_config(toy_leaderboard(d), base_dir=d))
-    >>> s = plan.metrics[0].samples["noisy"][0]
-    >>> s.id, s.candidate.parent.name, s.reference.parent.name, s.condition
-    ('000', 'noisy', 'refs', None)
-    """
-
-    id: str
-    candidate: Path
-    reference: Path | list[Path] | None = None
-    condition: str | None = None
+__all__ = [
+    "SET_ID",
+    "Column",
+    "MetricPlan",
+    "Plan",
+    "Sample",
+    "build_plan",
+    "device_for_run",
+    "file_list_hash",
+]
 
 
 @dataclass
@@ -73,7 +62,7 @@ class Column:
 @dataclass
 class MetricPlan:
     """What one metric will do: its card, options, columns, the samples per generator (or the real set),
-    and which inputs the typed card fields wired in.
+    and which inputs its card wired in (:class:`~genmetrics.leaderboard.wiring.Feeds`).
 
     >>> import tempfile
     >>> from genmetrics.leaderboard import load_config
@@ -89,9 +78,14 @@ class MetricPlan:
     card: MetricCard
     kwargs: dict[str, Any]
     columns: list[Column]
+    feeds: Feeds
     samples: dict[str, list[Sample]] = field(default_factory=dict)  # generator -> samples (sample level)
-    real: list[Path] | None = None  # set level
-    uses: tuple[str, ...] = ()  # inputs filled in: reference, reference_sets, real, prompt, aspects
+    real: list[Path] | None = None  # the real set (set level, or a real-set reference)
+
+    @property
+    def uses(self) -> tuple[str, ...]:
+        """Inputs filled in: reference, reference_sets, real, prompt, aspects."""
+        return self.feeds.uses
 
     @property
     def level(self) -> Granularity:
@@ -145,17 +139,6 @@ class Plan:
 
 
 # ------------------------------------------------------------------------------------------ helpers
-def _files(cfg: LeaderboardConfig, folder: Path, key: KeyPath) -> list[Path]:
-    from genmetrics.data.images import list_images, stem_index
-
-    try:
-        files = list_images(folder, recursive=cfg.data.recursive)
-        stem_index(files, role=str(folder))  # the rule `genmetrics score` applies too: one file per stem
-    except InputError as e:
-        raise cfg.error(key, str(e)) from None
-    return sorted(files, key=lambda p: p.stem)
-
-
 def file_list_hash(files: list[Path]) -> str:
     """sha256 of the sorted ``(name, size)`` list: changes when a file is added, removed or rewritten
     with another size (resume refuses changed inputs).
@@ -175,6 +158,49 @@ def file_list_hash(files: list[Path]) -> str:
     return h.hexdigest()[:16]
 
 
+def device_for_run(device: str, *, where: str = "--device") -> str:
+    """``auto`` -> ``cuda:<LOCAL_RANK>`` when CUDA is available, else ``cpu``. A device this machine does not
+    have is refused in one line naming ``where`` (the flag or config key) and the devices it has.
+
+    >>> import torch
+    >>> device_for_run("cpu"), device_for_run("auto") == ("cuda:0" if torch.cuda.is_available() else "cpu")
+    ('cpu', True)
+    >>> device_for_run("cuda:99", where="run.device")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+        ...
+    genmetrics.errors.GenmetricsError: run.device = 'cuda:99': this machine has no such device (it has: cpu...
+    """
+    device = check_device(where, device)
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda" and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        device = f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
+    kind, _, index = device.partition(":")
+    if kind in ("cuda", "mps"):
+        have = available_devices()
+        want = device if index or kind == "mps" else "cuda:0"
+        if want not in have:
+            raise GenmetricsError(
+                f"{where} = {device!r}: this machine has no such device (it has: {', '.join(have)}); "
+                'choose one of those, or "auto"'
+            )
+    return device
+
+
+def available_devices() -> list[str]:
+    """The devices torch can use here: ``cpu``, every ``cuda:N``, and ``mps`` on Apple silicon.
+
+    >>> available_devices()[0]
+    'cpu'
+    """
+    out = ["cpu"]
+    if torch.cuda.is_available():
+        out += [f"cuda:{i}" for i in range(torch.cuda.device_count())]
+    if torch.backends.mps.is_available():
+        out.append("mps")
+    return out
+
+
 @dataclass
 class _PromptRow:
     line: int
@@ -182,9 +208,29 @@ class _PromptRow:
     references: list[Path] | None
 
 
-def _load_prompts(cfg: LeaderboardConfig, path: Path, key: KeyPath) -> dict[str, _PromptRow]:
-    from genmetrics.data.jsonl import iter_jsonl
+@dataclass
+class _Inputs:
+    """The files of a config, read and checked once (every metric takes its sources from here)."""
 
+    images: dict[str, list[Path]] = field(default_factory=dict)
+    ref_files: dict[Path, list[Path]] = field(default_factory=dict)
+    ref_keys: dict[Path, KeyPath] = field(default_factory=dict)
+    real: list[Path] | None = None
+    prompts: dict[Path, dict[str, _PromptRow]] = field(default_factory=dict)
+    prompt_keys: dict[Path, KeyPath] = field(default_factory=dict)
+    fingerprints: dict[str, str] = field(default_factory=dict)
+
+
+def _files(cfg: LeaderboardConfig, folder: Path, key: KeyPath) -> list[Path]:
+    try:
+        files = list_images(folder, recursive=cfg.data.recursive)
+        stem_index(files, role=str(folder))  # the rule `genmetrics score` applies too: one file per stem
+    except InputError as e:
+        raise cfg.error(key, str(e)) from None
+    return sorted(files, key=lambda p: p.stem)
+
+
+def _load_prompts(cfg: LeaderboardConfig, path: Path, key: KeyPath) -> dict[str, _PromptRow]:
     rows: dict[str, _PromptRow] = {}
     try:
         for n, obj in iter_jsonl(path):
@@ -218,19 +264,37 @@ def _load_prompts(cfg: LeaderboardConfig, path: Path, key: KeyPath) -> dict[str,
     return rows
 
 
-#: what the planner calls each reference kind in ``MetricPlan.uses``
-_REFERENCE_USE = {
-    ReferenceKind.MATCHED: "reference",
-    ReferenceKind.REAL_SET: "real",
-    ReferenceKind.IMAGE_LIST: "reference_sets",
-}
+def _read_inputs(cfg: LeaderboardConfig) -> _Inputs:
+    """Every folder and prompts file of the config (checked whether or not a metric uses it: typos fail
+    early), with the fingerprints of the file lists."""
+    inp = _Inputs()
+    for g in cfg.generators:
+        inp.images[g.name] = _files(cfg, g.images, (*g.key, "images"))
+        inp.fingerprints[f"generators[{g.index}]"] = file_list_hash(inp.images[g.name])
+    for key, folder in [(("data", "references"), cfg.data.references)] + [
+        ((*g.key, "references"), g.references) for g in cfg.generators
+    ]:
+        if folder is not None and folder not in inp.ref_files:
+            inp.ref_files[folder] = _files(cfg, folder, key)
+            inp.ref_keys[folder] = key
+            inp.fingerprints[key_str(key)] = file_list_hash(inp.ref_files[folder])
+    if cfg.data.real is not None:
+        inp.real = _files(cfg, cfg.data.real, ("data", "real"))
+        inp.fingerprints["data.real"] = file_list_hash(inp.real)
+    elif cfg.data.references is not None:
+        inp.real = inp.ref_files[cfg.data.references]
+    for key, f in [(("data", "prompts"), cfg.data.prompts)] + [
+        ((*g.key, "prompts"), g.prompts) for g in cfg.generators
+    ]:
+        if f is not None and f not in inp.prompts:
+            inp.prompts[f] = _load_prompts(cfg, f, key)
+            inp.prompt_keys[f] = key
+    return inp
 
 
 def _resolve_paths(cfg: LeaderboardConfig, options: dict[str, Any]) -> dict[str, Any]:
     """String options that name a path relative to the config (``./x``, ``../x``, or an existing file or
     folder next to it) become absolute; anything else (hub ids, attribute-set names) is left alone."""
-    from genmetrics.options import expand_user
-
     out = {}
     for k, v in options.items():
         if isinstance(v, str) and v.startswith("~"):
@@ -241,22 +305,6 @@ def _resolve_paths(cfg: LeaderboardConfig, options: dict[str, Any]) -> dict[str,
                 v = str(p.resolve())
         out[k] = v
     return out
-
-
-def device_for_run(device: str) -> str:
-    """``auto`` -> ``cuda:<LOCAL_RANK>`` when CUDA is available, else ``cpu``.
-
-    >>> import torch
-    >>> device_for_run("cpu"), device_for_run("auto") == ("cuda:0" if torch.cuda.is_available() else "cpu")
-    ('cpu', True)
-    """
-    import torch
-
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    if device == "cuda" and int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        device = f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
-    return device
 
 
 # ------------------------------------------------------------------------------------------ plan
@@ -282,8 +330,6 @@ def build_plan(
     ...     plan.metrics[0].uses, len(plan.keys()), sample.id, sample.reference.name == sample.candidate.name
     (('reference',), 6, '000', True)
     """
-    from genmetrics.registry import get_card, metric_options
-
     metric_kwargs = dict(metric_kwargs or {})
     unknown = set(metric_kwargs) - {m.label for m in cfg.metrics}
     if unknown:
@@ -291,109 +337,11 @@ def build_plan(
             f"metric_kwargs names {sorted(unknown)}, which are not metric labels of the config "
             f"({', '.join(m.label for m in cfg.metrics)})"
         )
-    # -- files and folders (checked whether or not a metric uses them: typos fail early)
-    fingerprints: dict[str, str] = {}
-    images: dict[str, list[Path]] = {}
-    for g in cfg.generators:
-        images[g.name] = _files(cfg, g.images, (*g.key, "images"))
-        fingerprints[f"generators[{g.index}]"] = file_list_hash(images[g.name])
-    ref_files: dict[Path, list[Path]] = {}
-    ref_keys: dict[Path, KeyPath] = {}
-    for key, folder in [(("data", "references"), cfg.data.references)] + [
-        ((*g.key, "references"), g.references) for g in cfg.generators
-    ]:
-        if folder is not None and folder not in ref_files:
-            ref_files[folder] = _files(cfg, folder, key)
-            ref_keys[folder] = key
-            fingerprints[key_str(key)] = file_list_hash(ref_files[folder])
-    real: list[Path] | None = None
-    if cfg.data.real is not None:
-        real = _files(cfg, cfg.data.real, ("data", "real"))
-        fingerprints["data.real"] = file_list_hash(real)
-    elif cfg.data.references is not None:
-        real = ref_files[cfg.data.references]
-    prompts: dict[Path, dict[str, _PromptRow]] = {}
-    prompt_keys: dict[Path, KeyPath] = {}
-    for key, f in [(("data", "prompts"), cfg.data.prompts)] + [
-        ((*g.key, "prompts"), g.prompts) for g in cfg.generators
-    ]:
-        if f is not None and f not in prompts:
-            prompts[f] = _load_prompts(cfg, f, key)
-            prompt_keys[f] = key
-
-    # -- metrics
-    plans: list[MetricPlan] = []
-    for spec in cfg.metrics:
-        key = spec.key
-        try:
-            card = get_card(spec.name)
-        except ValueError as e:
-            raise cfg.error((*key, "name"), str(e)) from None
-        try:
-            accepted = metric_options(spec.name)
-        except (ImportError, AttributeError) as e:
-            raise GenmetricsError(
-                f"{cfg.where((*key, 'name'))}: metric {spec.name!r} is registered but its code "
-                f"cannot be loaded ({type(e).__name__}: {e})"
-            ) from None
-        for opt in spec.options:
-            if opt not in accepted:
-                import difflib
-
-                close = difflib.get_close_matches(opt, list(accepted), n=2, cutoff=0.6)
-                hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
-                raise cfg.error(
-                    (*key, opt),
-                    f"unknown key {opt!r} for metric {spec.name!r}{hint} "
-                    f"(metric options: {', '.join(accepted) or 'none'}; "
-                    "runner keys: name, label, aspects)",
-                )
-        kwargs: dict[str, Any] = {}
-        kwargs.update(_resolve_paths(cfg, spec.options))
-        kwargs.update(metric_kwargs.get(spec.label, {}))
-        if device is not None and "device" in accepted and "device" not in kwargs:
-            kwargs["device"] = device
-        if cfg.run.cache is not False and "cache_dir" in accepted and "cache_dir" not in kwargs:
-            from genmetrics.backbones.weights import genmetrics_home
-
-            kwargs["cache_dir"] = str(
-                cfg.run.cache if cfg.run.cache is not True else genmetrics_home() / "features"
-            )
-        if check_construct:
-            from genmetrics.registry import create_metric
-
-            try:
-                m = create_metric(spec.name, **kwargs)
-            except (InputError, ValueError, TypeError) as e:
-                raise cfg.error(key, f"metric {spec.name!r} rejects its options: {e}") from None
-            except GenmetricsError as e:  # e.g. weights that are not there: same type, with the config key
-                raise type(e)(f"{cfg.where(key)}: {e}") from None
-            del m
-
-        aspects: list[str | None] = list(spec.aspects) if spec.aspects else [None]
-        mp = MetricPlan(
-            spec=spec,
-            card=card,
-            kwargs=kwargs,
-            columns=[Column(c, spec, a) for c, a in zip(spec.columns(), aspects)],
-        )
-        if card.level is Granularity.SET:
-            if spec.aspects:
-                raise cfg.error(
-                    (*key, "aspects"), f"{spec.name!r} is a set-level metric; it takes no aspects"
-                )
-            if real is None:
-                raise cfg.error(
-                    key,
-                    f"{spec.name!r} is a set-level metric that compares each generator with the real "
-                    "set: set data.real (or data.references) to a folder of real images",
-                )
-            mp.real = real
-            mp.uses = ("real",)
-        else:
-            _plan_samples(cfg, mp, images, ref_files, ref_keys, prompts, prompt_keys, real)
-        plans.append(mp)
-
+    inp = _read_inputs(cfg)
+    plans = [
+        _metric_plan(cfg, spec, inp, metric_kwargs.get(spec.label, {}), device, check_construct)
+        for spec in cfg.metrics
+    ]
     if cfg.run.rank_by is not None:
         m = next(p for p in plans if cfg.run.rank_by in [c.name for c in p.columns])
         if m.higher_is_better is None:
@@ -402,119 +350,175 @@ def build_plan(
                 f"metric {m.spec.name!r} has no direction (higher_is_better is "
                 "unknown), so it cannot rank generators; choose another column",
             )
-    return Plan(config=cfg, images=images, metrics=plans, fingerprints=fingerprints)
+    return Plan(config=cfg, images=inp.images, metrics=plans, fingerprints=inp.fingerprints)
 
 
-def _plan_samples(
-    cfg: LeaderboardConfig,
-    mp: MetricPlan,
-    images: dict[str, list[Path]],
-    ref_files: dict[Path, list[Path]],
-    ref_keys: dict[Path, KeyPath],
-    prompts: dict[Path, dict[str, _PromptRow]],
-    prompt_keys: dict[Path, KeyPath],
-    real: list[Path] | None,
-) -> None:
-    spec, card, key = mp.spec, mp.card, mp.spec.key
-    use = _REFERENCE_USE.get(card.reference) if card.feeds("reference", mp.kwargs) else None
-    ref_sets = use == "reference_sets"
-    needs_cond = card.feeds("condition", mp.kwargs)
-    if spec.aspects and card.condition not in (ConditionKind.PROMPT, ConditionKind.ASPECTS):
-        raise cfg.error(
-            (*key, "aspects"), f"{spec.name!r} takes no condition (text per sample), so it takes no aspects"
-        )
-    use_aspects = bool(spec.aspects)
-    if needs_cond and not use_aspects and card.condition is ConditionKind.ASPECTS:
-        raise cfg.error(
-            key,
-            f"{spec.name!r} compares images with respect to an aspect: add "
-            'aspects = ["overall", ...] to this metric (one result column per aspect)',
-        )
-    needs_prompt = needs_cond and not use_aspects
-    mp.uses = tuple(
-        u
-        for u, on in (
-            ("reference_sets", ref_sets),
-            ("reference", use == "reference"),
-            ("real", use == "real"),
-            ("prompt", needs_prompt),
-            ("aspects", use_aspects),
-        )
-        if on
-    )
-    if use == "real":
-        if real is None:
+def _metric_kwargs(
+    cfg: LeaderboardConfig, spec: MetricSpec, given: dict[str, Any], device: str | None
+) -> dict[str, Any]:
+    """The ``create_metric`` options of one metric: the config's (paths resolved), then ``given`` (Python
+    objects), the run's device and feature cache where the metric takes them. Unknown keys are refused."""
+    key = spec.key
+    try:
+        accepted = metric_options(spec.name)
+    except (ImportError, AttributeError) as e:
+        raise GenmetricsError(
+            f"{cfg.where((*key, 'name'))}: metric {spec.name!r} is registered but its code "
+            f"cannot be loaded ({type(e).__name__}: {e})"
+        ) from None
+    for opt in spec.options:
+        if opt not in accepted:
+            close = difflib.get_close_matches(opt, list(accepted), n=2, cutoff=0.6)
+            hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
             raise cfg.error(
-                key,
-                f"{spec.name!r} needs the real set (its reference is the real images as a set): set data.real "
-                "(or data.references) to a folder of real images",
+                (*key, opt),
+                f"unknown key {opt!r} for metric {spec.name!r}{hint} "
+                f"(metric options: {', '.join(accepted) or 'none'}; runner keys: name, label, aspects)",
             )
-        mp.real = real
+    kwargs = {**_resolve_paths(cfg, spec.options), **given}
+    if device is not None and "device" in accepted and "device" not in kwargs:
+        kwargs["device"] = device
+    if cfg.run.cache is not False and "cache_dir" in accepted and "cache_dir" not in kwargs:
+        kwargs["cache_dir"] = str(
+            cfg.run.cache if cfg.run.cache is not True else genmetrics_home() / "features"
+        )
+    return kwargs
+
+
+def _metric_plan(
+    cfg: LeaderboardConfig,
+    spec: MetricSpec,
+    inp: _Inputs,
+    given: dict[str, Any],
+    device: str | None,
+    check_construct: bool,
+) -> MetricPlan:
+    key = spec.key
+    try:
+        card = get_card(spec.name)
+    except ValueError as e:
+        raise cfg.error((*key, "name"), str(e)) from None
+    kwargs = _metric_kwargs(cfg, spec, given, device)
+    if check_construct:
+        try:
+            create_metric(spec.name, **kwargs)
+        except (InputError, ValueError, TypeError) as e:
+            raise cfg.error(key, f"metric {spec.name!r} rejects its options: {e}") from None
+        except GenmetricsError as e:  # e.g. weights that are not there: same type, with the config key
+            raise type(e)(f"{cfg.where(key)}: {e}") from None
+    try:
+        feed = feeds(card, kwargs, aspects=spec.aspects)
+    except WiringError as e:
+        raise _wiring_error(cfg, spec, card.level, None, e, inp) from None
+    aspects: list[str | None] = list(spec.aspects) if spec.aspects else [None]
+    mp = MetricPlan(
+        spec=spec,
+        card=card,
+        kwargs=kwargs,
+        columns=[Column(c, spec, a) for c, a in zip(spec.columns(), aspects)],
+        feeds=feed,
+    )
     for g in cfg.generators:
-        files = images[g.name]
-        gkey = (*g.key, "images")
-        samples = [Sample(id=f.stem, candidate=f) for f in files]
-        prompt_file = g.prompts or cfg.data.prompts
-        if ref_sets or needs_prompt:
-            if prompt_file is None:
-                what = "reference images per sample" if ref_sets else "a prompt per image"
-                raise cfg.error(
-                    key,
-                    f"{spec.name!r} needs {what}: set data.prompts (or generators[{g.index}].prompts) "
-                    'to a JSONL file of {"id": stem, "prompt": ..., "references": [...]}',
-                )
-            rows = prompts[prompt_file]
-            pkey = prompt_keys[prompt_file]
-            missing = [s.id for s in samples if s.id not in rows]
-            if missing:
-                raise cfg.error(
-                    gkey,
-                    f"{len(missing)} image(s) have no line in {cfg.ref(pkey)} = {str(prompt_file)!r} "
-                    f"(first ids: {', '.join(missing[:3])}); {spec.name!r} needs one per image",
-                )
-            for s in samples:
-                row = rows[s.id]
-                if needs_prompt:
-                    if row.prompt is None:
-                        raise cfg.error(
-                            pkey,
-                            f"{prompt_file.name}:{row.line}: id {s.id!r} has no 'prompt', which "
-                            f"{spec.name!r} (metrics[{spec.index}]) needs",
-                        )
-                    s.condition = row.prompt
-                if ref_sets:
-                    if not row.references:
-                        raise cfg.error(
-                            pkey,
-                            f"{prompt_file.name}:{row.line}: id {s.id!r} has no 'references', "
-                            f"which {spec.name!r} (metrics[{spec.index}]) needs",
-                        )
-                    for r in row.references:
-                        if not r.is_file():
-                            raise cfg.error(
-                                pkey,
-                                f"{prompt_file.name}:{row.line}: reference image {str(r)!r} of "
-                                f"id {s.id!r} does not exist",
-                            )
-                    s.reference = list(row.references)
-        if use == "reference":
-            folder = g.references or cfg.data.references
-            if folder is None:
-                raise cfg.error(
-                    key,
-                    f"{spec.name!r} compares each image with its reference: set data.references "
-                    f"(or generators[{g.index}].references) to a folder of reference images with "
-                    "the same file stems",
-                )
-            by_stem = {r.stem: r for r in ref_files[folder]}
-            missing = [s.candidate.name for s in samples if s.id not in by_stem]
-            if missing:
-                raise cfg.error(
-                    gkey,
-                    f"{len(missing)} image(s) have no reference with the same stem in "
-                    f"{cfg.ref(ref_keys[folder])} = {str(folder)!r} (first: {', '.join(missing[:3])}); "
-                    f"{spec.name!r} matches references by file name without extension",
-                )
-            for s in samples:
-                s.reference = by_stem[s.id]
-        mp.samples[g.name] = samples
+        try:
+            samples, mp.real = wire(feed, inp.images[g.name], _sources(cfg, g, inp))
+        except WiringError as e:
+            raise _wiring_error(cfg, spec, card.level, g, e, inp) from None
+        if feed.level is Granularity.SAMPLE:
+            _check_reference_lists(cfg, g, samples, inp)
+            mp.samples[g.name] = samples
+    return mp
+
+
+def _sources(cfg: LeaderboardConfig, g: GeneratorSpec, inp: _Inputs) -> Sources:
+    """What generator ``g``'s samples can be fed: its references by stem, its prompts file's prompts and
+    reference lists, the real set."""
+    folder = g.references or cfg.data.references
+    prompt_file = g.prompts or cfg.data.prompts
+    rows = inp.prompts[prompt_file] if prompt_file is not None else None
+    return Sources(
+        references={r.stem: r for r in inp.ref_files[folder]} if folder is not None else None,
+        reference_lists={k: r.references for k, r in rows.items() if r.references}
+        if rows is not None
+        else None,
+        real=inp.real,
+        texts={k: r.prompt for k, r in rows.items() if r.prompt is not None} if rows is not None else None,
+    )
+
+
+def _check_reference_lists(
+    cfg: LeaderboardConfig, g: GeneratorSpec, samples: list[Sample], inp: _Inputs
+) -> None:
+    prompt_file = g.prompts or cfg.data.prompts
+    for s in samples:
+        if isinstance(s.reference, list):
+            assert prompt_file is not None  # a reference list comes from the prompts file
+            for r in s.reference:
+                if not r.is_file():
+                    row = inp.prompts[prompt_file][s.id]
+                    raise cfg.error(
+                        inp.prompt_keys[prompt_file],
+                        f"{prompt_file.name}:{row.line}: reference image {str(r)!r} of id {s.id!r} does not exist",
+                    )
+
+
+def _wiring_error(
+    cfg: LeaderboardConfig,
+    spec: MetricSpec,
+    level: Granularity,
+    g: GeneratorSpec | None,
+    e: WiringError,
+    inp: _Inputs,
+) -> InputError:
+    """A missing input, worded with the config key that supplies it."""
+    name, key = spec.name, spec.key
+    if e.need in ("aspects", "no_aspects"):
+        return cfg.error(key if e.need == "aspects" else (*key, "aspects"), str(e))
+    if e.need == "real":
+        what = (
+            "is a set-level metric that compares each generator with the real set"
+            if level is Granularity.SET
+            else "needs the real set (its reference is the real images as a set)"
+        )
+        return cfg.error(
+            key, f"{name!r} {what}: set data.real (or data.references) to a folder of real images"
+        )
+    assert g is not None  # the other needs come from a generator's sources
+    gkey = (*g.key, "images")
+    if e.need == "reference":
+        folder = g.references or cfg.data.references
+        if folder is None:
+            return cfg.error(
+                key,
+                f"{name!r} compares each image with its reference: set data.references (or "
+                f"generators[{g.index}].references) to a folder of reference images with the same file stems",
+            )
+        names = {f.stem: f.name for f in inp.images[g.name]}
+        return cfg.error(
+            gkey,
+            f"{len(e.missing)} image(s) have no reference with the same stem in {cfg.ref(inp.ref_keys[folder])} = "
+            f"{str(folder)!r} (first: {', '.join(names[i] for i in e.missing[:3])}); {name!r} matches "
+            "references by file name without extension",
+        )
+    prompt_file = g.prompts or cfg.data.prompts
+    what = "reference images per sample" if e.need == "reference_sets" else "a prompt per image"
+    if prompt_file is None:
+        return cfg.error(
+            key,
+            f"{name!r} needs {what}: set data.prompts (or generators[{g.index}].prompts) to a JSONL file of "
+            '{"id": stem, "prompt": ..., "references": [...]}',
+        )
+    rows, pkey = inp.prompts[prompt_file], inp.prompt_keys[prompt_file]
+    no_line = [i for i in e.missing if i not in rows]
+    if no_line:
+        return cfg.error(
+            gkey,
+            f"{len(no_line)} image(s) have no line in {cfg.ref(pkey)} = {str(prompt_file)!r} "
+            f"(first ids: {', '.join(no_line[:3])}); {name!r} needs one per image",
+        )
+    field_name = "references" if e.need == "reference_sets" else "prompt"
+    row = rows[e.missing[0]]
+    return cfg.error(
+        pkey,
+        f"{prompt_file.name}:{row.line}: id {e.missing[0]!r} has no {field_name!r}, which {name!r} "
+        f"(metrics[{spec.index}]) needs",
+    )

@@ -19,6 +19,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from genmetrics.data.results import atomic_output, make_folder
 
 COLOR = "#4C72B0"
 TOP_ATTRIBUTES = 20
@@ -30,19 +34,24 @@ def _safe(name: str) -> str:
 
 
 def _figure(w: float, h: float) -> Any:
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
     fig = Figure(figsize=(w, h), layout="constrained")
     FigureCanvasAgg(fig)
     return fig
+
+
+def _save(fig: Any, path: Path, root: Path | None) -> None:
+    """Save a figure as PNG under the write rule (inside ``root``, never through a link, whole or not at all)."""
+    with atomic_output(path, root=root) as tmp:
+        fig.savefig(tmp, dpi=110, format="png")
 
 
 def _direction(entry: dict[str, Any]) -> str:
     return {True: "higher is better", False: "lower is better", None: ""}[entry["higher_is_better"]]
 
 
-def bar_chart(name: str, entry: dict[str, Any], order: list[str], path: Path, ci: float) -> bool:
+def bar_chart(
+    name: str, entry: dict[str, Any], order: list[str], path: Path, ci: float, root: Path | None = None
+) -> bool:
     """One bar per generator (mean, with the interval when there is one) into ``path``; False when no
     generator has a value.
 
@@ -83,7 +92,7 @@ def bar_chart(name: str, entry: dict[str, Any], order: list[str], path: Path, ci
     ax.set_ylabel(what)
     ax.set_title(f"{name} ({_direction(entry)})" if _direction(entry) else name)
     ax.grid(axis="y", alpha=0.3)
-    fig.savefig(path, dpi=110)
+    _save(fig, path, root)
     return True
 
 
@@ -118,7 +127,9 @@ def _part(result: dict[str, Any], ndim: int, keys: tuple[str, ...]) -> tuple[np.
     return None, None
 
 
-def attribute_bars(name: str, entry: dict[str, Any], order: list[str], path: Path) -> bool:
+def attribute_bars(
+    name: str, entry: dict[str, Any], order: list[str], path: Path, root: Path | None = None
+) -> bool:
     """Grouped bars of a set-level metric's per-attribute (or per-pair) values, one group per attribute;
     False when the results hold no such vector.
 
@@ -151,11 +162,11 @@ def attribute_bars(name: str, entry: dict[str, Any], order: list[str], path: Pat
     ax.set_title(f"{name} per attribute{' pair' if pairs else ''} (largest {len(top)})")
     ax.legend(fontsize="small")
     ax.grid(axis="y", alpha=0.3)
-    fig.savefig(path, dpi=110)
+    _save(fig, path, root)
     return True
 
 
-def heatmaps(name: str, generator: str, result: dict[str, Any], path: Path) -> bool:
+def heatmaps(name: str, generator: str, result: dict[str, Any], path: Path, root: Path | None = None) -> bool:
     """Signed maps (an R-SaD ``map`` [P,C] on its patch grid) of the strongest attributes; False when the
     result holds no square map.
 
@@ -188,7 +199,7 @@ def heatmaps(name: str, generator: str, result: dict[str, Any], path: Path) -> b
         ax.set_yticks([])
     fig.colorbar(im, ax=list(axes), shrink=0.8)
     fig.suptitle(f"{name}, {generator}: red = more in real, blue = more in generated", fontsize="small")
-    fig.savefig(path, dpi=110)
+    _save(fig, path, root)
     return True
 
 
@@ -203,8 +214,7 @@ def make_plots(out_dir: Path, summary: dict[str, Any]) -> list[tuple[str, str]]:
     ...     make_plots(Path(d) / "out", summary)
     [('psnr', 'plots/psnr.png')]
     """
-    plots = out_dir / "plots"
-    plots.mkdir(parents=True, exist_ok=True)
+    plots = make_folder(out_dir / "plots", root=out_dir)
     made: list[tuple[str, str]] = []
     used: set[str] = set()
 
@@ -219,15 +229,15 @@ def make_plots(out_dir: Path, summary: dict[str, Any]) -> list[tuple[str, str]]:
     order = summary["generators"]
     for name, entry in summary["columns"].items():
         f = path(_safe(name))
-        if bar_chart(name, entry, order, f, summary["ci"]):
+        if bar_chart(name, entry, order, f, summary["ci"], root=out_dir):
             made.append((name, f"plots/{f.name}"))
         if entry["level"] != "set":
             continue
         f = path(f"{_safe(name)}_per_attribute")
-        if attribute_bars(name, entry, order, f):
+        if attribute_bars(name, entry, order, f, root=out_dir):
             made.append((f"{name} per attribute", f"plots/{f.name}"))
         for g in order:
             f = path(f"{_safe(name)}_{_safe(g)}_heatmap")
-            if heatmaps(name, g, entry["generators"][g], f):
+            if heatmaps(name, g, entry["generators"][g], f, root=out_dir):
                 made.append((f"{name} map, {g}", f"plots/{f.name}"))
     return made

@@ -1,16 +1,22 @@
 """Aggregation and reports: ``summary.json``, ``leaderboard.md``, ``leaderboard.csv``, ``paired.csv`` and a
 self-contained ``leaderboard.html`` (plots embedded as PNG data URIs).
 
-* Per-sample columns: the mean over images with a BCa bootstrap interval
-  (:func:`genmetrics.functional.bootstrap.bootstrap_ci`; ``run.n_boot`` resamples, ``run.ci`` level,
-  ``run.seed``); missing or non-finite scores are left out and counted.
-* Set-level columns: the one value per generator; an interval when the metric offers ``bootstrap_ci``
-  (sad, pad: both sets resampled, from the per-image scores kept with ``keep_scores``).
-* Ranking: by ``run.rank_by`` (default: the first column whose metric has a direction), best first;
-  generators without a value go last, ties keep the config order.
-* Paired comparisons: for every pair of generators (in ranking order) and every per-sample column, the
-  mean difference A - B over the ids both have, with a paired bootstrap interval and p-value
-  (:func:`genmetrics.functional.bootstrap.paired_bootstrap`).
+The module has three layers, so each can change on its own:
+
+1. **statistics** (:func:`summarize`): per-sample columns get the mean over images with an interval from
+   :func:`_interval`, set-level columns their one value per generator (an interval when the metric offers
+   ``bootstrap_ci``: sad, pad), paired comparisons come from :func:`_paired`; the ranking follows
+   ``run.rank_by`` (default: the first column with a direction), best first, generators without a value
+   last; :func:`notes` says what a reader must know (random backbones, small sets, incomplete cells);
+2. **tables** (:func:`ranking_table`, :func:`paired_tables`): pandas DataFrames of display strings with a
+   DataFrame of CSS classes per cell (``l`` text, ``sig`` an interval that excludes 0);
+3. **renderers**: Markdown (:func:`to_markdown`), HTML (:func:`to_html`, pandas' ``Styler`` with HTML
+   escaping; :data:`CSS` holds the look), CSV (:func:`to_csv`, :func:`paired_csv`, pandas ``to_csv``).
+
+Text from the config or the data (generator names, labels, titles) is escaped for each format: HTML by
+pandas, Markdown by :func:`md_escape` (``|``, line breaks, ``<``, ``>``, ``&``), CSV by :func:`csv_safe`
+(a cell starting with ``=``, ``+``, ``-``, ``@``, a tab or a carriage return gets a leading ``'``, as
+spreadsheet tools expect, so it is never run as a formula).
 """
 
 from __future__ import annotations
@@ -18,23 +24,138 @@ from __future__ import annotations
 import base64
 import html
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
+from genmetrics.data.results import atomic_write_json, atomic_write_text
+from genmetrics.functional.bootstrap import bootstrap_ci, paired_bootstrap
+from genmetrics.leaderboard.notes import BANNER, notes
 from genmetrics.leaderboard.plan import SET_ID, Plan
+from genmetrics.leaderboard.plots import make_plots
+from genmetrics.registry import Granularity
 
 ARROW = {True: "↑", False: "↓", None: ""}
 MAX_PAIRS_MD = 15  # above this many pairs the Markdown shows neighbours in the ranking only
+__all__ = [
+    "BANNER",
+    "CSS",
+    "Table",
+    "cell",
+    "csv_safe",
+    "fmt",
+    "fmt_p",
+    "md_escape",
+    "notes",
+    "paired_csv",
+    "paired_tables",
+    "ranking_table",
+    "summarize",
+    "to_csv",
+    "to_html",
+    "to_markdown",
+    "write_reports",
+]
 
 
 def _finite(x: Any) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
-def summarize(plan: Plan, rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """The content of ``summary.json`` from the results rows of the planned keys.
+def _interval(values: list[float], run: Any) -> tuple[float, float, float]:
+    """``(mean, low, high)`` of a per-sample column (BCa bootstrap of the mean)."""
+    est, lo, hi = bootstrap_ci(values, n_boot=run.n_boot, alpha=1.0 - run.ci, seed=run.seed)
+    return est, lo, hi
+
+
+def _paired(a: list[float], b: list[float], run: Any) -> dict[str, Any]:
+    """The paired comparison of two generators on the ids both have: ``diff``, ``low``, ``high``,
+    ``p_value``, ``n``."""
+    return paired_bootstrap(a, b, n_boot=run.n_boot, alpha=1.0 - run.ci, seed=run.seed)
+
+
+# ------------------------------------------------------------------------------------------ statistics
+def _rows_by_column(
+    plan: Plan, rows: list[dict[str, Any]]
+) -> dict[tuple[str, str], dict[str, dict[str, Any]]]:
+    """``(column, generator) -> {id: row}`` for the planned keys (foreign rows are left out)."""
+    planned = set(plan.keys())
+    data: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
+    for r in rows:
+        k = (str(r.get("generator")), str(r.get("metric")), str(r.get("id")))
+        if k in planned:
+            data.setdefault((k[1], k[0]), {})[k[2]] = r
+    return data
+
+
+def _set_entry(sr: dict[str, Any] | None) -> dict[str, Any]:
+    ci = sr.get("ci") if sr else None
+    entry = {
+        "mean": sr.get("score") if sr else None,
+        "low": ci[0] if ci else None,
+        "high": ci[1] if ci else None,
+        "n": sr.get("n") if sr else 0,
+        "n_real": sr.get("n_real") if sr else None,
+    }
+    for extra in ("value", "labels", "grid"):
+        if sr and extra in sr:
+            entry[extra] = sr[extra]
+    return entry
+
+
+def _sample_entry(d: dict[str, dict[str, Any]], expected: list[str], run: Any) -> dict[str, Any]:
+    vals = [float(d[i]["score"]) for i in expected if i in d and _finite(d[i].get("score"))]
+    entry: dict[str, Any] = {
+        "mean": None,
+        "low": None,
+        "high": None,
+        "std": None,
+        "n": len(vals),
+        "n_expected": len(expected),
+        "n_invalid": sum(1 for i in expected if i in d and not _finite(d[i].get("score"))),
+    }
+    if vals:
+        est, lo, hi = _interval(vals, run)
+        entry.update(mean=est, low=lo, high=hi, std=float(np.std(vals, ddof=1)) if len(vals) > 1 else 0.0)
+    return entry
+
+
+def _order(columns: dict[str, dict[str, Any]], gens: list[str], rank_by: str | None) -> list[str]:
+    """Generators best first by ``rank_by`` in its direction; without a value last; ties in config order."""
+    if rank_by is None:
+        return list(gens)
+    entry = columns[rank_by]
+    sign = -1.0 if entry["higher_is_better"] in (True, None) else 1.0
+
+    def key(g: str) -> tuple:
+        m = entry["generators"][g]["mean"]
+        return (m is None, sign * m if m is not None else 0.0, gens.index(g))
+
+    return sorted(gens, key=key)
+
+
+def _pairs(d: dict[str, dict[str, dict[str, Any]]], order: list[str], run: Any) -> list[dict[str, Any]]:
+    """Every pair of generators (ranking order) compared on the ids both scored with a finite value."""
+    pairs = []
+    for i, a in enumerate(order):
+        for b in order[i + 1 :]:
+            shared = sorted(
+                k
+                for k in d[a]
+                if k in d[b] and _finite(d[a][k].get("score")) and _finite(d[b][k].get("score"))
+            )
+            if shared:
+                diff = _paired([d[a][k]["score"] for k in shared], [d[b][k]["score"] for k in shared], run)
+                pairs.append({"a": a, "b": b, **diff})
+    return pairs
+
+
+def summarize(plan: Plan, rows: list[dict[str, Any]], *, provider: str | None = None) -> dict[str, Any]:
+    """The content of ``summary.json`` from the results rows of the planned keys; ``provider`` names the
+    backbone provider the scores came from (``None``: real weights), for the reports' banner.
 
     Recomputed from ``results.jsonl``, it equals the summary of the run:
 
@@ -48,55 +169,19 @@ def summarize(plan: Plan, rows: list[dict[str, Any]]) -> dict[str, Any]:
     >>> again == result.summary, again["generators"]
     (True, ['copy', 'noisy'])
     """
-    from genmetrics.functional.bootstrap import bootstrap_ci, paired_bootstrap
-
     run = plan.config.run
-    alpha = 1.0 - run.ci
-    planned = set(plan.keys())
-    data: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
-    for r in rows:
-        k = (str(r.get("generator")), str(r.get("metric")), str(r.get("id")))
-        if k in planned:
-            data.setdefault((k[1], k[0]), {})[k[2]] = r
+    data = _rows_by_column(plan, rows)
     gens = [g.name for g in plan.generators]
-
     columns: dict[str, dict[str, Any]] = {}
     for mp in plan.metrics:
         for col in mp.columns:
-            res: dict[str, Any] = {}
-            for g in gens:
-                d = data.get((col.name, g), {})
-                if mp.level == "set":
-                    sr = d.get(SET_ID)
-                    ci = sr.get("ci") if sr else None
-                    res[g] = {
-                        "mean": sr.get("score") if sr else None,
-                        "low": ci[0] if ci else None,
-                        "high": ci[1] if ci else None,
-                        "n": sr.get("n") if sr else 0,
-                        "n_real": sr.get("n_real") if sr else None,
-                    }
-                    for extra in ("value", "labels", "grid"):
-                        if sr and extra in sr:
-                            res[g][extra] = sr[extra]
-                    continue
-                expected = [s.id for s in mp.samples[g]]
-                vals = [float(d[i]["score"]) for i in expected if i in d and _finite(d[i].get("score"))]
-                entry: dict[str, Any] = {
-                    "mean": None,
-                    "low": None,
-                    "high": None,
-                    "std": None,
-                    "n": len(vals),
-                    "n_expected": len(expected),
-                    "n_invalid": sum(1 for i in expected if i in d and not _finite(d[i].get("score"))),
+            if mp.level is Granularity.SET:
+                res = {g: _set_entry(data.get((col.name, g), {}).get(SET_ID)) for g in gens}
+            else:
+                res = {
+                    g: _sample_entry(data.get((col.name, g), {}), [s.id for s in mp.samples[g]], run)
+                    for g in gens
                 }
-                if vals:
-                    est, lo, hi = bootstrap_ci(vals, n_boot=run.n_boot, alpha=alpha, seed=run.seed)
-                    entry.update(
-                        mean=est, low=lo, high=hi, std=float(np.std(vals, ddof=1)) if len(vals) > 1 else 0.0
-                    )
-                res[g] = entry
             columns[col.name] = {
                 "metric": mp.spec.name,
                 "label": mp.spec.label,
@@ -106,50 +191,15 @@ def summarize(plan: Plan, rows: list[dict[str, Any]]) -> dict[str, Any]:
                 "higher_is_better": mp.higher_is_better,
                 "generators": res,
             }
-
     rank_by = run.rank_by or next((c for c, e in columns.items() if e["higher_is_better"] is not None), None)
-    order = list(gens)
-    if rank_by is not None:
-        hib = columns[rank_by]["higher_is_better"]
-        sign = -1.0 if hib in (True, None) else 1.0
-
-        def key(g: str) -> tuple:
-            m = columns[rank_by]["generators"][g]["mean"]
-            return (m is None, sign * m if m is not None else 0.0, gens.index(g))
-
-        order.sort(key=key)
-
+    order = _order(columns, gens, rank_by)
     for name, entry in columns.items():
-        if entry["level"] == "set":
-            entry["paired"] = []
-            continue
-        d = {g: data.get((name, g), {}) for g in gens}
-        pairs = []
-        for i, a in enumerate(order):
-            for b in order[i + 1 :]:
-                shared = [
-                    k
-                    for k in d[a]
-                    if k in d[b] and _finite(d[a][k].get("score")) and _finite(d[b][k].get("score"))
-                ]
-                if not shared:
-                    continue
-                shared.sort()
-                pb = paired_bootstrap(
-                    [d[a][k]["score"] for k in shared],
-                    [d[b][k]["score"] for k in shared],
-                    n_boot=run.n_boot,
-                    alpha=alpha,
-                    seed=run.seed,
-                )
-                pairs.append({"a": a, "b": b, **pb})
-        entry["paired"] = pairs
-
+        by_gen = {g: data.get((name, g), {}) for g in gens}
+        entry["paired"] = [] if entry["level"] == "set" else _pairs(by_gen, order, run)
     ranking = []
     for i, g in enumerate(order):
         item: dict[str, Any] = {"rank": i + 1, "generator": g, "images": len(plan.images[g])}
-        for name, entry in columns.items():
-            item[name] = entry["generators"][g]["mean"]
+        item.update({name: entry["generators"][g]["mean"] for name, entry in columns.items()})
         ranking.append(item)
     return {
         "title": run.title,
@@ -160,10 +210,18 @@ def summarize(plan: Plan, rows: list[dict[str, Any]]) -> dict[str, Any]:
         "n_boot": run.n_boot,
         "seed": run.seed,
         "set_id": SET_ID,
+        "backbone_provider": provider,
         "generators": order,
         "ranking": ranking,
         "columns": columns,
     }
+
+
+def _split_notes(summary: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """``(banner, the rest)``: the random-backbones warning goes above everything, the other notes below the
+    table."""
+    ns = notes(summary)
+    return [n for n in ns if n.startswith(BANNER)], [n for n in ns if not n.startswith(BANNER)]
 
 
 # ------------------------------------------------------------------------------------------ formatting
@@ -200,25 +258,154 @@ def cell(entry: dict[str, Any]) -> str:
     return f"{fmt(entry['mean'])} [{fmt(entry['low'])}, {fmt(entry['high'])}]"
 
 
+def md_escape(text: Any) -> str:
+    """Text for a Markdown table cell or heading: ``|`` escaped, line breaks as ``<br>``, and ``<``, ``>``,
+    ``&`` as HTML entities (a name is shown as text, never run as markup).
+
+    >>> md_escape("a|b\\nc <i>")
+    'a\\\\|b<br>c &lt;i&gt;'
+    """
+    s = html.escape(str(text), quote=False).replace("|", "\\|")
+    return "<br>".join(s.splitlines()) if ("\n" in s or "\r" in s) else s
+
+
+def csv_safe(value: Any) -> Any:
+    """A CSV cell that spreadsheet tools will not run as a formula: text starting with ``=``, ``+``, ``-``,
+    ``@``, a tab or a carriage return gets a leading ``'`` (numbers are left alone).
+
+    >>> csv_safe("=HYPERLINK(1)"), csv_safe("-model"), csv_safe("model-a"), csv_safe(-0.5)
+    ("'=HYPERLINK(1)", "'-model", 'model-a', -0.5)
+    """
+    if isinstance(value, str) and value[:1] in ("=", "+", "-", "@", "\t", "\r"):
+        return "'" + value
+    return value
+
+
 def _header(name: str, entry: dict[str, Any]) -> str:
     arrow = ARROW[entry["higher_is_better"]]
     return f"{name} {arrow}".strip() + (" (set)" if entry["level"] == "set" else "")
-
-
-def _pairs_to_show(entry: dict[str, Any], order: list[str]) -> list[dict[str, Any]]:
-    pairs = entry["paired"]
-    if len(pairs) <= MAX_PAIRS_MD:
-        return pairs
-    nxt = {a: b for a, b in zip(order, order[1:])}
-    return [p for p in pairs if nxt.get(p["a"]) == p["b"]]
 
 
 def _significant(p: dict[str, Any]) -> bool:
     return p["low"] > 0 or p["high"] < 0
 
 
+def _pairs_to_show(entry: dict[str, Any], order: list[str]) -> list[dict[str, Any]]:
+    pairs = entry["paired"]
+    if len(pairs) <= MAX_PAIRS_MD:
+        return pairs
+    nxt = dict(zip(order, order[1:]))
+    return [p for p in pairs if nxt.get(p["a"]) == p["b"]]
+
+
+def _intro(summary: dict[str, Any]) -> str:
+    cols = summary["columns"]
+    level_s = f"{round(summary['ci'] * 100, 4):g}%"
+    direction = {True: "higher is better", False: "lower is better", None: "no direction"}[
+        summary["higher_is_better"]
+    ]
+    sets = any(e["level"] == "set" for e in cols.values())
+    return (
+        f"{len(summary['generators'])} generators ranked best first by {{rank_by}} ({direction}). "
+        f"Cells: mean over images [{level_s} bootstrap CI, {summary['n_boot']} resamples, seed {summary['seed']}]"
+        + ("; (set) columns: one value per generator against the real set." if sets else ".")
+    )
+
+
+# ------------------------------------------------------------------------------------------ tables
+@dataclass
+class Table:
+    """A report table: ``frame`` holds the display strings, ``classes`` a CSS class per cell (``""`` none:
+    ``l`` left-aligned text, ``sig`` a paired interval that excludes 0), ``align`` ``l``/``r`` per column
+    (Markdown), ``title`` a heading above it.
+
+    >>> t = Table(pd.DataFrame({"a": ["x"]}), pd.DataFrame({"a": ["l"]}), ["l"])
+    >>> t.frame.shape, t.title
+    ((1, 1), None)
+    """
+
+    frame: pd.DataFrame
+    classes: pd.DataFrame
+    align: list[str]
+    title: str | None = None
+
+
+def ranking_table(summary: dict[str, Any]) -> Table:
+    """The leaderboard: one row per generator (best first), ``mean [low, high]`` per column.
+
+    >>> s = {"columns": {"psnr": {"higher_is_better": True, "level": "sample",
+    ...                           "generators": {"a": {"mean": 20.0, "low": 19.0, "high": 21.0}}}},
+    ...      "ranking": [{"rank": 1, "generator": "a", "images": 3}]}
+    >>> ranking_table(s).frame.to_dict("records")
+    [{'rank': '1', 'generator': 'a', 'images': '3', 'psnr ↑': '20 [19, 21]'}]
+    """
+    cols = summary["columns"]
+    head = ["rank", "generator", "images"] + [_header(n, e) for n, e in cols.items()]
+    rows = [
+        [str(item["rank"]), item["generator"], str(item["images"])]
+        + [cell(e["generators"][item["generator"]]) for e in cols.values()]
+        for item in summary["ranking"]
+    ]
+    frame = pd.DataFrame(rows, columns=head)
+    classes = pd.DataFrame([["", "l", ""] + [""] * len(cols) for _ in rows], columns=head)
+    return Table(frame, classes, ["r", "l", "r"] + ["r"] * len(cols))
+
+
+def paired_tables(summary: dict[str, Any], *, neighbours_only: bool = False) -> dict[str, Table]:
+    """Per per-sample column with comparisons: ``A``, ``B``, ``A − B`` (``*`` when the interval excludes 0),
+    ``CI``, ``p``, ``n``; ``neighbours_only`` keeps only neighbours in the ranking above
+    :data:`MAX_PAIRS_MD` pairs.
+
+    >>> s = {"n_boot": 1000, "generators": ["a", "b"], "columns": {"psnr": {"higher_is_better": True,
+    ...      "level": "sample", "paired": [{"a": "a", "b": "b", "diff": 2.0, "low": 1.0, "high": 3.0,
+    ...                                     "p_value": 0.0, "n": 12}]}}}
+    >>> t = paired_tables(s)["psnr"]
+    >>> t.title, t.frame.iloc[0].tolist(), t.classes.iloc[0].tolist()[2]
+    ('psnr ↑', ['a', 'b', '+2 *', '[+1, +3]', '<0.001', '12'], 'sig')
+    """
+    out: dict[str, Table] = {}
+    head = ["A", "B", "A − B", "CI", "p", "n"]
+    for name, e in summary["columns"].items():
+        if e["level"] != "sample" or not e["paired"]:
+            continue
+        pairs = _pairs_to_show(e, summary["generators"]) if neighbours_only else e["paired"]
+        rows, classes = [], []
+        for p in pairs:
+            sig = _significant(p)
+            rows.append(
+                [
+                    p["a"],
+                    p["b"],
+                    fmt(p["diff"], signed=True) + (" *" if sig else ""),
+                    f"[{fmt(p['low'], signed=True)}, {fmt(p['high'], signed=True)}]",
+                    fmt_p(p["p_value"], summary["n_boot"]),
+                    str(p["n"]),
+                ]
+            )
+            classes.append(["l", "l", "sig" if sig else "", "", "", ""])
+        out[name] = Table(
+            pd.DataFrame(rows, columns=head),
+            pd.DataFrame(classes, columns=head),
+            ["l", "l", "r", "r", "r", "r"],
+            title=_header(name, e),
+        )
+    return out
+
+
+# ------------------------------------------------------------------------------------------ Markdown
+def _md_table(t: Table) -> list[str]:
+    """A pipe table. pandas' ``to_markdown`` needs ``tabulate``, which is not installed with genmetrics (and
+    does not escape ``|`` or line breaks in cells), so the ten lines are written here."""
+    sep = {"l": "---", "r": "---:"}
+    lines = ["| " + " | ".join(md_escape(c) for c in t.frame.columns) + " |"]
+    lines.append("|" + "|".join(sep[a] for a in t.align) + "|")
+    for row in t.frame.itertuples(index=False):
+        lines.append("| " + " | ".join(md_escape(v) for v in row) + " |")
+    return lines
+
+
 def to_markdown(summary: dict[str, Any], plots: list[tuple[str, str]]) -> str:
-    """``leaderboard.md``: the ranking table (mean [CI] per column), paired comparisons and plots.
+    """``leaderboard.md``: the notes, the ranking table (mean [CI] per column), paired comparisons and plots.
 
     >>> import tempfile
     >>> from genmetrics.leaderboard import run_leaderboard
@@ -230,47 +417,16 @@ def to_markdown(summary: dict[str, Any], plots: list[tuple[str, str]]) -> str:
     |---:|---|---:|---:|
     | 1 | copy | 3 | 100 [100, 100] |
     """
-    cols = summary["columns"]
-    order = summary["generators"]
-    level = round(summary["ci"] * 100, 4)
-    level_s = f"{level:g}%"
-    lines = [f"# {summary['title']}", ""]
-    rb = summary["rank_by"]
-    direction = {True: "higher is better", False: "lower is better", None: "no direction"}[
-        summary["higher_is_better"]
-    ]
-    lines.append(
-        f"{len(order)} generators ranked best first by **{rb}** ({direction}). "
-        f"Cells: mean over images [{level_s} bootstrap CI, {summary['n_boot']} resamples, seed {summary['seed']}]"
-        + (
-            "; `(set)` columns: one value per generator against the real set."
-            if any(e["level"] == "set" for e in cols.values())
-            else "."
-        )
-    )
-    lines.append("")
-    head = ["rank", "generator", "images"] + [_header(n, e) for n, e in cols.items()]
-    lines.append("| " + " | ".join(head) + " |")
-    lines.append("|" + "|".join(["---:", "---", "---:"] + ["---:"] * len(cols)) + "|")
-    for item in summary["ranking"]:
-        g = item["generator"]
-        row = [str(item["rank"]), g, str(item["images"])] + [cell(e["generators"][g]) for e in cols.values()]
-        lines.append("| " + " | ".join(row) + " |")
-    incomplete = [
-        (n, g, e["generators"][g])
-        for n, e in cols.items()
-        if e["level"] == "sample"
-        for g in order
-        if e["generators"][g]["n"] < e["generators"][g]["n_expected"]
-    ]
-    if incomplete:
-        lines += [
-            "",
-            "Incomplete: "
-            + "; ".join(f"{n} / {g}: {v['n']} of {v['n_expected']} images scored" for n, g, v in incomplete),
-        ]
-    sample_cols = {n: e for n, e in cols.items() if e["level"] == "sample" and e["paired"]}
-    if sample_cols:
+    banner, rest = _split_notes(summary)
+    lines = [f"# {md_escape(summary['title'])}", ""]
+    lines += [f"> **{md_escape(n)}**" for n in banner] + ([""] if banner else [])
+    lines += [_intro(summary).replace("{rank_by}", f"**{md_escape(summary['rank_by'])}**"), ""]
+    lines += _md_table(ranking_table(summary))
+    for note in rest:
+        lines += ["", md_escape(note)]
+    tables = paired_tables(summary, neighbours_only=True)
+    if tables:
+        level_s = f"{round(summary['ci'] * 100, 4):g}%"
         lines += [
             "",
             "## Paired comparisons",
@@ -278,29 +434,14 @@ def to_markdown(summary: dict[str, Any], plots: list[tuple[str, str]]) -> str:
             f"Mean difference A − B over the images both generators have, with a {level_s} paired-bootstrap "
             "CI and two-sided p-value; `*` marks intervals that exclude 0.",
         ]
-        for n, e in sample_cols.items():
-            shown = _pairs_to_show(e, order)
-            lines += [
-                "",
-                f"### {_header(n, e)}",
-                "",
-                "| A | B | A − B | CI | p | n |",
-                "|---|---|---:|---:|---:|---:|",
-            ]
-            for p in shown:
-                star = " *" if _significant(p) else ""
-                lines.append(
-                    f"| {p['a']} | {p['b']} | {fmt(p['diff'], signed=True)}{star} | "
-                    f"[{fmt(p['low'], signed=True)}, {fmt(p['high'], signed=True)}] | "
-                    f"{fmt_p(p['p_value'], summary['n_boot'])} | {p['n']} |"
-                )
-            if len(shown) < len(e["paired"]):
-                lines.append(
-                    f"\n(neighbours in the ranking only; all {len(e['paired'])} pairs are in paired.csv)"
-                )
+        for name, t in tables.items():
+            lines += ["", f"### {md_escape(t.title)}", "", *_md_table(t)]
+            total = len(summary["columns"][name]["paired"])
+            if len(t.frame) < total:
+                lines.append(f"\n(neighbours in the ranking only; all {total} pairs are in paired.csv)")
     if plots:
         lines += ["", "## Plots", ""]
-        lines += [f"![{t}]({p})" for t, p in plots]
+        lines += [f"![{md_escape(t)}]({p})" for t, p in plots]
     lines += [
         "",
         "Files: `results.jsonl` (one row per generator, metric and image), `summary.json`, "
@@ -310,18 +451,23 @@ def to_markdown(summary: dict[str, Any], plots: list[tuple[str, str]]) -> str:
     return "\n".join(lines)
 
 
+# ------------------------------------------------------------------------------------------ CSV
 def _csv(rows: list[dict[str, Any]], columns: list[str], counts: list[str]) -> str:
-    """A CSV table via pandas: numbers at full precision, missing values empty, count columns as integers."""
-    import pandas as pd
-
+    """A CSV table via pandas: numbers at full precision, missing values empty, count columns as integers,
+    text cells and headers made safe for spreadsheet tools (:func:`csv_safe`)."""
     df = pd.DataFrame(rows, columns=columns)
     for c in counts:
         df[c] = df[c].astype("Int64")
+    for c in df.columns:
+        if not pd.api.types.is_numeric_dtype(df[c]):  # text (object or pandas' string dtype)
+            df[c] = df[c].map(csv_safe)
+    df.columns = [csv_safe(c) for c in df.columns]
     return df.to_csv(index=False, lineterminator="\n")
 
 
 def to_csv(summary: dict[str, Any]) -> str:
-    """``leaderboard.csv``: one row per generator (best first); mean, low, high and n of every column.
+    """``leaderboard.csv``: one row per generator (best first); mean, low, high and n of every column (and a
+    ``note`` column on every row when the scores come from random backbones).
 
     >>> import tempfile
     >>> from genmetrics.leaderboard import run_leaderboard
@@ -333,6 +479,7 @@ def to_csv(summary: dict[str, Any]) -> str:
     """
     cols = summary["columns"]
     head = ["rank", "generator", "images"] + [f"{n}{s}" for n in cols for s in ("", "_low", "_high", "_n")]
+    banner = _split_notes(summary)[0]
     rows = []
     for item in summary["ranking"]:
         g = item["generator"]
@@ -342,8 +489,10 @@ def to_csv(summary: dict[str, Any]) -> str:
             row.update(
                 {n: v["mean"], f"{n}_low": v.get("low"), f"{n}_high": v.get("high"), f"{n}_n": v.get("n")}
             )
+        if banner:
+            row["note"] = banner[0]
         rows.append(row)
-    return _csv(rows, head, ["rank", "images"] + [f"{n}_n" for n in cols])
+    return _csv(rows, head + (["note"] if banner else []), ["rank", "images"] + [f"{n}_n" for n in cols])
 
 
 def paired_csv(summary: dict[str, Any]) -> str:
@@ -367,10 +516,27 @@ def paired_csv(summary: dict[str, Any]) -> str:
     return _csv(rows, head, ["n"])
 
 
-_CSS = """body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2rem auto;max-width:1100px;
+# ------------------------------------------------------------------------------------------ HTML
+#: the look of leaderboard.html (classes: ``lb`` the ranking table, ``l`` text cells, ``sig`` significant
+#: differences, ``note`` small print, ``banner`` a warning before the tables)
+CSS = """body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2rem auto;max-width:1100px;
 padding:0 1rem;color:#222}table{border-collapse:collapse;margin:1rem 0}th,td{border:1px solid #ccc;
-padding:.3rem .6rem;text-align:right}th{background:#f3f3f3}td.l,th.l{text-align:left}table.lb tr:nth-child(2) td{font-weight:600}
-.sig{color:#0a6}.note{color:#555;font-size:.9rem}img{max-width:100%;border:1px solid #eee;margin:.5rem 0}"""
+padding:.3rem .6rem;text-align:right}th{background:#f3f3f3}td.l,th.l{text-align:left}
+table.lb tbody tr:first-child td{font-weight:600}.sig{color:#0a6}.note{color:#555;font-size:.9rem}
+.banner{background:#fff3cd;border:1px solid #e0c36c;padding:.5rem .8rem}
+img{max-width:100%;border:1px solid #eee;margin:.5rem 0}"""
+
+
+def _html_table(t: Table, css_class: str = "") -> str:
+    """A table through pandas' Styler: every cell and header HTML-escaped, the per-cell classes of ``t``."""
+    styler = (
+        t.frame.style.format(escape="html")
+        .format_index(escape="html", axis=1)
+        .set_td_classes(t.classes)
+        .hide(axis="index")
+        .set_uuid(css_class or "t")
+    )
+    return styler.to_html(table_attributes=f'class="{css_class}"' if css_class else None, cell_ids=False)
 
 
 def to_html(summary: dict[str, Any], plots: list[tuple[str, Path]]) -> str:
@@ -386,57 +552,29 @@ def to_html(summary: dict[str, Any], plots: list[tuple[str, Path]]) -> str:
     (True, True)
     """
     e = html.escape
-    cols = summary["columns"]
-    order = summary["generators"]
     level_s = f"{round(summary['ci'] * 100, 4):g}%"
     out = [
         "<!DOCTYPE html>",
         '<html><head><meta charset="utf-8">',
         f"<title>{e(summary['title'])}</title>",
-        f"<style>{_CSS}</style></head><body>",
+        f"<style>{CSS}</style></head><body>",
         f"<h1>{e(summary['title'])}</h1>",
     ]
-    direction = {True: "higher is better", False: "lower is better", None: "no direction"}[
-        summary["higher_is_better"]
-    ]
-    out.append(
-        f'<p class="note">Ranked best first by <b>{e(str(summary["rank_by"]))}</b> ({direction}). Cells: mean '
-        f"over images [{level_s} bootstrap CI, {summary['n_boot']} resamples, seed {summary['seed']}]; (set) "
-        "columns: one value per generator against the real set.</p>"
-    )
-    out.append(
-        '<table class="lb"><tr><th>rank</th><th class="l">generator</th><th>images</th>'
-        + "".join(f"<th>{e(_header(n, c))}</th>" for n, c in cols.items())
-        + "</tr>"
-    )
-    for item in summary["ranking"]:
-        g = item["generator"]
-        out.append(
-            f'<tr><td>{item["rank"]}</td><td class="l">{e(g)}</td><td>{item["images"]}</td>'
-            + "".join(f"<td>{e(cell(c['generators'][g]))}</td>" for c in cols.values())
-            + "</tr>"
-        )
-    out.append("</table>")
-    sample_cols = {n: c for n, c in cols.items() if c["level"] == "sample" and c["paired"]}
-    if sample_cols:
+    banner, rest = _split_notes(summary)
+    out += [f'<p class="banner">{e(n)}</p>' for n in banner]
+    intro = e(_intro(summary)).replace("{rank_by}", f"<b>{e(str(summary['rank_by']))}</b>")
+    out.append(f'<p class="note">{intro}</p>')
+    out.append(_html_table(ranking_table(summary), "lb"))
+    out += [f'<p class="note">{e(n)}</p>' for n in rest]
+    tables = paired_tables(summary)
+    if tables:
         out.append(
             f'<h2>Paired comparisons</h2><p class="note">Mean difference A − B over shared images, {level_s} '
             "paired-bootstrap CI, two-sided p-value; green: the interval excludes 0.</p>"
         )
-        for n, c in sample_cols.items():
-            out.append(
-                f'<h3>{e(_header(n, c))}</h3><table><tr><th class="l">A</th><th class="l">B</th>'
-                "<th>A − B</th><th>CI</th><th>p</th><th>n</th></tr>"
-            )
-            for p in c["paired"]:
-                cls = ' class="sig"' if _significant(p) else ""
-                out.append(
-                    f'<tr><td class="l">{e(p["a"])}</td><td class="l">{e(p["b"])}</td>'
-                    f"<td{cls}>{fmt(p['diff'], signed=True)}</td>"
-                    f"<td>[{fmt(p['low'], signed=True)}, {fmt(p['high'], signed=True)}]</td>"
-                    f"<td>{e(fmt_p(p['p_value'], summary['n_boot']))}</td><td>{p['n']}</td></tr>"
-                )
-            out.append("</table>")
+        for name, t in tables.items():
+            out.append(f"<h3>{e(t.title or name)}</h3>")
+            out.append(_html_table(t, f"paired-{len(out)}"))
     if plots:
         out.append("<h2>Plots</h2>")
         for title, path in plots:
@@ -445,14 +583,15 @@ def to_html(summary: dict[str, Any], plots: list[tuple[str, Path]]) -> str:
                 f'<figure><img alt="{e(title)}" src="data:image/png;base64,{data}">'
                 f'<figcaption class="note">{e(title)}</figcaption></figure>'
             )
-    out.append(
-        f'<p class="note">{len(order)} generators; config {e(str(summary["config"]))}.</p></body></html>'
-    )
+    config = e(str(summary["config"]))
+    out.append(f'<p class="note">{len(summary["generators"])} generators; config {config}.</p></body></html>')
     return "\n".join(out) + "\n"
 
 
+# ------------------------------------------------------------------------------------------ files
 def write_reports(out_dir: Path, plan: Plan, summary: dict[str, Any], *, plots: bool = True) -> list[Path]:
-    """Write summary.json, the reports and (optionally) the plots, each atomically; returns the paths.
+    """Write summary.json, the reports and (optionally) the plots, each atomically and under the write rule
+    (inside ``out_dir``, never through a link); returns the paths.
 
     >>> import tempfile
     >>> from genmetrics.leaderboard import build_plan, load_config, run_leaderboard
@@ -463,20 +602,13 @@ def write_reports(out_dir: Path, plan: Plan, summary: dict[str, Any], *, plots: 
     ...     [p.name for p in write_reports(Path(d) / "again", plan, summary, plots=False)]
     ['summary.json', 'leaderboard.md', 'leaderboard.csv', 'paired.csv', 'leaderboard.html']
     """
-    from genmetrics.data.results import atomic_write_json, atomic_write_text
-
-    made: list[tuple[str, str]] = []
-    if plots:
-        from genmetrics.leaderboard.plots import make_plots
-
-        made = make_plots(out_dir, summary)
-    paths = [
-        atomic_write_json(out_dir / "summary.json", summary),
-        atomic_write_text(out_dir / "leaderboard.md", to_markdown(summary, made)),
-        atomic_write_text(out_dir / "leaderboard.csv", to_csv(summary)),
-        atomic_write_text(out_dir / "paired.csv", paired_csv(summary)),
+    made = make_plots(out_dir, summary) if plots else []
+    return [
+        atomic_write_json(out_dir / "summary.json", summary, root=out_dir),
+        atomic_write_text(out_dir / "leaderboard.md", to_markdown(summary, made), root=out_dir),
+        atomic_write_text(out_dir / "leaderboard.csv", to_csv(summary), root=out_dir),
+        atomic_write_text(out_dir / "paired.csv", paired_csv(summary), root=out_dir),
         atomic_write_text(
-            out_dir / "leaderboard.html", to_html(summary, [(t, out_dir / p) for t, p in made])
+            out_dir / "leaderboard.html", to_html(summary, [(t, out_dir / p) for t, p in made]), root=out_dir
         ),
     ]
-    return paths

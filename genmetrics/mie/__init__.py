@@ -5,7 +5,7 @@ with a rank head and a diagnostic head scores how well every subject is bound: a
 better) and three logits (existence, appearance, interaction). See docs/mie.md.
 
 Registered metric: ``mie``. Heavy names load lazily: :class:`MIEModel`, :class:`MIEOutput`,
-:class:`MIEMetric`, :func:`mie_loss`, :func:`train_mie`, :func:`evaluate_human`, :func:`rank_generators`.
+:class:`MIEMetric`, :func:`mie_loss`, :func:`train_mie` (and its named ``RECIPES``), :func:`evaluate_human`, :func:`rank_generators`.
 """
 
 from __future__ import annotations
@@ -51,6 +51,7 @@ _LAZY = {
     "DIMENSIONS": "genmetrics.mie.model",
     "MIEMetric": "genmetrics.mie.metric",
     "TrainConfig": "genmetrics.mie.train",
+    "RECIPES": "genmetrics.mie.train",
     "train_mie": "genmetrics.mie.train",
     "evaluate_human": "genmetrics.mie.evaluate",
     "rank_generators": "genmetrics.mie.ranking",

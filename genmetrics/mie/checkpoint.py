@@ -14,7 +14,7 @@ The authors' layout (``MIE_Inference/README.md``; ``lens_*`` are their pre-renam
     trainable_backbone.pt                  {param name: tensor} (modes layer_only, partial, lora_layer, full)
 
 ``.pt`` files are read with ``torch.load(weights_only=True)`` only. Parameter names are matched after
-:func:`~genmetrics.mie.model.canonical_name` (peft and ``*ForConditionalGeneration`` prefixes removed),
+:func:`~genmetrics.mie.common.canonical_name` (peft and ``*ForConditionalGeneration`` prefixes removed),
 every tensor of a file must apply to a parameter of the same shape, and the trained layers and LoRA
 layers the mode implies must all be present: anything else is one :class:`WeightsUnavailableError`
 listing what did not apply (a partial ``strict=False`` load that silently applies nothing is the
@@ -24,14 +24,24 @@ classic failure this prevents). :attr:`MIEModel.load_report` counts what was app
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 from pathlib import Path
 from typing import Any
 
 import torch
+from huggingface_hub import snapshot_download
+from peft import LoraConfig
+from safetensors.torch import save_file
 
+from genmetrics.backbones.hf import hf_cache_dir
+from genmetrics.backbones.weights import load_state_dict, offline, weights_unavailable
+from genmetrics.data.results import atomic_output, atomic_write_json, make_folder
 from genmetrics.errors import InputError, WeightsUnavailableError
+from genmetrics.mie.common import LORA_TARGETS, PROMPT_TEMPLATE, build_backbone, canonical_name
+
+log = logging.getLogger(__name__)
 
 FORMAT_VERSION = 2
 CONFIG_NAMES = ("mie_config.json", "lens_config.json")
@@ -50,8 +60,11 @@ AUTHOR_MODES = {
 
 _TRAIN_HINT = (
     "Train heads with `genmetrics train mie --data silver.jsonl --out DIR` (see docs/mie.md), then pass "
-    "heads=DIR (Python) or --heads DIR (command line); a hub id of a published MIE checkpoint also works."
+    "heads=DIR (Python) or --heads DIR (command line: the run's best/ checkpoint, else final/); a hub id of "
+    "a published MIE checkpoint also works."
 )
+#: the loadable checkpoints of a training run's folder, in order of preference (train_mie's "checkpoint")
+RUN_CHECKPOINTS = ("best", "final")
 
 
 def _pick(folder: Path, names: tuple[str, ...]) -> Path | None:
@@ -62,32 +75,47 @@ def _pick(folder: Path, names: tuple[str, ...]) -> Path | None:
 
 
 def resolve_heads(path_or_id: str | os.PathLike) -> Path:
-    """A local checkpoint folder (holding ``mie_config.json`` or ``lens_config.json``) or a hub id -> folder.
+    """A checkpoint folder (holding ``mie_config.json`` or ``lens_config.json``), the ``--out`` folder of
+    ``genmetrics train mie`` (its ``best/`` checkpoint, else ``final/``: what ``train_mie`` returns as
+    ``result["checkpoint"]``) or a hub id -> the checkpoint folder.
 
     >>> import tempfile
     >>> with tempfile.TemporaryDirectory() as d:
     ...     _ = (Path(d) / "mie_config.json").write_text("{}")
-    ...     resolve_heads(d) == Path(d).resolve()
+    ...     resolve_heads(d) == Path(d)
     True
+    >>> with tempfile.TemporaryDirectory() as run:  # a training run's folder: its best checkpoint
+    ...     for sub in ("best", "final"):
+    ...         (Path(run) / sub).mkdir()
+    ...         _ = (Path(run) / sub / "mie_config.json").write_text("{}")
+    ...     resolve_heads(run).name
+    'best'
     """
-    from genmetrics.backbones.weights import offline, weights_unavailable
-
     s = os.fspath(path_or_id)
     p = Path(s).expanduser()
     if p.exists():
         if p.is_dir() and _pick(p, CONFIG_NAMES):
             return p
+        if p.is_dir():
+            for sub in RUN_CHECKPOINTS:
+                if _pick(p / sub, CONFIG_NAMES):
+                    log.info("MIE heads %s: a training run's folder; using its %s/ checkpoint", s, sub)
+                    return p / sub
+            steps = sorted((p / "checkpoints").glob("step-*")) if (p / "checkpoints").is_dir() else []
+            if steps:
+                raise WeightsUnavailableError(
+                    f"MIE heads {s!r} is an unfinished training run (newest checkpoint {steps[-1].name}, no "
+                    f"best/ or final/ yet): continue it with `genmetrics train mie ... --out {s} --resume`, "
+                    "then pass this folder again"
+                )
         raise WeightsUnavailableError(
-            f"MIE heads {s!r}: expected a folder holding mie_config.json (genmetrics' format or the authors' layout, "
-            f"also lens_config.json). {_TRAIN_HINT}"
+            f"MIE heads {s!r}: expected a checkpoint folder holding mie_config.json (genmetrics' format or the "
+            f"authors' layout, also lens_config.json) or a training run's --out folder (with best/ or "
+            f"final/). {_TRAIN_HINT}"
         )
     if not re.match(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$", s) or s.startswith((".", "/", "~")):
         raise WeightsUnavailableError(f"MIE heads {s!r}: no such folder. {_TRAIN_HINT}")
-    from genmetrics.backbones.hf import hf_cache_dir
-
     try:
-        from huggingface_hub import snapshot_download
-
         return Path(snapshot_download(s, cache_dir=str(hf_cache_dir()), local_files_only=offline()))
     except Exception as e:  # noqa: BLE001 - any hub failure becomes one clear error
         err = weights_unavailable(
@@ -144,68 +172,113 @@ def read_config(folder: Path) -> tuple[dict[str, Any], str]:
     return cfg, "authors"
 
 
-def _torch_load(path: Path) -> Any:
+def _torch_load(path: Path, safe: str) -> Any:
+    """``torch.load(weights_only=True)``; a pickle that needs code (or a file that is not a tensor file) is
+    refused naming the file and the safe format ``safe`` to write instead (never torch's advice to turn
+    ``weights_only`` off)."""
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # noqa: BLE001 - pickles with code, corrupt files: one clear error
+        found = re.search(r"GLOBAL ([\w.]+)", str(e))
+        why = f"it pickles the object {found.group(1)}, which would run code" if found else type(e).__name__
         raise WeightsUnavailableError(
-            f"MIE checkpoint file {str(path)!r} cannot be loaded with weights_only=True "
-            f"({type(e).__name__}: {str(e)[:200]}); only plain tensor files are accepted"
+            f"MIE checkpoint file {str(path)!r} is refused: only plain tensors load (torch.load with "
+            f"weights_only=True), and {why}. Write it as {safe}"
         ) from None
+
+
+def _check_tensors(tensors: Any, what: str) -> dict[str, torch.Tensor]:
+    """Every value a tensor with finite values, or one error naming the file and the tensor."""
+    if not isinstance(tensors, dict):
+        raise WeightsUnavailableError(f"{what}: expected a dict of tensors, got {type(tensors).__name__}")
+    for k, v in tensors.items():
+        if not isinstance(v, torch.Tensor):
+            raise WeightsUnavailableError(f"{what}: entry {k!r} is a {type(v).__name__}, not a tensor")
+        if v.is_floating_point() and not bool(torch.isfinite(v).all()):
+            bad = int((~torch.isfinite(v)).sum())
+            raise WeightsUnavailableError(
+                f"{what}: tensor {k!r} holds {bad} NaN or infinite value(s); the checkpoint is damaged or "
+                "tampered with: retrain or restore it"
+            )
+    return tensors
 
 
 # ---------------------------------------------------------------------- applying tensors
 def _apply(
     model: Any, tensors: dict[str, torch.Tensor], what: str, *, expected: set[str] | None = None
 ) -> int:
-    """Copy ``tensors`` (any naming, see ``canonical_name``) into the backbone; every one must apply and,
-    when given, every canonical name in ``expected`` must be covered. Returns the count applied."""
-    from genmetrics.mie.model import canonical_name
-
+    """Copy ``tensors`` (any naming, see ``canonical_name``) into the backbone; every one must apply (a
+    parameter of that name and shape, finite values) and, when given, every canonical name in ``expected``
+    must be covered; nothing is copied unless all do. Returns the count applied."""
+    _check_tensors(tensors, f"MIE checkpoint {what}")
     params = {canonical_name(n): p for n, p in model.vlm.named_parameters()}
-    applied, unmatched, bad_shape = set(), [], []
-    with torch.no_grad():
-        for k, v in tensors.items():
-            c = canonical_name(k)
-            p = params.get(c)
-            if p is None:
-                unmatched.append(k)
-            elif tuple(p.shape) != tuple(v.shape):
-                bad_shape.append(f"{k} {tuple(v.shape)} vs {tuple(p.shape)}")
-            else:
-                p.copy_(v.to(p.device, p.dtype))
-                applied.add(c)
-    missing = sorted((expected or set()) - applied)
+    todo, unmatched, bad_shape = {}, [], []
+    for k, v in tensors.items():
+        c = canonical_name(k)
+        p = params.get(c)
+        if p is None:
+            unmatched.append(k)
+        elif tuple(p.shape) != tuple(v.shape):
+            bad_shape.append(f"{k} {tuple(v.shape)} vs {tuple(p.shape)}")
+        else:
+            todo[c] = (p, v)
+    missing = sorted((expected or set()) - set(todo))
     if unmatched or bad_shape or missing or not tensors:
         raise WeightsUnavailableError(
-            f"MIE checkpoint {what}: {len(applied)} of {len(tensors)} tensors applied; refusing a partial load "
+            f"MIE checkpoint {what}: {len(todo)} of {len(tensors)} tensors apply; refusing a partial load "
             f"(no parameter named like {unmatched[:3]}; shape mismatches {bad_shape[:3]}; not in the file but trained "
             f"in this mode {missing[:3]}). Is it for another backbone, mode or unfreeze_layers?"
         )
-    return len(applied)
+    with torch.no_grad():
+        for p, v in todo.values():
+            p.copy_(v.to(p.device, p.dtype))
+    return len(todo)
 
 
-def _load_heads(model: Any, heads: dict[str, Any], what: str) -> int:
-    n = 0
-    for name in ("score_head", "classification_head"):
+_HEADS = ("score_head", "classification_head")
+_OWN_PREFIXES = ("score_head.", "classification_head.", "backbone.", "lora.")
+_SAFE_PT = "torch.save of a dict of tensors only (as the authors' save_pretrained writes it)"
+
+
+def _load_heads(model: Any, heads: Any, what: str) -> int:
+    """Both heads, strictly: exactly their tensors (no missing, no extra, same shapes, finite values)."""
+    if not isinstance(heads, dict):
+        raise WeightsUnavailableError(
+            f"MIE checkpoint {what}: expected a dict of head state dicts, got {type(heads).__name__}"
+        )
+    extra = sorted(str(k) for k in heads if k not in _HEADS)
+    if extra:
+        raise WeightsUnavailableError(
+            f"MIE checkpoint {what}: unexpected entries {extra[:5]} besides {list(_HEADS)}; refusing a file "
+            "that holds more than the heads"
+        )
+    loaded = {}
+    h = model.hidden_size
+    for name in _HEADS:
         sd = heads.get(name)
         if not isinstance(sd, dict):
             raise WeightsUnavailableError(
-                f"MIE checkpoint {what}: no {name!r} state dict (keys: {sorted(heads)[:5]})"
+                f"MIE checkpoint {what}: no {name!r} state dict (keys: {sorted(map(str, heads))[:5]})"
             )
-        head = getattr(model, name)
-        try:
-            head.load_state_dict({k: v.float() for k, v in sd.items()}, strict=True)
-        except RuntimeError as e:
-            h = model.hidden_size
+        _check_tensors(sd, f"MIE checkpoint {what} ({name})")
+        want = {k: tuple(v.shape) for k, v in getattr(model, name).state_dict().items()}
+        missing = sorted(set(want) - set(sd))
+        unexpected = sorted(set(sd) - set(want))
+        shapes = [
+            f"{k} {tuple(sd[k].shape)} vs {want[k]}"
+            for k in want
+            if k in sd and tuple(sd[k].shape) != want[k]
+        ]
+        if missing or unexpected or shapes:
             raise WeightsUnavailableError(
-                f"MIE checkpoint {what}: {name} does not load into this model's "
-                f"Linear({h}, {h // 2}) -> GELU -> Linear({h // 2}, n) head (keys '0.weight', "
-                f"'0.bias', '2.weight', '2.bias'; is it for another backbone?): "
-                f"{' '.join(str(e).split())[:300]}"
-            ) from None
-        n += len(sd)
-    return n
+                f"MIE checkpoint {what}: {name} does not load into this model's Linear({h}, {h // 2}) -> GELU "
+                f"-> Linear({h // 2}, n) head: missing tensors {missing[:4]}, unexpected {unexpected[:4]}, "
+                f"shape mismatches {shapes[:2]}; is it for another backbone?"
+            )
+        loaded[name] = sd
+    for name, sd in loaded.items():
+        getattr(model, name).load_state_dict({k: v.float() for k, v in sd.items()}, strict=True)
+    return sum(len(sd) for sd in loaded.values())
 
 
 def _adapter(folder: Path) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
@@ -216,7 +289,12 @@ def _adapter(folder: Path) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
             f"MIE checkpoint {str(folder)!r}: the mode uses LoRA but {ADAPTER_DIR}/adapter_config.json "
             "is missing"
         )
-    conf = json.loads(conf_p.read_text(encoding="utf-8"))
+    try:
+        conf = json.loads(conf_p.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise WeightsUnavailableError(f"{str(conf_p)!r} is not a readable JSON file ({e})") from None
+    if not isinstance(conf, dict):
+        raise WeightsUnavailableError(f"{str(conf_p)!r}: expected a JSON object, got {type(conf).__name__}")
     for flag in ("use_dora", "use_rslora"):
         if conf.get(flag):
             raise WeightsUnavailableError(f"{str(conf_p)!r}: {flag}=true is not supported by MIE")
@@ -225,11 +303,12 @@ def _adapter(folder: Path) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
             f"{str(conf_p)!r}: per-layer rank_pattern/alpha_pattern is not supported by MIE"
         )
     if (d / "adapter_model.safetensors").is_file():
-        from safetensors.torch import load_file
-
-        weights = load_file(str(d / "adapter_model.safetensors"))
+        weights = load_state_dict(d / "adapter_model.safetensors")
     elif (d / "adapter_model.bin").is_file():
-        weights = _torch_load(d / "adapter_model.bin")
+        weights = _torch_load(
+            d / "adapter_model.bin",
+            "adapter_model.safetensors (peft: save_pretrained(safe_serialization=True))",
+        )
     else:
         raise WeightsUnavailableError(
             f"MIE checkpoint {str(folder)!r}: {ADAPTER_DIR}/ has no adapter_model.safetensors or .bin"
@@ -238,12 +317,58 @@ def _adapter(folder: Path) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
 
 
 def _lora_modules(weights: dict[str, torch.Tensor]) -> list[str]:
-    from genmetrics.mie.model import canonical_name
-
     return sorted({canonical_name(k).rsplit(".lora_A", 1)[0] for k in weights if ".lora_A" in k})
 
 
 # ---------------------------------------------------------------------- save / load
+def recorded_backbone(name: str) -> str:
+    """How a checkpoint records its backbone: a local folder as its absolute path (so the checkpoint loads
+    from any working folder), a hub id or alias unchanged.
+
+    >>> import tempfile
+    >>> recorded_backbone("Qwen/Qwen3.5-0.8B")
+    'Qwen/Qwen3.5-0.8B'
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     Path(recorded_backbone(d)).is_absolute()
+    True
+    """
+    p = Path(name).expanduser()
+    return str(p.resolve()) if name and p.exists() else name
+
+
+def backbone_location(name: str, folder: Path) -> str:
+    """The backbone a checkpoint in ``folder`` names, as it should be loaded: a path that exists as written
+    (absolute, or relative to the working folder) or relative to the checkpoint folder -> that path; a name
+    that is written as a path (``./x``, ``../x``, ``~/x``, ``/x``, ``a/b/c``) and exists in neither place -> one
+    error naming both places; anything else (a hub id, an alias) unchanged.
+
+    >>> import tempfile
+    >>> backbone_location("Qwen/Qwen3.5-0.8B", Path("."))
+    'Qwen/Qwen3.5-0.8B'
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     (Path(d) / "vlm").mkdir()
+    ...     backbone_location("vlm", Path(d)) == str(Path(d) / "vlm")  # next to the checkpoint
+    True
+    >>> backbone_location("./models/missing-vlm", Path("/ckpt"))  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+        ...
+    genmetrics.errors.WeightsUnavailableError: MIE checkpoint '/ckpt': its backbone './models/missing-vlm' ... looked in ...
+    """
+    p = Path(name).expanduser()
+    places = [p] if p.is_absolute() else [Path.cwd() / p, folder / p]
+    for place in places:
+        if place.exists():
+            return str(place)
+    written_as_path = name.startswith(("/", "./", "../", "~", "\\")) or name.count("/") > 1 or "\\" in name
+    if written_as_path:
+        raise WeightsUnavailableError(
+            f"MIE checkpoint {str(folder)!r}: its backbone {name!r} (base_model_name in its config) is a local "
+            f"folder that does not exist; looked in {', '.join(repr(str(x)) for x in places)}. Pass the "
+            "backbone (backbone=/processor=, --backbone) or fix base_model_name"
+        )
+    return name
+
+
 def save_checkpoint(model: Any, path: str | os.PathLike) -> Path:
     """genmetrics' format (see module doc); the config is written last, atomically.
 
@@ -255,12 +380,15 @@ def save_checkpoint(model: Any, path: str | os.PathLike) -> Path:
     ...     sorted(p.name for p in save_checkpoint(model, Path(d) / "heads").iterdir())
     ['mie_config.json', 'mie_weights.safetensors']
     """
-    from safetensors.torch import save_file
+    out = make_folder(path)
+    _save_tensors(out / WEIGHTS_NAME, _weights(model), safetensors_metadata={"format": "genmetrics-mie"})
+    _write_json(out / "mie_config.json", model.config_dict())
+    return out
 
-    from genmetrics.mie.model import canonical_name
 
-    out = Path(path)
-    out.mkdir(parents=True, exist_ok=True)
+def _weights(model: Any) -> dict[str, torch.Tensor]:
+    """What genmetrics' format stores: ``score_head.*``, ``classification_head.*``, ``backbone.<canonical
+    name>`` (trained layers), ``lora.<canonical name>`` (LoRA A/B), on the CPU."""
     sd: dict[str, torch.Tensor] = {}
     for head in ("score_head", "classification_head"):
         sd.update({f"{head}.{k}": v for k, v in getattr(model, head).state_dict().items()})
@@ -268,15 +396,175 @@ def save_checkpoint(model: Any, path: str | os.PathLike) -> Path:
         sd[f"backbone.{canonical_name(n)}"] = model.vlm.get_parameter(n)
     for n in model.lora_parameter_names():
         sd[f"lora.{canonical_name(n)}"] = model.vlm.get_parameter(n)
-    save_file(
-        {k: v.detach().to("cpu").contiguous() for k, v in sd.items()},
-        str(out / WEIGHTS_NAME),
-        metadata={"format": "genmetrics-mie"},
+    return {k: v.detach().to("cpu").contiguous() for k, v in sd.items()}
+
+
+def _write_json(path: Path, obj: Any) -> None:
+    """Written last and atomically, under the write rule (genmetrics/data/results.py): a folder holding the
+    config holds every file it names."""
+    atomic_write_json(path, obj, root=path.parent)
+
+
+def _save_tensors(path: Path, tensors: Any, *, safetensors_metadata: dict[str, str] | None = None) -> None:
+    """One tensor file written whole or not at all, under the write rule: safetensors when ``metadata`` is
+    given, else ``torch.save`` (the authors' ``.pt`` layout, plain tensors only)."""
+    with atomic_output(path, root=path.parent) as tmp:
+        if safetensors_metadata is not None:
+            save_file(tensors, str(tmp), metadata=safetensors_metadata)
+        else:
+            torch.save(tensors, tmp)
+
+
+# ---------------------------------------------------------------------- export to the authors' layout
+#: The authors' loader builds ``*ForConditionalGeneration`` (the core model under ``model.``); in modes with
+#: LoRA it wraps it in a peft ``PeftModel`` (``base_model.model.`` before that).
+AUTHORS_PREFIX = {False: "model.", True: "base_model.model.model."}
+#: adapter_config.json keys every peft release since LoRA's first reads (a newer peft's extra keys can stop
+#: an older one; the authors' pin is older than genmetrics')
+_ADAPTER_KEYS = (
+    "peft_type",
+    "task_type",
+    "base_model_name_or_path",
+    "r",
+    "lora_alpha",
+    "lora_dropout",
+    "target_modules",
+    "bias",
+    "fan_in_fan_out",
+    "inference_mode",
+    "modules_to_save",
+    "init_lora_weights",
+    "layers_to_transform",
+    "layers_pattern",
+    "rank_pattern",
+    "alpha_pattern",
+    "use_rslora",
+    "use_dora",
+)
+
+
+def export_authors_layout(source: Any, out: str | os.PathLike, *, overwrite: bool = False) -> dict[str, Any]:
+    """Write a genmetrics MIE checkpoint (a folder in genmetrics' format, or an :class:`MIEModel`) in the
+    authors' layout, so their ``MIE_Inference/mie_loader.py`` loads it: ``mie_config.json``
+    (``base_model_name``, ``mode``, ``num_error_classes``, ``unfreeze_layers``; plus ``image_size`` and
+    ``exported_by``, which their loader ignores), ``mie_heads.pt``, ``trainable_backbone.pt`` (the trained
+    layers, named as their ``PeftModel`` / ``*ForConditionalGeneration`` names them, fp32) and
+    ``lora_adapter/`` (peft's adapter format, ``lora_layer`` only). Reads the files only: no backbone loads.
+    Returns ``{"out", "mode", "tensors", "lora_modules", "image_size", "notes"}``.
+
+    The authors' code scores images unresized: a checkpoint trained with ``image_size=512`` gives the same
+    numbers there only on images of at most 512 px (``notes`` says so).
+
+    >>> import tempfile
+    >>> from genmetrics.mie.model import MIEModel
+    >>> from genmetrics.testing import tiny_qwen35, tiny_qwen35_processor
+    >>> model = MIEModel(tiny_qwen35(), tiny_qwen35_processor(), unfreeze_layers=1, backbone_name="org/vlm")
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     info = export_authors_layout(model, Path(d) / "authors")
+    ...     names = sorted(p.name for p in Path(info["out"]).iterdir())
+    ...     again = load_checkpoint(MIEModel, info["out"], tiny_qwen35(), tiny_qwen35_processor())
+    >>> names, info["mode"], again.load_report["backbone"] == info["tensors"]["backbone"]
+    (['mie_config.json', 'mie_heads.pt', 'trainable_backbone.pt'], 'layer_only', True)
+    """
+    if isinstance(source, (str, os.PathLike)):
+        folder = resolve_heads(source)
+        cfg, layout = read_config(folder)
+        if layout != "genmetrics":
+            raise InputError(
+                f"export: {str(folder)!r} is already in the authors' layout ({_pick(folder, CONFIG_NAMES)}); "
+                "nothing to convert"
+            )
+        if not (folder / WEIGHTS_NAME).is_file():
+            raise WeightsUnavailableError(f"MIE checkpoint {str(folder)!r}: {WEIGHTS_NAME} is missing")
+        sd = load_state_dict(folder / WEIGHTS_NAME)
+    else:
+        cfg, sd = source.config_dict(), _weights(source)
+    if cfg.get("prompt_template", PROMPT_TEMPLATE) != PROMPT_TEMPLATE:
+        raise InputError(
+            "export: this checkpoint was trained with a custom prompt_template; the authors' code always uses "
+            "its own text, so it would score it with another input than it was trained on"
+        )
+    name = cfg.get("base_model_name") or ""
+    if not name:
+        raise InputError(
+            "export: the checkpoint does not name its backbone (base_model_name); the authors' loader needs it"
+        )
+    dst = Path(out)
+    if dst.exists() and any(dst.iterdir()) and not overwrite:
+        raise InputError(
+            f"export: {str(dst)!r} is not empty; choose a new folder or pass overwrite=True (--overwrite)"
+        )
+    dst = make_folder(dst)
+    mode = cfg["mode"]
+    lora = {k[len("lora.") :]: v for k, v in sd.items() if k.startswith("lora.")}
+    layers = {k[len("backbone.") :]: v for k, v in sd.items() if k.startswith("backbone.")}
+    wrapped = _lora_modules(lora)
+    prefix = AUTHORS_PREFIX[bool(wrapped)]
+    heads = {h: {k[len(h) + 1 :]: v for k, v in sd.items() if k.startswith(h + ".")} for h in _HEADS}
+    _save_tensors(dst / HEADS_NAMES[0], heads)
+    tensors = {"heads": sum(len(v) for v in heads.values()), "backbone": 0, "lora": 0}
+    if layers:
+        renamed = {prefix + _peft_name(k, wrapped): v.float() for k, v in layers.items()}
+        _save_tensors(dst / BACKBONE_NAME, renamed)
+        tensors["backbone"] = len(renamed)
+    if wrapped:
+        _write_adapter(dst / ADAPTER_DIR, lora, wrapped, cfg, name)
+        tensors["lora"] = len(lora)
+    notes = []
+    if cfg.get("image_size") is not None:
+        notes.append(
+            f"trained with image_size={cfg['image_size']}; the authors' code passes images unresized, so it "
+            f"gives genmetrics' numbers on images of at most {cfg['image_size']} px (longer side)"
+        )
+    _write_json(
+        dst / CONFIG_NAMES[0],
+        {
+            "base_model_name": name,
+            "mode": mode,
+            "num_error_classes": int(cfg["num_error_classes"]),
+            "unfreeze_layers": int(cfg["unfreeze_layers"]),
+            "image_size": cfg.get("image_size"),
+            "exported_by": "genmetrics",
+        },
     )
-    tmp = out / "mie_config.json.tmp"
-    tmp.write_text(json.dumps(model.config_dict(), indent=2), encoding="utf-8")
-    os.replace(tmp, out / "mie_config.json")
-    return out
+    return {
+        "out": str(dst),
+        "mode": mode,
+        "tensors": tensors,
+        "lora_modules": len(wrapped),
+        "image_size": cfg.get("image_size"),
+        "notes": notes,
+    }
+
+
+def _peft_name(name: str, wrapped: list[str]) -> str:
+    """``language_model.layers.3.mlp.up_proj.weight`` -> ``...up_proj.base_layer.weight`` when that linear
+    carries LoRA (peft moves the wrapped layer's own weight and bias under ``base_layer``)."""
+    module, _, leaf = name.rpartition(".")
+    return f"{module}.base_layer.{leaf}" if module in wrapped else name
+
+
+def _write_adapter(
+    folder: Path, lora: dict[str, torch.Tensor], wrapped: list[str], cfg: dict[str, Any], base: str
+) -> None:
+    folder = make_folder(folder)
+    prefix = AUTHORS_PREFIX[True]
+    _save_tensors(
+        folder / "adapter_model.safetensors",
+        {prefix + k: v.contiguous() for k, v in lora.items()},
+        safetensors_metadata={"format": "pt"},
+    )
+    conf = LoraConfig(
+        r=int(cfg["lora"]["r"]),
+        lora_alpha=int(cfg["lora"]["alpha"]),
+        lora_dropout=float(cfg["lora"]["dropout"]),
+        target_modules=["model." + m for m in wrapped],
+        bias="none",
+        base_model_name_or_path=base,
+        inference_mode=True,
+    ).to_dict()
+    conf["target_modules"] = sorted(conf["target_modules"])
+    _write_json(folder / "adapter_config.json", {k: conf.get(k) for k in _ADAPTER_KEYS})
 
 
 def load_checkpoint(
@@ -301,8 +589,6 @@ def load_checkpoint(
     >>> torch.equal(again.score_head[0].weight, model.score_head[0].weight)
     True
     """
-    from genmetrics.mie.model import build_backbone
-
     folder = resolve_heads(path_or_id)
     cfg, layout = read_config(folder)
     name = cfg.get("base_model_name") or cfg.get("model_name") or cfg.get("backbone") or ""
@@ -312,6 +598,7 @@ def load_checkpoint(
                 f"MIE checkpoint {str(path_or_id)!r} does not name its backbone; pass backbone= "
                 "and processor="
             )
+        name = backbone_location(name, folder)
         backbone, processor = build_backbone(name, device=device, dtype=dtype)
     elif processor is None:
         raise InputError("from_pretrained: pass the processor together with the backbone")
@@ -333,9 +620,6 @@ def _load_own(
     name: str,
     overrides: dict[str, Any],
 ) -> Any:
-    from genmetrics.backbones.weights import load_state_dict
-    from genmetrics.mie.model import LORA_TARGETS
-
     mode = cfg["mode"]
     kwargs = dict(
         tuning=None if mode == "head_only" else mode,
@@ -356,14 +640,16 @@ def _load_own(
         raise WeightsUnavailableError(
             f"MIE checkpoint {str(folder)!r}: {WEIGHTS_NAME} is missing. {_TRAIN_HINT}"
         )
-    sd = load_state_dict(folder / WEIGHTS_NAME)
-    heads = {
-        h: {k[len(h) + 1 :]: v for k, v in sd.items() if k.startswith(h + ".")}
-        for h in ("score_head", "classification_head")
-    }
-    report = {"heads": _load_heads(model, heads, str(folder))}
-    from genmetrics.mie.model import canonical_name
-
+    weights_p = folder / WEIGHTS_NAME
+    sd = _check_tensors(load_state_dict(weights_p), f"MIE checkpoint {str(weights_p)!r}")
+    extra = sorted(k for k in sd if not k.startswith(_OWN_PREFIXES))
+    if extra:
+        raise WeightsUnavailableError(
+            f"MIE checkpoint {str(weights_p)!r}: unexpected tensors {extra[:5]} (genmetrics' format holds only "
+            f"{', '.join(p + '*' for p in _OWN_PREFIXES)}); refusing a file that holds more"
+        )
+    heads = {h: {k[len(h) + 1 :]: v for k, v in sd.items() if k.startswith(h + ".")} for h in _HEADS}
+    report = {"heads": _load_heads(model, heads, str(weights_p))}
     layers = {k[len("backbone.") :]: v for k, v in sd.items() if k.startswith("backbone.")}
     lora = {k[len("lora.") :]: v for k, v in sd.items() if k.startswith("lora.")}
     for what, tensors, names in (
@@ -389,23 +675,22 @@ def _load_authors(
     name: str,
     overrides: dict[str, Any],
 ) -> Any:
-    from genmetrics.mie.model import canonical_name
-
     tuning, uses_lora, uses_layers = AUTHOR_MODES[cfg["mode"]]
     unfreeze = int(cfg.get("unfreeze_layers", 4)) if uses_layers else 0
     kwargs: dict[str, Any] = dict(
-        tuning=None, num_error_classes=int(cfg.get("num_error_classes", 3)), backbone_name=name or None
+        tuning=None,
+        num_error_classes=int(cfg.get("num_error_classes", 3)),
+        backbone_name=name or None,
+        # the authors' code hands images to the processor unresized (their loader and dataset never resize);
+        # a genmetrics export records the size it was trained with
+        image_size=cfg.get("image_size"),
     )
     kwargs.update(overrides)
     model = cls(backbone, processor, **kwargs)
     heads_p = _pick(folder, HEADS_NAMES)
     if heads_p is None:
         raise WeightsUnavailableError(f"MIE checkpoint {str(folder)!r} holds neither of {HEADS_NAMES}")
-    heads = _torch_load(heads_p)
-    if not isinstance(heads, dict):
-        raise WeightsUnavailableError(
-            f"{str(heads_p)!r}: expected a dict of head state dicts, got {type(heads).__name__}"
-        )
+    heads = _torch_load(heads_p, _SAFE_PT)
     report: dict[str, Any] = {"heads": _load_heads(model, heads, str(heads_p)), "lora": 0, "backbone": 0}
     model.tuning, model.unfreeze_layers = tuning, unfreeze
     if uses_lora:
@@ -428,11 +713,7 @@ def _load_authors(
             raise WeightsUnavailableError(
                 f"MIE checkpoint {str(folder)!r}: mode {cfg['mode']} needs {BACKBONE_NAME}, which is missing"
             )
-        updates = _torch_load(p)
-        if not isinstance(updates, dict):
-            raise WeightsUnavailableError(
-                f"{str(p)!r}: expected a dict of tensors, got {type(updates).__name__}"
-            )
+        updates = _torch_load(p, _SAFE_PT)
         report["backbone"] = _apply(
             model, updates, str(p), expected={canonical_name(n) for n in model.full_layer_names()}
         )

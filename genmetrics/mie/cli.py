@@ -1,5 +1,9 @@
 """Command line for MIE: ``genmetrics train mie``, ``genmetrics evaluate-human mie`` and
-``genmetrics rank-generators``. Every input is validated before any weights load."""
+``genmetrics rank-generators``. Every input is validated before any weights load.
+
+This module is part of the CLI table's lazy boundary: ``genmetrics --help`` imports it to list
+``rank-generators`` and must not import torch, so the commands import the MIE modules when they run.
+"""
 
 from __future__ import annotations
 
@@ -34,6 +38,14 @@ def _check_images(records: list[Any], path: str) -> None:
     help="Output folder (checkpoints, best/, final/).",
 )
 @click.option(
+    "--recipe",
+    type=click.Choice(["paper", "released"]),
+    default="paper",
+    show_default=True,
+    help="paper: Appendix E (4 x 8 pairs, 3 epochs, patience 2, 512 px); released: the authors' released "
+    "pipeline (4 x 4 pairs, 600-step cap, patience 1, unresized). Options given explicitly win.",
+)
+@click.option(
     "--val-data",
     default=None,
     type=click.Path(dir_okay=False),
@@ -62,11 +74,17 @@ def _check_images(records: list[Any], path: str) -> None:
 @click.option("--lora-alpha", default=32, show_default=True, type=int)
 @click.option("--lora-dropout", default=0.0, show_default=True, type=float)
 @click.option(
-    "--image-size", default=512, show_default=True, type=int, help="Longer image side in px (aspect kept)."
+    "--image-size",
+    default=None,
+    help="Longer image side in px (aspect kept), or 'none': unresized, as the authors' code trains "
+    "[recipe: paper 512, released none].",
 )
 @click.option("--subset", default=9600, show_default=True, type=int, help="Random subset of pairs (0 = all).")
 @click.option(
-    "--epochs", default=3, show_default=True, type=int, help="Maximum epochs (early stopping may end sooner)."
+    "--epochs",
+    default=None,
+    type=int,
+    help="Maximum epochs (early stopping may end sooner) [recipe: paper 3, released 3].",
 )
 @click.option("--lr", default=2e-5, show_default=True, type=float)
 @click.option("--weight-decay", default=0.01, show_default=True, type=float)
@@ -79,9 +97,17 @@ def _check_images(records: list[Any], path: str) -> None:
 )
 @click.option("--grad-clip", default=1.0, show_default=True, type=float)
 @click.option(
-    "--batch-pairs", default=4, show_default=True, type=int, help="Pairs per micro-batch per process."
+    "--batch-pairs",
+    default=None,
+    type=int,
+    help="Pairs per micro-batch per process [recipe: paper 4, released 4].",
 )
-@click.option("--grad-accum", default=8, show_default=True, type=int)
+@click.option(
+    "--grad-accum",
+    default=None,
+    type=int,
+    help="Micro-batches per optimizer step [recipe: paper 8, released 4].",
+)
 @click.option("--alpha", default=1.0, show_default=True, type=float, help="Weight of the rank loss.")
 @click.option("--beta", default=0.5, show_default=True, type=float, help="Weight of the diagnostic BCE loss.")
 @click.option(
@@ -93,14 +119,20 @@ def _check_images(records: list[Any], path: str) -> None:
 @click.option(
     "--patience",
     "early_stopping_patience",
-    default=2,
-    show_default=True,
+    default=None,
     type=int,
-    help="Early stopping: epochs without improvement of the validation monitor.",
+    help="Early stopping: epochs without improvement of the validation monitor; 0 = never stop early "
+    "[recipe: paper 2, released 1].",
 )
 @click.option("--min-delta", "early_stopping_min_delta", default=1e-3, show_default=True, type=float)
 @click.option("--token-budget", default=16384, show_default=True, type=int, help="Tokens per forward batch.")
-@click.option("--max-steps", default=None, type=int, help="Cap on optimizer steps (caps the schedule).")
+@click.option(
+    "--max-steps",
+    default=None,
+    type=int,
+    help="Cap on optimizer steps: the run is min(cap, epochs x steps per epoch); 0 = no cap "
+    "[recipe: paper none, released 600].",
+)
 @click.option(
     "--save-every", default=200, show_default=True, type=int, help="Checkpoint every N optimizer steps."
 )
@@ -115,11 +147,15 @@ def train_cmd(**kw: Any) -> None:
     """Train MIE (score + diagnostic heads; top layers, and LoRA for lora_layer) on pairwise preferences.
 
     Multi-GPU: ``accelerate launch -m genmetrics train mie ...``."""
-    from genmetrics.mie.train import TrainConfig, load_training_pairs, train_mie
+    from genmetrics.mie.common import image_size_option
+    from genmetrics.mie.train import RECIPE_FIELDS, TrainConfig, load_training_pairs, train_mie
 
     as_json = kw.pop("as_json")
     kw["subset"] = kw["subset"] or None
-    cfg = TrainConfig(**kw)
+    if kw["image_size"] is not None:
+        kw["image_size"] = image_size_option(kw["image_size"], owner="train mie --image-size")
+    # an option not given takes its recipe's value (TrainConfig fills it in)
+    cfg = TrainConfig(**{k: v for k, v in kw.items() if v is not None or k not in RECIPE_FIELDS})
     cfg.check()
     load_training_pairs(cfg.data, subset=cfg.subset, seed=cfg.seed)  # validate before weights load
     res = train_mie(cfg)
@@ -157,6 +193,19 @@ def train_cmd(**kw: Any) -> None:
 @click.option("--n-boot", default=1000, show_default=True, type=int)
 @click.option("--batch-pairs", default=16, show_default=True, type=int)
 @click.option("--token-budget", default=16384, show_default=True, type=int)
+@click.option(
+    "--image-size",
+    default="checkpoint",
+    show_default=True,
+    help="Longer image side in px, 'none' (unresized) or 'checkpoint': the checkpoint's own (genmetrics' "
+    "format: its training size; the authors' layout: unresized, as their code).",
+)
+@click.option(
+    "--controls",
+    is_flag=True,
+    help="Also score the pairs with references swapped between pairs and with blank references, and print "
+    "both accuracies next to MIE's (an evaluator that uses its references falls to ~0.5 on both).",
+)
 @click.option("--device", default=None)
 @click.option("--json", "as_json", is_flag=True)
 def evaluate_cmd(
@@ -169,23 +218,34 @@ def evaluate_cmd(
     n_boot: int,
     batch_pairs: int,
     token_budget: int,
+    image_size: str,
+    controls: bool,
     device: str | None,
     as_json: bool,
 ) -> None:
     """Agreement of MIE (and baselines) with human pairwise preferences and diagnostic labels."""
-    import genmetrics as gm
     from genmetrics.data.jsonl import load_mib_pairs
+    from genmetrics.mie.common import image_size_option
+    from genmetrics.registry import list_metrics, metric_info
+
+    size = image_size_option(image_size, owner="evaluate-human mie --image-size", allow_checkpoint=True)
 
     records = load_mib_pairs(data)
     _check_images(records, data)
     names = _split(baselines)
-    known = gm.list_metrics()
+    known = list_metrics()
     for n in names:
         if n not in known:
-            gm.metric_info(n)  # raises with close matches
+            metric_info(n)  # raises with close matches
     if heads is None and not names:
         raise InputError(
             "nothing to evaluate: pass --heads (a trained MIE checkpoint) and/or --metrics psnr,ssim,..."
+        )
+    if controls and heads is None:
+        raise InputError("--controls score an MIE checkpoint with other references: pass --heads")
+    if controls and len(records) < 2:
+        raise InputError(
+            f"--controls: {data} holds {len(records)} pair; swapping references needs at least 2"
         )
     if batch_pairs < 1 or n_boot < 0:
         raise InputError("--batch-pairs must be >= 1 and --n-boot >= 0")
@@ -195,7 +255,19 @@ def evaluate_cmd(
     lock = lock_output_folder(out)  # a second evaluation writing this --out refuses here
     try:
         _evaluate_into(
-            records, heads, backbone, names, seen, out, n_boot, batch_pairs, token_budget, device, as_json
+            records,
+            out,
+            as_json,
+            heads=heads,
+            backbone=backbone,
+            names=names,
+            seen=seen,
+            n_boot=n_boot,
+            batch_pairs=batch_pairs,
+            token_budget=token_budget,
+            image_size=size,
+            controls=controls,
+            device=device,
         )
     finally:
         lock.release()
@@ -203,16 +275,19 @@ def evaluate_cmd(
 
 def _evaluate_into(
     records: list[Any],
+    out: str,
+    as_json: bool,
+    *,
     heads: str | None,
     backbone: str | None,
     names: list[str],
     seen: list[str],
-    out: str,
     n_boot: int,
     batch_pairs: int,
     token_budget: int,
+    image_size: Any,
+    controls: bool,
     device: str | None,
-    as_json: bool,
 ) -> None:
     from genmetrics.cli.common import progress
     from genmetrics.mie.checkpoint import resolve_heads
@@ -223,11 +298,13 @@ def _evaluate_into(
         folder = resolve_heads(heads)
         if not seen and (folder / "training.json").is_file():
             seen = json.loads((folder / "training.json").read_text(encoding="utf-8")).get("generators", [])
+        from genmetrics.mie.common import FROM_CHECKPOINT
         from genmetrics.mie.model import MIEModel, build_backbone
 
         vlm, proc = build_backbone(backbone, device=device) if backbone else (None, None)
+        sized = {} if image_size == FROM_CHECKPOINT else {"image_size": image_size}
         model = MIEModel.from_pretrained(
-            folder, vlm, proc, device=device, token_budget=token_budget, vision_cache_size=256
+            folder, vlm, proc, device=device, token_budget=token_budget, vision_cache_size=256, **sized
         )
     report, scores = evaluate_human(
         records,
@@ -237,8 +314,10 @@ def _evaluate_into(
         n_boot=n_boot,
         batch_pairs=batch_pairs,
         progress=progress,
+        controls=controls,
     )
     files = write_report(report, scores, records, out)
+    control_acc = {k: (v.get("accuracy") or {}).get("value") for k, v in report.get("controls", {}).items()}
     if as_json:
         click.echo(
             json.dumps(
@@ -250,10 +329,14 @@ def _evaluate_into(
                         if "error" not in v
                     },
                 }
+                | ({"controls": control_acc} if control_acc else {})
             )
         )
         return
+    controls_names = {v["scorer"] for v in report.get("controls", {}).values()}
     for name, m in report["metrics"].items():
+        if name in controls_names:
+            continue  # printed on the controls line below
         if "error" in m:
             click.echo(f"{name}: failed ({m['error']})")
             continue
@@ -265,7 +348,42 @@ def _evaluate_into(
             f"; macro-F1 {m['diagnostics']['overall']['macro_f1']['value']:.3f}" if "diagnostics" in m else ""
         )
         click.echo(f"{name}: pairwise accuracy " + ", ".join(parts) + extra)
+    if control_acc:
+        shown = ", ".join(
+            f"{k.replace('_', ' ')} {'failed' if v is None else f'{v:.3f}'}" for k, v in control_acc.items()
+        )
+        click.echo(f"mie controls: {shown} (an evaluator that uses its references falls to ~0.5 on both)")
     click.echo(f"report: {files['markdown']}")
+
+
+@click.command("mie")
+@click.argument("checkpoint")
+@click.option(
+    "--authors-layout",
+    "out",
+    required=True,
+    type=click.Path(file_okay=False),
+    help="Folder to write the authors' layout into (mie_config.json, mie_heads.pt, trainable_backbone.pt, "
+    "lora_adapter/), loadable by their MIE_Inference/mie_loader.py.",
+)
+@click.option("--overwrite", is_flag=True, help="Write into a folder that is not empty.")
+@click.option("--json", "as_json", is_flag=True)
+def export_cmd(checkpoint: str, out: str, overwrite: bool, as_json: bool) -> None:
+    """Export a genmetrics MIE CHECKPOINT (a checkpoint folder, or the --out folder of `train mie`) to the
+    authors' layout. Reads the files only; no backbone is loaded."""
+    from genmetrics.mie.checkpoint import export_authors_layout
+
+    info = export_authors_layout(checkpoint, out, overwrite=overwrite)
+    if as_json:
+        click.echo(json.dumps(info))
+        return
+    t = info["tensors"]
+    click.echo(
+        f"exported {info['mode']} checkpoint to {info['out']}: {t['heads']} head tensors, {t['backbone']} "
+        f"trained-layer tensors, {t['lora']} LoRA tensors on {info['lora_modules']} linear layers"
+    )
+    for note in info["notes"]:
+        click.echo(f"note: {note}")
 
 
 @click.command("rank-generators")

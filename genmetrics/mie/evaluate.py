@@ -35,8 +35,17 @@ from typing import Any
 
 import numpy as np
 import torch
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from PIL import Image
+from torchmetrics.functional.classification import binary_f1_score, binary_recall
 
+from genmetrics.data.results import atomic_output, atomic_write_json, atomic_write_text
 from genmetrics.errors import InputError
+from genmetrics.functional.bootstrap import bootstrap_ci
+from genmetrics.functional.ranking import pairwise_correct
+from genmetrics.mie.common import DIMENSIONS
+from genmetrics.registry import create_metric, metric_info
 
 log = logging.getLogger(__name__)
 
@@ -69,9 +78,15 @@ def _chunks(n: int, size: int) -> list[slice]:
 
 
 def score_pairs_mie(
-    model: Any, records: Sequence[Any], *, batch_pairs: int = 16, progress: Callable | None = None
+    model: Any,
+    records: Sequence[Any],
+    *,
+    batch_pairs: int = 16,
+    progress: Callable | None = None,
+    references: Sequence[Sequence[Any]] | None = None,
 ) -> dict[str, np.ndarray]:
-    """Scores and diagnostics of both candidates of every pair with an :class:`MIEModel`.
+    """Scores and diagnostics of both candidates of every pair with an :class:`MIEModel`. ``references``
+    (one list of images per pair) replaces the pairs' own references (the controls of :func:`evaluate_human`).
 
     >>> import tempfile
     >>> from genmetrics.data.jsonl import load_mib_pairs
@@ -83,12 +98,15 @@ def score_pairs_mie(
     >>> {k: v.shape for k, v in s.items()}
     {'a': (2,), 'b': (2,), 'diag_a': (2, 3), 'diag_b': (2, 3)}
     """
+    refs = [list(r.references) for r in records] if references is None else [list(x) for x in references]
+    if len(refs) != len(records):
+        raise InputError(f"references: {len(refs)} reference lists for {len(records)} pairs")
     sa, sb, da, db = [], [], [], []
     chunks = _chunks(len(records), batch_pairs)
     for sl in progress(chunks, desc="mie", total=len(chunks), unit="batch") if progress else chunks:
         rs = records[sl]
         a, b = model.score_pairs(
-            [[str(p) for p in r.references] for r in rs],
+            refs[sl],
             [r.prompt for r in rs],
             [str(r.candidates[0]) for r in rs],
             [str(r.candidates[1]) for r in rs],
@@ -103,6 +121,88 @@ def score_pairs_mie(
         "diag_a": torch.cat(da).numpy(),
         "diag_b": torch.cat(db).numpy(),
     }
+
+
+# ---------------------------------------------------------------------- controls
+#: the controls of ``evaluate_human(controls=True)`` / ``--controls``, with the scorer name they report under
+CONTROLS = {"swapped_references": "mie (swapped references)", "blank_references": "mie (blank references)"}
+BLANK_GREY = (128, 128, 128)
+
+
+def swap_donors(records: Sequence[Any], seed: int = 0) -> list[int]:
+    """For each pair, another pair whose references it borrows in the swapped-references control: never
+    itself, and a pair with other reference files whenever one exists (pairs are visited in a seeded random
+    order; each takes the next pair in that order whose references differ).
+
+    >>> from pathlib import Path
+    >>> from genmetrics.data.jsonl import MIBPairRecord
+    >>> recs = [MIBPairRecord(f"p{i}", "x", (Path(f"r{i % 3}.png"),), (Path("a.png"), Path("b.png")), ("g", "h"), 0)
+    ...         for i in range(6)]
+    >>> donors = swap_donors(recs)
+    >>> all(d != i and recs[d].references != recs[i].references for i, d in enumerate(donors))
+    True
+    """
+    n = len(records)
+    if n < 2:
+        raise InputError("the swapped-references control needs at least 2 pairs")
+    order = [int(i) for i in np.random.default_rng(seed).permutation(n)]
+    donors = [0] * n
+    for k, i in enumerate(order):
+        others = [order[(k + step) % n] for step in range(1, n)]
+        differ = [j for j in others if tuple(records[j].references) != tuple(records[i].references)]
+        donors[i] = (differ or others)[0]
+    return donors
+
+
+def blank_references(records: Sequence[Any]) -> list[list[Any]]:
+    """For each pair, uniform grey images in place of its references: as many, each of its reference's size
+    (read from the file header), so the sequence has the same length and only the content is gone.
+
+    >>> import tempfile
+    >>> from genmetrics.data.jsonl import load_mib_pairs
+    >>> from genmetrics.testing import toy_mib_pairs
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     recs = load_mib_pairs(toy_mib_pairs(d, 2))
+    ...     blank = blank_references(recs)
+    >>> [len(b) for b in blank] == [len(r.references) for r in recs], blank[0][0].getextrema()
+    (True, ((128, 128), (128, 128), (128, 128)))
+    """
+    out = []
+    for r in records:
+        sizes = []
+        for p in r.references:
+            with Image.open(p) as im:
+                sizes.append(im.size)
+        out.append([Image.new("RGB", size, BLANK_GREY) for size in sizes])
+    return out
+
+
+def _controls(
+    model: Any, records: Sequence[Any], seed: int, batch_pairs: int, progress: Callable | None
+) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
+    """Scores of the controls (by scorer name) and what they were built from (the donors of each pair)."""
+    scores: dict[str, dict[str, Any]] = {}
+    info: dict[str, Any] = {}
+    try:
+        donors = swap_donors(records, seed)
+        refs = [list(records[d].references) for d in donors]
+        scores[CONTROLS["swapped_references"]] = score_pairs_mie(
+            model, records, batch_pairs=batch_pairs, progress=progress, references=refs
+        )
+        same = sum(tuple(records[d].references) == tuple(r.references) for d, r in zip(donors, records))
+        info["swapped_references"] = {
+            "scorer": CONTROLS["swapped_references"],
+            "donors": donors,
+            "same_files": same,
+        }
+    except InputError as e:
+        scores[CONTROLS["swapped_references"]] = {"error": str(e)}
+        info["swapped_references"] = {"scorer": CONTROLS["swapped_references"], "error": str(e)}
+    scores[CONTROLS["blank_references"]] = score_pairs_mie(
+        model, records, batch_pairs=batch_pairs, progress=progress, references=blank_references(records)
+    )
+    info["blank_references"] = {"scorer": CONTROLS["blank_references"], "grey": list(BLANK_GREY)}
+    return scores, info
 
 
 def score_pairs_metric(
@@ -123,16 +223,14 @@ def score_pairs_metric(
     >>> sorted(s), s["a"].shape
     (['a', 'b'], (3,))
     """
-    import genmetrics as gm
-
-    info = gm.metric_info(name)
+    info = metric_info(name)
     if info.get("level", "sample") != "sample":
         raise InputError(
             f"metric {name!r} is set-level ({info.get('level')}); it gives no score per candidate"
         )
     roles = set(info.get("inputs") or {})
     ref_sets = "reference-sets" in (info.get("tags") or [])
-    metric = gm.create_metric(name, **(options or {}))
+    metric = create_metric(name, **(options or {}))
     sign = -1.0 if info.get("higher_is_better") is False else 1.0
     out = {}
     for side, col in (("a", 0), ("b", 1)):
@@ -178,8 +276,6 @@ def _metric_scores(metric: Any, reference: Any, candidates: list[Any], condition
 
 
 def _ci(values: np.ndarray, n_boot: int, alpha: float, seed: int) -> dict[str, float]:
-    from genmetrics.functional.bootstrap import bootstrap_ci
-
     if values.size == 0:
         return {"value": float("nan"), "low": float("nan"), "high": float("nan"), "n": 0}
     est, lo, hi = bootstrap_ci(values, n_boot=n_boot, alpha=alpha, seed=seed)
@@ -199,10 +295,6 @@ def diagnostic_agreement(pred_logits: np.ndarray, labels: np.ndarray) -> dict[st
     >>> agree["existence"]["f1"], agree["interaction"]["n"], agree["interaction"]["dropped_ties"]
     (1.0, 1, 1)
     """
-    from torchmetrics.functional.classification import binary_f1_score, binary_recall
-
-    from genmetrics.mie.model import DIMENSIONS
-
     out: dict[str, dict[str, float]] = {}
     for c, d in enumerate(DIMENSIONS):
         keep = labels[:, c] != 0.5
@@ -230,9 +322,6 @@ def diagnostic_agreement(pred_logits: np.ndarray, labels: np.ndarray) -> dict[st
 
 
 def _f1_block(pred: np.ndarray, labels: np.ndarray, n_boot: int, alpha: float, seed: int) -> dict[str, Any]:
-    from genmetrics.functional.bootstrap import bootstrap_ci
-    from genmetrics.mie.model import DIMENSIONS
-
     per = diagnostic_agreement(pred, labels)
     res: dict[str, Any] = {"n": int(pred.shape[0]), "dimensions": per}
     for d in DIMENSIONS:
@@ -284,8 +373,6 @@ def evaluate_scores(
     >>> report["metrics"]["oracle"]["accuracy"]["overall"]["value"], report["metrics"]["anti"]["accuracy"]["overall"]["value"]
     (1.0, 0.0)
     """
-    from genmetrics.functional.ranking import pairwise_correct
-
     n = len(records)
     prefers_a = np.array([1.0 - r.preference for r in records])
     seen = set(seen_generators or [])
@@ -357,10 +444,16 @@ def evaluate_human(
     seed: int = 0,
     batch_pairs: int = 16,
     progress: Callable | None = None,
+    controls: bool = False,
 ) -> tuple[dict[str, Any], dict[str, dict[str, np.ndarray]]]:
     """Score ``records`` with ``model`` (an :class:`MIEModel`, reported as ``"mie"``) and with the
     registered ``metrics`` (names, or ``{name: create_metric options}``), then build the report.
     Returns ``(report, scores)``.
+
+    ``controls=True`` (needs ``model``) also scores the same pairs with each pair's references swapped for
+    another pair's (:func:`swap_donors`) and with blank references (:func:`blank_references`), reported as
+    the scorers in :data:`CONTROLS` and summarised in ``report["controls"]``: an evaluator that uses its
+    references falls toward chance (0.5) on both.
 
     Pairwise accuracy of an (untrained) MIE model and of psnr against the pairs' human preferences:
 
@@ -376,8 +469,14 @@ def evaluate_human(
     (4, ['mie', 'psnr'], (4,))
     """
     scores: dict[str, dict[str, Any]] = {}  # arrays, or {"error": message} for a failed metric
+    control_info: dict[str, Any] = {}
+    if controls and model is None:
+        raise InputError("controls: the reference controls score an MIE model; pass model= (--heads)")
     if model is not None:
         scores["mie"] = score_pairs_mie(model, records, batch_pairs=batch_pairs, progress=progress)
+        if controls:
+            control_scores, control_info = _controls(model, records, seed, batch_pairs, progress)
+            scores.update(control_scores)
     opts = metrics if isinstance(metrics, dict) else {m: {} for m in metrics}
     for name, o in opts.items():
         try:
@@ -388,6 +487,11 @@ def evaluate_human(
     report = evaluate_scores(
         records, scores, seen_generators=seen_generators, n_boot=n_boot, alpha=alpha, seed=seed
     )
+    for info in control_info.values():
+        m = report["metrics"].get(info["scorer"], {})
+        info["accuracy"] = m["accuracy"]["overall"] if "accuracy" in m else None
+    if control_info:
+        report["controls"] = control_info
     return report, scores
 
 
@@ -409,8 +513,6 @@ def report_markdown(report: dict[str, Any]) -> str:
     >>> report_markdown(report).splitlines()[0]
     '# MIE evaluation against human preferences'
     """
-    from genmetrics.mie.model import DIMENSIONS
-
     subsets = list(report["subsets"])
     lines = [
         "# MIE evaluation against human preferences",
@@ -431,6 +533,23 @@ def report_markdown(report: dict[str, Any]) -> str:
     for name, v in report["metrics"].items():
         if "error" in v:
             lines.append(f"| {name} | failed: {v['error']} |" + " |" * (len(subsets) - 1))
+    if report.get("controls"):
+        lines += [
+            "",
+            "## Controls: does the evaluator use its references?",
+            "",
+            "The same pairs scored with each pair's references swapped for another pair's, and with blank "
+            "(uniform grey) references. An evaluator that compares candidates with their references falls "
+            "toward 0.5 on both; one that stays at its accuracy judges the candidates alone.",
+            "",
+            "| control | pairwise accuracy (overall) |",
+            "|---|---|",
+        ]
+        for kind, info in report["controls"].items():
+            acc = info.get("accuracy")
+            lines.append(
+                f"| {kind.replace('_', ' ')} | {_fmt(acc) if acc else 'failed: ' + info.get('error', '')} |"
+            )
     diag = [n for n in order if "diagnostics" in ok[n]]
     if diag:
         lines += [
@@ -482,9 +601,6 @@ def accuracy_plot(report: dict[str, Any], path: Any) -> None:
     ...     (Path(d) / "accuracy.png").is_file()
     True
     """
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
     ok = {k: v for k, v in report["metrics"].items() if "error" not in v}
     names = sorted(ok, key=lambda k: -ok[k]["accuracy"]["overall"]["value"])
     subsets = [s for s in ("overall", "seen", "unseen") if s in report["subsets"]]
@@ -516,7 +632,8 @@ def accuracy_plot(report: dict[str, Any], path: Any) -> None:
     ax.set_ylabel("pairwise accuracy vs humans")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    with atomic_output(path) as tmp:  # the write rule (genmetrics/data/results.py)
+        fig.savefig(tmp, dpi=120)
 
 
 def write_report(
@@ -534,8 +651,6 @@ def write_report(
     ...     sorted(Path(p).name for p in write_report(report, scores, records, d).values())
     ['accuracy.png', 'report.json', 'report.md', 'scores.jsonl']
     """
-    from genmetrics.data.results import atomic_write_json, atomic_write_text
-
     folder = Path(out)
     folder.mkdir(parents=True, exist_ok=True)
     atomic_write_json(folder / "report.json", report)

@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 
 from genmetrics.errors import InputError
 
@@ -34,8 +35,6 @@ def rank_loss(
     >>> round(float(rank_loss(torch.tensor([0.0]), torch.tensor([0.0]), kind="bradley_terry")), 4)  # ln 2
     0.6931
     """
-    import torch.nn.functional as F
-
     if kind == "margin":
         return F.margin_ranking_loss(s_win, s_lose, torch.ones_like(s_win), margin=margin)
     if kind == "bradley_terry":
@@ -70,8 +69,6 @@ def mie_loss(
     >>> round(mie_loss(lose, win, margin=0.1)[1]["rank"], 4)  # the wrong order: 1 + margin
     1.1
     """
-    import torch.nn.functional as F
-
     rank = rank_loss(win.score.float(), lose.score.float(), kind=rank_loss_kind, margin=margin)
     logits_w, logits_l = win.diagnostics.float(), lose.diagnostics.float()
     diag = 0.0 * (

@@ -14,23 +14,31 @@ diagnostics logits, :meth:`MIEMetric.per_generator` the mean per generator when 
 
 from __future__ import annotations
 
+import copy
 import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar, cast
 
 import torch
+from PIL import Image
 
+from genmetrics.data.images import as_image_list
 from genmetrics.errors import InputError
 from genmetrics.metric import SampleMetric, _drop_duplicate_ids
 from genmetrics.mie.checkpoint import no_heads_error, resolve_heads
-from genmetrics.mie.model import DIMENSIONS, MAX_REFERENCES, MIEModel, validate_inputs
+from genmetrics.mie.common import (
+    DIMENSIONS,
+    FROM_CHECKPOINT,
+    MAX_REFERENCES,
+    build_backbone,
+    image_size_option,
+)
+from genmetrics.mie.model import MIEModel, validate_inputs
 from genmetrics.options import integer
 
 
 def _is_image(x: Any) -> bool:
-    from PIL import Image
-
     return isinstance(x, (str, os.PathLike, Image.Image)) or (isinstance(x, torch.Tensor) and x.ndim == 3)
 
 
@@ -45,10 +53,16 @@ class MIEMetric(SampleMetric):
         heads: folder (or hub id) of trained MIE heads + adapter, as written by ``genmetrics train mie``.
             Required unless ``model=`` is given: creating the metric without it is an error that says how
             to train heads.
-        model: a ready :class:`~genmetrics.mie.MIEModel` (trained or not; used as is).
+        model: a ready :class:`~genmetrics.mie.MIEModel` (trained or not; used as is: its trainable
+            parameters stay trainable and its train/eval mode is kept, so a model under training can be
+            validated with the metric).
         weights: backbone alias / hub id / folder to load instead of the checkpoint's backbone.
         token_budget: padded tokens per forward batch; vision_cache_size: reference features kept across
             calls (references repeat across generators).
+        image_size: ``"checkpoint"`` (default): the checkpoint's own (genmetrics' format: the size it was
+            trained with; the authors' layout: unresized, as their code scores); an integer: the longer image
+            side in px (aspect kept); ``None``: unresized (only the processor's pixel budget applies). On the
+            command line: ``genmetrics score mie --option image_size=512`` (or ``=null``).
 
     With an untrained model on the tiny Qwen3.5 (``create_metric("mie", heads="OUT/final")`` for trained
     heads); ids ``"<generator>/<sample>"`` group the results per generator:
@@ -78,6 +92,7 @@ class MIEMetric(SampleMetric):
         weights: str | None = None,
         token_budget: int = 16384,
         vision_cache_size: int = 256,
+        image_size: int | str | None = FROM_CHECKPOINT,
         dtype: Any = None,
         batch_size: int = 32,
         device: Any = None,
@@ -99,26 +114,36 @@ class MIEMetric(SampleMetric):
         self._dtype = dtype
         self._token_budget = integer("token_budget", token_budget, lo=1, owner="mie")
         self._vision_cache_size = integer("vision_cache_size", vision_cache_size, lo=0, owner="mie")
+        self._image_size = image_size_option(image_size, allow_checkpoint=True)
         if backbone is not None and model is None:
-            import copy
-
             # MIEModel injects the adapter and loads trained layers into its backbone in place; the metric
             # works on its own copy so the caller's model is never altered.
             backbone = copy.deepcopy(backbone)
         self._pending = (backbone, processor)
         self.max_references = MAX_REFERENCES
         if model is not None:
-            self._install(model)
+            self._install(model, callers=True)
         elif heads is not None and (
             Path(os.fspath(heads)).expanduser().exists() or os.fspath(heads).startswith((".", "/", "~"))
         ):
             resolve_heads(heads)  # a local path is checked now (cheap); hub ids resolve on first use
 
-    def _install(self, model: MIEModel) -> None:
+    def _install(self, model: MIEModel, *, callers: bool = False) -> None:
+        """Keep ``model`` as the metric's backbone. A caller's model (``model=``) keeps its trainable
+        parameters and its train/eval mode: it may be a model under training that the metric validates
+        (scoring itself runs in eval mode without gradients and restores the mode)."""
         model.token_budget = self._token_budget
         model.vision_cache_size = self._vision_cache_size
+        if self._image_size != FROM_CHECKPOINT:
+            model.image_size = self._image_size
         self.max_references = model.max_references
-        self.register_backbone("mie", model)
+        trains = [p for p in model.parameters() if p.requires_grad] if callers else []
+        was = model.training
+        self.register_backbone("mie", model)  # frozen and in eval mode: right for weights the metric loaded
+        for p in trains:
+            p.requires_grad_(True)
+        if callers and was:
+            model.train(True)
         self._pending = (None, None)
 
     def mie_model(self) -> MIEModel:
@@ -126,8 +151,6 @@ class MIEMetric(SampleMetric):
         if "mie" not in self._backbones:
             backbone, processor = self._pending
             if backbone is None and self._weights is not None:
-                from genmetrics.mie.model import build_backbone
-
                 backbone, processor = build_backbone(self._weights, device=self._device, dtype=self._dtype)
             if self._heads is None:  # heads=None only comes with model=, installed at construction
                 raise no_heads_error()
@@ -147,8 +170,6 @@ class MIEMetric(SampleMetric):
     def _prepare(self, reference: Any, candidates: Any, condition: Any) -> dict[str, list[Any]]:
         if candidates is None:
             raise InputError("candidates: missing; mie scores generated images (pass candidates=)")
-        from genmetrics.data.images import as_image_list
-
         cands = as_image_list(candidates, name="candidates")
         if (
             reference is not None

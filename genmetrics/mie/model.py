@@ -31,43 +31,58 @@ from pathlib import Path
 from typing import Any, cast
 
 import torch
+from peft import LoraConfig, inject_adapter_in_model
+from PIL import Image
 from torch import nn
 
+from genmetrics.backbones.hf import _quiet_peft
 from genmetrics.backbones.qwen_vl import VisionCache, VisionFeatures, core_vlm, image_key, mm_encoder_outputs
+from genmetrics.data.batching import map_batches
+from genmetrics.data.images import as_image_list, to_pil
 from genmetrics.errors import InputError
-
-DIMENSIONS = ("existence", "appearance", "interaction")
-MAX_REFERENCES = 8
-MIN_REFERENCES = 1
-TUNING_MODES = ("layer_only", "lora_layer")
-DEFAULT_TUNING = "layer_only"  # Appendix E, Table "Training Hyperparameters": layer-only unfreezing (top 4)
-UNFREEZE_LAYERS = 4
-LORA_DEFAULTS: dict[str, Any] = {"r": 16, "alpha": 32, "dropout": 0.0}  # the authors' peft_kwargs
-IMAGE_SIZE = 512  # Appendix E: 512 px, aspect ratio kept
-
-#: The text of the authors' scoring contract (MIE_Inference/README.md, mie/dataset.py).
-PROMPT_TEMPLATE = (
-    "You are evaluating a multi-subject personalization result. The first images are subject references. "
-    "The last image is the generated candidate. Prompt: {prompt}"
+from genmetrics.metric import as_text_list
+from genmetrics.mie.checkpoint import FORMAT_VERSION, load_checkpoint, save_checkpoint
+from genmetrics.mie.common import (
+    BACKBONES,
+    DEFAULT_BACKBONE,
+    DEFAULT_TUNING,
+    DIMENSIONS,
+    IMAGE_SIZE,
+    LORA_DEFAULTS,
+    LORA_TARGETS,
+    MAX_REFERENCES,
+    MIN_REFERENCES,
+    PROMPT_TEMPLATE,
+    TUNING_MODES,
+    UNFREEZE_LAYERS,
+    build_backbone,
+    canonical_name,
+    image_size_option,
+    resolve_backbone_name,
 )
 
-#: backbone aliases -> hub ids (any Qwen3.5 or Qwen3-VL checkpoint id or folder also works)
-BACKBONES: dict[str, str] = {
-    "0.8b": "Qwen/Qwen3.5-0.8B",
-    "2b": "Qwen/Qwen3.5-2B",
-    "4b": "Qwen/Qwen3.5-4B",
-    "qwen3.5-0.8b": "Qwen/Qwen3.5-0.8B",
-    "qwen3.5-2b": "Qwen/Qwen3.5-2B",
-    "qwen3.5-4b": "Qwen/Qwen3.5-4B",
-}
-DEFAULT_BACKBONE = "4b"
-
-#: LoRA targets of ``lora_layer``: every linear projection in the attention and MLP blocks of the vision
-#: tower and of the language tower (what unsloth's ``finetune_vision/language/attention/mlp`` selects).
-LORA_TARGETS = (
-    r".*(?:visual\.blocks\.\d+\.(?:attn|mlp)|language_model\.layers\.\d+\."
-    r"(?:self_attn|linear_attn|mlp))\.[A-Za-z0-9_]+"
-)
+__all__ = [
+    "BACKBONES",
+    "DEFAULT_BACKBONE",
+    "DEFAULT_TUNING",
+    "DIMENSIONS",
+    "IMAGE_SIZE",
+    "LORA_DEFAULTS",
+    "LORA_TARGETS",
+    "MAX_REFERENCES",
+    "MIN_REFERENCES",
+    "PROMPT_TEMPLATE",
+    "TUNING_MODES",
+    "UNFREEZE_LAYERS",
+    "MIEBatch",
+    "MIEModel",
+    "MIEOutput",
+    "build_backbone",
+    "canonical_name",
+    "fit_image",
+    "resolve_backbone_name",
+    "validate_inputs",
+]
 
 
 @dataclass
@@ -132,47 +147,6 @@ class MIEBatch:
         return len(self.sequences)
 
 
-def resolve_backbone_name(name: str) -> str:
-    """Alias (``"0.8b"``, ``"2b"``, ``"4b"``, ``"qwen3.5-4b"``) -> hub id; anything else unchanged.
-
-    >>> resolve_backbone_name("0.8b"), resolve_backbone_name("/models/my-mie-backbone")
-    ('Qwen/Qwen3.5-0.8B', '/models/my-mie-backbone')
-    """
-    return BACKBONES.get(str(name).lower(), str(name))
-
-
-def build_backbone(name: str, *, device: Any = None, dtype: Any = None) -> tuple[nn.Module, Any]:
-    """``(vlm, processor)`` for a backbone alias, hub id or local folder (see :data:`BACKBONES`). An installed
-    backbone provider (:mod:`genmetrics.backbones.provider`, kind ``"vlm"``) answers first.
-
-    >>> from genmetrics.backbones.provider import use_provider
-    >>> from genmetrics.testing import tiny_backbones
-    >>> with use_provider(tiny_backbones):  # nothing downloads
-    ...     vlm, processor = build_backbone("0.8b")
-    >>> type(vlm).__name__
-    'Qwen3_5Model'
-    """
-    from genmetrics.backbones.hf import load_vlm
-
-    return load_vlm(resolve_backbone_name(name), dtype=dtype, device=device)
-
-
-def canonical_name(name: str) -> str:
-    """A parameter name reduced to what every wrapper agrees on: from ``visual.`` / ``language_model.`` on,
-    without peft's ``base_layer.`` and adapter name (``base_model.model.model.language_model.layers.3.
-    mlp.up_proj.base_layer.weight`` -> ``language_model.layers.3.mlp.up_proj.weight``).
-
-    >>> canonical_name("base_model.model.model.language_model.layers.3.mlp.up_proj.base_layer.weight")
-    'language_model.layers.3.mlp.up_proj.weight'
-    >>> canonical_name("model.visual.blocks.0.attn.qkv.lora_A.default.weight")
-    'visual.blocks.0.attn.qkv.lora_A.weight'
-    """
-    name = name.replace(".base_layer.", ".")
-    name = re.sub(r"\.(lora_[AB])\.[^.]+\.weight$", r".\1.weight", name)
-    m = re.search(r"(?:^|\.)((?:visual|language_model)\.)", name)
-    return name[m.start(1) :] if m else name
-
-
 def fit_image(im: Any, size: int | None) -> Any:
     """Downscale so the longer side is at most ``size`` px, aspect ratio kept (``None``: unchanged).
 
@@ -182,8 +156,6 @@ def fit_image(im: Any, size: int | None) -> Any:
     """
     if size is None or max(im.size) <= size:
         return im
-    from PIL import Image
-
     scale = size / max(im.size)
     return im.resize(
         (max(1, round(im.size[0] * scale)), max(1, round(im.size[1] * scale))), Image.Resampling.BICUBIC
@@ -203,7 +175,9 @@ class MIEModel(nn.Module):
         lora_target_modules: the linear layers that get LoRA (a pattern over module names, or a list).
         prompt_template: the text after the images; ``{prompt}`` is replaced by the generation prompt.
         image_size: images are downscaled so their longer side is at most this many px (aspect kept), then
-            resized by the processor (multiples of 32). ``None``: the processor's resizing only.
+            resized by the processor (multiples of 32). ``None``: the processor's resizing only (its own pixel
+            budget), as the authors' code scores and trains; a checkpoint in the authors' layout loads with
+            ``None``. Saved with the checkpoint and read back.
         max_length: context limit in tokens; a longer sample is an error naming it (the authors never
             truncate: cutting image tokens would break the image/feature alignment).
         token_budget: tokens per forward batch (sequences of equal length are batched, without padding).
@@ -290,7 +264,7 @@ class MIEModel(nn.Module):
         self.unfreeze_layers = min(int(unfreeze_layers), n_layers) if tuning is not None else 0
         self.lora = {"r": int(lora_r), "alpha": int(lora_alpha), "dropout": float(lora_dropout)}
         self.prompt_template = prompt_template
-        self.image_size = image_size
+        self.image_size = image_size_option(image_size)
         self.token_budget = int(token_budget)
         self.max_batch_size = max_batch_size
         self.max_references = int(max_references)
@@ -333,10 +307,6 @@ class MIEModel(nn.Module):
     def add_lora(self, lora: dict[str, Any], target_modules: Any = LORA_TARGETS) -> int:
         """Inject LoRA layers (peft, adapter ``default``) into the backbone in place; returns how many
         linear layers got one. Only the ``lora_`` parameters train."""
-        from peft import LoraConfig, inject_adapter_in_model
-
-        from genmetrics.backbones.hf import _quiet_peft
-
         if isinstance(
             target_modules, str
         ):  # the structural pattern, narrowed to linear layers (as unsloth's)
@@ -447,8 +417,6 @@ class MIEModel(nn.Module):
 
     def _image_entries(self, items: list[Any], names: list[str], batch: MIEBatch) -> list[str]:
         """PIL-convert, fit, hash and preprocess images; returns their keys (new ones added to ``batch``)."""
-        from genmetrics.data.images import to_pil
-
         keys = []
         todo: dict[str, Any] = {}
         for x, name in zip(items, names):
@@ -594,8 +562,6 @@ class MIEModel(nn.Module):
 
         Sequences of equal length are grouped (at most ``token_budget`` tokens per forward); the outputs
         come back in input order. CUDA out-of-memory halves a group and retries."""
-        from genmetrics.data.batching import map_batches
-
         n = len(batch.sequences)
         if n == 0:
             raise InputError("nothing to score: the batch is empty")
@@ -648,8 +614,6 @@ class MIEModel(nn.Module):
 
     # ------------------------------------------------------------------ save / load
     def config_dict(self) -> dict[str, Any]:
-        from genmetrics.mie.checkpoint import FORMAT_VERSION
-
         return {
             "format": "genmetrics-mie",
             "version": FORMAT_VERSION,
@@ -669,8 +633,6 @@ class MIEModel(nn.Module):
     def save_pretrained(self, path: str | os.PathLike) -> Path:
         """Write ``mie_config.json`` and ``mie_weights.safetensors`` (heads, LoRA, trained layers); reload
         with :meth:`from_pretrained` (see :mod:`genmetrics.mie.checkpoint`)."""
-        from genmetrics.mie.checkpoint import save_checkpoint
-
         return save_checkpoint(self, path)
 
     @classmethod
@@ -688,8 +650,6 @@ class MIEModel(nn.Module):
         ``lens_config.json``, ``mie_heads.pt`` / ``lens_heads.pt``, ``lora_adapter/``,
         ``trainable_backbone.pt``), a folder or a hub id. Every tensor must apply (see
         :func:`genmetrics.mie.checkpoint.load_checkpoint`)."""
-        from genmetrics.mie.checkpoint import load_checkpoint
-
         return load_checkpoint(cls, path_or_id, backbone, processor, device=device, dtype=dtype, **overrides)
 
 
@@ -708,9 +668,6 @@ def validate_inputs(
         ...
     genmetrics.errors.InputError: ...reference...
     """
-    from genmetrics.data.images import as_image_list
-    from genmetrics.metric import as_text_list
-
     if candidates is None:
         raise InputError("candidates: missing; MIE scores one generated image per sample")
     cands = as_image_list(candidates, name="candidates")

@@ -9,12 +9,19 @@ an ``outcome`` (1 = a won, 0 = b won, 0.5 = tie).
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
 
+from genmetrics.data.results import atomic_output
 from genmetrics.errors import InputError
+from genmetrics.functional.bootstrap import bootstrap_ci
+from genmetrics.functional.ranking import bradley_terry, win_counts, win_rate_matrix
+from genmetrics.options import choice, integer, number
 
 ELO_SCALE = 400.0 / math.log(10.0)
 
@@ -60,16 +67,12 @@ def rank_generators(
     >>> res["bradley_terry"]["gen_a"]["elo"] > res["bradley_terry"]["gen_b"]["elo"] > res["bradley_terry"]["gen_c"]["elo"]
     True
     """
-    from genmetrics.functional.bootstrap import bootstrap_ci
-    from genmetrics.functional.ranking import bradley_terry, win_counts, win_rate_matrix
-
     ga, gb = [str(g) for g in generators_a], [str(g) for g in generators_b]
     n = len(ga)
     if n == 0:
         raise InputError("rank_generators: no pairs given")
     if len(gb) != n:
         raise InputError(f"rank_generators: {len(ga)} generators_a but {len(gb)} generators_b")
-    from genmetrics.options import choice, integer, number
 
     choice("on_error", on_error, ("stop", "skip"), owner="rank_generators")
     n_boot = integer("n_boot", n_boot, lo=0, hi=100_000, owner="rank_generators")
@@ -90,8 +93,6 @@ def rank_generators(
                 "on_error='skip' (--on-error skip) to leave those pairs out"
             )
         if bad.size:
-            import warnings
-
             skipped = [int(i) for i in bad]
             warnings.warn(
                 f"rank_generators: {bad.size} pair(s) with a score that is not finite were left out "
@@ -231,9 +232,6 @@ def ranking_plot(result: dict[str, Any], path: Any) -> None:
     ...     Image.open(Path(d) / "ranking.png").format
     'PNG'
     """
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
     names = result["generators"]
     bt = result["bradley_terry"]
     vals = [bt[g]["elo"] for g in names]
@@ -251,4 +249,5 @@ def ranking_plot(result: dict[str, Any], path: Any) -> None:
     ax.set_ylabel("Bradley-Terry rating (Elo scale)")
     ax.axhline(1000.0, color="gray", lw=0.8)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    with atomic_output(path) as tmp:  # the write rule (genmetrics/data/results.py)
+        fig.savefig(tmp, dpi=120)

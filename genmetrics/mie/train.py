@@ -1,41 +1,123 @@
 """Training MIE on pairwise preferences (MIB-Silver style JSONL), on the shared loop :func:`genmetrics.train.fit`.
 
-Defaults are Appendix E's (and the authors' ``scripts/train.py``): margin ranking loss (margin 0.1,
+Fixed settings (Appendix E and the authors' ``scripts/train.py`` agree): margin ranking loss (margin 0.1,
 alpha 1) + BCEWithLogits (beta 0.5); AdamW lr 2e-5, weight decay 0.01; cosine schedule with 3% warm-up;
-gradient clipping 1.0; 4 pairs per device x 8 accumulation steps; up to 3 epochs with a validation split
-evaluated once per epoch, early stopping (patience 2, min_delta 1e-3) on the authors' monitor (validation
-rank loss + beta x diagnostic loss), the best checkpoint kept; 512 px images (aspect kept); seed 3407.
+gradient clipping 1.0; a validation split evaluated once per epoch with early stopping (min_delta 1e-3) on
+the authors' monitor (validation rank loss + beta x diagnostic loss), the best checkpoint kept; seed 3407.
+
+Where the paper's appendix and the authors' released pipeline differ, a named :data:`RECIPES` entry holds
+each (``recipe="paper"``, the default, or ``"released"``): pairs per micro-batch, accumulation, epochs, the
+optimizer-step cap, early-stopping patience and the image size. An option given explicitly wins over its
+recipe; the recipe is recorded with the run (``train_config.json``) and the checkpoint (``training.json``).
 
 The loop (schedule, accumulation, clipping, checkpoints and exact resume, multi-process through
-``accelerate launch``) is :mod:`genmetrics.train`; this module supplies the :class:`MIETask`.
+``accelerate launch``) is :mod:`genmetrics.train`; this module supplies the :class:`MIETask`. A new
+training or read-out variant plugs in as a field of :class:`TrainConfig` (validated in ``check``) that
+:func:`build_model` passes to :class:`~genmetrics.mie.model.MIEModel`, or as a ``task_cls=`` subclass of
+:class:`MIETask` (its ``loss``); :func:`loop_config` is the one place the trainer's options are set.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import random
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
 import torch
+import torch.distributed as dist
 
+from genmetrics.data.jsonl import load_mib_pairs
+from genmetrics.data.results import atomic_write_text
 from genmetrics.errors import InputError
-from genmetrics.train import TrainTask
+from genmetrics.mie.checkpoint import recorded_backbone
+from genmetrics.mie.common import TUNING_MODES, build_backbone, image_size_option, resolve_backbone_name
+from genmetrics.mie.loss import RANK_LOSSES, mie_loss
+from genmetrics.mie.model import MIEModel, MIEOutput
+from genmetrics.options import choice
+from genmetrics.train import TrainLoopConfig, TrainTask, fit
 from genmetrics.train.data_checks import check_pairs
 
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
+class Recipe:
+    """The training knobs on which the paper's appendix and the authors' released pipeline differ.
+
+    ``max_steps`` is a cap: a run is ``min(max_steps, epochs x optimizer steps per epoch)`` steps (``None``:
+    no cap); ``early_stopping_patience`` ``None`` never stops early; ``image_size`` ``None`` is unresized.
+
+    >>> paper, released = RECIPES["paper"], RECIPES["released"]
+    >>> paper.batch_pairs * paper.grad_accum, released.batch_pairs * released.grad_accum  # pairs per step
+    (32, 16)
+    >>> (paper.max_steps, paper.early_stopping_patience), (released.max_steps, released.early_stopping_patience)
+    ((None, 2), (600, 1))
+    """
+
+    batch_pairs: int
+    grad_accum: int
+    epochs: int
+    max_steps: int | None
+    early_stopping_patience: int | None
+    image_size: int | None
+    source: str
+
+
+#: the named recipes (see docs/mie.md "Training recipes")
+RECIPES: dict[str, Recipe] = {
+    "paper": Recipe(
+        batch_pairs=4,
+        grad_accum=8,
+        epochs=3,
+        max_steps=None,
+        early_stopping_patience=2,
+        image_size=512,
+        source="Appendix E: batch 4 per device x 8 accumulation steps, max epochs 3, early stopping "
+        "patience 2, image resolution 512 (aspect kept)",
+    ),
+    "released": Recipe(
+        batch_pairs=4,
+        grad_accum=4,
+        epochs=3,
+        max_steps=600,
+        early_stopping_patience=1,
+        image_size=None,
+        source="the authors' released pipeline: effective batch 16 (4 x 4 accumulation), a 600 optimizer-"
+        "step cap (MIE_Inference/README.md: the published checkpoint stopped at its 600-step budget after "
+        "one epoch), early stopping patience 1, images unresized (mie/dataset.py)",
+    ),
+}
+DEFAULT_RECIPE = "paper"
+
+
+class _FromRecipe:
+    """The default of a :class:`TrainConfig` field that its recipe fills in."""
+
+    def __repr__(self) -> str:
+        return "<from the recipe>"
+
+
+#: a field left at this value takes the recipe's (``None`` stays a value: no cap, no early stopping, unresized)
+FROM_RECIPE: Any = _FromRecipe()
+RECIPE_FIELDS = tuple(f.name for f in fields(Recipe) if f.name != "source")
+
+
 @dataclass
 class TrainConfig:
-    """Options of :func:`train_mie` (and of ``genmetrics train mie``); defaults from Appendix E.
+    """Options of :func:`train_mie` (and of ``genmetrics train mie``). The knobs in :data:`RECIPE_FIELDS` come
+    from the named ``recipe`` (:data:`RECIPES`) unless given; the other defaults are Appendix E's.
 
     >>> cfg = TrainConfig(data="pairs.jsonl", out="runs/mie")
-    >>> cfg.tuning, cfg.unfreeze_layers, cfg.lr, cfg.margin, cfg.alpha, cfg.beta
-    ('layer_only', 4, 2e-05, 0.1, 1.0, 0.5)
+    >>> cfg.recipe, cfg.tuning, cfg.unfreeze_layers, cfg.lr, cfg.margin, cfg.alpha, cfg.beta
+    ('paper', 'layer_only', 4, 2e-05, 0.1, 1.0, 0.5)
+    >>> released = TrainConfig(data="pairs.jsonl", out="runs/mie", recipe="released", grad_accum=2)
+    >>> released.grad_accum, released.max_steps, released.early_stopping_patience  # given > recipe
+    (2, 600, 1)
     >>> TrainConfig(data="pairs.jsonl", out="runs/mie", tuning="full").check()
     Traceback (most recent call last):
         ...
@@ -44,6 +126,7 @@ class TrainConfig:
 
     data: str
     out: str
+    recipe: str = DEFAULT_RECIPE
     val_data: str | None = None  # the authors' separate validation file; None: a seeded split of `data`
     val_fraction: float = 0.1  # used when val_data is None (0 = no validation, no early stopping)
     backbone: str = "0.8b"  # Appendix E trains the 0.8B variant in its table; 2b/4b "use the same setup"
@@ -52,23 +135,23 @@ class TrainConfig:
     lora_r: int = 16
     lora_alpha: int = 32
     lora_dropout: float = 0.0
-    image_size: int | None = 512
+    image_size: int | None = FROM_RECIPE
     subset: int | None = 9600  # the paper trains on a 9.6K subset of MIB-Silver; None or 0 = all pairs
-    epochs: int = 3
+    epochs: int = FROM_RECIPE
     lr: float = 2e-5
     weight_decay: float = 0.01
     warmup: float = 0.03  # fraction of the optimizer steps
     grad_clip: float = 1.0
-    batch_pairs: int = 4  # pairs per micro-batch per process
-    grad_accum: int = 8
+    batch_pairs: int = FROM_RECIPE  # pairs per micro-batch per process
+    grad_accum: int = FROM_RECIPE
     alpha: float = 1.0
     beta: float = 0.5
     margin: float = 0.1
     rank_loss: str = "margin"  # or "bradley_terry" (genmetrics' earlier objective, kept as an option)
-    early_stopping_patience: int | None = 2
+    early_stopping_patience: int | None = FROM_RECIPE  # None or 0: never stop early
     early_stopping_min_delta: float = 1e-3
     token_budget: int = 16384
-    max_steps: int | None = None
+    max_steps: int | None = FROM_RECIPE  # a cap on optimizer steps; None or 0: no cap
     save_every: int | None = 200
     seed: int = 3407
     resume: bool = False
@@ -77,12 +160,19 @@ class TrainConfig:
     mixed_precision: str | None = None  # None: bf16 on CUDA, none on CPU
     progress: bool = True
 
-    def check(self) -> None:
-        from genmetrics.mie.loss import RANK_LOSSES
-        from genmetrics.mie.model import TUNING_MODES
+    def __post_init__(self) -> None:
+        recipe = RECIPES[choice("recipe", self.recipe, tuple(RECIPES), owner="train_mie")]
+        for name in RECIPE_FIELDS:
+            if getattr(self, name) is FROM_RECIPE:
+                setattr(self, name, getattr(recipe, name))
+        for name in ("max_steps", "early_stopping_patience"):  # 0 = off, as on the command line
+            if getattr(self, name) == 0:
+                setattr(self, name, None)
 
+    def check(self) -> None:
         if self.tuning not in TUNING_MODES:
             raise InputError(f"tuning={self.tuning!r}; expected one of {TUNING_MODES}")
+        self.image_size = image_size_option(self.image_size, owner="train_mie")
         for name in ("batch_pairs", "grad_accum", "token_budget", "lora_r", "epochs"):
             v = getattr(self, name)
             if not isinstance(v, int) or v < 1:
@@ -101,8 +191,10 @@ class TrainConfig:
             raise InputError(f"rank_loss={self.rank_loss!r}; expected one of {RANK_LOSSES}")
         if self.subset is not None and self.subset < 0:
             raise InputError(f"subset must be >= 0 (0 = all pairs), got {self.subset}")
-        if self.max_steps is not None and self.max_steps < 1:
-            raise InputError(f"max_steps must be >= 1, got {self.max_steps}")
+        for name in ("max_steps", "early_stopping_patience"):
+            v = getattr(self, name)
+            if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
+                raise InputError(f"{name} must be a positive integer or None (0: off), got {v!r}")
 
 
 def load_training_pairs(path: str | os.PathLike, *, subset: int | None = None, seed: int = 0) -> list[Any]:
@@ -114,8 +206,6 @@ def load_training_pairs(path: str | os.PathLike, *, subset: int | None = None, s
     ...     [r.id for r in load_training_pairs(toy_mib_pairs(d, 4), subset=3, seed=0)]
     ['pair0', 'pair1', 'pair3']
     """
-    from genmetrics.data.jsonl import load_mib_pairs
-
     records = load_mib_pairs(path)
     for r in records:
         for p in (*r.references, *r.candidates):
@@ -207,9 +297,6 @@ class MIETask(TrainTask):
         return x
 
     def _loss(self, out: Any, x: dict[str, Any]) -> tuple[torch.Tensor, dict[str, float]]:
-        from genmetrics.mie.loss import mie_loss
-        from genmetrics.mie.model import MIEOutput
-
         n = len(x["win"])
         dev = out.score.device
         return mie_loss(
@@ -250,9 +337,9 @@ class MIETask(TrainTask):
 
     def save(self, module: Any, path: Path) -> None:
         module.save_pretrained(path)
-        (Path(path) / "training.json").write_text(
+        atomic_write_text(
+            Path(path) / "training.json",
             json.dumps({"config": asdict(self.cfg), "generators": self.generators}, indent=2),
-            encoding="utf-8",
         )
 
 
@@ -267,9 +354,11 @@ def train_mie(
     """Train MIE on MIB pairs; the trained checkpoint (best validation, else final) is ``result["checkpoint"]``,
     loadable with ``MIEModel.from_pretrained`` / ``create_metric("mie", heads=...)``.
 
-    Pass a :class:`TrainConfig` or its fields as keyword arguments. ``vlm``/``processor`` override
-    ``config.backbone`` (a caller-built VLM; it is modified in place). Returns ``{"out", "checkpoint",
-    "steps", "history", "best_metric", "stopped_early", "resumed_from"}``.
+    Pass a :class:`TrainConfig` or its fields as keyword arguments (``recipe="paper"`` (default) or
+    ``"released"``, see :data:`RECIPES`; a field given explicitly wins over its recipe). ``vlm``/``processor``
+    override ``config.backbone`` (a caller-built VLM; it is modified in place). Returns ``{"out",
+    "checkpoint", "steps", "history", "best_metric", "stopped_early", "resumed_from", "n_train", "n_val",
+    "recipe"}``.
 
     Two optimizer steps on toy pairs with the tiny Qwen3.5; the checkpoint loads as a metric:
 
@@ -286,13 +375,7 @@ def train_mie(
     >>> result["steps"], Path(result["checkpoint"]).name, type(mie).__name__
     (2, 'final', 'MIEMetric')
     """
-    from genmetrics.mie.model import MIEModel, build_backbone
-    from genmetrics.train import TrainLoopConfig, fit
-
-    cfg = config if config is not None else TrainConfig(**options)
-    if config is not None and options:
-        cfg = TrainConfig(**{**asdict(config), **options})
-    cfg.check()
+    cfg = _config(config, options)
     records = load_training_pairs(
         cfg.data, subset=cfg.subset or None, seed=cfg.seed
     )  # validated before weights load
@@ -300,14 +383,135 @@ def train_mie(
         train_recs, val_recs = records, load_training_pairs(cfg.val_data)
     else:
         train_recs, val_recs = split_validation(records, cfg.val_fraction, cfg.seed)
-    cuda = torch.cuda.is_available()
-    backbone_name = cfg.backbone
     if vlm is None:
         vlm, processor = build_backbone(cfg.backbone)
+        backbone_name = cfg.backbone
     elif processor is None:
         raise InputError("train_mie: pass processor= together with vlm=")
     else:
         backbone_name = getattr(getattr(vlm, "config", None), "_name_or_path", "") or cfg.backbone
+    # a local folder is recorded as its absolute path: the checkpoint then loads from any working folder
+    backbone_name = recorded_backbone(resolve_backbone_name(backbone_name))
+    loop = loop_config(cfg, len(train_recs), has_validation=bool(val_recs))
+    model = build_model(
+        cfg, vlm, processor, backbone_name=backbone_name, mixed_precision=loop.mixed_precision
+    )
+    task = task_cls(model, cfg, sorted({g for r in train_recs for g in r.generators}))
+    res = fit(task, train_recs, loop, val_examples=val_recs or None)
+    ckpt = res.best_dir if res.best_dir is not None else res.final_dir
+    return {
+        "out": str(res.out_dir),
+        "checkpoint": str(ckpt),
+        "steps": res.steps,
+        "history": res.history,
+        "best_metric": res.best_metric,
+        "stopped_early": res.stopped_early,
+        "resumed_from": str(res.resumed_from) if res.resumed_from else None,
+        "n_train": len(train_recs),
+        "n_val": len(val_recs),
+        "recipe": cfg.recipe,
+    }
+
+
+def _config(config: TrainConfig | None, options: dict[str, Any]) -> TrainConfig:
+    """``config`` with ``options`` on top; a ``recipe=`` among the options re-fills the recipe's knobs that
+    the options do not give."""
+    if config is None:
+        cfg = TrainConfig(**options)
+    elif not options:
+        cfg = config
+    else:
+        base = asdict(config)
+        if "recipe" in options:
+            base = {k: v for k, v in base.items() if k not in RECIPE_FIELDS}
+        cfg = TrainConfig(**{**base, **options})
+    cfg.check()
+    return cfg
+
+
+def steps_per_epoch(n_train: int, batch_pairs: int, grad_accum: int, processes: int = 1) -> int:
+    """Optimizer steps in one epoch of the shared loop: ``ceil(n / batch)`` micro-batches shared out evenly over
+    the processes (accelerate's even batches), then ``grad_accum`` micro-batches per step (a short last group
+    is a step too).
+
+    >>> steps_per_epoch(9600, 4, 4)  # the authors' 9.6K pairs at an effective batch of 16: their 600 steps
+    600
+    >>> steps_per_epoch(10, 4, 1, processes=2), steps_per_epoch(10, 2, 2)
+    (2, 3)
+    """
+    micro = math.ceil(math.ceil(n_train / batch_pairs) / processes)
+    return math.ceil(micro / grad_accum)
+
+
+def _processes() -> int:
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_world_size()
+    return int(os.environ.get("WORLD_SIZE") or 1)
+
+
+def loop_config(cfg: TrainConfig, n_train: int, *, has_validation: bool) -> TrainLoopConfig:
+    """The shared trainer's options for ``cfg`` (checked) and ``n_train`` training pairs. ``max_steps`` is a
+    cap here: the trainer runs ``min(max_steps, epochs x steps per epoch)`` optimizer steps.
+
+    >>> cfg = TrainConfig(data="x", out="runs/mie", recipe="released")
+    >>> loop = loop_config(cfg, 9600 * 3, has_validation=True)  # 3 epochs would be 1800 steps: capped
+    >>> loop.max_steps, loop.batch_size * loop.grad_accum, loop.early_stopping_patience, loop.extra["recipe"]
+    (600, 16, 1, 'released')
+    >>> loop_config(cfg, 160, has_validation=False).max_steps  # 3 epochs of 10 steps stay under the cap
+    30
+    """
+    total = cfg.epochs * steps_per_epoch(n_train, cfg.batch_pairs, cfg.grad_accum, _processes())
+    return TrainLoopConfig(
+        out_dir=cfg.out,
+        lr=cfg.lr,
+        weight_decay=cfg.weight_decay,
+        epochs=cfg.epochs,
+        max_steps=min(total, cfg.max_steps) if cfg.max_steps is not None else None,
+        batch_size=cfg.batch_pairs,
+        grad_accum=cfg.grad_accum,
+        warmup_ratio=cfg.warmup,
+        scheduler="cosine",
+        max_grad_norm=cfg.grad_clip or None,
+        seed=cfg.seed,
+        eval_every=None,
+        early_stopping_patience=cfg.early_stopping_patience if has_validation else None,
+        early_stopping_min_delta=cfg.early_stopping_min_delta,
+        metric_for_best="loss",
+        greater_is_better=False,
+        save_every=cfg.save_every,
+        resume=cfg.resume,
+        overwrite=cfg.overwrite,
+        mixed_precision=cfg.mixed_precision or ("bf16" if torch.cuda.is_available() else "no"),
+        progress=cfg.progress,
+        extra={k: v for k, v in asdict(cfg).items() if k not in _NOT_RECORDED},
+    )
+
+
+#: options the loop records itself, or that do not change what is trained (a resume may change them)
+_NOT_RECORDED = (
+    "data",
+    "out",
+    "val_data",
+    "resume",
+    "overwrite",
+    "progress",
+    "save_every",
+    "max_steps",
+    "epochs",
+)
+
+
+def build_model(
+    cfg: TrainConfig, vlm: Any, processor: Any, *, backbone_name: str, mixed_precision: str = "no"
+) -> MIEModel:
+    """The :class:`MIEModel` that ``cfg`` trains (heads seeded with ``cfg.seed``; on CUDA when there is one).
+
+    >>> from genmetrics.testing import tiny_qwen35, tiny_qwen35_processor
+    >>> cfg = TrainConfig(data="x", out="y", tuning="lora_layer", unfreeze_layers=1, recipe="released")
+    >>> model = build_model(cfg, tiny_qwen35(), tiny_qwen35_processor(), backbone_name="tiny")
+    >>> model.tuning, model.image_size, len(model.lora_parameter_names()) > 0
+    ('lora_layer', None, True)
+    """
     torch.manual_seed(cfg.seed)  # head initialisation
     model = MIEModel(
         vlm,
@@ -321,66 +525,12 @@ def train_mie(
         token_budget=cfg.token_budget,
         backbone_name=backbone_name,
     )
-    if cuda:
+    if torch.cuda.is_available():
         model.to("cuda")
-    mp = cfg.mixed_precision or ("bf16" if cuda else "no")
-    if mp != "no":  # fp32 master weights for what trains, bf16 autocast for the rest
+    if mixed_precision != "no":  # fp32 master weights for what trains, bf16 autocast for the rest
         for p in model.parameters():
             if p.requires_grad and p.dtype != torch.float32:
                 p.data = p.data.float()
     if cfg.gradient_checkpointing:
         model.vlm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    gens = sorted({g for r in train_recs for g in r.generators})
-    task = task_cls(model, cfg, gens)
-    loop = TrainLoopConfig(
-        out_dir=cfg.out,
-        lr=cfg.lr,
-        weight_decay=cfg.weight_decay,
-        epochs=cfg.epochs,
-        max_steps=cfg.max_steps,
-        batch_size=cfg.batch_pairs,
-        grad_accum=cfg.grad_accum,
-        warmup_ratio=cfg.warmup,
-        scheduler="cosine",
-        max_grad_norm=cfg.grad_clip or None,
-        seed=cfg.seed,
-        eval_every=None,
-        early_stopping_patience=cfg.early_stopping_patience if val_recs else None,
-        early_stopping_min_delta=cfg.early_stopping_min_delta,
-        metric_for_best="loss",
-        greater_is_better=False,
-        save_every=cfg.save_every,
-        resume=cfg.resume,
-        overwrite=cfg.overwrite,
-        mixed_precision=mp,
-        progress=cfg.progress,
-        extra={
-            k: v
-            for k, v in asdict(cfg).items()
-            if k
-            not in (
-                "data",
-                "out",
-                "val_data",
-                "resume",
-                "overwrite",
-                "progress",
-                "save_every",
-                "max_steps",
-                "epochs",
-            )
-        },
-    )
-    res = fit(task, train_recs, loop, val_examples=val_recs or None)
-    ckpt = res.best_dir if res.best_dir is not None else res.final_dir
-    return {
-        "out": str(res.out_dir),
-        "checkpoint": str(ckpt),
-        "steps": res.steps,
-        "history": res.history,
-        "best_metric": res.best_metric,
-        "stopped_early": res.stopped_early,
-        "resumed_from": str(res.resumed_from) if res.resumed_from else None,
-        "n_train": len(train_recs),
-        "n_val": len(val_recs),
-    }
+    return model

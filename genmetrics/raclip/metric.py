@@ -22,7 +22,7 @@ from genmetrics.data.images import as_image_list, to_tensor
 from genmetrics.errors import InputError
 from genmetrics.functional import divergence as D
 from genmetrics.metric import Metric, SampleMetric, as_text_list
-from genmetrics.options import number
+from genmetrics.options import choice, number
 from genmetrics.raclip.attributes import resolve_attributes
 from genmetrics.raclip.model import (
     HCS_TEMPLATE,
@@ -743,8 +743,10 @@ class _KLDivergence(_SetDivergence):
         self.compat = compat
         self.score_kind = score
         self.text_center = _check_text_center("prompts" if text_center is None else text_center)
-        self.kl_direction = D.check_direction("gen||real" if kl_direction is None else kl_direction)
-        self.eps = D._check_eps(D.DEFAULT_EPS if eps is None else eps)
+        # options are checked here (InputError naming the option); functional/ raises plain ValueError
+        direction = "gen||real" if kl_direction is None else kl_direction
+        self.kl_direction = choice("kl_direction", direction, D.DIRECTIONS, owner=self.name)
+        self.eps = number("eps", D.DEFAULT_EPS if eps is None else eps, lo=0.0, owner=self.name)
         self.divergence = divergence
         from genmetrics import options as O
 

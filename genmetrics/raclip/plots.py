@@ -17,6 +17,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from genmetrics.data.results import atomic_output
+
 
 def _figure(w: float, h: float):
     from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -29,8 +31,8 @@ def _figure(w: float, h: float):
 
 def _save(fig: Any, path: str | Path) -> Path:
     p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(p, bbox_inches="tight")
+    with atomic_output(p) as tmp:  # the write rule (genmetrics/data/results.py)
+        fig.savefig(tmp, bbox_inches="tight")
     return p
 
 

@@ -3,7 +3,7 @@
 * :func:`tiny_clip` — an open_clip ``CLIP`` with a small ViT tower and text tower, plus the real
   open_clip BPE tokenizer (its vocabulary ships inside open_clip) at a short context length;
 * :func:`tiny_dino` — a transformers ``Dinov2Model`` with a tiny config;
-* :func:`tiny_qwen3vl`, :func:`tiny_qwen35` and their processors (see ``genmetrics._tiny_vlm``);
+* :func:`tiny_qwen3vl`, :func:`tiny_qwen35` and their processors (see ``genmetrics.testing.tiny_vlm``);
 * :func:`tiny_tpips` — a TPIPS model (late, mid or early fusion) on the tiny Qwen3-VL;
 * :func:`random_images` — reproducible random uint8 images.
 
@@ -12,12 +12,23 @@ Every builder takes a ``seed`` so the same call gives the same weights.
 
 from __future__ import annotations
 
+import io
+import json
+import os
+import socket
 from pathlib import Path
 from typing import Any
 
 import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from open_clip.model import CLIP
+from open_clip.tokenizer import SimpleTokenizer
+from PIL import Image
+from transformers import Dinov2Config, Dinov2Model
 
-from genmetrics._tiny_vlm import (  # the VLM builders live in a module of their own; re-exported here
+from genmetrics.data.results import atomic_output, atomic_write_text
+from genmetrics.testing.tiny_vlm import (  # the VLM builders live in a module of their own; re-exported here
     tiny_qwen3vl,
     tiny_qwen3vl_config,
     tiny_qwen3vl_for_generation,
@@ -28,9 +39,9 @@ from genmetrics._tiny_vlm import (  # the VLM builders live in a module of their
     tiny_qwen35_processor,
     tiny_tokenizer,
 )
+from genmetrics.tpips import TPIPSModel
 
 __all__ = [
-    "metric_recipe",
     "random_images",
     "spawn_gloo",
     "tiny_backbones",
@@ -71,9 +82,6 @@ def tiny_clip(
     >>> tuple(model.encode_image(random_images(2).float() / 255).shape), tuple(tokenizer(["a cat"]).shape)
     ((2, 32), (1, 16))
     """
-    from open_clip.model import CLIP
-    from open_clip.tokenizer import SimpleTokenizer
-
     torch.manual_seed(seed)
     model = CLIP(
         embed_dim=embed_dim,
@@ -101,9 +109,6 @@ def tiny_clip_resnet(seed: int = 0) -> tuple[Any, Any]:
     >>> type(tiny_clip_resnet()[0].visual).__name__
     'ModifiedResNet'
     """
-    from open_clip.model import CLIP
-    from open_clip.tokenizer import SimpleTokenizer
-
     torch.manual_seed(seed)
     model = CLIP(
         embed_dim=32,
@@ -119,8 +124,6 @@ def tiny_dino(seed: int = 0, *, image_size: int = 32, patch_size: int = 8) -> An
     >>> tuple(tiny_dino()(pixel_values=torch.zeros(1, 3, 32, 32)).pooler_output.shape)
     (1, 32)
     """
-    from transformers import Dinov2Config, Dinov2Model
-
     torch.manual_seed(seed)
     cfg = Dinov2Config(
         hidden_size=32,
@@ -183,13 +186,12 @@ def write_images(folder: str | Path, images: torch.Tensor) -> list[Path]:
     ...     [p.name for p in paths], torch.equal(pil_to_tensor(load_image(paths[1])), random_images(2, 16)[1] / 255)
     (['000.png', '001.png'], True)
     """
-    from PIL import Image
-
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     paths = [folder / f"{i:03d}.png" for i in range(len(images))]
     for img, path in zip(images, paths):
-        Image.fromarray(img.permute(1, 2, 0).numpy()).save(path)
+        with atomic_output(path) as tmp:  # the write rule (genmetrics/data/results.py)
+            Image.fromarray(img.permute(1, 2, 0).numpy()).save(tmp)
     return paths
 
 
@@ -206,8 +208,6 @@ def toy_mib_pairs(folder: str | Path, n: int = 4, *, seed: int = 0) -> Path:
     >>> [(p.generators, p.preference, len(p.references)) for p in pairs]
     [(('gen_a', 'gen_b'), 0, 2), (('gen_a', 'gen_b'), 1, 2)]
     """
-    import json
-
     folder = Path(folder)
     refs = write_images(folder / "references", random_images(2, 64, seed=seed))
     cands = write_images(folder / "candidates", random_images(2 * n, 64, seed=seed + 1))
@@ -229,9 +229,7 @@ def toy_mib_pairs(folder: str | Path, n: int = 4, *, seed: int = 0) -> Path:
                 }
             )
         )
-    path = folder / "pairs.jsonl"
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return path
+    return atomic_write_text(folder / "pairs.jsonl", "\n".join(lines) + "\n")
 
 
 def tiny_vlm_inputs(text: str = "a cat", *, size: int = 64, seed: int = 3) -> dict[str, Any]:
@@ -245,8 +243,6 @@ def tiny_vlm_inputs(text: str = "a cat", *, size: int = 64, seed: int = 3) -> di
     >>> tuple(t["model"](**t["batch"]).last_hidden_state.shape) == (*t["batch"]["input_ids"].shape, 64)
     True
     """
-    from PIL import Image
-
     model, processor = tiny_qwen3vl(), tiny_qwen3vl_processor(size)
     image = random_images(1, size, seed=seed)[0]
     turn = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": text}]}]
@@ -272,48 +268,7 @@ def tiny_tpips(variant: str = "late", *, image_size: int = 64, seed: int = 0) ->
     >>> late.variant, mid.variant, mid.image_size, tuple(late.embed(random_images(2, 64), "color").shape)
     ('late', 'mid', 64, (2, 64))
     """
-    from genmetrics.tpips import TPIPSModel
-
     return TPIPSModel(tiny_qwen3vl(seed=seed), tiny_qwen3vl_processor(), variant, image_size=image_size)
-
-
-_BUILTIN_RECIPES = {
-    "genmetrics.baselines": "baselines",
-    "genmetrics.raclip": "raclip",
-    "genmetrics.tpips": "tpips",
-    "genmetrics.mie": "mie",
-}
-
-
-def metric_recipe(name: str) -> dict[str, Any]:
-    """``{"kwargs": ..., "updates": [...]}`` that builds metric ``name`` on tiny backbones and feeds it a few
-    small batches. The built-in families keep theirs in ``genmetrics/testing/recipes/<family>.py``
-    (``RECIPES``); a plugin keeps its own next to its metric (``<package of the card's factory>.recipes``).
-
-    >>> r = metric_recipe("psnr")
-    >>> sorted(r), len(r["updates"]) >= 2
-    (['kwargs', 'updates'], True)
-    """
-    import importlib
-
-    from genmetrics.registry import get_card
-
-    card = get_card(name)
-    name = card.name  # an alias finds the recipe of the metric it names
-    package = card.factory.split(":")[0].rsplit(".", 1)[0]
-    top = ".".join(package.split(".")[:2])
-    module = (
-        f"genmetrics.testing.recipes.{_BUILTIN_RECIPES[top]}"
-        if top in _BUILTIN_RECIPES
-        else f"{package}.recipes"
-    )
-    try:
-        recipes = importlib.import_module(module).RECIPES
-    except (ImportError, AttributeError) as e:
-        raise LookupError(f"metric {name!r} has no test recipe ({module}.RECIPES): {e}") from None
-    if name not in recipes:
-        raise LookupError(f"metric {name!r} has no entry in {module}.RECIPES")
-    return recipes[name]()
 
 
 # ------------------------------------------------------------------------------ backbone provider
@@ -359,26 +314,18 @@ def tiny_backbones(kind: str, weights: str, **options: Any) -> Any:
 
 
 def _free_port() -> int:
-    import socket
-
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
 
 
 def _gloo_worker(rank: int, world_size: int, port: int, fn: Any, args: tuple, queue: Any) -> None:
-    import os
-
-    import torch.distributed as dist
-
     os.environ.update(
         MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world_size)
     )
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world_size)
     try:
-        import io
-
         result = fn(rank, world_size, *args)
         buf = io.BytesIO()  # by value: shared-memory tensors would die with this process
         torch.save(result, buf)
@@ -393,8 +340,6 @@ def spawn_gloo(fn: Any, world_size: int = 2, args: tuple = ()) -> list[Any]:
     """Run ``fn(rank, world_size, *args)`` in ``world_size`` processes joined by a gloo process group on
     127.0.0.1 and return the per-rank results (``fn`` must be importable: a module-level function).
     For example ``spawn_gloo(my_module.worker, 2)`` in a test (not run here: it starts processes)."""
-    import torch.multiprocessing as mp
-
     ctx = mp.get_context("spawn")
     queue = ctx.SimpleQueue()
     port = _free_port()
@@ -406,8 +351,6 @@ def spawn_gloo(fn: Any, world_size: int = 2, args: tuple = ()) -> list[Any]:
         start_method="spawn",
     )
     assert procs is not None  # join=False returns the context
-    import io
-
     results: dict[int, bytes] = {}
     done = False
     while not done:  # read while joining: a result larger than the pipe's buffer blocks its sender until read

@@ -1,31 +1,44 @@
 """The machinery every TPIPS model shares: images -> (resize policy) -> cached vision features -> the
 language tower with explicit M-RoPE positions (the shared Qwen-VL runtime,
-:mod:`genmetrics.backbones.qwen_vl`), plus text helpers and right-padded sequence building."""
+:mod:`genmetrics.backbones.qwen_vl`), plus text helpers and right-padded sequence building.
+
+:class:`VLMBase` is the public API the fusion variants (:mod:`genmetrics.tpips.fusion`), the triplet head and
+the pairwise baseline are written against: nothing outside this module reaches into its private state."""
 
 from __future__ import annotations
 
 import os
 import warnings
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch import nn
 
 from genmetrics.backbones.qwen_vl import (
+    IMAGE_MODES,
     QwenResize,
     VisionCache,
     VisionEncoder,
     VisionFeatures,
+    VLMParts,
+    attn_implementation,
     keys_of,
+    qwen_image,
     resolve_parts,
     run_language_model,
     scatter_features,
     token_ids,
 )
-from genmetrics.data.images import as_image_list, to_tensor
+from genmetrics.data.images import as_image_list
 from genmetrics.errors import InputError
-from genmetrics.tpips.common import MAX_ASPECT_TOKENS, check_aspects
+from genmetrics.tpips.common import DEFAULT_IMAGE_SIZE, MAX_ASPECT_TOKENS, check_aspects
+
+__all__ = ["SequenceBatch", "Spans", "VLMBase", "make_resize", "side_by_side"]
+
+#: a sequence segment: ``("text", str)``, ``("instruction", str)`` or ``("image", VisionFeatures)``
+Segment = tuple[str, Any]
 
 
 def make_resize(resize: str | None, image_size: int | None, factor: int) -> QwenResize:
@@ -37,10 +50,54 @@ def make_resize(resize: str | None, image_size: int | None, factor: int) -> Qwen
     """
     mode = resize or ("square" if image_size is not None else "smart")
     if mode == "square" and image_size is None:
-        from genmetrics.tpips.common import DEFAULT_IMAGE_SIZE
-
         image_size = DEFAULT_IMAGE_SIZE
     return QwenResize(mode, int(image_size) if mode == "square" and image_size is not None else None, factor)
+
+
+def side_by_side(images: Sequence[torch.Tensor]) -> torch.Tensor:
+    """Images of one height placed left to right in one image (the triplet and pairwise prompts' strip).
+
+    >>> tuple(side_by_side([torch.zeros(3, 64, 64), torch.ones(3, 64, 32)]).shape)
+    (3, 64, 96)
+    """
+    return torch.cat(list(images), dim=-1)
+
+
+@dataclass
+class Spans:
+    """Where the parts of one sequence are: ``images`` as ``(start, end)`` token ranges in order, and the
+    instruction's range (None when the sequence has no ``("instruction", ...)`` segment).
+
+    >>> Spans(images=[(5, 9)], instruction=(2, 4)).images[0]
+    (5, 9)
+    """
+
+    images: list[tuple[int, int]] = field(default_factory=list)
+    instruction: tuple[int, int] | None = None
+
+
+@dataclass
+class SequenceBatch:
+    """A right-padded batch of chat sequences ready for the language tower (see :meth:`VLMBase.build_sequences`):
+    token ids ``[B,S]``, attention mask ``[B,S]``, M-RoPE positions ``(3,B,S)``, the image-token mask ``[B,S]``,
+    the vision features in sequence order, each row's real length and its :class:`Spans`.
+
+    >>> from genmetrics.testing import random_images, tiny_tpips
+    >>> model = tiny_tpips("late")
+    >>> features = model.vision_features(model.resized(model.load_images(random_images(1, 64))))
+    >>> batch = model.build_sequences([[("text", "<|im_start|>user\\n"), ("image", features[0])]])
+    >>> (s0, s1), = batch.spans[0].images  # the 2 x 2 merged tokens of a 64 px image
+    >>> tuple(batch.position_ids.shape[:2]), s1 - s0, bool((batch.input_ids[0, s0:s1] == model.image_token_id).all())
+    ((3, 1), 4, True)
+    """
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    position_ids: torch.Tensor
+    visual_mask: torch.Tensor
+    features: list[VisionFeatures]
+    lengths: list[int]
+    spans: list[Spans]
 
 
 class VLMBase(nn.Module):
@@ -54,6 +111,9 @@ class VLMBase(nn.Module):
     ([(3, 64, 64), (3, 64, 64)], 2, 64)
     """
 
+    #: (template with {aspect}, template for "overall"); each model sets its own (see common.check_prompts)
+    prompts: tuple[str, str]
+
     def __init__(
         self,
         backbone: nn.Module,
@@ -66,8 +126,15 @@ class VLMBase(nn.Module):
         vision_batch_size: int = 32,
         data_range: float = 1.0,
         max_aspect_tokens: int = MAX_ASPECT_TOKENS,
+        image_modes: str = "official",
     ) -> None:
         super().__init__()
+        if image_modes not in IMAGE_MODES:
+            raise InputError(
+                f"image_modes={image_modes!r}: expected 'official' (PIL modes converted as the Qwen3-VL-Embedding "
+                "embedder does) or 'genmetrics' (alpha composited on white, 16/32-bit rescaled)"
+            )
+        self.image_modes = image_modes
         self.backbone = backbone
         self._parts = resolve_parts(backbone)
         if (
@@ -103,6 +170,11 @@ class VLMBase(nn.Module):
 
     # -- basic properties --------------------------------------------------------------------------
     @property
+    def parts(self) -> VLMParts:
+        """The backbone's pieces (base VLM with ``.visual`` and ``.language_model``, LM head, config)."""
+        return self._parts
+
+    @property
     def image_size(self) -> int | None:
         """Side of the square policy (None under the default ``"smart"`` policy)."""
         return self.resize.size
@@ -119,6 +191,16 @@ class VLMBase(nn.Module):
     @property
     def language_model(self) -> Any:  # a transformers text model (duck-typed), not analysed by mypy
         return self._parts.base.language_model
+
+    @property
+    def lm_head(self) -> nn.Module | None:
+        """The backbone's LM head (None for a base ``Qwen3VLModel``)."""
+        return self._parts.lm_head
+
+    @property
+    def attn_implementation(self) -> str:
+        """The language tower's attention implementation (``"sdpa"``, ``"eager"``, ...)."""
+        return attn_implementation(self._parts)
 
     @property
     def device(self) -> torch.device:
@@ -138,7 +220,14 @@ class VLMBase(nn.Module):
         return self
 
     # -- text --------------------------------------------------------------------------------------
-    def _ids(self, text: str) -> list[int]:
+    def text_ids(self, text: str) -> list[int]:
+        """Token ids of ``text`` without special-token additions (cached).
+
+        >>> from genmetrics.testing import tiny_tpips
+        >>> model = tiny_tpips()
+        >>> model.text_ids("<|im_start|>") == model.text_ids("<|im_start|>") and len(model.text_ids("<|im_start|>"))
+        1
+        """
         ids = self._tok_cache.get(text)
         if ids is None:
             ids = list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
@@ -146,8 +235,9 @@ class VLMBase(nn.Module):
                 self._tok_cache[text] = ids
         return ids
 
-    def _clip_aspect(self, aspect: str) -> str:
-        """Truncate an over-long aspect with the tokenizer (never by slicing the prompt's ids)."""
+    def clip_aspect(self, aspect: str) -> str:
+        """``aspect``, truncated by the tokenizer to ``max_aspect_tokens`` with a warning when longer (never by
+        slicing the prompt's ids, so the prompt's closing tokens survive)."""
         enc = self.tokenizer(
             aspect, add_special_tokens=False, truncation=True, max_length=self.max_aspect_tokens
         )
@@ -179,7 +269,8 @@ class VLMBase(nn.Module):
 
     def load_images(self, images: Any, *, name: str = "images") -> list[torch.Tensor]:
         """Any accepted batch -> list of float ``[3,H,W]`` tensors in [0,1] at their own size (the resize
-        policy is applied when they are scored). An input object repeated in the batch is decoded once."""
+        policy is applied when they are scored), PIL modes converted by :attr:`image_modes`
+        (:func:`~genmetrics.backbones.qwen_vl.qwen_image`). An input object repeated in the batch is decoded once."""
         items = as_image_list(images, name=name)
         if not items:
             raise InputError(f"{name}: the batch is empty; expected at least one image")
@@ -189,7 +280,8 @@ class VLMBase(nn.Module):
             t = done.get(id(x))
             if t is None:
                 label = str(x) if isinstance(x, (str, os.PathLike)) else f"{name}[{i}]"
-                t = done[id(x)] = to_tensor(x, data_range=self.data_range, name=label).cpu()
+                t = qwen_image(x, image_modes=self.image_modes, data_range=self.data_range, name=label)
+                t = done[id(x)] = t.cpu()
             out.append(t)
         return out
 
@@ -229,11 +321,12 @@ class VLMBase(nn.Module):
         )
 
     @staticmethod
-    def _keys(images: list[torch.Tensor]) -> list[str]:
+    def content_keys(images: list[torch.Tensor]) -> list[str]:
+        """Content hashes of images (an object repeated in the list is hashed once)."""
         return keys_of(images)
 
     # -- sequences ---------------------------------------------------------------------------------
-    def _build_single(self, items: list[list[tuple[str, Any]]]) -> dict[str, Any]:
+    def build_sequences(self, items: list[list[Segment]]) -> SequenceBatch:
         """Right-padded batch of sequences made of ``("text", str)`` / ``("instruction", str)`` /
         ``("image", VisionFeatures)`` segments, with the standard Qwen3-VL layout (``<|vision_start|>`` image
         tokens ``<|vision_end|>``) and M-RoPE positions as ``Qwen3VLModel.get_rope_index`` computes them."""
@@ -243,13 +336,13 @@ class VLMBase(nn.Module):
             pos: list[tuple[int, int, int]] = []
             vmask: list[bool] = []
             fs: list[VisionFeatures] = []
-            span: dict[str, Any] = {"images": []}
+            span = Spans()
             p = 0
             for kind, val in segs:
                 if kind in ("text", "instruction"):
-                    t = self._ids(val)
+                    t = self.text_ids(val)
                     if kind == "instruction":
-                        span["instruction"] = (len(ids), len(ids) + len(t))
+                        span.instruction = (len(ids), len(ids) + len(t))
                     ids += t
                     pos += [(p + i, p + i, p + i) for i in range(len(t))]
                     vmask += [False] * len(t)
@@ -260,7 +353,7 @@ class VLMBase(nn.Module):
                 ids.append(self.vision_start_id)
                 pos.append((p, p, p))
                 p += 1
-                span["images"].append((len(ids), len(ids) + gh * gw))
+                span.images.append((len(ids), len(ids) + gh * gw))
                 ids += [self.image_token_id] * (gh * gw)
                 pos += [(p, p + r, p + c) for r in range(gh) for c in range(gw)]
                 p += max(gh, gw)
@@ -289,22 +382,24 @@ class VLMBase(nn.Module):
             position_ids[:, b, n:] = torch.arange(last + 1, last + 1 + S - n)
             vmask_t[b, :n] = torch.tensor(vis_masks[b])
         dev = self.device
-        return {
-            "input_ids": input_ids.to(dev),
-            "attention_mask": attn.to(dev),
-            "position_ids": position_ids.to(dev),
-            "visual_mask": vmask_t.to(dev),
-            "features": [f for fs in feats for f in fs],
-            "lengths": [len(s) for s in seqs],
-            "spans": spans,
-        }
+        return SequenceBatch(
+            input_ids=input_ids.to(dev),
+            attention_mask=attn.to(dev),
+            position_ids=position_ids.to(dev),
+            visual_mask=vmask_t.to(dev),
+            features=[f for fs in feats for f in fs],
+            lengths=[len(s) for s in seqs],
+            spans=spans,
+        )
 
-    def _embed(
+    def embed_inputs(
         self, input_ids: torch.Tensor, visual_mask: torch.Tensor, features: list[VisionFeatures]
     ) -> tuple[torch.Tensor, list[torch.Tensor] | None]:
+        """Token embeddings with the image features at ``visual_mask``, and the DeepStack levels
+        (:func:`genmetrics.backbones.qwen_vl.scatter_features`)."""
         return scatter_features(self.language_model, input_ids, visual_mask, features)
 
-    def _run_lm(
+    def run_language_model(
         self,
         embeds: torch.Tensor,
         attention_mask: torch.Tensor,
@@ -313,21 +408,23 @@ class VLMBase(nn.Module):
         deepstack: list[torch.Tensor] | None,
         capture: Sequence[int] = (),
     ) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
+        """The language tower on ``inputs_embeds`` (:func:`genmetrics.backbones.qwen_vl.run_language_model`):
+        ``(last hidden states, {layer: its output})``."""
         return run_language_model(
             self.language_model, embeds, attention_mask, position_ids, visual_mask, deepstack, capture
         )
 
     def run_batch(
-        self, batch: dict[str, Any], capture: Sequence[int] = ()
+        self, batch: SequenceBatch, capture: Sequence[int] = ()
     ) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
-        """The language tower on a :meth:`_build_single` batch: ``(last hidden states, captured layers)``."""
-        embeds, ds = self._embed(batch["input_ids"], batch["visual_mask"], batch["features"])
-        return self._run_lm(
-            embeds, batch["attention_mask"], batch["position_ids"], batch["visual_mask"], ds, capture
+        """The language tower on a :meth:`build_sequences` batch: ``(last hidden states, captured layers)``."""
+        embeds, ds = self.embed_inputs(batch.input_ids, batch.visual_mask, batch.features)
+        return self.run_language_model(
+            embeds, batch.attention_mask, batch.position_ids, batch.visual_mask, ds, capture
         )
 
-    def last_token_states(self, batch: dict[str, Any]) -> torch.Tensor:
+    def last_token_states(self, batch: SequenceBatch) -> torch.Tensor:
         """``[B,D]`` final hidden state of each sequence's last real token (right padding)."""
         hidden, _ = self.run_batch(batch)
-        last = torch.tensor([n - 1 for n in batch["lengths"]], device=hidden.device)
+        last = torch.tensor([n - 1 for n in batch.lengths], device=hidden.device)
         return hidden[torch.arange(hidden.shape[0], device=hidden.device), last]

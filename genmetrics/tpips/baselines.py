@@ -9,9 +9,10 @@ import torch
 from torch import nn
 
 from genmetrics.errors import InputError
-from genmetrics.tpips.base import VLMBase
+from genmetrics.tpips.base import VLMBase, side_by_side
 from genmetrics.tpips.common import DEFAULT_IMAGE_SIZE, check_aspects, check_prompts, prompt_for
-from genmetrics.tpips.triplet import _concat
+
+__all__ = ["PairwiseScoreModel"]
 
 
 class PairwiseScoreModel(VLMBase):
@@ -38,6 +39,7 @@ class PairwiseScoreModel(VLMBase):
         vision_cache_size: int = 64,
         batch_size: int = 8,
         data_range: float = 1.0,
+        image_modes: str = "official",
     ) -> None:
         super().__init__(
             backbone,
@@ -47,8 +49,9 @@ class PairwiseScoreModel(VLMBase):
             vision_cache_size=vision_cache_size,
             batch_size=batch_size,
             data_range=data_range,
+            image_modes=image_modes,
         )
-        if self._parts.lm_head is None:
+        if self.lm_head is None:
             raise InputError(
                 "the pairwise 0-10 score baseline needs a generative backbone with an LM head "
                 "(e.g. Qwen3VLForConditionalGeneration / Qwen3-VL-8B-Instruct)"
@@ -56,12 +59,12 @@ class PairwiseScoreModel(VLMBase):
         self.prompts = check_prompts(prompts, "pairwise")
         digit_ids = []
         for d in range(10):
-            t = self._ids(str(d))
+            t = self.text_ids(str(d))
             if len(t) != 1:
                 raise InputError(f"the tokenizer does not have a single token for the digit {d}")
             digit_ids.append(t[0])
         self.digit_ids = digit_ids
-        ten = self._ids("10")
+        ten = self.text_ids("10")
         self.ten_id = ten[0] if len(ten) == 1 else None
 
     @torch.no_grad()
@@ -69,9 +72,9 @@ class PairwiseScoreModel(VLMBase):
         self, left: list[torch.Tensor], right: list[torch.Tensor], aspects: list[str]
     ) -> torch.Tensor:
         feats = self.vision_features(
-            [_concat([a, b]) for a, b in zip(self.resized(left), self.resized(right))]
+            [side_by_side([a, b]) for a, b in zip(self.resized(left), self.resized(right))]
         )
-        head = self._parts.lm_head
+        head = self.lm_head
         assert head is not None  # checked in __init__
         outs = []
         for i in range(0, len(feats), self.batch_size):
@@ -79,16 +82,16 @@ class PairwiseScoreModel(VLMBase):
                 [
                     ("text", "<|im_start|>user\n"),
                     ("image", f),
-                    ("text", prompt_for("pairwise", self._clip_aspect(a), self.prompts)),
+                    ("text", prompt_for("pairwise", self.clip_aspect(a), self.prompts)),
                     ("text", "<|im_end|>\n<|im_start|>assistant\n"),
                 ]
                 + ([("text", "1")] if self.ten_id is None else [])
                 for f, a in zip(feats[i : i + self.batch_size], aspects[i : i + self.batch_size])
             ]
-            batch = self._build_single(items)
+            batch = self.build_sequences(items)
             hidden, _ = self.run_batch(batch)
             rows = torch.arange(hidden.shape[0], device=hidden.device)
-            last = torch.tensor([n - 1 for n in batch["lengths"]], device=hidden.device)
+            last = torch.tensor([n - 1 for n in batch.lengths], device=hidden.device)
             if self.ten_id is None:
                 first = head(hidden[rows, last - 1]).double()
                 nxt = torch.softmax(head(hidden[rows, last]).double(), -1)[

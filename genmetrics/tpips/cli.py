@@ -1,6 +1,9 @@
 """Command line for TPIPS: ``genmetrics train tpips``, ``genmetrics evaluate-human tpips`` and
 ``genmetrics retrieve {index,query}``. Inputs are validated before any weights load; bad input raises
-``InputError`` (exit 2, one ``error:`` line), missing weights ``WeightsUnavailableError`` (exit 1)."""
+``InputError`` (exit 2, one ``error:`` line), missing weights ``WeightsUnavailableError`` (exit 1).
+
+This is the command-line boundary: torch, transformers and the models are imported inside the commands, so
+``--help`` and input errors stay fast; everything below this module imports at the top."""
 
 from __future__ import annotations
 
@@ -10,14 +13,14 @@ from typing import Any
 
 import click
 
+from genmetrics.cli.common import echo_json
+from genmetrics.data.results import atomic_write_json, lock_output_folder
 from genmetrics.errors import InputError
 
 _VARIANTS = click.Choice(["late", "mid", "early"])
 
 
 def _echo(obj: Any, as_json: bool) -> None:
-    from genmetrics.cli.common import echo_json
-
     if as_json:
         echo_json(obj)
     else:
@@ -34,7 +37,7 @@ def _load_model(
     dtype: str | None = None,
     resize: str | None = None,
 ) -> Any:
-    from genmetrics.tpips.model import load_tpips
+    from genmetrics.tpips.loading import load_tpips  # torch and transformers load only when a model is needed
 
     kw: dict[str, Any] = {}
     if batch_size:
@@ -107,6 +110,14 @@ def _portable(ref: str | None) -> str | None:
     "--image-size", type=int, default=None, help="Side of the square policy (selects --resize square)."
 )
 @click.option(
+    "--image-modes",
+    type=click.Choice(["official", "genmetrics"]),
+    default="official",
+    show_default=True,
+    help="PIL modes to RGB: official (as the Qwen3-VL-Embedding embedder: LA alpha dropped, 16-bit clipped) or "
+    "genmetrics (alpha composited on white, 16-bit rescaled). Recorded in the adapter.",
+)
+@click.option(
     "--lora-targets",
     type=click.Choice(["qkv-mlp", "all-linear"]),
     default="qkv-mlp",
@@ -155,6 +166,7 @@ def train_cmd(
     max_grad_norm: float,
     resize: str | None,
     image_size: int | None,
+    image_modes: str,
     lora_targets: str,
     probe_layers: int,
     mid_text_norm: str,
@@ -187,6 +199,7 @@ def train_cmd(
         max_grad_norm=max_grad_norm,
         resize=resize,
         image_size=image_size,
+        image_modes=image_modes,
         lora_targets=lora_targets,
         probe_layers=probe_layers,
         mid_text_norm=mid_text_norm,
@@ -266,6 +279,12 @@ def train_cmd(
     default=None,
     help="Folder for results.json, table.md, per_sample.jsonl.",
 )
+@click.option(
+    "--controls",
+    is_flag=True,
+    help="Also score each row's records with the aspect replaced (by 'overall', by another record's) and, for "
+    "2AFC, with another record's reference: readings next to the agreement, to check the metric uses both.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the results JSON instead of the table.")
 def evaluate_cmd(
     data: tuple[str, ...],
@@ -282,10 +301,10 @@ def evaluate_cmd(
     batch_size: int,
     limit: int | None,
     out: str | None,
+    controls: bool,
     as_json: bool,
 ) -> None:
     """Agreement with human votes (odd-one-out, 2AFC, BAPPS, NIGHTS) laid out like the paper's Table 3."""
-    from genmetrics.cli.common import echo_json
     from genmetrics.tpips.evaluate import (
         check_images_exist,
         evaluate_human,
@@ -312,8 +331,6 @@ def evaluate_cmd(
     for dset in datasets:
         if names.count(dset.name) > 1:
             dset.name = f"{dset.name} ({Path(dset.path).stem})"
-    from genmetrics.data.results import lock_output_folder
-
     lock = lock_output_folder(out) if out else None  # a second run writing this --out refuses here
     try:
         scorers = build_scorers(
@@ -327,10 +344,16 @@ def evaluate_cmd(
             image_size=image_size,
             batch_size=batch_size,
         )
-        res = evaluate_human(datasets, scorers)
+        res = evaluate_human(datasets, scorers, controls=controls)
         if out:
             write_report(
-                res, out, data=list(data), adapter=adapter, weights=weights, baselines=list(baselines)
+                res,
+                out,
+                data=list(data),
+                adapter=adapter,
+                weights=weights,
+                baselines=list(baselines),
+                controls=controls,
             )
     finally:
         if lock is not None:
@@ -359,14 +382,12 @@ def build_scorers(
     batch_size: int = 16,
 ) -> list[Any]:
     """The table rows for ``evaluate-human``: the TPIPS model, then the requested baselines."""
+    from genmetrics.backbones.hf import load_vlm
+    from genmetrics.tpips.baselines import PairwiseScoreModel
+    from genmetrics.tpips.common import DEFAULT_WEIGHTS, PROMPTS
     from genmetrics.tpips.evaluate import MetricScorer, SimilarityScorer, TripletScorer, size_of
-    from genmetrics.tpips.model import (
-        DEFAULT_WEIGHTS,
-        PROMPTS,
-        PairwiseScoreModel,
-        TPIPSTripletModel,
-        load_tpips,
-    )
+    from genmetrics.tpips.loading import load_tpips
+    from genmetrics.tpips.triplet import TPIPSTripletModel
 
     scorers: list[Any] = []
     if include_model:
@@ -416,8 +437,6 @@ def build_scorers(
             )
         elif b in ("pairwise", "triplet"):
             if gen_model is None:
-                from genmetrics.backbones.hf import load_vlm
-
                 gen_model = load_vlm(generative_weights, for_generation=True)
             bb, proc = gen_model
             if b == "pairwise":
@@ -508,7 +527,7 @@ def index_cmd(
 ) -> None:
     """Embed every image once per aspect and build one faiss index per aspect."""
     from genmetrics.data.images import list_images
-    from genmetrics.tpips.model import check_aspects
+    from genmetrics.tpips.common import check_aspects
     from genmetrics.tpips.retrieval import AspectIndex
 
     files = list_images(images, recursive=recursive)
@@ -518,8 +537,6 @@ def index_cmd(
         raise InputError("give at least one --aspect (or keep --overall)")
     if batch_size < 1:
         raise InputError(f"--batch-size must be >= 1, got {batch_size}")
-    from genmetrics.data.results import lock_output_folder
-
     lock = lock_output_folder(index_dir, flag="--index")  # two builds into one index folder would mix files
     try:
         model = _load_model(adapter, weights, "late", image_size, batch_size=batch_size)
@@ -600,8 +617,7 @@ def query_cmd(
 ) -> None:
     """Top-k images of the index for a query image and aspect (or several, summed)."""
     from genmetrics.data.images import load_image
-    from genmetrics.data.results import atomic_write_json
-    from genmetrics.tpips.model import check_aspects
+    from genmetrics.tpips.common import check_aspects
     from genmetrics.tpips.retrieval import AspectIndex, contact_sheet
 
     idx = AspectIndex(index_dir)
@@ -611,7 +627,7 @@ def query_cmd(
     for q in queries:
         load_image(q)  # validate before loading weights
     for a in asp:
-        idx._entry(a)
+        idx.entry(a)
     if adjust and "overall" not in idx.aspects:
         raise InputError("--adjust needs the 'overall' aspect in the index; rebuild it with --overall")
     if weights_ and len(weights_) != len(queries):

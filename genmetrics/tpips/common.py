@@ -3,6 +3,7 @@ Appendix C.1 / C.3, aspect validation and the exact float64 cosine."""
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Sequence
 from typing import Any
 
@@ -66,6 +67,9 @@ PROMPTS: dict[str, tuple[str, str]] = {
 }
 
 MAX_ASPECT_TOKENS = 128
+#: prompt families whose text is an embedder instruction (the system turn), finished as the official embedder
+#: finishes instructions (:func:`finish_instruction`)
+INSTRUCTION_FAMILIES = ("late", "mid", "early", "embedding_baseline")
 
 
 # --------------------------------------------------------------------------------------------- helpers
@@ -100,19 +104,39 @@ def check_prompts(prompts: Any, family: str, *, name: str = "prompts") -> tuple[
     return p[0], p[1]
 
 
+def finish_instruction(text: str) -> str:
+    """An instruction as the official Qwen3-VL-Embedding embedder sends it: stripped, and a full stop added
+    unless it already ends in punctuation (any Unicode ``P*`` category: ``.``, ``?``, ``!``, ``)``, ``:``...).
+
+    >>> finish_instruction(" Compare the colour "), finish_instruction("Is it red?"), finish_instruction("Compare.")
+    ('Compare the colour.', 'Is it red?', 'Compare.')
+    """
+    text = text.strip()
+    if text and not unicodedata.category(text[-1]).startswith("P"):
+        text += "."
+    return text
+
+
 def prompt_for(family: str, aspect: str, prompts: tuple[str, str] | None = None) -> str:
-    """The instruction for ``aspect`` (``"overall"`` drops the "based on <c>" part).
+    """The instruction for ``aspect`` (``"overall"`` drops the "based on <c>" part). For the instruction
+    families (late, mid, early fusion, the embedding baseline) a custom template's result is finished as the
+    official embedder finishes instructions (:func:`finish_instruction`: a final full stop when it has no final
+    punctuation).
 
     >>> prompt_for("late", "color."), prompt_for("late", "Overall")
     ('Represent the similarity of the image based on color.', 'Represent the similarity of the image.')
+    >>> prompt_for("late", "color", ("Compare {aspect}", "Compare"))  # custom templates get the full stop
+    'Compare color.'
     """
     template, overall = prompts if prompts is not None else PROMPTS[family]
     if is_overall(aspect):
-        return overall
-    a = aspect.strip()
-    while a.endswith("."):
-        a = a[:-1].rstrip()
-    return template.format(aspect=a)
+        text = overall
+    else:
+        a = aspect.strip()
+        while a.endswith("."):
+            a = a[:-1].rstrip()
+        text = template.format(aspect=a)
+    return finish_instruction(text) if family in INSTRUCTION_FAMILIES else text
 
 
 def check_aspects(aspects: Any, n: int, *, name: str = "aspects") -> list[str]:

@@ -2,7 +2,8 @@
 boolean 4D mask (text causal among itself; patches see the text and both images; ``r_k`` sees the text, the
 patches of ``x_k`` and itself), M-RoPE positions built here (text ``(t,0,0)`` for ``t = 1..M``, patches of
 both images ``(0,h,w)``, both registers ``(M+1,0,0)``), one learned register vector; ``f = cos(h_r1, h_r2)``.
-Symmetric and ``f(x,x) = 1`` by construction. Both images of a pair share one token grid
+Symmetric and ``f(x,x) = 1`` by construction; each pair enters in a canonical order (by content hash), so
+``f(a, b) = f(b, a)`` holds bitwise as well. Both images of a pair share one token grid
 (:meth:`~genmetrics.backbones.qwen_vl.QwenResize.pair_size`)."""
 
 from __future__ import annotations
@@ -11,14 +12,19 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
-from genmetrics.backbones.qwen_vl import VisionFeatures, attn_implementation
+from genmetrics.backbones.qwen_vl import VisionFeatures, linear_attention_layers
 from genmetrics.errors import InputError
+from genmetrics.tpips.base import VLMBase
 from genmetrics.tpips.common import prompt_for, unit_cosine
+from genmetrics.tpips.fusion import Fusion, FusionOptions, check_head_tensors
+
+__all__ = ["EarlyFusion", "early_inputs", "early_registers"]
 
 
 def early_inputs(
-    model: Any, fa: list[VisionFeatures], fb: list[VisionFeatures], aspects: list[str]
+    model: VLMBase, fa: list[VisionFeatures], fb: list[VisionFeatures], aspects: list[str]
 ) -> dict[str, Any]:
     """The Appendix C.2 inputs for a batch of pairs: ids, 4D bool mask ``[B,1,S,S]`` (True = may attend),
     positions ``(3,B,S)``, patch/register masks and the register indices.
@@ -33,11 +39,11 @@ def early_inputs(
     """
     texts = []
     for a in aspects:
-        instr = prompt_for("early", model._clip_aspect(a), model.prompts)
+        instr = prompt_for("early", model.clip_aspect(a), model.prompts)
         texts.append(
-            model._ids("<|im_start|>system\n")
-            + model._ids(instr)
-            + model._ids("<|im_end|>\n<|im_start|>user\n")
+            model.text_ids("<|im_start|>system\n")
+            + model.text_ids(instr)
+            + model.text_ids("<|im_end|>\n<|im_start|>user\n")
         )
     B = len(aspects)
     for x, y in zip(fa, fb):
@@ -93,52 +99,103 @@ def early_inputs(
 
 
 def early_registers(
-    model: Any, fa: list[VisionFeatures], fb: list[VisionFeatures], aspects: list[str]
+    model: VLMBase,
+    register: torch.Tensor,
+    fa: list[VisionFeatures],
+    fb: list[VisionFeatures],
+    aspects: list[str],
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Final hidden states ``h_r1``, ``h_r2`` (``[B,D]`` float32) of the two registers.
+    """Final hidden states ``h_r1``, ``h_r2`` (``[B,D]`` float32) of the two registers, both starting from the
+    learned ``register`` vector.
 
     >>> from genmetrics.testing import random_images, tiny_tpips
     >>> model = tiny_tpips("early")
     >>> features = model.vision_features(model.resized(model.load_images(random_images(2, 64))))
-    >>> h1, h2 = early_registers(model, features[:1], features[1:], ["color"])
+    >>> h1, h2 = early_registers(model, model.fusion.register, features[:1], features[1:], ["color"])
     >>> tuple(h1.shape), tuple(h2.shape), h1.dtype
     ((1, 64), (1, 64), torch.float32)
     """
     inp = early_inputs(model, fa, fb, aspects)
     features = [f for pair in zip(fa, fb) for f in pair]  # sequence order: x1 then x2 per row
-    embeds, ds = model._embed(inp["input_ids"], inp["patch_mask"], features)
-    embeds = torch.where(inp["register_mask"].unsqueeze(-1), model.register_vector.to(embeds.dtype), embeds)
+    embeds, ds = model.embed_inputs(inp["input_ids"], inp["patch_mask"], features)
+    embeds = torch.where(inp["register_mask"].unsqueeze(-1), register.to(embeds.dtype), embeds)
     mask = inp["mask"]
-    if attn_implementation(model._parts) == "eager":  # eager adds the mask: give it 0 / -inf
+    if model.attn_implementation == "eager":  # eager adds the mask: give it 0 / -inf
         mask = torch.zeros(mask.shape, dtype=embeds.dtype, device=mask.device).masked_fill(
             ~mask, torch.finfo(embeds.dtype).min
         )
-    hidden, _ = model._run_lm(embeds, mask, inp["position_ids"], inp["patch_mask"], ds)
+    hidden, _ = model.run_language_model(embeds, mask, inp["position_ids"], inp["patch_mask"], ds)
     rows = torch.arange(hidden.shape[0], device=hidden.device)
     return hidden[rows, inp["register_index"][:, 0]].float(), hidden[
         rows, inp["register_index"][:, 1]
     ].float()
 
 
-def early_pairs(model: Any, a: list[torch.Tensor], b: list[torch.Tensor], aspects: list[str]) -> torch.Tensor:
-    """``[B]`` early-fusion similarities of image pairs (resized to a shared grid per pair).
+class EarlyFusion(Fusion):
+    """Appendix C.2 (see the module docstring): ``f = cos(h_r1, h_r2)``; one learned register vector
+    (initialised to the mean token embedding). Needs softmax attention in every layer and an attention
+    implementation that takes a 4D mask (``sdpa`` or ``eager``): anything else is refused.
 
     >>> from genmetrics.testing import random_images, tiny_tpips
     >>> model = tiny_tpips("early")
     >>> a, b = model.load_images(random_images(2, 64, seed=1)), model.load_images(random_images(2, 64, seed=2))
-    >>> s = early_pairs(model, a, b, ["color", "overall"])
+    >>> s = model.fusion.pair_scores(model, a, b, ["color", "overall"])
     >>> tuple(s.shape), bool(((s >= -1) & (s <= 1)).all())
     ((2,), True)
     """
-    a, b = model.resized_pairs(a, b)
-    feats = model.vision_features(list(a) + list(b))
-    fa, fb = feats[: len(a)], feats[len(a) :]
-    outs = []
-    for i in range(0, len(a), model.batch_size):
-        sl = slice(i, i + model.batch_size)
-        h1, h2 = early_registers(model, fa[sl], fb[sl], aspects[sl])
-        if torch.is_grad_enabled() and h1.requires_grad:
-            outs.append(F.cosine_similarity(h1, h2, dim=-1, eps=1e-12))
-        else:
-            outs.append(unit_cosine(h1, h2))
-    return torch.cat(outs, 0)
+
+    name = "early"
+    value_range = (-1.0, 1.0)
+
+    def __init__(self, base: VLMBase, options: FusionOptions) -> None:
+        super().__init__()
+        linear = linear_attention_layers(base.backbone)
+        if linear:
+            raise InputError(
+                f"early fusion needs softmax attention in every language layer, but this backbone has "
+                f"{len(linear)} linear-attention layers (e.g. Qwen3.5's Gated-DeltaNet, layers {linear[:8]}) "
+                "that ignore custom attention masks, so the Appendix C.2 mask cannot be applied; use "
+                "variant='late' or 'mid', or a Qwen3-VL backbone (Qwen/Qwen3-VL-Embedding-2B)"
+            )
+        impl = base.attn_implementation
+        if impl not in ("sdpa", "eager"):
+            raise InputError(
+                f"early fusion needs attn_implementation 'sdpa' (or 'eager') for its custom 4D mask; "
+                f"the backbone uses {impl!r}: load it with attn_implementation='sdpa'"
+            )
+        with torch.no_grad():
+            init = base.language_model.embed_tokens.weight.float().mean(0)
+        self.register = nn.Parameter(init.clone().to(base.device))
+
+    def pair_scores(
+        self, base: VLMBase, a: list[torch.Tensor], b: list[torch.Tensor], aspects: list[str]
+    ) -> torch.Tensor:
+        """``[B]`` early-fusion similarities of image pairs (resized to a shared grid per pair).
+
+        ``f`` is symmetric by construction (both images' patches share positions, the registers swap); to make
+        it symmetric in floating point too, each pair enters the sequence in one canonical order (by content
+        hash), so ``f(a, b)`` and ``f(b, a)`` run the identical computation."""
+        ra, rb = base.resized_pairs(a, b)
+        both, n = ra + rb, len(ra)
+        keys = base.content_keys(both)
+        first = [i if keys[i] <= keys[n + i] else n + i for i in range(n)]
+        order = first + [n + i if f == i else i for i, f in enumerate(first)]
+        feats = base.vision_features([both[j] for j in order], keys=[keys[j] for j in order])
+        fa, fb = feats[:n], feats[n:]
+        outs = []
+        for i in range(0, len(a), base.batch_size):
+            sl = slice(i, i + base.batch_size)
+            h1, h2 = early_registers(base, self.register, fa[sl], fb[sl], aspects[sl])
+            if torch.is_grad_enabled() and h1.requires_grad:
+                outs.append(F.cosine_similarity(h1, h2, dim=-1, eps=1e-12))
+            else:
+                outs.append(unit_cosine(h1, h2))
+        return torch.cat(outs, 0)
+
+    def head_state_dict(self) -> dict[str, torch.Tensor]:
+        return {"register": self.register.detach().cpu().contiguous()}
+
+    def load_head_state_dict(self, state: dict[str, torch.Tensor], *, source: str = "head state") -> None:
+        state = check_head_tensors(state, self.head_state_dict(), source=source)
+        with torch.no_grad():
+            self.register.copy_(state["register"].to(self.register.device, self.register.dtype))

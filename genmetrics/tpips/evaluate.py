@@ -23,6 +23,12 @@ Scorers (one row each in the table):
 
 Statistics: :mod:`genmetrics.functional.agreement` (agreement ``y[argmax pred]``, human consensus
 ``sum y^2``, standard errors over records), overall and per ``source``.
+
+Controls (``evaluate_human(..., controls=True)``, ``--controls``): the same records scored again with the
+aspect replaced (by "overall", and by another record's aspect) and, for 2AFC, with another record's reference
+(:func:`control_sets`); the agreement against the *original* votes, next to the real one. A metric that uses
+the aspect loses agreement under the aspect controls; one that compares with the reference falls to chance
+(50%) under the reference control; a reading that does not move says the metric ignores that input.
 """
 
 from __future__ import annotations
@@ -32,20 +38,28 @@ import math
 import os
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from genmetrics.data.jsonl import OddOneOutRecord, TwoAFCRecord, iter_jsonl, load_odd_one_out, load_two_afc
+from genmetrics.data.results import atomic_write_json, atomic_write_text, dumps_line, manifest
 from genmetrics.errors import InputError
+from genmetrics.functional.agreement import human_consensus_per_sample, mean_stderr, per_sample_agreement
+from genmetrics.registry import create_metric, metric_info
+from genmetrics.tpips.common import is_overall
 
 __all__ = [
+    "CONTROLS",
+    "ControlSet",
     "Dataset",
     "MetricScorer",
     "SimilarityScorer",
     "TripletScorer",
+    "control_sets",
     "evaluate_human",
     "load_bapps",
     "load_human_data",
@@ -128,8 +142,6 @@ def load_bapps(root: str | os.PathLike, *, split: str | None = None) -> list[Two
     >>> len(records), records[0].votes, records[0].source, records[0].aspect
     (1, (0.75, 0.25), 'cnn', 'overall')
     """
-    import numpy as np
-
     base = Path(root)
     if not base.is_dir():
         raise InputError(f"BAPPS folder {str(base)!r} does not exist")
@@ -439,8 +451,6 @@ class MetricScorer(SimilarityScorer):
     _metric: Any = None
 
     def __post_init__(self) -> None:
-        from genmetrics.registry import create_metric, metric_info
-
         info = metric_info(self.metric_name)
         sign = -1.0 if info.get("higher_is_better") is False else 1.0
         self._metric = create_metric(self.metric_name, **self.options)
@@ -455,10 +465,95 @@ class MetricScorer(SimilarityScorer):
         self.fn = fn
 
 
+# --------------------------------------------------------------------------------------------- controls
+#: control name -> what it changes (the table's label)
+CONTROLS = {
+    "aspect_overall": "aspect -> overall",
+    "aspect_swapped": "aspect of another record",
+    "reference_swapped": "reference of another record",
+}
+
+
+@dataclass
+class ControlSet:
+    """One control of a dataset: the same records with one input replaced. ``source[i]`` is the record whose
+    aspect or reference record ``i`` now carries (``i`` itself where nothing could be changed: every other
+    record has the same value; ``-1`` for the fixed aspect "overall"); ``changed`` counts the records that
+    differ from the original.
+
+    >>> from genmetrics.data.jsonl import TwoAFCRecord
+    >>> recs = [TwoAFCRecord(id=str(i), reference=f"r{i}.png", candidates=("a.png", "b.png"), aspect="color",
+    ...                      votes=(1.0, 0.0)) for i in range(3)]
+    >>> swapped = {c.name: c for c in control_sets(Dataset("toy", "two_afc", recs))}["reference_swapped"]
+    >>> [r.reference for r in swapped.dataset.records], swapped.source, swapped.changed
+    (['r1.png', 'r2.png', 'r0.png'], [1, 2, 0], 3)
+    """
+
+    name: str
+    dataset: Dataset
+    source: list[int]
+
+    @property
+    def changed(self) -> int:
+        return sum(1 for i, j in enumerate(self.source) if i != j)
+
+
+def _identity(x: Any) -> Any:
+    """What makes two inputs "the same" for a control: a path by its text, an in-memory image by object."""
+    return str(x) if isinstance(x, (str, os.PathLike)) else id(x)
+
+
+def _another(values: list[Any], i: int) -> int:
+    """The next record (cyclically) whose value differs from record ``i``'s; ``i`` when there is none."""
+    n = len(values)
+    for step in range(1, n):
+        j = (i + step) % n
+        if values[j] != values[i]:
+            return j
+    return i
+
+
+def control_sets(ds: Dataset) -> list[ControlSet]:
+    """The controls of a dataset: ``aspect_overall`` (every aspect "overall"), ``aspect_swapped`` (each record
+    takes the aspect of the next record with a different one), and for 2AFC ``reference_swapped`` (each record
+    takes the reference of the next record with a different one). Votes stay the original ones.
+
+    >>> from genmetrics.tpips.synthetic import aspect_triplets
+    >>> records = [r for pair in aspect_triplets(2, size=32) for r in pair]  # color, position, color, position
+    >>> [(c.name, [r.aspect for r in c.dataset.records]) for c in control_sets(Dataset("s", "odd_one_out", records))]
+    [('aspect_overall', ['overall', 'overall', 'overall', 'overall']), ('aspect_swapped', ['position', 'color', 'position', 'color'])]
+    """
+    recs = list(ds.records)
+    overall = [i if is_overall(r.aspect) else -1 for i, r in enumerate(recs)]
+    out = [
+        ControlSet(
+            "aspect_overall", replace(ds, records=[replace(r, aspect="overall") for r in recs]), overall
+        )
+    ]
+    aspects = [r.aspect for r in recs]
+    src = [_another(aspects, i) for i in range(len(recs))]
+    out.append(
+        ControlSet(
+            "aspect_swapped",
+            replace(ds, records=[replace(r, aspect=aspects[j]) for r, j in zip(recs, src)]),
+            src,
+        )
+    )
+    if ds.kind == "two_afc":
+        refs = [_identity(r.reference) for r in recs]
+        src = [_another(refs, i) for i in range(len(recs))]
+        out.append(
+            ControlSet(
+                "reference_swapped",
+                replace(ds, records=[replace(r, reference=recs[j].reference) for r, j in zip(recs, src)]),
+                src,
+            )
+        )
+    return out
+
+
 # --------------------------------------------------------------------------------------------- statistics
 def _stats(agree: torch.Tensor) -> dict[str, Any]:
-    from genmetrics.functional.agreement import mean_stderr
-
     mean, se = mean_stderr(agree)
     return {"mean": mean, "stderr": se, "n": int(agree.numel())}
 
@@ -472,12 +567,29 @@ def _breakdown(values: torch.Tensor, sources: list[str]) -> dict[str, Any]:
     return out
 
 
+def _predict(sc: Scorer, ds: Dataset) -> torch.Tensor:
+    pred = sc.odd_one_out(ds.records) if ds.kind == "odd_one_out" else sc.two_afc(ds.records)
+    if pred.shape != (ds.n, 3 if ds.kind == "odd_one_out" else 2):
+        raise RuntimeError(
+            f"scorer {sc.name!r} returned predictions of shape {tuple(pred.shape)} for {ds.n} {ds.kind} records"
+        )
+    return pred
+
+
 def evaluate_human(
-    datasets: Sequence[Dataset], scorers: Sequence[Scorer], *, progress: bool = True, per_sample: bool = True
+    datasets: Sequence[Dataset],
+    scorers: Sequence[Scorer],
+    *,
+    progress: bool = True,
+    per_sample: bool = True,
+    controls: bool = False,
 ) -> dict[str, Any]:
     """Agreement of every scorer with the human votes of every dataset (+ human consensus).
 
-    Returns a JSON-able dict ``{"datasets": [...], "models": [...]}``; see :func:`to_markdown`.
+    Returns a JSON-able dict ``{"datasets": [...], "models": [...]}``; see :func:`to_markdown`. With
+    ``controls=True`` each model row also holds ``"controls"``: ``{control: {dataset: agreement breakdown +
+    "changed"}}`` for the :func:`control_sets` of each dataset, scored by the same scorer and read against
+    the original votes.
 
     A scorer that calls every pair equally similar picks at random among ties: chance, 1/3. The synthetic
     votes are unanimous, so the human consensus is 1:
@@ -491,8 +603,6 @@ def evaluate_human(
     >>> print(to_markdown(res).splitlines()[3])
     | – | constant | – | 33.3 ± 0.0 |
     """
-    from genmetrics.functional.agreement import human_consensus_per_sample, per_sample_agreement
-
     res: dict[str, Any] = {"datasets": [], "models": []}
     for ds in datasets:
         cons = human_consensus_per_sample(ds.votes())
@@ -518,13 +628,13 @@ def evaluate_human(
         for ds in datasets:
             if not sc.supports(ds.kind):
                 continue
-            pred = sc.odd_one_out(ds.records) if ds.kind == "odd_one_out" else sc.two_afc(ds.records)
-            if pred.shape != (ds.n, 3 if ds.kind == "odd_one_out" else 2):
-                raise RuntimeError(
-                    f"scorer {sc.name!r} returned predictions of shape {tuple(pred.shape)} for {ds.n} "
-                    f"{ds.kind} records"
-                )
+            pred = _predict(sc, ds)
             agree = per_sample_agreement(pred, ds.votes())
+            if controls:
+                for cs in control_sets(ds):
+                    control = per_sample_agreement(_predict(sc, cs.dataset), ds.votes())
+                    reading = {**_breakdown(control, ds.sources()), "changed": cs.changed}
+                    row.setdefault("controls", {}).setdefault(cs.name, {})[ds.name] = reading
             row["results"][ds.name] = _breakdown(agree, ds.sources())
             if per_sample:
                 row["per_sample"][ds.name] = [
@@ -616,9 +726,21 @@ def to_markdown(res: dict[str, Any]) -> str:
             + " | ".join(cells)
             + " |"
         )
+        for name, per_dataset in (m.get("controls") or {}).items():
+            cells = [cell(per_dataset.get(c[1]), c[2]) for c in cols]
+            lines.append(
+                f"| control | {m['family'] or m['name']}: {CONTROLS[name]} | – | " + " | ".join(cells) + " |"
+            )
     n = ", ".join(f"{d['name']}: {d['n']} records" for d in res["datasets"])
     lines.append("")
     lines.append(f"Agreement with humans in % (± standard error over records); {n}.")
+    if any(m.get("controls") for m in res["models"]):
+        lines.append(
+            "Controls: the same records scored with the aspect replaced (by 'overall', by another record's) and, "
+            "for 2AFC, with another record's reference, read against the original votes. A metric that uses "
+            "the aspect loses agreement under the aspect controls; one that compares with the reference falls "
+            "to chance (50%) under the reference control; '–': the control does not apply."
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -638,8 +760,6 @@ def write_report(res: dict[str, Any], out_dir: str | os.PathLike, **manifest_ext
     ...     sorted(p.name for p in Path(d).iterdir()) == sorted(Path(p).name for p in paths.values())
     True
     """
-    from genmetrics.data.results import atomic_write_json, atomic_write_text, dumps_line, manifest
-
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     slim = {

@@ -19,16 +19,21 @@ Images reach the backbone as the official Qwen3-VL-Embedding embedder sends them
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
 import torch
 
-from genmetrics.data.images import as_image_list, load_batch
+from genmetrics.backbones.qwen_vl import IMAGE_MODES, mode_sensitive, qwen_image
+from genmetrics.data.batching import map_batches
+from genmetrics.data.images import as_image_list, to_tensor
 from genmetrics.errors import InputError
-from genmetrics.metric import SampleMetric, _keep_index, hash_id
+from genmetrics.metric import SampleMetric, _batch_len, _keep_index, _slice, hash_id
 from genmetrics.options import integer, number
 from genmetrics.tpips.common import DEFAULT_WEIGHTS, VARIANTS, check_aspects
+from genmetrics.tpips.loading import load_tpips
+from genmetrics.tpips.model import VALUE_RANGE, TPIPSModel
 
 
 class TPIPS(SampleMetric):
@@ -48,6 +53,9 @@ class TPIPS(SampleMetric):
         data_range: the value range of float tensor images (1.0 or 255.0).
         dtype: backbone precision when loading weights (default bf16 on CUDA, fp32 on CPU).
         vision_cache_size: images whose vision-tower output is kept across calls.
+        image_modes: how PIL images and files of modes other than RGB become RGB: ``"official"`` (as the
+            Qwen3-VL-Embedding embedder), ``"genmetrics"`` (alpha on white, 16-bit rescaled); default: the
+            adapter's, else ``"official"`` (docs/tpips.md, "PIL modes").
 
     On the tiny random Qwen3-VL (``TPIPS()`` loads Qwen3-VL-Embedding-2B): one aspect per pair, the
     per-sample similarities, their mean and the mean per aspect:
@@ -80,9 +88,16 @@ class TPIPS(SampleMetric):
         data_range: float = 1.0,
         dtype: Any = None,
         vision_cache_size: int = 64,
+        image_modes: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        if image_modes not in (None, *IMAGE_MODES):
+            raise InputError(
+                f"image_modes={image_modes!r}: expected 'official' (as the Qwen3-VL-Embedding embedder) or "
+                "'genmetrics' (alpha on white, 16-bit rescaled)"
+            )
+        self.image_modes = image_modes
         if variant not in VARIANTS:
             raise InputError(f"variant={variant!r}: expected one of {', '.join(VARIANTS)}")
         if backbone is not None and processor is None and not hasattr(backbone, "similarity"):
@@ -114,12 +129,13 @@ class TPIPS(SampleMetric):
 
     # -- model -------------------------------------------------------------------------------------
     def _build(self) -> Any:
-        from genmetrics.tpips.model import TPIPSModel, load_tpips
-
         backbone, processor = self._given
         if isinstance(backbone, TPIPSModel):
             model = backbone
+            if self.image_modes is not None:
+                model.image_modes = self.image_modes
         else:
+            extra = {} if self.image_modes is None else {"image_modes": self.image_modes}
             model = load_tpips(
                 self.adapter,
                 backbone=backbone,
@@ -131,6 +147,7 @@ class TPIPS(SampleMetric):
                 dtype=self.dtype_option,
                 vision_cache_size=self.vision_cache_size,
                 data_range=self.data_range,
+                **extra,
             )
         if not isinstance(model, TPIPSModel):
             raise InputError(
@@ -146,8 +163,6 @@ class TPIPS(SampleMetric):
     def value_range(self) -> tuple[float, float]:
         """The range of the per-sample scores for this metric's variant: ``[-1, 1]`` for late and early fusion
         (cosine), ``(-inf, 0]`` for mid fusion (a negative weighted distance). The card's range is their union."""
-        from genmetrics.tpips.model import VALUE_RANGE
-
         variant = self.model().variant if self._model_ready else self.variant
         return VALUE_RANGE[variant]
 
@@ -156,8 +171,23 @@ class TPIPS(SampleMetric):
         return self.backbone("backbone") if self._model_ready else self._build()
 
     # -- inputs ------------------------------------------------------------------------------------
-    def _images(self, images: Any, name: str) -> list[torch.Tensor]:
-        return [x.cpu() for x in load_batch(images, data_range=self.data_range, name=name)]
+    def _images(self, images: Any, name: str) -> list[Any]:
+        """Checked (decoded) now, before any weights load; a PIL image or file whose RGB depends on
+        ``image_modes`` is kept as given and converted by the model, every other one as a tensor."""
+        items = as_image_list(images, name=name)
+        if not items:
+            raise InputError(f"{name}: the batch is empty; expected at least one image")
+        out: list[Any] = []
+        for i, x in enumerate(items):
+            label = str(x) if isinstance(x, (str, os.PathLike)) else f"{name}[{i}]"
+            if mode_sensitive(x):
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")  # the model warns when it converts it
+                    qwen_image(x, image_modes=self.image_modes or "official", name=label)
+                out.append(x)
+            else:
+                out.append(to_tensor(x, data_range=self.data_range, name=label).cpu())
+        return out
 
     def _prepare(self, reference: Any, candidates: Any, condition: Any) -> dict[str, list[Any]]:
         if reference is None:
@@ -229,8 +259,6 @@ class TPIPS(SampleMetric):
     def update(
         self, reference: Any = None, candidates: Any = None, condition: Any = None, *, ids: Any = None
     ) -> None:
-        import warnings
-
         n_before = sum(int(t.shape[0]) for t in self.scores) if isinstance(self.scores, list) else 0
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -292,9 +320,6 @@ class TPIPS(SampleMetric):
 
     def similarities(self, reference: Any, candidates: Any, condition: Any = None) -> torch.Tensor:
         """One-shot per-sample similarities ``[B]`` or ``[B,K]`` (float64) of just these inputs."""
-        from genmetrics.data.batching import map_batches
-        from genmetrics.metric import _batch_len, _slice
-
         held, pending = self._candidate_k, getattr(self, "_pending_k", None)
         self._candidate_k = None  # one-shot: neither checked against nor recorded in the accumulated state
         try:

@@ -24,6 +24,8 @@ import hashlib
 import json
 import os
 import re
+import sys
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,8 +33,13 @@ from typing import Any
 
 import numpy as np
 import torch
+from PIL import Image, ImageDraw
+from tqdm.auto import tqdm
 
+from genmetrics.data.images import list_images, to_pil
+from genmetrics.data.results import atomic_output, atomic_write_json, destination
 from genmetrics.errors import InputError, MissingDependencyError
+from genmetrics.tpips.common import check_aspects, is_overall
 
 __all__ = ["AspectIndex", "Hit", "build_index", "contact_sheet", "model_fingerprint"]
 
@@ -168,9 +175,6 @@ class AspectIndex:
         model_info: dict[str, Any] | None = None,
     ) -> AspectIndex:
         """Index ``images`` (a folder or a list of image paths) for every aspect (plus "overall")."""
-        from genmetrics.data.images import list_images
-        from genmetrics.tpips.model import check_aspects
-
         _check_model(model)
         if isinstance(images, (str, os.PathLike)):
             files = list_images(images, recursive=recursive)
@@ -229,7 +233,10 @@ class AspectIndex:
         todo_sets = {a: set(v) for a, v in todo_rows.items()}
         out = {
             a: np.lib.format.open_memmap(
-                root / f".emb_{_slug(a)}.npy.tmp", mode="w+", dtype=np.float32, shape=(n, dim)
+                destination(root / f".emb_{_slug(a)}.npy.tmp", root=root),
+                mode="w+",
+                dtype=np.float32,
+                shape=(n, dim),
             )
             for a in asp
         }
@@ -239,8 +246,6 @@ class AspectIndex:
                 for i, j in rows_old.items():
                     out[a][i] = src[j]
         need = sorted(set().union(*todo_rows.values()))
-        from tqdm.auto import tqdm
-
         env = os.environ.get("GENMETRICS_PROGRESS", "")
         disable = not progress or env == "0" or (not _isatty() and env != "1")
         saved_cache = model.vision_cache.max_items
@@ -261,7 +266,9 @@ class AspectIndex:
         for a in asp:
             out[a].flush()
             del out[a]
-            os.replace(root / f".emb_{_slug(a)}.npy.tmp", root / f"emb_{_slug(a)}.npy")
+            os.replace(
+                root / f".emb_{_slug(a)}.npy.tmp", destination(root / f"emb_{_slug(a)}.npy", root=root)
+            )
             emb = np.load(root / f"emb_{_slug(a)}.npy", mmap_mode="r")
             _write_faiss(emb, factory, root / f"faiss_{_slug(a)}.index")
             entries[a] = {"embeddings": f"emb_{_slug(a)}.npy", "faiss": f"faiss_{_slug(a)}.index"}
@@ -275,8 +282,6 @@ class AspectIndex:
             "fingerprint": fp,
             "model": model_info or {},
         }
-        from genmetrics.data.results import atomic_write_json
-
         atomic_write_json(root / MANIFEST, manifest)
         for a in report["dropped_aspects"]:  # the new manifest no longer names them: no orphan files left
             for f in (root / f"emb_{_slug(a)}.npy", root / f"faiss_{_slug(a)}.index"):
@@ -294,7 +299,9 @@ class AspectIndex:
     def __len__(self) -> int:
         return len(self.paths)
 
-    def _entry(self, aspect: str) -> dict[str, str]:
+    def entry(self, aspect: str) -> dict[str, str]:
+        """The manifest entry (file names) of an indexed aspect; an aspect not in the index is an
+        ``InputError`` that names the indexed ones and how to add it."""
         e = self.manifest["aspects"].get(aspect)
         if e is None:
             raise InputError(
@@ -306,14 +313,14 @@ class AspectIndex:
     def embeddings(self, aspect: str) -> np.ndarray:
         """``[N,D]`` float32 embeddings of ``aspect`` (memory-mapped)."""
         if aspect not in self._emb:
-            self._emb[aspect] = np.load(self.root / self._entry(aspect)["embeddings"], mmap_mode="r")
+            self._emb[aspect] = np.load(self.root / self.entry(aspect)["embeddings"], mmap_mode="r")
         return self._emb[aspect]
 
     def faiss_index(self, aspect: str) -> Any:
         if aspect not in self._faiss:
             faiss = _import_faiss()
 
-            self._faiss[aspect] = faiss.read_index(str(self.root / self._entry(aspect)["faiss"]))
+            self._faiss[aspect] = faiss.read_index(str(self.root / self.entry(aspect)["faiss"]))
         return self._faiss[aspect]
 
     def check_model(self, model: Any) -> None:
@@ -343,8 +350,6 @@ class AspectIndex:
         ``adjust``: subtract ``adjust * f(q, x | overall)`` per term (0.3 in the paper). ``exclude``: paths
         never returned (e.g. the query images themselves).
         """
-        from genmetrics.tpips.model import check_aspects, is_overall
-
         if check:
             self.check_model(model)
         if isinstance(queries, (list, tuple)) and not isinstance(queries, torch.Tensor):
@@ -375,9 +380,9 @@ class AspectIndex:
                 + (" (0.3 in the paper)" if bad[0][0] == "adjust" else "")
             )
         for a in asp:
-            self._entry(a)
+            self.entry(a)
         if adjust:
-            self._entry(OVERALL)
+            self.entry(OVERALL)
         imgs = model.load_images(q_imgs, name="queries")
         qa = model.embed(imgs, asp).cpu().numpy().astype(np.float32)
         # linear combination: sum_t w_t E_{a_t} q_t  -  adjust * E_overall (sum_t w_t q_overall_t)
@@ -446,8 +451,6 @@ class AspectIndex:
 
 
 def _isatty() -> bool:
-    import sys
-
     return sys.stderr.isatty()
 
 
@@ -473,9 +476,8 @@ def _write_faiss(emb: np.ndarray, factory: str, path: Path) -> None:
         index.train(sample)
     for s in range(0, len(emb), _CHUNK_ROWS):
         index.add(np.ascontiguousarray(emb[s : s + _CHUNK_ROWS], dtype=np.float32))
-    tmp = path.with_name("." + path.name + ".tmp")
-    faiss.write_index(index, str(tmp))
-    os.replace(tmp, path)
+    with atomic_output(path) as tmp:  # the write rule (genmetrics/data/results.py)
+        faiss.write_index(index, str(tmp))
 
 
 def _update_report(
@@ -491,8 +493,6 @@ def _update_report(
     """What a build does to the index already in ``root`` (``old``), with a warning when it removes anything:
     images of the old index that the new image list lacks, aspects not asked for again, or every embedding
     because the model changed. Extending an index (same model, a superset of images and aspects) says nothing."""
-    import warnings
-
     report: dict[str, Any] = {
         "updated": old is not None,
         "images": len(paths),
@@ -568,10 +568,6 @@ def contact_sheet(
     ...     Image.open(sheet).size  # query column + 2 result columns of 64 px thumbnails
     (232, 108)
     """
-    from PIL import Image, ImageDraw
-
-    from genmetrics.data.images import to_pil
-
     out = Path(out_path)
     if out.suffix.lower() != ".png":
         raise InputError(f"sheet {str(out)!r}: the contact sheet is a PNG; name it *.png")
@@ -612,6 +608,6 @@ def contact_sheet(
             f"#{h.rank}  {h.score:.3f}",
             (120, 120, 120),
         )
-    out.parent.mkdir(parents=True, exist_ok=True)
-    sheet.save(out, format="PNG")
+    with atomic_output(out) as tmp:  # the write rule (genmetrics/data/results.py)
+        sheet.save(tmp, format="PNG")
     return out

@@ -11,6 +11,7 @@ random order: by **colour** the odd one is ``C``, by **position** it is ``A``. E
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 
@@ -85,10 +86,14 @@ def aspect_triplets(
         images = tuple(draw_object(objs[k][0], objs[k][1], size, g) for k in order)
         odd_color, odd_position = order.index(2), order.index(0)
         votes = [tuple(1.0 if k == odd else 0.0 for k in range(3)) for odd in (odd_color, odd_position)]
+        # OddOneOutRecord is typed for the JSONL format (three paths, three votes); tensors work the same
+        shown: Any = images
+        color: Any = votes[0]
+        position: Any = votes[1]
         out.append(
             (
-                OddOneOutRecord(id=f"s{seed}-{i}-color", images=images, aspect="color", votes=votes[0]),  # type: ignore[arg-type]
-                OddOneOutRecord(id=f"s{seed}-{i}-position", images=images, aspect="position", votes=votes[1]),
+                OddOneOutRecord(id=f"s{seed}-{i}-color", images=shown, aspect="color", votes=color),
+                OddOneOutRecord(id=f"s{seed}-{i}-position", images=shown, aspect="position", votes=position),
             )
-        )  # type: ignore[arg-type]
+        )
     return out

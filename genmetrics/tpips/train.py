@@ -26,15 +26,22 @@ from __future__ import annotations
 import hashlib
 import math
 import os
-import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
+from accelerate import PartialState
 
+from genmetrics.backbones.hf import add_lora, load_vlm, quiet_peft
+from genmetrics.backbones.qwen_vl import IMAGE_MODES, image_key
 from genmetrics.data.jsonl import OddOneOutRecord, load_odd_one_out
 from genmetrics.errors import InputError
+from genmetrics.functional.agreement import odd_one_out_agreement
+from genmetrics.tpips.base import VLMBase
+from genmetrics.tpips.common import DEFAULT_WEIGHTS, TRIPLET_WEIGHTS
+from genmetrics.tpips.model import TPIPSModel
+from genmetrics.tpips.triplet import TPIPSTripletModel
 from genmetrics.train import TrainLoopConfig, TrainTask, fit
 from genmetrics.train.data_checks import check_triplets
 
@@ -95,6 +102,7 @@ class TrainConfig:
     )
     image_size: int | None = None  # side of the "square" policy; None: resize="smart"
     resize: str | None = None  # "smart" (official Qwen3-VL-Embedding policy, default) or "square"
+    image_modes: str = "official"  # PIL modes to RGB: "official" (the embedder's) or "genmetrics" (rescaled)
     val_every: int | None = None  # None: validate once per epoch (and at the end)
     save_every: int | None = 200
     keep_checkpoints: int = 2
@@ -124,6 +132,8 @@ class TrainConfig:
             raise InputError(f"warmup_ratio must be in [0, 1), got {c.warmup_ratio}")
         if c.image_size is not None and c.image_size % 32:
             raise InputError(f"image_size must be a multiple of 32, got {c.image_size}")
+        if c.image_modes not in IMAGE_MODES:
+            raise InputError(f"image_modes={c.image_modes!r}: expected one of {', '.join(IMAGE_MODES)}")
         if c.lora_targets not in LORA_TARGETS:
             raise InputError(f"lora_targets={c.lora_targets!r}: expected one of {', '.join(LORA_TARGETS)}")
         return c
@@ -180,7 +190,7 @@ def soft_cross_entropy(logits: torch.Tensor, votes: torch.Tensor) -> torch.Tenso
     return -(y * torch.log_softmax(logits.float(), -1)).sum(-1)
 
 
-def build_model(config: TrainConfig, backbone: Any, processor: Any) -> torch.nn.Module:
+def build_model(config: TrainConfig, backbone: Any, processor: Any) -> VLMBase:
     """Wrap ``backbone`` with LoRA (language tower only) and build the TPIPS model of ``config.variant``.
 
     >>> from genmetrics.testing import tiny_qwen3vl, tiny_qwen3vl_processor
@@ -188,14 +198,8 @@ def build_model(config: TrainConfig, backbone: Any, processor: Any) -> torch.nn.
     >>> model.variant, hasattr(model.backbone, "peft_config")
     ('late', True)
     """
-    from genmetrics.backbones.hf import add_lora
-    from genmetrics.tpips.model import TPIPSModel, TPIPSTripletModel
-
     if not hasattr(backbone, "peft_config"):
-        with (
-            warnings.catch_warnings()
-        ):  # peft calls a deprecated transformers alias (is_gradient_checkpointing)
-            warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+        with quiet_peft():
             backbone = add_lora(
                 backbone,
                 r=config.lora_r,
@@ -204,8 +208,8 @@ def build_model(config: TrainConfig, backbone: Any, processor: Any) -> torch.nn.
                 target_modules=LORA_TARGETS[config.lora_targets],
             )
     if config.variant == "triplet":
-        model: torch.nn.Module = TPIPSTripletModel(
-            backbone, processor, image_size=config.image_size
+        model: VLMBase = TPIPSTripletModel(
+            backbone, processor, image_size=config.image_size, image_modes=config.image_modes
         )  # square
     else:
         model = TPIPSModel(
@@ -217,6 +221,7 @@ def build_model(config: TrainConfig, backbone: Any, processor: Any) -> torch.nn.
             temperature=config.temperature,
             probe_layers=config.probe_layers,
             mid_text_norm=config.mid_text_norm,
+            image_modes=config.image_modes,
         )
     for n, p in model.named_parameters():
         if "visual" in n:
@@ -237,16 +242,15 @@ class TPIPSTrainTask(TrainTask):
     (['aspects', 'votes', 'x'], 0, True, True)
     """
 
-    def __init__(self, model: torch.nn.Module, config: TrainConfig, base_weights: str | None):
+    def __init__(self, model: VLMBase, config: TrainConfig, base_weights: str | None):
         self.model, self.cfg, self.base_weights = model, config, base_weights
 
     def trainable_module(self) -> torch.nn.Module:
         return self.model
 
     def collate(self, examples: list) -> dict[str, Any]:
-        from genmetrics.data.images import load_batch
-
-        cols = [load_batch([r.images[k] for r in examples], name=f"images{k + 1}") for k in range(3)]
+        load = self.model.load_images  # the model's image_modes, as at inference
+        cols = [load([r.images[k] for r in examples], name=f"images{k + 1}") for k in range(3)]
         return {
             "x": cols,
             "aspects": [r.aspect for r in examples],
@@ -263,8 +267,6 @@ class TPIPSTrainTask(TrainTask):
         return soft_cross_entropy(logits, votes).mean(), {}
 
     def evaluate(self, module: Any, examples: list) -> dict[str, float]:  # a TPIPSModel / TPIPSTripletModel
-        from genmetrics.functional.agreement import odd_one_out_agreement
-
         preds = []
         for i in range(0, len(examples), 16):
             chunk = examples[i : i + 16]
@@ -291,8 +293,6 @@ class TPIPSTrainTask(TrainTask):
                     st = os.stat(p)
                     h.update(f"{os.fspath(p)}:{st.st_size}:{st.st_mtime_ns}".encode())
                 else:
-                    from genmetrics.backbones.qwen_vl import image_key
-
                     h.update(image_key(p if not isinstance(p, torch.Tensor) else p.float()).encode())
         return h.hexdigest()
 
@@ -312,11 +312,12 @@ class TPIPSTrainTask(TrainTask):
 def _loop_config(
     cfg: TrainConfig, out: Path, n_train: int, resume: bool, progress: bool, world: int
 ) -> TrainLoopConfig:
-    if cfg.batch_size % world:  # type: ignore[operator]
+    assert cfg.batch_size is not None and cfg.lr is not None  # TrainConfig.resolved() fills both
+    if cfg.batch_size % world:
         raise InputError(
             f"batch_size {cfg.batch_size} must be a multiple of the number of processes ({world})"
         )
-    per_rank = cfg.batch_size // world  # type: ignore[operator]
+    per_rank = cfg.batch_size // world
     micro = min(cfg.micro_batch_size, per_rank)
     if per_rank % micro:
         raise InputError(
@@ -326,7 +327,7 @@ def _loop_config(
     epochs = cfg.epochs
     max_steps = cfg.max_steps
     if max_steps is None and float(epochs) != int(epochs):
-        max_steps = max(1, math.ceil(epochs * n_train / cfg.batch_size))  # type: ignore[operator]
+        max_steps = max(1, math.ceil(epochs * n_train / cfg.batch_size))
     extra = {
         k: v
         for k, v in asdict(cfg).items()
@@ -351,7 +352,7 @@ def _loop_config(
         out_dir=out,
         lr=float(cfg.lr),
         weight_decay=cfg.weight_decay,
-        epochs=max(1, math.ceil(epochs)),  # type: ignore[arg-type]
+        epochs=max(1, math.ceil(epochs)),
         max_steps=max_steps,
         batch_size=micro,
         grad_accum=per_rank // micro,
@@ -409,8 +410,6 @@ def train_tpips(
     >>> result.steps, len(result.losses), result.adapter_dir.name, trained.variant
     (2, 2, 'final', 'late')
     """
-    from accelerate import PartialState
-
     cfg = (config or TrainConfig()).resolved()
     records = _records(data, "data")
     val_records = _records(val_data, "val_data") if val_data is not None else None
@@ -422,9 +421,6 @@ def train_tpips(
 
     base_weights = weights
     if backbone is None:
-        from genmetrics.backbones.hf import load_vlm
-        from genmetrics.tpips.common import DEFAULT_WEIGHTS, TRIPLET_WEIGHTS
-
         base_weights = weights or (TRIPLET_WEIGHTS if cfg.variant == "triplet" else DEFAULT_WEIGHTS)
         backbone, processor = load_vlm(
             base_weights, device=state.device, for_generation=cfg.variant == "triplet"

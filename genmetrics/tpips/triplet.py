@@ -9,7 +9,6 @@ as is)."""
 from __future__ import annotations
 
 import itertools
-import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -19,23 +18,21 @@ import torch
 from torch import nn
 
 from genmetrics.errors import InputError
-from genmetrics.tpips.base import VLMBase
+from genmetrics.tpips.adapter import finish_loading, open_adapter, write_adapter
+from genmetrics.tpips.base import VLMBase, side_by_side
 from genmetrics.tpips.common import (
-    CONFIG_NAME,
     DEFAULT_IMAGE_SIZE,
     FORMAT,
-    HEAD_NAME,
     MAX_ASPECT_TOKENS,
     check_aspects,
     check_prompts,
     prompt_for,
 )
+from genmetrics.tpips.fusion import check_head_tensors
+
+__all__ = ["ANSWERS_3", "TPIPSTripletModel"]
 
 ANSWERS_3 = ("left", "middle", "right")
-
-
-def _concat(images: list[torch.Tensor]) -> torch.Tensor:
-    return torch.cat(images, dim=-1)
 
 
 def _mean_over_orders(fn, columns: list[list[torch.Tensor]], orders: list[tuple[int, ...]]) -> torch.Tensor:
@@ -85,6 +82,7 @@ class TPIPSTripletModel(VLMBase):
         batch_size: int = 8,
         data_range: float = 1.0,
         max_aspect_tokens: int = MAX_ASPECT_TOKENS,
+        image_modes: str = "official",
     ) -> None:
         super().__init__(
             backbone,
@@ -95,6 +93,7 @@ class TPIPSTripletModel(VLMBase):
             batch_size=batch_size,
             data_range=data_range,
             max_aspect_tokens=max_aspect_tokens,
+            image_modes=image_modes,
         )
         self.prompts = check_prompts(prompts, "triplet")
         self.two_afc_prompts = check_prompts(two_afc_prompts, "triplet_2afc", name="two_afc_prompts")
@@ -108,13 +107,13 @@ class TPIPSTripletModel(VLMBase):
         self.temperature = 1.0
 
     def _answer_token_ids(self, words: Sequence[str]) -> list[int]:
-        ids = [self._ids(w)[0] for w in words]
+        ids = [self.text_ids(w)[0] for w in words]
         if len(set(ids)) != len(ids):
             raise InputError(f"the tokenizer maps the answers {list(words)} to clashing first tokens {ids}")
         return ids
 
     def _answer_rows(self, ids: list[int]) -> torch.Tensor:
-        w = getattr(self._parts.lm_head, "weight", None)  # None without an LM head (tied embeddings)
+        w = getattr(self.lm_head, "weight", None)  # None without an LM head (tied embeddings)
         if not isinstance(w, torch.Tensor):
             w = self.language_model.embed_tokens.weight
         return w.detach()[ids].clone()
@@ -129,12 +128,12 @@ class TPIPSTripletModel(VLMBase):
                 [
                     ("text", "<|im_start|>user\n"),
                     ("image", f),
-                    ("text", prompt_for("triplet", self._clip_aspect(a), prompts)),
+                    ("text", prompt_for("triplet", self.clip_aspect(a), prompts)),
                     ("text", "<|im_end|>\n<|im_start|>assistant\n"),
                 ]
                 for f, a in zip(feats[i : i + self.batch_size], aspects[i : i + self.batch_size])
             ]
-            batch = self._build_single(items)
+            batch = self.build_sequences(items)
             h = self.last_token_states(batch)
             outs.append(self.head(h.to(self.head.weight.dtype)))
         return torch.cat(outs, 0)
@@ -144,7 +143,7 @@ class TPIPSTripletModel(VLMBase):
     ) -> torch.Tensor:
         """``[B,3]`` answer logits for the images in the given (left, middle, right) order."""
         x1, x2, x3 = self.resized(x1), self.resized(x2), self.resized(x3)
-        return self._logits([_concat([a, b, c]) for a, b, c in zip(x1, x2, x3)], aspects, self.prompts)
+        return self._logits([side_by_side([a, b, c]) for a, b, c in zip(x1, x2, x3)], aspects, self.prompts)
 
     def forward(
         self,
@@ -189,7 +188,7 @@ class TPIPSTripletModel(VLMBase):
 
         def probs(cands: list[list[torch.Tensor]]) -> torch.Tensor:
             imgs = [
-                _concat([x, r, y])
+                side_by_side([x, r, y])
                 for x, r, y in zip(self.resized(cands[0]), self.resized(ref), self.resized(cands[1]))
             ]
             lg = self._logits(imgs, asp, self.two_afc_prompts)
@@ -198,40 +197,73 @@ class TPIPSTripletModel(VLMBase):
         with torch.no_grad():
             return _mean_over_orders(probs, [c0, c1], [(0, 1), (1, 0)]).float()
 
-    def save_pretrained(self, path: str | os.PathLike, *, base_weights: str | None = None) -> Path:
-        from safetensors.torch import save_file
-
-        out = Path(path)
-        out.mkdir(parents=True, exist_ok=True)
-        from genmetrics.tpips.loading import save_peft
-
-        save_peft(self.backbone, out)
-        save_file(
-            {f"head.{k}": v.detach().cpu().contiguous() for k, v in self.head.state_dict().items()},
-            str(out / HEAD_NAME),
-        )
-        cfg = {
+    def config_dict(self, base_weights: str | None = None) -> dict[str, Any]:
+        """The ``tpips.json`` of this model."""
+        return {
             "format": FORMAT,
             "variant": "triplet",
             "image_size": self.image_size,
+            "image_modes": self.image_modes,
             "prompts": list(self.prompts),
             "base_weights": base_weights,
         }
-        (out / CONFIG_NAME).write_text(json.dumps(cfg, indent=2))
-        return out
+
+    def save_pretrained(self, path: str | os.PathLike, *, base_weights: str | None = None) -> Path:
+        """Write the adapter folder (peft adapter, ``tpips.json``, the head in ``tpips_head.safetensors``)."""
+        return write_adapter(path, self.backbone, self.head_state_dict(), self.config_dict(base_weights))
 
     def head_state_dict(self) -> dict[str, torch.Tensor]:
+        """The 3-way head's tensors (``head.weight``, ``head.bias``)."""
         return {f"head.{k}": v.detach().cpu().contiguous() for k, v in self.head.state_dict().items()}
 
-    def load_head_state_dict(self, sd: dict[str, torch.Tensor]) -> None:
-        self.head.load_state_dict({k[5:]: v for k, v in sd.items() if k.startswith("head.")})
+    def load_head_state_dict(self, sd: dict[str, torch.Tensor], *, source: str = "head state") -> None:
+        """Load :meth:`head_state_dict`'s tensors (missing, extra, misshaped or non-finite ones refused)."""
+        sd = check_head_tensors(sd, self.head_state_dict(), source=source)
+        self.head.load_state_dict({k[len("head.") :]: v for k, v in sd.items()})
         self.head.to(self.device)
 
     @classmethod
-    def from_pretrained(cls, path: str | os.PathLike, **kwargs: Any) -> TPIPSTripletModel:
-        from genmetrics.tpips.loading import load_tpips
+    def from_pretrained(
+        cls,
+        path: str | os.PathLike,
+        *,
+        backbone: nn.Module | None = None,
+        processor: Any = None,
+        weights: str | None = None,
+        device: Any = None,
+        dtype: Any = None,
+        image_size: int | None = None,
+        resize: str | None = None,
+        **kwargs: Any,
+    ) -> TPIPSTripletModel:
+        """Load a saved triplet-head adapter folder or hub id (``resize`` is accepted and ignored: the strip
+        always uses the square policy).
 
-        m = load_tpips(path, **kwargs)
-        if not isinstance(m, TPIPSTripletModel):
-            raise InputError(f"{path!s} holds a {m.variant}-fusion TPIPS model, not a triplet head")
-        return m
+        >>> import tempfile
+        >>> from genmetrics.testing import tiny_qwen3vl_for_generation, tiny_qwen3vl_processor
+        >>> proc = tiny_qwen3vl_processor()
+        >>> model = TPIPSTripletModel(tiny_qwen3vl_for_generation(), proc, image_size=64)
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     again = TPIPSTripletModel.from_pretrained(model.save_pretrained(d), backbone=tiny_qwen3vl_for_generation(),
+        ...                                               processor=proc)
+        >>> again.image_size, torch.equal(again.head.weight, model.head.weight)
+        (64, True)
+        """
+        folder, cfg, backbone, processor = open_adapter(
+            path,
+            ("triplet",),
+            "use TPIPSModel.from_pretrained (or load_tpips)",
+            backbone=backbone,
+            processor=processor,
+            weights=weights,
+            dtype=dtype,
+            device=device,
+        )
+        model = cls(
+            backbone,
+            processor,
+            image_size=image_size or cfg.get("image_size"),
+            prompts=tuple(cfg["prompts"]) if cfg.get("prompts") else None,
+            **{"image_modes": cfg.get("image_modes", "genmetrics"), **kwargs},
+        )
+        return finish_loading(model, folder, device)

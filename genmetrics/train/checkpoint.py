@@ -33,7 +33,7 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
-from genmetrics.data.results import atomic_write_text
+from genmetrics.data.results import atomic_output, atomic_write_text
 from genmetrics.errors import InputError
 from genmetrics.train.run_dir import LOOP_STATE
 
@@ -304,15 +304,18 @@ def save_training_state(folder: Path, parts: TrainingParts, *, main: bool) -> No
     """
     if main:
         trainable = {k: v.detach().cpu().contiguous() for k, v in parts.trainable.items()}
-        save_file(trainable, str(folder / TRAINABLE))
+        with atomic_output(folder / TRAINABLE) as tmp:  # the write rule (data/results.py)
+            save_file(trainable, str(tmp))
         tensors, rest = _optimizer_parts(parts.optimizer)
-        save_file(tensors, str(folder / OPTIMIZER_TENSORS))
+        with atomic_output(folder / OPTIMIZER_TENSORS) as tmp:
+            save_file(tensors, str(tmp))
         atomic_write_text(folder / OPTIMIZER_JSON, json.dumps(rest))
         atomic_write_text(folder / SCHEDULER, json.dumps(parts.scheduler.state_dict()))
         if parts.scaler is not None:
             atomic_write_text(folder / SCALER, json.dumps(parts.scaler.state_dict()))
     tensors, meta = _rng_parts()
-    save_file(tensors, str(folder / f"rng-{parts.rank}.safetensors"), metadata=meta)
+    with atomic_output(folder / f"rng-{parts.rank}.safetensors") as tmp:
+        save_file(tensors, str(tmp), metadata=meta)
 
 
 def write_loop_state(folder: Path, settings: dict[str, Any], state: LoopState) -> None:

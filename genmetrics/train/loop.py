@@ -29,7 +29,7 @@ from accelerate.utils import DistributedDataParallelKwargs, broadcast_object_lis
 from tqdm.auto import tqdm
 from transformers import get_scheduler
 
-from genmetrics.data.results import atomic_write_json, lock_output_folder
+from genmetrics.data.results import atomic_write_json, destination, lock_output_folder
 from genmetrics.errors import InputError
 from genmetrics.options import env
 from genmetrics.train import checkpoint as ck
@@ -577,7 +577,9 @@ class _Run:
     def _artifact(self, name: str) -> None:
         """The task's artifact (``best`` / ``final``), written to a temporary folder and moved in place."""
         if self.acc.is_main_process:
-            tmp = self.out / f"{name}.tmp"
+            tmp = destination(
+                self.out / f"{name}.tmp", root=self.out
+            )  # the write rule: not a link, inside out
             with _finish_before_interrupt(), rd.writing(self.out, tmp):
                 if tmp.exists():
                     shutil.rmtree(tmp)
@@ -605,7 +607,7 @@ class _Run:
         place; then only the newest ``keep_checkpoints`` are kept. Ctrl-C waits for the end of the write;
         a full disk names the disk and keeps the checkpoints already finished."""
         final = self.out / rd.CHECKPOINTS / f"step-{self.state.step}"
-        tmp = final.with_name(final.name + ".tmp")
+        tmp = destination(final.with_name(final.name + ".tmp"), root=self.out)  # the write rule
         with _finish_before_interrupt(), rd.writing(self.out, tmp):
             self._write_checkpoint(tmp, final)
         self.last_save = time.monotonic()

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from genmetrics.data.results import atomic_write_text
+from genmetrics.data.results import atomic_write_text, destination, open_append
 from genmetrics.errors import InputError
 
 CHECKPOINTS = "checkpoints"
@@ -189,7 +189,7 @@ def append_metrics(out: Path, row: dict[str, Any]) -> None:
     ...     len(read_metrics(Path(d), upto_step=10))
     2
     """
-    with open(out / METRICS, "a", encoding="utf-8") as f:
+    with open_append(out / METRICS, root=out) as f:  # the write rule (genmetrics/data/results.py)
         f.write(json.dumps(row) + "\n")
         f.flush()
 
@@ -206,12 +206,12 @@ def replace_dir(tmp: Path, final: Path) -> None:
     ...     (Path(d) / "final" / "w.txt").read_text(), sorted(p.name for p in Path(d).iterdir())
     ('new', ['final'])
     """
-    old = final.with_name(final.name + ".old")
+    old = destination(final.with_name(final.name + ".old"))  # the write rule: neither may be a link
     if old.exists():
         shutil.rmtree(old)
     if final.exists():
         final.rename(old)
-    tmp.rename(final)
+    tmp.rename(destination(final))
     if old.exists():
         shutil.rmtree(old)
 

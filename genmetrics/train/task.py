@@ -13,6 +13,8 @@ import torch
 from safetensors.torch import save_file
 from torch import nn
 
+from genmetrics.data.results import atomic_output
+
 __all__ = ["TrainTask", "fingerprint_examples"]
 
 
@@ -66,11 +68,11 @@ class TrainTask:
         )
 
     def save(self, module: nn.Module, path: Path) -> None:
-        path.mkdir(parents=True, exist_ok=True)
-        save_file(
-            {n: p.detach().cpu().contiguous() for n, p in module.named_parameters() if p.requires_grad},
-            str(path / "trainable.safetensors"),
-        )
+        with atomic_output(Path(path) / "trainable.safetensors") as tmp:  # the write rule (data/results.py)
+            save_file(
+                {n: p.detach().cpu().contiguous() for n, p in module.named_parameters() if p.requires_grad},
+                str(tmp),
+            )
 
     def data_fingerprint(self, examples: list) -> str:
         return fingerprint_examples(examples)

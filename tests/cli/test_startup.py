@@ -35,6 +35,33 @@ def test_light_commands_do_not_import_torch(args):
         assert "options" in json.loads(out.stdout)
 
 
+def test_help_table_agrees_with_the_commands():
+    """``--help`` lists commands from cli.main's tables (importing none); each entry opens its command's
+    docstring, so the two cannot drift apart."""
+    import inspect
+
+    import click
+
+    from genmetrics.cli.main import (
+        COMMAND_HELP,
+        EVALUATE_HELP,
+        EXPORT_HELP,
+        TRAIN_HELP,
+        cli,
+        evaluate_group,
+        export_group,
+        train_group,
+    )
+
+    tables = ((cli, COMMAND_HELP), (train_group, TRAIN_HELP), (evaluate_group, EVALUATE_HELP))
+    for group, table in (*tables, (export_group, EXPORT_HELP)):
+        ctx = click.Context(group)
+        assert sorted(table) == group.list_commands(ctx), group.name
+        for name, line in table.items():
+            doc = " ".join(inspect.cleandoc(group.get_command(ctx, name).help or "").split())
+            assert doc.startswith(line), (group.name, name, line, doc)
+
+
 def test_static_options_equal_the_imported_signatures():
     import inspect
 

@@ -80,3 +80,16 @@ def test_classwise_wrapper_labels_per_attribute_results():
     got = ours.compute()
     assert list(got) == [f"sad_{a}" for a in T.recipe("sad")["kwargs"]["attributes"]]
     assert [float(v) for v in got.values()] == pytest.approx(T.reference("sad")["per_attribute"].tolist())
+
+
+@pytest.mark.parametrize("name", T.NAMES)
+def test_stock_running_window_over_every_metric(name):
+    """torchmetrics' own ``Running`` keeps the states of the last ``window`` batches: its value is that of a
+    fresh metric given those batches (issue 21.4: ``reset`` used to empty the lists Running had kept, so
+    compute() raised after updates and forward() gave the last batch only)."""
+    ups = T.batches(name)
+    for feed in ("update", "forward"):
+        running = tw.Running(T.build(name), window=2)
+        for u in ups:
+            running.update(**u) if feed == "update" else running(**u)
+        T.assert_close(running.compute(), T.value_of(name, ups[-2:]), what=f"Running via {feed}")

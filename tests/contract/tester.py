@@ -27,7 +27,7 @@ import torch
 import genmetrics as gm
 from genmetrics.errors import InputError
 from genmetrics.metric import SampleMetric
-from genmetrics.testing import metric_recipe
+from tests.recipes import metric_recipe
 
 NAMES: list[str] = [
     n for n in gm.list_metrics() if gm.registry.alias_of(n) is None

@@ -180,3 +180,73 @@ def test_tensor_roundtrip_property(c, h, w, dtype):
             torch.from_numpy(np.array(to_pil(x))).permute(2, 0, 1),
             (x if dtype == torch.uint8 else (x * 255).round().to(torch.uint8)),
         )
+
+
+# ------------------------------------------------------------------------------ issue 22.4 / 22.5
+@pytest.fixture
+def no_decoding(monkeypatch):
+    """Fail the test if any image is decoded (Pillow's ImageFile.load)."""
+    from PIL import ImageFile
+
+    def load(self):
+        raise AssertionError(f"decoded {self.size}")
+
+    monkeypatch.setattr(ImageFile.ImageFile, "load", load)
+
+
+def test_size_mismatch_is_refused_from_the_header(tmp_path, no_decoding):
+    """A 12000 x 12000 PNG of a few kB against a 32 x 32 reference: refused before anything is decoded
+    (decoded, it would take 432 MB as RGB and 1.7 GB as a float tensor)."""
+    import genmetrics as gm
+    from genmetrics.data.images import check_image_file, image_size
+
+    big = tmp_path / "big.png"
+    Image.new("1", (12000, 12000)).save(big)  # writing encodes; nothing is decoded
+    assert big.stat().st_size < 200_000
+    small = torch.zeros(3, 32, 32, dtype=torch.uint8)
+    assert image_size(big) == (12000, 12000)
+    assert check_image_file(big) == (12000, 12000)  # above the decode budget: header + structure only
+    with pytest.raises(InputError, match=r"size \(12000, 12000\) differs from its reference \(32, 32\)"):
+        gm.create_metric("psnr").update(reference=[small], candidates=[str(big)])
+
+
+def test_extreme_aspect_ratio_is_bounded(monkeypatch):
+    """100000 x 1 through a shorter-side resize to 16: the intermediate image stays within MAX_ASPECT times
+    the square (the full resize would be 16 x 1 600 000); ordinary images take the usual path unchanged."""
+    import torch.nn.functional as F
+
+    from genmetrics.data import images as I
+
+    sizes = []
+    real = I._resize
+    monkeypatch.setattr(I, "_resize", lambda x, size: sizes.append(size) or real(x, size))
+    policy = ResizePolicy("shorter_side_center_crop", 16)
+    out = policy.apply_one(torch.rand(3, 1, 100000, generator=torch.Generator().manual_seed(0)))
+    assert tuple(out.shape) == (3, 16, 16)
+    assert max(h * w for h, w in sizes) <= I.MAX_ASPECT * 16 * 16
+    x = torch.rand(3, 20, 50, generator=torch.Generator().manual_seed(1))  # 2.5:1, below the bound
+    full = F.interpolate(x[None], size=(16, 40), mode="bicubic", antialias=True, align_corners=False)[0]
+    assert torch.equal(policy.apply_one(x), full.clamp(0, 1)[:, :, 12:28])
+
+
+def test_pillow_globals_are_left_as_they_were(tmp_path):
+    """Loading images never changes Pillow's process-wide switches for the rest of the process; a truncated
+    file is refused even when another library has turned LOAD_TRUNCATED_IMAGES on."""
+    from PIL import ImageFile
+
+    from genmetrics.data.images import check_image_file, image_size
+
+    good, cut = tmp_path / "good.png", tmp_path / "cut.png"
+    Image.effect_noise((64, 64), 50).convert("RGB").save(good)
+    cut.write_bytes(good.read_bytes()[: good.stat().st_size // 2])
+    saved = ImageFile.LOAD_TRUNCATED_IMAGES, Image.MAX_IMAGE_PIXELS
+    try:
+        for truncated in (True, False):
+            ImageFile.LOAD_TRUNCATED_IMAGES = truncated
+            Image.MAX_IMAGE_PIXELS = 12345
+            load_image(good), image_size(good), check_image_file(good)
+            with pytest.raises(InputError, match="truncated|corrupt"):
+                load_image(cut)
+            assert (ImageFile.LOAD_TRUNCATED_IMAGES, Image.MAX_IMAGE_PIXELS) == (truncated, 12345)
+    finally:
+        ImageFile.LOAD_TRUNCATED_IMAGES, Image.MAX_IMAGE_PIXELS = saved

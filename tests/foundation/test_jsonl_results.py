@@ -104,3 +104,52 @@ def test_results_writer_resume_and_torn_line(tmp_path):
     assert [r["id"] for r in rows] == ["0", "1", "2", "3", "4"]
     atomic_write_json(tmp_path / "s.json", {"x": float("nan")})
     assert json.loads((tmp_path / "s.json").read_text()) == {"x": None}
+
+
+# ------------------------------------------------------------------------------ malformed files (issue 22.4)
+@pytest.mark.parametrize(
+    "content, fragment",
+    [
+        (b'{"id": "a"}\n{"id": "caf\xe9"}\n', "bad.jsonl:2: not UTF-8 text (byte 12 of the line is 0xe9)"),
+        (b'{"id": "a"}\n' + b"[" * 100000 + b"\n", "bad.jsonl:2: invalid JSON (nested too deeply"),
+        (b'{"id": "a"}\n{"id": \n', "bad.jsonl:2: invalid JSON"),
+    ],
+)
+def test_malformed_dataset_files_name_the_line(tmp_path, content, fragment):
+    from genmetrics.data.jsonl import iter_jsonl
+
+    f = tmp_path / "bad.jsonl"
+    f.write_bytes(content)
+    with pytest.raises(InputError) as e:
+        list(iter_jsonl(f))
+    assert fragment in str(e.value)
+
+
+def test_bom_and_crlf_are_fine(tmp_path):
+    from genmetrics.data.jsonl import iter_jsonl
+
+    f = tmp_path / "ok.jsonl"
+    f.write_bytes(b'\xef\xbb\xbf{"id": "a"}\r\n{"id": "b"}\r\n')
+    assert [o["id"] for _, o in iter_jsonl(f)] == ["a", "b"]
+
+
+def test_malformed_results_lines_name_the_line(tmp_path):
+    """A results line that is not UTF-8 (or JSON) is refused naming the file and line unless it is the last
+    line (torn by a kill, possibly inside a multi-byte character): then it is dropped."""
+    good = b'{"generator":"g","metric":"m","id":"1","score":1.0}\n'
+    f = tmp_path / "results.jsonl"
+    f.write_bytes(good + b'{"generator":"g\xff"}\n' + good)
+    with pytest.raises(InputError, match=r"results\.jsonl:2: corrupt results line .*not UTF-8"):
+        read_results(f)
+    f.write_bytes(good + '{"generator":"é'.encode()[:-1])  # torn inside the two bytes of é
+    assert len(read_results(f)) == 1
+
+
+def test_malformed_manifest_is_named(tmp_path):
+    from genmetrics.leaderboard.manifest import read_manifest
+
+    (tmp_path / "manifest.json").write_bytes(b'{"metrics": {"psnr": \xff}}')
+    why = read_manifest(tmp_path)
+    assert isinstance(why, str) and "manifest.json cannot be read (not UTF-8 text at byte 21)" in why
+    (tmp_path / "manifest.json").write_text('{"metrics": {"psnr": ')
+    assert "cannot be read (JSONDecodeError: line 1, column 22)" in read_manifest(tmp_path)

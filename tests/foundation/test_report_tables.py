@@ -64,3 +64,60 @@ def test_paired_csv_round_trips():
     assert float(df["diff"][0]) == 1 / 3 + 1e-20 and math.isclose(float(df["p_value"][0]), 0.002)
     empty = paired_csv({"columns": {"sad": {"paired": []}}})
     assert empty == "metric,a,b,diff,low,high,p_value,n\n"
+
+
+# ------------------------------------------------------------------------------ hostile names (issue 22.2)
+HOSTILE = ['=HYPERLINK("http://x","y")', "+1+1", "-2+3", "@SUM(A1)", "a|b\nc <script>x</script>"]
+
+
+def _hostile_run(tmp_path):
+    """A leaderboard whose generator names are spreadsheet formulas, a pipe, a line break and a tag."""
+    from genmetrics.leaderboard import run_leaderboard
+    from genmetrics.testing import toy_leaderboard
+
+    cfg = toy_leaderboard(tmp_path)
+    folders = [g["images"] for g in cfg["generators"]]
+    cfg["generators"] = [
+        {"name": name, "images": folders[i % len(folders)]} for i, name in enumerate(HOSTILE)
+    ]
+    return run_leaderboard(cfg, tmp_path / "out", base_dir=tmp_path, plots=False).out
+
+
+def test_hostile_names_are_neutralised_in_every_report(tmp_path):
+    out = _hostile_run(tmp_path)
+    board = pd.read_csv(out / "leaderboard.csv", keep_default_na=False, dtype=str)
+    assert sorted(board["generator"]) == sorted("'" + n if n[0] in "=+-@" else n for n in HOSTILE)
+    paired = pd.read_csv(out / "paired.csv", keep_default_na=False, dtype=str)
+    for col in ("a", "b"):
+        assert all(not v.startswith(("=", "+", "-", "@")) for v in paired[col])
+    md = (out / "leaderboard.md").read_text()
+    assert "a\\|b<br>c &lt;script&gt;" in md and "<script>" not in md
+    for (
+        line
+    ) in md.splitlines():  # every table row keeps its column count (no cell split by | or a line break)
+        if line.startswith("| ") and "generator" not in line and "A − B" not in line:
+            cells = [c for c in line.split(" | ")]
+            assert len(cells) in (4, 6), line
+    page = (out / "leaderboard.html").read_text()
+    assert "<script>" not in page and "&lt;script&gt;" in page
+
+
+def test_csv_safe_and_md_escape_unit():
+    from genmetrics.leaderboard.report import csv_safe, md_escape
+
+    assert [csv_safe(x) for x in ("=1", "+1", "-1", "@1", "\t1", "ok", "", 1.5, -2)] == [
+        "'=1",
+        "'+1",
+        "'-1",
+        "'@1",
+        "'\t1",
+        "ok",
+        "",
+        1.5,
+        -2,
+    ]
+    assert (
+        md_escape("x|y") == "x\\|y"
+        and md_escape("x\r\ny") == "x<br>y"
+        and md_escape("<b>&") == "&lt;b&gt;&amp;"
+    )

@@ -245,9 +245,9 @@ def test_python_objects_as_options_and_rank_by(small_set, tmp_path):
     assert res.summary["generators"][0] == "good"
     m = json.loads((res.out / "manifest.json").read_text())
     assert m["metrics"]["_lb_spy"]["identity"]["options"] == {"max_db": 80.0}
-    from genmetrics.leaderboard.runner import _describe_option
+    from genmetrics.leaderboard.manifest import describe_option
 
-    assert _describe_option({"backbone": Marker(), "x": [1, "a"]}) == {"backbone": "<Marker>", "x": [1, "a"]}
+    assert describe_option({"backbone": Marker(), "x": [1, "a"]}) == {"backbone": "<Marker>", "x": [1, "a"]}
 
 
 def test_set_value_scores():

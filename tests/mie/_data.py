@@ -67,3 +67,21 @@ def write_pairs(
     path = folder / name
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path
+
+
+def train_argv(data, out, *extra: str) -> list[str]:
+    """``genmetrics train mie`` on the tiny test data: one epoch of 2-pair micro-batches, one trained layer,
+    the result as JSON; ``extra`` flags are appended (a later flag wins)."""
+    return ["train", "mie", "--data", str(data), "--out", str(out), "--epochs", "1", "--batch-pairs", "2"] + [
+        "--grad-accum",
+        "1",
+        "--unfreeze-layers",
+        "1",
+        "--json",
+        *extra,
+    ]
+
+
+def eval_argv(data, heads, out, *extra: str) -> list[str]:
+    """``genmetrics evaluate-human mie --data DATA --heads HEADS --out OUT`` plus ``extra`` flags."""
+    return ["evaluate-human", "mie", "--data", str(data), "--heads", str(heads), "--out", str(out), *extra]

@@ -80,3 +80,17 @@ def _one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="session")
+def samples():
+    """(references, prompt, candidate) with 2 and 4 references (the parity and export tests)."""
+    from genmetrics.testing import random_images
+
+    im = random_images(12, 64, seed=11)
+    return [
+        ([im[0], im[1]], "a dog and a cat on a sofa", im[2]),
+        ([im[3], im[4], im[5], im[6]], "four friends holding umbrellas", im[7]),
+        ([im[8], im[9]], "the cat sits left of the dog", im[10]),
+        ([im[0], im[5], im[9], im[11]], "Ein Hund, eine Katze und zwei Kinder", im[1]),
+    ]

@@ -7,13 +7,10 @@ import json
 
 import pytest
 import torch
+from _authors import authors_inputs, authors_score
 
 from genmetrics.errors import WeightsUnavailableError
 
-TEMPLATE = (
-    "You are evaluating a multi-subject personalization result. The first images are subject references. "
-    "The last image is the generated candidate. Prompt: {prompt}"
-)
 # LoRA on every attention / MLP linear of the vision blocks and the language layers (the authors' unsloth
 # finetune_vision + finetune_language + attention + mlp selection), written as its own regex here.
 AUTHOR_REGEX = (
@@ -24,18 +21,22 @@ AUTHOR_REGEX = (
 TEXT = {"num_hidden_layers": 6}  # 6 language layers: the top 4 train, 2 stay frozen
 
 
-def _base(seed=0):
+#: the large-image tests need a longer context than the tiny config's 512 positions
+LONG = {"max_position_embeddings": 4096}
+
+
+def _base(seed=0, **text):
     from genmetrics.testing import tiny_qwen35_for_generation
 
-    return tiny_qwen35_for_generation(seed, text_config=dict(TEXT))
+    return tiny_qwen35_for_generation(seed, text_config={**TEXT, **text})
 
 
 class AuthorsMIE(torch.nn.Module):
     """What the authors' mie/model.py computes, in plain transformers + peft."""
 
-    def __init__(self, mode, processor, seed=0):
+    def __init__(self, mode, processor, seed=0, **text):
         super().__init__()
-        base = _base(seed)
+        base = _base(seed, **text)
         if mode == "lora_layer":
             from peft import LoraConfig, get_peft_model
 
@@ -68,29 +69,12 @@ class AuthorsMIE(torch.nn.Module):
         self.mode, self.processor = mode, processor
 
     def inputs(self, refs, prompt, cand):
-        content = [{"type": "image"} for _ in refs] + [
-            {"type": "image"},
-            {"type": "text", "text": TEMPLATE.format(prompt=prompt)},
-        ]
-        text = self.processor.apply_chat_template(
-            [{"role": "user", "content": content}], tokenize=False, add_generation_prompt=False
-        )
-        return self.processor(
-            text=[text], images=[*refs, cand], return_tensors="pt", padding=False, truncation=False
-        )
+        return authors_inputs(self.processor, refs, prompt, cand)
 
-    @torch.no_grad()
     def forward(self, refs, prompt, cand):
-        x = self.inputs(refs, prompt, cand)
-        keep = {
-            k: v
-            for k, v in x.items()
-            if k in ("input_ids", "attention_mask", "pixel_values", "image_grid_thw", "mm_token_type_ids")
-        }
-        out = self.backbone(**keep, output_hidden_states=True)
-        last = keep["attention_mask"].sum(1) - 1
-        h = out.hidden_states[-1][torch.arange(1), last].float()
-        return self.score_head(h).squeeze(-1), self.classification_head(h)
+        return authors_score(
+            self.backbone, self.score_head, self.classification_head, self.processor, refs, prompt, cand
+        )
 
     def save(self, folder, legacy=False):
         folder.mkdir(parents=True)
@@ -121,19 +105,6 @@ class AuthorsMIE(torch.nn.Module):
             )
         )
         return len(tb)
-
-
-@pytest.fixture(scope="module")
-def samples():
-    from genmetrics.testing import random_images
-
-    im = random_images(12, 64, seed=11)
-    return [
-        ([im[0], im[1]], "a dog and a cat on a sofa", im[2]),
-        ([im[3], im[4], im[5], im[6]], "four friends holding umbrellas", im[7]),
-        ([im[8], im[9]], "the cat sits left of the dog", im[10]),
-        ([im[0], im[5], im[9], im[11]], "Ein Hund, eine Katze und zwei Kinder", im[1]),
-    ]
 
 
 @pytest.mark.parametrize("mode", ["layer_only", "lora_layer"])
@@ -237,7 +208,7 @@ def test_partial_or_unsafe_checkpoints_are_refused(proc, tmp_path):
         },
         renamed / "mie_heads.pt",
     )
-    with pytest.raises(WeightsUnavailableError, match=r"score_head does not load.*Missing key"):
+    with pytest.raises(WeightsUnavailableError, match=r"score_head does not load.*missing tensors"):
         MIEModel.from_pretrained(renamed, _base(0), proc)
     # a pickle with code is not loaded
     unsafe = tmp_path / "unsafe"
@@ -346,3 +317,146 @@ def test_authors_checkpoint_through_create_metric_and_the_cli(proc, samples, tmp
 
 class _Evil:
     pass
+
+
+# ---------------------------------------------------------------- image size (issue 21.2)
+#: non-square images over 512 px (multiples of 32, so the processor keeps them as they are: the authors'
+#: grids are the full-size ones); a processor whose own pixel budget (1024**2) does not shrink them
+BIG_SIZES = [(800, 544), (544, 736), (960, 672), (608, 800), (832, 576)]
+
+
+@pytest.fixture(scope="module")
+def big_proc():
+    from genmetrics.testing import tiny_qwen35_processor
+
+    p = tiny_qwen35_processor(image_size=1024)
+    p.tokenizer.model_max_length = 4096  # three such images take ~1500 tokens
+    return p
+
+
+@pytest.fixture(scope="module")
+def big_samples():
+    from PIL import Image
+
+    g = torch.Generator().manual_seed(5)
+    ims = [
+        Image.fromarray(torch.randint(0, 256, (h, w, 3), generator=g, dtype=torch.uint8).numpy())
+        for w, h in BIG_SIZES
+    ]
+    return [([ims[0], ims[1]], "a dog and a cat on a sofa", ims[2]), ([ims[3]], "one friend", ims[4])]
+
+
+def _shrink(im, size):
+    """The 512 px bound written independently: longer side to ``size``, aspect kept, PIL bicubic."""
+    from PIL import Image
+
+    s = size / max(im.size)
+    return im.resize((round(im.size[0] * s), round(im.size[1] * s)), Image.Resampling.BICUBIC)
+
+
+def _grids(model, samples):
+    batch = model.prepare([s[0] for s in samples], [s[1] for s in samples], [s[2] for s in samples])
+    return sorted(tuple(i.grid.tolist()) for i in batch.images.values())
+
+
+@pytest.mark.parametrize("mode", ["layer_only", "lora_layer"])
+def test_large_non_square_images_score_as_the_authors_code(mode, big_proc, big_samples, tmp_path):
+    """An authors'-layout checkpoint scores images over 512 px unresized, as their code does (1e-5; fp32:
+    about 1e3 tokens of width 64 per forward, float32 rounding stays near 1e-6); ``image_size=512`` is the
+    paper's bound: other token grids, the re-implementation's numbers on independently shrunk images."""
+    from genmetrics.mie.model import MIEModel
+
+    ref = AuthorsMIE(mode, big_proc, **LONG).eval()
+    ref.save(tmp_path / "ckpt")
+    model = MIEModel.from_pretrained(tmp_path / "ckpt", _base(0, **LONG), big_proc)
+    assert model.image_size is None  # the authors' code never resizes
+    assert _grids(model, big_samples) == sorted((1, h // 16, w // 16) for w, h in BIG_SIZES)
+    args = ([s[0] for s in big_samples], [s[1] for s in big_samples], [s[2] for s in big_samples])
+    ours = model.score(*args)
+    shrunk = MIEModel.from_pretrained(tmp_path / "ckpt", _base(0, **LONG), big_proc, image_size=512)
+    assert shrunk.image_size == 512 and _grids(shrunk, big_samples) != _grids(model, big_samples)
+    small = shrunk.score(*args)
+    for i, (refs, prompt, cand) in enumerate(big_samples):
+        s, d = ref(refs, prompt, cand)
+        torch.testing.assert_close(ours.score[i : i + 1], s, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(ours.diagnostics[i : i + 1], d, atol=1e-5, rtol=1e-5)
+        s5, d5 = ref([_shrink(r, 512) for r in refs], prompt, _shrink(cand, 512))
+        torch.testing.assert_close(small.score[i : i + 1], s5, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(small.diagnostics[i : i + 1], d5, atol=1e-5, rtol=1e-5)
+        assert float((s5 - s).abs()) > 1e-4  # the bound changes the input, hence the score
+    # recorded in genmetrics' format and read back
+    model.save_pretrained(tmp_path / "own")
+    assert json.loads((tmp_path / "own" / "mie_config.json").read_text())["image_size"] is None
+    again = MIEModel.from_pretrained(tmp_path / "own", _base(0, **LONG), big_proc)
+    assert again.image_size is None
+    torch.testing.assert_close(again.score(*args).score, ours.score, atol=0, rtol=0)
+    shrunk.save_pretrained(tmp_path / "own512")
+    assert MIEModel.from_pretrained(tmp_path / "own512", _base(0, **LONG), big_proc).image_size == 512
+
+
+def test_image_size_reaches_the_metric_and_the_commands(big_proc, big_samples, tmp_path, capsys):
+    """``create_metric("mie", image_size=...)``, ``genmetrics score mie --option image_size=...`` and
+    ``evaluate-human mie --image-size``: default the checkpoint's (here the authors': unresized)."""
+    import genmetrics as gm
+    from genmetrics.backbones.provider import use_provider
+    from genmetrics.cli.main import main
+    from genmetrics.mie.model import MIEModel
+
+    ref = AuthorsMIE("layer_only", big_proc, **LONG).eval()
+    ref.save(tmp_path / "ckpt")
+    refs, prompt, cand = big_samples[0]
+    full = ref(refs, prompt, cand)[0]
+    small = ref([_shrink(r, 512) for r in refs], prompt, _shrink(cand, 512))[0]
+    for i, im in enumerate([*refs, cand]):
+        (tmp_path / ("refs" if i < len(refs) else "gen")).mkdir(exist_ok=True)
+        im.save(tmp_path / ("refs" if i < len(refs) else "gen") / f"im{i}.png")
+
+    def provider(kind, weights, **options):
+        return (_base(0, **LONG), big_proc) if kind == "vlm" else None
+
+    with use_provider(provider):
+        for option, expected in (({}, full), ({"image_size": 512}, small), ({"image_size": None}, full)):
+            metric = gm.create_metric("mie", heads=str(tmp_path / "ckpt"), **option)
+            metric.update(reference=[refs], candidates=[cand], condition=[prompt])
+            torch.testing.assert_close(metric.per_sample()["scores"].float(), expected, atol=1e-5, rtol=1e-5)
+        model = MIEModel(_base(0, **LONG), big_proc, tuning=None)
+        assert gm.create_metric("mie", model=model, image_size="none").mie_model().image_size is None
+        with pytest.raises(Exception, match="image_size"):
+            gm.create_metric("mie", heads=str(tmp_path / "ckpt"), image_size=-3)
+        for extra, expected in (([], full), (["--option", "image_size=512"], small)):
+            rc = main(
+                ["score", "mie", "--heads", str(tmp_path / "ckpt"), "--reference", str(tmp_path / "refs")]
+                + ["--candidates", str(tmp_path / "gen"), "--condition", prompt, "--json", *extra]
+            )
+            out = capsys.readouterr()
+            assert rc == 0, out.err
+            got = torch.tensor(json.loads(out.out)["per_sample"]["scores"]).float()
+            torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+        (tmp_path / "pairs.jsonl").write_text(
+            json.dumps(
+                {
+                    "id": "p0",
+                    "prompt": prompt,
+                    "references": [f"refs/im{i}.png" for i in range(len(refs))],
+                    "candidates": [f"gen/im{len(refs)}.png", "refs/im0.png"],
+                    "generators": ["a", "b"],
+                    "preference": 0,
+                }
+            )
+            + "\n"
+        )
+        for extra, expected in (([], full), (["--image-size", "512"], small)):
+            rc = main(
+                ["evaluate-human", "mie", "--data", str(tmp_path / "pairs.jsonl"), "--heads"]
+                + [str(tmp_path / "ckpt"), "--out", str(tmp_path / f"eval{len(extra)}"), "--n-boot", "10"]
+                + extra
+            )
+            assert rc == 0, capsys.readouterr().err
+            row = json.loads((tmp_path / f"eval{len(extra)}" / "scores.jsonl").read_text().splitlines()[0])
+            torch.testing.assert_close(
+                torch.tensor(row["scores"]["mie"][:1]).float(), expected, atol=1e-5, rtol=1e-5
+            )
+        assert (
+            main(["evaluate-human", "mie", "--data", str(tmp_path / "pairs.jsonl"), "--image-size", "x"]) == 2
+        )
+        assert "image_size" in capsys.readouterr().err

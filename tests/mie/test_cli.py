@@ -3,6 +3,7 @@
 import json
 
 import pytest
+from _data import eval_argv, train_argv
 
 from genmetrics.cli.main import main
 
@@ -10,31 +11,9 @@ from genmetrics.cli.main import main
 def test_train_evaluate_rank(tmp_path, pairs_file, capsys, provider):
     run = tmp_path / "run"
     rc = main(
-        [
-            "train",
-            "mie",
-            "--data",
-            str(pairs_file),
-            "--out",
-            str(run),
-            "--tuning",
-            "lora_layer",
-            "--subset",
-            "2",
-            "--val-fraction",
-            "0",
-            "--epochs",
-            "1",
-            "--batch-pairs",
-            "2",
-            "--grad-accum",
-            "1",
-            "--unfreeze-layers",
-            "1",
-            "--lr",
-            "1e-3",
-            "--json",
-        ]
+        train_argv(
+            pairs_file, run, "--tuning", "lora_layer", "--subset", "2", "--val-fraction", "0", "--lr", "1e-3"
+        )
     )
     out = capsys.readouterr()
     assert rc == 0, out.err
@@ -48,21 +27,7 @@ def test_train_evaluate_rank(tmp_path, pairs_file, capsys, provider):
     run = ckpt
 
     ev = tmp_path / "eval"
-    rc = main(
-        [
-            "evaluate-human",
-            "mie",
-            "--data",
-            str(pairs_file),
-            "--heads",
-            str(run),
-            "--out",
-            str(ev),
-            "--n-boot",
-            "20",
-            "--json",
-        ]
-    )
+    rc = main(eval_argv(str(pairs_file), str(run), str(ev), "--n-boot", "20", "--json"))
     out = capsys.readouterr()
     assert rc == 0, out.err
     assert 0.0 <= json.loads(out.out)["accuracy"]["mie"] <= 1.0

@@ -9,7 +9,7 @@ from genmetrics.errors import InputError, WeightsUnavailableError
 
 @pytest.fixture(scope="module")
 def heads_dir():
-    from genmetrics.testing.recipes.mie import tiny_heads_dir
+    from tests.recipes.mie import tiny_heads_dir
 
     return tiny_heads_dir(0)
 

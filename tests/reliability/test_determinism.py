@@ -11,7 +11,8 @@ import pytest
 import torch
 
 import genmetrics as gm
-from genmetrics.testing import metric_recipe, spawn_gloo
+from genmetrics.testing import spawn_gloo
+from tests.recipes import metric_recipe
 
 ROOT = Path(__file__).parents[2]
 

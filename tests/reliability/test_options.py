@@ -105,9 +105,9 @@ def test_device_names():
 def test_bootstrap_checks_before_allocating():
     from genmetrics.functional.bootstrap import bootstrap_ci, paired_bootstrap
 
-    with pytest.raises(InputError, match="n_boot"):
+    with pytest.raises(ValueError, match="n_boot"):  # functional/ is pure math: ValueError, not InputError
         bootstrap_ci([1.0, 2.0], n_boot=10**8)
-    with pytest.raises(InputError, match="n_boot"):
+    with pytest.raises(ValueError, match="n_boot"):
         paired_bootstrap([1.0, 2.0], [2.0, 1.0], n_boot=0)
     est, lo, hi = bootstrap_ci([1.0, 2.0, 4.0], n_boot=200)
     assert lo < est < hi and math.isclose(est, 7 / 3)

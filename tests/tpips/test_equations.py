@@ -74,11 +74,11 @@ def _mid_reference(vlm, processor, m: TPIPSModel, a, b, aspect: str) -> float:
         with torch.no_grad():
             hs = vlm(**out, output_hidden_states=True, use_cache=False).hidden_states
         img = out["input_ids"][0] == vlm.config.image_token_id
-        states.append([(hs[li + 1][0, img], hs[li + 1][0, t0:t1].mean(0)) for li in m.probe_layers])
+        states.append([(hs[li + 1][0, img], hs[li + 1][0, t0:t1].mean(0)) for li in m.fusion.probe_layers])
     total = 0.0
-    for j, mlp in enumerate(m.head.mlps):
+    for j, mlp in enumerate(m.fusion.head.mlps):
         (pa, ta), (pb, tb) = states[0][j], states[1][j]
-        if m.head.text_norm == "layer":  # the MLP input: zero mean, unit variance over channels
+        if m.fusion.head.text_norm == "layer":  # the MLP input: zero mean, unit variance over channels
             ta = (ta - ta.mean()) / (ta.var(unbiased=False) + 1e-5).sqrt()
             tb = (tb - tb.mean()) / (tb.var(unbiased=False) + 1e-5).sqrt()
         with torch.no_grad():
@@ -98,7 +98,7 @@ def test_mid_fusion_equals_eq3_from_the_standard_forward(processor, images, text
     m = TPIPSModel(vlm, processor, "mid", image_size=SIZE, probe_layers=[0, 1], mid_text_norm=text_norm)
     g = torch.Generator().manual_seed(0)
     with torch.no_grad():  # non-trivial channel weights, so every term of Eq. 3 matters
-        for mlp in m.head.mlps:
+        for mlp in m.fusion.head.mlps:
             mlp[2].weight.copy_(torch.randn(mlp[2].weight.shape, generator=g) * 0.05)
     a, b = [x.float() / 255 for x in images[:2]]
     got = float(m.similarity([a], [b], "lighting")[0])
@@ -113,8 +113,9 @@ def _first_step(vlm_seed: int, processor, mid_init, images):
     cfg = TrainConfig(variant="mid", image_size=SIZE, probe_layers=2, lora_dropout=0.0).resolved()
     model = build_model(cfg, tiny_qwen3vl(seed=vlm_seed), processor)
     if mid_init is not None:
-        model.head = type(model.head)(
-            model.hidden_size, len(model.probe_layers), model.mid_hidden, init_weight=mid_init
+        fusion = model.fusion
+        fusion.head = type(fusion.head)(
+            model.hidden_size, len(fusion.probe_layers), fusion.mid_hidden, init_weight=mid_init
         )
     model.train()
     x = [model.load_images(images[i::3][:2]) for i in range(3)]

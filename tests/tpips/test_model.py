@@ -8,7 +8,8 @@ import torch
 import torch.nn.functional as F
 
 from genmetrics.errors import InputError
-from genmetrics.tpips.late import single_items
+from genmetrics.tpips.early import early_inputs
+from genmetrics.tpips.late import embedding_sequences
 from genmetrics.tpips.model import (
     PairwiseScoreModel,
     TPIPSModel,
@@ -53,17 +54,17 @@ def test_positions_and_ids_match_transformers(vlm, processor, images):
     m = TPIPSModel(vlm, processor, "late", image_size=SIZE)
     aspects = ["lighting", "the pose of the cat on the left"]
     feats = m.vision_features(m.load_images(images[:2]))
-    batch = m._build_single(single_items(m, feats, aspects))
+    batch = m.build_sequences(embedding_sequences(m, feats, aspects, "late"))
     texts = [_late_text(prompt_for("late", a)) for a in aspects]
     out = processor(text=texts, images=list(images[:2]), return_tensors="pt", padding=True)
     am = out["attention_mask"].bool()
-    assert torch.equal(batch["attention_mask"].bool(), am)
-    assert torch.equal(batch["input_ids"][am], out["input_ids"][am])
+    assert torch.equal(batch.attention_mask.bool(), am)
+    assert torch.equal(batch.input_ids[am], out["input_ids"][am])
     pos, _ = vlm.get_rope_index(
         out["input_ids"], out["mm_token_type_ids"], out["image_grid_thw"], out["attention_mask"]
     )
     for b in range(2):
-        assert torch.equal(batch["position_ids"][:, b, am[b]], pos[:, b, am[b]])
+        assert torch.equal(batch.position_ids[:, b, am[b]], pos[:, b, am[b]])
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
@@ -124,7 +125,7 @@ def test_early_mask_and_positions(models, images):
     m = models["early"]
     fa = m.vision_features(m.load_images(images[:2]))
     fb = m.vision_features(m.load_images(images[2:4]))
-    inp = m.early_inputs(fa, fb, ["lighting", "the pose of the cat in the middle of the picture"])
+    inp = early_inputs(m, fa, fb, ["lighting", "the pose of the cat in the middle of the picture"])
     N = fa[0].n_tokens
     gh, gw = fa[0].grid
     for b in range(2):

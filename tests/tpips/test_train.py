@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 
-from genmetrics.tpips.model import load_tpips
+from genmetrics.tpips.loading import load_tpips
 from genmetrics.tpips.train import TrainConfig, build_model, soft_cross_entropy, train_tpips
 
 from .conftest import SIZE, make_triplets
@@ -52,7 +52,7 @@ def test_lora_on_language_tower_only(processor):
     model = build_model(cfg, tiny_qwen3vl(), processor)
     trainable = [n for n, p in model.named_parameters() if p.requires_grad]
     assert trainable and not any("visual" in n for n in trainable)
-    assert all("lora_" in n or n == "register_vector" for n in trainable)
+    assert all("lora_" in n or n == "fusion.register" for n in trainable)
     assert any("language_model" in n and "lora_A" in n for n in trainable)
     lora = [m for n, m in model.named_modules() if n.endswith("q_proj") and hasattr(m, "r")][0]
     assert lora.r["default"] == 16 and lora.scaling["default"] == 2.0  # alpha = 2r
@@ -237,7 +237,7 @@ def test_cli_train_and_errors(tmp_path, data, tiny_folder):
     )
     assert rc == 0
     cfg = json.loads((out / "final" / "tpips.json").read_text())
-    assert cfg["variant"] == "late" and cfg["base_weights"] == str(tiny_folder)
+    assert cfg["variant"] == "late" and cfg["base_weights"] == str(tiny_folder.resolve())
     assert (
         main(
             [

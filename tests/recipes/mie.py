@@ -1,9 +1,11 @@
-"""Tiny-backbone recipe for the contract test (see ``genmetrics.testing.metric_recipe``)."""
+"""Tiny-backbone recipe for the contract test (see ``tests.recipes.metric_recipe``)."""
 
 from __future__ import annotations
 
 import tempfile
 from typing import Any
+
+from genmetrics.data.results import make_folder
 
 
 def tiny_backbone(seed: int = 0) -> Any:
@@ -49,7 +51,7 @@ def tiny_heads_dir(seed: int = 0, *, tuning: str = "lora_layer", unfreeze_layers
             if "lora_B" in n:
                 p.copy_(torch.randn(p.shape, generator=g) * 0.05)
     folder = tempfile.mkdtemp(prefix="genmetrics-mie-tiny-")
-    model.save_pretrained(folder)
+    model.save_pretrained(make_folder(folder))  # the write rule (genmetrics/data/results.py)
     return folder
 
 

@@ -1,4 +1,4 @@
-"""Tiny-backbone recipes for the contract test (see ``genmetrics.testing.metric_recipe``)."""
+"""Tiny-backbone recipes for the contract test (see ``tests.recipes.metric_recipe``)."""
 
 from __future__ import annotations
 

@@ -28,6 +28,21 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+import torch
+from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+from transformers import (
+    PreTrainedTokenizerFast,
+    Qwen2VLImageProcessor,
+    Qwen3_5Config,
+    Qwen3_5ForConditionalGeneration,
+    Qwen3_5Model,
+    Qwen3VLConfig,
+    Qwen3VLForConditionalGeneration,
+    Qwen3VLModel,
+    Qwen3VLProcessor,
+    Qwen3VLVideoProcessor,
+)
+
 __all__ = [
     "IMAGE_TOKEN_ID",
     "SPECIAL_TOKENS",
@@ -110,8 +125,6 @@ _CORPUS = (
 @functools.lru_cache(maxsize=1)
 def _tokenizer_json() -> str:
     """Train the tiny byte-level BPE once per process and return its serialisation."""
-    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
-
     tok = Tokenizer(models.BPE(unk_token=None, fuse_unk=False, byte_fallback=False))
     tok.normalizer = normalizers.NFC()
     tok.pre_tokenizer = pre_tokenizers.Sequence(
@@ -187,9 +200,6 @@ def tiny_tokenizer(*, padding_side: str = "right", model_max_length: int = 512) 
     >>> tok.decode(ids), tok.eos_token_id, tok.pad_token_id
     ('a cat sat on the mat', 0, 0)
     """
-    from tokenizers import Tokenizer
-    from transformers import PreTrainedTokenizerFast
-
     if padding_side not in ("left", "right"):
         raise ValueError(f"padding_side must be 'left' or 'right', got {padding_side!r}")
     backend = Tokenizer.from_str(_tokenizer_json())
@@ -210,8 +220,6 @@ def tiny_tokenizer(*, padding_side: str = "right", model_max_length: int = 512) 
 
 
 def _image_processor(image_size: int, min_pixels: int | None) -> Any:
-    from transformers import Qwen2VLImageProcessor
-
     factor = 32  # patch_size * merge_size
     if image_size < factor or image_size % factor:
         raise ValueError(f"image_size must be a positive multiple of {factor}, got {image_size}")
@@ -227,8 +235,6 @@ def _image_processor(image_size: int, min_pixels: int | None) -> Any:
 
 
 def _video_processor(image_size: int) -> Any:
-    from transformers import Qwen3VLVideoProcessor
-
     return Qwen3VLVideoProcessor(
         patch_size=16,
         temporal_patch_size=2,
@@ -265,8 +271,6 @@ def tiny_qwen3vl_processor(
     >>> batch["image_grid_thw"].tolist(), int((batch["input_ids"] == 12).sum())  # 16 patches -> 4 image tokens
     ([[1, 4, 4]], 4)
     """
-    from transformers import Qwen3VLProcessor
-
     return Qwen3VLProcessor(
         image_processor=_image_processor(image_size, min_pixels),
         tokenizer=tiny_tokenizer(padding_side=padding_side),
@@ -335,8 +339,6 @@ def tiny_qwen3vl_config(**overrides: Any) -> Any:
     >>> cfg.text_config.num_hidden_layers, cfg.text_config.hidden_size, cfg.image_token_id  # merged, rest kept
     (4, 64, 12)
     """
-    from transformers import Qwen3VLConfig
-
     base: dict[str, Any] = {
         "text_config": {
             "vocab_size": TINY_VOCAB_SIZE,
@@ -383,8 +385,6 @@ def tiny_qwen35_config(**overrides: Any) -> Any:
     >>> tiny_qwen35_config().text_config.layer_types
     ['linear_attention', 'linear_attention', 'linear_attention', 'full_attention']
     """
-    from transformers import Qwen3_5Config
-
     base: dict[str, Any] = {
         "text_config": {
             "vocab_size": TINY_VOCAB_SIZE,
@@ -431,8 +431,6 @@ def tiny_qwen35_config(**overrides: Any) -> Any:
 
 
 def _build(model_cls: Any, config: Any, seed: int) -> Any:
-    import torch
-
     # fork_rng keeps the caller's global RNG stream untouched.
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
@@ -452,8 +450,6 @@ def tiny_qwen3vl(seed: int = 0, **overrides: Any) -> Any:
     >>> all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters())), a.training
     (True, False)
     """
-    from transformers import Qwen3VLModel
-
     return _build(Qwen3VLModel, tiny_qwen3vl_config(**overrides), seed)
 
 
@@ -465,8 +461,6 @@ def tiny_qwen3vl_for_generation(seed: int = 0, **overrides: Any) -> Any:
     >>> tuple(tiny_qwen3vl_for_generation().lm_head.weight.shape)  # [vocab, hidden]
     (512, 64)
     """
-    from transformers import Qwen3VLForConditionalGeneration
-
     return _build(Qwen3VLForConditionalGeneration, tiny_qwen3vl_config(**overrides), seed)
 
 
@@ -484,8 +478,6 @@ def tiny_qwen35(seed: int = 0, **overrides: Any) -> Any:
     >>> model(**batch).last_hidden_state.shape == (*batch["input_ids"].shape, 64)
     True
     """
-    from transformers import Qwen3_5Model
-
     return _build(Qwen3_5Model, tiny_qwen35_config(**overrides), seed)
 
 
@@ -495,6 +487,4 @@ def tiny_qwen35_for_generation(seed: int = 0, **overrides: Any) -> Any:
     >>> type(tiny_qwen35_for_generation()).__name__, tuple(tiny_qwen35_for_generation().lm_head.weight.shape)
     ('Qwen3_5ForConditionalGeneration', (512, 64))
     """
-    from transformers import Qwen3_5ForConditionalGeneration
-
     return _build(Qwen3_5ForConditionalGeneration, tiny_qwen35_config(**overrides), seed)

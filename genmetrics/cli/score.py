@@ -1,0 +1,355 @@
+"""``genmetrics score``: score files or folders with one metric.
+
+What the metric is fed is decided by :mod:`genmetrics.leaderboard.wiring` from its card (the function the
+leaderboard uses too); this module turns the flags into that function's sources and its errors into flag
+names.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import click
+import torch
+
+from genmetrics.backbones.provider import describe_provider
+from genmetrics.cli.common import echo_json, parse_options
+from genmetrics.data.images import check_image_file, list_images, stem_index, unused_references
+from genmetrics.data.progress import progress
+from genmetrics.data.results import atomic_write_json, atomic_write_text, dumps_line, jsonable
+from genmetrics.errors import InputError
+from genmetrics.leaderboard.notes import SMALL_SET, banner, small_sets
+from genmetrics.leaderboard.wiring import Feeds, Sample, Sources, WiringError, feeds, wire
+from genmetrics.registry import Granularity, MetricCard, create_metric, get_card
+
+#: what ``--reference`` is, by the input the card needs
+_REFERENCE_NEEDS = {
+    "reference": "one reference image per candidate, matched by file stem",
+    "real": "the real images, as a set",
+    "reference_sets": "the reference images every candidate is compared with",
+}
+#: significant digits float32 arithmetic resolves in a score (epsilon 1.19e-7: 6.9 digits, one kept for
+#: the rounding of reductions); a score with a bounded range keeps that many relative to the range's width
+DISPLAY_DIGITS = 6
+
+
+def _expand(paths: tuple[str, ...], role: str) -> list[Path]:
+    out: list[Path] = []
+    for p in paths:
+        out.extend(list_images(p))
+    if not out:
+        raise click.UsageError(f"--{role}: no images given")
+    stem_index(out, role=f"--{role}")  # the leaderboard's rule: one file per stem (sample ids are stems)
+    return out
+
+
+def _conditions(values: tuple[str, ...], n: int) -> list[str] | None:
+    if not values:
+        return None
+    texts = list(values)
+    if len(texts) == 1 and texts[0].startswith("@"):
+        f = Path(texts[0][1:])
+        if not f.is_file():
+            raise InputError(f"--condition {texts[0]!r}: file {str(f)!r} does not exist")
+        try:
+            raw = f.read_text(encoding="utf-8")
+        except UnicodeDecodeError as e:
+            raise InputError(
+                f"--condition {texts[0]!r}: {str(f)!r} is not UTF-8 text (byte {e.start}); save it as UTF-8"
+            ) from None
+        texts = [ln for ln in raw.splitlines() if ln.strip()]
+    if len(texts) == 1:
+        return texts * n
+    if len(texts) != n:
+        raise InputError(
+            f"--condition: got {len(texts)} texts for {n} candidates; give one text for all or one per candidate"
+        )
+    return texts
+
+
+def _bad_files(files: list[Path]) -> dict[Path, str]:
+    """Check every image before any weights load; returns {path: error message} for unreadable files. A huge
+    image is checked from its header and structure, not decoded (:func:`check_image_file`): what depends on
+    its size is decided before anything decodes it."""
+    bad: dict[Path, str] = {}
+    for f in dict.fromkeys(files):
+        try:
+            check_image_file(f)
+        except InputError as e:
+            bad[f] = str(e)
+    return bad
+
+
+def _references(s: Sample) -> list[Path]:
+    return s.reference if isinstance(s.reference, list) else [s.reference] if s.reference else []
+
+
+def _flag_error(name: str, card: MetricCard, e: WiringError, candidates: list[Path]) -> InputError:
+    """A wiring error in terms of the command's flags."""
+    if e.need in _REFERENCE_NEEDS and not e.missing:
+        return InputError(f"{name}: --reference is required ({_REFERENCE_NEEDS[e.need]})")
+    if e.need == "reference":
+        names = {p.stem: p.name for p in candidates}
+        return InputError(
+            f"--candidates: {len(e.missing)} file(s) have no reference with the same stem in --reference "
+            f"(first: {', '.join(names[i] for i in e.missing[:3])}); references are matched by file name "
+            "without extension"
+        )
+    if e.need == "condition":
+        return InputError(
+            f"{name}: --condition is required ({card.condition.value}: one text per candidate, or one for all)"
+        )
+    if e.need == "no_reference":
+        return InputError(f"{name}: takes no reference images; drop --reference")
+    if e.need == "no_condition":
+        hint = " (give the attributes with --attributes)" if card.condition_option else ""
+        return InputError(f"{name}: takes no --condition{hint}; drop it")
+    return InputError(f"{name}: {e}")
+
+
+def rounded(value: Any, card: MetricCard) -> Any:
+    """``value`` (a number, or lists / dicts of numbers) rounded to the precision of the metric's scores:
+    :data:`DISPLAY_DIGITS` significant digits, relative to the width of the card's range when it is bounded
+    (PSNR in [0, 100]: 4 decimals; SSIM in [-1, 1]: 5; CLIPScore in [-100, 100]: 3).
+
+    >>> from genmetrics.registry import get_card
+    >>> rounded(42.0123456789, get_card("psnr")), rounded([0.123456789], get_card("ssim"))
+    (42.0123, [0.12346])
+    >>> rounded({"mean": 4.76912345e-05}, get_card("sad"))  # unbounded: significant digits
+    {'mean': 4.76912e-05}
+    """
+    if isinstance(value, dict):
+        return {k: rounded(v, card) for k, v in value.items()}
+    if isinstance(value, list):
+        return [rounded(v, card) for v in value]
+    if not isinstance(value, float) or not math.isfinite(value):
+        return value
+    lo, hi = card.range if card.range is not None else (-math.inf, math.inf)
+    if math.isfinite(lo) and math.isfinite(hi) and hi > lo:
+        return round(value, max(0, DISPLAY_DIGITS - math.ceil(math.log10(hi - lo))))
+    return float(f"{value:.{DISPLAY_DIGITS}g}")
+
+
+def _chunks(items: Sequence[Any], n: int) -> list[Sequence[Any]]:
+    return [items[i : i + n] for i in range(0, len(items), n)]
+
+
+@click.command("score")
+@click.argument("name")
+@click.option(
+    "--reference",
+    "-r",
+    multiple=True,
+    help="Reference image files or folders (matched to candidates by file stem).",
+)
+@click.option("--candidates", "-c", multiple=True, required=True, help="Candidate image files or folders.")
+@click.option(
+    "--condition",
+    "-t",
+    multiple=True,
+    help="Text condition(s): one for all, one per candidate, or @file.txt.",
+)
+@click.option("--attributes", help="Attribute set name or text file (raclip metrics).")
+@click.option("--weights", help="Weights to use instead of the default (tag, hub id or local path).")
+@click.option("--heads", help="Trained MIE heads (folder written by `genmetrics train mie`, or a hub id).")
+@click.option(
+    "--adapter", help="Trained TPIPS adapter (folder written by `genmetrics train tpips`, or a hub id)."
+)
+@click.option("--option", "options", multiple=True, help="Extra metric option KEY=VALUE (JSON values).")
+@click.option("--batch-size", type=int, default=None, help="Images per forward pass.")
+@click.option("--device", default=None, help="cpu, cuda, cuda:1 ... (default: CUDA if available).")
+@click.option(
+    "--out", type=click.Path(dir_okay=False), help="Write per-sample results (.jsonl) or a summary (.json)."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.option(
+    "--on-error",
+    type=click.Choice(["stop", "skip"]),
+    default="stop",
+    show_default=True,
+    help="A bad image file: stop before scoring (naming it), or report it and score the rest.",
+)
+def score_cmd(
+    name: str,
+    reference: tuple[str, ...],
+    candidates: tuple[str, ...],
+    condition: tuple[str, ...],
+    attributes: str | None,
+    weights: str | None,
+    heads: str | None,
+    adapter: str | None,
+    options: tuple[str, ...],
+    batch_size: int | None,
+    device: str | None,
+    out: str | None,
+    as_json: bool,
+    on_error: str,
+) -> None:
+    """Score candidate images with metric NAME."""
+    card = get_card(name)
+    kwargs = _metric_options(name, card, options, attributes, weights, heads, adapter, batch_size, device)
+    _check_out(out, name, card)
+    cand_files = _expand(candidates, "candidates")
+    ref_files = _expand(reference, "reference") if reference else []
+    given = {"reference"} if ref_files else set()
+    given |= {"condition"} if condition else set()
+    try:
+        feed = feeds(card, kwargs, free_text=True, given=given)
+        samples, real = wire(feed, cand_files, _sources(feed, cand_files, ref_files, condition))
+    except WiringError as e:
+        raise _flag_error(name, card, e, cand_files) from None
+    if ref_files and not feed.uses_reference:
+        click.echo(
+            f"warning: --reference is not used ({name} is built with an option that replaces it)", err=True
+        )
+    samples, real = _drop_bad_files(samples, real, on_error)
+
+    metric = create_metric(name, **kwargs)
+    value, per = _run(metric, name, feed, samples, real)
+    result: dict[str, Any] = {"metric": name, "n": len(samples), "value": value}
+    if out:
+        _write_out(Path(out), name, result, per)
+    if as_json:
+        echo_json({**result, "per_sample": per})
+        return
+    for note in _notes(feed, samples, real):
+        click.echo(f"note: {note}")
+    click.echo(f"{name}: {json.dumps(rounded(jsonable(value), card))}  (n={len(samples)})")
+
+
+def _notes(feed: Feeds, samples: list[Sample], real: list[Path] | None) -> list[str]:
+    """What the reader must know before the number: random backbones, a set-level value from small sets (the
+    leaderboard's notes, worded the same)."""
+    out = []
+    provider = describe_provider()
+    if provider is not None:
+        out.append(banner(provider))
+    if feed.level is Granularity.SET and min(len(samples), len(real or [])) < SMALL_SET:
+        out.append(small_sets(f"{len(real or [])} real and {len(samples)} generated images"))
+    return out
+
+
+def _metric_options(
+    name: str,
+    card: MetricCard,
+    options: tuple[str, ...],
+    attributes: str | None,
+    weights: str | None,
+    heads: str | None,
+    adapter: str | None,
+    batch_size: int | None,
+    device: str | None,
+) -> dict[str, Any]:
+    kwargs: dict[str, Any] = parse_options(options)
+    if attributes:
+        if card.condition_option is None:
+            raise InputError(
+                f"{name}: --attributes is not an input of this metric (it takes "
+                f"{card.condition.value} as its condition); drop --attributes"
+            )
+        kwargs[card.condition_option] = attributes
+    flags = {
+        "weights": weights,
+        "heads": heads,
+        "adapter": adapter,
+        "batch_size": batch_size,
+        "device": device,
+    }
+    kwargs.update({k: v for k, v in flags.items() if v is not None})
+    return kwargs
+
+
+def _check_out(out: str | None, name: str, card: MetricCard) -> None:
+    """``--out`` is checked before any scoring (the file is written at the end)."""
+    if not out:
+        return
+    suffix = Path(out).suffix.lower()
+    if suffix not in (".json", ".jsonl"):
+        raise InputError(
+            f"--out {out!r}: expected a .jsonl file (one row per sample) or a .json summary, got "
+            f"{'a ' + repr(suffix) if suffix else 'no'} extension (an image or other file is never "
+            "overwritten); name the file *.jsonl or *.json"
+        )
+    if suffix == ".jsonl" and card.level is Granularity.SET:
+        raise InputError(f"--out {out!r}: {name} is a set-level metric; write a .json summary instead")
+
+
+def _sources(
+    feed: Feeds, cand_files: list[Path], ref_files: list[Path], condition: tuple[str, ...]
+) -> Sources:
+    """The flags as wiring sources: ``--reference`` matched by stem (one file: shared by every candidate),
+    as every candidate's reference list, or as the real set; ``--condition`` as a text per candidate."""
+    stems = [p.stem for p in cand_files]
+    texts = _conditions(condition, len(cand_files))
+    by_stem: dict[str, Path] | None = None
+    if len(ref_files) == 1:
+        by_stem = dict.fromkeys(stems, ref_files[0])
+    elif ref_files:
+        by_stem = stem_index(ref_files, role="--reference")
+        if "reference" in feed.uses:
+            note = unused_references(ref_files, cand_files, ref_name="--reference")
+            if note:
+                click.echo(f"warning: {note}", err=True)
+    return Sources(
+        references=by_stem,
+        reference_lists=dict.fromkeys(stems, ref_files) if ref_files else None,
+        real=ref_files or None,
+        texts=dict(zip(stems, texts)) if texts is not None else None,
+    )
+
+
+def _drop_bad_files(
+    samples: list[Sample], real: list[Path] | None, on_error: str
+) -> tuple[list[Sample], list[Path] | None]:
+    """Decode every image the metric will get before any weights load; stop at a bad one or skip it."""
+    files = [s.candidate for s in samples] + [r for s in samples for r in _references(s)] + list(real or [])
+    bad = _bad_files(files)
+    if not bad:
+        return samples, real
+    if on_error == "stop":
+        first = next(iter(bad.values()))
+        more = f" (and {len(bad) - 1} more bad file(s))" if len(bad) > 1 else ""
+        raise InputError(f"{first}{more}; pass --on-error skip to report bad files and score the rest")
+    for f, msg in bad.items():
+        click.echo(f"warning: skipped {f}: {msg}", err=True)
+    samples = [s for s in samples if s.candidate not in bad and not any(r in bad for r in _references(s))]
+    real = [f for f in real if f not in bad] if real is not None else None
+    if not samples or (real is not None and not real):
+        raise InputError("every candidate (or every reference) was a bad file; nothing left to score")
+    return samples, real
+
+
+def _run(
+    metric: Any, name: str, feed: Feeds, samples: list[Sample], real: list[Path] | None
+) -> tuple[Any, dict[str, Any] | None]:
+    """Feed the metric (the real set first, then the candidates, in chunks of its batch size)."""
+    bs = max(1, int(getattr(metric, "batch_size", 32) or 32))
+    with torch.inference_mode():
+        if real is not None:  # the real set as a whole, then the candidates
+            for chunk in progress(_chunks(real, bs), desc=f"{name}: reference", unit="batch"):
+                metric.update(**feed.real_args(chunk))
+        for chunk in progress(_chunks(samples, bs), desc=name, unit="batch"):
+            metric.update(**feed.update_args(chunk))
+        value = metric.compute()
+    per = metric.per_sample() if feed.level is Granularity.SAMPLE and hasattr(metric, "per_sample") else None
+    return value, per
+
+
+def _write_out(outp: Path, name: str, result: dict[str, Any], per: dict[str, Any] | None) -> None:
+    """``--out``: one row per sample (``.jsonl``) or the summary (``.json``), under the write rule."""
+    if outp.suffix.lower() == ".jsonl":
+        if per is None:
+            raise InputError(
+                f"--out {str(outp)!r}: {name} is a set-level metric; write a .json summary instead"
+            )
+        lines = [
+            dumps_line({"metric": name, "id": i, "score": s})
+            for i, s in zip(per["ids"], per["scores"].tolist())
+        ]
+        atomic_write_text(outp, "\n".join(lines) + "\n")
+    else:
+        atomic_write_json(outp, {**result, "per_sample": per})
