@@ -352,7 +352,9 @@ def _loop_config(
         out_dir=out,
         lr=float(cfg.lr),
         weight_decay=cfg.weight_decay,
-        epochs=max(1, math.ceil(epochs)),
+        epochs=None
+        if cfg.max_steps is not None
+        else max(1, math.ceil(epochs)),  # max_steps: steps, not epochs
         max_steps=max_steps,
         batch_size=micro,
         grad_accum=per_rank // micro,

@@ -13,8 +13,8 @@ API::
   ``save(module, path)`` (the family's artifact), ``data_fingerprint(examples) -> str`` (content hash), and
   optionally ``param_groups(module)`` (``[{"params": [...], "lr_scale": 5.0}]``).
 * ``train_examples`` / ``val_examples`` -- lists of anything the task's ``collate`` / ``evaluate`` take.
-* :class:`TrainLoopConfig` -- ``out_dir, lr, weight_decay=0.01, epochs=1, max_steps=None, batch_size=4``
-  (per process micro-batch), ``grad_accum=1, warmup_ratio=0.03, scheduler="cosine", max_grad_norm=1.0,
+* :class:`TrainLoopConfig` -- ``out_dir, lr, weight_decay=0.01, epochs=1, max_steps=None`` (the run ends at
+  whichever comes first; ``None``: no such limit), ``batch_size=4`` (per process micro-batch), ``grad_accum=1, warmup_ratio=0.03, scheduler="cosine", max_grad_norm=1.0,
   seed=3407, eval_every=None`` (None: once per epoch), ``early_stopping_patience=None,
   early_stopping_min_delta=0.0, metric_for_best="loss", greater_is_better=False, save_every=None,
   save_every_minutes=30.0, keep_checkpoints=2, resume=False, overwrite=False, mixed_precision="no",

@@ -82,7 +82,9 @@ class TrainLoopConfig:
 
     * ``batch_size``: examples per micro-batch per process; one optimizer step sees
       ``batch_size * grad_accum * processes`` examples (the *global batch*).
-    * ``epochs`` / ``max_steps``: the run is ``max_steps`` optimizer steps when given, else ``epochs`` passes.
+    * ``epochs`` / ``max_steps``: the run ends after ``epochs`` passes over the data or ``max_steps`` optimizer
+      steps, whichever comes first (:func:`total_steps`); ``None`` removes that limit (not both). The
+      schedule (warm-up, decay) is laid out over that total.
     * ``warmup_ratio``: ``ceil(warmup_ratio * total_steps)`` warm-up steps (as transformers' Trainer).
     * ``eval_every``: ``None`` evaluates once per epoch, ``N`` every N optimizer steps (and at the end).
     * ``early_stopping_patience``: stop after that many evaluations in a row that do not improve
@@ -105,7 +107,7 @@ class TrainLoopConfig:
     out_dir: str | os.PathLike = "train_out"
     lr: float = 1e-4
     weight_decay: float = 0.01
-    epochs: int = 1
+    epochs: int | None = 1
     max_steps: int | None = None
     batch_size: int = 4
     grad_accum: int = 1
@@ -136,9 +138,14 @@ class TrainLoopConfig:
         c.out_dir = Path(opt.expand_user(self.out_dir, what="out_dir"))
         c.lr = opt.number("lr", c.lr, lo=0.0, lo_open=True, owner=_OWNER)
         c.weight_decay = opt.number("weight_decay", c.weight_decay, lo=0.0, owner=_OWNER)
-        c.epochs = opt.integer("epochs", c.epochs, lo=1, owner=_OWNER)
-        if c.max_steps is not None:
-            c.max_steps = opt.integer("max_steps", c.max_steps, lo=1, owner=_OWNER)
+        for name in ("epochs", "max_steps"):
+            if getattr(c, name) is not None:
+                setattr(c, name, opt.integer(name, getattr(c, name), lo=1, owner=_OWNER))
+        if c.epochs is None and c.max_steps is None:
+            raise InputError(
+                f"{_OWNER}: options epochs and max_steps are both None: the run would never end; give epochs "
+                "(passes over the data), max_steps (a cap on optimizer steps) or both"
+            )
         c.batch_size = opt.integer("batch_size", c.batch_size, lo=1, owner=_OWNER)
         c.grad_accum = opt.integer("grad_accum", c.grad_accum, lo=1, owner=_OWNER)
         c.warmup_ratio = opt.number(
@@ -181,6 +188,17 @@ class TrainLoopConfig:
         d = asdict(self)
         d["out_dir"] = str(self.out_dir)
         return d
+
+
+def total_steps(epochs: int | None, max_steps: int | None, steps_per_epoch: int) -> int:
+    """Optimizer steps of a run: ``epochs`` passes of ``steps_per_epoch`` steps, capped at ``max_steps``
+    (``None``: no such limit; at least one of the two is given).
+
+    >>> total_steps(3, 600, 225), total_steps(3, 600, 10), total_steps(None, 600, 10), total_steps(3, None, 10)
+    (600, 30, 600, 30)
+    """
+    limits = [n for n in (max_steps, None if epochs is None else epochs * steps_per_epoch) if n is not None]
+    return min(limits)
 
 
 def warmup_steps(total_steps: int, warmup_ratio: float) -> int:

@@ -35,7 +35,7 @@ from genmetrics.options import env
 from genmetrics.train import checkpoint as ck
 from genmetrics.train import run_dir as rd
 from genmetrics.train._accelerate_state import new_accelerator
-from genmetrics.train.config import RESUME_FREE, TrainLoopConfig, warmup_steps
+from genmetrics.train.config import RESUME_FREE, TrainLoopConfig, total_steps, warmup_steps
 
 __all__ = ["TrainResult", "fit"]
 
@@ -221,8 +221,8 @@ def fit(task: Any, train_examples: Any, cfg: TrainLoopConfig, val_examples: Any 
     ...         return ((module(torch.ones(len(batch), 1)).squeeze(-1) - batch) ** 2).mean(), {}
     >>> data = [1.0, 2.0, 3.0, 4.0]
     >>> with tempfile.TemporaryDirectory() as d:
-    ...     cfg = TrainLoopConfig(out_dir=d, lr=0.1, weight_decay=0.0, max_steps=200, batch_size=4, warmup_ratio=0.0,
-    ...                           progress=False)
+    ...     cfg = TrainLoopConfig(out_dir=d, lr=0.1, weight_decay=0.0, epochs=None, max_steps=200, batch_size=4,
+    ...                           warmup_ratio=0.0, progress=False)
     ...     result = fit(Offset(), data, cfg)
     ...     again = fit(Offset(), data, dataclasses.replace(cfg, resume=True))
     ...     round(result.module.weight.detach().item(), 2), result.steps, again.history == result.history
@@ -313,7 +313,7 @@ class _Run:
         self.loader = self.acc.prepare_data_loader(loader)
         self.n_micro = len(self.loader)
         self.steps_per_epoch = math.ceil(self.n_micro / cfg.grad_accum)
-        self.total = cfg.max_steps or cfg.epochs * self.steps_per_epoch
+        self.total = total_steps(cfg.epochs, cfg.max_steps, self.steps_per_epoch)  # whichever ends first
         self.settings, self.record = self._run_record()
         self.state = ck.LoopState()
         self.history: list[dict[str, Any]] = []
