@@ -11,9 +11,20 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
+import warnings
 from pathlib import Path
 
+import torch
+from safetensors.torch import load_file
+
 from genmetrics.errors import WeightsUnavailableError
+from genmetrics.options import env
+
+_SAFE_FORMATS = (
+    "re-save it as a .safetensors file (safetensors.torch.save_file) or as a plain dict of tensors "
+    "(torch.save({name: tensor}))"
+)
 
 
 def genmetrics_home() -> Path:
@@ -27,8 +38,6 @@ def genmetrics_home() -> Path:
     ...     genmetrics_home() == Path.home() / ".cache" / "genmetrics"
     True
     """
-    from genmetrics.options import env
-
     root = env("GENMETRICS_HOME")
     return root if root is not None else Path.home() / ".cache" / "genmetrics"
 
@@ -44,8 +53,6 @@ def offline() -> bool:
     ...     offline()
     False
     """
-    from genmetrics.options import env
-
     return bool(env("GENMETRICS_OFFLINE", False)) or any(
         os.environ.get(v, "").strip().lower() in ("1", "true", "yes", "on")
         for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
@@ -110,36 +117,60 @@ def check_hash(path: str | os.PathLike, expected: str | None) -> None:
         )
 
 
-def load_state_dict(path: str | os.PathLike) -> dict:
-    """Load a checkpoint safely: safetensors, or ``torch.load(weights_only=True)``; pickles are refused.
+def _unpickler_refusal(err: BaseException) -> str:
+    """What torch's restricted unpickler refused, in a few words (its own message suggests turning the
+    protection off, which genmetrics never does)."""
+    text = str(err)
+    named = re.search(r"GLOBAL ([\w.]+)", text)
+    if named:
+        return f"it refers to {named.group(1)}"
+    operand = re.search(r"Unsupported operand (\d+)", text)
+    if operand:
+        return f"pickle instruction {operand.group(1)} is not allowed"
+    return type(err).__name__
 
-    >>> import tempfile, torch
+
+def load_state_dict(path: str | os.PathLike) -> dict[str, torch.Tensor]:
+    """Load a flat ``{name: tensor}`` checkpoint safely: safetensors, or ``torch.load(weights_only=True)``
+    (zip or legacy format). A pickle holding anything else (code, objects) or a file that is not a dict of
+    tensors is refused with one line naming the file and the safe format; nothing is unpickled with code.
+
+    >>> import tempfile
     >>> from safetensors.torch import save_file
     >>> with tempfile.TemporaryDirectory() as d:
     ...     save_file({"w": torch.ones(2)}, f"{d}/m.safetensors")
     ...     torch.save({"w": torch.zeros(2)}, f"{d}/m.pt")
     ...     load_state_dict(f"{d}/m.safetensors")["w"].tolist(), load_state_dict(f"{d}/m.pt")["w"].tolist()
     ([1.0, 1.0], [0.0, 0.0])
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     torch.save({"w": Path("x")}, f"{d}/obj.pt")  # an object, not a tensor
+    ...     load_state_dict(f"{d}/obj.pt")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+        ...
+    genmetrics.errors.WeightsUnavailableError: checkpoint '...obj.pt' is a pickle of objects other than tensors (...); genmetrics never unpickles such files (never arbitrary pickles): re-save it ...
     """
-    import torch
-
     p = Path(path)
     if not p.exists():
         raise weights_unavailable(str(p), str(p), "a correct path")
     if p.suffix == ".safetensors":
-        from safetensors.torch import load_file
-
         try:
-            return load_file(str(p))
-        except Exception as e:  # noqa: BLE001
+            sd = load_file(str(p))
+        except Exception as e:  # noqa: BLE001 - safetensors raises its own error types
             raise WeightsUnavailableError(
                 f"checkpoint {str(p)!r} is corrupt or not a safetensors file ({e}); re-save it"
             ) from None
-    try:
-        return torch.load(str(p), map_location="cpu", weights_only=True)
-    except Exception as e:  # noqa: BLE001
+    else:
+        try:
+            with warnings.catch_warnings():  # "Detected pickle protocol 4": said below in one line
+                warnings.filterwarnings("ignore", message="Detected pickle protocol", category=UserWarning)
+                sd = torch.load(str(p), map_location="cpu", weights_only=True)
+        except Exception as e:  # noqa: BLE001 - pickle, zip and torch errors alike
+            raise WeightsUnavailableError(
+                f"checkpoint {str(p)!r} is a pickle of objects other than tensors ({_unpickler_refusal(e)}); "
+                f"genmetrics never unpickles such files (never arbitrary pickles): {_SAFE_FORMATS}"
+            ) from None
+    if not isinstance(sd, dict) or not all(isinstance(k, str) and torch.is_tensor(v) for k, v in sd.items()):
         raise WeightsUnavailableError(
-            f"checkpoint {str(p)!r} could not be loaded safely ({type(e).__name__}: {str(e).splitlines()[0][:160]}); "
-            "genmetrics loads only safetensors or plain tensor checkpoints (torch.load(weights_only=True)), never "
-            "arbitrary pickles; re-save it with safetensors.torch.save_file"
-        ) from None
+            f"checkpoint {str(p)!r} holds {type(sd).__name__}, not a flat dict of named tensors; {_SAFE_FORMATS}"
+        )
+    return sd

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 import random
 from dataclasses import asdict, dataclass, fields
@@ -29,7 +28,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.distributed as dist
 
 from genmetrics.data.jsonl import load_mib_pairs
 from genmetrics.data.results import atomic_write_text
@@ -40,6 +38,7 @@ from genmetrics.mie.loss import RANK_LOSSES, mie_loss
 from genmetrics.mie.model import MIEModel, MIEOutput
 from genmetrics.options import choice
 from genmetrics.train import TrainLoopConfig, TrainTask, fit
+from genmetrics.train.data_checks import check_pairs
 
 log = logging.getLogger(__name__)
 
@@ -213,6 +212,7 @@ def load_training_pairs(path: str | os.PathLike, *, subset: int | None = None, s
     if subset and subset < len(records):
         keep = sorted(random.Random(seed).sample(range(len(records)), subset))
         records = [records[i] for i in keep]
+    check_pairs(records, str(path))  # identical candidates, contradictions (docs/training.md)
     return records
 
 
@@ -390,7 +390,7 @@ def train_mie(
         backbone_name = getattr(getattr(vlm, "config", None), "_name_or_path", "") or cfg.backbone
     # a local folder is recorded as its absolute path: the checkpoint then loads from any working folder
     backbone_name = recorded_backbone(resolve_backbone_name(backbone_name))
-    loop = loop_config(cfg, len(train_recs), has_validation=bool(val_recs))
+    loop = loop_config(cfg, has_validation=bool(val_recs))
     model = build_model(
         cfg, vlm, processor, backbone_name=backbone_name, mixed_precision=loop.mixed_precision
     )
@@ -427,44 +427,24 @@ def _config(config: TrainConfig | None, options: dict[str, Any]) -> TrainConfig:
     return cfg
 
 
-def steps_per_epoch(n_train: int, batch_pairs: int, grad_accum: int, processes: int = 1) -> int:
-    """Optimizer steps in one epoch of the shared loop: ``ceil(n / batch)`` micro-batches shared out evenly over
-    the processes (accelerate's even batches), then ``grad_accum`` micro-batches per step (a short last group
-    is a step too).
-
-    >>> steps_per_epoch(9600, 4, 4)  # the authors' 9.6K pairs at an effective batch of 16: their 600 steps
-    600
-    >>> steps_per_epoch(10, 4, 1, processes=2), steps_per_epoch(10, 2, 2)
-    (2, 3)
-    """
-    micro = math.ceil(math.ceil(n_train / batch_pairs) / processes)
-    return math.ceil(micro / grad_accum)
-
-
-def _processes() -> int:
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_world_size()
-    return int(os.environ.get("WORLD_SIZE") or 1)
-
-
-def loop_config(cfg: TrainConfig, n_train: int, *, has_validation: bool) -> TrainLoopConfig:
-    """The shared trainer's options for ``cfg`` (checked) and ``n_train`` training pairs. ``max_steps`` is a
-    cap here: the trainer runs ``min(max_steps, epochs x steps per epoch)`` optimizer steps.
+def loop_config(cfg: TrainConfig, *, has_validation: bool) -> TrainLoopConfig:
+    """The shared trainer's options for ``cfg`` (checked). The trainer runs ``epochs`` passes or ``max_steps``
+    optimizer steps, whichever ends first (``TrainLoopConfig.max_steps`` is a cap): the released recipe's 600
+    steps are one epoch of the authors' 9.6K pairs at 16 per step, and 3 epochs of a smaller set stay under.
 
     >>> cfg = TrainConfig(data="x", out="runs/mie", recipe="released")
-    >>> loop = loop_config(cfg, 9600 * 3, has_validation=True)  # 3 epochs would be 1800 steps: capped
-    >>> loop.max_steps, loop.batch_size * loop.grad_accum, loop.early_stopping_patience, loop.extra["recipe"]
-    (600, 16, 1, 'released')
-    >>> loop_config(cfg, 160, has_validation=False).max_steps  # 3 epochs of 10 steps stay under the cap
-    30
+    >>> loop = loop_config(cfg, has_validation=True)
+    >>> loop.epochs, loop.max_steps, loop.batch_size * loop.grad_accum, loop.early_stopping_patience
+    (3, 600, 16, 1)
+    >>> loop.extra["recipe"], loop_config(TrainConfig(data="x", out="y"), has_validation=False).max_steps
+    ('released', None)
     """
-    total = cfg.epochs * steps_per_epoch(n_train, cfg.batch_pairs, cfg.grad_accum, _processes())
     return TrainLoopConfig(
         out_dir=cfg.out,
         lr=cfg.lr,
         weight_decay=cfg.weight_decay,
         epochs=cfg.epochs,
-        max_steps=min(total, cfg.max_steps) if cfg.max_steps is not None else None,
+        max_steps=cfg.max_steps,  # a cap: the loop stops at min(max_steps, epochs x steps per epoch)
         batch_size=cfg.batch_pairs,
         grad_accum=cfg.grad_accum,
         warmup_ratio=cfg.warmup,

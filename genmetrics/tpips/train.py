@@ -43,6 +43,7 @@ from genmetrics.tpips.common import DEFAULT_WEIGHTS, TRIPLET_WEIGHTS
 from genmetrics.tpips.model import TPIPSModel
 from genmetrics.tpips.triplet import TPIPSTripletModel
 from genmetrics.train import TrainLoopConfig, TrainTask, fit
+from genmetrics.train.data_checks import check_triplets
 
 __all__ = [
     "DEFAULT_BATCH",
@@ -172,6 +173,7 @@ def _records(data: Any, name: str) -> list[OddOneOutRecord]:
         for p in r.images:
             if isinstance(p, (str, os.PathLike)) and not Path(p).is_file():
                 raise InputError(f"{name}: record {r.id!r}: image file {str(p)!r} does not exist")
+    check_triplets(recs, str(data) if isinstance(data, (str, os.PathLike)) else name)  # docs/training.md
     return recs
 
 
@@ -350,7 +352,9 @@ def _loop_config(
         out_dir=out,
         lr=float(cfg.lr),
         weight_decay=cfg.weight_decay,
-        epochs=max(1, math.ceil(epochs)),
+        epochs=None
+        if cfg.max_steps is not None
+        else max(1, math.ceil(epochs)),  # max_steps: steps, not epochs
         max_steps=max_steps,
         batch_size=micro,
         grad_accum=per_rank // micro,

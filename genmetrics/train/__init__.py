@@ -13,11 +13,12 @@ API::
   ``save(module, path)`` (the family's artifact), ``data_fingerprint(examples) -> str`` (content hash), and
   optionally ``param_groups(module)`` (``[{"params": [...], "lr_scale": 5.0}]``).
 * ``train_examples`` / ``val_examples`` -- lists of anything the task's ``collate`` / ``evaluate`` take.
-* :class:`TrainLoopConfig` -- ``out_dir, lr, weight_decay=0.01, epochs=1, max_steps=None, batch_size=4``
-  (per process micro-batch), ``grad_accum=1, warmup_ratio=0.03, scheduler="cosine", max_grad_norm=1.0,
+* :class:`TrainLoopConfig` -- ``out_dir, lr, weight_decay=0.01, epochs=1, max_steps=None`` (the run ends at
+  whichever comes first; ``None``: no such limit), ``batch_size=4`` (per process micro-batch), ``grad_accum=1, warmup_ratio=0.03, scheduler="cosine", max_grad_norm=1.0,
   seed=3407, eval_every=None`` (None: once per epoch), ``early_stopping_patience=None,
   early_stopping_min_delta=0.0, metric_for_best="loss", greater_is_better=False, save_every=None,
-  save_every_minutes=30.0, keep_checkpoints=2, resume=False, overwrite=False, mixed_precision="no", find_unused_parameters=False,
+  save_every_minutes=30.0, keep_checkpoints=2, resume=False, overwrite=False, mixed_precision="no",
+  device=None`` (CUDA when there is one), ``find_unused_parameters=False,
   num_workers=0, progress=True, extra={}`` (family hyper-parameters, recorded and checked on resume).
 * :class:`TrainResult` -- ``out_dir, final_dir, best_dir`` (None without validation), ``history`` (the
   ``metrics.jsonl`` rows), ``best_metric, best_step, steps, stopped_early, resumed_from, config, module``.
@@ -30,10 +31,11 @@ What it does:
   ``Accelerator.clip_grad_norm_``; multi-process through accelerate (``accelerate launch`` or ``torchrun``;
   gloo on CPU). Every process sees ``batch_size`` examples of one seeded per-epoch permutation per
   micro-batch, so 2 processes x ``batch_size`` b equal 1 process x 2b, and ``grad_accum`` 2 x b equals 2b.
-* ``out_dir/checkpoints/step-N``: ``Accelerator.save_state`` (trained parameters and buffers only -- a frozen
-  backbone is not copied --, optimizer, scheduler, every RNG) plus ``loop_state.json`` (position in the
-  epoch, early-stopping state). ``resume=True`` continues from the newest one with
-  ``Accelerator.skip_first_batches``: the same numbers as a run that was never stopped.
+* ``out_dir/checkpoints/step-N``: safetensors and JSON only (:mod:`genmetrics.train.checkpoint`): the trained
+  parameters and buffers (a frozen backbone is not copied), the optimizer, the schedule, every RNG of every
+  process, and ``loop_state.json`` (position in the epoch, early-stopping state). ``resume=True`` continues
+  from the newest one with ``Accelerator.skip_first_batches``: the same numbers as a run that was never
+  stopped. Nothing is unpickled; a file that cannot be restored stops the resume, naming the file.
 * ``out_dir/metrics.jsonl`` (one row per optimizer step and per evaluation), ``out_dir/train_config.json``
   (the options and derived values actually used), ``out_dir/best/`` (the artifact of the best evaluation),
   ``out_dir/final/``, ``out_dir/train_result.json`` (written last; the run is finished).

@@ -8,14 +8,17 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import genmetrics.options as opt
-from genmetrics.errors import InputError
+import torch
 
-__all__ = ["TrainLoopConfig", "SCHEDULERS", "RESUME_FREE"]
+import genmetrics.options as opt
+from genmetrics.errors import GenmetricsError, InputError
+
+__all__ = ["DeviceUnavailableError", "TrainLoopConfig", "SCHEDULERS", "RESUME_FREE", "available_devices"]
 
 # transformers.get_scheduler names that take (num_warmup_steps, num_training_steps) and nothing else
 SCHEDULERS = ("cosine", "linear", "constant_with_warmup", "constant", "cosine_with_restarts", "polynomial")
 MIXED_PRECISION = ("no", "fp16", "bf16")
+DEVICES = ("cpu", "cuda", "mps")  # None: CUDA when there is one, else the CPU
 # options that do not change the trained numbers: a resume may change them freely
 RESUME_FREE = (
     "out_dir",
@@ -30,6 +33,48 @@ RESUME_FREE = (
 _OWNER = "TrainLoopConfig"
 
 
+class DeviceUnavailableError(GenmetricsError, RuntimeError):
+    """A device the configuration asks for does not exist on this machine (an environment problem: the CLI
+    exits 1); the message names the option and the devices that exist.
+
+    >>> issubclass(DeviceUnavailableError, RuntimeError), issubclass(DeviceUnavailableError, ValueError)
+    (True, False)
+    """
+
+
+def available_devices() -> list[str]:
+    """The devices torch can use here, as a configuration names them.
+
+    >>> available_devices()[0]
+    'cpu'
+    """
+    found = ["cpu"]
+    if torch.cuda.is_available():
+        found += [f"cuda:{i}" for i in range(torch.cuda.device_count())]
+    if torch.backends.mps.is_available():
+        found.append("mps")
+    return found
+
+
+def _training_device(value: Any) -> str | None:
+    value = opt.device("device", value, owner=_OWNER)
+    if value is None or value == "auto":
+        return None
+    if value not in DEVICES:
+        raise InputError(
+            f"{_OWNER}: option device: {value!r} is not a training device; expected None (CUDA when there is "
+            "one, else the CPU), 'cpu', 'cuda' or 'mps' (accelerate places one process per GPU: choose GPUs "
+            "with CUDA_VISIBLE_DEVICES)"
+        )
+    present = available_devices()
+    if value != "cpu" and not any(d.split(":")[0] == value for d in present):
+        raise DeviceUnavailableError(
+            f"{_OWNER}: option device: {value!r} asked for, but this machine has only {', '.join(present)} "
+            f"(torch finds no {value.upper()} device); set device='cpu' or leave it unset"
+        )
+    return value
+
+
 @dataclass
 class TrainLoopConfig:
     """Options of the training loop (family hyper-parameters go in ``extra``; they are recorded in
@@ -37,11 +82,15 @@ class TrainLoopConfig:
 
     * ``batch_size``: examples per micro-batch per process; one optimizer step sees
       ``batch_size * grad_accum * processes`` examples (the *global batch*).
-    * ``epochs`` / ``max_steps``: the run is ``max_steps`` optimizer steps when given, else ``epochs`` passes.
+    * ``epochs`` / ``max_steps``: the run ends after ``epochs`` passes over the data or ``max_steps`` optimizer
+      steps, whichever comes first (:func:`total_steps`); ``None`` removes that limit (not both). The
+      schedule (warm-up, decay) is laid out over that total.
     * ``warmup_ratio``: ``ceil(warmup_ratio * total_steps)`` warm-up steps (as transformers' Trainer).
     * ``eval_every``: ``None`` evaluates once per epoch, ``N`` every N optimizer steps (and at the end).
     * ``early_stopping_patience``: stop after that many evaluations in a row that do not improve
       ``metric_for_best`` by more than ``early_stopping_min_delta``; ``None`` never stops early.
+    * ``device``: ``None`` (CUDA when there is one, else the CPU), ``"cpu"``, ``"cuda"`` or ``"mps"``; a device
+      this machine lacks is a :class:`DeviceUnavailableError` naming the option and the devices there are.
     * ``save_every``: ``None`` checkpoints after each evaluation and at the end of each epoch; ``N`` also
       every N optimizer steps; and whenever ``save_every_minutes`` have passed since the last checkpoint (so a
       long epoch without validation does not lose its work). The newest ``keep_checkpoints`` are kept.
@@ -58,7 +107,7 @@ class TrainLoopConfig:
     out_dir: str | os.PathLike = "train_out"
     lr: float = 1e-4
     weight_decay: float = 0.01
-    epochs: int = 1
+    epochs: int | None = 1
     max_steps: int | None = None
     batch_size: int = 4
     grad_accum: int = 1
@@ -77,6 +126,7 @@ class TrainLoopConfig:
     resume: bool = False
     overwrite: bool = False
     mixed_precision: str = "no"
+    device: str | None = None
     find_unused_parameters: bool = False
     num_workers: int = 0
     progress: bool = True
@@ -88,9 +138,14 @@ class TrainLoopConfig:
         c.out_dir = Path(opt.expand_user(self.out_dir, what="out_dir"))
         c.lr = opt.number("lr", c.lr, lo=0.0, lo_open=True, owner=_OWNER)
         c.weight_decay = opt.number("weight_decay", c.weight_decay, lo=0.0, owner=_OWNER)
-        c.epochs = opt.integer("epochs", c.epochs, lo=1, owner=_OWNER)
-        if c.max_steps is not None:
-            c.max_steps = opt.integer("max_steps", c.max_steps, lo=1, owner=_OWNER)
+        for name in ("epochs", "max_steps"):
+            if getattr(c, name) is not None:
+                setattr(c, name, opt.integer(name, getattr(c, name), lo=1, owner=_OWNER))
+        if c.epochs is None and c.max_steps is None:
+            raise InputError(
+                f"{_OWNER}: options epochs and max_steps are both None: the run would never end; give epochs "
+                "(passes over the data), max_steps (a cap on optimizer steps) or both"
+            )
         c.batch_size = opt.integer("batch_size", c.batch_size, lo=1, owner=_OWNER)
         c.grad_accum = opt.integer("grad_accum", c.grad_accum, lo=1, owner=_OWNER)
         c.warmup_ratio = opt.number(
@@ -117,6 +172,7 @@ class TrainLoopConfig:
             )
         c.keep_checkpoints = opt.integer("keep_checkpoints", c.keep_checkpoints, lo=1, owner=_OWNER)
         c.mixed_precision = opt.choice("mixed_precision", c.mixed_precision, MIXED_PRECISION, owner=_OWNER)
+        c.device = _training_device(c.device)
         c.num_workers = opt.integer("num_workers", c.num_workers, lo=0, owner=_OWNER)
         for name in ("greater_is_better", "resume", "overwrite", "find_unused_parameters", "progress"):
             setattr(c, name, opt.flag(name, getattr(c, name), owner=_OWNER))
@@ -132,6 +188,17 @@ class TrainLoopConfig:
         d = asdict(self)
         d["out_dir"] = str(self.out_dir)
         return d
+
+
+def total_steps(epochs: int | None, max_steps: int | None, steps_per_epoch: int) -> int:
+    """Optimizer steps of a run: ``epochs`` passes of ``steps_per_epoch`` steps, capped at ``max_steps``
+    (``None``: no such limit; at least one of the two is given).
+
+    >>> total_steps(3, 600, 225), total_steps(3, 600, 10), total_steps(None, 600, 10), total_steps(3, None, 10)
+    (600, 30, 600, 30)
+    """
+    limits = [n for n in (max_steps, None if epochs is None else epochs * steps_per_epoch) if n is not None]
+    return min(limits)
 
 
 def warmup_steps(total_steps: int, warmup_ratio: float) -> int:

@@ -8,12 +8,16 @@ per evaluation), ``out_dir/checkpoints/step-N/`` (accelerate state + ``loop_stat
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
+import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from genmetrics.data.results import destination, open_append
+from genmetrics.data.results import atomic_write_text, destination, open_append
 from genmetrics.errors import InputError
 
 CHECKPOINTS = "checkpoints"
@@ -23,6 +27,7 @@ METRICS = "metrics.jsonl"
 RESULT = "train_result.json"
 BEST, FINAL = "best", "final"
 OWN_ENTRIES = (CHECKPOINTS, CONFIG, METRICS, RESULT, BEST, FINAL)
+_DAMAGED = "the run folder is damaged: pass overwrite=True (CLI: --overwrite) to start over, or choose another out_dir"
 
 
 def checkpoints(out: Path) -> list[Path]:
@@ -49,7 +54,8 @@ def checkpoints(out: Path) -> list[Path]:
 
 
 def read_json(path: Path) -> dict[str, Any]:
-    """A JSON file of the run folder; a damaged one is an error that says how to start over.
+    """A JSON object of the run folder; a damaged one (torn, not JSON, not an object) is an error that
+    names the file and says how to start over.
 
     >>> import tempfile
     >>> with tempfile.TemporaryDirectory() as d:
@@ -60,12 +66,12 @@ def read_json(path: Path) -> dict[str, Any]:
     genmetrics.errors.InputError: ...train_config.json: cannot be read (...); the run folder is damaged: pass overwrite=True ...
     """
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:
-        raise InputError(
-            f"{path}: cannot be read ({e}); the run folder is damaged: pass overwrite=True (CLI: "
-            "--overwrite) to start over, or choose another out_dir"
-        ) from None
+        raise InputError(f"{path}: cannot be read ({e}); {_DAMAGED}") from None
+    if not isinstance(data, dict):
+        raise InputError(f"{path}: expected a JSON object, got {type(data).__name__}; {_DAMAGED}")
+    return data
 
 
 def clear(out: Path) -> None:
@@ -126,8 +132,10 @@ def refuse_changed(out: Path, where: str, before: dict[str, Any], now: dict[str,
         )
 
 
-def read_metrics(out: Path, upto_step: int) -> list[dict[str, Any]]:
-    """Rows of ``metrics.jsonl`` up to ``upto_step`` (a torn last line is ignored).
+def read_metrics(out: Path, upto_step: int, *, complete: bool = False) -> list[dict[str, Any]]:
+    """Rows of ``metrics.jsonl`` up to ``upto_step``. A torn last line (a crash while appending) is ignored;
+    any other line that is not a JSON row is refused with ``metrics.jsonl:LINE``. With ``complete=True`` the
+    rows of kind "train" must be the steps 1..``upto_step`` (a resume's history equals the run's).
 
     >>> import tempfile
     >>> with tempfile.TemporaryDirectory() as d:
@@ -137,16 +145,25 @@ def read_metrics(out: Path, upto_step: int) -> list[dict[str, Any]]:
     [1, 2]
     """
     p = out / METRICS
-    if not p.is_file():
-        return []
+    lines = p.read_text(encoding="utf-8", errors="replace").splitlines() if p.is_file() else []
     rows = []
-    for line in p.read_text(encoding="utf-8").splitlines():
+    for number, line in enumerate(lines, 1):
         try:
             row = json.loads(line)
         except ValueError:
-            continue
-        if isinstance(row, dict) and isinstance(row.get("step"), int) and row["step"] <= upto_step:
+            row = None
+        if not (isinstance(row, dict) and isinstance(row.get("step"), int)):
+            if number == len(lines):
+                break  # torn by a crash while it was appended
+            raise InputError(f"{p}:{number}: not a metrics row (a JSON object with a 'step'); {_DAMAGED}")
+        if row["step"] <= upto_step:
             rows.append(row)
+    steps = [r["step"] for r in rows if r.get("kind") == "train"]
+    if complete and steps != list(range(1, upto_step + 1)):
+        raise InputError(
+            f"{p}: holds the train rows of {len(steps)} step(s), the checkpoint was made after {upto_step}; "
+            f"{_DAMAGED}"
+        )
     return rows
 
 
@@ -159,8 +176,6 @@ def rewrite_metrics(out: Path, rows: list[dict[str, Any]]) -> None:
     ...     (Path(d) / "metrics.jsonl").read_text()
     '{"step": 1}\\n'
     """
-    from genmetrics.data.results import atomic_write_text
-
     atomic_write_text(out / METRICS, "".join(json.dumps(r) + "\n" for r in rows))
 
 
@@ -199,3 +214,83 @@ def replace_dir(tmp: Path, final: Path) -> None:
     tmp.rename(destination(final))
     if old.exists():
         shutil.rmtree(old)
+
+
+class DiskFullError(OSError):
+    """No space left (or the quota is used up) on the disk of the run folder: one line that names the disk,
+    its free space and the path being written (an ``OSError``: the CLI exits 1, an environment problem).
+
+    >>> e = DiskFullError("no space left on the disk holding 'runs/a' ...")
+    >>> isinstance(e, OSError), e.errno == errno.ENOSPC, str(e).startswith("no space left")
+    (True, True, True)
+    """
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.errno = errno.ENOSPC
+
+
+def _mount_point(path: Path) -> Path:
+    p = Path(os.path.abspath(path))
+    while not p.exists() or not os.path.ismount(p):
+        if p.parent == p:
+            break
+        p = p.parent
+    return p
+
+
+def describe_disk(path: Path) -> str:
+    """The disk that holds ``path``: its mount point, the device where the system says (Linux), free space.
+
+    >>> describe_disk(Path("/")).startswith("/ (")
+    True
+    """
+    mount = _mount_point(path)
+    device = ""
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path("/proc/self/mounts").read_text(encoding="utf-8").splitlines():
+            fields = line.split()
+            if len(fields) > 1 and fields[1] == str(mount):
+                device = f"{fields[0]}, "
+    try:
+        free = f"{shutil.disk_usage(mount).free / 2**20:.1f} MiB free"
+    except OSError:
+        free = "free space unknown"
+    return f"{mount} ({device}{free})"
+
+
+def _is_disk_full(err: BaseException) -> bool:
+    if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    text = str(err)  # libraries that wrap the OS error (safetensors: "... (os error 28)")
+    return f"os error {errno.ENOSPC}" in text or "No space left on device" in text
+
+
+@contextlib.contextmanager
+def writing(out: Path, path: Path) -> Iterator[None]:
+    """Turn a full disk while ``path`` is written into one :class:`DiskFullError` naming the disk and the
+    path, and saying that finished work (the newest complete checkpoint) is kept.
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     with writing(Path(d), Path(d) / "metrics.jsonl"):
+    ...         raise OSError(errno.ENOSPC, "No space left on device")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+        ...
+    genmetrics.train.run_dir.DiskFullError: no space left on the disk ... while writing .../metrics.jsonl; ...
+    """
+    try:
+        yield
+    except Exception as e:  # noqa: BLE001 - OSError and the errors libraries wrap it in
+        if not _is_disk_full(e):
+            raise
+        done = checkpoints(out)
+        kept = (
+            f"the newest complete checkpoint, {done[-1]}, is kept"
+            if done
+            else "no checkpoint was finished yet"
+        )
+        raise DiskFullError(
+            f"no space left on the disk {describe_disk(out)} while writing {path}; {kept}: free space (or "
+            "move the run folder to a larger disk) and continue with resume=True (CLI: --resume)"
+        ) from None

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors.torch import save_file
 from torch import nn
 
 from genmetrics.data.results import atomic_output
@@ -25,7 +26,9 @@ class TrainTask:
     * :meth:`collate` -- a list of examples (one micro-batch) -> the batch :meth:`loss` takes. It must not
       draw from the global random generators (the loader fetches one batch ahead).
     * :meth:`loss` -- ``(module, batch) -> (loss, parts)``: the mean loss over the micro-batch and a dict
-      of floats to log. Call ``module(...)`` (its ``forward``): in multi-process runs it is the DDP wrapper.
+      of floats to log (e.g. the terms of a weighted sum). Call ``module(...)`` (its ``forward``): in
+      multi-process runs it is the DDP wrapper. The logged ``loss`` is always the returned tensor's value (a
+      part named ``loss`` is not logged twice); ``kind, step, epoch, lr, grad_norm`` are the loop's names.
     * :meth:`evaluate` -- ``(module, examples) -> {name: value}`` on the validation examples (called on every
       process with the whole list, under ``torch.no_grad()`` and ``module.eval()``; the main process's
       numbers are used everywhere). The examples arrive as given: move tensors to the module's device.
@@ -65,8 +68,6 @@ class TrainTask:
         )
 
     def save(self, module: nn.Module, path: Path) -> None:
-        from safetensors.torch import save_file
-
         with atomic_output(Path(path) / "trainable.safetensors") as tmp:  # the write rule (data/results.py)
             save_file(
                 {n: p.detach().cpu().contiguous() for n, p in module.named_parameters() if p.requires_grad},

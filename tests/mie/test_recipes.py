@@ -107,8 +107,9 @@ def test_explicit_options_win_and_the_command_line_takes_the_recipe(many_pairs, 
     base = ["train", "mie", "--data", str(many_pairs), "--unfreeze-layers", "1"]
     for extra, expected in (
         (["--recipe", "released"], (4, 600, 1, None)),
-        # 8 micro-batches per step: 3 epochs are 3 x ceil(900 / 8) = 339 steps, under the cap
-        (["--recipe", "released", "--grad-accum", "8", "--image-size", "256"], (8, 339, 1, 256)),
+        # the cap reaches the loop as given; with 8 micro-batches per step the loop stops after 3 epochs of
+        # ceil(900 / 8) steps = 339, under the cap (TrainLoopConfig.max_steps: tests/train/test_max_steps.py)
+        (["--recipe", "released", "--grad-accum", "8", "--image-size", "256"], (8, 600, 1, 256)),
         ([], (8, None, 2, 512)),
         (["--patience", "0", "--max-steps", "7"], (8, 7, None, 512)),
     ):
@@ -142,10 +143,10 @@ def test_the_help_states_each_recipes_numbers():
 
 
 def test_a_released_run_records_its_recipe(tmp_path, pairs_file, proc):
-    """A real (short) run: the trainer's own record agrees with the recipe and with steps_per_epoch."""
+    """A real (short) run: the trainer's own record agrees with the recipe and with its arithmetic."""
     from conftest import tiny_backbone
 
-    from genmetrics.mie.train import steps_per_epoch, train_mie
+    from genmetrics.mie.train import train_mie
 
     res = train_mie(
         data=str(pairs_file),
@@ -162,7 +163,7 @@ def test_a_released_run_records_its_recipe(tmp_path, pairs_file, proc):
     record = json.loads((Path(res["out"]) / "train_config.json").read_text())
     assert record["options"]["grad_accum"] == 4 and record["options"]["early_stopping_patience"] == 1
     assert record["options"]["extra"]["recipe"] == "released" and res["recipe"] == "released"
-    assert record["derived"]["steps_per_epoch"] == steps_per_epoch(res["n_train"], 4, 4)
+    assert record["derived"]["steps_per_epoch"] == math.ceil(math.ceil(res["n_train"] / 4) / 4)
     assert res["steps"] == record["derived"]["total_steps"] == 1
     ckpt = Path(res["checkpoint"])
     assert json.loads((ckpt / "training.json").read_text())["config"]["recipe"] == "released"

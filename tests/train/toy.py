@@ -58,3 +58,17 @@ class Toy(TrainTask):
 
 def params(module) -> dict[str, torch.Tensor]:
     return {k: v.detach().cpu().clone() for k, v in module.state_dict().items()}
+
+
+def tiny_mie(data, out, *, vlm=None, n_pairs: int = 6, **options):
+    """``train_mie`` on the tiny Qwen3.5 and ``n_pairs`` toy pairs written under ``data``: 64 px images,
+    one unfrozen layer, no validation, no progress bar; ``options`` override."""
+    from genmetrics.mie.train import train_mie
+    from genmetrics.testing import tiny_qwen35, tiny_qwen35_processor, toy_mib_pairs
+
+    defaults = dict(unfreeze_layers=1, image_size=64, batch_pairs=2, val_fraction=0.0, progress=False)
+    pairs = str(toy_mib_pairs(data, n_pairs))
+    vlm = vlm if vlm is not None else tiny_qwen35()
+    return train_mie(
+        data=pairs, out=str(out), vlm=vlm, processor=tiny_qwen35_processor(), **{**defaults, **options}
+    )
