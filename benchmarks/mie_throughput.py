@@ -32,9 +32,9 @@ def main() -> None:
 
     import torch
 
-    from genmetrics.testing.real_models import build_model, processor_for
     from genmetrics.mie.model import MIEModel
     from genmetrics.testing import random_images, tiny_qwen35, tiny_qwen35_processor
+    from genmetrics.testing.real_models import build_model, processor_for
 
     dev = torch.device(args.device)
     if args.size == "tiny":
