@@ -160,6 +160,10 @@ class AgreedGather:
 
     def __call__(self, tensor: torch.Tensor, group: Any = None) -> list[torch.Tensor]:
         dist = torch.distributed
+        if not (dist.is_available() and dist.is_initialized()):
+            # a caller's own gather (dist_sync_fn=) that works without torch.distributed (XLA, a test's fake
+            # gather): there is no process group to agree through, so it gets the tensor as it is
+            return (self.gather or gather_all_tensors)(tensor, group=group)
         meta = None if tensor.numel() == 0 else (tensor.dtype, tuple(tensor.shape[1:]))
         metas: list[Any] = [None] * dist.get_world_size(group)
         dist.all_gather_object(metas, meta, group=group)
