@@ -606,6 +606,7 @@ class Metric(BackbonesFollowTo, torchmetrics.Metric):
 
         for k, v in self.metric_state.items():
             setattr(self, k, [cast(t) for t in v] if isinstance(v, list) else cast(v))
+        self._dtype = dtype  # ``metric.dtype`` reports it, as torchmetrics' own set_dtype does
         set_update_count(self, self.update_count)  # drops the cached value
         return self
 

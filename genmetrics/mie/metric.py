@@ -111,7 +111,9 @@ class MIEMetric(SampleMetric):
             raise no_heads_error()
         self._heads = heads
         self._weights = weights
-        self._dtype = dtype
+        # not ``self._dtype``: that is torchmetrics' own dtype attribute, which ``.to()`` / ``set_dtype``
+        # overwrite (the backbone would then load in the states' float32, and ``metric.dtype`` read None)
+        self._backbone_dtype = dtype
         self._token_budget = integer("token_budget", token_budget, lo=1, owner="mie")
         self._vision_cache_size = integer("vision_cache_size", vision_cache_size, lo=0, owner="mie")
         self._image_size = image_size_option(image_size, allow_checkpoint=True)
@@ -146,7 +148,9 @@ class MIEMetric(SampleMetric):
         if "mie" not in self._backbones:
             backbone, processor = self._pending
             if backbone is None and self._weights is not None:
-                backbone, processor = build_backbone(self._weights, device=self._device, dtype=self._dtype)
+                backbone, processor = build_backbone(
+                    self._weights, device=self._device, dtype=self._backbone_dtype
+                )
             if self._heads is None:  # heads=None only comes with model=, installed at construction
                 raise no_heads_error()
             model = MIEModel.from_pretrained(
@@ -154,7 +158,7 @@ class MIEMetric(SampleMetric):
                 backbone,
                 processor,
                 device=self._device,
-                dtype=self._dtype,
+                dtype=self._backbone_dtype,
                 token_budget=self._token_budget,
                 vision_cache_size=self._vision_cache_size,
             )

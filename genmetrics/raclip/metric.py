@@ -810,7 +810,9 @@ class _KLDivergence(_SetDivergence):
         ``None`` for the KDE mode or when no rows are kept. Synchronised across processes like ``compute()``."""
         if not self._keep_rows or self.divergence != "gaussian":
             return None
-        with self.sync_context(dist_sync_fn=self.dist_sync_fn, should_sync=self._to_sync, should_unsync=True):
+        # torchmetrics' public ``sync_on_compute``: what its private ``_to_sync`` holds outside ``forward``
+        sync = self.sync_on_compute
+        with self.sync_context(dist_sync_fn=self.dist_sync_fn, should_sync=sync, should_unsync=True):
             self._check_sets(2)
             real, gen = self._rows()
         boot = report.bootstrap_means(
