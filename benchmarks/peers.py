@@ -27,11 +27,103 @@ import statistics
 import time
 import warnings
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import torch
 
 PIXEL = ("psnr", "ssim", "ms_ssim")
+
+#: CPU flags that decide which fast paths exist (bf16 / AMX units, vector width)
+FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni", "amx_tile", "amx_bf16", "amx_fp16", "bf16")
+
+
+def cpu_identity() -> dict[str, Any]:
+    """The CPU this run measured: model name, family/model numbers, the flags in :data:`FLAGS` it has,
+    torch's dispatch level, cores seen."""
+    import os
+    import platform
+
+    info: dict[str, str] = {}
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if not line.strip():
+                    break  # the first processor is enough
+                k, _, v = line.partition(":")
+                info[k.strip()] = v.strip()
+    except OSError:
+        pass
+    flags = set(info.get("flags", info.get("Features", "")).split())
+    return {
+        "cpu": info.get("model name") or platform.processor() or platform.machine(),
+        "cpu_family_model": f"{info.get('cpu family', '?')}/{info.get('model', '?')}",
+        "cpu_flags": [f for f in FLAGS if f in flags],
+        "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "cpus": os.cpu_count(),
+    }
+
+
+def _best_cpu_s(f: Callable[[], Any], reps: int) -> float:
+    best = float("inf")
+    for _ in range(reps):
+        c0 = time.process_time()
+        f()
+        best = min(best, time.process_time() - c0)
+    return best
+
+
+def machine_limits(reps: int = 5) -> dict[str, float]:
+    """This core's limits, measured now at the run's thread count (best CPU time of ``reps``): read
+    bandwidth (``sum`` of a 256 MiB float32 buffer: one streaming read, far beyond the caches) and matmul
+    throughput of 1024^3 float32 and bfloat16 products (``2 n^3`` flops each)."""
+    big = torch.rand(64 << 20)
+    bw = big.numel() * 4 / _best_cpu_s(big.sum, reps)
+    del big
+    out = {"read_gb_per_s": round(bw / 1e9, 3)}
+    n = 1024
+    for name, dtype in (("float32", torch.float32), ("bfloat16", torch.bfloat16)):
+        a, b = torch.randn(n, n).to(dtype), torch.randn(n, n).to(dtype)
+        a @ b  # warm-up (packing, oneDNN primitive creation)
+        out[f"matmul_{name}_gflop_per_s"] = round(
+            2 * n**3 / _best_cpu_s(partial(torch.matmul, a, b), reps) / 1e9, 2
+        )
+    return out
+
+
+def _status_kb(field: str) -> float | None:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return float(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+def reset_peak_rss() -> bool:
+    """Reset this process's peak RSS (Linux: ``5`` into ``/proc/self/clear_refs``), so each metric's line
+    reports its own peak; False where the kernel does not allow it (the peak is then the process's)."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def peak_rss_mb() -> float:
+    """Peak resident memory since the last :func:`reset_peak_rss` (VmHWM), else since the process began."""
+    hwm = _status_kb("VmHWM")
+    if hwm is not None:
+        return round(hwm / 1024, 1)
+    import resource
+
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+
+
+MACHINE: dict[str, Any] = {}
 
 
 def _chunks(n: int, b: int) -> list[slice]:
@@ -90,6 +182,29 @@ def _pixel_tools(metric: str, batch: int) -> dict[str, Callable[[torch.Tensor, t
         return m.compute().reshape(-1)
 
     tools["torchmetrics"] = tm
+    if metric == "psnr":
+        from torchmetrics.functional.image import peak_signal_noise_ratio
+
+        def tmf(ref: torch.Tensor, cand: torch.Tensor) -> torch.Tensor:  # per image, as genmetrics
+            return torch.cat(
+                [
+                    peak_signal_noise_ratio(
+                        cand[sl], ref[sl], data_range=1.0, reduction="none", dim=(1, 2, 3)
+                    )
+                    for sl in _chunks(ref.shape[0], batch)
+                ]
+            )
+
+        def tmf_batch(ref: torch.Tensor, cand: torch.Tensor) -> torch.Tensor:  # defaults: one value per chunk
+            return torch.stack(
+                [
+                    peak_signal_noise_ratio(cand[sl], ref[sl], data_range=1.0)
+                    for sl in _chunks(ref.shape[0], batch)
+                ]
+            )
+
+        tools["torchmetrics_functional"] = tmf
+        tools["torchmetrics_functional_pooled"] = tmf_batch
     try:
         import piq
 
@@ -161,11 +276,15 @@ def _cpu_fields(n: int, unit: str) -> dict[str, float]:
 
 
 def bench_pixel(metric: str, args: argparse.Namespace) -> dict[str, Any]:
+    reset_peak_rss()
     g = torch.Generator().manual_seed(0)
     ref = torch.rand(args.pairs, 3, args.size, args.size, generator=g)
     cand = (ref + 0.08 * torch.randn(ref.shape, generator=g)).clamp_(0.0, 1.0)
+    input_bytes = 2 * ref.numel() * ref.element_size()
     tools = _pixel_tools(metric, args.batch)
+    rss_inputs = peak_rss_mb()
     med, vals = _interleaved({k: (lambda f=f: f(ref, cand)) for k, f in tools.items()}, args.rounds)
+    peak = peak_rss_mb()
     ref64 = _float64_reference(metric, ref, cand)
     gm = vals["genmetrics"].double().cpu()
     line: dict[str, Any] = {
@@ -176,15 +295,26 @@ def bench_pixel(metric: str, args: argparse.Namespace) -> dict[str, Any]:
         "batch": args.batch,
         "threads": torch.get_num_threads(),
         "rounds": args.rounds,
+        **MACHINE,
     }
     for k, t in med.items():
         line[f"{k}_pairs_per_s"] = round(args.pairs / t, 3)
     for k in med:
-        if k != "genmetrics":
+        if k != "genmetrics" and vals[k].numel() == gm.numel():
             line[f"ratio_vs_{k}"] = round(med[k] / med["genmetrics"], 3)
             line[f"max_abs_diff_{k}"] = float((vals[k].double().cpu() - gm).abs().max())
+        elif k != "genmetrics":
+            line[f"ratio_vs_{k}"] = round(med[k] / med["genmetrics"], 3)
     line["genmetrics_max_abs_diff_vs_float64"] = float((gm - ref64).abs().max())
     line.update(_cpu_fields(args.pairs, "pairs"))
+    # each tool's share of this core's read bandwidth: the inputs (both images, read once) per CPU second
+    bw = MACHINE.get("read_gb_per_s")
+    if bw:
+        for k, t in CPU_TIMES.items():
+            line[f"{k}_read_fraction"] = round(input_bytes / t / (bw * 1e9), 3)
+    line["input_mb"] = round(input_bytes / 2**20, 1)
+    line["rss_with_inputs_mb"] = rss_inputs  # inputs, interpreter, torch and the tools' imports
+    line["peak_rss_mb"] = peak
     return line
 
 
@@ -289,12 +419,22 @@ def _clipscore_errors(
     }
 
 
+def _image_tower_flops(oc: Any) -> float:
+    """Flops of one 224 px image through ``encode_image``, counted by torch's FlopCounterMode."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with torch.inference_mode(), FlopCounterMode(display=False) as fc:
+        oc.encode_image(torch.zeros(1, 3, 224, 224))
+    return float(fc.get_total_flops())
+
+
 def bench_clipscore(args: argparse.Namespace) -> dict[str, Any]:
     import open_clip
     from torchmetrics.multimodal.clip_score import CLIPScore as TMCLIPScore
 
     import genmetrics
 
+    reset_peak_rss()
     n = args.clip_images
     g = torch.Generator().manual_seed(0)
     imgs = (torch.rand(n, 3, 256, 256, generator=g) * 255).to(torch.uint8)
@@ -372,6 +512,7 @@ def bench_clipscore(args: argparse.Namespace) -> dict[str, Any]:
         "threads": torch.get_num_threads(),
         "rounds": args.rounds,
         "text_dtype": args.text_dtype,
+        **MACHINE,
         "genmetrics_images_per_s": round(n / med["genmetrics"], 3),
         "torchmetrics_images_per_s": round(n / med["torchmetrics"], 3),
         "ratio_vs_torchmetrics": round(med["torchmetrics"] / med["genmetrics"], 3),
@@ -392,6 +533,17 @@ def bench_clipscore(args: argparse.Namespace) -> dict[str, Any]:
         "genmetrics_fraction_of_matmul_peak": round(flops / CPU_TIMES["genmetrics"] / 1e9 / peak, 3),
         "torchmetrics_fraction_of_matmul_peak": round(flops / CPU_TIMES["torchmetrics"] / 1e9 / peak, 3),
     }
+    line["peak_rss_mb"] = peak_rss_mb()
+    line["model_mb"] = round(sum(p.numel() * p.element_size() for p in oc.parameters()) / 2**20, 1)
+    line["input_mb"] = round(imgs.numel() / 2**20, 1)
+    flops = _image_tower_flops(oc)
+    line["image_tower_gflop_per_image"] = round(flops / 1e9, 2)
+    peak32 = MACHINE.get("matmul_float32_gflop_per_s")
+    if peak32:  # the image tower's share of the float32 matmul peak (text tower and the rest not counted)
+        line["genmetrics_matmul_fraction"] = round(flops * n / CPU_TIMES["genmetrics"] / (peak32 * 1e9), 3)
+        line["torchmetrics_matmul_fraction"] = round(
+            flops * n / CPU_TIMES["torchmetrics"] / (peak32 * 1e9), 3
+        )
     try:
         line.update(_clipscore_errors(oc, tok, imgs, prompts, vals["genmetrics"].double(), args.text_dtype))
     except Exception as e:  # noqa: BLE001 - a benchmark line still comes out
@@ -446,6 +598,7 @@ def bench_startup(args: argparse.Namespace) -> dict[str, Any]:
         "benchmark": "peers",
         "metric": "startup",
         "rounds": args.rounds,
+        **MACHINE,
         "python_bare_s": round(bare, 3),
         **{f"{k}_s": round(statistics.median(v), 3) for k, v in times.items()},
         **{f"{k}_cpu_s": round(statistics.median(v), 3) for k, v in cpus.items()},
@@ -466,6 +619,9 @@ def main() -> None:
     ap.add_argument("--metrics", default="psnr,ssim,ms_ssim,clipscore,startup")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
+    MACHINE.update(cpu_identity())
+    MACHINE["threads"] = torch.get_num_threads()
+    MACHINE.update(machine_limits())
     for metric in args.metrics.split(","):
         if metric == "startup":
             line = bench_startup(args)

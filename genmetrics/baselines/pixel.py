@@ -31,17 +31,15 @@ _RANGE_TOL = 1e-3  # as genmetrics.data.images: relative tolerance on the declar
 PRECISIONS = ("auto", "float32", "float64")
 
 
-def stack_images(items: list[Any], *, data_range: float, dtype: torch.dtype | None) -> torch.Tensor | None:
-    """Tensors of one shape/dtype/device -> one validated ``[B,3,H,W]`` batch in [0,1] (``dtype``, or
-    float32 / the input's float64 when None); None when the items need the one-by-one path (other
-    inputs, mixed shapes, or a batch that fails validation, so the per-image check names the culprit).
+def raw_batch(items: list[Any]) -> tuple[torch.Tensor, bool, bool] | None:
+    """``(batch, copied, tracked)``: tensors of one shape/dtype/device as one ``[B,3,H,W]`` tensor, values not
+    looked at (the caller's own batch tensor when ``items`` are its rows, else a stacked copy: ``copied``;
+    ``tracked`` when autograd follows the images); None when the items need the one-by-one path.
 
-    >>> items = list(torch.full((2, 3, 4, 4), 255, dtype=torch.uint8))
-    >>> batch = stack_images(items, data_range=1.0, dtype=None)
-    >>> tuple(batch.shape), batch.dtype, float(batch.max())
-    ((2, 3, 4, 4), torch.float32, 1.0)
-    >>> stack_images([torch.zeros(3, 4, 4), torch.zeros(3, 5, 5)], data_range=1.0, dtype=None) is None  # mixed sizes
-    True
+    >>> x = torch.zeros(2, 3, 4, 4)
+    >>> batch, copied, tracked = raw_batch(list(x))
+    >>> batch.data_ptr() == x.data_ptr(), copied, tracked  # rows of one tensor: no copy
+    (True, False, False)
     """
     if not items or not all(isinstance(x, torch.Tensor) for x in items):
         return None
@@ -67,6 +65,26 @@ def stack_images(items: list[Any], *, data_range: float, dtype: torch.dtype | No
     tracked = torch.is_grad_enabled() and any(t.requires_grad for t in items)
     if x is None:
         x = torch.stack(items if tracked else [t.detach() for t in items])
+    return x, copied, tracked
+
+
+def stack_images(items: list[Any], *, data_range: float, dtype: torch.dtype | None) -> torch.Tensor | None:
+    """Tensors of one shape/dtype/device -> one validated ``[B,3,H,W]`` batch in [0,1] (``dtype``, or
+    float32 / the input's float64 when None); None when the items need the one-by-one path (other
+    inputs, mixed shapes, or a batch that fails validation, so the per-image check names the culprit).
+
+    >>> items = list(torch.full((2, 3, 4, 4), 255, dtype=torch.uint8))
+    >>> batch = stack_images(items, data_range=1.0, dtype=None)
+    >>> tuple(batch.shape), batch.dtype, float(batch.max())
+    ((2, 3, 4, 4), torch.float32, 1.0)
+    >>> stack_images([torch.zeros(3, 4, 4), torch.zeros(3, 5, 5)], data_range=1.0, dtype=None) is None  # mixed sizes
+    True
+    """
+    raw = raw_batch(items)
+    if raw is None:
+        return None
+    x, copied, tracked = raw
+    first = items[0]
     if first.dtype == torch.uint8:
         return x.to(dtype or torch.float32).div_(255.0)  # .to made a new tensor
     target = dtype or (torch.float64 if first.dtype == torch.float64 else torch.float32)
@@ -238,6 +256,30 @@ class PSNR(_PairedPixelMetric):
 
     def _fn(self, preds: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         return P.psnr(preds, target).clamp(max=self.max_db)
+
+    def _score_batch(self, batch: dict[str, list[Any]]) -> torch.Tensor:
+        fused = self._one_pass(batch)
+        return super()._score_batch(batch) if fused is None else fused
+
+    def _one_pass(self, batch: dict[str, list[Any]]) -> torch.Tensor | None:
+        """Float tensor batches of one shape and dtype (the compute dtype): the range check and the squared
+        errors in one pass over memory (:func:`~genmetrics.functional.pixel.squared_error_sums`) on the raw
+        values, PSNR scaled by ``data_range``. None (the general path decides: it clamps values within the
+        tolerance, names a bad image, converts dtypes) unless every value is already in ``[0, data_range]``."""
+        refs, cands = raw_batch(batch["reference"]), raw_batch(batch["candidates"])
+        if refs is None or cands is None:
+            return None
+        r, c = refs[0], cands[0]
+        want = self._compute_dtype() or (torch.float64 if r.dtype == torch.float64 else torch.float32)
+        if r.shape != c.shape or r.dtype != c.dtype or r.dtype != want or refs[2] or cands[2]:
+            return None
+        sse, rng = P.squared_error_sums(c, r, with_range=True)
+        assert rng is not None  # with_range=True
+        lo, hi = (float(v) for v in rng)
+        if not (0.0 <= lo and hi <= self.data_range):  # also False for NaN
+            return None
+        n = r[0].numel()
+        return P.psnr_from_sse(sse, n, data_range=self.data_range).clamp(max=self.max_db)
 
 
 class SSIM(_PairedPixelMetric):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import logging
+import os
 import sys
 import traceback
 import warnings
@@ -38,6 +39,8 @@ LAZY_COMMANDS: dict[str, str] = {
 TRAIN_COMMANDS = {"tpips": "genmetrics.tpips.cli:train_cmd", "mie": "genmetrics.mie.cli:train_cmd"}
 EVALUATE_COMMANDS = {"tpips": "genmetrics.tpips.cli:evaluate_cmd", "mie": "genmetrics.mie.cli:evaluate_cmd"}
 EXPORT_COMMANDS = {"mie": "genmetrics.mie.cli:export_cmd"}
+#: commands that start without running torchmetrics' package ``__init__`` (:func:`defer_torchmetrics_init`)
+DEFERRED_TORCHMETRICS = frozenset({"score"})
 #: what ``--help`` shows for each lazy command: the first paragraph of its docstring, kept here so that help
 #: imports no command module (tests/cli/test_startup.py checks that the two agree)
 COMMAND_HELP = {
@@ -66,6 +69,74 @@ EXPORT_HELP = {
 }
 
 
+def defer_torchmetrics_init() -> bool:
+    """Let ``import torchmetrics`` skip the package's ``__init__`` until something needs it (issue 26.4).
+
+    torchmetrics' ``__init__`` imports every domain (``functional.image`` pulls torchvision and
+    ``torch._dynamo``, ``functional.text`` transformers, and scipy.signal): 5.9 of the 6.4 s a one-off
+    ``genmetrics score psnr`` took. The base class only needs ``torchmetrics.metric``. This puts a package
+    shell in ``sys.modules`` with the real ``__path__`` and ``__spec__``: submodules
+    (``torchmetrics.metric``, ``torchmetrics.functional.image``, ...) import as usual; the name ``Metric``
+    resolves to ``torchmetrics.metric.Metric`` (what the package exports); any other attribute
+    (``torchmetrics.__version__``, ``torchmetrics.Accuracy``, ...) first runs the real ``__init__`` in the
+    shell, exactly as a normal import would have. Does nothing (False) when torchmetrics is already
+    imported or not installed.
+
+    >>> import torchmetrics  # imported already: nothing left to defer
+    >>> defer_torchmetrics_init()
+    False
+    """
+    import importlib.util
+    import types
+
+    if "torchmetrics" in sys.modules:
+        return False
+    spec = importlib.util.find_spec("torchmetrics")
+    if spec is None or spec.loader is None or spec.submodule_search_locations is None:
+        return False
+    loader = spec.loader
+    shell = types.ModuleType("torchmetrics")
+    state = {"loaded": False}
+
+    # what torchmetrics' submodules take from the package itself, set up as its __init__ does
+    log = logging.getLogger("torchmetrics")
+    if not log.handlers:
+        log.addHandler(logging.StreamHandler())
+    log.setLevel(logging.INFO)
+    handlers = list(log.handlers)
+    root = os.path.dirname(str(spec.origin))
+    shell.__dict__.update(_logger=log, _PACKAGE_ROOT=root, _PROJECT_ROOT=os.path.dirname(root))
+
+    def load() -> None:
+        if not state["loaded"]:
+            state["loaded"] = True
+            loader.exec_module(shell)
+            log.handlers[:] = handlers  # __init__ added its handler again: one is enough
+
+    def getattr_(name: str) -> Any:
+        if name == "Metric" and not state["loaded"]:
+            return sys.modules["torchmetrics.metric"].Metric  # imported with torchmetrics.utilities below
+        if name.startswith("__") and name not in ("__version__", "__all__"):
+            raise AttributeError(name)
+        load()
+        try:
+            return shell.__dict__[name]
+        except KeyError:
+            raise AttributeError(f"module 'torchmetrics' has no attribute {name!r}") from None
+
+    shell.__spec__ = spec
+    shell.__loader__ = loader
+    shell.__file__ = spec.origin
+    shell.__path__ = list(spec.submodule_search_locations)
+    shell.__package__ = "torchmetrics"
+    shell.__getattr__ = getattr_  # type: ignore[method-assign]  # PEP 562: only for missing names
+    sys.modules["torchmetrics"] = shell
+    # the order torchmetrics' own __init__ imports them in: torchmetrics.metric imported first would meet
+    # its circular import with torchmetrics.utilities.checks half-way
+    importlib.import_module("torchmetrics.utilities")
+    return True
+
+
 class LazyGroup(click.Group):
     def __init__(
         self,
@@ -90,6 +161,8 @@ class LazyGroup(click.Group):
 
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
         if name in self.lazy:
+            if name in DEFERRED_TORCHMETRICS and self.name == "cli":
+                defer_torchmetrics_init()
             module, _, attr = self.lazy[name].partition(":")
             try:
                 return getattr(importlib.import_module(module), attr)

@@ -1,0 +1,94 @@
+"""psnr's one-pass squared errors (issue 26.2): parity with an explicit float64 computation across block
+boundaries, the fused range check, the fused path of the PSNR metric against its general path, gradients."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from genmetrics.baselines.pixel import PSNR
+from genmetrics.errors import InputError
+from genmetrics.functional import pixel as P
+
+EPS32 = 1.1920929e-07
+
+
+def _pair(b: int, h: int, w: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    t = torch.rand(b, 3, h, w, generator=g)
+    p = (t + 0.05 * torch.randn(t.shape, generator=g)).clamp(0, 1)
+    return p, t
+
+
+@pytest.mark.parametrize("block", [1, 3 * 16 * 20 * 4, 2 * 3 * 16 * 20 * 4 + 7, 1 << 20])
+def test_squared_error_sums_match_float64_across_blocks(monkeypatch, block):
+    """Blocks of 1 image, 1 image exactly, 2 images and a bit, all 5 images: every block size gives the
+    float64 sums. Bound: each row of W terms is summed in float32 (relative error <= W eps, Higham's gamma_W),
+    each difference and square rounds once more (2 eps); rows are added in float64 (negligible)."""
+    monkeypatch.setattr(P, "BLOCK_BYTES", block)
+    p, t = _pair(5, 16, 20)
+    sse, rng = P.squared_error_sums(p, t, with_range=True)
+    ref = ((p.double() - t.double()) ** 2).sum((1, 2, 3))
+    assert torch.all((sse - ref).abs() <= (20 + 2) * EPS32 * ref)
+    lo = min(float(p.min()), float(t.min()))
+    hi = max(float(p.max()), float(t.max()))
+    assert rng.tolist() == [lo, hi]
+    sse_only, none = P.squared_error_sums(p, t)
+    assert none is None and torch.equal(sse_only, sse)
+
+
+def test_range_sees_the_one_value_outside_in_any_block(monkeypatch):
+    monkeypatch.setattr(P, "BLOCK_BYTES", 3 * 8 * 8 * 4)  # one image per block
+    p, t = _pair(4, 8, 8)
+    t[2, 1, 3, 4] = 1.5
+    p[3, 0, 0, 0] = -0.25
+    _, rng = P.squared_error_sums(p, t, with_range=True)
+    assert rng.tolist() == [-0.25, 1.5]
+
+
+def test_psnr_closed_form_and_gradient():
+    p, t = torch.zeros(2, 3, 8, 8), torch.zeros(2, 3, 8, 8)
+    p[0] += 0.1  # MSE 0.01 -> 20 dB
+    p[1] += 0.01  # MSE 1e-4 -> 40 dB
+    assert P.psnr(p, t).tolist() == pytest.approx([20.0, 40.0], abs=1e-4)
+    x = p.clone().requires_grad_(True)
+    v = P.psnr(x, t).sum()
+    v.backward()
+    # d/dx 10 log10(1/mse) = -10/ln10 * 2 (x - t) / (n mse) per pixel; n = 192
+    expect = -10 / torch.log(torch.tensor(10.0)) * 2 * 0.1 / (192 * 0.01)
+    assert float(x.grad[0, 0, 0, 0]) == pytest.approx(float(expect), rel=1e-4)
+
+
+def _scores(metric: PSNR, ref: torch.Tensor, cand: torch.Tensor) -> torch.Tensor:
+    metric.update(reference=ref, candidates=cand)
+    return metric.per_sample()["scores"]
+
+
+def test_metric_fused_path_equals_the_general_path():
+    """The one-pass path (float32 tensors in range) against precision='float64' (the general path: stack,
+    validate, convert) and the per-image float64 formula."""
+    p, t = _pair(7, 24, 24, seed=3)
+    fast = _scores(PSNR(batch_size=4), t, p)
+    slow = _scores(PSNR(batch_size=4, precision="float64"), t, p)
+    mse = ((p.double() - t.double()) ** 2).mean((1, 2, 3))
+    exact = 10 * torch.log10(1 / mse)
+    # relative MSE error (24 + 2) eps -> 10/ln10 * 26 eps dB
+    tol = 10 / 2.302585 * 26 * EPS32
+    assert torch.allclose(fast.double(), exact, atol=tol, rtol=0)
+    assert torch.allclose(slow.double(), exact, atol=1e-9, rtol=0)
+
+
+def test_metric_data_range_and_tolerated_overshoot_fall_back_correctly():
+    p, t = _pair(3, 16, 16, seed=1)
+    base = _scores(PSNR(), t, p)
+    scaled = _scores(PSNR(data_range=255.0), t * 255, p * 255)
+    assert torch.allclose(scaled, base, atol=1e-4)
+    over = p.clone()
+    over[0, 0, 0, 0] = 1.0005  # inside the 1e-3 tolerance: clamped to 1, as the general path does
+    clamped = p.clone()
+    clamped[0, 0, 0, 0] = 1.0
+    assert torch.equal(_scores(PSNR(), t, over), _scores(PSNR(), t, clamped))
+    bad = p.clone()
+    bad[2, 1, 2, 3] = float("nan")
+    with pytest.raises(InputError, match=r"candidates\[2\]"):
+        PSNR().score(t, bad)
