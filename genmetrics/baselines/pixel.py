@@ -29,6 +29,27 @@ from genmetrics.options import choice, integer, number
 
 _RANGE_TOL = 1e-3  # as genmetrics.data.images: relative tolerance on the declared float range
 PRECISIONS = ("auto", "float32", "float64")
+#: SSIM / MS-SSIM work on at most this many input elements per call: their windowed statistics keep about
+#: ten maps of the input's size alive, so a 32-image batch of 256 px held ~10x its inputs (issue 26.5);
+#: 2**19 elements (2 MiB of float32 per input) bounds that transient at ~20 MiB whatever the batch size
+WINDOWED_CHUNK_ELEMENTS = 1 << 19
+
+
+def in_chunks(fn: Any, preds: torch.Tensor, target: torch.Tensor, *, max_elements: int) -> torch.Tensor:
+    """``fn(preds, target)`` (per-image scores) over row chunks of at most ``max_elements`` input elements
+    (at least one image per chunk), concatenated: the same scores as one call, with the transient memory of
+    a chunk.
+
+    >>> x, y = torch.rand(5, 3, 8, 8), torch.rand(5, 3, 8, 8)
+    >>> per_image = lambda a, b: (a - b).pow(2).flatten(1).mean(1)
+    >>> torch.equal(in_chunks(per_image, x, y, max_elements=2 * 3 * 8 * 8), per_image(x, y))
+    True
+    """
+    per_row = max(1, preds[0].numel()) if len(preds) else 1
+    rows = max(1, max_elements // per_row)
+    if len(preds) <= rows:
+        return fn(preds, target)
+    return torch.cat([fn(preds[i : i + rows], target[i : i + rows]) for i in range(0, len(preds), rows)])
 
 
 def raw_batch(items: list[Any]) -> tuple[torch.Tensor, bool, bool] | None:
@@ -305,7 +326,12 @@ class SSIM(_PairedPixelMetric):
                 f"ssim: images of {tuple(preds.shape[-2:])} are smaller than the {self.kernel_size}px window; "
                 "pass kernel_size=... smaller or use larger images"
             )
-        return P.ssim(preds, target, kernel_size=self.kernel_size, sigma=self.sigma)
+        return in_chunks(
+            lambda p, t: P.ssim(p, t, kernel_size=self.kernel_size, sigma=self.sigma),
+            preds,
+            target,
+            max_elements=WINDOWED_CHUNK_ELEMENTS,
+        )
 
 
 class MSSSIM(_PairedPixelMetric):
@@ -354,7 +380,12 @@ class MSSSIM(_PairedPixelMetric):
                 f"{self.kernel_size}px window (each side must exceed {need}); use larger images, fewer betas "
                 "(e.g. betas=(0.0448, 0.2856, 0.3001)) or a smaller kernel_size"
             )
-        return P.ms_ssim(preds, target, kernel_size=self.kernel_size, sigma=self._sigma(), betas=self.betas)
+        return in_chunks(
+            lambda p, t: P.ms_ssim(p, t, kernel_size=self.kernel_size, sigma=self._sigma(), betas=self.betas),
+            preds,
+            target,
+            max_elements=WINDOWED_CHUNK_ELEMENTS,
+        )
 
     def _sigma(self) -> float:
         if self.sigma is not None:
