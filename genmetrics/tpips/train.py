@@ -296,6 +296,13 @@ class TPIPSTrainTask(TrainTask):
                     h.update(image_key(p if not isinstance(p, torch.Tensor) else p.float()).encode())
         return h.hexdigest()
 
+    def renamed_parameters(self) -> dict[str, str]:
+        # the fusion variants became classes under TPIPSModel.fusion (issue 25): a training checkpoint of an
+        # earlier genmetrics names them by their old attributes (refused as such by the loop)
+        return {"mid": {"head.": "fusion.head."}, "early": {"register_vector": "fusion.register"}}.get(
+            self.cfg.variant, {}
+        )
+
     def param_groups(self, module: torch.nn.Module) -> list[dict[str, Any]]:
         params = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
         if not params:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 import random
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -119,7 +119,8 @@ def _loop_field_ok(name: str, v: Any) -> bool:
 @dataclass
 class TrainingParts:
     """The objects a checkpoint saves and restores: the module's trained tensors (parameters and buffers,
-    by name), the optimizer, the schedule, the fp16 gradient scaler (or None) and this process's rank.
+    by name), the optimizer, the schedule, the fp16 gradient scaler (or None), this process's rank and the
+    task's renamed parameters (``{old: new}``, :meth:`TrainTask.renamed_parameters`).
 
     >>> net = torch.nn.Linear(2, 1)
     >>> parts = TrainingParts(dict(net.named_parameters()), torch.optim.AdamW(net.parameters()), None)
@@ -132,6 +133,7 @@ class TrainingParts:
     scheduler: Any
     scaler: Any = None
     rank: int = 0
+    renamed: dict[str, str] = field(default_factory=dict)
 
 
 # ---------------------------------------------------------------------------------------- reading files
@@ -333,14 +335,46 @@ def write_loop_state(folder: Path, settings: dict[str, Any], state: LoopState) -
 
 
 # ---------------------------------------------------------------------------------------- loading
-def _load_trainable(path: Path, trainable: dict[str, torch.Tensor]) -> None:
+def _new_name(name: str, renamed: dict[str, str]) -> str:
+    """``name`` under the renames ``{old: new}`` (an old name ending in ``.`` is a prefix)."""
+    for old, new in renamed.items():
+        if name == old or (old.endswith(".") and name.startswith(old)):
+            return new + name[len(old) :]
+    return name
+
+
+def name_mismatch(path: Path, saved: set[str], module: set[str], renamed: dict[str, str]) -> str:
+    """Why the tensor names in ``path`` are not the module's: the task's renames (an earlier genmetrics's
+    checkpoint) or another model / options.
+
+    >>> names = {"lora_A", "head.w"}
+    >>> name_mismatch(Path("t.safetensors"), names, {"lora_A", "fusion.head.w"}, {"head.": "fusion.head."})  # doctest: +ELLIPSIS
+    "t.safetensors: written by an earlier genmetrics, before the task's parameters were renamed (head.* -> fusion.head.*: 'head.w' is now 'fusion.head.w'); ..."
+    >>> name_mismatch(Path("t.safetensors"), names, {"lora_A", "mlp.w"}, {})  # doctest: +ELLIPSIS
+    "t.safetensors: does not match the task's module (in the file only: ['head.w']; in the module only: ['mlp.w']); ..."
+    """
+    extra, missing = sorted(saved - module), sorted(module - saved)
+    if renamed and {_new_name(n, renamed) for n in saved} == module:
+        used = [
+            f"{old}* -> {new}*" if old.endswith(".") else f"{old} -> {new}"
+            for old, new in renamed.items()
+            if any(_new_name(n, {old: new}) != n for n in extra)
+        ]
+        return (
+            f"{path}: written by an earlier genmetrics, before the task's parameters were renamed "
+            f"({'; '.join(used)}: {extra[0]!r} is now {_new_name(extra[0], renamed)!r}); its tensors and "
+            f"optimizer state follow the old layout and are not converted: {_START_OVER}"
+        )
+    return (
+        f"{path}: does not match the task's module (in the file only: {extra[:3]}; in the module only: "
+        f"{missing[:3]}); resume with the same model and options, or {_START_OVER}"
+    )
+
+
+def _load_trainable(path: Path, trainable: dict[str, torch.Tensor], renamed: dict[str, str]) -> None:
     saved, _ = _read_safetensors(path)
     if saved.keys() != trainable.keys():
-        extra, missing = sorted(saved.keys() - trainable.keys()), sorted(trainable.keys() - saved.keys())
-        raise InputError(
-            f"{path}: does not match the task's module (in the file only: {extra[:3]}; in the module only: "
-            f"{missing[:3]}); resume with the same model and options, or {_START_OVER}"
-        )
+        raise InputError(name_mismatch(path, set(saved), set(trainable), renamed))
     for name, t in trainable.items():
         s = saved[name]
         if s.shape != t.shape or s.dtype != t.dtype:
@@ -461,7 +495,7 @@ def load_training_state(
     scale = None
     if parts.scaler is not None:
         scale = _like(_read_json(folder / SCALER), parts.scaler.state_dict(), str(folder / SCALER), "")
-    _load_trainable(folder / TRAINABLE, parts.trainable)
+    _load_trainable(folder / TRAINABLE, parts.trainable, parts.renamed)
     _load_optimizer(folder, parts.optimizer)
     parts.scheduler.load_state_dict(sched)
     if parts.scaler is not None:

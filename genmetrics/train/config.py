@@ -75,6 +75,20 @@ def _training_device(value: Any) -> str | None:
     return value
 
 
+def _run_length(epochs: Any, max_steps: Any) -> tuple[int | None, int | None]:
+    """``epochs`` and ``max_steps`` checked: positive integers or None, not both None."""
+    epochs, max_steps = (
+        None if v is None else opt.integer(name, v, lo=1, owner=_OWNER)
+        for name, v in (("epochs", epochs), ("max_steps", max_steps))
+    )
+    if epochs is None and max_steps is None:
+        raise InputError(
+            f"{_OWNER}: options epochs and max_steps are both None: the run would never end; give epochs "
+            "(passes over the data), max_steps (a cap on optimizer steps) or both"
+        )
+    return epochs, max_steps
+
+
 @dataclass
 class TrainLoopConfig:
     """Options of the training loop (family hyper-parameters go in ``extra``; they are recorded in
@@ -138,14 +152,7 @@ class TrainLoopConfig:
         c.out_dir = Path(opt.expand_user(self.out_dir, what="out_dir"))
         c.lr = opt.number("lr", c.lr, lo=0.0, lo_open=True, owner=_OWNER)
         c.weight_decay = opt.number("weight_decay", c.weight_decay, lo=0.0, owner=_OWNER)
-        for name in ("epochs", "max_steps"):
-            if getattr(c, name) is not None:
-                setattr(c, name, opt.integer(name, getattr(c, name), lo=1, owner=_OWNER))
-        if c.epochs is None and c.max_steps is None:
-            raise InputError(
-                f"{_OWNER}: options epochs and max_steps are both None: the run would never end; give epochs "
-                "(passes over the data), max_steps (a cap on optimizer steps) or both"
-            )
+        c.epochs, c.max_steps = _run_length(c.epochs, c.max_steps)
         c.batch_size = opt.integer("batch_size", c.batch_size, lo=1, owner=_OWNER)
         c.grad_accum = opt.integer("grad_accum", c.grad_accum, lo=1, owner=_OWNER)
         c.warmup_ratio = opt.number(

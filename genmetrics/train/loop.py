@@ -408,7 +408,10 @@ class _Run:
 
     def _parts(self) -> ck.TrainingParts:
         scaler, rank = self.acc.scaler, self.acc.process_index
-        return ck.TrainingParts(_trainable_state(self.raw), self.optimizer, self.scheduler, scaler, rank)
+        renamed = self.task.renamed_parameters()
+        return ck.TrainingParts(
+            _trainable_state(self.raw), self.optimizer, self.scheduler, scaler, rank, renamed
+        )
 
     def _restore(self, ckpt: Path) -> None:
         """Weights, optimizer, schedule, every RNG and the loop position from ``ckpt``; the metrics log is

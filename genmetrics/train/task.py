@@ -80,6 +80,12 @@ class TrainTask:
     def param_groups(self, module: nn.Module) -> list[dict[str, Any]] | None:
         return None
 
+    def renamed_parameters(self) -> dict[str, str]:
+        """Names this task's trained parameters had in an earlier genmetrics, ``{old: new}`` (an old name
+        ending in ``.`` renames a prefix): a checkpoint with the old names is refused as such, not as
+        another model's."""
+        return {}
+
 
 def _feed(h: Any, obj: Any) -> None:
     if isinstance(obj, torch.Tensor):
