@@ -335,6 +335,55 @@ def attention_profile(model: Any, records: list[Any], n: int = 64) -> dict[str, 
     return out
 
 
+def reference_influence(model: Any, records: list[Any], n: int = 32) -> dict[str, float]:
+    """Per language layer (softmax or linear attention alike): how much the layer's output at the candidate's
+    image tokens changes when the layer's input at the reference image tokens is replaced by that of another
+    pair (same positions, same candidate), relative to how much the layer changes those tokens at all
+    (``|out(refs of pair i+1) - out(own refs)| / |out(own refs) - in|``, means over tokens and ``n`` pairs,
+    the better candidate of each pair). 0: the candidate tokens do not read the references at that layer."""
+    import torch
+
+    layers = list(model.vlm.language_model.layers)
+    got: dict[int, Any] = {}
+    hooks = [
+        layer.register_forward_pre_hook(
+            lambda _m, args, kwargs, i=i: got.__setitem__(i, (args, kwargs)), with_kwargs=True
+        )
+        for i, layer in enumerate(layers)
+    ]
+    ratios: dict[int, list[float]] = {i: [] for i in range(len(layers))}
+    was = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            for a, b in zip(records[:n], records[1 : n + 1]):
+                cand = [str(a.candidates[a.preference])]
+                inputs = []
+                for refs in (a.references, b.references):
+                    batch = model.prepare([[str(p) for p in refs]], [a.prompt], cand)
+                    got.clear()
+                    model.forward(batch)
+                    inputs.append(dict(got))
+                ids = batch.sequences[0].ids
+                pos = (ids == model.image_token_id).nonzero().squeeze(-1)
+                per = len(pos) // 3
+                ref_pos, cand_pos = pos[: 2 * per], pos[2 * per :]
+                for i, layer in enumerate(layers):
+                    args, kw = inputs[0][i]
+                    h = args[0]
+                    base = layer(h, *args[1:], **kw)
+                    mixed = h.clone()
+                    mixed[:, ref_pos] = inputs[1][i][0][0][:, ref_pos]
+                    alt = layer(mixed, *args[1:], **kw)
+                    update = (base - h)[:, cand_pos].norm(dim=-1).mean()
+                    ratios[i].append(float((alt - base)[:, cand_pos].norm(dim=-1).mean() / update))
+    finally:
+        for hk in hooks:
+            hk.remove()
+        model.train(was)
+    return {f"layer{i}": round(sum(v) / len(v), 4) for i, v in ratios.items()}
+
+
 def cpu_model() -> str:
     try:
         out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
@@ -435,9 +484,11 @@ def experiment(
         from genmetrics.testing import tiny_qwen35_processor
 
         lt = train_kw.get("layer_types")
-        before = attention_profile(
-            MIEModel(backbone(seed, layers, lt), tiny_qwen35_processor(), image_size=SIZE), test
-        )
+        untrained = MIEModel(backbone(seed, layers, lt), tiny_qwen35_processor(), image_size=SIZE)
+        before = {
+            "softmax_layers": attention_profile(untrained, test),
+            "reference_influence": reference_influence(untrained, test),
+        }
     torch.manual_seed(seed)
     model, res = train_model(train_j, tmp / "run", seed=seed, layers=layers, **train_kw)
     out: dict[str, Any] = {
@@ -453,7 +504,11 @@ def experiment(
         "readings": readings(model, test, blank_path, train[: min(len(train), test_pairs)]),
     }
     if attention:
-        out["attention"] = {"before": before, "after": attention_profile(model, test)}
+        after = {
+            "softmax_layers": attention_profile(model, test),
+            "reference_influence": reference_influence(model, test),
+        }
+        out["attention"] = {"before": before, "after": after}
     if controls:
         from genmetrics.data.jsonl import load_mib_pairs as load
 
