@@ -264,6 +264,47 @@ def swap_contrast_task(weight: float) -> Any:
     return SwapContrastTask
 
 
+def pooled_difference_model() -> Any:
+    """Research read-out (not in the library): the vector the heads read is the last token's final hidden
+    state plus (mean of the candidate's image tokens - mean of the reference image tokens), final hidden
+    states -- a read-out that pools candidate tokens against reference tokens without any attention."""
+    import torch
+
+    from genmetrics.mie.model import MIEModel
+
+    class PooledDifference(MIEModel):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self._masks: list[Any] | None = None
+            self.vlm.language_model.norm.register_forward_hook(self._pool)
+
+        def _forward_group(self, batch: Any, rows: list[int]) -> Any:
+            masks = []
+            for r in rows:
+                seq = batch.sequences[r]
+                img = seq.ids == self.image_token_id
+                cand = torch.zeros_like(img)
+                cand[img.nonzero().squeeze(-1)[-batch.images[seq.image_keys[-1]].n_tokens :]] = True
+                masks.append((cand, img & ~cand))
+            self._masks = masks
+            try:
+                return super()._forward_group(batch, rows)
+            finally:
+                self._masks = None
+
+        def _pool(self, _mod: Any, _inp: Any, out: Any) -> Any:
+            if self._masks is None or out.shape[0] != len(self._masks):
+                return None
+            extra = torch.stack(
+                [out[i, c].mean(0) - out[i, r].mean(0) for i, (c, r) in enumerate(self._masks)]
+            )
+            out = out.clone()
+            out[:, -1] = out[:, -1] + extra
+            return out
+
+    return PooledDifference
+
+
 def attention_profile(model: Any, records: list[Any], n: int = 64) -> dict[str, Any]:
     """Attention of the softmax (full-attention) language layers, measured on ``n`` pairs (both candidates):
 
@@ -414,39 +455,45 @@ def train_model(
     epochs: int = 4,
     batch_pairs: int = 8,
     task_cls: Any = None,
+    readout: str = "last_token",
     **options: Any,
 ) -> Any:
     """Train MIE on ``data`` through :func:`genmetrics.mie.train.train_mie`; the trained model."""
     import torch
 
-    from genmetrics.mie.model import MIEModel
+    import genmetrics.mie.model as mie_model
     from genmetrics.mie.train import MIETask, train_mie
     from genmetrics.testing import tiny_qwen35_processor
 
     proc = tiny_qwen35_processor()
-    res = train_mie(
-        data=str(data),
-        out=str(out),
-        vlm=backbone(seed, layers, layer_types),
-        processor=proc,
-        tuning=tuning,
-        unfreeze_layers=layers if unfreeze_layers is None else unfreeze_layers,
-        lr=lr,
-        epochs=epochs,
-        batch_pairs=batch_pairs,
-        grad_accum=1,
-        val_fraction=0.0,
-        subset=None,
-        image_size=SIZE,
-        seed=seed,
-        progress=False,
-        save_every=None,
-        early_stopping_patience=None,
-        task_cls=task_cls or MIETask,
-        **options,
-    )
+    model_cls = mie_model.MIEModel if readout == "last_token" else pooled_difference_model()
+    authors_cls, mie_model.MIEModel = mie_model.MIEModel, model_cls  # train_mie builds mie_model.MIEModel
+    try:
+        res = train_mie(
+            data=str(data),
+            out=str(out),
+            vlm=backbone(seed, layers, layer_types),
+            processor=proc,
+            tuning=tuning,
+            unfreeze_layers=layers if unfreeze_layers is None else unfreeze_layers,
+            lr=lr,
+            epochs=epochs,
+            batch_pairs=batch_pairs,
+            grad_accum=1,
+            val_fraction=0.0,
+            subset=None,
+            image_size=SIZE,
+            seed=seed,
+            progress=False,
+            save_every=None,
+            early_stopping_patience=None,
+            task_cls=task_cls or MIETask,
+            **options,
+        )
+    finally:
+        mie_model.MIEModel = authors_cls
     torch.manual_seed(seed)
-    return MIEModel.from_pretrained(res["checkpoint"], backbone(seed, layers, layer_types), proc), res
+    return model_cls.from_pretrained(res["checkpoint"], backbone(seed, layers, layer_types), proc), res
 
 
 def experiment(
@@ -544,6 +591,7 @@ def main() -> None:
     ap.add_argument("--attention", action="store_true")
     ap.add_argument("--swap-weight", type=float, default=0.0)
     ap.add_argument("--unfreeze", type=int, default=None)
+    ap.add_argument("--readout", default="last_token", choices=["last_token", "pooled_difference"])
     ap.add_argument("--layer-types", default=None, help="comma-separated, e.g. full_attention,...")
     ap.add_argument("--append", default=None, help="also append the JSON line to this file")
     a = ap.parse_args()
@@ -561,6 +609,7 @@ def main() -> None:
         swap_weight=a.swap_weight,
         unfreeze_layers=a.unfreeze,
         layer_types=a.layer_types.split(",") if a.layer_types else None,
+        readout=a.readout,
         tuning=a.tuning,
         lr=a.lr,
         epochs=a.epochs,
