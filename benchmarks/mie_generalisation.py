@@ -507,9 +507,11 @@ def experiment(
     controls: bool = False,
     attention: bool = False,
     swap_weight: float = 0.0,
+    train_reading: bool = True,
     **train_kw: Any,
 ) -> dict[str, Any]:
-    """One trained evaluator on ``pairs`` fresh training pairs; its readings (one JSON-able dict)."""
+    """One trained evaluator on ``pairs`` fresh training pairs; its readings (one JSON-able dict). Training
+    options (``lr``, ``epochs``, ``tuning``, ``reference_contrast``, ...) go to :func:`train_model`."""
     import torch
 
     from genmetrics.data.jsonl import load_mib_pairs
@@ -548,7 +550,7 @@ def experiment(
         "final_loss": round(res["history"][-1].get("loss", float("nan")), 4) if res["history"] else None,
         **{k: v for k, v in train_kw.items() if isinstance(v, (int, float, str, list)) or v is None},
         "swap_weight": swap_weight,
-        "readings": readings(model, test, blank_path, train[: min(len(train), test_pairs)]),
+        "readings": readings(model, test, blank_path, train[:test_pairs] if train_reading else None),
     }
     if attention:
         after = {
