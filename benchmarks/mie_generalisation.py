@@ -174,23 +174,22 @@ def pixel_baseline(train: list[Any], test: list[Any], *, seed: int = 0) -> dict[
     return {"train": round(acc_tr, 4), "held_out": round(acc_te, 4)}
 
 
-def reference_histogram_match(test: list[Any]) -> float:
-    """Positive control for :func:`pixel_baseline`: the same colour histograms, compared with the references
-    (no training). A candidate scores minus the largest, over its halves, of the L1 distance between the
-    half's histogram and the closest reference's histogram of the same half; pairwise accuracy."""
+def histogram_score(candidate: Any, references: list[Any]) -> float:
+    """A non-learned comparator: minus the largest, over the candidate's two halves, of the L1 distance
+    between the half's colour histogram and the closest reference's histogram of the same columns."""
     import numpy as np
 
-    def hist(path: Any) -> Any:
-        return colour_histogram(path).reshape(2, -1)
+    c = colour_histogram(candidate).reshape(2, -1)
+    refs = [colour_histogram(p).reshape(2, -1) for p in references]
+    return -max(min(float(np.abs(c[h] - r[h]).sum()) for r in refs) for h in (0, 1))
 
-    def score(cand: Any, refs: list[Any]) -> float:
-        c = hist(cand)
-        return -max(min(float(np.abs(c[h] - r[h]).sum()) for r in refs) for h in (0, 1))
 
+def reference_histogram_match(test: list[Any]) -> float:
+    """Positive control for :func:`pixel_baseline`: the same colour histograms, compared with the references
+    (no training, :func:`histogram_score`); pairwise accuracy (a tie counts half)."""
     right = 0.0
     for r in test:
-        refs = [hist(p) for p in r.references]
-        a, b = score(r.candidates[0], refs), score(r.candidates[1], refs)
+        a, b = (histogram_score(c, list(r.references)) for c in r.candidates)
         right += 0.5 if a == b else float((a > b) == (r.preference == 0))
     return round(right / len(test), 4)
 
@@ -233,37 +232,6 @@ def readings(model: Any, test: list[Any], blank: str, train: list[Any] | None = 
 
 
 # ---------------------------------------------------------------------------------------------- research
-def swap_contrast_task(weight: float) -> Any:
-    """A MIETask that adds ``weight * L_rank(s(win | own refs), s(win | another pair's refs))``: the
-    preferred candidate must score higher with its own references than with the next pair's of the same
-    micro-batch (a term that a candidate-only score cannot lower: the candidate is the same on both sides)."""
-    from genmetrics.mie.loss import rank_loss
-    from genmetrics.mie.model import MIEOutput
-    from genmetrics.mie.train import MIETask
-
-    class SwapContrastTask(MIETask):
-        def collate(self, records: list[Any]) -> dict[str, Any]:
-            x = super().collate(records)
-            if len(records) > 1:
-                shifted = x["refs"][1:] + x["refs"][:1]
-                self.model.prepare(shifted, x["prompts"], x["win"], _batch=x["batch"])
-            return x
-
-        def loss(self, module: Any, x: dict[str, Any]) -> tuple[Any, dict[str, float]]:
-            out = module(x["batch"])
-            n = len(x["win"])
-            loss, parts = self._loss(MIEOutput(out.score[: 2 * n], out.diagnostics[: 2 * n]), x)
-            if len(out) > 2 * n:
-                aux = rank_loss(
-                    out.score[:n], out.score[2 * n :], kind=self.cfg.rank_loss, margin=self.cfg.margin
-                )
-                loss = loss + weight * aux
-                parts = {**parts, "swap": float(aux.detach()), "loss": float(loss.detach())}
-            return loss, parts
-
-    return SwapContrastTask
-
-
 def pooled_difference_model() -> Any:
     """Research read-out (not in the library): the vector the heads read is the last token's final hidden
     state plus (mean of the candidate's image tokens - mean of the reference image tokens), final hidden
@@ -506,7 +474,6 @@ def experiment(
     workdir: str | None = None,
     controls: bool = False,
     attention: bool = False,
-    swap_weight: float = 0.0,
     train_reading: bool = True,
     **train_kw: Any,
 ) -> dict[str, Any]:
@@ -525,8 +492,6 @@ def experiment(
     blank_path = str(img / "blank.png")
     blank_references(test_recs, img)
     train, test = load_mib_pairs(train_j), load_mib_pairs(test_j)
-    if swap_weight:
-        train_kw["task_cls"] = swap_contrast_task(swap_weight)
     before = None
     if attention:
         from genmetrics.mie.model import MIEModel
@@ -549,7 +514,6 @@ def experiment(
         "steps": res["steps"],
         "final_loss": round(res["history"][-1].get("loss", float("nan")), 4) if res["history"] else None,
         **{k: v for k, v in train_kw.items() if isinstance(v, (int, float, str, list)) or v is None},
-        "swap_weight": swap_weight,
         "readings": readings(model, test, blank_path, train[:test_pairs] if train_reading else None),
     }
     if attention:
@@ -575,6 +539,34 @@ def experiment(
     return out
 
 
+def pixel_only(*, pairs: int = 1000, test_pairs: int = 256, seed: int = 0) -> dict[str, Any]:
+    """The non-learned and pixel-statistics controls alone (no model), on the same pairs as
+    :func:`experiment` with the same ``seed``: the candidate-histogram logistic regression (at chance by
+    construction) and the candidate-vs-references histogram match (the information is in the pixels)."""
+    from genmetrics.data.jsonl import load_mib_pairs
+
+    t_cpu, t_wall = cpu_seconds(), time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="mie-gen-pixel-") as d:
+        img = Path(d)
+        train = load_mib_pairs(
+            write_jsonl(img / "train.jsonl", make_pairs(img, pairs, seed=1000 + seed, prefix="tr"))
+        )
+        test = load_mib_pairs(
+            write_jsonl(img / "test.jsonl", make_pairs(img, test_pairs, seed=2000 + seed, prefix="te"))
+        )
+        out: dict[str, Any] = {
+            "name": "pixel_baselines",
+            "pairs": pairs,
+            "test_pairs": test_pairs,
+            "seed": seed,
+            "pixel_histogram_logreg": pixel_baseline(train, test, seed=seed),
+            "pixel_histogram_vs_references": reference_histogram_match(test),
+        }
+    out["cpu_s"] = round(cpu_seconds() - t_cpu, 1)
+    out["wall_s"] = round(time.perf_counter() - t_wall, 1)
+    return out
+
+
 def _raw(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
@@ -590,8 +582,17 @@ def main() -> None:
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--controls", action="store_true")
+    ap.add_argument(
+        "--pixel-only", action="store_true", help="only the pixel-histogram baselines (no model, seconds)"
+    )
     ap.add_argument("--attention", action="store_true")
-    ap.add_argument("--swap-weight", type=float, default=0.0)
+    ap.add_argument(
+        "--reference-contrast",
+        "--swap-weight",  # the research lines of benchmarks/results/ call the same term swap_weight
+        type=float,
+        default=0.0,
+        help="TrainConfig.reference_contrast (0 = the authors' objective)",
+    )
     ap.add_argument("--unfreeze", type=int, default=None)
     ap.add_argument("--readout", default="last_token", choices=["last_token", "pooled_difference"])
     ap.add_argument("--layer-types", default=None, help="comma-separated, e.g. full_attention,...")
@@ -600,22 +601,25 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(1)
-    res = experiment(
-        name=a.name,
-        pairs=a.pairs,
-        test_pairs=a.test_pairs,
-        seed=a.seed,
-        layers=a.layers,
-        controls=a.controls,
-        attention=a.attention,
-        swap_weight=a.swap_weight,
-        unfreeze_layers=a.unfreeze,
-        layer_types=a.layer_types.split(",") if a.layer_types else None,
-        readout=a.readout,
-        tuning=a.tuning,
-        lr=a.lr,
-        epochs=a.epochs,
-    )
+    if a.pixel_only:
+        res = pixel_only(pairs=a.pairs, test_pairs=a.test_pairs, seed=a.seed)
+    else:
+        res = experiment(
+            name=a.name,
+            pairs=a.pairs,
+            test_pairs=a.test_pairs,
+            seed=a.seed,
+            layers=a.layers,
+            controls=a.controls,
+            attention=a.attention,
+            reference_contrast=a.reference_contrast,
+            unfreeze_layers=a.unfreeze,
+            layer_types=a.layer_types.split(",") if a.layer_types else None,
+            readout=a.readout,
+            tuning=a.tuning,
+            lr=a.lr,
+            epochs=a.epochs,
+        )
     res["cpu_model"] = cpu_model()
     res["threads"] = torch.get_num_threads()
     line = json.dumps(res)
