@@ -12,7 +12,10 @@ on references blanked in training and test, and a logistic regression on candida
 
 Readings of the trained evaluator on held-out pairs: pairwise accuracy with the pair's own references,
 with another pair's references and with blank (grey) references; and the accuracy on the training pairs
-(the memorisation gap). Prints one JSON line. ``python benchmarks/mie_generalisation.py``.
+(the memorisation gap). Prints one JSON line. ``python benchmarks/mie_generalisation.py`` (the authors'
+objective), ``--reference-contrast 1`` (the named option ``TrainConfig.reference_contrast``), ``--controls``
+(also a candidate-only model and the pixel baselines), ``--pixel-only`` (the pixel baselines alone, no
+model). Results and task design: docs/mie.md, "Generalisation".
 """
 
 from __future__ import annotations

@@ -134,15 +134,23 @@ def test_reference_contrast_term_equals_an_explicit_computation(tmp_path, make_m
     Tolerance: the two sides run the same fp32 kernels on differently sized batches (9 sequences in one
     forward vs 3); scores are O(0.1) after a handful of reductions of length <= 128, so a difference of a
     few float32 ulps of the accumulations (1.19e-7 * 128 * O(1) ~ 2e-5 at worst) bounds it; measured ~1e-7."""
+    from dataclasses import replace
+
     from genmetrics.mie.train import MIETask, ReferenceContrastTask, TrainConfig
 
-    recs = _distinct_pairs(tmp_path)
+    # pair 2 shows pair 1's subjects (references in the other order): partners 0->1, 1->0 (2 is skipped as
+    # the same subjects), 2->0. Not a cycle on purpose: at initialisation the score is close to additive,
+    # s(cand | refs) ~ f(cand) + g(refs), and over a cycle of partners sum(g(own) - g(other)) telescopes to
+    # 0, so with every hinge active a flipped sign would give the same term (seen: it did)
+    three = _distinct_pairs(tmp_path)
+    recs = [three[0], three[1], replace(three[2], references=three[1].references[::-1])]
     model = make_model(tuning="layer_only", unfreeze_layers=1)
     w, margin = 0.7, 0.1
     cfg = TrainConfig(data="x.jsonl", out=str(tmp_path), reference_contrast=w, margin=margin)
     task = ReferenceContrastTask(model, cfg)
     x = task.collate(recs)
-    assert x["partners"] == [(0, 1), (1, 2), (2, 0)]
+    partner = [1, 0, 0]
+    assert x["partners"] == list(enumerate(partner))
     loss, parts = task.loss(model, x)
 
     authors = MIETask(model, TrainConfig(data="x.jsonl", out=str(tmp_path), margin=margin))
@@ -151,9 +159,11 @@ def test_reference_contrast_term_equals_an_explicit_computation(tmp_path, make_m
     win = [str(r.candidates[r.preference]) for r in recs]
     own = torch.stack([model.score([refs[i]], r.prompt, [win[i]]).score[0] for i, r in enumerate(recs)])
     other = torch.stack(
-        [model.score([refs[(i + 1) % 3]], r.prompt, [win[i]]).score[0] for i, r in enumerate(recs)]
+        [model.score([refs[partner[i]]], r.prompt, [win[i]]).score[0] for i, r in enumerate(recs)]
     )
     term = float(torch.clamp(margin - (own - other), min=0).mean())
+    flipped = float(torch.clamp(margin - (other - own), min=0).mean())
+    assert abs(flipped - term) > 10 * 2e-5  # the check below can tell the term's sign
     assert abs(parts["reference_contrast"] - term) <= 2e-5
     assert abs(float(loss.detach()) - (float(base.detach()) + w * term)) <= 2e-5
     # the gradient reaches the trained layers through the extra sequences too
