@@ -15,6 +15,9 @@ Reported on held-out pairs (per task): pairwise accuracy and balanced accuracy o
 dimension, before training, after training, and after giving every held-out pair another pair's references.
 One model per task (layer_only, lr 2e-3: a random 64-wide model needs far more than the paper's 2e-5 for
 a pretrained 0.8B). Prints one JSON line. ``python benchmarks/mie_learnability.py [--tasks appearance]``.
+
+The palette is shared by training and test, so a model can pass these tasks by memorising which colours
+go together; ``benchmarks/mie_generalisation.py`` draws every identity fresh (issue 23).
 """
 
 from __future__ import annotations

@@ -117,6 +117,14 @@ def _check_images(records: list[Any], path: str) -> None:
     "--rank-loss", type=click.Choice(["margin", "bradley_terry"]), default="margin", show_default=True
 )
 @click.option(
+    "--reference-contrast",
+    default=0.0,
+    show_default=True,
+    type=float,
+    help="Weight of the reference-swap term: each preferred candidate must score higher with its own "
+    "references than with another pair's (0 = off, the authors' objective; docs/mie.md, Generalisation).",
+)
+@click.option(
     "--patience",
     "early_stopping_patience",
     default=None,

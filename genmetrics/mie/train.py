@@ -146,6 +146,8 @@ class TrainConfig:
     beta: float = 0.5
     margin: float = 0.1
     rank_loss: str = "margin"  # or "bradley_terry" (genmetrics' earlier objective, kept as an option)
+    # weight of the reference-swap term (ReferenceContrastTask); 0 = off, the authors' objective
+    reference_contrast: float = 0.0
     early_stopping_patience: int | None = FROM_RECIPE  # None or 0: never stop early
     early_stopping_min_delta: float = 1e-3
     token_budget: int = 16384
@@ -187,6 +189,10 @@ class TrainConfig:
             raise InputError(f"alpha and beta must be >= 0 and not both 0, got {self.alpha}, {self.beta}")
         if self.rank_loss not in RANK_LOSSES:
             raise InputError(f"rank_loss={self.rank_loss!r}; expected one of {RANK_LOSSES}")
+        if not self.reference_contrast >= 0:
+            raise InputError(
+                f"reference_contrast is a loss weight >= 0 (0 = off), got {self.reference_contrast!r}"
+            )
         if self.subset is not None and self.subset < 0:
             raise InputError(f"subset must be >= 0 (0 = all pairs), got {self.subset}")
         for name in ("max_steps", "early_stopping_patience"):
@@ -341,6 +347,97 @@ class MIETask(TrainTask):
         )
 
 
+def reference_partners(refs: list[list[str]]) -> list[tuple[int, int]]:
+    """``(i, j)``: pair ``i`` of a micro-batch is also scored with the references of pair ``j``, the next pair
+    (cyclically) whose set of reference images differs from ``i``'s (the same images in another order show
+    the same subjects: not a negative); a pair without one is left out.
+
+    >>> reference_partners([["a", "b"], ["c", "d"], ["b", "a"]])
+    [(0, 1), (1, 2), (2, 1)]
+    >>> reference_partners([["a", "b"], ["b", "a"]])  # nothing to contrast with
+    []
+    """
+    sets = [frozenset(r) for r in refs]
+    out = []
+    for i, own in enumerate(sets):
+        for d in range(1, len(sets)):
+            j = (i + d) % len(sets)
+            if sets[j] != own:
+                out.append((i, j))
+                break
+    return out
+
+
+class ReferenceContrastTask(MIETask):
+    """The authors' objective plus the reference-swap term (``TrainConfig.reference_contrast`` = w > 0)::
+
+        loss = alpha * L_rank + beta * L_diag + w * L_rank(s(win | own references), s(win | other references))
+
+    The preferred candidate of each pair is scored a second time with the references of another pair of the
+    same micro-batch (:func:`reference_partners`) and must score higher with its own, by the rank loss of
+    ``cfg.rank_loss`` and ``cfg.margin``. The candidate is the same on both sides, so a score that ignores
+    the references cannot lower this term: it rewards comparing, not memorising candidates (the evidence
+    is in docs/mie.md, "Generalisation"). The extra sequences share the batch's vision features (one more
+    language forward per pair, no extra image). Validation (the early-stopping monitor) is the authors'.
+
+    Two pairs with different references (toy pairs written in two folders):
+
+    >>> from genmetrics.mie.model import MIEModel
+    >>> from genmetrics.testing import tiny_qwen35, tiny_qwen35_processor, toy_mib_pairs
+    >>> import tempfile
+    >>> model = MIEModel(tiny_qwen35(), tiny_qwen35_processor(), unfreeze_layers=1)
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     records = [load_training_pairs(toy_mib_pairs(Path(d) / f"s{s}", 1, seed=s))[0] for s in (0, 1)]
+    ...     task = ReferenceContrastTask(model, TrainConfig(data="x.jsonl", out=d, reference_contrast=1.0))
+    ...     x = task.collate(records[:2])
+    ...     loss, parts = task.loss(task.trainable_module(), x)
+    >>> len(x["batch"]), x["partners"], sorted(parts)  # 2 pairs: win, lose, and win with the other's refs
+    (6, [(0, 1), (1, 0)], ['diag', 'loss', 'rank', 'reference_contrast'])
+    """
+
+    _contrast = True  # off while evaluate() collates validation pairs
+
+    def collate(self, records: list[Any]) -> dict[str, Any]:
+        x = super().collate(records)
+        x["partners"] = reference_partners(x["refs"]) if self._contrast else []
+        if x["partners"]:
+            i_s = [i for i, _ in x["partners"]]
+            self.model.prepare(
+                [x["refs"][j] for _, j in x["partners"]],
+                [x["prompts"][i] for i in i_s],
+                [x["win"][i] for i in i_s],
+                _batch=x["batch"],
+            )
+        return x
+
+    def loss(self, module: Any, x: dict[str, Any]) -> tuple[torch.Tensor, dict[str, float]]:
+        from genmetrics.mie.loss import rank_loss
+        from genmetrics.mie.model import MIEOutput
+
+        out = module(x["batch"])
+        n = len(x["win"])
+        loss, parts = self._loss(MIEOutput(out.score[: 2 * n], out.diagnostics[: 2 * n]), x)
+        own = [i for i, _ in x.get("partners", [])]
+        term = torch.zeros((), device=out.score.device)  # logged as 0 when no pair has a partner
+        if own:
+            term = rank_loss(
+                out.score[own].float(),
+                out.score[2 * n :].float(),
+                kind=self.cfg.rank_loss,
+                margin=self.cfg.margin,
+            )
+            loss = loss + self.cfg.reference_contrast * term
+        # every process logs the same keys (the loop all-reduces them by name)
+        return loss, {**parts, "reference_contrast": float(term.detach()), "loss": float(loss.detach())}
+
+    def evaluate(self, module: Any, records: list[Any]) -> dict[str, float]:
+        self._contrast = False
+        try:
+            return super().evaluate(module, records)
+        finally:
+            self._contrast = True
+
+
 def train_mie(
     config: TrainConfig | None = None,
     *,
@@ -394,6 +491,8 @@ def train_mie(
     model = build_model(
         cfg, vlm, processor, backbone_name=backbone_name, mixed_precision=loop.mixed_precision
     )
+    if cfg.reference_contrast and task_cls is MIETask:
+        task_cls = ReferenceContrastTask
     task = task_cls(model, cfg, sorted({g for r in train_recs for g in r.generators}))
     res = fit(task, train_recs, loop, val_examples=val_recs or None)
     ckpt = res.best_dir if res.best_dir is not None else res.final_dir
