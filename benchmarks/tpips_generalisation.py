@@ -333,6 +333,7 @@ def run(args) -> list[dict]:
                     "seen_values_2afc": ev_seen[a],
                     "before_training": ev_before[a],
                     "controls": {k: v[a] for k, v in ev["controls"].items()},
+                    "variant_cpu_s": cpu,  # training and every reading of this variant (both aspects)
                     "probes": ceilings[a],
                 }
             )
