@@ -104,7 +104,8 @@ def test_late_fusion_generalises_to_held_out_colours(quick_late):
     """Trained on hues from the even eighths of the hue circle, scored on hues from the odd eighths: held-out
     colour 2AFC >= 0.85 of its probe ceiling and well above the untrained model. Stripe frequency (probe ceiling
     0.87) is not learned in this setting, even on seen values (docs/tpips.md, "Generalisation"), so it has no
-    goal here; the benchmark reports it."""
+    goal here; the benchmark reports it. Seed 0 (the only seed measured) reaches 0.9375 held out, 0.54 before
+    training."""
     v = quick_late["variants"]["late"]
     held, before = v["heldout"], v["before_training"]
     assert quick_late["ceilings"]["color"] >= 0.9, quick_late
