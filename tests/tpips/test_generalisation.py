@@ -1,0 +1,129 @@
+"""TPIPS generalises to aspect VALUES it never saw (issue 23, items 3-4): the held-out-value task of
+genmetrics.tpips.synthetic.value_triplets (training values from the even eighths of [0, 1), held-out values
+from the odd eighths), the linear-probe ceiling of benchmarks/tpips_generalisation.py, and a smaller version
+of that benchmark with its controls. The full run, its numbers and seeds are in docs/tpips.md,
+"Generalisation"."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "tpips_generalisation.py"
+PAIR = ("color", "stripe frequency")
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("tpips_generalisation", BENCH)
+    mod = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(mod)  # type: ignore[union-attr]
+    return mod
+
+
+def _in(v: float, intervals: list[tuple[float, float]]) -> bool:
+    return any(lo <= v < hi for lo, hi in intervals)
+
+
+def test_held_out_values_are_disjoint_from_training_values():
+    from genmetrics.tpips.synthetic import split_intervals, value_triplets
+
+    train, test = split_intervals("train", 8), split_intervals("test", 8)
+    assert not any(_in(lo, test) or _in(hi - 1e-9, test) for lo, hi in train)  # no shared interval
+    for split, own in (("train", train), ("test", test)):
+        for t in value_triplets(12, PAIR, split=split, seed=5, size=32):
+            for v in t.values:
+                for a in PAIR:  # every tested value comes from its split's intervals
+                    assert _in(v[a], own), (split, a, v[a])
+
+
+def test_task_defeats_aspect_blind_metrics():
+    """The two aspects name different candidates for the same reference, so any metric that ignores the aspect
+    text (here pixel L2) is right on exactly one of a triplet's two 2AFC records: mean 0.5, both 0."""
+    from genmetrics.functional.agreement import per_sample_agreement
+    from genmetrics.tpips.synthetic import value_triplets
+
+    triplets = value_triplets(40, PAIR, split="test", seed=7, size=32)
+    recs = [r for t in triplets for r in t.two_afc()]
+    for t in triplets:
+        a, b = t.two_afc()
+        assert a.reference is b.reference and a.candidates == b.candidates and a.votes == b.votes[::-1]
+
+    def l2(x: torch.Tensor, y: torch.Tensor) -> float:
+        return -float((x.float() - y.float()).norm())
+
+    sims = torch.tensor([[l2(r.reference, c) for c in r.candidates] for r in recs], dtype=torch.float64)
+    right = per_sample_agreement(sims, torch.tensor([r.votes for r in recs])).view(-1, 2)
+    assert torch.equal(right.sum(1), torch.ones(len(triplets), dtype=right.dtype))
+
+
+def test_by_construction_controls_of_the_benchmark(bench):
+    """``summarise`` reads per-aspect, mean and both-right from ``[N, 2]`` agreement: closed forms."""
+    right = torch.tensor([[1.0, 0.0], [1.0, 1.0], [0.0, 0.0], [0.5, 0.5]])
+    s = bench.summarise(right, PAIR)
+    assert s == {"color": 0.625, "stripe frequency": 0.375, "mean": 0.5, "both": 0.25}
+
+
+@pytest.mark.slow
+def test_probe_ceiling_separates_encoded_from_unencoded_aspects(bench):
+    """The frozen small vision tower encodes hue (held-out 2AFC of the probe near 1) but not the triangle's
+    rotation (at chance, the issue's finding): the ceiling tells the two apart. Seed 0, 192 / 96 triplets
+    (the full table, 384 / 128, is in docs/tpips.md)."""
+    from genmetrics.testing import tiny_qwen3vl_processor
+    from genmetrics.tpips import TPIPSModel
+    from genmetrics.tpips.synthetic import value_triplets
+
+    learn = bench._learnability()
+    frozen = TPIPSModel(learn.small_backbone(0), tiny_qwen3vl_processor(64), "late")
+    out = {}
+    for a in ("color", "rotation"):
+        pair = (a, "stripe frequency")
+        train = value_triplets(192, pair, split="train", seed=0, size=64)
+        test = value_triplets(96, pair, split="test", seed=1000, size=64)
+        out[a] = bench.probe_ceiling(frozen, train, test, a)
+    print(json.dumps(out))
+    assert out["color"]["ceiling"] >= 0.9 and out["color"]["ceiling_above_chance"], out
+    assert not out["rotation"]["ceiling_above_chance"], out  # at chance: reported, not hidden
+
+
+@pytest.fixture(scope="module")
+def quick_late(bench):
+    """benchmarks/tpips_generalisation.py --quick --variants late, seed 0 (192 training triplets, 96 held-out,
+    batch 8, 10 epochs: 480 steps): its summary line."""
+    lines = bench.main(["--quick", "--variants", "late"])
+    print(json.dumps(lines[-1]))  # shown with pytest -rP
+    return lines[-1]
+
+
+@pytest.mark.slow
+def test_late_fusion_generalises_to_held_out_colours(quick_late):
+    """Trained on hues from the even eighths of the hue circle, scored on hues from the odd eighths: held-out
+    colour 2AFC >= 0.85 of its probe ceiling and well above the untrained model. Stripe frequency (probe ceiling
+    0.87) is not learned in this setting, even on seen values (docs/tpips.md, "Generalisation"), so it has no
+    goal here; the benchmark reports it. Seed 0 (the only seed measured) reaches 0.9375 held out, 0.54 before
+    training."""
+    v = quick_late["variants"]["late"]
+    held, before = v["heldout"], v["before_training"]
+    assert quick_late["ceilings"]["color"] >= 0.9, quick_late
+    assert held["color"] >= 0.85 * quick_late["ceilings"]["color"], v
+    assert held["color"] >= before["color"] + 0.2, v
+
+
+@pytest.mark.slow
+def test_controls_stay_at_chance(quick_late):
+    """Aspect-blind: the same text ("overall") on both records of a triplet is right on exactly one of them
+    (mean 0.5, both 0, by construction). Swapped references (the next triplet's): the answer has nothing to do
+    with the reference shown, so colour and the mean stay near 0.5: 96 triplets give a standard error of
+    sqrt(0.25 / 96) = 0.051 per aspect, and the band is +-0.15 (about 3 standard errors)."""
+    ctl = quick_late["variants"]["late"]["controls"]
+    # the two records are the same inputs at two batch positions; their scores may differ in the last bits on
+    # some CPUs, so a near-tie may split: allow 2 of 96 triplets
+    assert abs(ctl["aspect_overall"]["mean"] - 0.5) <= 0.02 and ctl["aspect_overall"]["both"] <= 0.02, ctl
+    # both right under swapped texts would need the model to answer against the text it reads
+    assert ctl["aspect_other"]["both"] <= 0.1, ctl
+    for k in ("color", "mean"):
+        assert abs(ctl["reference_swapped"][k] - 0.5) <= 0.15, ctl
