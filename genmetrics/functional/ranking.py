@@ -20,6 +20,8 @@ from typing import Any
 
 import numpy as np
 import torch
+from scipy.optimize import minimize
+from scipy.special import expit
 
 __all__ = ["bradley_terry", "f1_per_class", "macro_f1", "pairwise_accuracy", "win_counts", "win_rate_matrix"]
 
@@ -193,8 +195,9 @@ def bradley_terry(
 
     Model: ``P(i beats j) = sigmoid(theta_i - theta_j)``; the log-likelihood
     ``sum_{i,j} W[i,j] * log sigmoid(theta_i - theta_j)`` over the win counts ``W`` of :func:`win_counts`
-    (ties count half a win for each side) is maximised by Newton's method with step halving (it is
-    concave; the gauge is fixed by ``mean(theta) = 0``). ``prior > 0`` adds ``prior`` virtual wins in each
+    (ties count half a win for each side) is maximised by ``scipy.optimize.minimize`` (trust-region Newton,
+    ``trust-exact``, with the exact gradient and Hessian; it is concave and the gauge is fixed by
+    ``mean(theta) = 0``). ``prior > 0`` adds ``prior`` virtual wins in each
     direction for every pair of items (a symmetric regulariser that also makes the maximum exist when
     some item never lost); with ``prior=0`` a comparison graph that is not strongly connected (an item
     that never lost, never won, or never met the others) is a ``ValueError``.
@@ -224,30 +227,29 @@ def bradley_terry(
     w = w_t.numpy()
     n = w + w.T
 
-    def loglik(t: np.ndarray) -> float:
+    def nll(t: np.ndarray) -> tuple[float, np.ndarray]:
+        # - log-likelihood + (sum theta)^2 / 2: the penalty fixes the gauge (the likelihood's gradient sums
+        # to 0, so at the optimum sum theta = 0) and makes the objective strictly convex
         d = t[:, None] - t[None, :]
-        return float((w * -np.logaddexp(0.0, -d)).sum())
+        p = expit(d)  # P(i beats j)
+        s = float(t.sum())
+        grad = (w.T * p).sum(1) - (w * (1 - p)).sum(1) + s
+        return float((w * np.logaddexp(0.0, -d)).sum()) + 0.5 * s * s, grad
 
-    theta = np.zeros(k)
-    ll = loglik(theta)
-    for _ in range(max_iter):
-        d = theta[:, None] - theta[None, :]
-        p = 1.0 / (1.0 + np.exp(-d))  # P(i beats j)
-        grad = (w * (1 - p)).sum(1) - (w.T * p).sum(1)
-        h = n * p * (1 - p)  # negative Hessian: graph Laplacian with these weights
-        lap = np.diag(h.sum(1)) - h
-        step = np.linalg.lstsq(lap + np.ones((k, k)) / k, grad, rcond=None)[0]
-        step -= step.mean()
-        t = 1.0
-        while t > 1e-10:
-            cand = theta + t * step
-            new_ll = loglik(cand)
-            if new_ll >= ll - 1e-15:
-                break
-            t *= 0.5
-        theta, ll_old, ll = cand, ll, new_ll
-        if np.abs(t * step).max() < tol or abs(ll - ll_old) < tol * 1e-3:
-            break
+    def hess(t: np.ndarray) -> np.ndarray:
+        p = expit(t[:, None] - t[None, :])
+        h = n * p * (1 - p)
+        return np.diag(h.sum(1)) - h + 1.0  # graph Laplacian with these weights + the penalty's ones
+
+    res = minimize(
+        nll,
+        np.zeros(k),
+        jac=True,
+        hess=hess,
+        method="trust-exact",
+        options={"gtol": tol, "maxiter": max_iter},
+    )
+    theta = res.x
     theta = theta - theta.mean()
     return torch.from_numpy(theta.copy())
 

@@ -255,8 +255,11 @@ def evaluate_cmd(
         raise InputError(
             f"--controls: {data} holds {len(records)} pair; swapping references needs at least 2"
         )
-    if batch_pairs < 1 or n_boot < 0:
-        raise InputError("--batch-pairs must be >= 1 and --n-boot >= 0")
+    if batch_pairs < 1:
+        raise InputError("--batch-pairs must be >= 1")
+    from genmetrics.functional.bootstrap import check_n_boot
+
+    check_n_boot(n_boot, "--n-boot")
     seen = _split(seen_generators)
     from genmetrics.data.results import lock_output_folder
 
@@ -448,8 +451,11 @@ def rank_cmd(
 
     if (scores_path is None) == (data is None):
         raise InputError("give either --scores FILE (scored pairs) or --data FILE with --heads DIR")
-    if n_boot < 0 or prior < 0:
-        raise InputError("--n-boot and --prior must be >= 0")
+    from genmetrics.functional.bootstrap import check_n_boot
+
+    check_n_boot(n_boot, "--n-boot")
+    if prior < 0:
+        raise InputError("--prior must be >= 0")
     if scores_path is not None:
         ga, gb, sa, sb, outcome = _read_scores(scores_path, metric, human)
     else:

@@ -19,9 +19,9 @@ from matplotlib.figure import Figure
 
 from genmetrics.data.results import atomic_output
 from genmetrics.errors import InputError
-from genmetrics.functional.bootstrap import bootstrap_ci
+from genmetrics.functional.bootstrap import bootstrap_ci, check_n_boot
 from genmetrics.functional.ranking import bradley_terry, win_counts, win_rate_matrix
-from genmetrics.options import choice, integer, number
+from genmetrics.options import choice, number
 
 ELO_SCALE = 400.0 / math.log(10.0)
 
@@ -46,7 +46,7 @@ def rank_generators(
         scores_a, scores_b: the candidates' scores (higher = better); give these or ``outcome``.
         outcome: per pair, 1 when a won, 0 when b won, 0.5 for a tie (e.g. human preferences). When not
             given it is derived from the scores (ties -> 0.5).
-        n_boot: bootstrap resamples of the pairs for the confidence intervals (0 = none).
+        n_boot: bootstrap resamples of the pairs for the confidence intervals, in ``[1, 100000]``.
         prior: Bradley-Terry regulariser (virtual wins per direction per pair of generators; see
             :func:`genmetrics.functional.ranking.bradley_terry`).
         on_error: a score that is not finite (NaN, inf) is never ranked: ``"stop"`` refuses it naming the
@@ -54,7 +54,8 @@ def rank_generators(
 
     Returns a dict: ``generators`` (ranking order, best first), ``mean_score`` (per generator ``mean``,
     ``low``, ``high``, ``n``; only with scores), ``win_rate`` (``generators``, ``matrix`` R[i][j] = share of
-    i's comparisons with j that i won, None where they never met, ``games``), ``bradley_terry`` (per
+    i's comparisons with j that i won, None where they never met, ``low`` / ``high`` its percentile
+    bootstrap interval from the same resamples of the pairs, ``games``), ``bradley_terry`` (per
     generator ``theta``, ``low``, ``high``, ``elo`` = 1000 + 400/ln10 * theta, ``elo_low``, ``elo_high``),
     and ``n_pairs``.
 
@@ -75,7 +76,7 @@ def rank_generators(
         raise InputError(f"rank_generators: {len(ga)} generators_a but {len(gb)} generators_b")
 
     choice("on_error", on_error, ("stop", "skip"), owner="rank_generators")
-    n_boot = integer("n_boot", n_boot, lo=0, hi=100_000, owner="rank_generators")
+    n_boot = check_n_boot(n_boot)
     prior = number("prior", prior, lo=0.0, owner="rank_generators")
     alpha = number("alpha", alpha, lo=0.0, hi=1.0, lo_open=True, hi_open=True, owner="rank_generators")
     has_scores = scores_a is not None and scores_b is not None
@@ -135,13 +136,22 @@ def rank_generators(
     games = wins + wins.T
 
     boots = np.empty((0, k))
-    if n_boot > 0 and ia.size > 1:
+    rate_boots = np.empty((0, k, k))
+    if ia.size > 1:
         rng = np.random.default_rng(seed)
         boots = np.empty((n_boot, k))
+        rate_boots = np.empty((n_boot, k, k))
         for b in range(n_boot):
             idx = rng.integers(0, ia.size, ia.size)
             boots[b] = bradley_terry(ia[idx], ib[idx], out[idx], k, prior=prior).numpy()
+            rate_boots[b] = win_rate_matrix(ia[idx], ib[idx], out[idx], k).numpy()
     lo, hi = np.quantile(boots, [alpha / 2, 1 - alpha / 2], axis=0) if len(boots) else (theta, theta)
+    if len(rate_boots):  # a pair that met in the data but not in a resample: that resample is left out
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN cells: the diagonal
+            rate_lo, rate_hi = np.nanquantile(rate_boots, [alpha / 2, 1 - alpha / 2], axis=0)
+    else:
+        rate_lo, rate_hi = rates, rates
 
     bt = {}
     for i, g in enumerate(names):
@@ -168,7 +178,7 @@ def rank_generators(
         ms = {}
         for g in names:
             vals = np.asarray(per[g])
-            est, low, high = bootstrap_ci(vals, n_boot=max(n_boot, 1), alpha=alpha, seed=seed)
+            est, low, high = bootstrap_ci(vals, n_boot=n_boot, alpha=alpha, seed=seed)
             ms[g] = {"mean": est, "low": low, "high": high, "n": int(vals.size)}
         result["mean_score"] = ms
     order = sorted(names, key=lambda g: (-bt[g]["theta"], g))
@@ -176,6 +186,10 @@ def rank_generators(
     result["win_rate"] = {
         "generators": names,
         "matrix": [[None if math.isnan(v) else float(v) for v in row] for row in rates],
+        "low": [[None if math.isnan(r) else float(v) for r, v in zip(*rows)] for rows in zip(rates, rate_lo)],
+        "high": [
+            [None if math.isnan(r) else float(v) for r, v in zip(*rows)] for rows in zip(rates, rate_hi)
+        ],
         "games": [[float(v) for v in row] for row in games],
     }
     return result

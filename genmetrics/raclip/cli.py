@@ -71,8 +71,8 @@ def _load_backbone(weights: str, device: str | None) -> tuple[Any, Any, str]:
     "--n-boot",
     default=200,
     show_default=True,
-    type=click.IntRange(min=0),
-    help="Bootstrap resamples for the confidence intervals of mean SaD and PaD (0: none).",
+    type=int,
+    help="Bootstrap resamples for the confidence intervals of mean SaD and PaD, in [1, 100000].",
 )
 @click.option("--seed", default=0, show_default=True, type=int, help="Bootstrap seed.")
 @click.option(
@@ -104,9 +104,11 @@ def compare_cmd(
     from genmetrics.backbones.openclip import parse_clip_weights
     from genmetrics.data.images import list_images
     from genmetrics.errors import InputError
+    from genmetrics.functional.bootstrap import check_n_boot
     from genmetrics.raclip.attributes import resolve_attributes
 
     # ---- validate everything before any weights load
+    check_n_boot(n_boot, "--n-boot")
     real_files = list_images(real_dir, recursive=recursive)
     gen_files = list_images(gen_dir, recursive=recursive)
     for files, what, opt in ((real_files, "real", "--real"), (gen_files, "generated", "--generated")):

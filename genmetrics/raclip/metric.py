@@ -805,7 +805,9 @@ class _KLDivergence(_SetDivergence):
         return list(combinations(self.attributes, 2))
 
     def bootstrap_ci(self, *, n_boot: int = 200, alpha: float = 0.05, seed: int = 0) -> list[float] | None:
-        """BCa bootstrap interval (scipy) of the reported mean (both sets resampled independently), from
+        """Bootstrap interval of the true mean divergence (both sets resampled independently; a bootstrap test
+        inverted along a path of Gaussian fits, docs/bootstrap.md: it starts at 0 when the two sets are no
+        further apart than two samples of one distribution, and holds the bias-corrected estimate), from
         the per-image scores kept with ``keep_scores=True`` (or the rows kept by hcs / kde modes);
         ``None`` for the KDE mode or when no rows are kept. Synchronised across processes like ``compute()``."""
         if not self._keep_rows or self.divergence != "gaussian":

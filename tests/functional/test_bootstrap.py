@@ -10,7 +10,13 @@ import torch
 from scipy.stats import bootstrap
 
 from genmetrics.functional import divergence as D
-from genmetrics.functional.bootstrap import bootstrap_ci, bootstrap_interval, paired_bootstrap, two_sample_ci
+from genmetrics.functional.bootstrap import (
+    bootstrap_ci,
+    bootstrap_interval,
+    gaussian_kl_interval,
+    paired_bootstrap,
+    two_sample_ci,
+)
 
 
 @pytest.mark.parametrize("method", ["BCa", "percentile", "basic"])
@@ -82,7 +88,9 @@ def test_report_bootstrap_estimates_are_sad_and_pad():
     real = torch.randn(40, 4, generator=g, dtype=torch.float64) + 5
     gen = torch.randn(30, 4, generator=g, dtype=torch.float64) * 1.3 + 5.2
     for direction in ("gen||real", "real||gen"):
-        out = bootstrap_means(real, gen, n_boot=200, seed=1, direction=direction, pad_budget=float("inf"))
+        out = bootstrap_means(
+            real, gen, n_boot=200, seed=1, direction=direction, pad_budget=float("inf"), method="BCa"
+        )
         sad = float(D.sad(real, gen, direction=direction).mean())
         pad = float(D.pad(real, gen, direction=direction).mean())
         assert out["sad_estimate"] == pytest.approx(sad, rel=1e-10) and out["pad_estimate"] == pytest.approx(
@@ -90,10 +98,10 @@ def test_report_bootstrap_estimates_are_sad_and_pad():
         )
         assert out["sad"][0] < sad < out["sad"][1] and out["pad"][0] < pad < out["pad"][1]
         assert out["sad_method"] == out["pad_method"] == "BCa"
-    out = bootstrap_means(real, gen, n_boot=200, pad_budget=0.0, bca_budget=0.0)
+    out = bootstrap_means(real, gen, n_boot=200, pad_budget=0.0, bca_budget=0.0, method="BCa")
     assert out["pad"] is None and out["sad_method"] == "percentile"  # over budget: no jackknife
     # two rows in a set: a leave-one-out sample has no variance, so no BCa; the percentile interval is finite
-    out = bootstrap_means(real[:2], gen, n_boot=100, pad_budget=float("inf"))
+    out = bootstrap_means(real[:2], gen, n_boot=100, pad_budget=float("inf"), method="BCa")
     assert out["sad_method"] == out["pad_method"] == "percentile"
     assert all(np.isfinite(out["sad"])) and all(np.isfinite(out["pad"]))
 
@@ -170,3 +178,154 @@ def test_bad_values():
         bootstrap_ci([], n_boot=10)
     with pytest.raises(ValueError, match="pair up one to one, got 3 and 2"):
         paired_bootstrap([1, 2, 3], [1, 2])
+
+
+# ------------------------------------------------------------------ bias-corrected SaD / PaD intervals
+@pytest.mark.parametrize("direction", ["gen||real", "real||gen"])
+def test_kl_interval_plugin_is_the_metric_and_estimate_is_inside(direction):
+    """``plugin`` (the path's end, t = 1) equals SaD / PaD of genmetrics.functional.divergence; the
+    bias-corrected estimate lies inside the interval and below the upward-biased plug-in."""
+    rng = np.random.default_rng(4)
+    real = rng.normal(size=(80, 4))
+    gen = rng.normal(0.4, 1.3, size=(70, 4)) + 0.3 * rng.normal(size=(70, 1))  # correlated attributes
+    for pairs, fn in ((False, D.sad), (True, D.pad)):
+        iv = gaussian_kl_interval(real, gen, pairs=pairs, direction=direction, n_boot=300, seed=2)
+        ref = float(fn(torch.from_numpy(real), torch.from_numpy(gen), direction=direction).mean())
+        assert iv.plugin == pytest.approx(
+            ref, rel=1e-9
+        )  # float64 throughout; 1e-9 leaves room for BLAS order
+        assert iv.method == "inversion" and 0.0 < iv.low <= iv.estimate <= iv.high
+        assert iv.estimate < iv.plugin and iv.distribution.shape == (300,)
+
+
+def test_kl_interval_same_distribution_starts_at_zero():
+    rng = np.random.default_rng(0)
+    real, gen = rng.normal(size=(100, 5)), rng.normal(size=(100, 5))
+    iv = gaussian_kl_interval(real, gen, n_boot=400)
+    # a plug-in of two samples of one distribution is > 0, the old percentile / BCa intervals exclude 0
+    assert iv.plugin > 0 and iv.low == 0.0 and iv.low <= iv.estimate <= iv.high
+    bca = two_sample_ci(real, gen, lambda wx, wy: _kl_weighted(wx, wy, real, gen), n_boot=400, seed=0)
+    assert bca.low > 0.0
+    same = gaussian_kl_interval(real, real, n_boot=50)  # identical fits: nothing to resample away
+    assert (same.estimate, same.low, same.high) == (0.0, 0.0, 0.0)
+
+
+def _kl_weighted(wx, wy, x, y):
+    out = []
+    for w, d in ((wx, x), (wy, y)):
+        k = w.sum(1)[:, None]
+        mu = w @ d / k
+        out.append((mu, (w @ (d * d) - k * mu * mu) / (k - 1) + 1e-6))
+    (mr, vr), (mg, vg) = out
+    return (0.5 * (np.log(vr / vg) + (vg + (mg - mr) ** 2) / vr - 1)).mean(-1)
+
+
+def _kl_coverage(case: str, reps: int, n: int, pairs: bool = False, method: str = "inversion") -> tuple:
+    """Share of ``reps`` data sets whose 90% interval holds the true mean SaD (PaD), and whose estimate is
+    inside its interval: real N(0, I_4) (PaD: unit variances, correlation 0.5), generated the same
+    (``same``: truth 0) or means 0.3 and sd 1.2 (``shifted``: the closed-form Gaussian KL)."""
+    from genmetrics.raclip.report import bootstrap_means
+
+    c = 4
+    cov_r = np.full((c, c), 0.5 if pairs else 0.0) + (0.5 if pairs else 1.0) * np.eye(c)
+    mu_g, sd_g = (0.0, 1.0) if case == "same" else (0.3, 1.2)
+    cov_g = sd_g**2 * cov_r
+    mr, mg = torch.zeros(c, dtype=torch.float64), torch.full((c,), mu_g, dtype=torch.float64)
+    if pairs:  # bivariate KL of every attribute pair, from divergence.gaussian_kl_2d
+        iu, ju = np.triu_indices(c, 1)
+
+        def two(mu, cov):
+            m = torch.stack([mu[iu], mu[ju]], -1)
+            s = torch.from_numpy(
+                np.array([[[cov[i, i], cov[i, j]], [cov[j, i], cov[j, j]]] for i, j in zip(iu, ju)])
+            )
+            return m, s
+
+        truth = float(D.gaussian_kl_2d(*two(mg, cov_g), *two(mr, cov_r)).mean())
+    else:
+        truth = float(D.gaussian_kl(mu_g, sd_g**2, 0.0, 1.0))
+    rng = np.random.default_rng(11)
+    hits = inside = 0
+    key = "pad" if pairs else "sad"
+    for r in range(reps):
+        real = torch.from_numpy(rng.multivariate_normal(np.zeros(c), cov_r, n))
+        gen = torch.from_numpy(rng.multivariate_normal(mg.numpy(), cov_g, n))
+        b = bootstrap_means(
+            real, gen, n_boot=200, seed=r, alpha=0.1, method=method, pad_budget=1e12 if pairs else 0
+        )
+        lo, hi = b[key]
+        hits += lo <= truth <= hi
+        inside += lo <= b[f"{key}_estimate"] <= hi
+    return hits / reps, inside / reps
+
+
+@pytest.mark.parametrize("case", ["same", "shifted"])
+def test_sad_inversion_interval_covers_at_nominal(case):
+    """Fast version of benchmarks/bootstrap_coverage.py (docs/bootstrap.md has the 1000-set figures):
+    120 data sets of 50 images, nominal 90%: binomial sd sqrt(.9 * .1 / 120) = 2.7 points, so the
+    coverage is asserted within 3 sd (8.2 points); the estimate is inside its interval every time. The
+    resampled plug-in (BCa) misses the divergence 0 of the same distribution almost always."""
+    cov, inside = _kl_coverage(case, 120, 50)
+    assert abs(cov - 0.9) <= 0.082 and inside == 1.0, cov
+    if case == "same":
+        bca, _ = _kl_coverage(case, 40, 50, method="BCa")
+        assert bca <= 0.1, bca
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", ["same", "shifted"])
+def test_pad_inversion_interval_covers_at_nominal(case):
+    cov, inside = _kl_coverage(case, 120, 50, pairs=True)
+    assert abs(cov - 0.9) <= 0.082 and inside == 1.0, cov
+
+
+def test_kl_interval_refuses_bad_input():
+    x = np.zeros((10, 3))
+    with pytest.raises(InputError, match="same C"):
+        gaussian_kl_interval(x, np.zeros((10, 2)))
+    with pytest.raises(InputError, match="at least 2 attributes"):
+        gaussian_kl_interval(x[:, :1], x[:, :1], pairs=True)
+    with pytest.raises(InputError, match="n_boot"):
+        gaussian_kl_interval(x, x, n_boot=0)
+
+
+def test_n_boot_zero_is_refused_with_the_range_by_every_caller(tmp_path, capsys):
+    """Issue 22.5: one check (check_n_boot) behind every interval; the CLI exits 2 with one error line."""
+    from genmetrics.cli.main import main
+    from genmetrics.mie.ranking import rank_generators
+    from genmetrics.raclip.report import bootstrap_means
+
+    x = np.random.default_rng(0).normal(size=(20, 3))
+    rng_msg = r"expected an integer in \[1, 100000\], got 0"
+    calls = [
+        lambda: bootstrap_ci(x[:, 0], n_boot=0),
+        lambda: paired_bootstrap(x[:, 0], x[:, 1], n_boot=0),
+        lambda: two_sample_ci(x, x, lambda wx, wy: wx.sum(1), n_boot=0),
+        lambda: gaussian_kl_interval(x, x + 1, n_boot=0),
+        lambda: bootstrap_means(torch.from_numpy(x), torch.from_numpy(x + 1), n_boot=0),
+        lambda: rank_generators(["a", "b"], ["b", "a"], outcome=[1, 0], n_boot=0),
+    ]
+    for call in calls:
+        with pytest.raises(InputError, match=rng_msg):
+            call()
+    scores = tmp_path / "s.jsonl"
+    scores.write_text('{"generators": ["a", "b"], "preference": 0}\n')
+    for argv in (
+        ["rank-generators", "--scores", str(scores), "--human", "--n-boot", "0"],
+        [
+            "compare",
+            "--real",
+            str(tmp_path),
+            "--generated",
+            str(tmp_path),
+            "--attributes",
+            "a",
+            "--n-boot",
+            "0",
+        ],
+    ):
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert (
+            len(err) == 1 and err[0].startswith("error:") and "--n-boot" in err[0] and "[1, 100000]" in err[0]
+        )

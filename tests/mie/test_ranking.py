@@ -40,7 +40,7 @@ def test_rank_generators(tmp_path):
 
 
 def test_rank_from_outcomes_and_errors():
-    res = rank_generators(["a", "a", "b"], ["b", "c", "c"], outcome=[1, 1, 1], n_boot=0)
+    res = rank_generators(["a", "a", "b"], ["b", "c", "c"], outcome=[1, 1, 1], n_boot=20)
     assert res["generators"] == ["a", "b", "c"] and "mean_score" not in res
     with pytest.raises(InputError):
         rank_generators([], [], [], [])
