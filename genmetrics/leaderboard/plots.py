@@ -85,7 +85,8 @@ def _points(ax: Any, name: str, entry: dict[str, Any], order: list[str], ci: flo
     if hi - lo < 1e-12 * max(1.0, abs(hi)):  # all equal: a visible band around the value
         ax.set_ylim(lo - 0.5 * max(abs(lo), 1.0) * 1e-3, hi + 0.5 * max(abs(hi), 1.0) * 1e-3)
     u = unit(name, entry)
-    what = f"mean, {ci * 100:g}% CI" if has_ci else "value vs real set"
+    est = "value vs real set" if entry.get("level") == "set" else "mean"  # a set-level value is no mean
+    what = f"{est}, {ci * 100:g}% CI" if has_ci else est
     ax.set_ylabel(f"{what} ({u})" if u else what)
     arrow = {True: " ↑", False: " ↓", None: ""}[entry["higher_is_better"]]
     ax.set_title(f"{name}{arrow}", fontsize="large")

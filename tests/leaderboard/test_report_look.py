@@ -109,6 +109,9 @@ def test_points_axis_shows_the_differences_not_zero_and_names_the_unit():
     assert "(dB)" in ax.get_ylabel() and "95% CI" in ax.get_ylabel()
     assert [t.get_text() for t in ax.get_xticklabels()] == ["a", "b"]
     assert ax.get_title() == "psnr ↑"
+    ax = _axes()
+    _points(ax, "sad", {**entry, "metric": "sad", "level": "set"}, ["a", "b"], 0.95)
+    assert ax.get_ylabel() == "value vs real set, 95% CI (nats)"
     # whiskers end at the interval, even where the estimate lies outside it
     entry["generators"]["a"] = {"mean": 40.0, "low": 41.0, "high": 43.0}
     ax = _axes()
