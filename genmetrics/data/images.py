@@ -33,6 +33,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import re
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -150,8 +151,12 @@ def load_image(
     except InputError:
         raise
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as e:
+        # Pillow's own text names its error threshold (twice the limit), which contradicted ours: only the
+        # image's size is taken from it
+        size = re.search(r"\((\d+) pixels\)", str(e))
         raise InputError(
-            f"image file {str(p)!r} is too large ({e}); the decompression-bomb limit is {limit} pixels "
+            f"image file {str(p)!r} is too large ({size[1] + ' pixels' if size else 'too many pixels'}); "
+            f"the decompression-bomb limit is {limit} pixels "
             "(set GENMETRICS_MAX_PIXELS to raise it if the file is trusted)"
         ) from None
     except UnidentifiedImageError:

@@ -1,6 +1,8 @@
 """PNG plots of a leaderboard summary (matplotlib's Agg canvas; pyplot and its global state are not used).
 
-* ``plots/<column>.png``: one bar per generator (ranking order) with CI whiskers for per-sample columns;
+* ``plots/<column>.png``: one dot per generator (ranking order) at its mean, with the interval as a whisker
+  where there is one; the axis is scaled to the values (not from 0) and names the unit (``psnr``: dB); the
+  HTML report lays these out in a grid;
 * set-level columns whose value is a vector (SaD per attribute, PaD per attribute pair):
   ``plots/<column>_per_attribute.png``, grouped bars of the largest entries per generator;
 * set-level columns whose value is a ``[P, C]`` map (R-SaD per patch and attribute):
@@ -45,15 +47,58 @@ def _save(fig: Any, path: Path, root: Path | None) -> None:
         fig.savefig(tmp, dpi=110, format="png")
 
 
-def _direction(entry: dict[str, Any]) -> str:
-    return {True: "higher is better", False: "lower is better", None: ""}[entry["higher_is_better"]]
+#: units of the columns whose values have one (matched on the column name before any ``[aspect]``)
+UNITS = {"psnr": "dB", "sad": "nats", "pad": "nats", "rsad": "nats"}
+
+
+def unit(name: str, entry: dict[str, Any] | None = None) -> str:
+    """The unit of a column (its metric's, when ``entry`` names one), or ``""``.
+
+    >>> unit("psnr"), unit("psnr_y", {"metric": "psnr"}), unit("ssim")
+    ('dB', 'dB', '')
+    """
+    metric = (entry or {}).get("metric") or name.split("[")[0]
+    return UNITS.get(str(metric), UNITS.get(name.split("[")[0], ""))
+
+
+def _points(ax: Any, name: str, entry: dict[str, Any], order: list[str], ci: float) -> bool:
+    """Draw one column on ``ax``: a dot per generator at its mean with the interval as a whisker (dots, not
+    bars, so the axis is scaled to the values and their differences, never stretched down to 0)."""
+    gens = [g for g in order if entry["generators"][g]["mean"] is not None]
+    if not gens:
+        return False
+    vals = [entry["generators"][g] for g in gens]
+    means = np.array([v["mean"] for v in vals], dtype=float)
+    x = np.arange(len(gens))
+    has_ci = all(v.get("low") is not None for v in vals)
+    if has_ci:
+        lows = np.array([v["low"] for v in vals], dtype=float)
+        highs = np.array([v["high"] for v in vals], dtype=float)
+        # the interval as computed; a biased set-level estimate may sit outside it, and the dot then shows so
+        ax.vlines(x, lows, highs, color="#222", lw=1.4)
+        ax.hlines(np.r_[lows, highs], np.r_[x, x] - 0.12, np.r_[x, x] + 0.12, color="#222", lw=1.4)
+    ax.plot(x, means, "o", color=COLOR, ms=7, zorder=3)
+    ax.set_xlim(-0.6, len(gens) - 0.4)
+    long = max(len(g) for g in gens) > 8
+    ax.set_xticks(x, gens, rotation=30 if long else 0, ha="right" if long else "center")
+    lo, hi = ax.get_ylim()
+    if hi - lo < 1e-12 * max(1.0, abs(hi)):  # all equal: a visible band around the value
+        ax.set_ylim(lo - 0.5 * max(abs(lo), 1.0) * 1e-3, hi + 0.5 * max(abs(hi), 1.0) * 1e-3)
+    u = unit(name, entry)
+    est = "value vs real set" if entry.get("level") == "set" else "mean"  # a set-level value is no mean
+    what = f"{est}, {ci * 100:g}% CI" if has_ci else est
+    ax.set_ylabel(f"{what} ({u})" if u else what)
+    arrow = {True: " ↑", False: " ↓", None: ""}[entry["higher_is_better"]]
+    ax.set_title(f"{name}{arrow}", fontsize="large")
+    ax.grid(axis="y", alpha=0.3)
+    return True
 
 
 def bar_chart(
     name: str, entry: dict[str, Any], order: list[str], path: Path, ci: float, root: Path | None = None
 ) -> bool:
-    """One bar per generator (mean, with the interval when there is one) into ``path``; False when no
-    generator has a value.
+    """One column into ``path``: a dot per generator (mean) with its interval as a whisker, the axis scaled
+    to the values (not from 0) and labelled with the unit; False when no generator has a value.
 
     >>> import tempfile
     >>> entry = {"higher_is_better": True, "generators": {"a": {"mean": 20.0, "low": 19.0, "high": 21.0},
@@ -62,36 +107,11 @@ def bar_chart(
     ...     bar_chart("psnr", entry, ["a", "b"], Path(d) / "psnr.png", 0.95), (Path(d) / "psnr.png").is_file()
     (True, True)
     """
-    gens = [g for g in order if entry["generators"][g]["mean"] is not None]
-    if not gens:
+    n = sum(entry["generators"][g]["mean"] is not None for g in order)
+    if not n:
         return False
-    vals = [entry["generators"][g] for g in gens]
-    means = np.array([v["mean"] for v in vals], dtype=float)
-    fig = _figure(max(4.0, 0.8 * len(gens) + 2.0), 3.4)
-    ax = fig.add_subplot()
-    x = np.arange(len(gens))
-    yerr = None
-    if all(v.get("low") is not None for v in vals):
-        yerr = np.array(
-            [[m - v["low"] for m, v in zip(means, vals)], [v["high"] - m for m, v in zip(means, vals)]]
-        )
-        yerr = np.clip(yerr, 0, None)
-    ax.bar(x, means, color=COLOR, yerr=yerr, capsize=4, ecolor="#222")
-    ax.set_xticks(
-        x,
-        gens,
-        rotation=30 if max(len(g) for g in gens) > 8 else 0,
-        ha="right" if max(len(g) for g in gens) > 8 else "center",
-    )
-    lo = float(np.min(means - (yerr[0] if yerr is not None else 0)))
-    hi = float(np.max(means + (yerr[1] if yerr is not None else 0)))
-    if lo > 0 and (hi - lo) < 0.1 * hi:  # zoom in only when the differences would be invisible from 0
-        pad = 0.15 * (hi - lo) or 0.05 * hi
-        ax.set_ylim(max(0.0, lo - pad), hi + pad)
-    what = f"mean ± {ci * 100:g}% CI" if yerr is not None else "value vs real set"
-    ax.set_ylabel(what)
-    ax.set_title(f"{name} ({_direction(entry)})" if _direction(entry) else name)
-    ax.grid(axis="y", alpha=0.3)
+    fig = _figure(max(3.4, 0.6 * n + 1.8), 3.0)
+    _points(fig.add_subplot(), name, entry, order, ci)
     _save(fig, path, root)
     return True
 
@@ -160,6 +180,8 @@ def attribute_bars(
         ax.bar(x + (i - (len(vecs) - 1) / 2) * width, v[top], width=width, label=g)
     ax.set_xticks(x, [labels[i] for i in top], rotation=45, ha="right")
     ax.set_title(f"{name} per attribute{' pair' if pairs else ''} (largest {len(top)})")
+    if unit(name, entry):
+        ax.set_ylabel(unit(name, entry))
     ax.legend(fontsize="small")
     ax.grid(axis="y", alpha=0.3)
     _save(fig, path, root)

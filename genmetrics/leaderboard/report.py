@@ -351,20 +351,37 @@ def ranking_table(summary: dict[str, Any]) -> Table:
     return Table(frame, classes, ["r", "l", "r"] + ["r"] * len(cols))
 
 
+def winner(p: dict[str, Any], higher_is_better: bool | None) -> str | None:
+    """The generator the pair's mean difference favours in the column's direction (``None``: no direction
+    or no difference); whether that is significant is :func:`_significant`'s call.
+
+    >>> p = {"a": "x", "b": "y", "diff": -0.5}
+    >>> winner(p, True), winner(p, False), winner(p, None), winner({**p, "diff": 0.0}, True)
+    ('y', 'x', None, None)
+    """
+    if higher_is_better is None or not _finite(p["diff"]) or p["diff"] == 0:
+        return None
+    return p["a"] if (p["diff"] > 0) == higher_is_better else p["b"]
+
+
 def paired_tables(summary: dict[str, Any], *, neighbours_only: bool = False) -> dict[str, Table]:
     """Per per-sample column with comparisons: ``A``, ``B``, ``A − B`` (``*`` when the interval excludes 0),
-    ``CI``, ``p``, ``n``; ``neighbours_only`` keeps only neighbours in the ranking above
+    ``CI``, ``p``, ``n`` and ``better`` (the generator the difference favours; in brackets when the
+    interval includes 0); ``neighbours_only`` keeps only neighbours in the ranking above
     :data:`MAX_PAIRS_MD` pairs.
+
+    CSS classes colour by who wins: the winner's name ``win`` (significant) or ``lead`` (not), the
+    difference ``a-wins`` or ``b-wins``, plus ``sig`` when significant.
 
     >>> s = {"n_boot": 1000, "generators": ["a", "b"], "columns": {"psnr": {"higher_is_better": True,
     ...      "level": "sample", "paired": [{"a": "a", "b": "b", "diff": 2.0, "low": 1.0, "high": 3.0,
     ...                                     "p_value": 0.0, "n": 12}]}}}
     >>> t = paired_tables(s)["psnr"]
-    >>> t.title, t.frame.iloc[0].tolist(), t.classes.iloc[0].tolist()[2]
-    ('psnr ↑', ['a', 'b', '+2 *', '[+1, +3]', '<0.001', '12'], 'sig')
+    >>> t.title, t.frame.iloc[0].tolist(), t.classes.iloc[0].tolist()[:3]
+    ('psnr ↑', ['a', 'b', '+2 *', '[+1, +3]', '<0.001', '12', 'a'], ['l win', 'l', 'a-wins sig'])
     """
     out: dict[str, Table] = {}
-    head = ["A", "B", "A − B", "CI", "p", "n"]
+    head = ["A", "B", "A − B", "CI", "p", "n", "better"]
     for name, e in summary["columns"].items():
         if e["level"] != "sample" or not e["paired"]:
             continue
@@ -372,6 +389,7 @@ def paired_tables(summary: dict[str, Any], *, neighbours_only: bool = False) -> 
         rows, classes = [], []
         for p in pairs:
             sig = _significant(p)
+            w = winner(p, e["higher_is_better"])
             rows.append(
                 [
                     p["a"],
@@ -380,13 +398,26 @@ def paired_tables(summary: dict[str, Any], *, neighbours_only: bool = False) -> 
                     f"[{fmt(p['low'], signed=True)}, {fmt(p['high'], signed=True)}]",
                     fmt_p(p["p_value"], summary["n_boot"]),
                     str(p["n"]),
+                    "–" if w is None else w if sig else f"({w})",
                 ]
             )
-            classes.append(["l", "l", "sig" if sig else "", "", "", ""])
+            mark = "win" if sig else "lead"
+            diff_class = "" if w is None else ("a-wins" if w == p["a"] else "b-wins")
+            classes.append(
+                [
+                    f"l {mark}" if w == p["a"] else "l",
+                    f"l {mark}" if w == p["b"] and w != p["a"] else "l",
+                    f"{diff_class} sig".strip() if sig else diff_class,
+                    "",
+                    "",
+                    "",
+                    "l",
+                ]
+            )
         out[name] = Table(
             pd.DataFrame(rows, columns=head),
             pd.DataFrame(classes, columns=head),
-            ["l", "l", "r", "r", "r", "r"],
+            ["l", "l", "r", "r", "r", "r", "l"],
             title=_header(name, e),
         )
     return out
@@ -404,8 +435,11 @@ def _md_table(t: Table) -> list[str]:
     return lines
 
 
-def to_markdown(summary: dict[str, Any], plots: list[tuple[str, str]]) -> str:
-    """``leaderboard.md``: the notes, the ranking table (mean [CI] per column), paired comparisons and plots.
+def to_markdown(
+    summary: dict[str, Any], plots: list[tuple[str, str]], galleries: list[tuple[str, str]] | None = None
+) -> str:
+    """``leaderboard.md``: the notes, the ranking table (mean [CI] per column), paired comparisons, plots and
+    links to the per-generator ``galleries`` (``(generator, relative href)``).
 
     >>> import tempfile
     >>> from genmetrics.leaderboard import run_leaderboard
@@ -432,7 +466,8 @@ def to_markdown(summary: dict[str, Any], plots: list[tuple[str, str]]) -> str:
             "## Paired comparisons",
             "",
             f"Mean difference A − B over the images both generators have, with a {level_s} paired-bootstrap "
-            "CI and two-sided p-value; `*` marks intervals that exclude 0.",
+            "CI and two-sided p-value; `*` marks intervals that exclude 0; *better* names the generator the "
+            "difference favours (in brackets when the interval includes 0).",
         ]
         for name, t in tables.items():
             lines += ["", f"### {md_escape(t.title)}", "", *_md_table(t)]
@@ -442,6 +477,9 @@ def to_markdown(summary: dict[str, Any], plots: list[tuple[str, str]]) -> str:
     if plots:
         lines += ["", "## Plots", ""]
         lines += [f"![{md_escape(t)}]({p})" for t, p in plots]
+    if galleries:
+        lines += ["", "Per-sample galleries (best and worst samples per metric): "]
+        lines[-1] += ", ".join(f"[{md_escape(g)}]({href})" for g, href in galleries)
     lines += [
         "",
         "Files: `results.jsonl` (one row per generator, metric and image), `summary.json`, "
@@ -517,14 +555,19 @@ def paired_csv(summary: dict[str, Any]) -> str:
 
 
 # ------------------------------------------------------------------------------------------ HTML
-#: the look of leaderboard.html (classes: ``lb`` the ranking table, ``l`` text cells, ``sig`` significant
-#: differences, ``note`` small print, ``banner`` a warning before the tables)
+#: the look of leaderboard.html (classes: ``lb`` the ranking table, ``l`` text cells, ``a-wins`` / ``b-wins``
+#: a difference favouring A / B, ``sig`` a significant one, ``win`` / ``lead`` the winner's name when the
+#: difference is / is not significant, ``note`` small print, ``banner`` a warning before the tables,
+#: ``plots`` the grid of figures, ``wide`` a figure across the whole grid, ``scroll`` a wide table's box)
 CSS = """body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2rem auto;max-width:1100px;
 padding:0 1rem;color:#222}table{border-collapse:collapse;margin:1rem 0}th,td{border:1px solid #ccc;
 padding:.3rem .6rem;text-align:right}th{background:#f3f3f3}td.l,th.l{text-align:left}
-table.lb tbody tr:first-child td{font-weight:600}.sig{color:#0a6}.note{color:#555;font-size:.9rem}
-.banner{background:#fff3cd;border:1px solid #e0c36c;padding:.5rem .8rem}
-img{max-width:100%;border:1px solid #eee;margin:.5rem 0}"""
+table.lb tbody tr:first-child td{font-weight:600}.note{color:#555;font-size:.9rem}
+.a-wins{color:#0b6e4f}.b-wins{color:#b23a48}.sig{font-weight:600}td.win,span.win{background:#c8ecd9}
+td.lead,span.lead{background:#eef8f2}.banner{background:#fff3cd;border:1px solid #e0c36c;padding:.5rem .8rem}
+img{max-width:100%;border:1px solid #eee;margin:.5rem 0}.plots{display:grid;gap:.5rem 1rem;
+grid-template-columns:repeat(auto-fill,minmax(320px,1fr))}.plots figure{margin:0}figure.wide{grid-column:1/-1}
+.scroll{overflow-x:auto}"""
 
 
 def _html_table(t: Table, css_class: str = "") -> str:
@@ -539,8 +582,39 @@ def _html_table(t: Table, css_class: str = "") -> str:
     return styler.to_html(table_attributes=f'class="{css_class}"' if css_class else None, cell_ids=False)
 
 
-def to_html(summary: dict[str, Any], plots: list[tuple[str, Path]]) -> str:
-    """``leaderboard.html``: the Markdown report's content as one self-contained HTML page.
+def data_uri(path: Path, mime: str = "image/png") -> str:
+    """A file as a ``data:`` URI, so a page embeds it and fetches nothing.
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     (Path(d) / "x.png").write_bytes(b"ab") and data_uri(Path(d) / "x.png")
+    'data:image/png;base64,YWI='
+    """
+    return f"data:{mime};base64," + base64.b64encode(Path(path).read_bytes()).decode("ascii")
+
+
+def figure(title: str, path: Path, css_class: str = "", img_class: str = "") -> str:
+    """A PNG file as an embedded ``<figure>`` with ``title`` as its caption (escaped).
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     (Path(d) / "x.png").write_bytes(b"ab") and figure("a<b", Path(d) / "x.png", "wide")
+    '<figure class="wide"><img alt="a&lt;b" src="data:image/png;base64,YWI="><figcaption class="note">a&lt;b</figcaption></figure>'
+    """
+    e = html.escape
+    fc = f' class="{css_class}"' if css_class else ""
+    ic = f' class="{img_class}"' if img_class else ""
+    return (
+        f'<figure{fc}><img{ic} alt="{e(title)}" src="{data_uri(path)}">'
+        f'<figcaption class="note">{e(title)}</figcaption></figure>'
+    )
+
+
+def to_html(
+    summary: dict[str, Any], plots: list[tuple[str, Path]], galleries: list[tuple[str, str]] | None = None
+) -> str:
+    """``leaderboard.html``: the Markdown report's content as one self-contained HTML page (plots in a grid),
+    with links to the per-generator ``galleries`` (``(generator, relative href)``) when given.
 
     >>> import tempfile
     >>> from genmetrics.leaderboard import run_leaderboard
@@ -564,34 +638,49 @@ def to_html(summary: dict[str, Any], plots: list[tuple[str, Path]]) -> str:
     out += [f'<p class="banner">{e(n)}</p>' for n in banner]
     intro = e(_intro(summary)).replace("{rank_by}", f"<b>{e(str(summary['rank_by']))}</b>")
     out.append(f'<p class="note">{intro}</p>')
-    out.append(_html_table(ranking_table(summary), "lb"))
+    out.append(f'<div class="scroll">{_html_table(ranking_table(summary), "lb")}</div>')
     out += [f'<p class="note">{e(n)}</p>' for n in rest]
+    if galleries:
+        links = ", ".join(f'<a href="{e(href, quote=True)}">{e(g)}</a>' for g, href in galleries)
+        out.append(f"<p>Per-sample galleries (the best and worst samples per metric): {links}.</p>")
     tables = paired_tables(summary)
     if tables:
         out.append(
             f'<h2>Paired comparisons</h2><p class="note">Mean difference A − B over shared images, {level_s} '
-            "paired-bootstrap CI, two-sided p-value; green: the interval excludes 0.</p>"
+            "paired-bootstrap CI, two-sided p-value. Colours say who wins in the column's direction: "
+            '<span class="a-wins">A better</span>, <span class="b-wins">B better</span>; the winner\'s name is '
+            '<span class="win">highlighted</span> when the interval excludes 0 (<b>*</b>), '
+            '<span class="lead">shaded</span> when it does not.</p>'
         )
         for name, t in tables.items():
             out.append(f"<h3>{e(t.title or name)}</h3>")
             out.append(_html_table(t, f"paired-{len(out)}"))
     if plots:
-        out.append("<h2>Plots</h2>")
-        for title, path in plots:
-            data = base64.b64encode(Path(path).read_bytes()).decode("ascii")
-            out.append(
-                f'<figure><img alt="{e(title)}" src="data:image/png;base64,{data}">'
-                f'<figcaption class="note">{e(title)}</figcaption></figure>'
-            )
+        out.append('<h2>Plots</h2><div class="plots">')
+        is_wide = [" map, " in title or title.endswith(" per attribute") for title, _ in plots]
+        # one panel per column first (they fill the grid), then the figures that span it
+        for wide_, (title, path) in sorted(zip(is_wide, plots), key=lambda t: t[0]):
+            out.append(figure(title, Path(path), "wide" if wide_ else ""))
+        out.append("</div>")
+
     config = e(str(summary["config"]))
     out.append(f'<p class="note">{len(summary["generators"])} generators; config {config}.</p></body></html>')
     return "\n".join(out) + "\n"
 
 
 # ------------------------------------------------------------------------------------------ files
-def write_reports(out_dir: Path, plan: Plan, summary: dict[str, Any], *, plots: bool = True) -> list[Path]:
+def write_reports(
+    out_dir: Path,
+    plan: Plan,
+    summary: dict[str, Any],
+    *,
+    plots: bool = True,
+    rows: list[dict[str, Any]] | None = None,
+) -> list[Path]:
     """Write summary.json, the reports and (optionally) the plots, each atomically and under the write rule
-    (inside ``out_dir``, never through a link); returns the paths.
+    (inside ``out_dir``, never through a link); with ``plots`` and the results ``rows`` also a gallery page
+    per generator (``gallery/<generator>.html``, :mod:`genmetrics.leaderboard.gallery`), linked from
+    ``leaderboard.html``; returns the paths.
 
     >>> import tempfile
     >>> from genmetrics.leaderboard import build_plan, load_config, run_leaderboard
@@ -602,13 +691,15 @@ def write_reports(out_dir: Path, plan: Plan, summary: dict[str, Any], *, plots: 
     ...     [p.name for p in write_reports(Path(d) / "again", plan, summary, plots=False)]
     ['summary.json', 'leaderboard.md', 'leaderboard.csv', 'paired.csv', 'leaderboard.html']
     """
+    from genmetrics.leaderboard.gallery import write_galleries
+
     made = make_plots(out_dir, summary) if plots else []
+    figures = [(t, out_dir / p) for t, p in made]
+    galleries = write_galleries(out_dir, plan, summary, rows, figures) if plots and rows is not None else []
     return [
         atomic_write_json(out_dir / "summary.json", summary, root=out_dir),
-        atomic_write_text(out_dir / "leaderboard.md", to_markdown(summary, made), root=out_dir),
+        atomic_write_text(out_dir / "leaderboard.md", to_markdown(summary, made, galleries), root=out_dir),
         atomic_write_text(out_dir / "leaderboard.csv", to_csv(summary), root=out_dir),
         atomic_write_text(out_dir / "paired.csv", paired_csv(summary), root=out_dir),
-        atomic_write_text(
-            out_dir / "leaderboard.html", to_html(summary, [(t, out_dir / p) for t, p in made]), root=out_dir
-        ),
-    ]
+        atomic_write_text(out_dir / "leaderboard.html", to_html(summary, figures, galleries), root=out_dir),
+    ] + [out_dir / href for _, href in galleries]

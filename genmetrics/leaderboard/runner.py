@@ -588,7 +588,7 @@ class _Run:
             (i["backbone_provider"] for i in self.identities.values() if i["backbone_provider"]), None
         )
         summary = summarize(self.plan, rows, provider=provider)
-        write_reports(self.out, self.plan, summary, plots=plots)
+        write_reports(self.out, self.plan, summary, plots=plots, rows=rows)
         return summary
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -20,11 +20,13 @@ import torch
 from genmetrics.data.results import atomic_output
 
 
-def _figure(w: float, h: float):
+def _figure(w: float, h: float, layout: Literal["constrained"] | None = None):
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(w, h), dpi=110)
+    # "constrained": matplotlib reserves room for every title, tick label and colour bar, so a colour bar's
+    # labels never run into the next panel
+    fig = Figure(figsize=(w, h), dpi=110, layout=layout)
     FigureCanvasAgg(fig)
     return fig
 
@@ -120,11 +122,15 @@ def rsad_heatmaps(
     ...     Image.open(rsad_heatmaps(rsad_map, (4, 4), ["smiling", "wearing hat"], Path(d) / "rsad.png")).format
     'PNG'
     """
+    return _save(_rsad_figure(rsad_map, grid, attributes, top), path)
+
+
+def _rsad_figure(rsad_map: Any, grid: tuple[int, int], attributes: Sequence[str], top: int) -> Any:
     m = torch.as_tensor(rsad_map, dtype=torch.float64)
     idx = _top(m.abs().mean(0), top)
     cols = _cols(len(idx))
     rows = math.ceil(len(idx) / cols)
-    fig = _figure(3.2 * cols, 3.0 * rows + 0.4)
+    fig = _figure(3.4 * cols, 3.0 * rows + 0.4, layout="constrained")
     for k, i in enumerate(idx):
         ax = fig.add_subplot(rows, cols, k + 1)
         g = m[:, i].reshape(grid).numpy()
@@ -133,12 +139,14 @@ def rsad_heatmaps(
         ax.set_title(f"{attributes[i]}\nmean|R-SaD| {1000 * float(m[:, i].abs().mean()):.2f}e-3", fontsize=9)
         ax.set_xticks([])
         ax.set_yticks([])
-        cb = fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
+        cb = fig.colorbar(im, ax=ax, shrink=0.85)
         cb.ax.tick_params(labelsize=7)
+        cb.formatter.set_powerlimits((-2, 3))  # 1e-3-sized values as 0.5 with "1e-3" on top, not 0.0005
+        cb.ax.yaxis.get_offset_text().set_fontsize(7)
     fig.suptitle(
         "R-SaD = mean real - mean generated (red: more in real, blue: more in generated)", fontsize=10
     )
-    return _save(fig, path)
+    return fig
 
 
 def _upsample(g: np.ndarray, hw: tuple[int, int]) -> np.ndarray:
@@ -197,7 +205,7 @@ def attribute_maps(
 ) -> Path:
     """Rows: example images (real and generated); columns: the image, then one overlay of the refined
     patch scores per attribute in ``columns`` (indices; default the first 4). Titles give the image's
-    RA-CLIPScore for that attribute. One colour scale (0..max) per column.
+    RA-CLIPScore for that attribute. One colour scale (0..max) per column, drawn as a colour bar under it.
 
     >>> import tempfile
     >>> from PIL import Image
@@ -208,26 +216,42 @@ def attribute_maps(
     ...     Image.open(attribute_maps(examples, ["smiling", "wearing hat"], (4, 4), Path(d) / "maps.png")).format
     'PNG'
     """
+    return _save(_maps_figure(examples, attributes, grid, columns, alpha), path)
+
+
+def _maps_figure(
+    examples: Sequence[Any], attributes: Sequence[str], grid: tuple[int, int], columns: Any, alpha: float
+) -> Any:
+    from matplotlib.cm import ScalarMappable
+    from matplotlib.colors import Normalize
+
     cols_idx = list(columns) if columns is not None else list(range(min(4, len(attributes))))
     n = len(examples)
     cols = 1 + len(cols_idx)
-    fig = _figure(2.4 * cols, 2.5 * max(n, 1))
+    fig = _figure(2.4 * cols + 0.6, 2.5 * max(n, 1) + 0.5, layout="constrained")
+    axes = fig.subplots(max(n, 1), cols, squeeze=False)
     vmax = {
         i: max(float(e.patch_scores[:, i].max()) for e in examples) if examples else 1.0 for i in cols_idx
     }
     for r, e in enumerate(examples):
         img = e.image.permute(1, 2, 0).numpy()
-        ax = fig.add_subplot(n, cols, r * cols + 1)
+        ax = axes[r, 0]
         ax.imshow(img)
         ax.set_title(f"{e.role}: {e.name}"[:28], fontsize=8)
         ax.set_xticks([])
         ax.set_yticks([])
         for c, i in enumerate(cols_idx):
-            ax = fig.add_subplot(n, cols, r * cols + c + 2)
+            ax = axes[r, c + 1]
             g = _upsample(e.patch_scores[:, i].reshape(grid).numpy(), img.shape[:2])
             ax.imshow(img)
             ax.imshow(g, cmap="inferno", vmin=0.0, vmax=max(vmax[i], 1e-12), alpha=alpha)
             ax.set_title(f"{attributes[i]}\nRA {float(e.score[i]):.3f}"[:40], fontsize=8)
             ax.set_xticks([])
             ax.set_yticks([])
-    return _save(fig, path)
+    # the colour scale: one per attribute column (0 .. the column's largest patch score), under its column
+    for c, i in enumerate(cols_idx):
+        sm = ScalarMappable(Normalize(0.0, max(vmax[i], 1e-12)), cmap="inferno")
+        cb = fig.colorbar(sm, ax=axes[:, c + 1], location="bottom", shrink=0.9, aspect=18)
+        cb.set_label("refined patch score", fontsize=7)
+        cb.ax.tick_params(labelsize=7)
+    return fig

@@ -97,7 +97,12 @@ def test_reports(small_set, tmp_path):
     # html is self-contained: every plot embedded, nothing fetched
     html = (out / "leaderboard.html").read_text()
     assert html.count("data:image/png;base64,") == len(names)
-    assert not re.search(r"(src|href)=\"(?!data:)", html)
+    assert not re.search(r"src=\"(?!data:)", html)
+    # the only links: one gallery page per generator (self-contained too)
+    hrefs = re.findall(r'href="([^"]*)"', html)
+    assert sorted(hrefs) == sorted(f"gallery/{g}.html" for g in GENS)
+    for h in hrefs:
+        assert not re.search(r"src=\"(?!data:)", (out / h).read_text())
     s = json.loads((out / "summary.json").read_text())
     assert s["generators"] == ["good", "mid", "bad"]
     m = json.loads((out / "manifest.json").read_text())

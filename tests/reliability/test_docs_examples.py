@@ -292,6 +292,8 @@ def _given_mie(root: Path, monkeypatch) -> dict:
 
 def _given_leaderboard(root: Path, monkeypatch) -> dict:
     shutil.copytree(REPO / "examples" / "quickstart" / "data", root / "data")
+    # the page's metric_kwargs example runs from the repository's root with base_dir="examples/quickstart"
+    shutil.copytree(REPO / "examples" / "quickstart" / "data", root / "examples" / "quickstart" / "data")
     (root / "config.toml").write_text(
         '[data]\nreferences = "data/refs"\nprompts = "data/prompts.jsonl"\n\n[run]\nn_boot = 50\n\n'
         '[[generators]]\nname = "blur"\nimages = "data/gen/blur"\n\n[[generators]]\nname = "heavy-jpeg"\n'

@@ -1,0 +1,229 @@
+"""How the reports look: paired differences coloured by who wins, plots scaled to the values with units,
+the "(set) columns" note only where there are such columns, the per-generator galleries (best and worst
+samples, linked, sortable, self-contained) and the RA-CLIPScore figures' colour scales."""
+
+from __future__ import annotations
+
+import html as html_lib
+import re
+
+import numpy as np
+import pytest
+import torch
+from lb_helpers import toml_config
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from genmetrics.data.results import read_results
+from genmetrics.leaderboard import run_leaderboard
+from genmetrics.leaderboard.gallery import best_and_worst, write_galleries
+from genmetrics.leaderboard.plots import _points, unit
+from genmetrics.leaderboard.report import _intro, paired_tables, winner
+from genmetrics.raclip import plots as raclip_plots
+from genmetrics.raclip.report import Example
+
+PSNR_SSIM = '[[metrics]]\nname = "psnr"\n\n[[metrics]]\nname = "ssim"\n'
+
+
+@pytest.fixture
+def board(small_set, tmp_path):
+    cfg = toml_config(small_set, PSNR_SSIM, extra='[run]\nn_boot = 200\ntitle = "Look <b>"\n')
+    res = run_leaderboard(cfg, tmp_path / "out")
+    return res, read_results(res.results)
+
+
+# ------------------------------------------------------------------------------------------ paired colours
+@pytest.mark.parametrize("hib", [True, False, None])
+def test_winner_follows_direction_and_is_symmetric(hib):
+    rng = np.random.default_rng(0)
+    for d in rng.normal(size=50):
+        p = {"a": "x", "b": "y", "diff": float(d)}
+        swapped = {"a": "y", "b": "x", "diff": -float(d)}
+        assert winner(p, hib) == winner(swapped, hib)  # the same pair read the other way round
+        if hib is None:
+            assert winner(p, hib) is None
+        else:  # explicit: higher is better -> the larger mean wins
+            assert winner(p, hib) == (("x" if d > 0 else "y") if hib else ("y" if d > 0 else "x"))
+
+
+def test_paired_cells_coloured_by_who_wins_in_every_direction():
+    def summary(hib, diff, lo, hi):
+        pair = {"a": "a", "b": "b", "diff": diff, "low": lo, "high": hi, "p_value": 0.5, "n": 5}
+        return {
+            "n_boot": 100,
+            "generators": ["a", "b"],
+            "columns": {"m": {"higher_is_better": hib, "level": "sample", "paired": [pair]}},
+        }
+
+    cases = [  # (direction, diff, CI) -> (A class, B class, diff class, better)
+        ((True, 2.0, 1.0, 3.0), ("l win", "l", "a-wins sig", "a")),
+        ((False, 2.0, 1.0, 3.0), ("l", "l win", "b-wins sig", "b")),
+        ((True, -1.0, -2.0, 0.5), ("l", "l lead", "b-wins", "(b)")),
+        ((False, -1.0, -2.0, 0.5), ("l lead", "l", "a-wins", "(a)")),
+        ((None, 2.0, 1.0, 3.0), ("l", "l", "sig", "–")),
+    ]
+    for args, (ca, cb, cd, better) in cases:
+        t = paired_tables(summary(*args))["m"]
+        assert t.classes.iloc[0].tolist()[:3] == [ca, cb, cd], args
+        assert t.frame.iloc[0]["better"] == better, args
+
+
+def test_winner_matches_the_means_of_the_board(board):
+    res, _ = board
+    s = res.summary
+    for name in ("psnr", "ssim"):
+        e = s["columns"][name]
+        for p in e["paired"]:
+            ma, mb = e["generators"][p["a"]]["mean"], e["generators"][p["b"]]["mean"]
+            # all ids shared, so the mean difference is the difference of the means (higher is better)
+            assert p["diff"] == pytest.approx(ma - mb, rel=1e-9, abs=1e-12)
+            assert winner(p, True) == (p["a"] if ma > mb else p["b"])
+    page = (res.out / "leaderboard.html").read_text()
+    # every pair here is significant and A is ranked above B: A's name highlighted, the difference A's colour
+    assert len(re.findall(r'class="data row\d+ col0 l win"', page)) == 6
+    assert len(re.findall(r'class="data row\d+ col2 a-wins sig"', page)) == 6
+
+
+# ------------------------------------------------------------------------------------------ plots
+def _axes():
+    fig = Figure()
+    FigureCanvasAgg(fig)
+    return fig.add_subplot()
+
+
+def test_points_axis_shows_the_differences_not_zero_and_names_the_unit():
+    entry = {
+        "metric": "psnr",
+        "higher_is_better": True,
+        "generators": {
+            "a": {"mean": 42.0, "low": 41.8, "high": 42.2},
+            "b": {"mean": 25.6, "low": 24.4, "high": 26.5},
+            "c": {"mean": None},
+        },
+    }
+    ax = _axes()
+    assert _points(ax, "psnr", entry, ["a", "b", "c"], 0.95)
+    lo, hi = ax.get_ylim()
+    assert 0 < lo <= 24.4 and 42.2 <= hi  # every interval visible, the axis not stretched to 0
+    assert (hi - lo) < 2 * (42.2 - 24.4)
+    assert "(dB)" in ax.get_ylabel() and "95% CI" in ax.get_ylabel()
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["a", "b"]
+    assert ax.get_title() == "psnr ↑"
+    ax = _axes()
+    _points(ax, "sad", {**entry, "metric": "sad", "level": "set"}, ["a", "b"], 0.95)
+    assert ax.get_ylabel() == "value vs real set, 95% CI (nats)"
+    # whiskers end at the interval, even where the estimate lies outside it
+    entry["generators"]["a"] = {"mean": 40.0, "low": 41.0, "high": 43.0}
+    ax = _axes()
+    _points(ax, "psnr", entry, ["a", "b"], 0.95)
+    segs = ax.collections[0].get_segments()
+    assert [tuple(s[:, 1]) for s in segs] == [(41.0, 43.0), (24.4, 26.5)]
+
+
+def test_units():
+    assert unit("psnr") == "dB" and unit("psnr[y]") == "dB" and unit("x", {"metric": "sad"}) == "nats"
+    assert unit("ssim") == "" and unit("clip_i") == ""
+
+
+def test_html_plots_in_a_grid_and_set_note_only_with_set_columns(board):
+    res, _ = board
+    page = (res.out / "leaderboard.html").read_text()
+    assert '<div class="plots">' in page and page.count("<figure") == 2
+    assert "(set) columns" not in _intro(res.summary)
+    with_set = {
+        **res.summary,
+        "columns": {**res.summary["columns"], "x": {**res.summary["columns"]["psnr"], "level": "set"}},
+    }
+    assert "(set) columns" in _intro(with_set)
+
+
+# ------------------------------------------------------------------------------------------ gallery
+def test_best_and_worst_match_an_explicit_sort():
+    rng = np.random.default_rng(1)
+    for n in (1, 3, 7, 8, 20):
+        scores = {f"s{i:02d}": float(v) for i, v in enumerate(rng.normal(size=n))}
+        for hib in (True, False, None):
+            best, worst = best_and_worst(scores, hib, k=4)
+            by_value = sorted(scores, key=scores.get, reverse=hib in (True, None))
+            assert best == by_value[:4]
+            assert worst == by_value[::-1][: min(4, max(0, n - 4))]
+            assert not set(best) & set(worst)
+
+
+def test_gallery_pages(board):
+    res, rows = board
+    out = res.out
+    page_of = dict(
+        re.findall(r'<a href="(gallery/[^"]+)">([^<]+)</a>', (out / "leaderboard.html").read_text())
+    )
+    assert sorted(page_of.values()) == ["bad", "good", "mid"]
+    for href, g in page_of.items():
+        text = (out / href).read_text()
+        assert not re.search(r'src="(?!data:)', text)  # self-contained
+        assert 'href="../leaderboard.html"' in text and "Look &lt;b&gt;" in text
+        assert "<script>" in text and 'class="sortable"' in text
+        for metric in ("psnr", "ssim"):
+            scores = {r["id"]: r["score"] for r in rows if r["generator"] == g and r["metric"] == metric}
+            best, worst = best_and_worst(scores, True, k=4)
+            section = text.split(f'<h2 id="{metric}">')[1].split("</table>")[0]
+            shown = re.findall(r'<td class="l" data-v="([^"]+)">', section)
+            assert shown == best + worst  # best first, then worst first
+            # each row: the candidate's and the reference's thumbnail
+            assert section.count('class="thumb" alt="generated') == len(shown)
+            assert section.count('class="thumb" alt="reference') == len(shown)
+
+
+def test_gallery_escapes_names_and_keeps_file_names_apart(board, tmp_path):
+    res, rows = board
+    plan = _plan(res)
+    summary = {**res.summary}
+    rename = {"good": "<i>a/b", "mid": "<i>a?b", "bad": "bad"}
+    summary["generators"] = [rename[g] for g in res.summary["generators"]]
+    summary["ranking"] = [{**it, "generator": rename[it["generator"]]} for it in res.summary["ranking"]]
+    rows2 = [{**r, "generator": rename[r["generator"]]} for r in rows]
+    for mp in plan.metrics:
+        mp.samples = {rename[g]: v for g, v in mp.samples.items()}
+    links = write_galleries(tmp_path / "o", plan, summary, rows2)
+    assert len({h for _, h in links}) == 3  # "<i>a/b" and "<i>a?b" sanitise alike: still two files
+    for g, h in links:
+        text = (tmp_path / "o" / h).read_text()
+        assert "<i>" not in text and html_lib.escape(g) in text
+
+
+def _plan(res):
+    from genmetrics.leaderboard import build_plan, load_config
+
+    return build_plan(load_config(res.summary["config"]))
+
+
+# ------------------------------------------------------------------------------------------ RA-CLIPScore figures
+def _overlaps(a, b) -> bool:
+    return a.x0 < b.x1 and b.x0 < a.x1 and a.y0 < b.y1 and b.y0 < a.y1
+
+
+def test_rsad_colour_bar_labels_stay_out_of_the_next_panel():
+    torch.manual_seed(0)
+    m = torch.randn(49, 6) * 3e-4 + torch.linspace(-1e-3, 1e-3, 6)
+    fig = raclip_plots._rsad_figure(m, (7, 7), [f"attribute {i}" for i in range(6)], 8)
+    r = fig.canvas.get_renderer()
+    fig.canvas.draw()
+    images = [ax for ax in fig.axes if ax.images]
+    bars = [ax for ax in fig.axes if not ax.images]
+    assert len(images) == len(bars) == 6
+    for cb in bars:
+        box = cb.get_tightbbox(r)  # the bar with its tick labels and offset text
+        assert not any(_overlaps(box, ax.get_window_extent(r)) for ax in images)
+
+
+def test_attribute_maps_have_a_colour_scale_per_column():
+    ex = [
+        Example(r, f"{r}.png", torch.rand(3, 32, 32), torch.rand(3), torch.rand(16, 3) * s)
+        for r, s in (("real", 1.0), ("generated", 2.0))
+    ]
+    fig = raclip_plots._maps_figure(ex, ["a", "b", "c"], (4, 4), [0, 2], 0.5)
+    bars = [ax for ax in fig.axes if ax.get_label() == "<colorbar>"]
+    assert len(bars) == 2
+    # each scale runs from 0 to the largest patch score of its column over all examples
+    for cb, i in zip(bars, [0, 2]):
+        top = max(float(e.patch_scores[:, i].max()) for e in ex)
+        assert cb.get_xlim() == pytest.approx((0.0, top))
