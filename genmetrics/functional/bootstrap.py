@@ -418,17 +418,13 @@ def gaussian_kl_interval(
     check_direction(direction)
     x, y = np.asarray(real, dtype=np.float64), np.asarray(gen, dtype=np.float64)
     if x.ndim != 2 or y.ndim != 2 or x.shape[1] != y.shape[1] or min(x.shape[0], y.shape[0]) < 2:
-        from genmetrics.errors import InputError
-
-        raise InputError(
+        raise ValueError(
             f"gaussian_kl_interval: expected real [N,C] and gen [M,C] score tables with the same C and at "
             f"least 2 rows each, got {x.shape} and {y.shape}"
         )
     c = x.shape[1]
     if pairs and c < 2:
-        from genmetrics.errors import InputError
-
-        raise InputError(f"gaussian_kl_interval: PaD needs at least 2 attributes, got {c}")
+        raise ValueError(f"gaussian_kl_interval: PaD needs at least 2 attributes, got {c}")
     p, q = (y, x) if direction == "gen||real" else (x, y)  # KL(p || q); the path moves p
     rng = np.random.default_rng(seed)
     mp_b, sp_b = _resampled_moments(p, n_boot, rng, cross=pairs, budget=budget)

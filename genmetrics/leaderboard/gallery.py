@@ -28,8 +28,7 @@ from genmetrics.data.results import atomic_write_text
 from genmetrics.errors import InputError
 from genmetrics.leaderboard.notes import notes
 from genmetrics.leaderboard.plan import Plan
-from genmetrics.leaderboard.plots import _safe
-from genmetrics.leaderboard.report import figure
+from genmetrics.leaderboard.plots import figure, safe_name
 from genmetrics.registry import Granularity
 
 #: samples shown per end (best, worst) of each column
@@ -166,7 +165,7 @@ def _section(
     hib = entry["higher_is_better"]
     arrow = {True: " ↑", False: " ↓", None: ""}[hib]
     if not col:
-        return f'<h2 id="{e(_safe(name))}">{e(name)}{arrow}</h2><p class="note">no finite scores.</p>'
+        return f'<h2 id="{e(safe_name(name))}">{e(name)}{arrow}</h2><p class="note">no finite scores.</p>'
     best, worst = best_and_worst(col, hib, K)
     samples = {s.id: s for s in mp.samples.get(g, [])}
     refs = any(s.reference is not None for s in samples.values())
@@ -175,7 +174,7 @@ def _section(
     head = ["shown", "id", "image"] + (["reference"] if refs else []) + (["condition"] if conds else [])
     head += [f"{name}{arrow}"] + others
     out = [
-        f'<h2 id="{e(_safe(name))}">{e(name)}{arrow}</h2>',
+        f'<h2 id="{e(safe_name(name))}">{e(name)}{arrow}</h2>',
         f'<p class="note">The {len(best)} best and {len(worst)} worst of {len(col)} samples '
         f"({'higher' if hib in (True, None) else 'lower'} is better{'' if hib is not None else ': no direction, highest first'}); "
         "click a header to sort.</p>",
@@ -217,7 +216,7 @@ def _set_section(name: str, entry: dict[str, Any], g: str, plots: list[tuple[str
     arrow = {True: " ↑", False: " ↓", None: ""}[entry["higher_is_better"]]
     ci = f" [{_fmt(v.get('low'))}, {_fmt(v.get('high'))}]" if v.get("low") is not None else ""
     out = [
-        f'<h2 id="{e(_safe(name))}">{e(name)}{arrow} (set)</h2>',
+        f'<h2 id="{e(safe_name(name))}">{e(name)}{arrow} (set)</h2>',
         f"<p>{e(g)} against the real set: <b>{_fmt(v.get('mean'))}</b>{e(ci)} "
         f'<span class="note">({v.get("n") or 0} generated, {v.get("n_real") or 0} real images)</span></p>',
     ]
@@ -255,7 +254,7 @@ def page(
         f"<h1>{e(title)}</h1>",
         f'<p class="note"><a href="../leaderboard.html">← leaderboard</a> · rank {rank} of '
         f"{len(summary['generators'])} by {e(str(summary['rank_by']))} · sections: "
-        + ", ".join(f'<a href="#{e(_safe(n))}">{e(n)}</a>' for n in [*names, *set_cols])
+        + ", ".join(f'<a href="#{e(safe_name(n))}">{e(n)}</a>' for n in [*names, *set_cols])
         + "</p>",
     ]
     out += [f'<p class="banner">{e(n)}</p>' for n in notes(summary) if n.startswith("random backbones")]
@@ -292,10 +291,10 @@ def write_galleries(
     thumbs = _Thumbs()
     made, used = [], set()
     for g in summary["generators"]:
-        stem, k = _safe(g), 1
+        stem, k = safe_name(g), 1
         while stem in used:  # distinct names may sanitise to one file name
             k += 1
-            stem = f"{_safe(g)}-{k}"
+            stem = f"{safe_name(g)}-{k}"
         used.add(stem)
         path = out_dir / "gallery" / f"{stem}.html"
         atomic_write_text(path, page(g, plan, summary, rows, list(plots), thumbs), root=out_dir)

@@ -14,6 +14,8 @@ The data comes only from the results rows (``value``, ``labels``, ``grid``), nev
 
 from __future__ import annotations
 
+import base64
+import html
 import itertools
 import math
 import re
@@ -31,7 +33,12 @@ TOP_ATTRIBUTES = 20
 TOP_MAPS = 4
 
 
-def _safe(name: str) -> str:
+def safe_name(name: str) -> str:
+    """``name`` as a file-name part (letters, digits, ``._-``; anything else becomes ``_``).
+
+    >>> safe_name("ssim / b=2"), safe_name("***")
+    ('ssim_b_2', 'plot')
+    """
     return re.sub(r"[^A-Za-z0-9._-]+", "_", name).rstrip("_") or "plot"
 
 
@@ -250,16 +257,44 @@ def make_plots(out_dir: Path, summary: dict[str, Any]) -> list[tuple[str, str]]:
 
     order = summary["generators"]
     for name, entry in summary["columns"].items():
-        f = path(_safe(name))
+        f = path(safe_name(name))
         if bar_chart(name, entry, order, f, summary["ci"], root=out_dir):
             made.append((name, f"plots/{f.name}"))
         if entry["level"] != "set":
             continue
-        f = path(f"{_safe(name)}_per_attribute")
+        f = path(f"{safe_name(name)}_per_attribute")
         if attribute_bars(name, entry, order, f, root=out_dir):
             made.append((f"{name} per attribute", f"plots/{f.name}"))
         for g in order:
-            f = path(f"{_safe(name)}_{_safe(g)}_heatmap")
+            f = path(f"{safe_name(name)}_{safe_name(g)}_heatmap")
             if heatmaps(name, g, entry["generators"][g], f, root=out_dir):
                 made.append((f"{name} map, {g}", f"plots/{f.name}"))
     return made
+
+
+def data_uri(path: Path, mime: str = "image/png") -> str:
+    """A file as a ``data:`` URI, so a page embeds it and fetches nothing.
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     (Path(d) / "x.png").write_bytes(b"ab") and data_uri(Path(d) / "x.png")
+    'data:image/png;base64,YWI='
+    """
+    return f"data:{mime};base64," + base64.b64encode(Path(path).read_bytes()).decode("ascii")
+
+
+def figure(title: str, path: Path, css_class: str = "", img_class: str = "") -> str:
+    """A PNG file as an embedded ``<figure>`` with ``title`` as its caption (escaped).
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     (Path(d) / "x.png").write_bytes(b"ab") and figure("a<b", Path(d) / "x.png", "wide")
+    '<figure class="wide"><img alt="a&lt;b" src="data:image/png;base64,YWI="><figcaption class="note">a&lt;b</figcaption></figure>'
+    """
+    e = html.escape
+    fc = f' class="{css_class}"' if css_class else ""
+    ic = f' class="{img_class}"' if img_class else ""
+    return (
+        f'<figure{fc}><img{ic} alt="{e(title)}" src="{data_uri(path)}">'
+        f'<figcaption class="note">{e(title)}</figcaption></figure>'
+    )

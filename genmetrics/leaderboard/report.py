@@ -21,7 +21,6 @@ spreadsheet tools expect, so it is never run as a formula).
 
 from __future__ import annotations
 
-import base64
 import html
 import math
 from dataclasses import dataclass
@@ -33,9 +32,10 @@ import pandas as pd
 
 from genmetrics.data.results import atomic_write_json, atomic_write_text
 from genmetrics.functional.bootstrap import bootstrap_ci, paired_bootstrap
+from genmetrics.leaderboard.gallery import write_galleries
 from genmetrics.leaderboard.notes import BANNER, notes
 from genmetrics.leaderboard.plan import SET_ID, Plan
-from genmetrics.leaderboard.plots import make_plots
+from genmetrics.leaderboard.plots import figure, make_plots
 from genmetrics.registry import Granularity
 
 ARROW = {True: "↑", False: "↓", None: ""}
@@ -582,34 +582,6 @@ def _html_table(t: Table, css_class: str = "") -> str:
     return styler.to_html(table_attributes=f'class="{css_class}"' if css_class else None, cell_ids=False)
 
 
-def data_uri(path: Path, mime: str = "image/png") -> str:
-    """A file as a ``data:`` URI, so a page embeds it and fetches nothing.
-
-    >>> import tempfile
-    >>> with tempfile.TemporaryDirectory() as d:
-    ...     (Path(d) / "x.png").write_bytes(b"ab") and data_uri(Path(d) / "x.png")
-    'data:image/png;base64,YWI='
-    """
-    return f"data:{mime};base64," + base64.b64encode(Path(path).read_bytes()).decode("ascii")
-
-
-def figure(title: str, path: Path, css_class: str = "", img_class: str = "") -> str:
-    """A PNG file as an embedded ``<figure>`` with ``title`` as its caption (escaped).
-
-    >>> import tempfile
-    >>> with tempfile.TemporaryDirectory() as d:
-    ...     (Path(d) / "x.png").write_bytes(b"ab") and figure("a<b", Path(d) / "x.png", "wide")
-    '<figure class="wide"><img alt="a&lt;b" src="data:image/png;base64,YWI="><figcaption class="note">a&lt;b</figcaption></figure>'
-    """
-    e = html.escape
-    fc = f' class="{css_class}"' if css_class else ""
-    ic = f' class="{img_class}"' if img_class else ""
-    return (
-        f'<figure{fc}><img{ic} alt="{e(title)}" src="{data_uri(path)}">'
-        f'<figcaption class="note">{e(title)}</figcaption></figure>'
-    )
-
-
 def to_html(
     summary: dict[str, Any], plots: list[tuple[str, Path]], galleries: list[tuple[str, str]] | None = None
 ) -> str:
@@ -691,7 +663,6 @@ def write_reports(
     ...     [p.name for p in write_reports(Path(d) / "again", plan, summary, plots=False)]
     ['summary.json', 'leaderboard.md', 'leaderboard.csv', 'paired.csv', 'leaderboard.html']
     """
-    from genmetrics.leaderboard.gallery import write_galleries
 
     made = make_plots(out_dir, summary) if plots else []
     figures = [(t, out_dir / p) for t, p in made]

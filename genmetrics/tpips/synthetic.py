@@ -205,6 +205,10 @@ class ValueTriplet:
     and ``reference`` the index of ``B``. :meth:`records` gives the odd-one-out records (one per aspect, one
     vote), :meth:`two_afc` the 2AFC records (reference ``B``; the two other images as candidates, in the
     shown order).
+
+    >>> t = value_triplets(1, ("color", "size"), split="train", size=32)[0]
+    >>> len(t.images), sorted(t.odd), t.reference in (0, 1, 2)
+    (3, ['color', 'size'], True)
     """
 
     id: str

@@ -281,11 +281,11 @@ def test_pad_inversion_interval_covers_at_nominal(case):
 
 def test_kl_interval_refuses_bad_input():
     x = np.zeros((10, 3))
-    with pytest.raises(InputError, match="same C"):
+    with pytest.raises(ValueError, match="same C"):
         gaussian_kl_interval(x, np.zeros((10, 2)))
-    with pytest.raises(InputError, match="at least 2 attributes"):
+    with pytest.raises(ValueError, match="at least 2 attributes"):
         gaussian_kl_interval(x[:, :1], x[:, :1], pairs=True)
-    with pytest.raises(InputError, match="n_boot"):
+    with pytest.raises(ValueError, match="n_boot"):
         gaussian_kl_interval(x, x, n_boot=0)
 
 
@@ -306,7 +306,7 @@ def test_n_boot_zero_is_refused_with_the_range_by_every_caller(tmp_path, capsys)
         lambda: rank_generators(["a", "b"], ["b", "a"], outcome=[1, 0], n_boot=0),
     ]
     for call in calls:
-        with pytest.raises(InputError, match=rng_msg):
+        with pytest.raises(ValueError, match=rng_msg):
             call()
     scores = tmp_path / "s.jsonl"
     scores.write_text('{"generators": ["a", "b"], "preference": 0}\n')
