@@ -216,7 +216,9 @@ def _(ctx):
 
 @case("h-pkl-legacy-pth", "pickle", "load_state_dict: a legacy (non-zip) torch .pth holding an object")
 def _(ctx):
-    _safe_loader_refuses(ctx, "model.pth", lambda p, o: torch.save(o, p, _use_new_zipfile_serialization=False))
+    _safe_loader_refuses(
+        ctx, "model.pth", lambda p, o: torch.save(o, p, _use_new_zipfile_serialization=False)
+    )
 
 
 @case("h-pkl-raw-pkl", "pickle", "load_state_dict: a raw pickle .pkl")
@@ -607,11 +609,16 @@ def _(ctx):
     _resume_poison(ctx, "trainable.safetensors", lambda t: t.__setitem__("evil.weight", torch.zeros(3)))
 
 
-@case("h-resume-trainable-nan", "poison", "resume: NaN in a trainable tensor", xfail=(
+@case(
+    "h-resume-trainable-nan",
+    "poison",
+    "resume: NaN in a trainable tensor",
+    xfail=(
         "train: genmetrics/train/checkpoint.py _read_safetensors/_load_trainable/_load_optimizer check keys, "
         "shapes and dtypes but not finiteness: a NaN/inf planted in a checkpoint resumes silently and ends "
         "with non-finite weights in final/ (exit 0)"
-    ),)
+    ),
+)
 def _(ctx):
     def f(t):
         k = _first(t)
@@ -621,11 +628,16 @@ def _(ctx):
     _resume_poison(ctx, "trainable.safetensors", f)
 
 
-@case("h-resume-trainable-inf", "poison", "resume: +inf in a trainable tensor", xfail=(
+@case(
+    "h-resume-trainable-inf",
+    "poison",
+    "resume: +inf in a trainable tensor",
+    xfail=(
         "train: genmetrics/train/checkpoint.py _read_safetensors/_load_trainable/_load_optimizer check keys, "
         "shapes and dtypes but not finiteness: a NaN/inf planted in a checkpoint resumes silently and ends "
         "with non-finite weights in final/ (exit 0)"
-    ),)
+    ),
+)
 def _(ctx):
     def f(t):
         k = _first(t)
@@ -644,11 +656,16 @@ def _(ctx):
     _resume_poison(ctx, "optimizer.safetensors", f)
 
 
-@case("h-resume-optimizer-nan", "poison", "resume: NaN in an optimizer moment", xfail=(
+@case(
+    "h-resume-optimizer-nan",
+    "poison",
+    "resume: NaN in an optimizer moment",
+    xfail=(
         "train: genmetrics/train/checkpoint.py _read_safetensors/_load_trainable/_load_optimizer check keys, "
         "shapes and dtypes but not finiteness: a NaN/inf planted in a checkpoint resumes silently and ends "
         "with non-finite weights in final/ (exit 0)"
-    ),)
+    ),
+)
 def _(ctx):
     def f(t):
         k = next(k for k in sorted(t) if t[k].dim() > 0)
@@ -811,7 +828,9 @@ def _(ctx):
         assert torch.equal(v, t2.net.state_dict()[k]), k
 
 
-@case("h-enospc-checkpoint", "fault", "a full disk (ENOSPC) while writing a checkpoint: one line, nothing lost")
+@case(
+    "h-enospc-checkpoint", "fault", "a full disk (ENOSPC) while writing a checkpoint: one line, nothing lost"
+)
 def _(ctx):
     import errno
 
@@ -860,7 +879,12 @@ def _(ctx):
     assert peak < 64 << 20, peak
 
 
-@case("h-bomb-vs-reference-score", "fault", "score psnr: a 12000 x 12000 candidate against 16 x 16 refs", cli=True)
+@case(
+    "h-bomb-vs-reference-score",
+    "fault",
+    "score psnr: a 12000 x 12000 candidate against 16 x 16 refs",
+    cli=True,
+)
 def _(ctx):
     refs = _images(ctx.inp / "r", n=1)
     gen = ctx.inp / "g"
@@ -1034,7 +1058,13 @@ def _(ctx):
         load_tpips(d, backbone=tiny_qwen3vl(seed=0), processor=tiny_qwen3vl_processor())
 
 
-@case("h-nonutf8-names-lc-all-c", "fault", "LC_ALL=C, file names not UTF-8: score psnr in a subprocess", cli=True, slow=True)
+@case(
+    "h-nonutf8-names-lc-all-c",
+    "fault",
+    "LC_ALL=C, file names not UTF-8: score psnr in a subprocess",
+    cli=True,
+    slow=True,
+)
 def _(ctx):
     import subprocess
     import sys
@@ -1052,9 +1082,22 @@ def _(ctx):
     env = {**os.environ, "LC_ALL": "C", "LANG": "C", "PYTHONIOENCODING": ""}
     env.pop("PYTHONUTF8", None)
     p = subprocess.run(
-        [sys.executable, "-m", "genmetrics", "score", "psnr", "-r", str(r), "-c", str(g), "--out",
-         str(ctx.out / "s.jsonl")],
-        env=env, capture_output=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "genmetrics",
+            "score",
+            "psnr",
+            "-r",
+            str(r),
+            "-c",
+            str(g),
+            "--out",
+            str(ctx.out / "s.jsonl"),
+        ],
+        env=env,
+        capture_output=True,
+        timeout=300,
     )
     assert b"Traceback" not in p.stderr, p.stderr.decode(errors="replace")
     assert p.returncode == 0, p.stderr.decode(errors="replace")
@@ -1062,7 +1105,11 @@ def _(ctx):
 
 
 # ======================================================================= 5. silent answers (silent)
-@case("h-global-load-truncated", "silent", "loading a truncated JPEG leaves PIL's LOAD_TRUNCATED_IMAGES as it was")
+@case(
+    "h-global-load-truncated",
+    "silent",
+    "loading a truncated JPEG leaves PIL's LOAD_TRUNCATED_IMAGES as it was",
+)
 def _(ctx):
     from genmetrics.data.images import load_image
 
@@ -1091,7 +1138,9 @@ def _(ctx):
     assert Image.MAX_IMAGE_PIXELS == before
 
 
-@case("h-global-torch-threads-grad", "silent", "scoring leaves torch's grad mode and default dtype as they were")
+@case(
+    "h-global-torch-threads-grad", "silent", "scoring leaves torch's grad mode and default dtype as they were"
+)
 def _(ctx):
     import genmetrics as gm
     from genmetrics.testing import random_images
@@ -1104,8 +1153,13 @@ def _(ctx):
     assert torch.is_grad_enabled() == g and torch.get_default_dtype() == dt
 
 
-@case("h-nboot-zero-api", "silent", "bootstrap_ci(n_boot=0) refused with the range",
-      xfail="stats branch not merged", xfail_strict=False)
+@case(
+    "h-nboot-zero-api",
+    "silent",
+    "bootstrap_ci(n_boot=0) refused with the range",
+    xfail="stats branch not merged",
+    xfail_strict=False,
+)
 def _(ctx):
     from genmetrics.functional import bootstrap_ci
 
@@ -1113,8 +1167,14 @@ def _(ctx):
     ctx.refused(lambda: bootstrap_ci(torch.rand(10), n_boot=0), "100000", exc=(InputError, ValueError))
 
 
-@case("h-nboot-zero-cli", "silent", "rank-generators --n-boot 0 refused with the range", cli=True,
-      xfail="stats branch not merged", xfail_strict=False)
+@case(
+    "h-nboot-zero-cli",
+    "silent",
+    "rank-generators --n-boot 0 refused with the range",
+    cli=True,
+    xfail="stats branch not merged",
+    xfail_strict=False,
+)
 def _(ctx):
     p = ctx.inp / "scores.jsonl"
     p.write_text('{"generators":["a","b"],"scores":{"mie":[1.0,0.5]}}\n' * 3)
@@ -1139,7 +1199,9 @@ def _check_pairs(path: Path):
     return check_pairs(load_training_pairs(path), str(path))
 
 
-@case("h-train-same-file-candidates", "silent", "MIE pairs whose two candidates are one file: refused with rows")
+@case(
+    "h-train-same-file-candidates", "silent", "MIE pairs whose two candidates are one file: refused with rows"
+)
 def _(ctx):
     def same(rows, folder):
         for r in rows:
@@ -1150,7 +1212,9 @@ def _(ctx):
     ctx.refused(lambda: _check_pairs(p), str(p))
 
 
-@case("h-train-one-duplicate-pair", "silent", "one MIE pair of the same file among good ones: refused naming it")
+@case(
+    "h-train-one-duplicate-pair", "silent", "one MIE pair of the same file among good ones: refused naming it"
+)
 def _(ctx):
     ids: list[str] = []
 
@@ -1163,7 +1227,9 @@ def _(ctx):
     ctx.refused(lambda: _check_pairs(p), ids[0])
 
 
-@case("h-train-identical-copies-warn", "silent", "MIE pairs whose candidates are byte-identical copies: warned")
+@case(
+    "h-train-identical-copies-warn", "silent", "MIE pairs whose candidates are byte-identical copies: warned"
+)
 def _(ctx):
     import shutil
 
@@ -1182,7 +1248,11 @@ def _(ctx):
     assert any("2" in str(w.message) for w in seen), [str(w.message) for w in seen]
 
 
-@case("h-device-cuda-missing", "silent", "TrainLoopConfig(device='cuda') without CUDA: one line naming the option")
+@case(
+    "h-device-cuda-missing",
+    "silent",
+    "TrainLoopConfig(device='cuda') without CUDA: one line naming the option",
+)
 def _(ctx):
     from genmetrics.train import fit
     from genmetrics.train.config import DeviceUnavailableError
@@ -1192,7 +1262,9 @@ def _(ctx):
     Toy, make_data = _toy()
     ctx.freeze()
     msg = ctx.refused(
-        lambda: fit(Toy(), make_data(8), _train_cfg(ctx.out, device="cuda")), "device", exc=DeviceUnavailableError
+        lambda: fit(Toy(), make_data(8), _train_cfg(ctx.out, device="cuda")),
+        "device",
+        exc=DeviceUnavailableError,
     )
     assert "cpu" in msg and "\n" not in msg
 
@@ -1205,10 +1277,14 @@ def _(ctx):
     ctx.monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
     Toy, make_data = _toy()
     ctx.freeze()
-    ctx.refused(lambda: fit(Toy(), make_data(8), _train_cfg(ctx.out, device="mps")), "mps", exc=DeviceUnavailableError)
+    ctx.refused(
+        lambda: fit(Toy(), make_data(8), _train_cfg(ctx.out, device="mps")), "mps", exc=DeviceUnavailableError
+    )
 
 
-@case("h-state-not-persisted-clip", "silent", "compute() on a metric reloaded without persistent(True) says so")
+@case(
+    "h-state-not-persisted-clip", "silent", "compute() on a metric reloaded without persistent(True) says so"
+)
 def _(ctx):
     import genmetrics as gm
     from genmetrics.testing import random_images
@@ -1221,7 +1297,11 @@ def _(ctx):
     ctx.refused(fresh.compute, "persistent(True)")
 
 
-@case("h-state-persisted-roundtrip", "silent", "with persistent(True) the reloaded metric computes the same value")
+@case(
+    "h-state-persisted-roundtrip",
+    "silent",
+    "with persistent(True) the reloaded metric computes the same value",
+)
 def _(ctx):
     import genmetrics as gm
     from genmetrics.testing import random_images
@@ -1246,3 +1326,214 @@ def _(ctx):
     assert rows and all(
         isinstance(v, float) and np.isfinite(v) for r in rows for k, v in r.items() if k == "psnr"
     ), rows
+
+
+# ============================================================ later additions (each in its class)
+@case("h-mie-heads-run-folder", "silent", "--heads given the --out folder of train mie: its best/ is used")
+def _(ctx):
+    from genmetrics.mie.checkpoint import resolve_heads
+
+    for sub in ("final", "best"):
+        (ctx.inp / "run" / sub).mkdir(parents=True)
+        (ctx.inp / "run" / sub / "mie_config.json").write_text("{}")
+    ctx.freeze()
+    assert resolve_heads(ctx.inp / "run") == ctx.inp / "run" / "best"
+
+
+@case("h-mie-heads-unfinished-run", "silent", "--heads given an unfinished run folder: says to --resume it")
+def _(ctx):
+    from genmetrics.mie.checkpoint import resolve_heads
+
+    (ctx.inp / "run" / "checkpoints" / "step-4").mkdir(parents=True)
+    ctx.freeze()
+    ctx.refused(lambda: resolve_heads(ctx.inp / "run"), "--resume", "step-4")
+
+
+@case("h-mie-heads-pickle-pt", "pickle", "an MIE heads .pt file that pickles code: refused, never run")
+def _(ctx):
+    from genmetrics.mie import checkpoint as mck
+
+    p = ctx.payload(ctx.inp / "heads.pt")
+    ctx.freeze()
+    ctx.refused(lambda: mck._torch_load(p, "heads.safetensors"), str(p), "heads.safetensors")
+
+
+@case("h-mie-relative-backbone", "silent", "a checkpoint naming ./models/vlm, loaded from another folder")
+def _(ctx):
+    from genmetrics.mie.checkpoint import backbone_location
+
+    ck = ctx.inp / "ckpt"
+    (ck / "models" / "vlm").mkdir(parents=True)
+    ctx.freeze()
+    ctx.monkeypatch.chdir(ctx.outside_dir)
+    assert backbone_location("./models/vlm", ck) == str(ck / "models" / "vlm")
+    msg = ctx.refused(lambda: backbone_location("./models/missing", ck), "looked in")
+    assert str(ctx.outside_dir) in msg and str(ck) in msg
+
+
+@case("h-csv-formula-cells", "silent", "report cells starting with = + - @ tab CR are neutralised")
+def _(ctx):
+    from genmetrics.leaderboard.report import csv_safe
+
+    ctx.freeze()
+    for v in ("=cmd|' /C calc'!A0", "+1+1", "-2+3", "@SUM(A1)", "\t=1", "\r=1"):
+        assert csv_safe(v) == "'" + v
+    assert csv_safe("model-a") == "model-a" and csv_safe(-0.5) == -0.5
+
+
+@case("h-markdown-pipe-newline", "silent", "Markdown cells escape |, line breaks and <, >, &")
+def _(ctx):
+    from genmetrics.leaderboard.report import md_escape
+
+    ctx.freeze()
+    out = md_escape("a|b\nc<script>&")
+    assert "|" not in out.replace("\\|", "") and "\n" not in out and "<script>" not in out, out
+
+
+def _tmpfs(ctx: Ctx, size: str) -> Path:
+    import subprocess
+
+    mnt = ctx.out / "disk"
+    mnt.mkdir(parents=True)
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mnt)], capture_output=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.decode(errors='replace').strip()}")
+    ctx.monkeypatch.setattr(ctx, "_mounted", mnt, raising=False)
+    return mnt
+
+
+def _umount(mnt: Path) -> None:
+    import subprocess
+
+    subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+
+
+@case("h-tmpfs-full-train", "fault", "training on a full 64 kB tmpfs: one line naming the disk, step kept")
+def _(ctx):
+    from genmetrics.train import fit
+
+    Toy, make_data = _toy()
+    mnt = _tmpfs(ctx, "64k")
+    try:
+        ctx.freeze()
+        run = mnt / "run"
+        try:
+            fit(Toy(), make_data(64), _train_cfg(run, epochs=200, batch_size=8, save_every=1))
+            raise AssertionError("a full disk was not reported")
+        except (GenmetricsError, OSError) as e:  # DiskFullError
+            msg = str(e)
+            assert "space" in msg and str(mnt) in msg and "\n" not in msg, msg
+        done = [p for p in (run / "checkpoints").iterdir() if not p.name.endswith(".tmp")]
+        assert done and all((p / "loop_state.json").exists() for p in done)
+    finally:
+        _umount(mnt)
+
+
+@case("h-tmpfs-full-score-out", "fault", "score --out onto a full tmpfs: exit 1, one error line", cli=True)
+def _(ctx):
+    refs = _images(ctx.inp / "r", n=8, size=16, seed=1)
+    gen = _images(ctx.inp / "g", n=8, size=16, seed=2)
+    mnt = _tmpfs(ctx, "4k")
+    try:
+        try:
+            with open(mnt / "fill", "wb") as f:
+                f.write(b"x" * 8192)
+        except OSError:
+            pass
+        ctx.freeze()
+        line = ctx.cli(["score", "psnr", "-r", str(refs), "-c", str(gen), "--out", str(mnt / "s.jsonl")], 1)
+        assert "space" in line, line
+    finally:
+        _umount(mnt)
+
+
+@case(
+    "h-tmpfs-full-train-resume",
+    "fault",
+    "full tmpfs mid-training, disk grown, --resume = the run never stopped",
+)
+def _(ctx):
+    import subprocess
+
+    from genmetrics.train import fit
+
+    Toy, make_data = _toy()
+    ref_dir = ctx.root / "ref_run"
+    ctx.allow(ref_dir)
+    t_ref = Toy()
+    opts = dict(epochs=3, batch_size=8, save_every=1)
+    fit(t_ref, make_data(64), _train_cfg(ref_dir, **opts))
+    mnt = _tmpfs(ctx, "64k")
+    try:
+        ctx.freeze()
+        with pytest.raises(OSError, match="space"):
+            fit(Toy(), make_data(64), _train_cfg(mnt / "run", **opts))
+        r = subprocess.run(["mount", "-o", "remount,size=8m", str(mnt)], capture_output=True)
+        assert r.returncode == 0, r.stderr
+        t2 = Toy()
+        fit(t2, make_data(64), _train_cfg(mnt / "run", resume=True, **opts))
+        for k, v in t_ref.net.state_dict().items():
+            assert torch.equal(v, t2.net.state_dict()[k]), k
+    finally:
+        _umount(mnt)
+
+
+def _read_only(ctx: Ctx) -> Path:
+    import subprocess
+
+    mnt = _tmpfs(ctx, "1m")
+    r = subprocess.run(["mount", "-o", "remount,ro", str(mnt)], capture_output=True)
+    if r.returncode != 0:
+        _umount(mnt)
+        pytest.skip("cannot remount read-only here")
+    return mnt
+
+
+@case("h-readonly-score-out", "fault", "score --out into a read-only folder: one error line", cli=True)
+def _(ctx):
+    refs = _images(ctx.inp / "r", seed=1)
+    gen = _images(ctx.inp / "g", seed=2)
+    mnt = _read_only(ctx)
+    try:
+        ctx.freeze()
+        from genmetrics.cli.main import main
+
+        ctx.capsys.readouterr()
+        rc = main(["score", "psnr", "-r", str(refs), "-c", str(gen), "--out", str(mnt / "s.jsonl")])
+        err = ctx.capsys.readouterr().err
+        lines = [ln for ln in err.splitlines() if ln.startswith("error:")]
+        assert "Traceback" not in err and rc in (1, 2) and len(lines) == 1 and "s.jsonl" in lines[0], err
+    finally:
+        _umount(mnt)
+
+
+@case("h-readonly-train-out", "fault", "training into a read-only folder: one error naming it, no traceback")
+def _(ctx):
+    from genmetrics.train import fit
+
+    Toy, make_data = _toy()
+    mnt = _read_only(ctx)
+    try:
+        ctx.freeze()
+        with pytest.raises((GenmetricsError, OSError)) as e:
+            fit(Toy(), make_data(8), _train_cfg(mnt / "run"))
+        assert str(mnt) in str(e.value) and "\n" not in str(e.value), str(e.value)
+    finally:
+        _umount(mnt)
+
+
+@case("h-readonly-feature-cache", "fault", "a feature cache on a read-only disk: served uncached, warned")
+def _(ctx):
+    from genmetrics.data.cache import FeatureCache
+
+    mnt = _read_only(ctx)
+    try:
+        ctx.freeze()
+        cache = FeatureCache("m", root=mnt)
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            cache.put(b"img", {"embedding": torch.ones(4) / 2})
+        assert cache.read_only and any("not writable" in str(w.message) for w in seen)
+        assert cache.get(b"img") is None
+    finally:
+        _umount(mnt)
