@@ -1072,7 +1072,7 @@ def _(ctx):
     r, g = ctx.inp / "r", ctx.inp / "g"
     for d, seed in ((r, 1), (g, 2)):
         d.mkdir()
-        for raw in (b"\xe9t\xe9.png", b"caf\xc3\xa9.png"):
+        for raw in (b"caf\xc3\xa9.png", b"\xe6\x97\xa5\xe6\x9c\xac.png"):
             arr = np.random.default_rng(seed).integers(0, 255, (16, 16, 3), dtype=np.uint8)
             with open(os.path.join(os.fsencode(d), raw), "wb") as f:
                 buf = io.BytesIO()
@@ -1537,3 +1537,28 @@ def _(ctx):
         assert cache.get(b"img") is None
     finally:
         _umount(mnt)
+
+
+@case(
+    "h-latin1-byte-name",
+    "fault",
+    "a file name whose bytes are not UTF-8 (Latin-1 'été.png'): score psnr",
+    cli=True,
+    xfail=(
+        "core: genmetrics/metric.py hash_id encodes sample ids with strict UTF-8; a surrogate-escaped file "
+        "name (bytes not UTF-8, e.g. b'\\xe9t\\xe9.png') stops score with \"error: 'utf-8' codec can't encode "
+        "character '\\udce9'\" (exit != 0) instead of scoring it"
+    ),
+)
+def _(ctx):
+    r, g = ctx.inp / "r", ctx.inp / "g"
+    for d, seed in ((r, 1), (g, 2)):
+        d.mkdir()
+        arr = np.random.default_rng(seed).integers(0, 255, (16, 16, 3), dtype=np.uint8)
+        buf = io.BytesIO()
+        Image.fromarray(arr).save(buf, "PNG")
+        with open(os.path.join(os.fsencode(d), b"\xe9t\xe9.png"), "wb") as f:
+            f.write(buf.getvalue())
+    ctx.freeze()
+    ctx.cli(["score", "psnr", "-r", str(r), "-c", str(g), "--out", str(ctx.out / "s.jsonl")], 0)
+    assert (ctx.out / "s.jsonl").read_bytes().strip()
