@@ -1562,3 +1562,56 @@ def _(ctx):
     ctx.freeze()
     ctx.cli(["score", "psnr", "-r", str(r), "-c", str(g), "--out", str(ctx.out / "s.jsonl")], 0)
     assert (ctx.out / "s.jsonl").read_bytes().strip()
+
+
+@case("h-kill-mid-step-resume-equal", "fault", "a run killed mid-step resumes to the uninterrupted weights")
+def _(ctx):
+    from genmetrics.train import fit
+
+    Toy, make_data = _toy()
+    ref_dir = ctx.root / "ref_run"
+    ctx.allow(ref_dir)
+    t_ref = Toy()
+    fit(t_ref, make_data(8), _train_cfg(ref_dir))
+    killed_run(ctx)
+    ctx.freeze()
+    t2 = Toy(init_seed=5)
+    fit(t2, make_data(8), _train_cfg(ctx.out, resume=True))
+    for k, v in t_ref.net.state_dict().items():
+        assert torch.equal(v, t2.net.state_dict()[k]), k
+
+
+@case(
+    "h-link-leaderboard-lock-dangling", "link", "leaderboard --out whose lock file dangles outside", cli=True
+)
+def _(ctx):
+    import yaml
+
+    from genmetrics.data.results import LOCK
+    from genmetrics.testing import toy_leaderboard
+
+    cfg = ctx.inp / "board.yaml"
+    cfg.write_text(yaml.safe_dump(toy_leaderboard(ctx.inp)))
+    _plant_link(ctx.out / LOCK, ctx.outside_dir / "lock")
+    ctx.freeze()
+    ctx.cli(["leaderboard", str(cfg), "--out", str(ctx.out)], 2, "symbolic link")
+    assert sorted(os.listdir(ctx.outside_dir)) == ["precious.txt"]
+
+
+@case("h-link-train-final-dir", "link", "training: final/ is a link to a folder outside")
+def _(ctx):
+    _fit_refused(ctx, "final", ctx.outside_dir)
+
+
+@case("h-link-train-best-dangling", "link", "training with validation: best/ is a dangling link")
+def _(ctx):
+    from genmetrics.train import fit
+
+    Toy, make_data = _toy()
+    ctx.out.mkdir()
+    _plant_link(ctx.out / "best", ctx.outside_dir / "best")
+    ctx.freeze()
+    ctx.refused(
+        lambda: fit(Toy(), make_data(8), _train_cfg(ctx.out), val_examples=make_data(4, seed=1)), "best"
+    )
+    assert sorted(os.listdir(ctx.outside_dir)) == ["precious.txt"]
