@@ -862,7 +862,7 @@ def _png(path: Path, w: int, h: int) -> Path:
     return path
 
 
-@case("h-bomb-header-refused", "fault", "a 30000 x 30000 PNG of a few kB: refused from its header")
+@case("h-bomb-header-refused", "fault", "a 30000 x 30000 PNG of a few kB: refused from its header", slow=True)
 def _(ctx):
     import tracemalloc
 
