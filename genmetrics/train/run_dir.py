@@ -207,6 +207,7 @@ def replace_dir(tmp: Path, final: Path) -> None:
     ('new', ['final'])
     """
     old = destination(final.with_name(final.name + ".old"))  # the write rule: neither may be a link
+    final = destination(final)  # checked before the rename: a planted link is never moved or followed
     if old.exists():
         shutil.rmtree(old)
     if final.exists():
