@@ -102,7 +102,8 @@ def hash_id(sample_id: Any, *, name: str = "ids") -> int:
                 "pass such ids as strings, e.g. ids=[str(i) for i in ids]"
             )
         return int(sample_id)
-    digest = hashlib.blake2b(str(sample_id).encode("utf-8"), digest_size=8).digest()
+    # surrogateescape: a file name that is not valid UTF-8 (os.fsdecode gives lone surrogates) still has an id
+    digest = hashlib.blake2b(str(sample_id).encode("utf-8", "surrogateescape"), digest_size=8).digest()
     return int.from_bytes(digest, "little", signed=True)
 
 

@@ -19,9 +19,9 @@ from matplotlib.figure import Figure
 
 from genmetrics.data.results import atomic_output
 from genmetrics.errors import InputError
-from genmetrics.functional.bootstrap import bootstrap_ci, check_n_boot
+from genmetrics.functional.bootstrap import MAX_N_BOOT, bootstrap_ci
 from genmetrics.functional.ranking import bradley_terry, win_counts, win_rate_matrix
-from genmetrics.options import choice, number
+from genmetrics.options import choice, integer, number
 
 ELO_SCALE = 400.0 / math.log(10.0)
 
@@ -76,7 +76,7 @@ def rank_generators(
         raise InputError(f"rank_generators: {len(ga)} generators_a but {len(gb)} generators_b")
 
     choice("on_error", on_error, ("stop", "skip"), owner="rank_generators")
-    n_boot = check_n_boot(n_boot)
+    n_boot = integer("n_boot", n_boot, lo=1, hi=MAX_N_BOOT, owner="rank_generators")  # InputError
     prior = number("prior", prior, lo=0.0, owner="rank_generators")
     alpha = number("alpha", alpha, lo=0.0, hi=1.0, lo_open=True, hi_open=True, owner="rank_generators")
     has_scores = scores_a is not None and scores_b is not None

@@ -152,7 +152,7 @@ def _read_json(path: Path) -> Any:
 def _read_safetensors(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
     try:
         with safe_open(str(path), framework="pt") as f:
-            return {k: f.get_tensor(k) for k in f.keys()}, dict(f.metadata() or {})
+            tensors, meta = {k: f.get_tensor(k) for k in f.keys()}, dict(f.metadata() or {})
     except FileNotFoundError:
         raise InputError(f"{path}: missing; the checkpoint is incomplete: {_START_OVER}") from None
     except (OSError, SafetensorError, ValueError, RuntimeError) as e:
@@ -160,6 +160,15 @@ def _read_safetensors(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, st
             f"{path}: cannot be read as safetensors ({type(e).__name__}: {str(e)[:120]}); training state is "
             f"read only from safetensors and JSON files: {_START_OVER}"
         ) from None
+    for k, t in tensors.items():  # a NaN / inf in saved state would train on silently (issue 22.3)
+        if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+            bad = int((~torch.isfinite(t)).sum())
+            raise InputError(
+                f"{path}: tensor {k!r} holds {bad} NaN or infinite value(s): the file is damaged or the run "
+                f"had diverged before this checkpoint; resume from an earlier step-N checkpoint (move this one "
+                f"away) or {_START_OVER}"
+            )
+    return tensors, meta
 
 
 def _like(saved: Any, current: Any, where: str, key: str) -> Any:

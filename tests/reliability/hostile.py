@@ -613,11 +613,6 @@ def _(ctx):
     "h-resume-trainable-nan",
     "poison",
     "resume: NaN in a trainable tensor",
-    xfail=(
-        "train: genmetrics/train/checkpoint.py _read_safetensors/_load_trainable/_load_optimizer check keys, "
-        "shapes and dtypes but not finiteness: a NaN/inf planted in a checkpoint resumes silently and ends "
-        "with non-finite weights in final/ (exit 0)"
-    ),
 )
 def _(ctx):
     def f(t):
@@ -632,11 +627,6 @@ def _(ctx):
     "h-resume-trainable-inf",
     "poison",
     "resume: +inf in a trainable tensor",
-    xfail=(
-        "train: genmetrics/train/checkpoint.py _read_safetensors/_load_trainable/_load_optimizer check keys, "
-        "shapes and dtypes but not finiteness: a NaN/inf planted in a checkpoint resumes silently and ends "
-        "with non-finite weights in final/ (exit 0)"
-    ),
 )
 def _(ctx):
     def f(t):
@@ -660,11 +650,6 @@ def _(ctx):
     "h-resume-optimizer-nan",
     "poison",
     "resume: NaN in an optimizer moment",
-    xfail=(
-        "train: genmetrics/train/checkpoint.py _read_safetensors/_load_trainable/_load_optimizer check keys, "
-        "shapes and dtypes but not finiteness: a NaN/inf planted in a checkpoint resumes silently and ends "
-        "with non-finite weights in final/ (exit 0)"
-    ),
 )
 def _(ctx):
     def f(t):
@@ -1157,8 +1142,6 @@ def _(ctx):
     "h-nboot-zero-api",
     "silent",
     "bootstrap_ci(n_boot=0) refused with the range",
-    xfail="stats branch not merged",
-    xfail_strict=False,
 )
 def _(ctx):
     from genmetrics.functional import bootstrap_ci
@@ -1172,8 +1155,6 @@ def _(ctx):
     "silent",
     "rank-generators --n-boot 0 refused with the range",
     cli=True,
-    xfail="stats branch not merged",
-    xfail_strict=False,
 )
 def _(ctx):
     p = ctx.inp / "scores.jsonl"
@@ -1544,11 +1525,6 @@ def _(ctx):
     "fault",
     "a file name whose bytes are not UTF-8 (Latin-1 'été.png'): score psnr",
     cli=True,
-    xfail=(
-        "core: genmetrics/metric.py hash_id encodes sample ids with strict UTF-8; a surrogate-escaped file "
-        "name (bytes not UTF-8, e.g. b'\\xe9t\\xe9.png') stops score with \"error: 'utf-8' codec can't encode "
-        "character '\\udce9'\" (exit != 0) instead of scoring it"
-    ),
 )
 def _(ctx):
     r, g = ctx.inp / "r", ctx.inp / "g"
