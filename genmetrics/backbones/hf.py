@@ -33,7 +33,7 @@ from peft import LoraConfig, PeftModel, get_peft_model, get_peft_model_state_dic
 from safetensors import safe_open
 
 from genmetrics.backbones.provider import provide
-from genmetrics.backbones.weights import genmetrics_home, offline
+from genmetrics.backbones.weights import cause_text, genmetrics_home, offline
 from genmetrics.errors import InputError, WeightsUnavailableError
 from genmetrics.options import expand_user
 
@@ -118,8 +118,8 @@ def _install_hint(model_id: str) -> str:
     return (
         f"Fix: pass a local folder with {_FIX_OPTION}; or set GENMETRICS_HOME to a folder whose hf/ cache holds "
         f"the weights; or pre-download them on a machine with network access with "
-        f"`hf download {model_id} --cache-dir {hf_cache_dir()}` (formerly `huggingface-cli download`) "
-        "and copy the folder over."
+        f"`genmetrics weights download {model_id}` (or `hf download {model_id} --cache-dir {hf_cache_dir()}`) "
+        "and copy the folder over (docs/weights.md)."
     )
 
 
@@ -135,10 +135,7 @@ def unavailable_error(
     >>> print(e)
     weights 'runs/a' are not available. Looked in: /work/runs/a. Downloads are disabled (offline mode: HF_HUB_OFFLINE / GENMETRICS_OFFLINE). Fix: train an adapter first.
     """
-    why = ""
-    if cause is not None:
-        first = (str(cause).strip().splitlines() or [""])[0][:300]
-        why = f" ({type(cause).__name__}: {first})"
+    why = f" ({cause_text(cause)})" if cause is not None else ""
     mode = " Downloads are disabled (offline mode: HF_HUB_OFFLINE / GENMETRICS_OFFLINE)." if offline() else ""
     return WeightsUnavailableError(
         f"weights {what!r} are not available{why}. Looked in: {', '.join(looked)}.{mode} "

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import shlex
 import warnings
 from pathlib import Path
 
@@ -59,23 +60,59 @@ def offline() -> bool:
     )
 
 
+def cause_text(cause: BaseException, limit: int = 300) -> str:
+    """``"Type: first line"`` of an underlying error, shortened at a word boundary (never mid-word) with
+    `` ...`` when longer than ``limit`` characters.
+
+    >>> cause_text(OSError("404 Client Error\\nmore detail"))
+    'OSError: 404 Client Error'
+    >>> cause_text(OSError("connection refused by host " * 20), limit=40)
+    'OSError: connection refused by host connection ...'
+    """
+    lines = [ln.strip() for ln in str(cause).splitlines() if ln.strip()]
+    first = " ".join(lines[0].split()) if lines else ""
+    if len(first) > limit:
+        cut = first[: limit + 1]
+        first = (cut[: cut.rfind(" ")] if " " in cut else first[:limit]).rstrip(" ,;:") + " ..."
+    return f"{type(cause).__name__}: {first}" if first else type(cause).__name__
+
+
+def download_hint(what: str) -> str:
+    """The command that prefetches hub weights ``what`` on a machine with network access (``""`` for a
+    local path, which no command can fetch).
+
+    >>> download_hint("facebook/dinov2-base")
+    'or run `genmetrics weights download facebook/dinov2-base` on a machine with network access and copy GENMETRICS_HOME over (docs/weights.md)'
+    >>> download_hint("/data/ckpt.safetensors")
+    ''
+    """
+    local = what.startswith(("/", ".", "~", "\\")) or bool(re.match(r"^[A-Za-z]:[\\/]", what))
+    if local or "/" not in what or what.endswith((".bin", ".pt", ".pth", ".safetensors")):
+        return ""
+    return (
+        f"or run `genmetrics weights download {shlex.quote(what)}` on a machine with network access and copy "
+        "GENMETRICS_HOME over (docs/weights.md)"
+    )
+
+
 def weights_unavailable(
     what: str, looked: list[str] | str, option: str, cause: BaseException | None = None
 ) -> WeightsUnavailableError:
-    """The error for weights that are not there: what, where it looked, and the option that points at them.
+    """The error for weights that are not there: what, where it looked, why (the cause's first line, never
+    cut mid-word), the option that points at local files and the command that downloads them.
 
     >>> from unittest import mock
     >>> with mock.patch.dict(os.environ, {"GENMETRICS_OFFLINE": "0", "HF_HUB_OFFLINE": "0", "TRANSFORMERS_OFFLINE": "0"}):
     ...     print(weights_unavailable("facebook/dinov2-base", ["~/.cache/genmetrics/hf"], "weights=/local/dir"))
-    weights 'facebook/dinov2-base' are not available. Looked in: ~/.cache/genmetrics/hf. Fix: pass a local file or folder with weights=/local/dir, set GENMETRICS_HOME to a folder that holds them, or download them once on a machine with network access.
+    weights 'facebook/dinov2-base' are not available. Looked in: ~/.cache/genmetrics/hf. Fix: pass a local file or folder with weights=/local/dir, set GENMETRICS_HOME to a folder that holds them, or run `genmetrics weights download facebook/dinov2-base` on a machine with network access and copy GENMETRICS_HOME over (docs/weights.md).
     """
     looked_s = ", ".join(looked) if isinstance(looked, list) else looked
-    why = f" ({type(cause).__name__}: {str(cause).splitlines()[0][:200]})" if cause is not None else ""
+    why = f" ({cause_text(cause)})" if cause is not None else ""
     mode = " Downloads are disabled (offline mode)." if offline() else ""
+    fetch = download_hint(what) or "or download them once on a machine with network access"
     return WeightsUnavailableError(
         f"weights {what!r} are not available{why}. Looked in: {looked_s}.{mode} Fix: pass a local file or folder "
-        f"with {option}, set GENMETRICS_HOME to a folder that holds them, or download them once on a machine "
-        "with network access."
+        f"with {option}, set GENMETRICS_HOME to a folder that holds them, {fetch}."
     )
 
 

@@ -35,6 +35,7 @@ LAZY_COMMANDS: dict[str, str] = {
     "retrieve": "genmetrics.tpips.cli:retrieve_cmd",
     "rank-generators": "genmetrics.mie.cli:rank_cmd",
     "leaderboard": "genmetrics.leaderboard.cli:leaderboard_cmd",
+    "weights": "genmetrics.cli.weights:weights_group",
 }
 TRAIN_COMMANDS = {"tpips": "genmetrics.tpips.cli:train_cmd", "mie": "genmetrics.mie.cli:train_cmd"}
 EVALUATE_COMMANDS = {"tpips": "genmetrics.tpips.cli:evaluate_cmd", "mie": "genmetrics.mie.cli:evaluate_cmd"}
@@ -55,6 +56,7 @@ COMMAND_HELP = {
     "with CIs.",
     "export": "Write a trained checkpoint in another layout (mie: the authors' own).",
     "leaderboard": "Score every generator of CONFIG with every metric and write a leaderboard to OUT.",
+    "weights": "List, download and verify the weights files of metrics (for machines without network).",
 }
 TRAIN_HELP = {
     "tpips": "Train TPIPS on odd-one-out votes (Eq. 2; LoRA on the language tower).",

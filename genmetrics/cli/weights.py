@@ -1,0 +1,312 @@
+"""``genmetrics weights list|download|verify METRIC...``: the files a metric's default weights need, fetched
+on a machine with network access into ``GENMETRICS_HOME`` through the libraries' own hub caches, checked by
+sha256, and what to copy to a machine without network (docs/weights.md).
+
+Layout (the caches the loaders read, so nothing is converted or moved):
+
+* open_clip weights: ``$GENMETRICS_HOME/open_clip/models--ORG--NAME/`` (``open_clip.pretrained.download_pretrained``
+  with ``cache_dir``, i.e. ``hf_hub_download``; a weight with no hub copy is a single file from its URL);
+* transformers weights (DINOv2, the Qwen backbones): ``$GENMETRICS_HOME/hf/models--ORG--NAME/``
+  (``huggingface_hub.snapshot_download`` with ``cache_dir``);
+* ``$GENMETRICS_HOME/weights.json``: per weights, every file with its size and sha256 as recorded at download.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import click
+
+from genmetrics.errors import InputError, WeightsUnavailableError
+
+MANIFEST = "weights.json"
+#: what a transformers checkpoint needs (weights, configs, tokenizer and processor files, chat template);
+#: legacy pickles, TF / Flax / ONNX copies are left on the hub
+HF_ALLOW = ("*.json", "*.safetensors", "*.txt", "*.model", "*.jinja", "*.tiktoken")
+#: public weights a card does not name as ``default_weights``: mie's default backbone (its trained heads are
+#: the user's checkpoint). Kept here, not imported, because cli/ sits below the families (DESIGN.md section
+#: 1); tests/cli/test_weights_cmd.py checks it equals genmetrics.mie.common.BACKBONES[DEFAULT_BACKBONE].
+EXTRA_WEIGHTS = {"mie": "Qwen/Qwen3.5-4B"}
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+
+
+@dataclass
+class Need:
+    """One set of weights: which metrics use it, where it comes from and where it goes."""
+
+    weights: str
+    source: str  # "open_clip-hub" | "open_clip-url" | "hf"
+    repo: str  # hub repo id or URL
+    files: str  # what is fetched, in words
+    dest: Path  # the folder (or file) it lands in
+    metrics: list[str] = field(default_factory=list)
+    cfg: dict[str, Any] = field(default_factory=dict)
+
+
+def _home() -> Path:
+    from genmetrics.backbones.weights import genmetrics_home
+
+    return genmetrics_home()
+
+
+def _hub_folder(cache: Path, repo: str) -> Path:
+    return cache / ("models--" + repo.replace("/", "--"))
+
+
+def metric_weights(name: str) -> list[str]:
+    """The default weights a registered metric loads (``[]`` for pixel metrics)."""
+    from genmetrics.registry import get_card
+
+    card = get_card(name)  # an unknown name: InputError with close matches
+    if card.name in EXTRA_WEIGHTS:
+        return [EXTRA_WEIGHTS[card.name]]
+    return [card.default_weights] if card.default_weights else []
+
+
+def resolve(weights: str) -> Need:
+    """Where ``weights`` come from: an open_clip ``MODEL/TAG`` or ``hf-hub:`` id, else a transformers hub id."""
+    home = _home()
+    if weights.startswith("hf-hub:") or "/" in weights:
+        import open_clip.pretrained as ocp
+
+        from genmetrics.backbones.openclip import parse_clip_weights
+
+        w = parse_clip_weights(weights)
+        cfg: dict[str, Any] = {}
+        if weights.startswith("hf-hub:"):
+            cfg = {"hf_hub": weights[len("hf-hub:") :].rstrip("/") + "/"}
+        elif w.pretrained:
+            cfg = dict(ocp.get_pretrained_cfg(w.model, w.pretrained))
+        if cfg.get("hf_hub"):
+            repo, filename = cfg["hf_hub"].rstrip("/"), ""
+            if not cfg["hf_hub"].endswith("/"):
+                repo, filename = cfg["hf_hub"].rsplit("/", 1)
+            filename = filename or ocp.HF_WEIGHTS_NAME
+            safe = list(ocp._get_safe_alternatives(filename))
+            files = f"{safe[0]} (else {filename})" if safe else filename
+            cache = home / "open_clip"
+            return Need(weights, "open_clip-hub", repo, files, _hub_folder(cache, repo), cfg=cfg)
+        if cfg.get("url"):
+            url = cfg["url"]
+            return Need(
+                weights,
+                "open_clip-url",
+                url,
+                url.rsplit("/", 1)[-1],
+                home / "open_clip" / url.rsplit("/", 1)[-1],
+                cfg=cfg,
+            )
+    if weights.count("/") != 1 or weights.startswith(("/", ".", "~")):
+        raise InputError(
+            f"weights {weights!r}: expected an open_clip MODEL/TAG or a hub id ORG/NAME; a local path needs "
+            "no download"
+        )
+    return Need(weights, "hf", weights, "snapshot: " + ", ".join(HF_ALLOW), _hub_folder(home / "hf", weights))
+
+
+def needs(metrics: tuple[str, ...] | list[str]) -> tuple[list[Need], list[str]]:
+    """The weights of ``metrics`` (every registered metric when empty; an item with a ``/`` names weights
+    directly: ``ViT-B-16/openai``, ``Qwen/Qwen3.5-0.8B``), one entry per weights, and the metrics that need
+    none."""
+    from genmetrics.registry import alias_of, list_metrics
+
+    names = list(metrics) or [n for n in list_metrics() if alias_of(n) is None]
+    out: dict[str, Need] = {}
+    none: list[str] = []
+    for name in names:
+        direct = "/" in name or name.startswith("hf-hub:")  # weights named directly (no metric has a "/")
+        specs = [name] if direct else metric_weights(name)
+        if not specs:
+            none.append(name)
+        for spec in specs:
+            if spec not in out:
+                out[spec] = resolve(spec)
+            if not direct:
+                out[spec].metrics.append(name)
+    return list(out.values()), none
+
+
+def _read_manifest(home: Path) -> dict[str, Any]:
+    p = home / MANIFEST
+    if not p.is_file():
+        return {"version": 1, "weights": {}}
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise WeightsUnavailableError(
+            f"{p} cannot be read ({type(e).__name__}: {e}); delete it and run `genmetrics weights download` again"
+        ) from None
+    if not isinstance(data, dict) or not isinstance(data.get("weights"), dict):
+        raise WeightsUnavailableError(
+            f"{p} is not a genmetrics weights manifest; delete it and download again"
+        )
+    return data
+
+
+def _record(path: Path, home: Path) -> dict[str, Any]:
+    """A downloaded file's entry: path under ``home``, size, sha256; checked against the hub's sha256 when
+    the hub cache names the blob by it (every LFS file: the weights)."""
+    from genmetrics.backbones.weights import sha256_file
+
+    digest = sha256_file(path)
+    blob = path.resolve().name
+    hub = blob if _SHA256.match(blob) else None
+    if hub is not None and hub != digest:
+        raise WeightsUnavailableError(
+            f"{path} has sha256 {digest}, the hub says {hub}: the download is corrupt; delete "
+            f"{path.resolve()} and run `genmetrics weights download` again"
+        )
+    return {
+        "path": path.relative_to(home).as_posix(),
+        "size": path.stat().st_size,
+        "sha256": digest,
+        "hub_sha256": hub,
+    }
+
+
+def _download(need: Need, home: Path) -> list[Path]:
+    if need.source == "hf":
+        import huggingface_hub
+
+        folder = huggingface_hub.snapshot_download(
+            need.repo, cache_dir=str(home / "hf"), allow_patterns=list(HF_ALLOW)
+        )
+        return sorted(p for p in Path(folder).rglob("*") if p.is_file())
+    import open_clip.pretrained as ocp
+
+    got = ocp.download_pretrained(need.cfg, cache_dir=str(home / "open_clip"))
+    if not got:
+        raise WeightsUnavailableError(f"open_clip has no download for {need.weights!r}")
+    return [Path(got)]
+
+
+def _check_online() -> None:
+    from genmetrics.backbones.weights import offline
+
+    if offline():
+        raise WeightsUnavailableError(
+            "downloads are disabled (GENMETRICS_OFFLINE, HF_HUB_OFFLINE or TRANSFORMERS_OFFLINE is set): run "
+            "`genmetrics weights download` with them unset on a machine with network access"
+        )
+
+
+def _copy_note(found: list[Need], home: Path) -> list[str]:
+    lines = ["To use these weights without network, copy to the same places under GENMETRICS_HOME there:"]
+    for need in found:
+        lines.append(f"  {need.dest.relative_to(home).as_posix()}")
+    lines.append(f"  {MANIFEST}")
+    lines.append(
+        f"(e.g. `rsync -a --relative {home}/./<each path> HOST:<its GENMETRICS_HOME>/`), then set "
+        "GENMETRICS_HOME and GENMETRICS_OFFLINE=1 there and run `genmetrics weights verify METRIC...`."
+    )
+    return lines
+
+
+@click.group("weights")
+def weights_group() -> None:
+    """List, download and verify the weights files of metrics (for machines without network)."""
+
+
+#: metric names (default: every registered metric) or weights named directly (``ORG/NAME``, ``MODEL/TAG``)
+_metrics_arg = click.argument("metrics", nargs=-1)
+
+
+@weights_group.command("list")
+@_metrics_arg
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def list_cmd(metrics: tuple[str, ...], as_json: bool) -> None:
+    """Show every file METRICS (default: all) need, where it goes under GENMETRICS_HOME, and whether it is there."""
+    home = _home()
+    found, none = needs(metrics)
+    recorded = _read_manifest(home)["weights"]
+    rows: list[dict[str, Any]] = [
+        {
+            "metrics": n.metrics,
+            "weights": n.weights,
+            "source": n.source,
+            "from": n.repo,
+            "files": n.files,
+            "dest": str(n.dest),
+            "downloaded": n.weights in recorded,
+        }
+        for n in found
+    ]
+    if as_json:
+        click.echo(json.dumps({"home": str(home), "weights": rows, "no_weights": none}, indent=2))
+        return
+    click.echo(f"GENMETRICS_HOME: {home}")
+    for r in rows:
+        state = "downloaded" if r["downloaded"] else "not downloaded"
+        used = f"{', '.join(r['metrics'])}; " if r["metrics"] else ""
+        click.echo(f"{r['weights']}  ({used}{state})")
+        click.echo(f"  from {r['source']} {r['from']}: {r['files']}")
+        click.echo(f"  to   {r['dest']}")
+    if none:
+        click.echo(f"no weights needed: {', '.join(none)}")
+
+
+@weights_group.command("download")
+@_metrics_arg
+def download_cmd(metrics: tuple[str, ...]) -> None:
+    """Download the weights of METRICS (default: all) into GENMETRICS_HOME and record their sha256."""
+    from genmetrics.data.results import atomic_write_json
+
+    _check_online()
+    home = _home()
+    found, _ = needs(metrics)
+    manifest = _read_manifest(home)
+    for need in found:
+        click.echo(f"downloading {need.weights} ({need.source} {need.repo}) ...")
+        files = [_record(p, home) for p in _download(need, home)]
+        manifest["weights"][need.weights] = {
+            "source": need.source,
+            "from": need.repo,
+            "metrics": need.metrics,
+            "downloaded": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "files": files,
+        }
+        atomic_write_json(home / MANIFEST, manifest, root=home)  # after each: a later failure keeps it
+        size = sum(f["size"] for f in files)
+        click.echo(f"  {len(files)} files, {size / 2**20:.1f} MiB in {need.dest}")
+    for line in _copy_note(found, home):
+        click.echo(line)
+
+
+@weights_group.command("verify")
+@_metrics_arg
+def verify_cmd(metrics: tuple[str, ...]) -> None:
+    """Check that every file of METRICS (default: all) is in GENMETRICS_HOME with its recorded sha256."""
+    from genmetrics.backbones.weights import sha256_file
+
+    home = _home()
+    found, _ = needs(metrics)
+    recorded = _read_manifest(home)["weights"]
+    problems: list[str] = []
+    for need in found:
+        entry = recorded.get(need.weights)
+        if entry is None:
+            problems.append(f"{need.weights}: not downloaded")
+            click.echo(f"MISSING  {need.weights} (not in {home / MANIFEST})")
+            continue
+        for f in entry["files"]:
+            p = home / f["path"]
+            if not p.is_file():
+                problems.append(f"{f['path']}: missing")
+                click.echo(f"MISSING  {p}")
+            elif sha256_file(p) != f["sha256"]:
+                problems.append(f"{f['path']}: sha256 differs")
+                click.echo(f"CORRUPT  {p}")
+            else:
+                click.echo(f"ok       {p}")
+    if problems:
+        names = " ".join(metrics) if metrics else ""
+        raise WeightsUnavailableError(
+            f"{len(problems)} weights problem(s) in {home}: {'; '.join(problems[:5])}"
+            f"{' ...' if len(problems) > 5 else ''}. Fix: run `genmetrics weights download {names}`".rstrip()
+            + " on a machine with network access and copy the files over again"
+        )
