@@ -312,8 +312,27 @@ def _pair_kl(mp: np.ndarray, cp: np.ndarray, mq: np.ndarray, cq: np.ndarray) -> 
         )
         return m2, c2
 
-    kl = gaussian_kl_2d(*pairs(mp, cp), *pairs(mq, cq)).clamp_min(0.0)
+    kl = gaussian_kl_2d(*_definite(*pairs(mp, cp)), *_definite(*pairs(mq, cq))).clamp_min(0.0)
     return kl.mean(-1).numpy()
+
+
+def _definite(mu: np.ndarray, cov: np.ndarray, floor: float = 1e-12) -> tuple[np.ndarray, np.ndarray]:
+    """2x2 covariances made positive definite where rounding left them on or past the edge (a resample of a
+    few rows that repeats one row has a zero or, after the path's matrix powers, a slightly negative
+    determinant): variances at least ``floor``, correlation within +-(1 - 1e-9). Definite input is unchanged.
+
+    >>> mu, cov = np.zeros((1, 2)), np.array([[[1.0, 1.0], [1.0, 1.0]]])  # singular: rows repeated
+    >>> _, fixed = _definite(mu, cov)
+    >>> bool(np.linalg.det(fixed[0]) > 0), float(fixed[0, 0, 0]), float(fixed[0, 1, 1])
+    (True, 1.0, 1.0)
+    """
+    cov = cov.copy()
+    a = np.maximum(cov[..., 0, 0], floor)
+    d = np.maximum(cov[..., 1, 1], floor)
+    lim = (1 - 1e-9) * np.sqrt(a * d)
+    off = np.clip(0.5 * (cov[..., 0, 1] + cov[..., 1, 0]), -lim, lim)
+    cov[..., 0, 0], cov[..., 1, 1], cov[..., 0, 1], cov[..., 1, 0] = a, d, off, off
+    return mu, cov
 
 
 def _sym_power(s: np.ndarray, p: float) -> np.ndarray:
@@ -454,10 +473,15 @@ def gaussian_kl_interval(
         moving = bool(np.any(mp != mq) or np.any(sp != sq))
     else:
         vp, vq = p.var(0, ddof=1) + eps, q.var(0, ddof=1) + eps
-        vp_b, vq_b = sp_b + eps, sq_b + eps
+        # a resample of a few rows can repeat one row: variance 0 (or -1e-17 from rounding); floored at a
+        # tiny fraction of the data's own so its divergence is large but finite (it sits in the tail)
+        floor = max(eps, 1e-12 * float(max(vp.max(), vq.max(), 1e-300)))
+        vp_b, vq_b = np.maximum(sp_b + eps, floor), np.maximum(sq_b + eps, floor)
 
         def kl(m: np.ndarray, v: np.ndarray, mq_: np.ndarray, vq_: np.ndarray) -> np.ndarray:
-            return gaussian_kl(m, v, mq_, vq_).mean(-1).numpy()
+            # far along the path (t >> 1) a variance ratio ** t can underflow to 0: keep it a positive float
+            tiny = np.finfo(np.float64).tiny
+            return gaussian_kl(m, np.maximum(v, tiny), mq_, np.maximum(vq_, tiny)).mean(-1).numpy()
 
         def boot_at(t: float) -> np.ndarray:
             a2 = (vq / vp) ** (1.0 - t)  # variance at t over the data's own: vq (vp / vq)^t / vp

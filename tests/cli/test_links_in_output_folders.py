@@ -104,7 +104,7 @@ def test_compare_out(tmp_path, outside, capsys, planted):
     out = tmp_path / "cmp"
     _plant(out / planted, outside)
     argv = ["compare", "--real", str(tmp_path / "real"), "--generated", str(tmp_path / "gen")]
-    argv += ["--attributes", "smiling, a hat", "--out", str(out), "--n-boot", "0"]
+    argv += ["--attributes", "smiling, a hat", "--out", str(out), "--n-boot", "10"]
     with use_provider(tiny_backbones):
         line = _refused(argv, capsys)
     assert "symbolic link" in line

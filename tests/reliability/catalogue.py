@@ -1555,7 +1555,7 @@ def _compare_locked(ws: Path) -> list[str]:
         "--out",
         str(out),
         "--n-boot",
-        "0",
+        "10",
     ]
 
 

@@ -1160,7 +1160,7 @@ def _(ctx):
     p = ctx.inp / "scores.jsonl"
     p.write_text('{"generators":["a","b"],"scores":{"mie":[1.0,0.5]}}\n' * 3)
     ctx.freeze()
-    ctx.cli(["rank-generators", str(p), "--n-boot", "0"], 2, "100000")
+    ctx.cli(["rank-generators", "--scores", str(p), "--human", "--n-boot", "0"], 2, "100000")
 
 
 def _pairs(ctx: Ctx, edit: Callable[[list[dict], Path], None]) -> Path:
