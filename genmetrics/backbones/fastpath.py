@@ -8,12 +8,19 @@ AVX-512, 0.93-1.05x on an Intel Xeon (AVX-512, AMX), and on an AMD EPYC Zen 3 (A
 the process. An alternative is taken only when its measured time beats the plain path's by at least
 ``margin`` (5%); a path measured slower, or within the noise, is never taken.
 
+A measured choice is also written to ``GENMETRICS_HOME/fast_paths.json`` (keyed by the CPU, its kernel
+flags, the torch version and the shape), and every later process on the machine takes the recorded path
+without measuring: a timing under load that flips the choice would otherwise change a score's last bits from
+one run to the next (the two kernels round differently). Delete the file to measure again.
+
 The choices made so far are listed by :func:`fast_path_choices` (benchmarks print them with the CPU);
 :func:`cpu_description` names the machine.
 """
 
 from __future__ import annotations
 
+import functools
+import json
 import platform
 import time
 from collections.abc import Callable, Mapping
@@ -21,6 +28,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+
+from genmetrics.backbones.weights import genmetrics_home
+from genmetrics.data.results import atomic_write_json
+from genmetrics.errors import InputError
 
 #: required margin: the alternative must take at most 1/(1+MARGIN) of the plain path's time
 MARGIN = 0.05
@@ -65,6 +76,37 @@ class PathChoice:
 
 _CHOICES: dict[tuple, PathChoice] = {}
 _FORCED: dict[str, str] = {}
+#: the file under GENMETRICS_HOME that keeps this machine's measured choices across processes
+STORE_NAME = "fast_paths.json"
+
+
+def _machine_key(key: tuple) -> str:
+    cpu = _cpu()
+    return json.dumps([cpu["model"], cpu["machine"], cpu["flags"], torch.__version__, *map(str, key)])
+
+
+@functools.lru_cache(maxsize=1)
+def _cpu() -> dict[str, Any]:
+    return cpu_description()
+
+
+def _recorded() -> dict[str, Any]:
+    try:
+        data = json.loads((genmetrics_home() / STORE_NAME).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _record(key: tuple, choice: PathChoice) -> None:
+    """Best effort: a read-only GENMETRICS_HOME (or a link planted there) only costs the next process a
+    measurement."""
+    data = _recorded()
+    data[_machine_key(key)] = {"path": choice.path, "speedups": choice.speedups()}
+    try:
+        atomic_write_json(genmetrics_home() / STORE_NAME, data, root=genmetrics_home())
+    except (OSError, InputError):
+        pass
 
 
 def decide(times: Mapping[str, list[float]], baseline: str, *, margin: float = MARGIN) -> str:
@@ -126,6 +168,11 @@ def choose_path(
     hit = _CHOICES.get(key)
     if hit is not None:
         return hit
+    if timer is None:  # a real measurement: this machine may have made it before
+        rec = _recorded().get(_machine_key(key))
+        if isinstance(rec, dict) and isinstance(rec.get("path"), str):
+            _CHOICES[key] = PathChoice(rec["path"], baseline, {})
+            return _CHOICES[key]
     made = candidates()
     clock = timer or default_timer
     times: dict[str, list[float]] = {k: [] for k in made}
@@ -137,6 +184,8 @@ def choose_path(
             times[k].append(clock() - t0)
     choice = PathChoice(decide(times, baseline), baseline, times)
     _CHOICES[key] = choice
+    if timer is None:
+        _record(key, choice)
     return choice
 
 

@@ -183,3 +183,31 @@ def test_real_measurement_runs_and_is_reported():
         assert choice["key"][:3] == [clip_packed.PACKED_LINEAR, 64, 128] and "packed" in choice["speedups"]
     finally:
         fastpath.forget_fast_path_choices()
+
+
+def test_a_measured_choice_is_kept_for_later_processes_on_the_machine(tmp_path, monkeypatch):
+    """Runs on one machine take one path (the kernels round differently, so a choice flipped by a timing
+    under load would change a score's last bits between runs): the first measurement is recorded in
+    GENMETRICS_HOME/fast_paths.json and later processes read it instead of measuring."""
+    import json
+
+    from genmetrics.backbones import fastpath
+
+    monkeypatch.setenv("GENMETRICS_HOME", str(tmp_path))
+    fastpath.forget_fast_path_choices()
+    key = ("persist_demo", 7)
+    first = fastpath.choose_path(key, lambda: {"plain": lambda: None, "alt": lambda: None}, baseline="plain")
+    stored = json.loads((tmp_path / fastpath.STORE_NAME).read_text())
+    assert [v["path"] for v in stored.values()] == [first.path]
+    fastpath.forget_fast_path_choices()  # a new process
+
+    def must_not_measure():
+        raise AssertionError("measured again although the machine recorded its choice")
+
+    assert fastpath.choose_path(key, must_not_measure, baseline="plain").path == first.path
+    # a damaged record is ignored (measured again), never trusted
+    (tmp_path / fastpath.STORE_NAME).write_text("{not json")
+    fastpath.forget_fast_path_choices()
+    again = fastpath.choose_path(key, lambda: {"plain": lambda: None}, baseline="plain")
+    assert again.path == "plain" and again.times
+    fastpath.forget_fast_path_choices()
