@@ -874,6 +874,10 @@ class SampleMetric(Metric):
     def _score_batch(self, batch: dict[str, list[Any]]) -> torch.Tensor | dict[str, torch.Tensor]:
         raise NotImplementedError
 
+    def _peak_bytes(self, batch: dict[str, list[Any]]) -> Any:
+        """A memory model ``peak(b)`` for :func:`~genmetrics.data.batching.map_batches` (None: none)."""
+        return None
+
     # -- update -----------------------------------------------------------------------
     def update(
         self, reference: Any = None, candidates: Any = None, condition: Any = None, *, ids: Any = None
@@ -903,7 +907,13 @@ class SampleMetric(Metric):
                 return
             batch = {k: (None if v is None else [v[j] for j in keep]) for k, v in batch.items()}
             hashed, labels, n = [hashed[j] for j in keep], [labels[j] for j in keep], len(keep)
-        results = map_batches(lambda sl: self._score_batch(slice_batch(batch, sl)), n, self.batch_size)
+        results = map_batches(
+            lambda sl: self._score_batch(slice_batch(batch, sl)),
+            n,
+            self.batch_size,
+            peak_bytes=self._peak_bytes(batch),
+            device=self.device,
+        )
         score = torch.cat([r["score"] if isinstance(r, dict) else r for r in results], 0)
         if score.shape[0] != n:
             raise RuntimeError(

@@ -33,12 +33,21 @@ Late-fusion TPIPS on the 2B model, one 1024 x 768 image per sequence (768 merged
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from genmetrics.backbones.real_configs import REAL_CONFIGS, RealConfig, count_parameters, reduced_config
 
-__all__ = ["MemoryEstimate", "image_tokens", "predict_memory"]
+__all__ = [
+    "MemoryEstimate",
+    "batch_peak_bytes",
+    "image_hw",
+    "image_tokens",
+    "predict_memory",
+    "real_config_from_model",
+]
 
 #: the CUDA context and allocator reserve that sit outside the tensors (about 0.5 GiB on recent GPUs)
 CUDA_OVERHEAD_BYTES = 512 * 2**20
@@ -188,3 +197,133 @@ def predict_memory(
     if vision >= lang + feats + kv:  # the vision pass is the widest point: no text keys / values yet
         return MemoryEstimate(weights, int(vision), 0, overhead)
     return MemoryEstimate(weights, int(lang + feats), int(kv), overhead)
+
+
+def _plain(value: Any) -> Any:
+    """A config as plain dicts / lists (HF ``PretrainedConfig`` objects have ``to_dict``)."""
+    if hasattr(value, "to_dict"):
+        value = value.to_dict()
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _covers(entry: Mapping[str, Any], loaded: Mapping[str, Any]) -> bool:
+    """Every typed number of ``entry`` equals the loaded config's (which has more keys: HF defaults)."""
+    for k, v in entry.items():
+        if isinstance(v, Mapping):
+            if not isinstance(loaded.get(k), Mapping) or not _covers(v, loaded[k]):
+                return False
+        elif _plain(v) != loaded.get(k):
+            return False
+    return True
+
+
+def real_config_from_model(model: Any, *, name: str | None = None) -> RealConfig | None:
+    """The memory model's entry for a loaded Qwen backbone (a ``transformers`` model, its ``config``, or the
+    config as a dict): the :data:`~genmetrics.backbones.real_configs.REAL_CONFIGS` entry whose typed numbers
+    it matches, else a :class:`~genmetrics.backbones.real_configs.RealConfig` built from the config itself
+    (a fine-tune or another size of the same architecture); ``None`` for an architecture the memory model
+    does not know (then the batching keeps its plain back-off).
+
+    >>> from genmetrics.testing.real_models import build_model
+    >>> real = build_model("Qwen3.5-0.8B", device="meta")
+    >>> real_config_from_model(real).name
+    'Qwen3.5-0.8B'
+    >>> from genmetrics.testing import tiny_qwen3vl
+    >>> e = real_config_from_model(tiny_qwen3vl())
+    >>> e.kind, e.name, e.config["vision_config"]["patch_size"]
+    ('qwen3_vl', 'qwen3_vl (loaded config)', 16)
+    >>> real_config_from_model({"model_type": "llama"}) is None
+    True
+    """
+    cfg = getattr(model, "config", model)
+    plain = _plain(cfg)
+    if not isinstance(plain, Mapping):
+        return None
+    kind = plain.get("model_type")
+    if kind not in ("qwen3_vl", "qwen3_5") or not {"vision_config", "text_config"} <= set(plain):
+        return None
+    for entry in REAL_CONFIGS.values():  # the towers' numbers (token ids follow the tokenizer)
+        towers = (
+            {k: entry.config[k] for k in ("vision_config", "text_config")} if entry.kind == kind else None
+        )
+        if towers is not None and _covers(towers, plain):
+            return entry
+    cfg_dict = {"vision_config": plain["vision_config"], "text_config": plain["text_config"]}
+    try:  # a config lacking a number the closed forms need is not one the memory model can size
+        count_parameters(RealConfig(kind, "", kind, cfg_dict, "", 0, "", {}))
+    except (KeyError, TypeError):
+        return None
+    return RealConfig(
+        name=name or f"{kind} (loaded config)",
+        family="",
+        kind=kind,
+        config=cfg_dict,
+        config_source="the loaded model's config",
+        published_params=0,
+        params_source="",
+        image={},
+    )
+
+
+def image_hw(image: Any) -> tuple[int, int]:
+    """``(height, width)`` of a ``[..., H, W]`` tensor / array, a PIL image, or an image file (header only).
+
+    >>> import torch
+    >>> from PIL import Image
+    >>> image_hw(torch.zeros(3, 48, 80)), image_hw(Image.new("RGB", (80, 48)))
+    ((48, 80), (48, 80))
+    """
+    if isinstance(image, (str, os.PathLike)):
+        from PIL import Image
+
+        with Image.open(image) as im:  # reads the header, not the pixels
+            return int(im.size[1]), int(im.size[0])
+    if hasattr(image, "shape"):
+        return int(image.shape[-2]), int(image.shape[-1])
+    w, h = image.size  # PIL
+    return int(h), int(w)
+
+
+def batch_peak_bytes(
+    entry: str | RealConfig,
+    image_sizes: Sequence[tuple[int, int]],
+    *,
+    sequences_per_item: int = 1,
+    images_per_item: int = 1,
+    text_tokens: int = 32,
+    variant: str = "late",
+    dtype_bytes: int = 4,
+    device: str = "cuda",
+) -> Callable[[int], float]:
+    """``peak(b)``: the predicted peak bytes of scoring ``b`` items, for
+    :func:`genmetrics.data.batching.map_batches` (``peak_bytes=``) and
+    :func:`~genmetrics.data.batching.safe_batch_size`. Every image is sized as the largest (by area) of
+    ``image_sizes`` (the sizes the vision tower sees, after the model's resize), so the batch chosen fits
+    whichever items it takes; an item is ``sequences_per_item`` sequences of ``images_per_item`` images.
+
+    >>> peak = batch_peak_bytes("Qwen3-VL-Embedding-2B", [(512, 512), (768, 1024)], dtype_bytes=2)
+    >>> peak(8) == predict_memory("Qwen3-VL-Embedding-2B", batch=8, image_size=(768, 1024), dtype_bytes=2,
+    ...                           device="cuda").total
+    True
+    """
+    if not image_sizes:
+        raise ValueError("batch_peak_bytes needs at least one image size")
+    size = max(image_sizes, key=lambda hw: (hw[0] * hw[1], hw))
+
+    def peak(b: int) -> float:
+        return predict_memory(
+            entry,
+            batch=b * sequences_per_item,
+            image_size=size,
+            images_per_item=images_per_item,
+            text_tokens=text_tokens,
+            variant=variant,
+            dtype_bytes=dtype_bytes,
+            device=device,
+        ).total
+
+    return peak

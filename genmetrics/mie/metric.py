@@ -23,6 +23,9 @@ from typing import Any, ClassVar, cast
 import torch
 from PIL import Image
 
+from genmetrics.backbones.memory_model import batch_peak_bytes, image_hw, real_config_from_model
+from genmetrics.backbones.qwen_vl import smart_resize
+from genmetrics.data.batching import device_memory
 from genmetrics.data.images import as_image_list
 from genmetrics.errors import InputError
 from genmetrics.metric import SampleMetric, _drop_duplicate_ids
@@ -190,6 +193,40 @@ class MIEMetric(SampleMetric):
     def _score_batch(self, batch: dict[str, list[Any]]) -> dict[str, torch.Tensor]:
         out = self.mie_model().score(batch["reference"], batch["condition"], batch["candidates"])
         return {"score": out.score, "diagnostics": out.diagnostics}
+
+    def _peak_bytes(self, batch: dict[str, list[Any]]) -> Any:
+        """On a CUDA device, the memory model's peak for ``b`` items of these images (fitted to
+        ``image_size`` and the processor's pixel budget), so the first batch fits the device
+        (docs/real_size.md); None on the CPU."""
+        if device_memory(self.device) is None:
+            return None
+        model = self.mie_model()
+        entry = real_config_from_model(model.vlm)
+        if entry is None:
+            return None
+        v = entry.config["vision_config"]
+        budget = getattr(model.processor.image_processor, "size", None) or {}
+        lo, hi = budget.get("shortest_edge"), budget.get("longest_edge")
+
+        def seen(x: Any) -> tuple[int, int]:
+            h, w = image_hw(x)
+            if model.image_size is not None and max(h, w) > model.image_size:  # fit_image's downscale
+                scale = model.image_size / max(h, w)
+                h, w = max(1, round(h * scale)), max(1, round(w * scale))
+            return smart_resize(h, w, v["patch_size"] * v["spatial_merge_size"], lo, hi)
+
+        sizes = [seen(x) for refs in batch["reference"] for x in refs] + [
+            seen(x) for x in batch["candidates"]
+        ]
+        return batch_peak_bytes(
+            entry,
+            sizes,
+            images_per_item=1 + max(len(refs) for refs in batch["reference"]),
+            text_tokens=128,  # the template and the prompt
+            variant="mie",
+            dtype_bytes=next(model.vlm.parameters()).element_size(),
+            device="cuda",
+        )
 
     # ------------------------------------------------------------------ results
     def _gathered_all(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

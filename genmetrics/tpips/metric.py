@@ -25,8 +25,9 @@ from typing import Any
 
 import torch
 
+from genmetrics.backbones.memory_model import batch_peak_bytes, image_hw, real_config_from_model
 from genmetrics.backbones.qwen_vl import IMAGE_MODES, mode_sensitive, qwen_image
-from genmetrics.data.batching import map_batches
+from genmetrics.data.batching import device_memory, map_batches
 from genmetrics.data.images import as_image_list, to_tensor
 from genmetrics.errors import InputError
 from genmetrics.metric import SampleMetric, batch_len, eval_mode, hash_id, keep_index, slice_batch
@@ -259,6 +260,31 @@ class TPIPS(SampleMetric):
                 s = model.similarity(a, b, [x for x in asp for _ in range(k)])
                 return s.reshape(len(ref), k)
             return model.similarity(ref, cand, asp)
+
+    def _peak_bytes(self, batch: dict[str, list[Any]]) -> Any:
+        """On a CUDA device, the memory model's peak for ``b`` pairs of these images (at the size the model
+        resizes them to), so the first batch fits the device (docs/real_size.md); None on the CPU."""
+        if device_memory(self.device) is None:
+            return None
+        model = self.model()
+        entry = real_config_from_model(model.backbone)
+        if entry is None:
+            return None
+        cand = batch["candidates"]
+        k = len(cand[0]) if cand and isinstance(cand[0], list) else 1
+        flat = [c for row in cand for c in row] if k > 1 or (cand and isinstance(cand[0], list)) else cand
+        sizes = [model.resize.target(*image_hw(x)) for x in [*batch["reference"], *flat]]
+        early = model.variant == "early"
+        return batch_peak_bytes(
+            entry,
+            sizes,
+            sequences_per_item=k * (1 if early else 2),  # late / mid: one sequence per image
+            images_per_item=2 if early else 1,
+            text_tokens=model.max_aspect_tokens + 32,  # the aspect and the prompt template
+            variant=model.variant,
+            dtype_bytes=next(model.backbone.parameters()).element_size(),
+            device="cuda",
+        )
 
     def update(
         self, reference: Any = None, candidates: Any = None, condition: Any = None, *, ids: Any = None

@@ -4,6 +4,7 @@ picking the batch it predicts (a fake device memory is injected; no GPU needed).
 from __future__ import annotations
 
 import pytest
+import torch
 
 from genmetrics.backbones.memory_model import CUDA_OVERHEAD_BYTES, image_tokens, predict_memory
 from genmetrics.backbones.real_configs import RealConfig, count_parameters
@@ -194,3 +195,150 @@ def test_map_batches_starts_at_the_predicted_batch_on_a_fake_gpu(monkeypatch):
     assert sizes[0] == expected and sum(sizes) == 300 and 1 < expected < 256
     # without a memory model the start stays where the caller put it
     assert map_batches(lambda s: s.stop - s.start, 300, 256)[0] == 256
+
+
+# ------------------------------------------------------------------------------ metrics on a fake GPU
+# Batch invariance bound: the families' own batch-composition bound (tests/tpips/test_batch_composition.py
+# and tests/mie/test_batch_composition.py, 1e-5: float32 reductions of the tiny towers re-ordered by the
+# batch, ~eps * width * layers ~ 1.2e-7 * 64 * 2 ~ 1.5e-5 worst case, observed far below).
+BATCH_TOL = 1e-5
+
+
+def _fake_gpu(monkeypatch, memory: int) -> None:
+    """Every module that asks for the device's memory gets ``memory`` (a CUDA device of that size)."""
+    import genmetrics.data.batching as batching
+    import genmetrics.mie.metric as mie_metric
+    import genmetrics.tpips.metric as tpips_metric
+
+    for mod in (batching, tpips_metric, mie_metric):
+        monkeypatch.setattr(mod, "device_memory", lambda device=None: memory)
+
+
+def _spy_sizes(metric) -> list[int]:
+    sizes: list[int] = []
+    score = metric._score_batch
+
+    def spy(batch):
+        sizes.append(len(batch["candidates"]))
+        return score(batch)
+
+    metric._score_batch = spy
+    return sizes
+
+
+def _memory_for(peak, batch: int) -> int:
+    """A device on which exactly ``batch`` items fit under safe_batch_size's 0.9 headroom."""
+    mem = int(peak(batch) / 0.9) + 1
+    assert peak(batch) <= 0.9 * mem < peak(batch + 1)
+    return mem
+
+
+def test_real_config_from_model_matches_the_entry_or_builds_one():
+    from genmetrics.backbones.memory_model import real_config_from_model
+    from genmetrics.testing import tiny_qwen3vl
+    from genmetrics.testing.real_models import build_model
+
+    for name in ("Qwen3-VL-Embedding-2B", "Qwen3.5-0.8B"):
+        assert real_config_from_model(build_model(name, device="meta")).name == name
+    tiny = tiny_qwen3vl()
+    e = real_config_from_model(tiny)
+    assert e is not None and e.kind == "qwen3_vl"
+    # the entry built from the loaded config counts the loaded model's parameters exactly
+    assert count_parameters(e) == sum(p.numel() for p in tiny.parameters())
+    assert real_config_from_model({"model_type": "llama"}) is None
+
+
+def test_tpips_first_batch_is_the_memory_models_on_a_fake_gpu(monkeypatch):
+    import warnings
+
+    from genmetrics.backbones.memory_model import real_config_from_model
+    from genmetrics.testing import random_images, tiny_tpips
+    from genmetrics.tpips.metric import TPIPS
+
+    model = tiny_tpips("late")
+    ref, cand = random_images(7, 48, seed=1), random_images(7, 48, seed=2)
+    ref[3] = torch.nn.functional.interpolate(ref[3:4], size=(48, 48)).squeeze(0)  # same size, kept simple
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cpu = TPIPS(model, batch_size=8)
+        cpu_sizes = _spy_sizes(cpu)
+        cpu.update(reference=ref, candidates=cand, condition="lighting")
+    assert cpu_sizes == [7]  # on the CPU nothing changes: the caller's batch size
+
+    entry = real_config_from_model(model.backbone)
+    hw = model.resize.target(48, 48)
+
+    def peak(b: int) -> float:  # the second computation: 2 sequences (reference, candidate) per pair
+        return predict_memory(
+            entry, batch=2 * b, image_size=hw, text_tokens=model.max_aspect_tokens + 32, device="cuda"
+        ).total
+
+    mem = _memory_for(peak, 3)
+    assert safe_batch_size(peak, memory=mem, max_batch_size=8) == 3
+    _fake_gpu(monkeypatch, mem)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        gpu = TPIPS(model, batch_size=8)
+        sizes = _spy_sizes(gpu)
+        gpu.update(reference=ref, candidates=cand, condition="lighting")
+    assert sizes == [3, 3, 1]
+    diff = (gpu.per_sample()["scores"] - cpu.per_sample()["scores"]).abs().max()
+    assert float(diff) <= BATCH_TOL
+
+
+def test_mie_first_batch_is_the_memory_models_on_a_fake_gpu(monkeypatch):
+    import warnings
+
+    import genmetrics as gm
+    from genmetrics.backbones.memory_model import real_config_from_model
+    from genmetrics.backbones.qwen_vl import smart_resize
+    from genmetrics.mie.model import MIEModel
+    from genmetrics.testing import random_images, tiny_qwen35, tiny_qwen35_processor
+
+    proc = tiny_qwen35_processor()
+    vlm = tiny_qwen35(
+        0, text_config={"num_hidden_layers": 2, "layer_types": ["linear_attention", "full_attention"]}
+    )
+    model = MIEModel(vlm, proc, tuning="lora_layer", unfreeze_layers=1, backbone_name="tiny/qwen3.5").eval()
+    refs = [[im] for im in random_images(5, 64, seed=3)]
+    refs[1] = [refs[1][0], random_images(1, 64, seed=4)[0]]  # two references: 3 images per item
+    cands = list(random_images(5, 64, seed=5, height=96))  # 96 x 64, resized within the pixel budget
+    prompts = [f"prompt {i}" for i in range(5)]
+
+    def run(batch_size: int):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            metric = gm.create_metric("mie", model=model, batch_size=batch_size, vision_cache_size=0)
+            sizes = _spy_sizes(metric)
+            metric.update(refs, cands, prompts)
+        return metric.per_sample()["scores"], sizes
+
+    cpu_scores, cpu_sizes = run(8)
+    assert cpu_sizes == [5]
+    entry = real_config_from_model(model.vlm)
+    v = entry.config["vision_config"]
+    budget = proc.image_processor.size
+    factor = v["patch_size"] * v["spatial_merge_size"]
+    seen = [
+        smart_resize(h, w, factor, budget["shortest_edge"], budget["longest_edge"])
+        for h, w in [(64, 64), (96, 64)]
+    ]
+    hw = max(seen, key=lambda s: s[0] * s[1])  # the largest image the vision tower sees, by area
+
+    def peak(b: int) -> float:
+        dtype_bytes = next(model.vlm.parameters()).element_size()
+        return predict_memory(
+            entry,
+            batch=b,
+            image_size=hw,
+            images_per_item=3,
+            text_tokens=128,
+            variant="mie",
+            dtype_bytes=dtype_bytes,
+            device="cuda",
+        ).total
+
+    _fake_gpu(monkeypatch, _memory_for(peak, 2))
+    scores, sizes = run(8)
+    assert sizes == [2, 2, 1]
+    assert float((scores - cpu_scores).abs().max()) <= BATCH_TOL
