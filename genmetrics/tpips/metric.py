@@ -357,7 +357,13 @@ class TPIPS(SampleMetric):
         finally:
             self._candidate_k, self._pending_k = held, pending
         n = batch_len(batch)
-        parts = map_batches(lambda sl: self._score_batch(slice_batch(batch, sl)), n, self.batch_size)
+        parts = map_batches(
+            lambda sl: self._score_batch(slice_batch(batch, sl)),
+            n,
+            self.batch_size,
+            peak_bytes=self._peak_bytes(batch),  # the memory model's first batch on a GPU, as update()
+            device=self.device,
+        )
         return torch.cat(parts, 0).double()
 
 

@@ -281,9 +281,11 @@ def test_tpips_first_batch_is_the_memory_models_on_a_fake_gpu(monkeypatch):
         gpu = TPIPS(model, batch_size=8)
         sizes = _spy_sizes(gpu)
         gpu.update(reference=ref, candidates=cand, condition="lighting")
-    assert sizes == [3, 3, 1]
+        one_shot = gpu.similarities(ref, cand, "lighting")  # the one-shot entry point batches alike
+    assert sizes == [3, 3, 1, 3, 3, 1]
     diff = (gpu.per_sample()["scores"] - cpu.per_sample()["scores"]).abs().max()
     assert float(diff) <= BATCH_TOL
+    assert float((one_shot - cpu.per_sample()["scores"]).abs().max()) <= BATCH_TOL
 
 
 def test_mie_first_batch_is_the_memory_models_on_a_fake_gpu(monkeypatch):
