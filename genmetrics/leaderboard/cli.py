@@ -31,7 +31,7 @@ from genmetrics.leaderboard.runner import run_leaderboard
     help="Images per streamed chunk (default: each metric's batch_size).",
 )
 @click.option("--seed", type=int, default=None, help="Bootstrap and torch seed (default: run.seed, else 0).")
-@click.option("--no-plots", is_flag=True, help="Skip the PNG plots.")
+@click.option("--no-plots", is_flag=True, help="Skip the PNG plots and the per-generator gallery pages.")
 @click.option(
     "--on-error",
     type=click.Choice(["stop", "skip"]),
