@@ -34,7 +34,7 @@ from genmetrics.data.results import atomic_write_text
 from genmetrics.errors import InputError
 from genmetrics.mie.checkpoint import recorded_backbone
 from genmetrics.mie.common import TUNING_MODES, build_backbone, image_size_option, resolve_backbone_name
-from genmetrics.mie.loss import RANK_LOSSES, mie_loss
+from genmetrics.mie.loss import RANK_LOSSES, mie_loss, rank_loss
 from genmetrics.mie.model import MIEModel, MIEOutput
 from genmetrics.options import choice
 from genmetrics.train import TrainLoopConfig, TrainTask, fit
@@ -411,9 +411,6 @@ class ReferenceContrastTask(MIETask):
         return x
 
     def loss(self, module: Any, x: dict[str, Any]) -> tuple[torch.Tensor, dict[str, float]]:
-        from genmetrics.mie.loss import rank_loss
-        from genmetrics.mie.model import MIEOutput
-
         out = module(x["batch"])
         n = len(x["win"])
         loss, parts = self._loss(MIEOutput(out.score[: 2 * n], out.diagnostics[: 2 * n]), x)

@@ -83,11 +83,6 @@ def test_non_ascii_file_names_under_lc_all_c(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True,
-    reason="core: genmetrics/metric.py:hash_id encodes sample ids with strict UTF-8, so an id from a file name "
-    "that is not UTF-8 (kept by Python as a surrogate escape, b'caf\\xe9.png') raises UnicodeEncodeError",
-)
 def test_a_file_name_that_is_not_utf8_under_lc_all_c(tmp_path):
     latin1 = os.fsdecode(b"caf\xe9")  # Latin-1 bytes on disk
     refs, gen = _images(tmp_path, [latin1, "plain"])
