@@ -28,9 +28,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from filelock import FileLock, Timeout
 
 from genmetrics.backbones.weights import genmetrics_home
-from genmetrics.data.results import atomic_write_json
+from genmetrics.data.results import atomic_write_json, destination
 from genmetrics.errors import InputError
 
 #: required margin: the alternative must take at most 1/(1+MARGIN) of the plain path's time
@@ -96,6 +97,23 @@ def _recorded() -> dict[str, Any]:
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
+
+
+class _machine_lock:
+    """``GENMETRICS_HOME/fast_paths.lock`` held while one process measures and records, so processes started
+    together (DDP ranks) take one path; without a usable home (read-only, a planted link) no lock, as before."""
+
+    def __enter__(self) -> None:
+        try:
+            path = destination(genmetrics_home() / "fast_paths.lock", root=genmetrics_home())
+            self._lock: FileLock | None = FileLock(path)
+            self._lock.acquire(timeout=120)
+        except (OSError, InputError, Timeout):
+            self._lock = None
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._lock is not None:
+            self._lock.release()
 
 
 def _record(key: tuple, choice: PathChoice) -> None:
@@ -168,11 +186,23 @@ def choose_path(
     hit = _CHOICES.get(key)
     if hit is not None:
         return hit
-    if timer is None:  # a real measurement: this machine may have made it before
-        rec = _recorded().get(_machine_key(key))
-        if isinstance(rec, dict) and isinstance(rec.get("path"), str):
-            _CHOICES[key] = PathChoice(rec["path"], baseline, {})
-            return _CHOICES[key]
+    if timer is None:  # a real measurement: one process of the machine measures, the others read its record
+        with _machine_lock():
+            rec = _recorded().get(_machine_key(key))
+            if isinstance(rec, dict) and isinstance(rec.get("path"), str):
+                _CHOICES[key] = PathChoice(rec["path"], baseline, {})
+                return _CHOICES[key]
+            return _measure(key, candidates, baseline, repeats, None)
+    return _measure(key, candidates, baseline, repeats, timer)
+
+
+def _measure(
+    key: tuple,
+    candidates: Callable[[], Mapping[str, Callable[[], Any]]],
+    baseline: str,
+    repeats: int,
+    timer: Callable[[], float] | None,
+) -> PathChoice:
     made = candidates()
     clock = timer or default_timer
     times: dict[str, list[float]] = {k: [] for k in made}

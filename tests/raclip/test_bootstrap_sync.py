@@ -17,9 +17,12 @@ import genmetrics as gm
 from tests.recipes import metric_recipe
 
 #: the rows reach the bootstrap through tiny-CLIP forwards of batches of another composition (3 vs 6
-#: images): float32 GEMMs may round differently (~1e-7 relative per feature); the BCa end points are smooth
-#: in the rows for a fixed seed, so 1e-5 relative holds with a wide margin
-RTOL = 1e-5
+#: images): float32 GEMMs may round differently (~1e-7 relative per feature). The set-level interval is
+#: found by inverting a bootstrap test (functional/bootstrap.py): its end points come from a search over a
+#: resampled quantile, piecewise constant in the rows, so such a change can move an end point by one search
+#: step (measured 9e-5 relative once in ~4 runs). 1e-3 bounds that and still tells the gathered interval from
+#: a rank's own (they differ by far more: asserted below)
+RTOL = 1e-3
 
 
 def _sets() -> tuple[torch.Tensor, torch.Tensor]:
