@@ -39,6 +39,7 @@ MEMBERS = {
     "cached_value": "_computed",
     "synced": "_is_synced",
     "forward_cache": "_forward_cache",
+    "reported_dtype": "_dtype",
 }
 
 
@@ -54,6 +55,19 @@ def set_update_count(metric: Any, count: int) -> None:
     """
     setattr(metric, MEMBERS["update_count"], int(count))
     setattr(metric, MEMBERS["cached_value"], None)
+
+
+def set_reported_dtype(metric: Any, dtype: Any) -> None:
+    """Make ``metric.dtype`` report ``dtype`` after genmetrics' ``set_dtype`` cast the states, as torchmetrics'
+    own ``set_dtype`` does (it uses that dtype for the empty tensor a rank without data sends in a sync).
+
+    >>> import torch, genmetrics as gm
+    >>> m = gm.create_metric("psnr")
+    >>> set_reported_dtype(m, torch.float64)
+    >>> m.dtype
+    torch.float64
+    """
+    setattr(metric, MEMBERS["reported_dtype"], dtype)
 
 
 def is_synced(metric: Any) -> bool:

@@ -48,7 +48,13 @@ from torchmetrics.utilities.distributed import gather_all_tensors
 from torchmetrics.utilities.exceptions import TorchMetricsUserError
 from torchmetrics.utilities.plot import plot_single_or_multi_val
 
-from genmetrics._torchmetrics_compat import BackbonesFollowTo, is_synced, set_forward_cache, set_update_count
+from genmetrics._torchmetrics_compat import (
+    BackbonesFollowTo,
+    is_synced,
+    set_forward_cache,
+    set_reported_dtype,
+    set_update_count,
+)
 from genmetrics.data.batching import map_batches
 
 # as_text_list is re-exported: the text contract lives in data/text.py, below metric and backbones
@@ -607,7 +613,7 @@ class Metric(BackbonesFollowTo, torchmetrics.Metric):
 
         for k, v in self.metric_state.items():
             setattr(self, k, [cast(t) for t in v] if isinstance(v, list) else cast(v))
-        self._dtype = dtype  # ``metric.dtype`` reports it, as torchmetrics' own set_dtype does
+        set_reported_dtype(self, dtype)  # ``metric.dtype`` reports it, as torchmetrics' own set_dtype does
         set_update_count(self, self.update_count)  # drops the cached value
         return self
 

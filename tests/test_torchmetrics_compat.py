@@ -112,9 +112,7 @@ def private_uses(path: Path, members: set[str]) -> list[str]:
 #: raclip's bootstrap_ci reads ``_to_sync`` (``sync_on_compute`` is the public twin); the embedding
 #: baselines keep their FeatureCache in ``_cache``, torchmetrics' sync cache (``reset()`` drops it)
 KNOWN_ELSEWHERE = {
-    "genmetrics/mie/metric.py": {"_dtype", "_device"},
-    "genmetrics/raclip/metric.py": {"_to_sync"},
-    "genmetrics/baselines/embedding.py": {"_cache"},
+    "genmetrics/mie/metric.py": {"_device"},  # raclip's _to_sync, embedding's _cache and mie's _dtype: fixed
 }
 
 
