@@ -261,49 +261,46 @@ def _resume_refused(ctx: Ctx, plant: Callable[[Path], Path]) -> None:
     assert "\n" not in msg
 
 
-@case("h-resume-custom-checkpoint-pkl", "pickle", "resume: accelerate's custom_checkpoint_0.pkl planted")
-def _(ctx):
-    _resume_refused(ctx, lambda ck: ctx.payload(ck / "custom_checkpoint_0.pkl"))
+#: a pickle payload planted as (or next to) one file of a training checkpoint: the resume is refused
+_RESUME_PICKLES = (
+    (
+        "h-resume-custom-checkpoint-pkl",
+        "resume: accelerate's custom_checkpoint_0.pkl planted",
+        "custom_checkpoint_0.pkl",
+    ),
+    ("h-resume-random-states-pkl", "resume: accelerate's random_states_0.pkl planted", "random_states_0.pkl"),
+    (
+        "h-resume-optimizer-bin",
+        "resume: an optimizer.bin pickle planted next to the safe files",
+        "optimizer.bin",
+    ),
+    ("h-resume-rng-is-pickle", "resume: rng-0.safetensors replaced by a pickle", "rng-0.safetensors"),
+    (
+        "h-resume-trainable-is-pickle",
+        "resume: trainable.safetensors replaced by a pickle",
+        "trainable.safetensors",
+    ),
+    (
+        "h-resume-optimizer-is-pickle",
+        "resume: optimizer.safetensors replaced by a pickle",
+        "optimizer.safetensors",
+    ),
+    ("h-resume-scheduler-json-pickle", "resume: scheduler.json holds pickle bytes", "scheduler.json"),
+    ("h-resume-loopstate-pickle", "resume: loop_state.json holds pickle bytes", "loop_state.json"),
+    (
+        "h-resume-pytorch-model-bin",
+        "resume: a pytorch_model.bin pickle planted in the checkpoint",
+        "pytorch_model.bin",
+    ),
+)
 
 
-@case("h-resume-random-states-pkl", "pickle", "resume: accelerate's random_states_0.pkl planted")
-def _(ctx):
-    _resume_refused(ctx, lambda ck: ctx.payload(ck / "random_states_0.pkl"))
+def _resume_pickle_case(name: str):
+    return lambda ctx: _resume_refused(ctx, lambda ck: ctx.payload(ck / name))
 
 
-@case("h-resume-optimizer-bin", "pickle", "resume: an optimizer.bin pickle planted next to the safe files")
-def _(ctx):
-    _resume_refused(ctx, lambda ck: ctx.payload(ck / "optimizer.bin"))
-
-
-@case("h-resume-rng-is-pickle", "pickle", "resume: rng-0.safetensors replaced by a pickle")
-def _(ctx):
-    _resume_refused(ctx, lambda ck: ctx.payload(ck / "rng-0.safetensors"))
-
-
-@case("h-resume-trainable-is-pickle", "pickle", "resume: trainable.safetensors replaced by a pickle")
-def _(ctx):
-    _resume_refused(ctx, lambda ck: ctx.payload(ck / "trainable.safetensors"))
-
-
-@case("h-resume-optimizer-is-pickle", "pickle", "resume: optimizer.safetensors replaced by a pickle")
-def _(ctx):
-    _resume_refused(ctx, lambda ck: ctx.payload(ck / "optimizer.safetensors"))
-
-
-@case("h-resume-scheduler-json-pickle", "pickle", "resume: scheduler.json holds pickle bytes")
-def _(ctx):
-    _resume_refused(ctx, lambda ck: ctx.payload(ck / "scheduler.json"))
-
-
-@case("h-resume-loopstate-pickle", "pickle", "resume: loop_state.json holds pickle bytes")
-def _(ctx):
-    _resume_refused(ctx, lambda ck: ctx.payload(ck / "loop_state.json"))
-
-
-@case("h-resume-pytorch-model-bin", "pickle", "resume: a pytorch_model.bin pickle planted in the checkpoint")
-def _(ctx):
-    _resume_refused(ctx, lambda ck: ctx.payload(ck / "pytorch_model.bin"))
+for _id, _what, _name in _RESUME_PICKLES:
+    case(_id, "pickle", _what)(_resume_pickle_case(_name))
 
 
 def _yaml_config(ctx: Ctx, text: str) -> None:
