@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
-from genmetrics.errors import WeightsUnavailableError
+from genmetrics.errors import InputError, WeightsUnavailableError
 from genmetrics.options import env
 
 _SAFE_FORMATS = (
@@ -184,7 +184,7 @@ def load_state_dict(path: str | os.PathLike) -> dict[str, torch.Tensor]:
     ...     load_state_dict(f"{d}/obj.pt")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
         ...
-    genmetrics.errors.WeightsUnavailableError: checkpoint '...obj.pt' is a pickle of objects other than tensors (...); genmetrics never unpickles such files (never arbitrary pickles): re-save it ...
+    genmetrics.errors.InputError: checkpoint '...obj.pt' is a pickle of objects other than tensors (...); genmetrics never unpickles such files (never arbitrary pickles): re-save it ...
     """
     p = Path(path)
     if not p.exists():
@@ -193,7 +193,7 @@ def load_state_dict(path: str | os.PathLike) -> dict[str, torch.Tensor]:
         try:
             sd = load_file(str(p))
         except Exception as e:  # noqa: BLE001 - safetensors raises its own error types
-            raise WeightsUnavailableError(
+            raise InputError(
                 f"checkpoint {str(p)!r} is corrupt or not a safetensors file ({e}); re-save it"
             ) from None
     else:
@@ -202,12 +202,12 @@ def load_state_dict(path: str | os.PathLike) -> dict[str, torch.Tensor]:
                 warnings.filterwarnings("ignore", message="Detected pickle protocol", category=UserWarning)
                 sd = torch.load(str(p), map_location="cpu", weights_only=True)
         except Exception as e:  # noqa: BLE001 - pickle, zip and torch errors alike
-            raise WeightsUnavailableError(
+            raise InputError(
                 f"checkpoint {str(p)!r} is a pickle of objects other than tensors ({_unpickler_refusal(e)}); "
                 f"genmetrics never unpickles such files (never arbitrary pickles): {_SAFE_FORMATS}"
             ) from None
     if not isinstance(sd, dict) or not all(isinstance(k, str) and torch.is_tensor(v) for k, v in sd.items()):
-        raise WeightsUnavailableError(
+        raise InputError(
             f"checkpoint {str(p)!r} holds {type(sd).__name__}, not a flat dict of named tensors; {_SAFE_FORMATS}"
         )
     return sd

@@ -152,21 +152,21 @@ def read_config(folder: Path) -> tuple[dict[str, Any], str]:
         )
     try:
         cfg = json.loads(p.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as e:
+    except OSError as e:  # the file system's problem (exit 1), not the file's content
         raise WeightsUnavailableError(f"MIE checkpoint {str(folder)!r}: cannot read {p.name} ({e})") from None
+    except json.JSONDecodeError as e:
+        raise InputError(f"MIE checkpoint {str(folder)!r}: {p.name} is not valid JSON ({e})") from None
     if cfg.get("format") == "genmetrics-mie":
         if int(cfg.get("version", 0)) != FORMAT_VERSION:
-            raise WeightsUnavailableError(
+            raise InputError(
                 f"{str(p)!r} is a genmetrics MIE checkpoint of version {cfg.get('version')}; this genmetrics reads version "
                 f"{FORMAT_VERSION} (version 1 used a different architecture, not the paper's): retrain it"
             )
         return cfg, "genmetrics"
     if "mode" not in cfg:
-        raise WeightsUnavailableError(
-            f"{str(p)!r} is neither a genmetrics MIE config nor the authors' (no 'mode')"
-        )
+        raise InputError(f"{str(p)!r} is neither a genmetrics MIE config nor the authors' (no 'mode')")
     if cfg["mode"] not in AUTHOR_MODES:
-        raise WeightsUnavailableError(
+        raise InputError(
             f"{str(p)!r}: mode {cfg['mode']!r} is not supported; expected one of {sorted(AUTHOR_MODES)}"
         )
     return cfg, "authors"
@@ -181,7 +181,7 @@ def _torch_load(path: Path, safe: str) -> Any:
     except Exception as e:  # noqa: BLE001 - pickles with code, corrupt files: one clear error
         found = re.search(r"GLOBAL ([\w.]+)", str(e))
         why = f"it pickles the object {found.group(1)}, which would run code" if found else type(e).__name__
-        raise WeightsUnavailableError(
+        raise InputError(
             f"MIE checkpoint file {str(path)!r} is refused: only plain tensors load (torch.load with "
             f"weights_only=True), and {why}. Write it as {safe}"
         ) from None
@@ -190,13 +190,13 @@ def _torch_load(path: Path, safe: str) -> Any:
 def _check_tensors(tensors: Any, what: str) -> dict[str, torch.Tensor]:
     """Every value a tensor with finite values, or one error naming the file and the tensor."""
     if not isinstance(tensors, dict):
-        raise WeightsUnavailableError(f"{what}: expected a dict of tensors, got {type(tensors).__name__}")
+        raise InputError(f"{what}: expected a dict of tensors, got {type(tensors).__name__}")
     for k, v in tensors.items():
         if not isinstance(v, torch.Tensor):
-            raise WeightsUnavailableError(f"{what}: entry {k!r} is a {type(v).__name__}, not a tensor")
+            raise InputError(f"{what}: entry {k!r} is a {type(v).__name__}, not a tensor")
         if v.is_floating_point() and not bool(torch.isfinite(v).all()):
             bad = int((~torch.isfinite(v)).sum())
-            raise WeightsUnavailableError(
+            raise InputError(
                 f"{what}: tensor {k!r} holds {bad} NaN or infinite value(s); the checkpoint is damaged or "
                 "tampered with: retrain or restore it"
             )
@@ -224,7 +224,7 @@ def _apply(
             todo[c] = (p, v)
     missing = sorted((expected or set()) - set(todo))
     if unmatched or bad_shape or missing or not tensors:
-        raise WeightsUnavailableError(
+        raise InputError(
             f"MIE checkpoint {what}: {len(todo)} of {len(tensors)} tensors apply; refusing a partial load "
             f"(no parameter named like {unmatched[:3]}; shape mismatches {bad_shape[:3]}; not in the file but trained "
             f"in this mode {missing[:3]}). Is it for another backbone, mode or unfreeze_layers?"
@@ -243,12 +243,12 @@ _SAFE_PT = "torch.save of a dict of tensors only (as the authors' save_pretraine
 def _load_heads(model: Any, heads: Any, what: str) -> int:
     """Both heads, strictly: exactly their tensors (no missing, no extra, same shapes, finite values)."""
     if not isinstance(heads, dict):
-        raise WeightsUnavailableError(
+        raise InputError(
             f"MIE checkpoint {what}: expected a dict of head state dicts, got {type(heads).__name__}"
         )
     extra = sorted(str(k) for k in heads if k not in _HEADS)
     if extra:
-        raise WeightsUnavailableError(
+        raise InputError(
             f"MIE checkpoint {what}: unexpected entries {extra[:5]} besides {list(_HEADS)}; refusing a file "
             "that holds more than the heads"
         )
@@ -257,7 +257,7 @@ def _load_heads(model: Any, heads: Any, what: str) -> int:
     for name in _HEADS:
         sd = heads.get(name)
         if not isinstance(sd, dict):
-            raise WeightsUnavailableError(
+            raise InputError(
                 f"MIE checkpoint {what}: no {name!r} state dict (keys: {sorted(map(str, heads))[:5]})"
             )
         _check_tensors(sd, f"MIE checkpoint {what} ({name})")
@@ -270,7 +270,7 @@ def _load_heads(model: Any, heads: Any, what: str) -> int:
             if k in sd and tuple(sd[k].shape) != want[k]
         ]
         if missing or unexpected or shapes:
-            raise WeightsUnavailableError(
+            raise InputError(
                 f"MIE checkpoint {what}: {name} does not load into this model's Linear({h}, {h // 2}) -> GELU "
                 f"-> Linear({h // 2}, n) head: missing tensors {missing[:4]}, unexpected {unexpected[:4]}, "
                 f"shape mismatches {shapes[:2]}; is it for another backbone?"
@@ -285,23 +285,21 @@ def _adapter(folder: Path) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
     d = folder / ADAPTER_DIR
     conf_p = d / "adapter_config.json"
     if not conf_p.is_file():
-        raise WeightsUnavailableError(
+        raise InputError(
             f"MIE checkpoint {str(folder)!r}: the mode uses LoRA but {ADAPTER_DIR}/adapter_config.json "
             "is missing"
         )
     try:
         conf = json.loads(conf_p.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise WeightsUnavailableError(f"{str(conf_p)!r} is not a readable JSON file ({e})") from None
+        raise InputError(f"{str(conf_p)!r} is not a readable JSON file ({e})") from None
     if not isinstance(conf, dict):
-        raise WeightsUnavailableError(f"{str(conf_p)!r}: expected a JSON object, got {type(conf).__name__}")
+        raise InputError(f"{str(conf_p)!r}: expected a JSON object, got {type(conf).__name__}")
     for flag in ("use_dora", "use_rslora"):
         if conf.get(flag):
-            raise WeightsUnavailableError(f"{str(conf_p)!r}: {flag}=true is not supported by MIE")
+            raise InputError(f"{str(conf_p)!r}: {flag}=true is not supported by MIE")
     if conf.get("rank_pattern") or conf.get("alpha_pattern"):
-        raise WeightsUnavailableError(
-            f"{str(conf_p)!r}: per-layer rank_pattern/alpha_pattern is not supported by MIE"
-        )
+        raise InputError(f"{str(conf_p)!r}: per-layer rank_pattern/alpha_pattern is not supported by MIE")
     if (d / "adapter_model.safetensors").is_file():
         weights = load_state_dict(d / "adapter_model.safetensors")
     elif (d / "adapter_model.bin").is_file():
@@ -310,7 +308,7 @@ def _adapter(folder: Path) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
             "adapter_model.safetensors (peft: save_pretrained(safe_serialization=True))",
         )
     else:
-        raise WeightsUnavailableError(
+        raise InputError(
             f"MIE checkpoint {str(folder)!r}: {ADAPTER_DIR}/ has no adapter_model.safetensors or .bin"
         )
     return conf, weights
@@ -475,7 +473,7 @@ def export_authors_layout(source: Any, out: str | os.PathLike, *, overwrite: boo
                 "nothing to convert"
             )
         if not (folder / WEIGHTS_NAME).is_file():
-            raise WeightsUnavailableError(f"MIE checkpoint {str(folder)!r}: {WEIGHTS_NAME} is missing")
+            raise InputError(f"MIE checkpoint {str(folder)!r}: {WEIGHTS_NAME} is missing")
         sd = load_state_dict(folder / WEIGHTS_NAME)
     else:
         cfg, sd = source.config_dict(), _weights(source)
@@ -637,14 +635,12 @@ def _load_own(
     kwargs.update(overrides)
     model = cls(backbone, processor, **kwargs)
     if not (folder / WEIGHTS_NAME).is_file():
-        raise WeightsUnavailableError(
-            f"MIE checkpoint {str(folder)!r}: {WEIGHTS_NAME} is missing. {_TRAIN_HINT}"
-        )
+        raise InputError(f"MIE checkpoint {str(folder)!r}: {WEIGHTS_NAME} is missing. {_TRAIN_HINT}")
     weights_p = folder / WEIGHTS_NAME
     sd = _check_tensors(load_state_dict(weights_p), f"MIE checkpoint {str(weights_p)!r}")
     extra = sorted(k for k in sd if not k.startswith(_OWN_PREFIXES))
     if extra:
-        raise WeightsUnavailableError(
+        raise InputError(
             f"MIE checkpoint {str(weights_p)!r}: unexpected tensors {extra[:5]} (genmetrics' format holds only "
             f"{', '.join(p + '*' for p in _OWN_PREFIXES)}); refusing a file that holds more"
         )
@@ -689,7 +685,7 @@ def _load_authors(
     model = cls(backbone, processor, **kwargs)
     heads_p = _pick(folder, HEADS_NAMES)
     if heads_p is None:
-        raise WeightsUnavailableError(f"MIE checkpoint {str(folder)!r} holds neither of {HEADS_NAMES}")
+        raise InputError(f"MIE checkpoint {str(folder)!r} holds neither of {HEADS_NAMES}")
     heads = _torch_load(heads_p, _SAFE_PT)
     report: dict[str, Any] = {"heads": _load_heads(model, heads, str(heads_p)), "lora": 0, "backbone": 0}
     model.tuning, model.unfreeze_layers = tuning, unfreeze
@@ -710,7 +706,7 @@ def _load_authors(
     if uses_layers:
         p = folder / BACKBONE_NAME
         if not p.is_file():
-            raise WeightsUnavailableError(
+            raise InputError(
                 f"MIE checkpoint {str(folder)!r}: mode {cfg['mode']} needs {BACKBONE_NAME}, which is missing"
             )
         updates = _torch_load(p, _SAFE_PT)

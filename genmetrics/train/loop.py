@@ -184,21 +184,31 @@ def _as_metrics(raw: Any, metric_for_best: str) -> dict[str, Any]:
     return metrics
 
 
+_HELD_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
 @contextlib.contextmanager
 def _finish_before_interrupt() -> Iterator[None]:
-    """Hold Ctrl-C (SIGINT) while a checkpoint or an artifact is written: the write finishes, then the run
-    stops with ``KeyboardInterrupt`` (the CLI exits 130) and ``resume=True`` continues from it. Outside the
-    main thread (no signal handlers there) the write runs unprotected."""
+    """Hold Ctrl-C (SIGINT) and SIGTERM (a scheduler's preemption, ``kill``) while a checkpoint or an
+    artifact is written: the write finishes first. Then a held SIGTERM is delivered again to the handler
+    that was in place (by default the process ends as SIGTERM ends it, exit 143), and a held Ctrl-C stops
+    the run with ``KeyboardInterrupt`` (the CLI exits 130); ``resume=True`` continues from the finished
+    write either way. Outside the main thread (no signal handlers there) the write runs unprotected."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     received: list[int] = []
-    previous = signal.signal(signal.SIGINT, lambda signum, frame: received.append(signum))
+    previous = {
+        sig: signal.signal(sig, lambda signum, frame: received.append(signum)) for sig in _HELD_SIGNALS
+    }
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
-    if received:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if signal.SIGTERM in received:
+        signal.raise_signal(signal.SIGTERM)  # delayed, not swallowed: the handler in place decides
+    if signal.SIGINT in received:
         raise KeyboardInterrupt("interrupted while a checkpoint was written; the write was finished first")
 
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 from _authors import authors_inputs, authors_score
 
-from genmetrics.errors import WeightsUnavailableError
+from genmetrics.errors import InputError
 
 # LoRA on every attention / MLP linear of the vision blocks and the language layers (the authors' unsloth
 # finetune_vision + finetune_language + attention + mlp selection), written as its own regex here.
@@ -190,13 +190,13 @@ def test_partial_or_unsafe_checkpoints_are_refused(proc, tmp_path):
     torch.save(
         {"backbone." + k.replace("layers", "blocks"): v for k, v in tb.items()}, bad / "trainable_backbone.pt"
     )
-    with pytest.raises(WeightsUnavailableError, match="0 of"):
+    with pytest.raises(InputError, match="0 of"):
         MIEModel.from_pretrained(bad, _base(0), proc)
     # one tensor missing: partial
     part = tmp_path / "partial"
     ref.save(part)
     torch.save(dict(list(tb.items())[1:]), part / "trainable_backbone.pt")
-    with pytest.raises(WeightsUnavailableError, match="partial"):
+    with pytest.raises(InputError, match="partial"):
         MIEModel.from_pretrained(part, _base(0), proc)
     # heads under other names (or for another hidden size): one error naming the head
     renamed = tmp_path / "heads_renamed"
@@ -208,7 +208,7 @@ def test_partial_or_unsafe_checkpoints_are_refused(proc, tmp_path):
         },
         renamed / "mie_heads.pt",
     )
-    with pytest.raises(WeightsUnavailableError, match=r"score_head does not load.*missing tensors"):
+    with pytest.raises(InputError, match=r"score_head does not load.*missing tensors"):
         MIEModel.from_pretrained(renamed, _base(0), proc)
     # a pickle with code is not loaded
     unsafe = tmp_path / "unsafe"
@@ -221,11 +221,11 @@ def test_partial_or_unsafe_checkpoints_are_refused(proc, tmp_path):
         },
         unsafe / "mie_heads.pt",
     )
-    with pytest.raises(WeightsUnavailableError, match="weights_only"):
+    with pytest.raises(InputError, match="weights_only"):
         MIEModel.from_pretrained(unsafe, _base(0), proc)
     # the mode needs files that are missing
     (tmp_path / "ok" / "trainable_backbone.pt").unlink()
-    with pytest.raises(WeightsUnavailableError, match="trainable_backbone.pt"):
+    with pytest.raises(InputError, match="trainable_backbone.pt"):
         MIEModel.from_pretrained(tmp_path / "ok", _base(0), proc)
 
 

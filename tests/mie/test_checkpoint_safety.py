@@ -17,7 +17,7 @@ from _data import eval_argv, train_argv
 from safetensors.torch import load_file, save_file
 
 from genmetrics.cli.main import main
-from genmetrics.errors import WeightsUnavailableError
+from genmetrics.errors import InputError
 
 
 @pytest.fixture(scope="module")
@@ -239,7 +239,7 @@ def test_faulty_tensors_are_refused_naming_file_and_tensor(case, folders, proc, 
     _, layout, file, tamper, words = case
     folder = _copy(folders, layout, tmp_path)
     tamper(folder / file)
-    with pytest.raises(WeightsUnavailableError) as e:
+    with pytest.raises(InputError) as e:  # a damaged file is bad input: exit 2
         _load(folder, proc)
     msg = " ".join(str(e.value).split())
     for w in words:
@@ -292,7 +292,7 @@ def test_a_pickle_with_code_never_runs_and_gets_one_error_line(
     with use_provider(tiny_provider):
         rc = main(eval_argv(str(pairs), str(folder), str(tmp_path / "e")))
     err = capsys.readouterr().err.strip().splitlines()
-    assert rc == 1 and len(err) == 1 and err[0].startswith("error:"), err
+    assert rc == 2 and len(err) == 1 and err[0].startswith("error:"), err
     assert file in err[0] and safe in err[0] and "would run code" in err[0], err[0]
     assert "weights_only=False" not in err[0]  # never torch's advice to load it with code
     assert not marker.exists()

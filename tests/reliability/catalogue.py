@@ -742,7 +742,7 @@ CASES: list[Case] = [
     Case(
         "checkpoint-corrupt",
         "a corrupt safetensors checkpoint",
-        WeightsUnavailableError,
+        InputError,
         "corrupt",
         api=lambda ws: __import__("genmetrics.backbones.weights", fromlist=["x"]).load_state_dict(
             ws / "ckpt_corrupt.safetensors"
@@ -751,7 +751,7 @@ CASES: list[Case] = [
     Case(
         "checkpoint-pickle",
         "a pickled object in a .pt checkpoint",
-        WeightsUnavailableError,
+        InputError,
         "never arbitrary pickles",
         api=lambda ws: __import__("genmetrics.backbones.weights", fromlist=["x"]).load_state_dict(
             ws / "pickled.pt"

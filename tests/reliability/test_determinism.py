@@ -120,12 +120,12 @@ def test_no_unsafe_loading_in_sources():
 
 def test_pickled_payload_refused(tmp_path, capsys):
     from genmetrics.backbones.weights import load_state_dict
-    from genmetrics.errors import WeightsUnavailableError
+    from genmetrics.errors import InputError
 
     from .catalogue import Payload
 
     torch.save({"x": Payload()}, tmp_path / "evil.pt")
-    with pytest.raises(WeightsUnavailableError, match="never arbitrary pickles"):
+    with pytest.raises(InputError, match="never arbitrary pickles"):
         load_state_dict(tmp_path / "evil.pt")
     assert "payload ran" not in capsys.readouterr().out
     torch.save({"x": torch.ones(2)}, tmp_path / "ok.pt")

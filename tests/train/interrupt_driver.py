@@ -1,8 +1,9 @@
 """A training run in its own process whose checkpoint write of step ``--block-step`` waits for the test
-(a deterministic slow save: no timing luck), so that the test can send Ctrl-C while it is written.
+(a deterministic slow save: no timing luck), so that the test can send Ctrl-C or SIGTERM while it is written.
 
 Hand-shake through files in ``GATE``: the driver creates ``saving`` when the blocked write starts; every
-SIGINT handler of the process (Python's default one and any installed later) first creates ``signalled``;
+SIGINT or SIGTERM handler of the process (Python's default SIGINT one and any installed later) first
+creates ``signalled``;
 the blocked write goes on once ``go`` exists. Exit code 130 when the run ends with KeyboardInterrupt (as the
 CLI). ``--cli ARGS...`` runs ``genmetrics ARGS...`` instead of the toy fit.
 
@@ -34,7 +35,7 @@ def _spy_on_sigint(gate: Path) -> None:
         return spy
 
     def signal_spy(signum, handler):
-        return install(signum, wrapped(handler) if signum == signal.SIGINT else handler)
+        return install(signum, wrapped(handler) if signum in (signal.SIGINT, signal.SIGTERM) else handler)
 
     signal.signal = signal_spy  # type: ignore[assignment]
     signal.signal(signal.SIGINT, signal.default_int_handler)

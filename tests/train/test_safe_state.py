@@ -16,7 +16,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from genmetrics.backbones.weights import load_state_dict
-from genmetrics.errors import InputError, WeightsUnavailableError
+from genmetrics.errors import InputError
 from genmetrics.train import TrainLoopConfig, fit
 
 from .toy import Toy, make_data, params
@@ -207,7 +207,7 @@ def test_safe_loader_refuses_every_pickle_form(tmp_path, name, write):
     marker = tmp_path / "MARKER"
     path = tmp_path / name
     write({"w": Payload(marker)}, path)
-    with pytest.raises(WeightsUnavailableError) as e:
+    with pytest.raises(InputError) as e:
         load_state_dict(path)
     msg = str(e.value)
     assert str(path) in msg and ".safetensors" in msg and "never unpickles" in msg and "\n" not in msg
@@ -223,8 +223,8 @@ def test_safe_loader_accepts_plain_tensors_and_refuses_other_shapes(tmp_path):
     assert load_state_dict(tmp_path / "zip.pt")["w"].tolist() == [1.0, 1.0]
     assert load_state_dict(tmp_path / "legacy.pt")["w"].tolist() == [1.0, 1.0]
     torch.save([torch.ones(2)], tmp_path / "list.pt")
-    with pytest.raises(WeightsUnavailableError, match="holds list, not a flat dict of named tensors"):
+    with pytest.raises(InputError, match="holds list, not a flat dict of named tensors"):
         load_state_dict(tmp_path / "list.pt")
     (tmp_path / "bad.safetensors").write_bytes(os.urandom(64))
-    with pytest.raises(WeightsUnavailableError, match="bad.safetensors' is corrupt"):
+    with pytest.raises(InputError, match="bad.safetensors' is corrupt"):
         load_state_dict(tmp_path / "bad.safetensors")

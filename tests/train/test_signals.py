@@ -63,8 +63,10 @@ def _wait(path: Path, proc: subprocess.Popen, limit: float = 600.0) -> None:
         time.sleep(0.02)
 
 
-def _interrupt_a_checkpoint_write(gate: Path, step: int, args: list[str], **env: str) -> tuple[int, str]:
-    """Run the driver (tests/train/interrupt_driver.py) with ``args``, send SIGINT while the checkpoint of
+def _interrupt_a_checkpoint_write(
+    gate: Path, step: int, args: list[str], sig: int = signal.SIGINT, **env: str
+) -> tuple[int, str]:
+    """Run the driver (tests/train/interrupt_driver.py) with ``args``, send ``sig`` while the checkpoint of
     ``step`` is written, let the write go on once a handler has run; the exit code and stderr."""
     gate.mkdir()
     env = {**os.environ, **env, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
@@ -75,8 +77,9 @@ def _interrupt_a_checkpoint_write(gate: Path, step: int, args: list[str], **env:
     try:
         _wait(gate / "saving", proc)  # the checkpoint is being written
         assert proc.poll() is None, proc.communicate()[1][-3000:]
-        proc.send_signal(signal.SIGINT)
-        _wait(gate / "signalled", proc)  # a SIGINT handler has run
+        proc.send_signal(sig)
+        _wait(gate / "signalled", proc)  # a handler of the signal has run (it did not end the process)
+        assert proc.poll() is None, proc.communicate()[1][-3000:]
         (gate / "go").touch()  # let the write go on
         _, err = proc.communicate(timeout=900)
     finally:
@@ -86,10 +89,13 @@ def _interrupt_a_checkpoint_write(gate: Path, step: int, args: list[str], **env:
 
 
 @pytest.mark.slow
-def test_ctrl_c_during_a_checkpoint_write_finishes_it_then_stops(tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_a_signal_during_a_checkpoint_write_finishes_it_then_stops(tmp_path, sig):
+    """Ctrl-C: the run stops with KeyboardInterrupt (exit 130). SIGTERM (preemption, kill): held until the
+    write is complete, then delivered to the default handler, so the process ends as SIGTERM ends it."""
     out = tmp_path / "run"
-    rc, err = _interrupt_a_checkpoint_write(tmp_path / "gate", 6, ["--out", str(out)])  # mid-epoch 2
-    assert rc == 130, err[-3000:]
+    rc, err = _interrupt_a_checkpoint_write(tmp_path / "gate", 6, ["--out", str(out)], sig)  # mid-epoch 2
+    assert rc == (130 if sig == signal.SIGINT else -signal.SIGTERM), err[-3000:]
     step6 = out / "checkpoints" / "step-6"
     assert (step6 / "loop_state.json").is_file() and not step6.with_name("step-6.tmp").exists()
     assert sorted(ck.state_files(1, False)) == sorted(p.name for p in step6.iterdir())
