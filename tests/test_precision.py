@@ -112,23 +112,29 @@ def test_every_model_based_metric_takes_precision(name):
     assert _build(name, "fp32").options()["precision"] == "fp32"  # given: recorded like any other option
 
 
+def score_scale(name: str) -> float:
+    """``S``: score units per unit of relative feature error (module docstring)."""
+    if name == "mie":
+        return _mie_head_lipschitz(name)
+    if name in ("raclip", "tpips"):
+        return 1.0  # raclip: a score in [0, 1] built from cosines; tpips (late): a cosine
+    lo, hi = gm.registry.get_card(name).range or (-1.0, 1.0)
+    return (hi - lo) / 2  # clip_i, dino: 1; clipscore, hcs: 100
+
+
+def bf16_bound(name: str, metric: gm.Metric) -> float:
+    """``2 * S * u * sqrt(D)`` (module docstring) for metric ``name`` built as ``metric``."""
+    return 2 * score_scale(name) * U_BF16 * math.sqrt(_depth(metric))
+
+
 @pytest.mark.parametrize("name", SAMPLE_METRICS)
 def test_bf16_is_within_the_derived_bound_of_fp32(name):
     m32, v32 = _run(name, "fp32")
-    head_lipschitz = None
-    if name == "mie":
-        head_lipschitz = _mie_head_lipschitz(name)
     _, v16 = _run(name, "bf16")
     assert _dtypes(v16) <= {torch.float32, torch.float64}, _dtypes(v16)  # outputs never bfloat16
     a, b = _flat(v32), _flat(v16)
     assert torch.isfinite(b).all()
-    lo, hi = gm.registry.get_card(name).range or (None, None)
-    scale = (
-        head_lipschitz if name == "mie" else (1.0 if lo is None or not math.isfinite(lo) else (hi - lo) / 2)
-    )
-    if name == "raclip":
-        scale = 1.0  # a score in [0, 1] built from cosines: at most 1 per unit of cosine
-    bound = 2 * scale * U_BF16 * math.sqrt(_depth(m32))
+    bound = bf16_bound(name, m32)
     diff = float((a - b).abs().max())
     assert 0 < diff <= bound, (name, diff, bound)  # > 0: bf16 did run (autocast reached the backbone)
 
@@ -166,7 +172,7 @@ def test_set_metrics_per_image_rows_within_the_bound(name):
         rows[p] = m._score_rows(list(images), "candidates")
         _, value = _run(name, p)
         assert _dtypes(value) == {torch.float64} and torch.isfinite(_flat(value)).all()
-    bound = 2 * 1.0 * U_BF16 * math.sqrt(_depth(m))
+    bound = bf16_bound("raclip", m)  # the rows are RA-CLIPScores (or their clipscore / hcs inputs)
     for key in rows["fp32"]:
         diff = float((rows["fp32"][key] - rows["bf16"][key]).abs().max())
         assert rows["bf16"][key].dtype == torch.float64 and 0 < diff <= bound, (name, key, diff, bound)
@@ -259,3 +265,45 @@ def test_cli_option_precision(tmp_path, capsys):
         assert main([*args, "--option", "precision=bf17"]) == 2
     err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
     assert len(err) == 1 and err[0].startswith("error:") and "did you mean 'bf16'" in err[0]
+
+
+def test_packed_clip_products_are_never_taken_under_autocast(monkeypatch):
+    """oneDNN's packed products bypass autocast (they would run bf16 metrics in float32): even where they are
+    the measured fast path (forced here), the tower under autocast uses its own modules."""
+    from genmetrics.backbones import clip_packed
+    from genmetrics.backbones._torch_internals import onednn_linear_available
+    from genmetrics.testing import tiny_clip
+
+    if not onednn_linear_available():
+        pytest.skip("this torch build has no oneDNN packed linear")
+    monkeypatch.setattr(clip_packed, "packed_products_pay_off", lambda blk: True)
+    visual = tiny_clip()[0].visual
+    with torch.no_grad():
+        assert clip_packed.packed_vision_blocks(visual) is not None  # forced: taken in float32
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            assert clip_packed.packed_vision_blocks(visual) is None
+
+
+def test_ra_scorer_runs_only_the_tower_in_bf16():
+    """RA-CLIPScore under ``precision="bf16"``: the image tower in bf16, Eq. 3-9 in float32 / float64; equal
+    to the explicit second computation (tower under autocast, then the scoring with autocast off), even inside
+    a caller's autocast region."""
+    from genmetrics.backbones.openclip import clip_image_batch
+    from genmetrics.raclip.model import RegionAttributeScorer, dense_tokens
+    from genmetrics.testing import random_images, tiny_clip
+
+    model, tok = tiny_clip()
+    attrs = ["smiling", "wearing hat"]
+    scorer = RegionAttributeScorer(model, tok, precision="bf16")
+    x = clip_image_batch(random_images(3, 32, seed=9), model)
+    with torch.no_grad():
+        t_pos, t_neg = scorer.text_embeddings(attrs)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            z, attn, grid = dense_tokens(model, x)
+        want = scorer._score(z, attn, grid, t_pos, t_neg).score
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            inside = scorer(x, attrs).score
+    assert z.dtype == torch.bfloat16 and want.dtype == torch.float32
+    assert torch.equal(scorer(x, attrs).score, want) and torch.equal(inside, want)
+    fp32 = RegionAttributeScorer(model, tok)(x, attrs).score
+    assert not torch.equal(fp32, want)
