@@ -171,7 +171,8 @@ class _ClipFamily:
     def _texts(self, texts: list[str], *, normalize: bool = True, name: str = "attributes") -> torch.Tensor:
         """``[N,E]`` embeddings of ``texts`` (float64, or float32 with ``text_dtype="model"``); each distinct
         text is encoded once per metric."""
-        with precision_autocast(self.precision, self.device):  # float64 by default: autocast leaves it alone
+        # the text tower is float64 by default: autocast leaves it alone
+        with precision_autocast(self.precision, self.device):  # type: ignore[attr-defined]
             return self._text_cache().embed(
                 self._model(), self.tokenizer, texts, name=name, normalize=normalize
             )
