@@ -307,3 +307,18 @@ def test_ra_scorer_runs_only_the_tower_in_bf16():
     assert torch.equal(scorer(x, attrs).score, want) and torch.equal(inside, want)
     fp32 = RegionAttributeScorer(model, tok)(x, attrs).score
     assert not torch.equal(fp32, want)
+
+
+def test_disk_cache_keeps_precisions_apart(tmp_path):
+    """clip_i / dino with ``cache_dir=``: a bf16 metric never reads the fp32 entries of the same images (nor
+    the reverse); float32 entries keep the key they had before the option existed."""
+    from genmetrics.testing import random_images
+
+    x, y = random_images(2, 32, seed=1), random_images(2, 32, seed=2)
+    kw = metric_recipe("clip_i")["kwargs"]
+    plain = {p: gm.create_metric("clip_i", **kw, precision=p).score(x, y) for p in ("fp32", "bf16")}
+    for p in ("fp32", "bf16", "fp32", "bf16"):  # each run reads what the runs before it wrote
+        m = gm.create_metric("clip_i", **kw, precision=p, cache_dir=tmp_path)
+        assert torch.equal(m.score(x, y), plain[p]), p
+    m32 = gm.create_metric("clip_i", **kw, cache_dir=tmp_path)
+    assert ":precision=" not in m32._cache_identity(m32._model())
