@@ -484,6 +484,98 @@ def _mie_parity(args, model, proc, rec: dict) -> None:
     emit(rec)
 
 
+# ------------------------------------------------------------------------------ fp32 vs bf16 at real size
+def run_precision(args, family: str) -> None:
+    """fp32 vs bf16 (the metrics' ``precision`` option) on the real 2B / 0.8B configurations, on 1 item of
+    small images (``--precision-side`` px, the processor's minimum budget at 256): the bf16 error comes from
+    the depth and width of the model, which are the real ones; the image size only sets the token count.
+    tpips also checks batch invariance in float32 (late-fusion embeddings, batch 1 vs 2) at the 2B size."""
+    import warnings
+
+    import torch
+
+    import genmetrics as gm
+    from genmetrics.mie.model import MIEModel
+    from genmetrics.testing import random_images
+    from genmetrics.testing.real_models import build_model, processor_for
+    from genmetrics.tpips.model import TPIPSModel
+
+    name = {"tpips": "Qwen3-VL-Embedding-2B", "mie": "Qwen3.5-0.8B"}[family]
+    proc = processor_for(name)
+    base = rss()
+    with Clock() as cbuild:
+        vlm = build_model(name, reduced=args.reduced).requires_grad_(False)
+    side = 64 if args.reduced else args.precision_side
+    rec: dict = {
+        "benchmark": "real_size_precision",
+        "family": family,
+        "model": f"{name} config (random weights)",
+        "params": sum(p.numel() for p in vlm.parameters()),
+        "image_size": [side, side],
+        "build_s": round(cbuild.wall, 1),
+        **common(args),
+    }
+    if family == "tpips":
+        model = TPIPSModel(vlm, proc, "late", batch_size=2, vision_batch_size=2, vision_cache_size=0)
+        imgs = random_images(4, side, seed=1)
+        update = {"reference": imgs[:1], "candidates": imgs[1:2], "condition": ["lighting"]}
+        rec.update(item="pair (late fusion)", items=1)
+
+        def metric(p: str):
+            return gm.create_metric("tpips", backbone=model, precision=p)
+    else:
+        model = MIEModel(vlm, proc, image_size=None, vision_cache_size=0).eval()
+        with torch.no_grad():  # heads away from their initialisation (as run_mie)
+            for p in (*model.score_head.parameters(), *model.classification_head.parameters()):
+                p.add_(torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())) * 0.05)
+        imgs = random_images(4, side, seed=10)
+        update = {
+            "reference": [list(imgs[:3])],
+            "candidates": imgs[3:4],
+            "condition": ["a man, a dog and a bicycle in front of a red door"],
+        }
+        rec.update(item="candidate with 3 references", items=1)
+
+        def metric(p: str):
+            return gm.create_metric("mie", model=model, precision=p)
+
+    values, times = {}, {}
+    for p in ("fp32", "bf16"):
+        reset_peak()
+        with warnings.catch_warnings(), Clock() as c:
+            warnings.simplefilter("ignore")  # the 'no bf16 units here' warning: recorded as bf16_units below
+            values[p] = metric(p).score(**update)
+        times[p] = {"s": round(c.wall, 1), "cpu_s": round(c.cpu, 1), "peak_rss_mb": mb(peak())}
+    from genmetrics.data.device import bf16_units
+
+    diff = max_diff(values["fp32"], values["bf16"])
+    rec.update(
+        fp32_score=[round(float(x), 7) for x in values["fp32"].reshape(-1)],
+        bf16_score=[round(float(x), 7) for x in values["bf16"].reshape(-1)],
+        bf16_max_abs_diff=diff,
+        bf16_rel_diff=diff / max(float(values["fp32"].abs().max()), 1e-30),
+        fp32=times["fp32"],
+        bf16=times["bf16"],
+        bf16_over_fp32_cpu=round(times["bf16"]["cpu_s"] / max(times["fp32"]["cpu_s"], 1e-9), 2),
+        bf16_units=bf16_units("cpu")[1],
+        rss_before_build_mb=mb(base),
+    )
+    emit({**rec, "stage": "precision"})
+    if family == "tpips" and args.batch_invariance:
+        aspects = ["lighting", "the pose of the cat and the dog"]
+        two = TPIPSModel(vlm, proc, "late", batch_size=2, vision_batch_size=2, vision_cache_size=0)
+        one = TPIPSModel(vlm, proc, "late", batch_size=1, vision_batch_size=1, vision_cache_size=0)
+        with torch.no_grad(), Clock() as ci:
+            emb2 = two.embed(list(imgs[:2]), aspects)
+            emb1 = one.embed(list(imgs[:1]), aspects[:1])
+        rec.update(
+            batch_invariance_max_abs={"late_embedding_1_vs_2": max_diff(emb1[0], emb2[0])},
+            batch_invariance_s=round(ci.wall, 1),
+            batch_invariance_cpu_s=round(ci.cpu, 1),
+        )
+        emit({**rec, "stage": "batch_invariance"})
+
+
 RUN = {"raclip": run_raclip, "tpips": run_tpips, "mie": run_mie}
 
 
@@ -498,6 +590,13 @@ def main() -> None:
     ap.add_argument("--bf16-items", type=int, default=2, help="raclip images scored again in bfloat16")
     ap.add_argument("--parity-only", action="store_true", help="tpips, mie: only the parity check")
     ap.add_argument("--clip-model", choices=CLIP_MODELS, action="append", help="raclip: one model")
+    ap.add_argument(
+        "--precision", action="store_true", help="tpips, mie: fp32 vs bf16 (precision option) on 1 small item"
+    )
+    ap.add_argument("--precision-side", type=int, default=256, help="--precision: image side in px")
+    ap.add_argument(
+        "--batch-invariance", action="store_true", help="--precision, tpips: also batch 1 vs 2 in float32"
+    )
     ap.add_argument("--in-process", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -508,10 +607,13 @@ def main() -> None:
 
         torch.set_num_threads(args.threads)
         for f in args.family:
-            RUN[f](args)
+            if args.precision:
+                run_precision(args, f)
+            else:
+                RUN[f](args)
         return
     units = []  # one process per model: its own peak RSS, one at a time
-    for f in args.family or list(FAMILIES):
+    for f in args.family or (["tpips", "mie"] if args.precision else list(FAMILIES)):
         if f == "raclip":
             units += [["--family", f, "--clip-model", m] for m in (args.clip_model or CLIP_MODELS)]
         else:
@@ -528,6 +630,8 @@ def main() -> None:
         ]
         cmd += ["--bf16-items", str(args.bf16_items)] + (["--reduced"] if args.reduced else [])
         cmd += ["--parity-only"] if args.parity_only else []
+        cmd += ["--precision", "--precision-side", str(args.precision_side)] if args.precision else []
+        cmd += ["--batch-invariance"] if args.batch_invariance else []
         env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
         t = time.perf_counter()
         r = subprocess.run(cmd, env=env)

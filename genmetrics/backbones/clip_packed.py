@@ -140,7 +140,8 @@ def _product_candidates(blk: Any, m: int) -> dict[str, Any]:
 
 def packed_vision_blocks(visual: Any) -> list[PackedBlock] | None:
     """One :class:`PackedBlock` per block of the open_clip ``VisionTransformer`` ``visual``, when its
-    products may run on packed oneDNN weights and that is faster here: float32 on the CPU, without autograd,
+    products may run on packed oneDNN weights and that is faster here: float32 on the CPU, without autograd
+    or autocast,
     every block plain (:func:`~genmetrics.backbones.clip_blocks.is_plain_block`), a torch build with
     oneDNN's packed linear, and :func:`packed_products_pay_off` (measured on this machine; the same for
     every batch); else None (use the blocks' own modules).
@@ -164,6 +165,7 @@ def packed_vision_blocks(visual: Any) -> list[PackedBlock] | None:
         or p.device.type != "cpu"
         or p.dtype != torch.float32
         or torch.is_grad_enabled()
+        or torch.is_autocast_enabled("cpu")  # packed oneDNN products bypass autocast: bf16 would run in fp32
         or not all(is_plain_block(b) for b in blocks)
         or not onednn_linear_available()
     ):

@@ -46,6 +46,7 @@ from transformers.models.qwen3_vl.modeling_qwen3_vl import BaseModelOutputWithDe
 
 from genmetrics.backbones.hf import hf_cache_dir, unavailable_error
 from genmetrics.backbones.weights import offline
+from genmetrics.data.device import autocast_scope
 from genmetrics.data.images import ResizePolicy, load_image, pil_to_tensor, to_tensor
 from genmetrics.errors import InputError
 
@@ -530,15 +531,20 @@ class VisionCache:
 
 
 def feature_scope(tower: nn.Module) -> str:
-    """``dtype@device`` of a vision tower's weights: the :class:`VisionCache` scope of the features it makes.
+    """``dtype@device`` of a vision tower's weights, and the autocast state of that device
+    (:func:`~genmetrics.data.device.autocast_scope`: a metric's ``precision="bf16"``): the
+    :class:`VisionCache` scope of the features it makes.
 
     >>> from genmetrics.testing import tiny_qwen3vl
     >>> tower = tiny_qwen3vl().visual
     >>> feature_scope(tower), feature_scope(tower.to(torch.bfloat16))
     ('torch.float32@cpu', 'torch.bfloat16@cpu')
+    >>> with torch.autocast("cpu", dtype=torch.bfloat16):
+    ...     feature_scope(tower.float())
+    'torch.float32@cpu+autocast:torch.bfloat16'
     """
     p = next(tower.parameters())
-    return f"{p.dtype}@{p.device}"
+    return f"{p.dtype}@{p.device}{autocast_scope(p.device)}"
 
 
 class VisionEncoder:

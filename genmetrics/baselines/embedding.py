@@ -3,7 +3,8 @@ family's ``clipscore``, which computes the same ``100 * cos``.)
 
 Each takes a caller-built backbone (``backbone=``) or loads its default
 weights lazily on first use. Image embeddings can be cached on disk (``cache_dir=``), keyed by image
-content and weights identity.
+content and weights identity. ``precision="bf16"`` runs the image tower under bfloat16 autocast (the
+cosine stays float32 / float64; docs/performance.md, "bfloat16").
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from genmetrics.backbones.openclip import clip_image_batch, encode_image, load_o
 from genmetrics.backbones.provider import provide
 from genmetrics.backbones.weights import genmetrics_home, weights_unavailable
 from genmetrics.data.cache import FeatureCache
+from genmetrics.data.device import check_precision, precision_autocast
 from genmetrics.data.images import ResizePolicy, as_image_list, load_batch
 from genmetrics.errors import InputError
 from genmetrics.metric import SampleMetric
@@ -40,6 +42,7 @@ class _EmbeddingMetric(SampleMetric):
         weights: str | None = None,
         data_range: float = 1.0,
         cache_dir: str | os.PathLike | None = None,
+        precision: str = "fp32",
         batch_size: int = 32,
         **kwargs: Any,
     ) -> None:
@@ -50,6 +53,7 @@ class _EmbeddingMetric(SampleMetric):
             )
         self.weights = weights or (None if backbone is not None else self.default_weights)
         self.data_range = number("data_range", data_range, lo=0.0, lo_open=True, owner=self.name or None)
+        self.precision = check_precision(precision, owner=self.name or None)
         self._cache_dir = cache_dir
         # not ``_cache``: torchmetrics keeps its pre-sync copy of the states there (sync() overwrites it,
         # unsync()/reset() set it to None)
@@ -80,13 +84,17 @@ class _EmbeddingMetric(SampleMetric):
     def _cache_identity(self, model: Any) -> str:
         """What the cached embeddings depend on: the metric, the weights (their name, or for a caller-built
         backbone a fingerprint of its tensors -- never ``id(model)``, which a later process reuses for
-        another model) and ``data_range`` (it scales float tensors before the model sees them)."""
+        another model), ``data_range`` (it scales float tensors before the model sees them) and a
+        ``precision`` other than float32 (float32 entries keep the key they had before the option)."""
         weights = self.weights or f"weights-sha256:{_fingerprint(model)}"
-        return f"{type(self).__name__}:{weights}:data_range={self.data_range:g}"
+        extra = "" if self.precision == "fp32" else f":precision={self.precision}"
+        return f"{type(self).__name__}:{weights}:data_range={self.data_range:g}{extra}"
 
     def _fresh(self, items: list[Any]) -> torch.Tensor:
         with torch.inference_mode():
-            return F.normalize(self._embed_raw(items).float(), dim=-1)
+            with precision_autocast(self.precision, self.device):
+                raw = self._embed_raw(items)
+            return F.normalize(raw.float(), dim=-1)
 
     def embed(self, images: Any) -> torch.Tensor:
         """L2-normalised float32 image embeddings ``[B,D]`` (cached on disk when ``cache_dir`` is set).

@@ -26,6 +26,7 @@ from PIL import Image
 from genmetrics.backbones.memory_model import batch_peak_bytes, image_hw, real_config_from_model
 from genmetrics.backbones.qwen_vl import smart_resize
 from genmetrics.data.batching import device_memory
+from genmetrics.data.device import check_precision, precision_autocast
 from genmetrics.data.images import as_image_list
 from genmetrics.errors import InputError
 from genmetrics.metric import SampleMetric, _drop_duplicate_ids
@@ -66,6 +67,8 @@ class MIEMetric(SampleMetric):
             trained with; the authors' layout: unresized, as their code scores); an integer: the longer image
             side in px (aspect kept); ``None``: unresized (only the processor's pixel budget applies). On the
             command line: ``genmetrics score mie --option image_size=512`` (or ``=null``).
+        precision: ``"fp32"`` (default) or ``"bf16"``: the backbone's forward under bfloat16 autocast (the
+            heads stay float32; docs/performance.md, "bfloat16"); ``"fp32"`` switches autocast off.
 
     With an untrained model on the tiny Qwen3.5 (``create_metric("mie", heads="OUT/final")`` for trained
     heads); ids ``"<generator>/<sample>"`` group the results per generator:
@@ -97,6 +100,7 @@ class MIEMetric(SampleMetric):
         vision_cache_size: int = 256,
         image_size: int | str | None = FROM_CHECKPOINT,
         dtype: Any = None,
+        precision: str = "fp32",
         batch_size: int = 32,
         device: Any = None,
         **kwargs: Any,
@@ -117,6 +121,7 @@ class MIEMetric(SampleMetric):
         # not ``self._dtype``: that is torchmetrics' own dtype attribute, which ``.to()`` / ``set_dtype``
         # overwrite (the backbone would then load in the states' float32, and ``metric.dtype`` read None)
         self._backbone_dtype = dtype
+        self.precision = check_precision(precision, owner="mie")
         self._token_budget = integer("token_budget", token_budget, lo=1, owner="mie")
         self._vision_cache_size = integer("vision_cache_size", vision_cache_size, lo=0, owner="mie")
         self._image_size = image_size_option(image_size, allow_checkpoint=True)
@@ -191,7 +196,9 @@ class MIEMetric(SampleMetric):
         return {"reference": refs, "candidates": cands, "condition": prompts}
 
     def _score_batch(self, batch: dict[str, list[Any]]) -> dict[str, torch.Tensor]:
-        out = self.mie_model().score(batch["reference"], batch["condition"], batch["candidates"])
+        model = self.mie_model()
+        with precision_autocast(self.precision, self.device):
+            out = model.score(batch["reference"], batch["condition"], batch["candidates"])
         return {"score": out.score, "diagnostics": out.diagnostics}
 
     def _peak_bytes(self, batch: dict[str, list[Any]]) -> Any:

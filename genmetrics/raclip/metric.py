@@ -28,6 +28,7 @@ from genmetrics.backbones.openclip import (
 )
 from genmetrics.backbones.provider import current_provider
 from genmetrics.data.batching import map_batches
+from genmetrics.data.device import check_precision, precision_autocast
 from genmetrics.data.images import as_image_list, to_tensor
 from genmetrics.data.text import as_text_list
 from genmetrics.errors import InputError
@@ -111,7 +112,10 @@ class _ClipFamily:
 
     name: ClassVar[str]
 
-    def _init_backbone(self, backbone: Any, tokenizer: Any, weights: str | None, data_range: float) -> None:
+    def _init_backbone(
+        self, backbone: Any, tokenizer: Any, weights: str | None, data_range: float, precision: str = "fp32"
+    ) -> None:
+        self.precision = check_precision(precision, owner=self.name or None)
         if backbone is not None and weights is not None:
             raise InputError(
                 f"{self.name}: pass either backbone= (a built model) or weights= (a name to load), not both"
@@ -150,6 +154,12 @@ class _ClipFamily:
         model = self._model()
         return clip_image_batch(images, model, data_range=self.data_range, name=name)
 
+    def _image_embeddings(self, x: torch.Tensor) -> torch.Tensor:
+        """``encode_image`` (the fast open_clip ViT path) of preprocessed pixels in the metric's ``precision``,
+        as float32."""
+        with precision_autocast(self.precision, x.device):
+            return encode_image(self._model(), x).float()
+
     def _text_cache(self) -> Any:
         """This metric's text embeddings, one per distinct text (issue 16): the context cut after the longest
         text of each call, the text tower in float64 unless ``text_dtype="model"`` (clipscore)."""
@@ -161,7 +171,11 @@ class _ClipFamily:
     def _texts(self, texts: list[str], *, normalize: bool = True, name: str = "attributes") -> torch.Tensor:
         """``[N,E]`` embeddings of ``texts`` (float64, or float32 with ``text_dtype="model"``); each distinct
         text is encoded once per metric."""
-        return self._text_cache().embed(self._model(), self.tokenizer, texts, name=name, normalize=normalize)
+        # the text tower is float64 by default: autocast leaves it alone
+        with precision_autocast(self.precision, self.device):  # type: ignore[attr-defined]
+            return self._text_cache().embed(
+                self._model(), self.tokenizer, texts, name=name, normalize=normalize
+            )
 
     def _hcs_text(self, text_center: str) -> tuple[torch.Tensor, torch.Tensor]:
         """HCS attribute vectors (``"a photo of " + attr``, unnormalised) and ``C_text``."""
@@ -193,7 +207,7 @@ class _RAMixin(_ClipFamily):
         model = self._model()
         sc = self._aux.get("scorer")
         if sc is None or sc.model is not model:
-            sc = RegionAttributeScorer(model, self.tokenizer, **self._ra_options)
+            sc = RegionAttributeScorer(model, self.tokenizer, precision=self.precision, **self._ra_options)
             self._aux["scorer"] = sc
         return sc
 
@@ -240,6 +254,7 @@ class RAClipScore(_RAMixin, SampleMetric):
         positive_template: str = POSITIVE_TEMPLATE,
         negative_template: str | None = None,
         data_range: float = 1.0,
+        precision: str = "fp32",
         batch_size: int = 32,
         **kwargs: Any,
     ) -> None:
@@ -253,7 +268,7 @@ class RAClipScore(_RAMixin, SampleMetric):
             positive_template=positive_template,
             negative_template=negative_template,
         )
-        self._init_backbone(backbone, tokenizer, weights, data_range)
+        self._init_backbone(backbone, tokenizer, weights, data_range, precision)
 
     def _prepare(self, reference: Any, candidates: Any, condition: Any) -> dict[str, list[Any]]:
         if reference is not None:
@@ -328,6 +343,7 @@ class CLIPScore(_ClipFamily, SampleMetric):
         prompt_template: str = "{}",
         text_dtype: str = "float64",
         data_range: float = 1.0,
+        precision: str = "fp32",
         batch_size: int = 32,
         **kwargs: Any,
     ) -> None:
@@ -341,14 +357,13 @@ class CLIPScore(_ClipFamily, SampleMetric):
                 f"(the model's own precision), got {text_dtype!r}"
             )
         self.text_dtype = text_dtype
-        self._init_backbone(backbone, tokenizer, weights, data_range)
+        self._init_backbone(backbone, tokenizer, weights, data_range, precision)
 
     _prepare = RAClipScore._prepare
 
     @torch.no_grad()
     def _score_batch(self, batch: dict[str, list[Any]]) -> torch.Tensor:
-        model = self._model()
-        img = encode_image(model, self._pixels(batch["candidates"], "candidates"))  # fast open_clip ViT path
+        img = self._image_embeddings(self._pixels(batch["candidates"], "candidates"))
         # each distinct prompt / attribute is encoded once per metric (issue 16; cache keyed by the text)
         if self.attributes is not None:
             return clipscore(img, self._texts([self.prompt_template.format(a) for a in self.attributes]))
@@ -400,6 +415,7 @@ class HCS(_ClipFamily, SampleMetric):
         text_center: str | None = None,
         compat: str | None = None,
         data_range: float = 1.0,
+        precision: str = "fp32",
         batch_size: int = 32,
         **kwargs: Any,
     ) -> None:
@@ -416,7 +432,7 @@ class HCS(_ClipFamily, SampleMetric):
         # per-update partial sums of reference embeddings ([k,E], "cat"): C_img without knowing E up front
         self.add_state("ref_sums", default=[], dist_reduce_fx="cat")
         self.add_state("ref_count", default=torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
-        self._init_backbone(backbone, tokenizer, weights, data_range)
+        self._init_backbone(backbone, tokenizer, weights, data_range, precision)
 
     def update(
         self, reference: Any = None, candidates: Any = None, condition: Any = None, *, ids: Any = None
@@ -446,10 +462,8 @@ class HCS(_ClipFamily, SampleMetric):
 
     @torch.no_grad()
     def _embed(self, images: list[Any], name: str) -> torch.Tensor:
-        model = self._model()
-        return encode_image(
-            model, self._pixels(images, name)
-        ).double()  # the fast tower: rows independent of the batch
+        # the fast tower: rows independent of the batch
+        return self._image_embeddings(self._pixels(images, name)).double()
 
     def _score_batch(self, batch: dict[str, list[Any]]) -> torch.Tensor:
         return self._embed(batch["candidates"], "candidates")  # embeddings; HCS is formed at compute()
@@ -549,6 +563,7 @@ class _SetDivergence(_RAMixin, Metric):
         positive_template: str | None = None,
         negative_template: str | None = None,
         data_range: float = 1.0,
+        precision: str = "fp32",
         batch_size: int = 32,
         **kwargs: Any,
     ) -> None:
@@ -564,7 +579,7 @@ class _SetDivergence(_RAMixin, Metric):
         )
         self.score_kind = "raclip"
         self._keep_rows = False
-        self._init_backbone(backbone, tokenizer, weights, data_range)
+        self._init_backbone(backbone, tokenizer, weights, data_range, precision)
 
     # -- scoring ------------------------------------------------------------------------
     @torch.no_grad()
@@ -573,8 +588,7 @@ class _SetDivergence(_RAMixin, Metric):
         if self.score_kind == "raclip":
             out = self._scorer()(x, self.attributes)
             return {"score": out.score.double(), "maps": out.patch_scores.double()}
-        model = self._model()
-        img = encode_image(model, x)
+        img = self._image_embeddings(x)
         if self.score_kind == "clipscore":
             return {"score": clipscore(img, self._texts(list(self.attributes)))}
         return {"score": img.double()}  # hcs: embeddings, scored at compute()

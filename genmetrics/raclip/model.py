@@ -31,6 +31,7 @@ from torch import nn
 from genmetrics.backbones.clip_blocks import fused_mlp
 from genmetrics.backbones.clip_packed import packed_vision_blocks
 from genmetrics.backbones.clip_text import TextEmbeddingCache
+from genmetrics.data.device import check_precision, precision_autocast
 from genmetrics.errors import InputError
 from genmetrics.options import template
 from genmetrics.raclip._checks import check_attributes
@@ -460,7 +461,10 @@ class RegionAttributeScorer(nn.Module):
     * ``temperature`` τ of the Eq. 9 softmax, ``softmax(s cos(z_j, T+) / τ)`` (default 1; with
       ``local_tokens=False`` one token is left and τ changes nothing, so it is refused there);
     * ``positive_template`` / ``negative_template``: the Eq. 3 prompts (the negative one only with
-      ``dual_prompt=True``; otherwise it is unused and refused).
+      ``dual_prompt=True``; otherwise it is unused and refused);
+    * ``precision``: ``"fp32"`` (default) or ``"bf16"``: the image tower under bfloat16 autocast
+      (:func:`~genmetrics.data.device.precision_autocast`); the prompts, Eq. 3-9 and the score stay in
+      float32 / float64 either way.
 
     Options that would change nothing are refused with an :class:`InputError` naming them.
 
@@ -496,9 +500,11 @@ class RegionAttributeScorer(nn.Module):
         positive_template: str = POSITIVE_TEMPLATE,
         negative_template: str | None = None,
         cache_size: int = 8,
+        precision: str = "fp32",
     ) -> None:
         super().__init__()
         check_vit(model)
+        self.precision = check_precision(precision, owner="RA-CLIPScore")
         if tokenizer is None or not callable(tokenizer):
             raise InputError(
                 "tokenizer: expected the open_clip tokenizer of the model (callable), got "
@@ -567,10 +573,23 @@ class RegionAttributeScorer(nn.Module):
 
     @torch.no_grad()
     def forward(self, images: torch.Tensor, attributes: Sequence[str]) -> RAOutput:
-        t_pos, t_neg = self.text_embeddings(attributes)
-        z, attn_sum, grid = dense_tokens(
-            self.model, images, global_layer="last" if self.global_token else "penultimate"
-        )
+        with precision_autocast("fp32", images.device):  # the prompts: float64 tower, never autocast
+            t_pos, t_neg = self.text_embeddings(attributes)
+        with precision_autocast(self.precision, images.device):
+            z, attn_sum, grid = dense_tokens(
+                self.model, images, global_layer="last" if self.global_token else "penultimate"
+            )
+        with precision_autocast("fp32", images.device):  # Eq. 3-9 in float32, whatever the tower ran in
+            return self._score(z, attn_sum, grid, t_pos, t_neg)
+
+    def _score(
+        self,
+        z: torch.Tensor,
+        attn_sum: torch.Tensor,
+        grid: tuple[int, int],
+        t_pos: torch.Tensor,
+        t_neg: torch.Tensor | None,
+    ) -> RAOutput:
         zn = F.normalize(z.float(), dim=-1)
         s = logit_scale_of(self.model)
         cos_pos = zn @ t_pos.T  # [B,1+P,C]

@@ -28,6 +28,7 @@ import torch
 from genmetrics.backbones.memory_model import batch_peak_bytes, image_hw, real_config_from_model
 from genmetrics.backbones.qwen_vl import IMAGE_MODES, mode_sensitive, qwen_image
 from genmetrics.data.batching import device_memory, map_batches
+from genmetrics.data.device import check_precision, precision_autocast
 from genmetrics.data.images import as_image_list, to_tensor
 from genmetrics.errors import InputError
 from genmetrics.metric import SampleMetric, batch_len, eval_mode, hash_id, keep_index, slice_batch
@@ -53,6 +54,9 @@ class TPIPS(SampleMetric):
         image_size: side of the square policy (multiple of 32; default 448); alone it selects ``"square"``.
         data_range: the value range of float tensor images (1.0 or 255.0).
         dtype: backbone precision when loading weights (default bf16 on CUDA, fp32 on CPU).
+        precision: ``"fp32"`` (default) or ``"bf16"``: the backbone's forward under bfloat16 autocast
+            (docs/performance.md, "bfloat16"); ``"fp32"`` switches autocast off. The similarity itself is
+            taken in float64 either way.
         vision_cache_size: images whose vision-tower output is kept across calls.
         image_modes: how PIL images and files of modes other than RGB become RGB: ``"official"`` (as the
             Qwen3-VL-Embedding embedder), ``"genmetrics"`` (alpha on white, 16-bit rescaled); default: the
@@ -88,6 +92,7 @@ class TPIPS(SampleMetric):
         resize: str | None = None,
         data_range: float = 1.0,
         dtype: Any = None,
+        precision: str = "fp32",
         vision_cache_size: int = 64,
         image_modes: str | None = None,
         **kwargs: Any,
@@ -111,6 +116,7 @@ class TPIPS(SampleMetric):
         self.aspect = aspect
         self.data_range = number("data_range", data_range, lo=0.0, lo_open=True, owner="tpips")
         self.dtype_option = dtype
+        self.precision = check_precision(precision, owner="tpips")
         self.vision_cache_size = integer("vision_cache_size", vision_cache_size, lo=0, owner="tpips")
         if resize not in (None, "smart", "square"):
             raise InputError(
@@ -252,7 +258,8 @@ class TPIPS(SampleMetric):
     def _score_batch(self, batch: dict[str, list[Any]]) -> torch.Tensor:
         model = self.model()
         ref, cand, asp = batch["reference"], batch["candidates"], batch["condition"]
-        with eval_mode(model):  # a caller's model under training is scored in eval mode, its mode kept
+        # a caller's model under training is scored in eval mode, its mode kept
+        with eval_mode(model), precision_autocast(self.precision, self.device):
             if cand and isinstance(cand[0], list):
                 k = len(cand[0])
                 a = [r for r in ref for _ in range(k)]

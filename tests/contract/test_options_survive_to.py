@@ -21,6 +21,7 @@ option (``None``).
 
 from __future__ import annotations
 
+import ast
 import copy
 import importlib
 import inspect
@@ -40,11 +41,14 @@ from tests.recipes import metric_recipe
 
 #: non-default values of options several metrics take; each metric gets those its constructor accepts
 OVERRIDES: dict[str, Any] = {
-    "precision": "float64",  # pixel metrics
     "dtype": torch.float64,  # backbone precision (mie, tpips)
     "data_range": 255.0,
     "batch_size": 3,
 }
+
+
+#: a non-default ``precision`` by the option's default: pixel metrics ("auto") and model-based ones ("fp32")
+PRECISION_OVERRIDES = {"auto": "float64", "fp32": "bf16"}
 
 
 class _Bare(torchmetrics.Metric):
@@ -150,7 +154,11 @@ def _options_for(name: str, recipe_kwargs: dict[str, Any]) -> dict[str, Any]:
     """The recipe's options and the :data:`OVERRIDES` the metric's constructor takes."""
     module, cls = gm.registry.get_card(name).factory.split(":")
     params = inspect.signature(getattr(importlib.import_module(module), cls).__init__).parameters
-    return {**recipe_kwargs, **{k: v for k, v in OVERRIDES.items() if k in params}}
+    out = {**recipe_kwargs, **{k: v for k, v in OVERRIDES.items() if k in params}}
+    default = gm.registry.metric_options(name).get("precision")  # also through **kwargs (sad / pad / rsad)
+    if default is not None:
+        out["precision"] = PRECISION_OVERRIDES[ast.literal_eval(default)]
+    return out
 
 
 @pytest.mark.parametrize("name", T.NAMES)

@@ -1,0 +1,324 @@
+"""The ``precision`` option of every model-based metric (issue 26): ``"fp32"`` (default) or ``"bf16"``
+(bfloat16 autocast of the backbone's forward, :func:`genmetrics.data.device.precision_autocast`).
+
+Registry-wide: every metric whose options take a model (``backbone`` / ``weights`` / ``model``) takes
+``precision`` with default ``"fp32"``, so a new model-based metric is covered by its registration; the
+metrics are built from their test recipes (tiny random backbones).
+
+Tolerance of bf16 against fp32 (derived, not fitted). bfloat16 keeps 8 significant bits: each product's
+inputs are rounded with relative error at most ``u = 2**-8`` (accumulation stays float32 under autocast).
+Through ``D`` products in sequence the relative error of the features grows, for independent roundings, as
+``u * sqrt(D)``; we take ``D`` = the number of linear / convolution / attention modules of the backbone, an
+upper bound on the products any one path goes through. A score that is ``S`` times a cosine of two such
+features moves by at most ``2 * S`` times their relative error (each side perturbed once), so
+``|bf16 - fp32| <= 2 * S * u * sqrt(D)``, with ``S`` the half-width of the card's range for cosine-type
+scores (1 for clip_i / dino / tpips / raclip, 100 for clipscore / hcs). For mie, whose score is an MLP
+head on the last hidden state ``h``, ``S`` = the head's Lipschitz bound ``||W2|| * 1.13 * ||W1|| * ||h||``
+(GELU's slope is at most 1.13), measured on the fp32 pass.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import warnings
+
+import pytest
+import torch
+
+import genmetrics as gm
+from genmetrics.data import device as D
+from genmetrics.errors import InputError
+from tests.contract import tester as T
+from tests.recipes import metric_recipe
+
+U_BF16 = 2.0**-8  # bfloat16 unit roundoff (8 significant bits)
+MODEL_OPTIONS = ("backbone", "weights", "model")
+
+
+def _model_based(name: str) -> bool:
+    return any(k in gm.registry.metric_options(name) for k in MODEL_OPTIONS)
+
+
+MODEL_METRICS = [n for n in T.NAMES if _model_based(n)]
+SET_METRICS = [n for n in MODEL_METRICS if gm.registry.get_card(n).level.value == "set"]
+SAMPLE_METRICS = [n for n in MODEL_METRICS if n not in SET_METRICS]
+
+
+@pytest.fixture(autouse=True)
+def _quiet_and_fresh(monkeypatch):
+    """Each test starts with no 'bf16 is slow here' warning given yet (the helper warns once per process)."""
+    monkeypatch.setattr(D, "_warned", set())
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="precision='bf16'")
+        yield
+
+
+def _build(name: str, precision: str) -> gm.Metric:
+    return gm.create_metric(name, **metric_recipe(name)["kwargs"], precision=precision)
+
+
+def _run(name: str, precision: str) -> tuple[gm.Metric, object]:
+    m = _build(name, precision)
+    for u in metric_recipe(name)["updates"]:
+        m.update(**u)
+    return m, m.compute()
+
+
+def _flat(v: object) -> torch.Tensor:
+    if isinstance(v, dict):
+        return torch.cat([_flat(v[k]).reshape(-1) for k in sorted(v)])
+    assert isinstance(v, torch.Tensor), type(v)
+    return v.double().reshape(-1)
+
+
+def _dtypes(v: object) -> set[torch.dtype]:
+    if isinstance(v, dict):
+        return set().union(*(_dtypes(x) for x in v.values()))
+    return {v.dtype} if isinstance(v, torch.Tensor) else set()
+
+
+def _depth(m: gm.Metric) -> int:
+    kinds = (torch.nn.Linear, torch.nn.Conv2d, torch.nn.Conv3d, torch.nn.MultiheadAttention)
+    return sum(isinstance(mod, kinds) for b in m.backbones().values() for mod in b.modules())
+
+
+def test_the_model_based_metrics_are_the_expected_ones():
+    assert set(MODEL_METRICS) == {
+        "clip_i",
+        "clipscore",
+        "dino",
+        "hcs",
+        "mie",
+        "pad",
+        "raclip",
+        "rsad",
+        "sad",
+        "tpips",
+    }
+    assert set(SET_METRICS) == {"pad", "rsad", "sad"}
+
+
+@pytest.mark.parametrize("name", MODEL_METRICS)
+def test_every_model_based_metric_takes_precision(name):
+    assert gm.registry.metric_options(name).get("precision") == repr(
+        "fp32"
+    )  # the default: the paper's numbers
+    with pytest.raises(InputError, match=r"option precision: expected one of 'fp32', 'bf16', got 'float16'"):
+        _build(name, "float16")
+    m = _build(name, "bf16")
+    assert m.precision == "bf16" and m.options()["precision"] == "bf16"
+    assert _build(name, "fp32").options()["precision"] == "fp32"  # given: recorded like any other option
+
+
+def score_scale(name: str) -> float:
+    """``S``: score units per unit of relative feature error (module docstring)."""
+    if name == "mie":
+        return _mie_head_lipschitz(name)
+    if name in ("raclip", "tpips"):
+        return 1.0  # raclip: a score in [0, 1] built from cosines; tpips (late): a cosine
+    lo, hi = gm.registry.get_card(name).range or (-1.0, 1.0)
+    return (hi - lo) / 2  # clip_i, dino: 1; clipscore, hcs: 100
+
+
+def bf16_bound(name: str, metric: gm.Metric) -> float:
+    """``2 * S * u * sqrt(D)`` (module docstring) for metric ``name`` built as ``metric``."""
+    return 2 * score_scale(name) * U_BF16 * math.sqrt(_depth(metric))
+
+
+@pytest.mark.parametrize("name", SAMPLE_METRICS)
+def test_bf16_is_within_the_derived_bound_of_fp32(name):
+    m32, v32 = _run(name, "fp32")
+    _, v16 = _run(name, "bf16")
+    assert _dtypes(v16) <= {torch.float32, torch.float64}, _dtypes(v16)  # outputs never bfloat16
+    a, b = _flat(v32), _flat(v16)
+    assert torch.isfinite(b).all()
+    bound = bf16_bound(name, m32)
+    diff = float((a - b).abs().max())
+    assert 0 < diff <= bound, (name, diff, bound)  # > 0: bf16 did run (autocast reached the backbone)
+
+
+def _mie_head_lipschitz(name: str) -> float:
+    """``||W2|| * 1.13 * ||W1|| * max ||h||`` of the mie score head over the recipe's fp32 pass."""
+    m = _build(name, "fp32")
+    model = m.mie_model()
+    norms: list[float] = []
+    hook = model.score_head.register_forward_pre_hook(
+        lambda mod, args: norms.append(float(args[0].norm(dim=-1).max()))
+    )
+    try:
+        for u in metric_recipe(name)["updates"]:
+            m.update(**u)
+    finally:
+        hook.remove()
+    w1, w2 = model.score_head[0].weight, model.score_head[2].weight
+    spec = float(torch.linalg.matrix_norm(w1.double(), ord=2) * torch.linalg.matrix_norm(w2.double(), ord=2))
+    return 1.13 * spec * max(norms)
+
+
+@pytest.mark.parametrize("name", SET_METRICS)
+def test_set_metrics_per_image_rows_within_the_bound(name):
+    """sad / pad / rsad compare two sets of per-image RA-CLIPScores; the divergence of such tiny sets
+    amplifies a score change by the inverse of the sets' variance (measured in docs/performance.md), so the
+    bound is checked on the per-image rows, the part bf16 changes; the set value is checked finite and
+    float64."""
+    from genmetrics.testing import random_images
+
+    images = random_images(4, 32, seed=5)
+    rows = {}
+    for p in ("fp32", "bf16"):
+        m = _build(name, p)
+        rows[p] = m._score_rows(list(images), "candidates")
+        _, value = _run(name, p)
+        assert _dtypes(value) == {torch.float64} and torch.isfinite(_flat(value)).all()
+    bound = bf16_bound("raclip", m)  # the rows are RA-CLIPScores (or their clipscore / hcs inputs)
+    for key in rows["fp32"]:
+        diff = float((rows["fp32"][key] - rows["bf16"][key]).abs().max())
+        assert rows["bf16"][key].dtype == torch.float64 and 0 < diff <= bound, (name, key, diff, bound)
+
+
+def test_fp32_switches_off_a_callers_autocast():
+    """A metric called inside a caller's bf16 autocast region (a Lightning ``bf16-mixed`` validation step)
+    with ``precision="fp32"`` gives exactly its float32 value; with ``"bf16"`` it gives its bf16 value."""
+    from genmetrics.testing import random_images
+
+    x, y = random_images(2, 32, seed=1), random_images(2, 32, seed=2)
+    want32 = _build("clip_i", "fp32").score(x, y)
+    want16 = _build("clip_i", "bf16").score(x, y)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got32 = _build("clip_i", "fp32").score(x, y)
+        got16 = _build("clip_i", "bf16").score(x, y)
+    assert torch.equal(got32, want32) and torch.equal(got16, want16) and not torch.equal(want32, want16)
+
+
+def test_vision_cache_never_serves_features_of_the_other_precision():
+    """Two tpips metrics sharing one model (its vision cache): the bf16 one scored after the fp32 one gives
+    what a bf16 metric on a fresh copy gives (features made under fp32 are not reused, nor the reverse)."""
+    from genmetrics.tpips.loading import load_tpips
+
+    r = metric_recipe("tpips")
+    kw = r["kwargs"]
+    model = load_tpips(
+        None, backbone=kw["backbone"], processor=kw["processor"], variant="late", image_size=64
+    )
+    fresh = copy.deepcopy(model)
+    u = r["updates"][0]
+    s32 = gm.create_metric("tpips", backbone=model, precision="fp32").score(**u)
+    s16 = gm.create_metric("tpips", backbone=model, precision="bf16").score(**u)
+    want16 = gm.create_metric("tpips", backbone=fresh, precision="bf16").score(**u)
+    again32 = gm.create_metric("tpips", backbone=model, precision="fp32").score(**u)
+    assert torch.equal(s16, want16) and torch.equal(again32, s32) and not torch.equal(s16, s32)
+
+
+def test_warns_once_on_a_cpu_without_bf16_units_and_not_with_them(monkeypatch):
+    from genmetrics.testing import random_images
+
+    x = random_images(1, 32, seed=1)
+    monkeypatch.setattr(D, "cpu_flags", lambda: frozenset({"avx2", "fma"}))
+    with pytest.warns(UserWarning, match=r"CPU without amx_bf16 or avx512_bf16.*slower than float32"):
+        _build("clip_i", "bf16").score(x, x)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _build("clip_i", "bf16").score(x, x)  # once per process
+        _build("clip_i", "fp32").score(x, x)  # fp32 never warns
+    monkeypatch.setattr(D, "_warned", set())
+    monkeypatch.setattr(D, "cpu_flags", lambda: frozenset({"avx512f", "amx_bf16"}))
+    assert D.bf16_units("cpu") == (True, "CPU with amx_bf16")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _build("clip_i", "bf16").score(x, x)
+
+
+def test_cpu_flags_read_from_cpuinfo(tmp_path):
+    f = tmp_path / "cpuinfo"
+    f.write_text(
+        "processor\t: 0\nmodel name\t: X\nflags\t\t: fpu avx2 avx512_bf16 amx_tile\n\nprocessor\t: 1\n"
+    )
+    assert D.cpu_flags.__wrapped__(str(f)) == frozenset({"fpu", "avx2", "avx512_bf16", "amx_tile"})
+    assert D.cpu_flags.__wrapped__(str(tmp_path / "none")) is None
+    f.write_text("processor\t: 0\nFeatures\t: fp asimd bf16\n")  # aarch64 names its line Features
+    assert D.cpu_flags.__wrapped__(str(f)) is None
+
+
+def test_cli_option_precision(tmp_path, capsys):
+    from PIL import Image
+
+    from genmetrics.backbones.provider import use_provider
+    from genmetrics.cli.main import main
+    from genmetrics.testing import random_images, tiny_backbones
+
+    for d, seed in (("ref", 3), ("gen", 4)):
+        (tmp_path / d).mkdir()
+        for i, img in enumerate(random_images(2, 32, seed=seed)):
+            Image.fromarray(img.permute(1, 2, 0).numpy()).save(tmp_path / d / f"s{i}.png")
+    files = {d: [str(tmp_path / d / f"s{i}.png") for i in range(2)] for d in ("ref", "gen")}
+    args = ["score", "clip_i", "-r", str(tmp_path / "ref"), "-c", str(tmp_path / "gen"), "--json"]
+    with use_provider(tiny_backbones):
+        values = {}
+        for p in ("fp32", "bf16"):
+            assert main([*args, "--option", f"precision={p}"]) == 0
+            values[p] = json.loads(capsys.readouterr().out)["value"]
+            want = gm.create_metric("clip_i", precision=p).score(files["ref"], files["gen"])
+            assert values[p] == pytest.approx(float(want), abs=1e-12)
+        assert values["fp32"] != values["bf16"]
+        assert main([*args, "--option", "precision=bf17"]) == 2
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert len(err) == 1 and err[0].startswith("error:") and "did you mean 'bf16'" in err[0]
+
+
+def test_packed_clip_products_are_never_taken_under_autocast(monkeypatch):
+    """oneDNN's packed products bypass autocast (they would run bf16 metrics in float32): even where they are
+    the measured fast path (forced here), the tower under autocast uses its own modules."""
+    from genmetrics.backbones import clip_packed
+    from genmetrics.backbones._torch_internals import onednn_linear_available
+    from genmetrics.testing import tiny_clip
+
+    if not onednn_linear_available():
+        pytest.skip("this torch build has no oneDNN packed linear")
+    monkeypatch.setattr(clip_packed, "packed_products_pay_off", lambda blk: True)
+    visual = tiny_clip()[0].visual
+    with torch.no_grad():
+        assert clip_packed.packed_vision_blocks(visual) is not None  # forced: taken in float32
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            assert clip_packed.packed_vision_blocks(visual) is None
+
+
+def test_ra_scorer_runs_only_the_tower_in_bf16():
+    """RA-CLIPScore under ``precision="bf16"``: the image tower in bf16, Eq. 3-9 in float32 / float64; equal
+    to the explicit second computation (tower under autocast, then the scoring with autocast off), even inside
+    a caller's autocast region."""
+    from genmetrics.backbones.openclip import clip_image_batch
+    from genmetrics.raclip.model import RegionAttributeScorer, dense_tokens
+    from genmetrics.testing import random_images, tiny_clip
+
+    model, tok = tiny_clip()
+    attrs = ["smiling", "wearing hat"]
+    scorer = RegionAttributeScorer(model, tok, precision="bf16")
+    x = clip_image_batch(random_images(3, 32, seed=9), model)
+    with torch.no_grad():
+        t_pos, t_neg = scorer.text_embeddings(attrs)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            z, attn, grid = dense_tokens(model, x)
+        want = scorer._score(z, attn, grid, t_pos, t_neg).score
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            inside = scorer(x, attrs).score
+    assert z.dtype == torch.bfloat16 and want.dtype == torch.float32
+    assert torch.equal(scorer(x, attrs).score, want) and torch.equal(inside, want)
+    fp32 = RegionAttributeScorer(model, tok)(x, attrs).score
+    assert not torch.equal(fp32, want)
+
+
+def test_disk_cache_keeps_precisions_apart(tmp_path):
+    """clip_i / dino with ``cache_dir=``: a bf16 metric never reads the fp32 entries of the same images (nor
+    the reverse); float32 entries keep the key they had before the option existed."""
+    from genmetrics.testing import random_images
+
+    x, y = random_images(2, 32, seed=1), random_images(2, 32, seed=2)
+    kw = metric_recipe("clip_i")["kwargs"]
+    plain = {p: gm.create_metric("clip_i", **kw, precision=p).score(x, y) for p in ("fp32", "bf16")}
+    for p in ("fp32", "bf16", "fp32", "bf16"):  # each run reads what the runs before it wrote
+        m = gm.create_metric("clip_i", **kw, precision=p, cache_dir=tmp_path)
+        assert torch.equal(m.score(x, y), plain[p]), p
+    m32 = gm.create_metric("clip_i", **kw, cache_dir=tmp_path)
+    assert ":precision=" not in m32._cache_identity(m32._model())
