@@ -178,6 +178,22 @@ def test_ddp_class_forward(name, ddp_results):
 
 @pytest.mark.distributed
 @pytest.mark.parametrize("name", NAMES)
+def test_ddp_reference_ignores_the_process_group(name, ddp_results):
+    """``T.value_of`` (the reference here and in torchmetrics' harness, test_torchmetrics_harness.py, whose
+    DDP pool calls it inside each rank) gives the value of its own batches in a process group too. Built
+    as a plain metric it synced on ``compute()``: each rank's reference was both ranks' value, and 10 of 13
+    metrics failed the harness's DDP pool on the reference, not on genmetrics."""
+    ups = T.batches(name)
+    for rank in range(2):
+        T.assert_close(
+            ddp_results[rank][name]["reference_in_group"],
+            T.value_of(name, [ups[rank]]),
+            what=f"reference of rank {rank}'s batch computed in the process group",
+        )
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("name", NAMES)
 def test_ddp_empty_rank(name, ddp_results):
     for rank in range(2):
         T.assert_close(
