@@ -32,6 +32,12 @@ def test_merge_state(name):
         second.update(**u)
     first.merge_state(second)
     T.assert_close(first.compute(), T.reference(name), what="merge_state")
+    if isinstance(first, SampleMetric):
+        # torchmetrics' order: the incoming samples first (a means hides the order, per_sample shows it)
+        single = T.build(name)
+        for u in [*ups[1:], *ups[:1]]:
+            single.update(**u)
+        T.assert_close(first.per_sample()["scores"], single.per_sample()["scores"], what="merge_state order")
     # a state dict merges too (torchmetrics' dict form)
     third, fourth = T.build(name), T.build(name)
     third.update(**ups[0])
