@@ -18,6 +18,18 @@ from typing import Any
 
 ENTRY_POINT_GROUP = "genmetrics.metrics"
 _BUILTIN_FAMILIES = ("genmetrics.baselines", "genmetrics.raclip", "genmetrics.tpips", "genmetrics.mie")
+#: torchmetrics' own constructor options, accepted by every metric (and never part of its options())
+TORCHMETRICS_OPTIONS = frozenset(
+    {
+        "compute_on_cpu",
+        "dist_sync_on_step",
+        "process_group",
+        "dist_sync_fn",
+        "distributed_available_fn",
+        "sync_on_compute",
+        "compute_with_cache",
+    }
+)
 
 
 class ReferenceKind(str, Enum):
@@ -395,15 +407,7 @@ def create_metric(name: str, **kwargs: Any):
     cls = metric_class(name)
     accepted, _ = _accepted_kwargs(cls)
     # torchmetrics' own options (dist_sync_on_step, process_group, ...) stay allowed.
-    accepted |= {
-        "compute_on_cpu",
-        "dist_sync_on_step",
-        "process_group",
-        "dist_sync_fn",
-        "distributed_available_fn",
-        "sync_on_compute",
-        "compute_with_cache",
-    }
+    accepted |= TORCHMETRICS_OPTIONS
     unknown = [k for k in kwargs if k not in accepted]
     if unknown:
         k = unknown[0]

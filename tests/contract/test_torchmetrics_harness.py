@@ -76,6 +76,11 @@ for _name in T.NAMES:  # module attributes, so the DDP pool's processes unpickle
 
 
 def _reference(name):
+    """The harness's reference: a pure function of the batches it is given. The harness calls it inside
+    every rank of its DDP pool (each rank on its own batch, then every rank on all batches), so a
+    reference that is itself a metric must not sync on ``compute()`` (``T.value_of`` builds it with
+    ``sync_on_compute=False``; a synced reference of rank 0's batch was both ranks' value)."""
+
     def ref(preds, target):
         whole = T.merged(preds)
         if name in ("psnr", "ssim"):
@@ -142,8 +147,9 @@ class TestWithTorchmetricsHarness(MetricTester if HARNESS else object):  # type:
         )
 
     @pytest.mark.distributed
+    @pytest.mark.parametrize("dist_sync_on_step", [False, True], ids=["sync_on_compute", "sync_on_step"])
     @pytest.mark.parametrize("name", T.NAMES)
-    def test_class_ddp_two_gloo_processes(self, name, ddp_pool):
+    def test_class_ddp_two_gloo_processes(self, name, dist_sync_on_step, ddp_pool):
         preds, target = _inputs(name)
         self.run_class_metric_test(
             ddp=True,
@@ -151,6 +157,7 @@ class TestWithTorchmetricsHarness(MetricTester if HARNESS else object):  # type:
             target=target,
             metric_class=globals()[f"Harnessed_{name}"],
             reference_metric=globals()[f"reference_{name}"],
+            dist_sync_on_step=dist_sync_on_step,
             check_scriptable=False,
         )
 

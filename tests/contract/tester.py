@@ -63,8 +63,13 @@ def merged(updates: list[dict[str, Any]]) -> dict[str, Any]:
 
 def value_of(name: str, updates: list[dict[str, Any]], **override: Any) -> Any:
     """Reference: a fresh metric, one ``update`` with every batch, ``compute()``; the NaN structure of
-    ``forward`` when the batches alone do not define a value (one set of a set metric)."""
-    m = build(name, **override)
+    ``forward`` when the batches alone do not define a value (one set of a set metric).
+
+    A pure function of ``updates``, also inside a process group (DDP checks and torchmetrics' harness call
+    it in each rank): a metric's ``compute()`` gathers every rank's state when a process group is
+    initialised (torchmetrics' default ``sync_on_compute=True``), which would make the reference of one
+    rank's batch the value of every rank's batches; the reference metric never syncs."""
+    m = build(name, **{"sync_on_compute": False, **override})
     try:
         m.update(**merged(updates))
         return m.compute()
@@ -170,6 +175,8 @@ def ddp_worker(rank: int, world_size: int, names: list[str]) -> dict[str, Any]:
         res["forward"] = [m(**ups[i]) for i in range(rank, len(ups), world_size)]
         res["forward_idx"] = list(range(rank, len(ups), world_size))
         res["final"] = m.compute()
+        # the reference of this rank's batch, computed while the other rank computes its own
+        res["reference_in_group"] = value_of(name, [ups[rank]])
         if isinstance(m, SampleMetric):
             res["per_sample"] = m.per_sample()
         # dist_sync_on_step: each forward returns the value of every rank's batch of that step

@@ -8,8 +8,9 @@ import torch
 
 import genmetrics as gm
 from genmetrics.errors import InputError
-from genmetrics.metric import SampleMetric, _drop_duplicate_ids
+from genmetrics.metric import SampleMetric
 from genmetrics.registry import MetricCard, register_metric, unregister_metric
+from genmetrics.sample_ids import drop_duplicate_ids
 from genmetrics.testing import random_images
 
 
@@ -74,7 +75,7 @@ def test_plugin_registration_and_ids_dedup(plugin):
 def test_drop_duplicate_ids_keeps_first_occurrence():
     scores = torch.tensor([1.0, 2.0, 3.0, 4.0])
     ids = torch.tensor([7, 3, 7, 5])
-    s, i = _drop_duplicate_ids(scores, ids)
+    s, i = drop_duplicate_ids(scores, ids)
     assert s.tolist() == [1.0, 2.0, 4.0] and i.tolist() == [7, 3, 5]
 
 

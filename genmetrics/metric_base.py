@@ -1,0 +1,655 @@
+"""The base class :class:`Metric`: genmetrics' update / compute contract on ``torchmetrics.Metric`` (see
+:mod:`genmetrics.metric` for the contract; import both classes from there).
+
+Argument handling around torchmetrics' per-instance ``update`` / ``compute``, the one-shot score,
+``forward``, state merging, ``set_dtype``, ``state_dict``, pickling and deep copies that share the frozen
+backbones, plotting from the metric card, and the public introspection the leaderboard uses.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import inspect
+import math
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, ClassVar
+
+import torch
+import torchmetrics
+from torch import nn
+from torchmetrics.utilities.exceptions import TorchMetricsUserError
+from torchmetrics.utilities.plot import plot_single_or_multi_val
+
+from genmetrics._torchmetrics_compat import (
+    BackbonesFollowTo,
+    is_synced,
+    set_forward_cache,
+    set_reported_dtype,
+    set_update_count,
+)
+from genmetrics.errors import InputError
+from genmetrics.metric_batches import has_meta, meta_message
+from genmetrics.metric_states import (
+    OPTIONS_STATE_PREFIX,
+    REDUCTIONS,
+    AgreedGather,
+    canonical,
+    merge_pair,
+    options_state_name,
+    squeeze_scalars,
+)
+from genmetrics.options import device as check_device
+from genmetrics.registry import TORCHMETRICS_OPTIONS, get_card
+
+
+def _after_load(module: Metric, incompatible_keys: Any) -> None:
+    """``load_state_dict`` post-hook (a module-level function, so metrics stay picklable)."""
+    module._state_loaded()
+
+
+def _advertise_torchmetrics_keywords(cls: type) -> None:
+    """torchmetrics' ``MetricCollection`` passes each metric only the keywords its ``update`` signature
+    names: a paired metric's ``update`` also names ``preds=`` and ``target=`` (translated to
+    ``candidates=`` / ``reference=`` before the update runs)."""
+    update = cls.update  # type: ignore[attr-defined]
+    sig = inspect.signature(update)
+    params = list(sig.parameters.values())
+    names = {p.name for p in params}
+    if any(p.kind is p.VAR_KEYWORD for p in params) or {"preds", "target"} <= names:
+        return
+    extra = [
+        inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=None)
+        for n in ("preds", "target")
+        if n not in names
+    ]
+
+    @functools.wraps(update)
+    def update_with_aliases(self: Metric, *args: Any, **kwargs: Any) -> Any:
+        return update(self, *args, **self._translate_keywords(kwargs))
+
+    update_with_aliases.__signature__ = sig.replace(parameters=params + extra)  # type: ignore[attr-defined]
+    cls.update = update_with_aliases  # type: ignore[attr-defined]
+
+
+class Metric(BackbonesFollowTo, torchmetrics.Metric):
+    """Base class of every genmetrics metric (see module docstring for the contract).
+
+    ``update`` accumulates; ``compute()`` gives the accumulated value; ``compute(reference, candidates)``
+    (or ``score``) scores just those inputs and leaves the state alone:
+
+    >>> import genmetrics as gm
+    >>> m = gm.create_metric("psnr")
+    >>> ref = torch.full((2, 3, 8, 8), 0.5)
+    >>> m.update(reference=ref, candidates=ref + 0.1)
+    >>> float(m.compute(ref, ref)), round(float(m.compute()), 3)  # one-shot (identical: max_db); accumulated
+    (100.0, 20.0)
+    >>> m.reset()
+    >>> m.has_data()
+    False
+    """
+
+    #: the registry name; set by each subclass
+    name: ClassVar[str] = ""
+    full_state_update: ClassVar[bool] = False
+    is_differentiable: ClassVar[bool] = False
+    higher_is_better: ClassVar[bool | None] = None
+    #: a paired metric compares each candidate with its own reference and takes torchmetrics' ``preds=``
+    #: (the candidates) and ``target=`` (the references) keywords too
+    paired: ClassVar[bool] = False
+    compute_on_cpu: bool
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.paired:
+            _advertise_torchmetrics_keywords(cls)
+
+    def __init__(
+        self, *, batch_size: int = 32, device: str | torch.device | None = None, **kwargs: Any
+    ) -> None:
+        kwargs["dist_sync_fn"] = AgreedGather(kwargs.get("dist_sync_fn"))
+        super().__init__(**kwargs)
+        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
+            raise InputError(f"batch_size: expected a positive integer, got {batch_size!r}")
+        self.batch_size = batch_size
+        self._backbones: dict[str, nn.Module] = {}
+        #: name -> (default, reduction) of every state, as given to add_state
+        self._state_specs: dict[str, tuple[Any, Any]] = {}
+        self._in_forward = False
+        self._loaded_empty = False  # loaded from a state_dict that held no accumulated state
+        self.add_state(
+            options_state_name(type(self), self.options()), default=[], dist_reduce_fx="cat", persistent=False
+        )
+        self.register_load_state_dict_post_hook(_after_load)
+        self._wrap_entry_points()
+        if device is not None:
+            self.to(check_device("device", device))
+
+    # ----------------------------------------------------------------- entry points
+    def _wrap_entry_points(self) -> None:
+        """Put genmetrics' argument handling around the ``update`` and ``compute`` that torchmetrics
+        installs on each instance (in ``__init__`` and again after unpickling): ``preds=``/``target=``,
+        meta tensors, and ``compute(reference, candidates, condition)`` as a one-shot score that never goes
+        through torchmetrics' cached, synchronised ``compute()``."""
+        this: Any = self  # update/compute become instance attributes here (as torchmetrics makes them)
+        accumulated, update = this.compute, this.update
+
+        @functools.wraps(update)
+        def checked_update(*args: Any, **kwargs: Any) -> None:
+            args, kwargs = self._checked_inputs(args, kwargs)
+            return update(*args, **kwargs)
+
+        @functools.wraps(type(self).compute)
+        def dispatch(
+            reference: Any = None, candidates: Any = None, condition: Any = None, **kwargs: Any
+        ) -> Any:
+            kwargs = self._translate_keywords({"reference": reference, "candidates": candidates, **kwargs})
+            reference, candidates = kwargs.pop("reference"), kwargs.pop("candidates")
+            if reference is None and candidates is None and condition is None and not kwargs:
+                distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
+                if self.update_count == 0 and not distributed:
+                    raise InputError(self._nothing_to_compute())
+                return accumulated()
+            return self.score(reference, candidates, condition, **kwargs)
+
+        this.update, this.compute = checked_update, dispatch
+
+    def _checked_inputs(self, args: tuple, kwargs: dict[str, Any]) -> tuple[tuple, dict[str, Any]]:
+        """``preds=``/``target=`` translated; a meta tensor anywhere is an error naming its role."""
+        kwargs = self._translate_keywords(kwargs)
+        roles = ("reference", "candidates", "condition")
+        for i, a in enumerate(args):
+            if has_meta(a):
+                raise InputError(meta_message(roles[i] if i < len(roles) else f"argument {i}"))
+        for k, v in kwargs.items():
+            if has_meta(v):
+                raise InputError(meta_message(k))
+        return args, kwargs
+
+    def _nothing_to_compute(self) -> str:
+        label = self.name or type(self).__name__
+        if self._loaded_empty:
+            return (
+                f"{label}: compute() found no accumulated state: the state_dict this metric was loaded from "
+                "held none (metric states are left out of state_dict() unless metric.persistent(True) is "
+                "called before it, or it was saved before any update()). Save with persistent(True), or "
+                "call update(...) first"
+            )
+        return (
+            f"{label}: compute() called before any update(); nothing to score. "
+            "Call update(...) first, or compute(reference, candidates, condition) for a one-shot score."
+        )
+
+    def _translate_keywords(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+        """``preds=`` -> ``candidates=``, ``target=`` -> ``reference=`` (paired metrics only)."""
+        if "preds" not in kwargs and "target" not in kwargs:
+            return kwargs
+        kwargs = dict(kwargs)
+        label = self.name or type(self).__name__
+        for alias, role in (("preds", "candidates"), ("target", "reference")):
+            if alias not in kwargs:
+                continue
+            value = kwargs.pop(alias)
+            if value is None:
+                continue
+            if not self.paired:
+                raise InputError(
+                    f"{label}: {alias}= is for paired metrics (a candidate against its own reference: "
+                    f"psnr, ssim, ms_ssim, clip_i, dino, tpips); pass reference=/candidates=/condition= "
+                    f"to {label}"
+                )
+            if kwargs.get(role) is not None:
+                raise InputError(f"{label}: got both {alias}= and {role}= (the same input); pass one of them")
+            kwargs[role] = value
+        return kwargs
+
+    def compute(
+        self, reference: Any = None, candidates: Any = None, condition: Any = None, **kwargs: Any
+    ) -> Any:
+        """``compute()``: the accumulated value (synchronised across processes); ``compute(reference,
+        candidates, condition)``: the value of just these inputs, the accumulated state left untouched
+        (:meth:`score`)."""
+        if reference is None and candidates is None and condition is None and not kwargs:
+            return self._compute_state()
+        return self.score(reference, candidates, condition, **kwargs)
+
+    def score(
+        self, reference: Any = None, candidates: Any = None, condition: Any = None, **kwargs: Any
+    ) -> Any:
+        """One-shot value of just these inputs; the accumulated state is left untouched. A differentiable
+        metric (``is_differentiable``) keeps the autograd graph of its inputs, as a functional would.
+
+        >>> import genmetrics as gm
+        >>> m = gm.create_metric("psnr")
+        >>> x = torch.full((1, 3, 8, 8), 0.5)
+        >>> round(float(m.score(x, x + 0.1)), 3), m.has_data()
+        (20.0, False)
+        """
+        args, kwargs = self._checked_inputs((reference, candidates, condition), kwargs)
+        with self._aside():
+            self._raw_update(args, kwargs)
+            return self._compute_state()
+
+    def _raw_update(self, args: tuple, kwargs: dict[str, Any]) -> None:
+        """The class's own ``update`` (not torchmetrics' counting wrapper), with autograd on for a
+        differentiable metric when the caller has it on."""
+        with torch.set_grad_enabled(self.is_differentiable and torch.is_grad_enabled()):
+            cls: Any = type(self)
+            cls.update(self, *args, **kwargs)
+
+    @contextmanager
+    def _aside(self) -> Iterator[None]:
+        """Inside the block the metric starts from an empty state; on leaving it the accumulated state is
+        put back as it was (``reset`` gives new state objects, so the saved ones are never touched)."""
+        saved, count, book, loaded = (
+            dict(self.metric_state),
+            self.update_count,
+            self._bookkeeping(),
+            self._loaded_empty,
+        )
+        self.reset()
+        try:
+            yield
+        finally:
+            for k, v in saved.items():
+                setattr(self, k, v)
+            set_update_count(self, count)
+            self._set_bookkeeping(book)
+            self._loaded_empty = loaded
+
+    # ----------------------------------------------------------------- torchmetrics conventions
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        """The value of this batch alone; the batch is also accumulated (torchmetrics' ``forward``).
+
+        One ``update`` per batch. A batch that fails validation leaves the accumulated state as it was; a
+        batch whose value alone is undefined (a set metric given one set) returns NaN and is accumulated.
+        A differentiable metric's batch value keeps the autograd graph (the accumulated state never does).
+        """
+        if is_synced(self):
+            raise TorchMetricsUserError(
+                "The Metric shouldn't be synced when performing ``forward``. "
+                "HINT: Did you forget to call ``unsync`` ?."
+            )
+        args, kwargs = self._checked_inputs(args, kwargs)
+        count = self.update_count
+        self._in_forward = True  # reset() keeps the per-process bookkeeping (ids seen so far)
+        try:
+            with self._aside():
+                self._raw_update(args, kwargs)
+                value = self._batch_value()
+                batch, book = dict(self.metric_state), self._bookkeeping()
+            self._merge_states(batch, other_first=False)
+            self._set_bookkeeping(book)
+            set_update_count(self, count + 1)
+        finally:
+            self._in_forward = False
+        if self.compute_on_cpu:
+            for k, v in self.metric_state.items():
+                if isinstance(v, list):
+                    setattr(self, k, [t.cpu() for t in v])
+        set_forward_cache(self, value)
+        return value
+
+    def _batch_value(self) -> Any:
+        """``forward``'s value of the batch now in the state: over every process with
+        ``dist_sync_on_step``; NaN when the batch alone defines no value."""
+        with self.sync_context(
+            dist_sync_fn=self.dist_sync_fn, should_sync=self.dist_sync_on_step, should_unsync=True
+        ):
+            try:
+                value = self._compute_state()
+            except InputError:
+                value = None
+        return self._undefined_value() if value is None else squeeze_scalars(value)
+
+    def _undefined_value(self) -> Any:
+        """What ``forward`` returns for a batch whose value alone is undefined."""
+        return torch.tensor(float("nan"), dtype=torch.float64, device=self.device)
+
+    def add_state(
+        self, name: str, default: Any, dist_reduce_fx: Any = None, persistent: bool = False
+    ) -> None:
+        """torchmetrics' ``add_state``; genmetrics states reduce by ``"sum"``, ``"cat"``, ``"min"``,
+        ``"max"`` or a callable over the stacked states (``forward`` and ``merge_state`` merge with it).
+
+        >>> import genmetrics as gm
+        >>> m = gm.create_metric("psnr")
+        >>> m.add_state("total", default=torch.zeros(()), dist_reduce_fx="sum")
+        >>> float(m.total)
+        0.0
+        """
+        if not (dist_reduce_fx in REDUCTIONS or callable(dist_reduce_fx)):
+            raise ValueError(
+                f"add_state({name!r}): dist_reduce_fx must be one of {', '.join(REDUCTIONS)} or a callable "
+                f"over the stacked states (genmetrics merges states with it), got {dist_reduce_fx!r}"
+            )
+        super().add_state(name, default, dist_reduce_fx=dist_reduce_fx, persistent=persistent)
+        saved: Any = default.detach().clone() if isinstance(default, torch.Tensor) else []
+        self._state_specs[name] = (saved, dist_reduce_fx)
+
+    def reset(self) -> None:
+        """Reset the accumulated state. List states get new lists (torchmetrics clears them in place, which
+        would empty the copies a wrapper such as ``torchmetrics.wrappers.Running`` keeps); tensor states
+        keep the dtype ``set_dtype`` gave them."""
+        dtypes = {}
+        for k, v in self.metric_state.items():
+            if isinstance(self._state_specs[k][0], list):
+                setattr(self, k, [])
+            elif isinstance(v, torch.Tensor):
+                dtypes[k] = v.dtype
+        super().reset()
+        for k, dtype in dtypes.items():
+            if getattr(self, k).dtype != dtype:
+                setattr(self, k, getattr(self, k).to(dtype))
+        if not self.__dict__.get("_in_forward", False):
+            self._set_bookkeeping(None)
+        self._loaded_empty = False
+
+    # per-process bookkeeping outside the torchmetrics states (e.g. the names of sample ids)
+    def _bookkeeping(self) -> Any:
+        return None
+
+    def _set_bookkeeping(self, book: Any) -> None:
+        """Put back a :meth:`_bookkeeping` copy; ``None`` clears it."""
+
+    def _merge_bookkeeping(self, other: Metric) -> None:
+        pass
+
+    def _rebuild_bookkeeping(self) -> None:
+        """Re-derive the bookkeeping from the states (after a state was loaded or merged from a dict)."""
+
+    def _options_state(self) -> str:
+        return next(k for k in self.metric_state if k.startswith(OPTIONS_STATE_PREFIX))
+
+    def _merge_states(self, other: dict[str, Any], *, other_first: bool) -> None:
+        """Merge a state dict into this state with each state's reduction (``cat`` keeps order: ``other``
+        first when ``other_first``, as torchmetrics' ``merge_state`` does)."""
+        missing = [k for k in self._state_specs if k not in other]
+        if missing:
+            raise ValueError(
+                f"{self.name or type(self).__name__}: the incoming state has no {missing[0]!r}; expected the "
+                f"states {', '.join(k for k in self._state_specs if not k.startswith(OPTIONS_STATE_PREFIX))}"
+            )
+        for k, (_, reduce) in self._state_specs.items():
+            mine, theirs = getattr(self, k), other[k]
+            setattr(self, k, merge_pair(reduce, *((theirs, mine) if other_first else (mine, theirs))))
+
+    def merge_state(self, incoming_state: dict[str, Any] | torchmetrics.Metric) -> None:
+        """Add another metric's state (or a state dict) to this one: every incoming sample is kept (named
+        ids present on both sides count once, as after a distributed gather).
+
+        >>> import genmetrics as gm
+        >>> a, b = gm.create_metric("psnr"), gm.create_metric("psnr")
+        >>> x = torch.full((1, 3, 8, 8), 0.5)
+        >>> a.update(x, x + 0.1); b.update(x, x)
+        >>> a.merge_state(b)
+        >>> round(float(a.compute()), 3), a.update_count  # (20 + 100) / 2
+        (60.0, 2)
+        """
+        label = self.name or type(self).__name__
+        if isinstance(incoming_state, torchmetrics.Metric):
+            if type(incoming_state) is not type(self):
+                raise InputError(
+                    f"{label}: merge_state expects another {type(self).__name__}, got "
+                    f"{type(incoming_state).__name__}"
+                )
+            assert isinstance(incoming_state, Metric)  # same type as self
+            if incoming_state._options_state() != self._options_state():
+                mine, theirs = self.options(), incoming_state.options()
+                diff = sorted(
+                    k for k in set(mine) | set(theirs) if canonical(mine.get(k)) != canonical(theirs.get(k))
+                )
+                raise InputError(
+                    f"{label}: cannot merge the state of a metric built with other options "
+                    f"({', '.join(diff) or 'options'} differ); merge metrics built alike"
+                )
+            self._merge_states(dict(incoming_state.metric_state), other_first=True)
+            self._merge_bookkeeping(incoming_state)
+            added = incoming_state.update_count
+        elif isinstance(incoming_state, dict):
+            options: dict[str, Any] = {k: [] for k in self.metric_state if k.startswith(OPTIONS_STATE_PREFIX)}
+            self._merge_states({**options, **incoming_state}, other_first=True)
+            self._rebuild_bookkeeping()
+            added = 1
+        else:
+            raise ValueError(
+                f"{label}: merge_state expects a dict of states or another {type(self).__name__}, got "
+                f"{type(incoming_state).__name__}"
+            )
+        set_update_count(self, self.update_count + added)
+
+    def set_dtype(self, dst_type: str | torch.dtype) -> Metric:
+        """Cast the floating-point states to ``dst_type`` (``reset()`` keeps it); integer states (sample ids)
+        and the backbones are never cast.
+
+        >>> import genmetrics as gm
+        >>> m = gm.create_metric("psnr").set_dtype(torch.float16)
+        >>> m.update(torch.zeros(1, 3, 8, 8), torch.ones(1, 3, 8, 8))
+        >>> m.scores[0].dtype, m.sample_ids[0].dtype
+        (torch.float64, torch.int64)
+        """
+        dtype = getattr(torch, dst_type, None) if isinstance(dst_type, str) else dst_type
+        if not isinstance(dtype, torch.dtype):
+            raise InputError(
+                f"set_dtype: expected a torch dtype such as torch.float64 or 'float16', got {dst_type!r}"
+            )
+
+        def cast(t: torch.Tensor) -> torch.Tensor:
+            return t.to(dtype) if t.is_floating_point() else t
+
+        for k, v in self.metric_state.items():
+            setattr(self, k, [cast(t) for t in v] if isinstance(v, list) else cast(v))
+        set_reported_dtype(self, dtype)  # ``metric.dtype`` reports it, as torchmetrics' own set_dtype does
+        set_update_count(self, self.update_count)  # drops the cached value
+        return self
+
+    def _state_has_data(self) -> bool:
+        for k, (default, _) in self._state_specs.items():
+            v = getattr(self, k)
+            if isinstance(v, list):
+                if any(isinstance(t, torch.Tensor) and t.numel() for t in v):
+                    return True
+            elif isinstance(v, torch.Tensor) and isinstance(default, torch.Tensor):
+                if v.shape != default.shape or not torch.equal(v.cpu(), default.to(v.dtype).cpu()):
+                    return True
+        return False
+
+    def state_dict(self, destination: Any = None, prefix: str = "", keep_vars: bool = False) -> Any:
+        """torchmetrics' ``state_dict`` (the accumulated state only after ``persistent(True)``), without
+        the empty options state (so a state loads into a metric built with other runtime options).
+
+        >>> import genmetrics as gm
+        >>> m = gm.create_metric("psnr")
+        >>> m.persistent(True)
+        >>> sorted(m.state_dict())
+        ['sample_ids', 'scores']
+        """
+        out = super().state_dict(destination=destination, prefix=prefix, keep_vars=keep_vars)
+        for k in self.metric_state:
+            if k.startswith(OPTIONS_STATE_PREFIX):
+                out.pop(prefix + k, None)
+        return out
+
+    def _state_loaded(self) -> None:
+        """After ``load_state_dict``: a reloaded state computes like the one that was saved."""
+        has_data = self._state_has_data()
+        set_update_count(self, max(self.update_count, 1) if has_data else self.update_count)
+        self._rebuild_bookkeeping()
+        self._loaded_empty = not has_data and self.update_count == 0
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)  # torchmetrics wraps update/compute again (the wrappers are not pickled)
+        self._wrap_entry_points()
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Metric:
+        # frozen backbones are shared by copies (clone(), BootStrapper, MetricTracker copy the metric)
+        for module in self.__dict__.get("_backbones", {}).values():
+            memo.setdefault(id(module), module)
+        new = type(self).__new__(type(self))
+        memo[id(self)] = new
+        new.__setstate__(copy.deepcopy(self.__getstate__(), memo))
+        return new
+
+    # ----------------------------------------------------------------- plotting
+    @property
+    def plot_lower_bound(self) -> float | None:
+        return self._card_range()[0]
+
+    @property
+    def plot_upper_bound(self) -> float | None:
+        return self._card_range()[1]
+
+    def _card_range(self) -> tuple[float | None, float | None]:
+        try:
+            rng = get_card(self.name).range if self.name else None
+        except ValueError:
+            rng = None
+        if not rng:
+            return None, None
+        return tuple(float(b) if b is not None and math.isfinite(float(b)) else None for b in rng)  # type: ignore[return-value]
+
+    def plot(self, val: Any = None, ax: Any = None) -> Any:
+        """Plot a value (or a list of values, e.g. one per epoch) with torchmetrics' plotting helpers; the
+        bounds are the card's range. Dict results plot their ``"mean"``. Returns ``(figure, axes)``.
+        """
+        val = val if val is not None else self.compute()
+
+        def scalar(v: Any) -> Any:
+            return v["mean"] if isinstance(v, dict) and "mean" in v else v
+
+        val = [scalar(v) for v in val] if isinstance(val, (list, tuple)) else scalar(val)
+        return plot_single_or_multi_val(
+            val,
+            ax=ax,
+            higher_is_better=self.higher_is_better,
+            name=type(self).__name__,
+            lower_bound=self.plot_lower_bound,
+            upper_bound=self.plot_upper_bound,
+            legend_name=self.plot_legend_name,
+        )
+
+    def _compute_state(self) -> Any:
+        raise NotImplementedError
+
+    # ----------------------------------------------------------------- backbones
+    def register_backbone(self, name: str, module: nn.Module, *, callers: bool = False) -> nn.Module:
+        """Keep ``module`` outside ``state_dict()``; ``.to()`` moves it. A module the metric built or loaded
+        is frozen and kept in eval mode. A caller's module (``callers=True``: a model the user passed, maybe
+        one under training that the metric validates) keeps its ``requires_grad`` flags and its train/eval
+        mode, also across the metric's own :meth:`train` / ``eval()``; the metric scores it inside
+        :func:`eval_mode`."""
+        callers_names = self.__dict__.setdefault("_callers_backbones", set())
+        if callers:
+            callers_names.add(name)
+        else:
+            callers_names.discard(name)
+            module.eval()
+            module.requires_grad_(False)
+        self._backbones[name] = module
+        try:
+            module.to(self.device)
+        except (RuntimeError, NotImplementedError):  # meta tensors etc.
+            pass
+        return module
+
+    def backbone(self, name: str = "backbone") -> nn.Module:
+        return self._backbones[name]
+
+    # ----------------------------------------------------------------- public introspection
+    #: constructor options that change how work is done, never the value (left out of :meth:`options`)
+    RUNTIME_OPTIONS: ClassVar[frozenset[str]] = TORCHMETRICS_OPTIONS | {"device", "batch_size", "cache_dir"}
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Metric:
+        self = super().__new__(cls)
+        try:
+            bound = inspect.signature(cls.__init__).bind_partial(self, *args, **kwargs).arguments
+        except TypeError:  # __init__ will raise its own, clearer error
+            bound = dict(kwargs)
+        opts: dict[str, Any] = {}
+        for k, v in bound.items():
+            if k == "self":
+                continue
+            if isinstance(v, dict) and k == "kwargs":
+                opts.update(v)
+            else:
+                opts[k] = v
+        self.__dict__["_given_options"] = opts  # before nn.Module.__init__: plain attribute
+        return self
+
+    def options(self) -> dict[str, Any]:
+        """The options this metric was built with that define its values (``create_metric(name, **opts)``),
+        for manifests and for grouping equal metrics; runtime options (:attr:`RUNTIME_OPTIONS`: device,
+        batch size, caches, torchmetrics' sync settings) are left out. Values are as given (a backbone
+        module stays a module).
+
+        >>> import genmetrics as gm
+        >>> gm.create_metric("psnr", max_db=80.0, batch_size=4).options()
+        {'max_db': 80.0}
+        """
+        return {
+            k: v for k, v in self.__dict__.get("_given_options", {}).items() if k not in self.RUNTIME_OPTIONS
+        }
+
+    def has_data(self) -> bool:
+        """Whether :meth:`update` was called since construction or the last :meth:`reset` (in this process).
+
+        >>> import genmetrics as gm, torch
+        >>> m = gm.create_metric("psnr")
+        >>> m.has_data()
+        False
+        >>> m.update(reference=torch.zeros(1, 3, 8, 8), candidates=torch.ones(1, 3, 8, 8))
+        >>> m.has_data()
+        True
+        """
+        return self.update_count > 0
+
+    def backbones(self) -> dict[str, nn.Module]:
+        """The backbones loaded so far, by name (a metric that loads default weights lazily has none before
+        it first scores). They are frozen and outside ``state_dict()``.
+
+        >>> import genmetrics as gm
+        >>> from genmetrics.testing import tiny_dino
+        >>> sorted(gm.create_metric("dino", backbone=tiny_dino()).backbones())
+        ['backbone']
+        """
+        return dict(self.__dict__.get("_backbones", {}))
+
+    def state_snapshot(self) -> Any:
+        """An opaque copy of the accumulated state, for :meth:`restore_state` (e.g. score the same reference
+        state against several candidate sets).
+
+        >>> import genmetrics as gm
+        >>> m = gm.create_metric("psnr")
+        >>> ref = torch.full((1, 3, 8, 8), 0.5)
+        >>> m.update(reference=ref, candidates=ref + 0.1)
+        >>> snap = m.state_snapshot()
+        >>> m.update(reference=ref, candidates=ref)  # one more (identical) pair: the mean moves to 60 dB
+        >>> m.restore_state(snap)
+        >>> round(float(m.compute()), 3), len(m.per_sample()["scores"])
+        (20.0, 1)
+        """
+        state = {
+            k: (v.clone() if isinstance(v, torch.Tensor) else [t.clone() for t in v])
+            for k, v in self.metric_state.items()
+        }
+        return state, self.update_count, self._bookkeeping()
+
+    def restore_state(self, snapshot: Any) -> None:
+        """Put back the state of a :meth:`state_snapshot` (the snapshot stays reusable)."""
+        state, count, book = snapshot
+        for k, v in state.items():
+            setattr(self, k, v.clone() if isinstance(v, torch.Tensor) else [t.clone() for t in v])
+        set_update_count(self, count)
+        self._set_bookkeeping(book)
+
+    def train(self, mode: bool = True) -> Metric:
+        super().train(mode)
+        callers = self.__dict__.get("_callers_backbones", set())
+        for name, module in self.__dict__.get("_backbones", {}).items():
+            if name not in callers:  # a caller's module keeps the mode its owner gave it
+                module.eval()
+        return self
+
+    def extra_repr(self) -> str:
+        return ", ".join(f"{k}={type(v).__name__}" for k, v in self.__dict__.get("_backbones", {}).items())

@@ -1,0 +1,162 @@
+"""How genmetrics names, gathers and merges ``torchmetrics`` states.
+
+* :data:`OPTIONS_STATE_PREFIX` and :func:`options_state_name`: the empty state whose name encodes a
+  metric's options (:func:`canonical` text), so ``MetricCollection`` compute groups never join metrics
+  built with other options;
+* :class:`AgreedGather`: the ``dist_sync_fn`` that lets every process agree on dtype and shape first;
+* :data:`REDUCTIONS` and :func:`merge_pair`: how two states merge (``forward``, ``merge_state``);
+* :func:`squeeze_scalars` and :func:`finite_or_nan`: values as a metric returns and reports them.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import math
+import os
+from typing import Any
+
+import torch
+from torchmetrics.utilities.distributed import gather_all_tensors
+
+#: the prefix of the (always empty) state whose name encodes the metric's options: torchmetrics'
+#: MetricCollection only groups metrics whose state names are equal, so differing options never share a state
+OPTIONS_STATE_PREFIX = "_options_"
+
+
+def canonical(value: Any) -> str:
+    """A stable text for an option value (modules and other objects by type: equal options, equal text).
+
+    >>> canonical({"b": 1.0, "a": [torch.float16, None]}) == canonical({"a": [torch.float16, None], "b": 1.0})
+    True
+    >>> canonical(torch.nn.Linear(2, 2))
+    'torch.nn.modules.linear.Linear'
+    """
+    if value is None or isinstance(value, (bool, int, float, str, bytes, torch.dtype, torch.device)):
+        return repr(value)
+    if isinstance(value, os.PathLike):
+        return repr(os.fspath(value))
+    if isinstance(value, torch.Tensor):
+        if value.is_meta:
+            return f"tensor{tuple(value.shape)}:meta"
+        data = value.detach().cpu().contiguous()
+        return f"tensor{tuple(value.shape)}{value.dtype}:{hashlib.sha1(data.numpy().tobytes()).hexdigest()}"
+    if isinstance(value, dict):
+        return (
+            "{"
+            + ",".join(
+                f"{canonical(k)}:{canonical(v)}" for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))
+            )
+            + "}"
+        )
+    if isinstance(value, (list, tuple, set, frozenset)):
+        items = sorted(value, key=repr) if isinstance(value, (set, frozenset)) else value
+        return "[" + ",".join(canonical(v) for v in items) + "]"
+    return type(value).__module__ + "." + type(value).__qualname__
+
+
+def options_state_name(owner: type, options: dict[str, Any]) -> str:
+    """The name of the empty state that marks a metric of class ``owner`` built with ``options``: equal
+    classes and options give equal names (``MetricCollection`` only groups metrics whose state names are
+    equal).
+
+    >>> options_state_name(int, {"max_db": 80.0}) == options_state_name(int, {"max_db": 80.0})
+    True
+    >>> options_state_name(int, {"max_db": 80.0}) == options_state_name(int, {"max_db": 60.0})
+    False
+    """
+    key = hashlib.blake2b(
+        canonical((owner.__module__, owner.__qualname__, options)).encode(), digest_size=8
+    ).hexdigest()
+    return OPTIONS_STATE_PREFIX + key
+
+
+class AgreedGather:
+    """torchmetrics' ``dist_sync_fn`` for genmetrics states: before the gather, every process agrees on the
+    dtype and the trailing shape of the tensor, so a process without any update (whose list state is
+    torchmetrics' empty float placeholder) sends an empty tensor that matches the others (gloo aborts on a
+    dtype mismatch). Then ``gather`` (default: torchmetrics' ``gather_all_tensors``) does the gather.
+
+    >>> fn = AgreedGather()
+    >>> fn.gather is None, callable(fn)
+    (True, True)
+    """
+
+    def __init__(self, gather: Any = None) -> None:
+        if isinstance(gather, AgreedGather):
+            gather = gather.gather
+        self.gather: Any = gather
+
+    def __call__(self, tensor: torch.Tensor, group: Any = None) -> list[torch.Tensor]:
+        dist = torch.distributed
+        if not (dist.is_available() and dist.is_initialized()):
+            # a caller's own gather (dist_sync_fn=) that works without torch.distributed (XLA, a test's fake
+            # gather): there is no process group to agree through, so it gets the tensor as it is
+            return (self.gather or gather_all_tensors)(tensor, group=group)
+        meta = None if tensor.numel() == 0 else (tensor.dtype, tuple(tensor.shape[1:]))
+        metas: list[Any] = [None] * dist.get_world_size(group)
+        dist.all_gather_object(metas, meta, group=group)
+        known = [m for m in metas if m is not None]
+        if known:  # empty everywhere: the placeholders already match
+            dtype = functools.reduce(torch.promote_types, [m[0] for m in known])
+            if tensor.numel():
+                tensor = tensor.to(dtype)
+            else:
+                tensor = torch.empty((0, *known[0][1]), dtype=dtype, device=tensor.device)
+        return (self.gather or gather_all_tensors)(tensor, group=group)
+
+
+#: how genmetrics merges two states (forward, merge_state); torchmetrics' names
+REDUCTIONS = ("sum", "cat", "min", "max")
+
+
+def state_tensors(value: Any) -> list[Any]:
+    """A state as a list of tensors (a list state as it is, a tensor state as a list of one).
+
+    >>> state_tensors(torch.zeros(2)), state_tensors([])
+    ([tensor([0., 0.])], [])
+    """
+    return list(value) if isinstance(value, list) else [value]
+
+
+def merge_pair(reduce: Any, first: Any, second: Any) -> Any:
+    """The state ``reduce`` gives for two states (first, then second), detached from any graph: how
+    ``forward``, ``merge_state`` and the one-shot score merge states (``reduce`` as given to ``add_state``).
+
+    >>> merge_pair("sum", torch.tensor(2.0), torch.tensor(3.0))
+    tensor(5.)
+    >>> merge_pair("cat", [torch.ones(1)], torch.zeros(2))
+    [tensor([1.]), tensor([0., 0.])]
+    """
+    with torch.no_grad():
+        if reduce == "cat":
+            return [t.detach() for t in state_tensors(first) + state_tensors(second)]
+        if reduce == "sum":
+            return first.detach() + second.detach()
+        if reduce in ("min", "max"):
+            return getattr(torch, reduce)(first.detach(), second.detach())
+        return reduce(torch.stack([first.detach(), second.detach()]))
+
+
+def squeeze_scalars(value: Any) -> Any:
+    """As torchmetrics' ``compute()`` returns it: one-element tensors as scalars, every tensor a copy.
+
+    >>> squeeze_scalars({"mean": torch.tensor([0.5]), "per_attribute": torch.tensor([1.0, 2.0])})
+    {'mean': tensor(0.5000), 'per_attribute': tensor([1., 2.])}
+    """
+    if isinstance(value, dict):
+        return {k: squeeze_scalars(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(squeeze_scalars(v) for v in value)
+    if isinstance(value, torch.Tensor):
+        return (value.squeeze() if value.numel() == 1 else value).clone()
+    return value
+
+
+def finite_or_nan(x: float) -> float:
+    """``x`` when it is finite, else NaN (one marker for "no value" in reports).
+
+    >>> finite_or_nan(0.5), finite_or_nan(float("inf"))
+    (0.5, nan)
+    """
+    return x if math.isfinite(x) else float("nan")
