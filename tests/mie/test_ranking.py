@@ -33,6 +33,13 @@ def test_rank_generators(tmp_path):
     )
     games = sum({x, y} == {"g0", "g3"} for x, y in zip(ga, gb))
     assert m[i, j] == pytest.approx(wins / games) and m[i, j] + m[j, i] == pytest.approx(1.0)
+    # the win rate's interval is Wilson's given the games played (scipy's, no ties here)
+    from scipy.stats import binomtest
+
+    ci = binomtest(int(wins), int(games)).proportion_ci(0.95, method="wilson")
+    wr = res["win_rate"]
+    assert (wr["low"][i][j], wr["high"][i][j]) == pytest.approx((ci.low, ci.high), abs=1e-12)
+    assert wr["games"][i][j] == games and wr["low"][i][i] is None
     md = ranking_markdown(res)
     assert md.index("| 1 | g0") < md.index("| 4 | g3")
     ranking_plot(res, tmp_path / "r.png")
