@@ -20,7 +20,13 @@ from matplotlib.figure import Figure
 from genmetrics.data.results import atomic_output
 from genmetrics.errors import InputError
 from genmetrics.functional.bootstrap import MAX_N_BOOT, bootstrap_ci
-from genmetrics.functional.ranking import bradley_terry, win_counts, win_rate_interval, win_rate_matrix
+from genmetrics.functional.ranking import (
+    bradley_terry,
+    bradley_terry_batch,
+    win_counts,
+    win_rate_interval,
+    win_rate_matrix,
+)
 from genmetrics.options import choice, integer, number
 
 ELO_SCALE = 400.0 / math.log(10.0)
@@ -139,9 +145,21 @@ def rank_generators(
     if ia.size > 1:
         rng = np.random.default_rng(seed)
         boots = np.empty((n_boot, k))
-        for b in range(n_boot):
-            idx = rng.integers(0, ia.size, ia.size)
-            boots[b] = bradley_terry(ia[idx], ib[idx], out[idx], k, prior=prior).numpy()
+        if prior > 0:  # every resample's fit at once: its win counts from how often each pair was drawn
+            onto = np.zeros((ia.size, k * k))  # pair -> its contribution to the flattened win counts
+            np.add.at(onto, (np.arange(ia.size), ia * k + ib), out)
+            np.add.at(onto, (np.arange(ia.size), ib * k + ia), 1.0 - out)
+            chunk = max(1, int(2e7 // ia.size))  # bounds the [chunk, n_pairs] draws in memory
+            for s in range(0, n_boot, chunk):
+                c = min(chunk, n_boot - s)
+                idx = rng.integers(0, ia.size, (c, ia.size))  # the same draws as one resample at a time
+                counts = np.bincount((idx + ia.size * np.arange(c)[:, None]).ravel(), minlength=c * ia.size)
+                w_b = (counts.reshape(c, ia.size).astype(np.float64) @ onto).reshape(c, k, k)
+                boots[s : s + c] = bradley_terry_batch(w_b, prior=prior)
+        else:  # no prior: a resample may have no maximum (bradley_terry says so)
+            for b in range(n_boot):
+                idx = rng.integers(0, ia.size, ia.size)
+                boots[b] = bradley_terry(ia[idx], ib[idx], out[idx], k, prior=prior).numpy()
     lo, hi = np.quantile(boots, [alpha / 2, 1 - alpha / 2], axis=0) if len(boots) else (theta, theta)
     # the win rate's interval given the games each pair played (a percentile bootstrap of the pairs covered
     # 92% at nominal 95% with ~8 games a pair; docs/bootstrap.md)
