@@ -332,10 +332,13 @@ def bradley_terry_batch(wins: Any, *, prior: float, max_iter: int = 100, tol: fl
         step = -np.linalg.solve(hess[todo], grad[todo][:, :, None])[:, :, 0]
         slope = (grad[todo] * step).sum(1)  # < 0: the Hessian is positive definite
         t_old, f_old, scale = t[todo], f[todo], np.ones(int(todo.sum()))
+        # near the minimum the decrease is below f's rounding (K^2 terms, a few ulps each): a step whose
+        # f is within 64 eps |f| of the old one is accepted, else the full Newton step would be halved away
+        noise = 64.0 * np.finfo(np.float64).eps * np.abs(f_old)
         for _ in range(60):
             t_new = t_old + scale[:, None] * step
             f_new = nll(t_new, w[todo])
-            bad = f_new > f_old + 1e-4 * scale * slope
+            bad = f_new > f_old + 1e-4 * scale * slope + noise
             if not bad.any():
                 break
             scale = np.where(bad, scale / 2, scale)
