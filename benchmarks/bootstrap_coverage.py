@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import time
 from collections.abc import Callable
 
@@ -158,15 +159,21 @@ def run(stat: str, case: str, n: int, a: argparse.Namespace) -> dict:
     hits = inside = cells = plugin_inside = 0
     width = 0.0
     t0 = time.process_time()
-    for r in range(reps):
-        for (est, lo, hi, *plugin), t in zip(one(rng, n, a.seed + r, 1.0 - a.level, a.n_boot), truths):
-            if est is None or lo is None:  # a cell that never met in this data set
-                continue
-            cells += 1
-            plugin_inside += lo <= (plugin[0] if plugin else est) <= hi
-            hits += lo <= t <= hi
-            inside += lo <= est <= hi
-            width += hi - lo
+    done, stopped = 0, False
+    try:  # a time limit (SIGTERM, Ctrl-C) ends the line with the data sets finished so far, marked partial
+        for r in range(reps):
+            rows = one(rng, n, a.seed + r, 1.0 - a.level, a.n_boot)
+            for (est, lo, hi, *plugin), t in zip(rows, truths):
+                if est is None or lo is None:  # a cell that never met in this data set
+                    continue
+                cells += 1
+                plugin_inside += lo <= (plugin[0] if plugin else est) <= hi
+                hits += lo <= t <= hi
+                inside += lo <= est <= hi
+                width += hi - lo
+            done += 1
+    except KeyboardInterrupt:
+        stopped = True
     line = {
         "benchmark": "bootstrap_coverage",
         "statistic": stat,
@@ -179,12 +186,14 @@ def run(stat: str, case: str, n: int, a: argparse.Namespace) -> dict:
         "plugin_inside": round(plugin_inside / max(cells, 1), 4),
         "mean_width": float(f"{width / max(cells, 1):.4g}"),
         "truth": [round(float(v), 6) for v in truths] if truths.size > 1 else round(float(truths[0]), 6),
-        "reps": reps,
+        "reps": done,
         "intervals": cells,
         "n_boot": a.n_boot,
         "seed": a.seed,
         "cpu_seconds": round(time.process_time() - t0, 1),
     }
+    if stopped:
+        line["partial"] = f"stopped after {done} of {reps} data sets"
     return line
 
 
@@ -202,10 +211,14 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--method", default="inversion", choices=["inversion", "BCa", "percentile", "basic"])
     a = ap.parse_args()
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # `timeout` stops a line, keeping its data sets
     for stat in a.stat:
         for case in a.case if stat in ("sad", "pad") else ["-"]:
             for n in a.n:
-                print(json.dumps(run(stat, case, n, a)), flush=True)
+                line = run(stat, case, n, a)
+                print(json.dumps(line), flush=True)
+                if "partial" in line:
+                    return
 
 
 if __name__ == "__main__":
