@@ -6,7 +6,8 @@ Names are loaded from their modules on first use:
   one_minus_ovl, kde_sad, kde_pad
 * ``agreement``: odd_one_out_agreement, two_afc_agreement, human_consensus, triplet_probabilities
 * ``ranking``: pairwise_accuracy, macro_f1, f1_per_class, bradley_terry, win_rate_matrix
-* ``bootstrap``: bootstrap_ci, bootstrap_interval, paired_bootstrap, two_sample_ci (scipy.stats.bootstrap, BCa)
+* ``bootstrap``: bootstrap_ci, bootstrap_interval, paired_bootstrap, two_sample_ci (scipy.stats.bootstrap;
+  studentized / BCa)
 """
 
 from __future__ import annotations

@@ -66,7 +66,7 @@ def _finite(x: Any) -> bool:
 
 
 def _interval(values: list[float], run: Any) -> tuple[float, float, float]:
-    """``(mean, low, high)`` of a per-sample column (BCa bootstrap of the mean)."""
+    """``(mean, low, high)`` of a per-sample column (studentized bootstrap of the mean)."""
     est, lo, hi = bootstrap_ci(values, n_boot=run.n_boot, alpha=1.0 - run.ci, seed=run.seed)
     return est, lo, hi
 

@@ -5,8 +5,8 @@ For every scorer — the MIE model and any registered metric (``psnr``, ``ssim``
 pair are scored and compared with the human preference, as in the paper's Figure 1:
 
 * pairwise accuracy overall, on seen generators (both generators of the pair were in training) and on
-  unseen generators (neither was), with BCa bootstrap confidence intervals (scipy); a score tie counts
-  as half right;
+  unseen generators (neither was), with bootstrap confidence intervals (scipy's resamples, studentized);
+  a score tie counts as half right;
 * per-dimension F1 and macro-F1 of the diagnostic logits against the human labels, as the authors'
   analysis script computes them (labels of exactly 0.5 -- annotators split -- dropped; prediction
   ``sigmoid >= 0.5``), each beside its balanced accuracy and the F1 of the constant "always passes"
