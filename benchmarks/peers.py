@@ -552,7 +552,8 @@ def bench_clipscore(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def bench_startup(args: argparse.Namespace) -> dict[str, Any]:
-    """Wall time of ``genmetrics list`` and of ``genmetrics score psnr`` on 12 PNG pairs (fresh processes)."""
+    """Wall and CPU time of ``genmetrics list``, of ``genmetrics score psnr`` on 12 PNG pairs, of ``import
+    torchmetrics`` and of ``import torch`` (the floor of every command), fresh processes, rounds interleaved."""
     import subprocess
     import sys
     import tempfile
@@ -578,12 +579,13 @@ def bench_startup(args: argparse.Namespace) -> dict[str, Any]:
         return r.ru_utime + r.ru_stime
 
     cmds["import_torchmetrics"] = None  # what the metric base class costs by itself
+    cmds["import_torch"] = None  # the floor: every command imports torch
     times: dict[str, list[float]] = {k: [] for k in cmds}
     cpus: dict[str, list[float]] = {k: [] for k in cmds}
     for _ in range(args.rounds):
         for k, c in cmds.items():
             code = (
-                ["-c", "import torchmetrics"]
+                ["-c", f"import {k.removeprefix('import_')}"]
                 if c is None
                 else ["-c", "from genmetrics.cli.main import entry; entry()", *c]
             )

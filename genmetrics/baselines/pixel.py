@@ -74,7 +74,8 @@ def raw_batch(items: list[Any]) -> tuple[torch.Tensor, bool, bool] | None:
         or not (first.dtype == torch.uint8 or first.is_floating_point())
     ):
         return None
-    if any(x.shape != first.shape or x.dtype != first.dtype or x.device != first.device for x in items):
+    shape, dtype, device = first.shape, first.dtype, first.device
+    if any(x.shape != shape or x.dtype != dtype or x.device != device for x in items):
         return None
     from genmetrics.data.images import MAX_PIXELS
 
@@ -177,7 +178,8 @@ class _PairedPixelMetric(SampleMetric):
                 f"{self.name}: takes no condition (text); remove it or use clip_t for image-text scores"
             )
         refs, cands = as_image_list(reference, name="reference"), as_image_list(candidates, name="candidates")
-        if self.resize.name == "none":  # from the headers: a huge mismatched file is refused before decoding
+        if self.resize.name == "none" and not _one_size(reference, candidates):
+            # from the headers: a huge mismatched file is refused before decoding
             check_same_size(
                 refs,
                 cands,
@@ -391,6 +393,17 @@ class MSSSIM(_PairedPixelMetric):
         if self.sigma is not None:
             return self.sigma
         return 1.5 if self.kernel_size == 11 else (self.kernel_size - 1) / 7.0
+
+
+def _one_size(reference: Any, candidates: Any) -> bool:
+    """Both are batch tensors ``[B,C,H,W]`` of one height and width: every pair has one size, so the
+    per-image size check (which reads each image's shape) has nothing to find."""
+    return (
+        isinstance(reference, torch.Tensor)
+        and isinstance(candidates, torch.Tensor)
+        and reference.ndim == candidates.ndim == 4
+        and reference.shape[-2:] == candidates.shape[-2:]
+    )
 
 
 def _odd(kernel_size: int, owner: str) -> None:

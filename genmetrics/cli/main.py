@@ -120,11 +120,7 @@ def defer_torchmetrics_init() -> bool:
             return sys.modules["torchmetrics.metric"].Metric  # imported with torchmetrics.utilities below
         if name.startswith("__") and name not in ("__version__", "__all__"):
             raise AttributeError(name)
-        load()
-        try:
-            return shell.__dict__[name]
-        except KeyError:
-            raise AttributeError(f"module 'torchmetrics' has no attribute {name!r}") from None
+        return _loaded_attribute(shell, load, name)
 
     shell.__spec__ = spec
     shell.__loader__ = loader
@@ -133,10 +129,75 @@ def defer_torchmetrics_init() -> bool:
     shell.__package__ = "torchmetrics"
     shell.__getattr__ = getattr_  # type: ignore[method-assign]  # PEP 562: only for missing names
     sys.modules["torchmetrics"] = shell
+    _defer_plot_module(shell.__path__)
     # the order torchmetrics' own __init__ imports them in: torchmetrics.metric imported first would meet
     # its circular import with torchmetrics.utilities.checks half-way
     importlib.import_module("torchmetrics.utilities")
     return True
+
+
+def _loaded_attribute(shell: Any, load: Any, name: str) -> Any:
+    """``shell.<name>`` after ``load()`` ran the real module's code in the shell (a deferred module's
+    ``__getattr__``)."""
+    load()
+    try:
+        return shell.__dict__[name]
+    except KeyError:
+        raise AttributeError(f"module {shell.__name__!r} has no attribute {name!r}") from None
+
+
+#: what :func:`_defer_plot_module` gives before matplotlib loads: the types torchmetrics' plot module
+#: itself uses when matplotlib is missing (they only appear in annotations)
+_PLOT_PLACEHOLDERS = {"_AX_TYPE": object, "_PLOT_OUT_TYPE": tuple[object, object]}
+
+
+def _defer_plot_module(package_path: list[str]) -> None:
+    """Put a shell of ``torchmetrics.utilities.plot`` in ``sys.modules``, so that importing
+    ``torchmetrics.metric`` does not import matplotlib (``plot`` imports ``matplotlib.pyplot`` at module
+    level: about a fifth of a one-off ``score``'s start-up).
+
+    ``package_path``: torchmetrics' ``__path__``. The shell holds the two annotation types ``torchmetrics.metric`` takes from it, and a
+    ``plot_single_or_multi_val`` that loads the real module on its first call; any other name loads the
+    real module first (its code runs in the shell, as a normal import would have), so everything plotting
+    needs is there when it is asked for.
+    """
+    import importlib.machinery
+    import types
+
+    name = "torchmetrics.utilities.plot"
+    if name in sys.modules:
+        return
+    # found on the package's path, not with importlib.util.find_spec (which imports the parent packages:
+    # torchmetrics.utilities imports torchmetrics.metric, which imports the real plot module)
+    utilities = [os.path.join(p, "utilities") for p in package_path]
+    spec = importlib.machinery.PathFinder.find_spec(name, utilities)
+    if spec is None or spec.loader is None:
+        return
+    loader = spec.loader
+    shell = types.ModuleType(name)
+    state = {"loaded": False}
+
+    def load() -> None:
+        if not state["loaded"]:
+            state["loaded"] = True
+            loader.exec_module(shell)
+
+    def plot_single_or_multi_val(*args: Any, **kwargs: Any) -> Any:
+        load()
+        return shell.plot_single_or_multi_val(*args, **kwargs)
+
+    def getattr_(attr: str) -> Any:
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        return _loaded_attribute(shell, load, attr)
+
+    shell.__dict__.update(_PLOT_PLACEHOLDERS, plot_single_or_multi_val=plot_single_or_multi_val)
+    shell.__spec__ = spec
+    shell.__loader__ = loader
+    shell.__file__ = spec.origin
+    shell.__package__ = "torchmetrics.utilities"
+    shell.__getattr__ = getattr_  # type: ignore[method-assign]  # PEP 562: only for missing names
+    sys.modules[name] = shell
 
 
 class LazyGroup(click.Group):

@@ -5,6 +5,7 @@ library computes, and anything else asked of the ``torchmetrics`` package still 
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -12,7 +13,14 @@ import sys
 import numpy as np
 from PIL import Image
 
-HEAVY = ("torchvision", "torch._dynamo", "scipy.signal", "transformers", "torchmetrics.functional.text")
+HEAVY = (
+    "torchvision",
+    "torch._dynamo",
+    "scipy.signal",
+    "transformers",
+    "torchmetrics.functional.text",
+    "matplotlib",
+)
 
 SCORE = """
 import json, sys
@@ -65,6 +73,31 @@ def test_score_psnr_imports_none_of_the_heavy_modules(tmp_path):
     expect = float(PSNR().score(read(ref), read(gen)))
     printed = float(re.search(r"psnr: ([-0-9.e]+)", out.stdout).group(1))
     assert abs(printed - expect) <= 1e-4, out.stdout  # printed to 4 decimals
+
+
+PLOT = """
+import json, sys
+from genmetrics.cli.main import defer_torchmetrics_init
+assert defer_torchmetrics_init()
+import torch
+import genmetrics
+m = genmetrics.create_metric("psnr")
+m.update(reference=torch.zeros(2, 3, 8, 8), candidates=torch.full((2, 3, 8, 8), 0.1))
+before = "matplotlib.pyplot" in sys.modules
+fig, ax = m.plot()  # genmetrics' Metric.plot -> torchmetrics' plot_single_or_multi_val
+import torchmetrics.utilities.plot as p
+print(json.dumps({"before": before, "after": "matplotlib.pyplot" in sys.modules,
+    "fig": type(fig).__name__, "ax": type(ax).__name__, "cmap_type": p._CMAP_TYPE is not object}))
+"""
+
+
+def test_plotting_still_works_after_the_deferred_plot_module():
+    """matplotlib stays out of a score process until something plots; then the real plot module runs."""
+    env = {**os.environ, "MPLBACKEND": "Agg"}
+    out = subprocess.run([sys.executable, "-c", PLOT], capture_output=True, text=True, timeout=300, env=env)
+    assert out.returncode == 0, out.stderr[-2000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got == {"before": False, "after": True, "fig": "Figure", "ax": "Axes", "cmap_type": True}
 
 
 def test_the_deferred_package_loads_fully_on_any_other_name():

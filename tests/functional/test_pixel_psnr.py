@@ -20,10 +20,10 @@ def _pair(b: int, h: int, w: int, seed: int = 0) -> tuple[torch.Tensor, torch.Te
     return p, t
 
 
-@pytest.mark.parametrize("block", [1, 3 * 16 * 20 * 4, 2 * 3 * 16 * 20 * 4 + 7, 1 << 20])
+@pytest.mark.parametrize("block", [1, 7 * 20 * 4, 3 * 16 * 20 * 4, 2 * 3 * 16 * 20 * 4 + 7, 1 << 20])
 def test_squared_error_sums_match_float64_across_blocks(monkeypatch, block):
-    """Blocks of 1 image, 1 image exactly, 2 images and a bit, all 5 images: every block size gives the
-    float64 sums. Bound: each row of W terms is summed in float32 (relative error <= W eps, Higham's gamma_W),
+    """Blocks of 1 row, 7 rows (blocks straddle images: 48 rows each), 1 image exactly, 2 images and a bit,
+    all 5 images: every block size gives the float64 sums. Bound: each row of W terms is summed in float32 (relative error <= W eps, Higham's gamma_W),
     each difference and square rounds once more (2 eps); rows are added in float64 (negligible)."""
     monkeypatch.setattr(P, "BLOCK_BYTES", block)
     p, t = _pair(5, 16, 20)
@@ -44,6 +44,39 @@ def test_range_sees_the_one_value_outside_in_any_block(monkeypatch):
     p[3, 0, 0, 0] = -0.25
     _, rng = P.squared_error_sums(p, t, with_range=True)
     assert rng.tolist() == [-0.25, 1.5]
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32, torch.float64])
+def test_range_from_bit_patterns_is_the_float_range(monkeypatch, dtype):
+    """The range check reads bit patterns as integers of the same width; it must report the float range
+    whatever the values: all in [0, 1], a negative zero, negative values in two blocks, +inf, a NaN."""
+    monkeypatch.setattr(P, "BLOCK_BYTES", 2 * 8 * torch.finfo(dtype).bits // 8)  # 2 rows per block
+    p, t = _pair(3, 8, 8)
+    p, t = p.to(dtype), t.to(dtype)
+
+    def float_range(a, b):
+        both = torch.cat((a.flatten(), b.flatten())).double()
+        return [float(both.min()), float(both.max())] if not both.isnan().any() else None
+
+    cases = {"in range": (p, t)}
+    z = t.clone()
+    z[1, 2, 3, 4] = -0.0
+    cases["negative zero"] = (p, z)
+    n = p.clone()
+    n[2, 2, 7, 7] = -0.5
+    n[0, 1, 0, 0] = -0.25  # as integers -0.25 sorts below -0.5: only the float order gives -0.5
+    cases["negatives"] = (n, t)
+    i = t.clone()
+    i[0, 0, 0, 1] = float("inf")
+    cases["inf"] = (p, i)
+    for name, (a, b) in cases.items():
+        sse, rng = P.squared_error_sums(a, b, with_range=True)
+        assert rng.dtype == dtype, name
+        assert rng.double().tolist() == float_range(a, b), name
+    q = p.clone()
+    q[1, 0, 4, 4] = float("nan")
+    _, rng = P.squared_error_sums(q, t, with_range=True)
+    assert rng.isnan().any()
 
 
 def test_psnr_closed_form_and_gradient():
