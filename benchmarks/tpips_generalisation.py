@@ -121,44 +121,73 @@ def value_distance(aspect: str, a: torch.Tensor, b: torch.Tensor) -> torch.Tenso
     return (a - b).abs().squeeze(1)
 
 
+def _probe_columns(
+    triplets: list, aspect: str
+) -> tuple[list[torch.Tensor], list[int], list[tuple[int, int]]]:
+    """The triplets' images (3 per triplet, in order), the row of each triplet's reference and the rows of its
+    2AFC candidates for ``aspect``: (the correct one, the other)."""
+    imgs = [im for t in triplets for im in t.images]
+    ref = [3 * i + t.reference for i, t in enumerate(triplets)]
+    cands = []
+    for i, t in enumerate(triplets):
+        other = [k for k in range(3) if k not in (t.reference, t.odd[aspect])][0]
+        cands.append((3 * i + other, 3 * i + t.odd[aspect]))
+    return imgs, ref, cands
+
+
+def pair_probe(ftr: torch.Tensor, train_cols: tuple, fte: torch.Tensor, test_cols: tuple) -> float:
+    """Held-out 2AFC of the pair probe on per-image features ``ftr`` / ``fte`` (rows as :func:`_probe_columns`):
+    a logistic regression on ``(phi_B - phi_bad)^2 - (phi_B - phi_good)^2`` (a learned diagonal metric), its
+    regulariser picked by 2-fold cross-validation on the training triplets."""
+
+    def diff(f: torch.Tensor, ref: list[int], cands: list[tuple[int, int]]) -> torch.Tensor:
+        good, bad = (torch.tensor([c[k] for c in cands]) for k in (0, 1))
+        r = f[torch.tensor(ref)]
+        return (r - f[bad]) ** 2 - (r - f[good]) ** 2
+
+    dtr, dte = diff(ftr, *train_cols), diff(fte, *test_cols)
+    # d > 0 <=> the correct candidate is closer under the learned channel weights; half of the training rows
+    # are sign-flipped so that the regression sees both labels
+    g = torch.Generator().manual_seed(0)
+    sign = torch.where(torch.rand(len(dtr), generator=g) < 0.5, -1.0, 1.0).double()
+    scale = dtr.std(0).clamp_min(1e-12)
+    xtr, xte = dtr / scale * sign[:, None], dte / scale
+
+    def fit_score(a: torch.Tensor, b: torch.Tensor, lam: float) -> float:
+        w = logistic(xtr[a], sign[a], lam)
+        return float(((xtr[b] @ w) * sign[b] > 0).double().mean())
+
+    w = logistic(xtr, sign, _cv_pick(fit_score, len(xtr)))
+    return round(float((xte @ w > 0).double().mean()), 4)
+
+
+def embedding_probe(model: Any, train: list, test: list, aspects: tuple[str, ...]) -> dict[str, float]:
+    """Late fusion: :func:`pair_probe` on the model's own unit embeddings (``TPIPSModel.embed`` under each
+    aspect's text), per aspect: how much of the aspect the pooled embedding carries at all, whatever the
+    cosine does with it (compare with the ceiling, a probe on the vision tower's tokens)."""
+    out = {}
+    for a in aspects:
+        cols = []
+        for triplets in (train, test):
+            imgs, ref, cands = _probe_columns(triplets, a)
+            cols.append((model.embed(imgs, a).double(), (ref, cands)))
+        out[a] = pair_probe(cols[0][0], cols[0][1], cols[1][0], cols[1][1])
+    return out
+
+
 def probe_ceiling(model: Any, train: list, test: list, aspect: str) -> dict[str, Any]:
     """Held-out 2AFC of the linear probes for ``aspect`` (see the module docstring); ``ceiling`` is the best."""
 
     def columns(triplets: list) -> tuple[dict, list[int], list[tuple[int, int]]]:
-        imgs = [im for t in triplets for im in t.images]
-        f = frozen_features(model, imgs)
-        ref = [3 * i + t.reference for i, t in enumerate(triplets)]
-        # (the correct candidate, the other) of each triplet's 2AFC record for this aspect
-        cands = []
-        for i, t in enumerate(triplets):
-            other = [k for k in range(3) if k not in (t.reference, t.odd[aspect])][0]
-            cands.append((3 * i + other, 3 * i + t.odd[aspect]))
-        return f, ref, cands
+        imgs, ref, cands = _probe_columns(triplets, aspect)
+        return frozen_features(model, imgs), ref, cands
 
     ftr, rtr, ctr = columns(train)
     fte, rte, cte = columns(test)
     out: dict[str, Any] = {}
-    # (1) the pair probe: d > 0 <=> the correct candidate is closer under the learned channel weights
-    g = torch.Generator().manual_seed(0)
-    sign = torch.where(torch.rand(len(train), generator=g) < 0.5, -1.0, 1.0).double()
+    # (1) the pair probe
     for name in ("tokens", "mean"):
-
-        def diff(f: torch.Tensor, ref: list[int], cands: list[tuple[int, int]]) -> torch.Tensor:
-            good, bad = (torch.tensor([c[k] for c in cands]) for k in (0, 1))
-            r = f[torch.tensor(ref)]
-            return (r - f[bad]) ** 2 - (r - f[good]) ** 2
-
-        dtr, dte = diff(ftr[name], rtr, ctr), diff(fte[name], rte, cte)
-        scale = dtr.std(0).clamp_min(1e-12)
-        xtr, xte = dtr / scale * sign[:, None], dte / scale
-
-        def fit_score(a: torch.Tensor, b: torch.Tensor, lam: float, x: torch.Tensor = xtr) -> float:
-            w = logistic(x[a], sign[a], lam)
-            return float(((x[b] @ w) * sign[b] > 0).double().mean())
-
-        lam = _cv_pick(fit_score, len(xtr))
-        w = logistic(xtr, sign, lam)
-        out[f"pair_{name}"] = round(float((xte @ w > 0).double().mean()), 4)
+        out[f"pair_{name}"] = pair_probe(ftr[name], (rtr, ctr), fte[name], (rte, cte))
     # (2) the value probe: ridge on single images, the 2AFC answer from the predicted values
     vtr = torch.tensor([v[aspect] for t in train for v in t.values], dtype=torch.float64)
     ytr = encode_value(aspect, vtr)
@@ -295,6 +324,7 @@ def run(args) -> list[dict]:
             val_every=0,
             save_every=0,
             probe_layers=args.probe_layers,
+            lora_r=args.lora_r,
             lora_dropout=0.0,
             seed=args.seed,
         )
@@ -313,6 +343,12 @@ def run(args) -> list[dict]:
             )
         ev = evaluate(res.model, test, pair)
         ev_seen = summarise(two_afc_right(res.model, seen), pair)
+        emb = None
+        if args.embedding_probe and variant == "late":
+            emb = {
+                "before": embedding_probe(before, train, test, pair),
+                "after": embedding_probe(res.model, train, test, pair),
+            }
         cpu = round(time.process_time() - t1, 1)
         held = ev["heldout"]
         fractions = {}
@@ -334,6 +370,7 @@ def run(args) -> list[dict]:
                     "before_training": ev_before[a],
                     "controls": {k: v[a] for k, v in ev["controls"].items()},
                     "variant_cpu_s": cpu,  # training and every reading of this variant (both aspects)
+                    **({"embedding_probe": {k: v[a] for k, v in emb.items()}} if emb else {}),
                     "probes": ceilings[a],
                 }
             )
@@ -365,6 +402,7 @@ def run(args) -> list[dict]:
             "batch": args.batch,
             "lr": args.lr,
             "probe_layers": args.probe_layers,
+            "lora_r": args.lora_r,
             "threads": args.threads,
             "backbone": "benchmarks/tpips_learnability.py small_backbone, random",
         },
@@ -419,6 +457,12 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--probe-layers", type=int, default=1, help="mid fusion: probe layers (1: the last)")
+    ap.add_argument("--lora-r", type=int, default=16, help="LoRA rank (alpha = 2 x rank)")
+    ap.add_argument(
+        "--embedding-probe",
+        action="store_true",
+        help="late fusion: also the pair probe on the model's own embeddings, before and after training",
+    )
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--quick", action="store_true", help="the slow test's setting")
     ap.add_argument(
