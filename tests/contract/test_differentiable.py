@@ -15,6 +15,7 @@ from torchmetrics.functional.image import (
 
 import genmetrics as gm
 from tests.contract import tester as T
+from tests.contract.test_api import TM_SSIM_FIXED
 
 DIFFERENTIABLE = {"psnr", "ssim", "ms_ssim"}
 
@@ -42,6 +43,8 @@ OPTIONS = {"psnr": {}, "ssim": {}, "ms_ssim": {"kernel_size": 7, "betas": (0.5, 
 
 @pytest.mark.parametrize("name", sorted(DIFFERENTIABLE))
 def test_gradient_is_torchmetrics_gradient(name):
+    if name != "psnr" and not TM_SSIM_FIXED:  # the oldest admitted torchmetrics (.ci/versions)
+        pytest.skip("torchmetrics < 1.4.2 pads SSIM's border wrongly (its PR 2721): nothing to compare with")
     ref, cand = _images()
     metric = gm.create_metric(name, **OPTIONS[name])
     assert metric.is_differentiable
