@@ -40,9 +40,6 @@ from genmetrics.metric_base import Metric
 from genmetrics.metric_batches import batch_len, eval_mode, slice_batch
 from genmetrics.metric_states import OPTIONS_STATE_PREFIX, AgreedGather, finite_or_nan
 from genmetrics.sample_ids import UNNAMED_ID, hash_id, keep_index
-
-# the earlier private name, still imported by genmetrics/mie/metric.py
-from genmetrics.sample_ids import drop_duplicate_ids as _drop_duplicate_ids  # noqa: F401
 from genmetrics.sample_metric import SampleMetric
 
 __all__ = [

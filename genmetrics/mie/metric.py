@@ -29,7 +29,7 @@ from genmetrics.data.batching import device_memory
 from genmetrics.data.device import check_precision, precision_autocast
 from genmetrics.data.images import as_image_list
 from genmetrics.errors import InputError
-from genmetrics.metric import SampleMetric, _drop_duplicate_ids
+from genmetrics.metric import SampleMetric
 from genmetrics.mie.checkpoint import no_heads_error, resolve_heads
 from genmetrics.mie.common import (
     DIMENSIONS,
@@ -40,6 +40,7 @@ from genmetrics.mie.common import (
 )
 from genmetrics.mie.model import MIEModel, validate_inputs
 from genmetrics.options import integer
+from genmetrics.sample_ids import drop_duplicate_ids
 
 
 def _is_image(x: Any) -> bool:
@@ -244,7 +245,7 @@ class MIEMetric(SampleMetric):
             scores, diags, ids = torch.cat(scores), torch.cat(diags), torch.cat(ids)
         if scores.numel() == 0:
             raise InputError("mie: no samples were scored")
-        both, ids = _drop_duplicate_ids(
+        both, ids = drop_duplicate_ids(
             torch.cat([scores[:, None], diags.reshape(-1, len(DIMENSIONS))], 1), ids
         )
         return both[:, 0], both[:, 1:], ids
