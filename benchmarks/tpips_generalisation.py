@@ -11,9 +11,12 @@ therefore gets at most 50% mean 2AFC agreement and 0% "both aspects right" (chan
 Ceiling per aspect: linear probes on the frozen vision tower's output of the same backbone (merged tokens and
 the DeepStack feature, concatenated over tokens, or averaged), trained on the training triplets' images:
 (1) ``pair``: logistic regression on the per-channel squared differences ``(phi_B - phi_C)^2 - (phi_B -
-phi_A)^2`` predicting the 2AFC answer (a learned diagonal metric, the frozen-feature version of mid fusion);
-(2) ``value``: ridge regression of the value (cos/sin for circular aspects) from ``phi``, the 2AFC answer read
-from the predicted values. The ceiling is the best of them on the held-out 2AFC records.
+phi_A)^2`` predicting the 2AFC answer, channel weights constrained ``>= 0`` (a learned diagonal metric, the
+frozen-feature version of mid fusion); (2) ``value``: ridge regression of the value (cos/sin for circular
+aspects) from ``phi``, the 2AFC answer read from the predicted values. The ceiling is the best of them on the
+held-out 2AFC records. ``pair_signed_*`` (the pair probe with signed weights) is reported as a diagnostic and
+is not part of the ceiling: the two records of a triplet name opposite candidates, so a signed probe scores
+aspect ``y`` by reading aspect ``x`` backwards.
 
 Each variant is trained with the project's trainer (``train_tpips`` on the odd-one-out records, both aspects)
 on the small random Qwen3-VL of benchmarks/tpips_learnability.py, LoRA on the language tower, then scored on the
@@ -42,9 +45,27 @@ import torch
 _HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [os.path.dirname(_HERE)]
 
-#: the benchmark's aspect pair: both encoded by the small frozen vision tower (see the probe table in
-#: docs/tpips.md, "Generalisation")
-PAIR = ("color", "stripe frequency")
+#: the benchmark's default aspect pair (``--pair``): both encoded by the small frozen vision tower, set
+#: independently by the scene generator (hue of the object, mean grey of the background); see the probe table in
+#: docs/tpips.md, "Generalisation"
+PAIR = ("color", "brightness")
+
+
+def parse_pair(text: str) -> tuple[str, str]:
+    """``"color,brightness"`` -> ``("color", "brightness")``: two different aspects of ``SCENE_ASPECTS``.
+
+    >>> parse_pair("color, stripe frequency")
+    ('color', 'stripe frequency')
+    """
+    from genmetrics.tpips.synthetic import SCENE_ASPECTS
+
+    pair = tuple(a.strip() for a in text.split(","))
+    if len(pair) != 2 or pair[0] == pair[1] or not set(pair) <= set(SCENE_ASPECTS):
+        raise argparse.ArgumentTypeError(
+            f"--pair {text!r}: expected two different aspects of {SCENE_ASPECTS} separated by a comma, "
+            "e.g. --pair color,brightness"
+        )
+    return pair[0], pair[1]
 
 
 def _learnability() -> Any:
@@ -69,19 +90,31 @@ def frozen_features(model: Any, images: list[torch.Tensor]) -> dict[str, torch.T
     return {"tokens": tokens.double(), "mean": mean.double()}
 
 
-def logistic(x: torch.Tensor, y: torch.Tensor, lam: float) -> torch.Tensor:
-    """L2-regularised logistic regression without intercept (labels +-1), fitted with L-BFGS."""
-    w = torch.zeros(x.shape[1], dtype=x.dtype, requires_grad=True)
-    opt = torch.optim.LBFGS([w], max_iter=500, tolerance_grad=1e-9, line_search_fn="strong_wolfe")
+def logistic(x: torch.Tensor, y: torch.Tensor, lam: float, *, nonneg: bool = False) -> torch.Tensor:
+    """L2-regularised logistic regression without intercept (labels +-1), fitted with scipy's L-BFGS-B;
+    ``nonneg``: every weight constrained ``>= 0`` (bounds, so a weight can be exactly 0)."""
+    import numpy as np
+    from scipy.optimize import minimize
 
-    def closure() -> torch.Tensor:
-        opt.zero_grad()
-        loss = torch.nn.functional.softplus(-y * (x @ w)).mean() + lam * (w * w).sum()
-        loss.backward()
-        return loss
+    xn, yn = x.double().numpy(), y.double().numpy()
 
-    opt.step(closure)
-    return w.detach()
+    def loss_grad(w: np.ndarray) -> tuple[float, np.ndarray]:
+        m = yn * (xn @ w)
+        loss = np.logaddexp(0.0, -m).mean() + lam * (w @ w)
+        # d/dw softplus(-m) = -sigmoid(-m) * y * x
+        grad = -(xn * (yn * 0.5 * (1 - np.tanh(m / 2)))[:, None]).mean(0) + 2 * lam * w
+        return float(loss), grad
+
+    bounds = [(0.0, None)] * xn.shape[1] if nonneg else None
+    res = minimize(
+        loss_grad,
+        np.zeros(xn.shape[1]),
+        jac=True,
+        method="L-BFGS-B",
+        bounds=bounds,
+        options={"maxiter": 500, "gtol": 1e-9},
+    )
+    return torch.from_numpy(res.x).to(x.dtype)
 
 
 def ridge(x: torch.Tensor, y: torch.Tensor, lam: float) -> torch.Tensor:
@@ -135,10 +168,18 @@ def _probe_columns(
     return imgs, ref, cands
 
 
-def pair_probe(ftr: torch.Tensor, train_cols: tuple, fte: torch.Tensor, test_cols: tuple) -> float:
+def pair_probe(
+    ftr: torch.Tensor, train_cols: tuple, fte: torch.Tensor, test_cols: tuple, *, nonneg: bool = True
+) -> float:
     """Held-out 2AFC of the pair probe on per-image features ``ftr`` / ``fte`` (rows as :func:`_probe_columns`):
-    a logistic regression on ``(phi_B - phi_bad)^2 - (phi_B - phi_good)^2`` (a learned diagonal metric), its
-    regulariser picked by 2-fold cross-validation on the training triplets."""
+    a logistic regression on ``(phi_B - phi_bad)^2 - (phi_B - phi_good)^2`` predicting "the correct candidate
+    is closer", its regulariser picked by 2-fold cross-validation on the training triplets.
+
+    ``nonneg`` (the default, the ceiling's): channel weights ``>= 0``, a true diagonal metric that can only say
+    "closer in these channels". With signed weights (``nonneg=False``, a diagnostic) the probe can also learn
+    "farther in these channels": the two 2AFC records of a triplet name opposite candidates, so their features
+    are each other's negatives, and a signed probe reads aspect ``y`` off aspect ``x``'s channels backwards
+    (docs/tpips.md, "Generalisation")."""
 
     def diff(f: torch.Tensor, ref: list[int], cands: list[tuple[int, int]]) -> torch.Tensor:
         good, bad = (torch.tensor([c[k] for c in cands]) for k in (0, 1))
@@ -146,18 +187,20 @@ def pair_probe(ftr: torch.Tensor, train_cols: tuple, fte: torch.Tensor, test_col
         return (r - f[bad]) ** 2 - (r - f[good]) ** 2
 
     dtr, dte = diff(ftr, *train_cols), diff(fte, *test_cols)
-    # d > 0 <=> the correct candidate is closer under the learned channel weights; half of the training rows
-    # are sign-flipped so that the regression sees both labels
+    # d @ w > 0 <=> the correct candidate is closer under the channel weights w; half of the training rows are
+    # sign-flipped with their labels so that the regression sees both labels (with w >= 0 and no intercept the
+    # flip changes nothing; it keeps the signed fit unbiased). The positive per-channel scale keeps w >= 0
+    # meaning "closer".
     g = torch.Generator().manual_seed(0)
     sign = torch.where(torch.rand(len(dtr), generator=g) < 0.5, -1.0, 1.0).double()
     scale = dtr.std(0).clamp_min(1e-12)
     xtr, xte = dtr / scale * sign[:, None], dte / scale
 
     def fit_score(a: torch.Tensor, b: torch.Tensor, lam: float) -> float:
-        w = logistic(xtr[a], sign[a], lam)
+        w = logistic(xtr[a], sign[a], lam, nonneg=nonneg)
         return float(((xtr[b] @ w) * sign[b] > 0).double().mean())
 
-    w = logistic(xtr, sign, _cv_pick(fit_score, len(xtr)))
+    w = logistic(xtr, sign, _cv_pick(fit_score, len(xtr)), nonneg=nonneg)
     return round(float((xte @ w > 0).double().mean()), 4)
 
 
@@ -175,19 +218,31 @@ def embedding_probe(model: Any, train: list, test: list, aspects: tuple[str, ...
     return out
 
 
+#: the probes the ceiling is the best of (the signed pair probes are reported as a diagnostic only)
+CEILING_PROBES = ("pair_tokens", "pair_mean", "value_tokens", "value_mean")
+
+
 def probe_ceiling(model: Any, train: list, test: list, aspect: str) -> dict[str, Any]:
-    """Held-out 2AFC of the linear probes for ``aspect`` (see the module docstring); ``ceiling`` is the best."""
+    """Held-out 2AFC of the linear probes for ``aspect`` on the frozen vision tower of ``model`` (see the module
+    docstring and :func:`ceiling_from_features`)."""
+    ftr = frozen_features(model, [im for t in train for im in t.images])
+    fte = frozen_features(model, [im for t in test for im in t.images])
+    return ceiling_from_features(ftr, fte, train, test, aspect)
 
-    def columns(triplets: list) -> tuple[dict, list[int], list[tuple[int, int]]]:
-        imgs, ref, cands = _probe_columns(triplets, aspect)
-        return frozen_features(model, imgs), ref, cands
 
-    ftr, rtr, ctr = columns(train)
-    fte, rte, cte = columns(test)
+def ceiling_from_features(
+    ftr: dict[str, torch.Tensor], fte: dict[str, torch.Tensor], train: list, test: list, aspect: str
+) -> dict[str, Any]:
+    """The probes of :func:`probe_ceiling` on per-image features (``{"tokens": [3N, F], "mean": [3N, F']}``,
+    rows in the triplets' image order); ``ceiling`` is the best of :data:`CEILING_PROBES`, with its binomial
+    standard error over the held-out triplets. ``pair_signed_*`` (signed channel weights) are diagnostics."""
+    _, rtr, ctr = _probe_columns(train, aspect)
+    _, rte, cte = _probe_columns(test, aspect)
     out: dict[str, Any] = {}
-    # (1) the pair probe
+    # (1) the pair probe: a non-negative diagonal metric (the ceiling's), and its signed diagnostic
     for name in ("tokens", "mean"):
         out[f"pair_{name}"] = pair_probe(ftr[name], (rtr, ctr), fte[name], (rte, cte))
+        out[f"pair_signed_{name}"] = pair_probe(ftr[name], (rtr, ctr), fte[name], (rte, cte), nonneg=False)
     # (2) the value probe: ridge on single images, the 2AFC answer from the predicted values
     vtr = torch.tensor([v[aspect] for t in train for v in t.values], dtype=torch.float64)
     ytr = encode_value(aspect, vtr)
@@ -215,7 +270,7 @@ def probe_ceiling(model: Any, train: list, test: list, aspect: str) -> dict[str,
             vte = torch.tensor([v[aspect] for t in test for v in t.values], dtype=torch.float64)
             err = value_distance(aspect, pred, encode_value(aspect, vte))
             out["value_error_tokens"] = round(float(err.mean()), 4)
-    best = max((k for k in out if not k.startswith("value_error")), key=lambda k: out[k])
+    best = max(CEILING_PROBES, key=lambda k: out[k])
     n = len(test)
     out["ceiling"], out["ceiling_probe"] = out[best], best
     out["ceiling_stderr"] = round(math.sqrt(max(out[best] * (1 - out[best]), 1e-12) / n), 4)
@@ -292,7 +347,7 @@ def run(args) -> list[dict]:
 
     torch.set_num_threads(args.threads)
     learn = _learnability()
-    pair = tuple(args.aspects)
+    pair = tuple(args.pair)
     t0 = time.process_time()
     train = value_triplets(args.train, pair, split="train", seed=args.seed, size=args.size)
     test = value_triplets(args.test, pair, split="test", seed=args.seed + 1000, size=args.size)
@@ -414,7 +469,7 @@ def run(args) -> list[dict]:
 
 def probe_all(args) -> list[dict]:
     """The ceiling of every aspect of :data:`SCENE_ASPECTS` (each tested against a second aspect that names the
-    other candidate: ``stripe frequency``, or ``color`` for stripe frequency itself), one JSON line each."""
+    other candidate: ``color``, or ``brightness`` for colour itself), one JSON line each."""
     from genmetrics.testing import tiny_qwen3vl_processor
     from genmetrics.tpips import TPIPSModel
     from genmetrics.tpips.synthetic import SCENE_ASPECTS, value_triplets
@@ -425,7 +480,7 @@ def probe_all(args) -> list[dict]:
     lines = []
     for a in SCENE_ASPECTS:
         t0 = time.process_time()
-        pair = (a, "color" if a == "stripe frequency" else "stripe frequency")
+        pair = (a, "brightness" if a == "color" else "color")
         train = value_triplets(args.train, pair, split="train", seed=args.seed, size=args.size)
         test = value_triplets(args.test, pair, split="test", seed=args.seed + 1000, size=args.size)
         line = {
@@ -447,7 +502,12 @@ def probe_all(args) -> list[dict]:
 
 def main(argv: list[str] | None = None) -> list[dict]:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--aspects", nargs=2, default=list(PAIR))
+    ap.add_argument(
+        "--pair",
+        type=parse_pair,
+        default=PAIR,
+        help="the two tested aspects, comma-separated (default: %(default)s)",
+    )
     ap.add_argument("--variants", nargs="+", default=["late", "mid", "early"])
     ap.add_argument("--train", type=int, default=384, help="training triplets (2 records each)")
     ap.add_argument("--test", type=int, default=128, help="held-out triplets (2 2AFC records each)")

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "tpips_generalisation.py"
-PAIR = ("color", "stripe frequency")
+PAIR = ("color", "brightness")
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +65,7 @@ def test_by_construction_controls_of_the_benchmark(bench):
     """``summarise`` reads per-aspect, mean and both-right from ``[N, 2]`` agreement: closed forms."""
     right = torch.tensor([[1.0, 0.0], [1.0, 1.0], [0.0, 0.0], [0.5, 0.5]])
     s = bench.summarise(right, PAIR)
-    assert s == {"color": 0.625, "stripe frequency": 0.375, "mean": 0.5, "both": 0.25}
+    assert s == {"color": 0.625, "brightness": 0.375, "mean": 0.5, "both": 0.25}
 
 
 @pytest.mark.slow
@@ -153,3 +153,83 @@ def test_pair_probe_reads_a_diagonal_metric_and_nothing_else(bench):
         (ftr, ctr), (fte, cte) = columns(256, informative), columns(256, informative)
         got = bench.pair_probe(ftr, ctr, fte, cte)
         assert lo <= got <= hi, (informative, got)
+
+
+def _synthetic_triplets(
+    n: int, g: torch.Generator, encoded: bool = True
+) -> tuple[list, dict[str, torch.Tensor]]:
+    """``n`` triplets of the benchmark's construction (A = (x1, y1), B = (x1', y2), C = (x2, y2'), shown as
+    A, B, C) over the aspects ``("x", "y")``, and per-image features in which only ``x`` is encoded: channel 0
+    holds the x value (when ``encoded``), the other 15 channels are noise. The y values are drawn like the x
+    values but reach no feature."""
+    from types import SimpleNamespace
+
+    def two() -> tuple[float, float, float]:
+        a = float(torch.rand((), generator=g))
+        return (
+            a,
+            a + 0.05 * (2 * float(torch.rand((), generator=g)) - 1),
+            (a + 0.25 + 0.5 * float(torch.rand((), generator=g))) % 1,
+        )
+
+    triplets, rows = [], []
+    for _ in range(n):
+        x1, x1b, x2 = two()
+        y2, y2b, y1 = two()
+        values = ({"x": x1, "y": y1}, {"x": x1b, "y": y2}, {"x": x2, "y": y2b})
+        triplets.append(SimpleNamespace(images=(None,) * 3, values=values, odd={"x": 2, "y": 0}, reference=1))
+        rows += [v["x"] for v in values]
+    f = torch.randn(3 * n, 16, generator=g, dtype=torch.float64)
+    if encoded:
+        f[:, 0] = torch.tensor(rows, dtype=torch.float64) * 4
+    return triplets, {"tokens": f, "mean": f[:, :8].clone()}
+
+
+def test_ceiling_of_an_unencoded_aspect_is_at_chance(bench):
+    """Features that encode aspect x only: x's ceiling is high and y's, on the same triplets, is at chance --
+    although y's 2AFC answer is always the opposite of x's (the construction), which a probe with signed channel
+    weights reads backwards (its diagnostic ``pair_signed_*`` is high for y too, and it is not in the ceiling).
+    Band: 256 held-out triplets, binomial standard error sqrt(0.25 / 256) = 0.031; the ceiling is the best of 4
+    probes, so its chance bound is 0.5 + 3.5 standard errors = 0.61 (one probe exceeds 3.5 s.e. with p = 2.3e-4,
+    the best of four with p < 1e-3)."""
+    g = torch.Generator().manual_seed(0)
+    (train, ftr), (test, fte) = _synthetic_triplets(256, g), _synthetic_triplets(256, g)
+    x = bench.ceiling_from_features(ftr, fte, train, test, "x")
+    y = bench.ceiling_from_features(ftr, fte, train, test, "y")
+    print(json.dumps({"x": x, "y": y}))
+    assert x["ceiling"] >= 0.95 and x["pair_tokens"] >= 0.95 and x["ceiling_above_chance"], x
+    assert y["ceiling"] <= 0.5 + 3.5 * 0.03125 and not y["ceiling_above_chance"], y
+    assert y["pair_signed_tokens"] >= 0.95, y  # the artefact the constraint removes, kept as a diagnostic
+
+
+def test_scene_generator_sets_colour_and_brightness_independently():
+    """The default pair is not confounded by construction: in the rendered pixels, the background grey (pixels
+    with chroma < 0.1) follows the brightness value and not the hue, and the object's hue (pixels with chroma >
+    0.3) follows the hue value and not the brightness. 64 triplets (192 images): a correlation of independent
+    values has standard error 1 / sqrt(192) = 0.072, so |r| <= 0.3 is a 4-standard-error band."""
+    import math
+
+    from genmetrics.tpips.synthetic import value_triplets
+
+    grey, hue_err, bright, hue, hue_meas = [], [], [], [], []
+    for t in value_triplets(64, PAIR, split="test", seed=3, size=64):
+        for img, v in zip(t.images, t.values):
+            x = img.double() / 255
+            chroma = x.max(0).values - x.min(0).values
+            grey.append(float(x.mean(0)[chroma < 0.1].mean()))
+            obj = x[:, chroma > 0.3].mean(1)
+            r, gg, b = obj.tolist()  # the hue of the object's mean colour (the HSV hue formula)
+            h = math.atan2(math.sqrt(3) * (gg - b), 2 * r - gg - b) / (2 * math.pi) % 1
+            hue_meas.append(h)
+            hue_err.append(min(abs(h - v["color"]), 1 - abs(h - v["color"])))
+            bright.append(v["brightness"])
+            hue.append(v["color"])
+
+    def corr(a: list[float], b: list[float]) -> float:
+        return float(torch.corrcoef(torch.tensor([a, b], dtype=torch.float64))[0, 1])
+
+    assert corr(grey, bright) >= 0.95
+    assert max(hue_err) <= 0.05, max(hue_err)  # the object's hue is the colour value (within 18 degrees)
+    for k in (math.cos, math.sin):  # hue (circular) against brightness, both ways round
+        assert abs(corr([k(2 * math.pi * h) for h in hue], grey)) <= 0.3
+        assert abs(corr([k(2 * math.pi * h) for h in hue_meas], bright)) <= 0.3
