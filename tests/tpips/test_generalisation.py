@@ -245,3 +245,15 @@ def test_scene_generator_sets_colour_and_brightness_independently():
     for k in (math.cos, math.sin):  # hue (circular) against brightness, both ways round
         assert abs(corr([k(2 * math.pi * h) for h in hue], grey)) <= 0.3
         assert abs(corr([k(2 * math.pi * h) for h in hue_meas], bright)) <= 0.3
+
+
+def test_pair_option_names_two_scene_aspects(bench, capsys):
+    """``--pair a,b`` takes two different aspects of SCENE_ASPECTS; anything else is one argparse error (exit 2)
+    that names the option and the choices."""
+    assert bench.parse_pair("color,brightness") == ("color", "brightness")
+    assert bench.parse_pair(" stripe frequency , color") == ("stripe frequency", "color")
+    for bad in ("color", "color,color", "color,shape", "color,brightness,size"):
+        with pytest.raises(SystemExit) as e:
+            bench.main(["--probe-only", "--pair", bad])
+        assert e.value.code == 2
+        assert "--pair" in capsys.readouterr().err
