@@ -1,7 +1,8 @@
 """genmetrics against the libraries users would otherwise pick, on the same inputs (issue 16).
 
 Pixel metrics (psnr, ssim, ms_ssim): ``--pairs`` image pairs of ``--size`` px (float32 tensors in [0,1],
-candidates are noisy copies of their references), scored in chunks of ``--batch`` by genmetrics,
+or with ``--dtype uint8`` the same images as uint8 0..255; candidates are noisy copies of their
+references), scored in chunks of ``--batch`` by genmetrics,
 torchmetrics' float32 classes, piq and pyiqa (each only where installed; ``pip install -e .[bench]``).
 ``clipscore``: genmetrics' ``clipscore`` on a random open_clip ViT-B-16 against torchmetrics'
 ``CLIPScore`` on a random transformers ``CLIPModel`` of the same size (different random weights, so
@@ -17,6 +18,11 @@ explicit float64 computation (torchmetrics' functional code on float64 tensors).
 
     python benchmarks/peers.py                         # full workload: 256 pairs of 256x256, 5 rounds
     python benchmarks/peers.py --pairs 32 --rounds 3   # quick look
+    python benchmarks/peers.py --metrics psnr --dtype uint8   # decoded 8-bit images, as files give them
+
+With uint8 inputs torchmetrics' psnr (class and functional) takes the uint8 tensors with ``data_range=255``
+(it converts them to float32 itself); the other peers get each chunk converted to float32 in [0,1] inside
+their timed call, as a user of theirs must; genmetrics takes the uint8 tensors.
 """
 
 from __future__ import annotations
@@ -140,6 +146,8 @@ def _float64_reference(metric: str, ref: torch.Tensor, cand: torch.Tensor) -> to
     out = []
     for sl in _chunks(ref.shape[0], 32):
         p, t = cand[sl].double(), ref[sl].double()
+        if ref.dtype == torch.uint8:  # the exact [0,1] values of 8-bit images
+            p, t = p / 255.0, t / 255.0
         if metric == "psnr":
             v = peak_signal_noise_ratio(p, t, data_range=1.0, reduction="none", dim=(1, 2, 3))
         elif metric == "ssim":
@@ -152,7 +160,14 @@ def _float64_reference(metric: str, ref: torch.Tensor, cand: torch.Tensor) -> to
     return torch.cat(out)
 
 
+def _unit_float(x: torch.Tensor) -> torch.Tensor:
+    """A chunk as float32 in [0,1]: uint8 divided by 255, float unchanged (what a peer without uint8 input
+    needs)."""
+    return x.to(torch.float32).div_(255.0) if x.dtype == torch.uint8 else x
+
+
 def _pixel_tools(metric: str, batch: int) -> dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]]:
+    """Each tool's per-image scores of ``(ref, cand)`` (float in [0,1] or uint8 0..255) in chunks of ``batch``."""
     import genmetrics
 
     tools: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {}
@@ -171,14 +186,18 @@ def _pixel_tools(metric: str, batch: int) -> dict[str, Callable[[torch.Tensor, t
     )
 
     def tm(ref: torch.Tensor, cand: torch.Tensor) -> torch.Tensor:
-        if metric == "psnr":
-            m = PeakSignalNoiseRatio(data_range=1.0, reduction="none", dim=(1, 2, 3))
-        elif metric == "ssim":
+        if metric == "psnr":  # takes uint8 itself (converts to float32), with its data_range
+            dr = 255.0 if ref.dtype == torch.uint8 else 1.0
+            m = PeakSignalNoiseRatio(data_range=dr, reduction="none", dim=(1, 2, 3))
+            for sl in _chunks(ref.shape[0], batch):
+                m.update(cand[sl], ref[sl])
+            return m.compute().reshape(-1)
+        if metric == "ssim":
             m = StructuralSimilarityIndexMeasure(data_range=1.0, reduction="none")
         else:
             m = MultiScaleStructuralSimilarityIndexMeasure(data_range=1.0, reduction="none", normalize="relu")
         for sl in _chunks(ref.shape[0], batch):
-            m.update(cand[sl], ref[sl])
+            m.update(_unit_float(cand[sl]), _unit_float(ref[sl]))
         return m.compute().reshape(-1)
 
     tools["torchmetrics"] = tm
@@ -186,19 +205,19 @@ def _pixel_tools(metric: str, batch: int) -> dict[str, Callable[[torch.Tensor, t
         from torchmetrics.functional.image import peak_signal_noise_ratio
 
         def tmf(ref: torch.Tensor, cand: torch.Tensor) -> torch.Tensor:  # per image, as genmetrics
+            dr = 255.0 if ref.dtype == torch.uint8 else 1.0
             return torch.cat(
                 [
-                    peak_signal_noise_ratio(
-                        cand[sl], ref[sl], data_range=1.0, reduction="none", dim=(1, 2, 3)
-                    )
+                    peak_signal_noise_ratio(cand[sl], ref[sl], data_range=dr, reduction="none", dim=(1, 2, 3))
                     for sl in _chunks(ref.shape[0], batch)
                 ]
             )
 
         def tmf_batch(ref: torch.Tensor, cand: torch.Tensor) -> torch.Tensor:  # defaults: one value per chunk
+            dr = 255.0 if ref.dtype == torch.uint8 else 1.0
             return torch.stack(
                 [
-                    peak_signal_noise_ratio(cand[sl], ref[sl], data_range=1.0)
+                    peak_signal_noise_ratio(cand[sl], ref[sl], data_range=dr)
                     for sl in _chunks(ref.shape[0], batch)
                 ]
             )
@@ -211,12 +230,13 @@ def _pixel_tools(metric: str, batch: int) -> dict[str, Callable[[torch.Tensor, t
         def pq(ref: torch.Tensor, cand: torch.Tensor) -> torch.Tensor:
             out = []
             for sl in _chunks(ref.shape[0], batch):
+                c, r = _unit_float(cand[sl]), _unit_float(ref[sl])
                 if metric == "psnr":
-                    v = piq.psnr(cand[sl], ref[sl], data_range=1.0, reduction="none")
+                    v = piq.psnr(c, r, data_range=1.0, reduction="none")
                 elif metric == "ssim":
-                    v = piq.ssim(cand[sl], ref[sl], data_range=1.0, reduction="none", downsample=False)
+                    v = piq.ssim(c, r, data_range=1.0, reduction="none", downsample=False)
                 else:
-                    v = piq.multi_scale_ssim(cand[sl], ref[sl], data_range=1.0, reduction="none")
+                    v = piq.multi_scale_ssim(c, r, data_range=1.0, reduction="none")
                 out.append(v.reshape(-1))
             return torch.cat(out)
 
@@ -232,7 +252,12 @@ def _pixel_tools(metric: str, batch: int) -> dict[str, Callable[[torch.Tensor, t
         iqa = pyiqa.create_metric(name, device="cpu", **opts)
 
         def pi(ref: torch.Tensor, cand: torch.Tensor) -> torch.Tensor:
-            return torch.cat([iqa(cand[sl], ref[sl]).reshape(-1) for sl in _chunks(ref.shape[0], batch)])
+            return torch.cat(
+                [
+                    iqa(_unit_float(cand[sl]), _unit_float(ref[sl])).reshape(-1)
+                    for sl in _chunks(ref.shape[0], batch)
+                ]
+            )
 
         tools["pyiqa"] = pi
     except ImportError:
@@ -280,6 +305,8 @@ def bench_pixel(metric: str, args: argparse.Namespace) -> dict[str, Any]:
     g = torch.Generator().manual_seed(0)
     ref = torch.rand(args.pairs, 3, args.size, args.size, generator=g)
     cand = (ref + 0.08 * torch.randn(ref.shape, generator=g)).clamp_(0.0, 1.0)
+    if args.dtype == "uint8":  # the same images as 8-bit values (what decoded files give)
+        ref, cand = ((x * 255.0).round_().to(torch.uint8) for x in (ref, cand))
     input_bytes = 2 * ref.numel() * ref.element_size()
     tools = _pixel_tools(metric, args.batch)
     rss_inputs = peak_rss_mb()
@@ -292,6 +319,7 @@ def bench_pixel(metric: str, args: argparse.Namespace) -> dict[str, Any]:
         "metric": metric,
         "pairs": args.pairs,
         "size": args.size,
+        "dtype": args.dtype,
         "batch": args.batch,
         "threads": torch.get_num_threads(),
         "rounds": args.rounds,
@@ -619,6 +647,9 @@ def main() -> None:
         "--text-dtype", default="float64", choices=("float64", "model"), help="clipscore's text_dtype"
     )
     ap.add_argument("--metrics", default="psnr,ssim,ms_ssim,clipscore,startup")
+    ap.add_argument(
+        "--dtype", default="float32", choices=("float32", "uint8"), help="pixel metrics' input tensors"
+    )
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     MACHINE.update(cpu_identity())
