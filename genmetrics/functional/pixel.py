@@ -96,28 +96,25 @@ def squared_error_sums(
     norms: list[torch.Tensor] = []
     ranges: list[torch.Tensor] = []
     aminmax, sub, norm = torch.aminmax, torch.sub, torch.linalg.vector_norm  # ~200 blocks per 256 images
+    # the blocks as views made by one ``split`` each (slicing every block in Python cost ~10% of the loop)
     if u8:
-        for i in range(0, pr.shape[0], k):
-            j = i + k
-            p = pr[i:j]
+        for p, t in zip(pr.split(k), tr.split(k)):
             d = buf if p.shape[0] == k else buf[: p.shape[0]]
             d.copy_(p)  # 0..255 exactly in float32; the subtraction converts the target block on the fly
-            norms.append(norm(sub(d, tr[i:j], out=d), dim=-1))
+            norms.append(norm(sub(d, t, out=d), dim=-1))
             if with_range:
                 ranges += aminmax(p)
-                ranges += aminmax(tr[i:j])
+                ranges += aminmax(t)
     else:
         as_int = _SAME_WIDTH_INT[preds.element_size()]
-        pi, ti = pr.view(as_int), tr.view(as_int)
-        for i in range(0, pr.shape[0], k):
-            j = i + k
-            p = pr[i:j]
+        pib, tib = pr.view(as_int).split(k), tr.view(as_int).split(k)
+        for p, t, pi, ti in zip(pr.split(k), tr.split(k), pib, tib):
             # the subtraction is the block's first touch (reads memory); the range check and the norms
-            # read the cache (measured: 0.41-0.45 of read bandwidth against 0.34-0.39 range check first)
-            d = sub(p, tr[i:j], out=buf if p.shape[0] == k else buf[: p.shape[0]])
+            # read the cache (measured: 0.41-0.46 of read bandwidth against 0.34-0.39 range check first)
+            d = sub(p, t, out=buf if p.shape[0] == k else buf[: p.shape[0]])
             if with_range:
-                ranges += aminmax(pi[i:j])
-                ranges += aminmax(ti[i:j])
+                ranges += aminmax(pi)
+                ranges += aminmax(ti)
             norms.append(norm(d, dim=-1))
     sse = torch.cat(norms).view(b, -1).double().square_().sum(1)
     if not with_range:
