@@ -19,6 +19,7 @@ explicit float64 computation (torchmetrics' functional code on float64 tensors).
     python benchmarks/peers.py                         # full workload: 256 pairs of 256x256, 5 rounds
     python benchmarks/peers.py --pairs 32 --rounds 3   # quick look
     python benchmarks/peers.py --metrics psnr --dtype uint8   # decoded 8-bit images, as files give them
+    python benchmarks/peers.py --metrics psnr_kernels   # what bounds psnr here (see bench_psnr_kernels)
 
 With uint8 inputs torchmetrics' psnr (class and functional) takes the uint8 tensors with ``data_range=255``
 (it converts them to float32 itself); the other peers get each chunk converted to float32 in [0,1] inside
@@ -346,6 +347,77 @@ def bench_pixel(metric: str, args: argparse.Namespace) -> dict[str, Any]:
     return line
 
 
+def bench_psnr_kernels(args: argparse.Namespace) -> dict[str, Any]:
+    """What bounds psnr on this core, in one process (rounds interleaved, median CPU ms per ``--pairs``
+    float32 pairs in chunks of ``--batch``): ``floor`` = ``sum`` of both inputs (one streaming read),
+    ``cdist`` = ``torch.cdist(p=2, donot_use_mm)`` on ``[rows, 1, W]`` views (the one public op that fuses
+    the difference and its squared sum; no range check), ``range_check`` = ``aminmax`` of both inputs'
+    bit patterns (the metric must check the range of float inputs), ``sub_norm`` = the blocked squared
+    errors without the range check, ``kernel`` = ``squared_error_sums(with_range=True)``, ``metric`` = the
+    whole ``PSNR`` metric, ``torchmetrics_functional`` = its per-image psnr. Each ``*_floor_fraction`` is
+    ``floor`` over that time (1.0 = reads its inputs as fast as a plain ``sum``)."""
+    from torchmetrics.functional.image import peak_signal_noise_ratio
+
+    import genmetrics
+    from genmetrics.functional import pixel as P
+
+    g = torch.Generator().manual_seed(0)
+    ref = torch.rand(args.pairs, 3, args.size, args.size, generator=g)
+    cand = (ref + 0.08 * torch.randn(ref.shape, generator=g)).clamp_(0.0, 1.0)
+    chunks = _chunks(args.pairs, args.batch)
+    w = args.size
+
+    def metric() -> Any:
+        m = genmetrics.create_metric("psnr", batch_size=args.batch)
+        m.update(reference=ref, candidates=cand)
+        return m.per_sample()["scores"]
+
+    tools: dict[str, Callable[[], Any]] = {
+        "floor": lambda: (ref.sum(), cand.sum()),
+        "cdist": lambda: [
+            torch.cdist(
+                cand[s].reshape(-1, 1, w),
+                ref[s].reshape(-1, 1, w),
+                compute_mode="donot_use_mm_for_euclid_dist",
+            )
+            for s in chunks
+        ],
+        "range_check": lambda: [
+            (torch.aminmax(cand[s].view(torch.int32)), torch.aminmax(ref[s].view(torch.int32)))
+            for s in chunks
+        ],
+        "sub_norm": lambda: [P.squared_error_sums(cand[s], ref[s]) for s in chunks],
+        "kernel": lambda: [P.squared_error_sums(cand[s], ref[s], with_range=True) for s in chunks],
+        "metric": metric,
+        "torchmetrics_functional": lambda: [
+            peak_signal_noise_ratio(cand[s], ref[s], data_range=1.0, reduction="none", dim=(1, 2, 3))
+            for s in chunks
+        ],
+    }
+    metric()  # the first metric pays its lazy imports (seconds): not part of any round
+    _interleaved(tools, args.rounds)
+    floor = CPU_TIMES["floor"]
+    line: dict[str, Any] = {
+        "benchmark": "peers",
+        "metric": "psnr_kernels",
+        "pairs": args.pairs,
+        "size": args.size,
+        "batch": args.batch,
+        "rounds": args.rounds,
+        **MACHINE,
+    }
+    line.update({f"{k}_cpu_ms": round(t * 1e3, 1) for k, t in CPU_TIMES.items()})
+    line.update({f"{k}_floor_fraction": round(floor / t, 3) for k, t in CPU_TIMES.items() if k != "floor"})
+    line["floor_gb_per_s"] = round(2 * ref.numel() * 4 / floor / 1e9, 3)
+    line["torchmetrics_functional_over_metric"] = round(
+        CPU_TIMES["torchmetrics_functional"] / CPU_TIMES["metric"], 3
+    )
+    line["torchmetrics_functional_over_kernel"] = round(
+        CPU_TIMES["torchmetrics_functional"] / CPU_TIMES["kernel"], 3
+    )
+    return line
+
+
 def _hf_clip_b16() -> tuple[Any, Any]:
     """A random transformers CLIPModel with ViT-B/16's sizes and a processor for torchmetrics' CLIPScore."""
     from open_clip.tokenizer import SimpleTokenizer
@@ -658,6 +730,8 @@ def main() -> None:
     for metric in args.metrics.split(","):
         if metric == "startup":
             line = bench_startup(args)
+        elif metric == "psnr_kernels":
+            line = bench_psnr_kernels(args)
         else:
             line = bench_clipscore(args) if metric == "clipscore" else bench_pixel(metric, args)
         print(json.dumps(line), flush=True)
