@@ -1,7 +1,8 @@
 """genmetrics against the libraries users would otherwise pick, on the same inputs (issue 16).
 
 Pixel metrics (psnr, ssim, ms_ssim): ``--pairs`` image pairs of ``--size`` px (float32 tensors in [0,1],
-candidates are noisy copies of their references), scored in chunks of ``--batch`` by genmetrics,
+or with ``--dtype uint8`` the same images as uint8 0..255; candidates are noisy copies of their
+references), scored in chunks of ``--batch`` by genmetrics,
 torchmetrics' float32 classes, piq and pyiqa (each only where installed; ``pip install -e .[bench]``).
 ``clipscore``: genmetrics' ``clipscore`` on a random open_clip ViT-B-16 against torchmetrics'
 ``CLIPScore`` on a random transformers ``CLIPModel`` of the same size (different random weights, so
@@ -17,6 +18,12 @@ explicit float64 computation (torchmetrics' functional code on float64 tensors).
 
     python benchmarks/peers.py                         # full workload: 256 pairs of 256x256, 5 rounds
     python benchmarks/peers.py --pairs 32 --rounds 3   # quick look
+    python benchmarks/peers.py --metrics psnr --dtype uint8   # decoded 8-bit images, as files give them
+    python benchmarks/peers.py --metrics psnr_kernels   # what bounds psnr here (see bench_psnr_kernels)
+
+With uint8 inputs torchmetrics' psnr (class and functional) takes the uint8 tensors with ``data_range=255``
+(it converts them to float32 itself); the other peers get each chunk converted to float32 in [0,1] inside
+their timed call, as a user of theirs must; genmetrics takes the uint8 tensors.
 """
 
 from __future__ import annotations
@@ -140,6 +147,8 @@ def _float64_reference(metric: str, ref: torch.Tensor, cand: torch.Tensor) -> to
     out = []
     for sl in _chunks(ref.shape[0], 32):
         p, t = cand[sl].double(), ref[sl].double()
+        if ref.dtype == torch.uint8:  # the exact [0,1] values of 8-bit images
+            p, t = p / 255.0, t / 255.0
         if metric == "psnr":
             v = peak_signal_noise_ratio(p, t, data_range=1.0, reduction="none", dim=(1, 2, 3))
         elif metric == "ssim":
@@ -152,7 +161,14 @@ def _float64_reference(metric: str, ref: torch.Tensor, cand: torch.Tensor) -> to
     return torch.cat(out)
 
 
+def _unit_float(x: torch.Tensor) -> torch.Tensor:
+    """A chunk as float32 in [0,1]: uint8 divided by 255, float unchanged (what a peer without uint8 input
+    needs)."""
+    return x.to(torch.float32).div_(255.0) if x.dtype == torch.uint8 else x
+
+
 def _pixel_tools(metric: str, batch: int) -> dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]]:
+    """Each tool's per-image scores of ``(ref, cand)`` (float in [0,1] or uint8 0..255) in chunks of ``batch``."""
     import genmetrics
 
     tools: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {}
@@ -171,14 +187,18 @@ def _pixel_tools(metric: str, batch: int) -> dict[str, Callable[[torch.Tensor, t
     )
 
     def tm(ref: torch.Tensor, cand: torch.Tensor) -> torch.Tensor:
-        if metric == "psnr":
-            m = PeakSignalNoiseRatio(data_range=1.0, reduction="none", dim=(1, 2, 3))
-        elif metric == "ssim":
+        if metric == "psnr":  # takes uint8 itself (converts to float32), with its data_range
+            dr = 255.0 if ref.dtype == torch.uint8 else 1.0
+            m = PeakSignalNoiseRatio(data_range=dr, reduction="none", dim=(1, 2, 3))
+            for sl in _chunks(ref.shape[0], batch):
+                m.update(cand[sl], ref[sl])
+            return m.compute().reshape(-1)
+        if metric == "ssim":
             m = StructuralSimilarityIndexMeasure(data_range=1.0, reduction="none")
         else:
             m = MultiScaleStructuralSimilarityIndexMeasure(data_range=1.0, reduction="none", normalize="relu")
         for sl in _chunks(ref.shape[0], batch):
-            m.update(cand[sl], ref[sl])
+            m.update(_unit_float(cand[sl]), _unit_float(ref[sl]))
         return m.compute().reshape(-1)
 
     tools["torchmetrics"] = tm
@@ -186,19 +206,19 @@ def _pixel_tools(metric: str, batch: int) -> dict[str, Callable[[torch.Tensor, t
         from torchmetrics.functional.image import peak_signal_noise_ratio
 
         def tmf(ref: torch.Tensor, cand: torch.Tensor) -> torch.Tensor:  # per image, as genmetrics
+            dr = 255.0 if ref.dtype == torch.uint8 else 1.0
             return torch.cat(
                 [
-                    peak_signal_noise_ratio(
-                        cand[sl], ref[sl], data_range=1.0, reduction="none", dim=(1, 2, 3)
-                    )
+                    peak_signal_noise_ratio(cand[sl], ref[sl], data_range=dr, reduction="none", dim=(1, 2, 3))
                     for sl in _chunks(ref.shape[0], batch)
                 ]
             )
 
         def tmf_batch(ref: torch.Tensor, cand: torch.Tensor) -> torch.Tensor:  # defaults: one value per chunk
+            dr = 255.0 if ref.dtype == torch.uint8 else 1.0
             return torch.stack(
                 [
-                    peak_signal_noise_ratio(cand[sl], ref[sl], data_range=1.0)
+                    peak_signal_noise_ratio(cand[sl], ref[sl], data_range=dr)
                     for sl in _chunks(ref.shape[0], batch)
                 ]
             )
@@ -211,12 +231,13 @@ def _pixel_tools(metric: str, batch: int) -> dict[str, Callable[[torch.Tensor, t
         def pq(ref: torch.Tensor, cand: torch.Tensor) -> torch.Tensor:
             out = []
             for sl in _chunks(ref.shape[0], batch):
+                c, r = _unit_float(cand[sl]), _unit_float(ref[sl])
                 if metric == "psnr":
-                    v = piq.psnr(cand[sl], ref[sl], data_range=1.0, reduction="none")
+                    v = piq.psnr(c, r, data_range=1.0, reduction="none")
                 elif metric == "ssim":
-                    v = piq.ssim(cand[sl], ref[sl], data_range=1.0, reduction="none", downsample=False)
+                    v = piq.ssim(c, r, data_range=1.0, reduction="none", downsample=False)
                 else:
-                    v = piq.multi_scale_ssim(cand[sl], ref[sl], data_range=1.0, reduction="none")
+                    v = piq.multi_scale_ssim(c, r, data_range=1.0, reduction="none")
                 out.append(v.reshape(-1))
             return torch.cat(out)
 
@@ -232,7 +253,12 @@ def _pixel_tools(metric: str, batch: int) -> dict[str, Callable[[torch.Tensor, t
         iqa = pyiqa.create_metric(name, device="cpu", **opts)
 
         def pi(ref: torch.Tensor, cand: torch.Tensor) -> torch.Tensor:
-            return torch.cat([iqa(cand[sl], ref[sl]).reshape(-1) for sl in _chunks(ref.shape[0], batch)])
+            return torch.cat(
+                [
+                    iqa(_unit_float(cand[sl]), _unit_float(ref[sl])).reshape(-1)
+                    for sl in _chunks(ref.shape[0], batch)
+                ]
+            )
 
         tools["pyiqa"] = pi
     except ImportError:
@@ -280,6 +306,8 @@ def bench_pixel(metric: str, args: argparse.Namespace) -> dict[str, Any]:
     g = torch.Generator().manual_seed(0)
     ref = torch.rand(args.pairs, 3, args.size, args.size, generator=g)
     cand = (ref + 0.08 * torch.randn(ref.shape, generator=g)).clamp_(0.0, 1.0)
+    if args.dtype == "uint8":  # the same images as 8-bit values (what decoded files give)
+        ref, cand = ((x * 255.0).round_().to(torch.uint8) for x in (ref, cand))
     input_bytes = 2 * ref.numel() * ref.element_size()
     tools = _pixel_tools(metric, args.batch)
     rss_inputs = peak_rss_mb()
@@ -292,6 +320,7 @@ def bench_pixel(metric: str, args: argparse.Namespace) -> dict[str, Any]:
         "metric": metric,
         "pairs": args.pairs,
         "size": args.size,
+        "dtype": args.dtype,
         "batch": args.batch,
         "threads": torch.get_num_threads(),
         "rounds": args.rounds,
@@ -315,6 +344,77 @@ def bench_pixel(metric: str, args: argparse.Namespace) -> dict[str, Any]:
     line["input_mb"] = round(input_bytes / 2**20, 1)
     line["rss_with_inputs_mb"] = rss_inputs  # inputs, interpreter, torch and the tools' imports
     line["peak_rss_mb"] = peak
+    return line
+
+
+def bench_psnr_kernels(args: argparse.Namespace) -> dict[str, Any]:
+    """What bounds psnr on this core, in one process (rounds interleaved, median CPU ms per ``--pairs``
+    float32 pairs in chunks of ``--batch``): ``floor`` = ``sum`` of both inputs (one streaming read),
+    ``cdist`` = ``torch.cdist(p=2, donot_use_mm)`` on ``[rows, 1, W]`` views (the one public op that fuses
+    the difference and its squared sum; no range check), ``range_check`` = ``aminmax`` of both inputs'
+    bit patterns (the metric must check the range of float inputs), ``sub_norm`` = the blocked squared
+    errors without the range check, ``kernel`` = ``squared_error_sums(with_range=True)``, ``metric`` = the
+    whole ``PSNR`` metric, ``torchmetrics_functional`` = its per-image psnr. Each ``*_floor_fraction`` is
+    ``floor`` over that time (1.0 = reads its inputs as fast as a plain ``sum``)."""
+    from torchmetrics.functional.image import peak_signal_noise_ratio
+
+    import genmetrics
+    from genmetrics.functional import pixel as P
+
+    g = torch.Generator().manual_seed(0)
+    ref = torch.rand(args.pairs, 3, args.size, args.size, generator=g)
+    cand = (ref + 0.08 * torch.randn(ref.shape, generator=g)).clamp_(0.0, 1.0)
+    chunks = _chunks(args.pairs, args.batch)
+    w = args.size
+
+    def metric() -> Any:
+        m = genmetrics.create_metric("psnr", batch_size=args.batch)
+        m.update(reference=ref, candidates=cand)
+        return m.per_sample()["scores"]
+
+    tools: dict[str, Callable[[], Any]] = {
+        "floor": lambda: (ref.sum(), cand.sum()),
+        "cdist": lambda: [
+            torch.cdist(
+                cand[s].reshape(-1, 1, w),
+                ref[s].reshape(-1, 1, w),
+                compute_mode="donot_use_mm_for_euclid_dist",
+            )
+            for s in chunks
+        ],
+        "range_check": lambda: [
+            (torch.aminmax(cand[s].view(torch.int32)), torch.aminmax(ref[s].view(torch.int32)))
+            for s in chunks
+        ],
+        "sub_norm": lambda: [P.squared_error_sums(cand[s], ref[s]) for s in chunks],
+        "kernel": lambda: [P.squared_error_sums(cand[s], ref[s], with_range=True) for s in chunks],
+        "metric": metric,
+        "torchmetrics_functional": lambda: [
+            peak_signal_noise_ratio(cand[s], ref[s], data_range=1.0, reduction="none", dim=(1, 2, 3))
+            for s in chunks
+        ],
+    }
+    metric()  # the first metric pays its lazy imports (seconds): not part of any round
+    _interleaved(tools, args.rounds)
+    floor = CPU_TIMES["floor"]
+    line: dict[str, Any] = {
+        "benchmark": "peers",
+        "metric": "psnr_kernels",
+        "pairs": args.pairs,
+        "size": args.size,
+        "batch": args.batch,
+        "rounds": args.rounds,
+        **MACHINE,
+    }
+    line.update({f"{k}_cpu_ms": round(t * 1e3, 1) for k, t in CPU_TIMES.items()})
+    line.update({f"{k}_floor_fraction": round(floor / t, 3) for k, t in CPU_TIMES.items() if k != "floor"})
+    line["floor_gb_per_s"] = round(2 * ref.numel() * 4 / floor / 1e9, 3)
+    line["torchmetrics_functional_over_metric"] = round(
+        CPU_TIMES["torchmetrics_functional"] / CPU_TIMES["metric"], 3
+    )
+    line["torchmetrics_functional_over_kernel"] = round(
+        CPU_TIMES["torchmetrics_functional"] / CPU_TIMES["kernel"], 3
+    )
     return line
 
 
@@ -619,6 +719,9 @@ def main() -> None:
         "--text-dtype", default="float64", choices=("float64", "model"), help="clipscore's text_dtype"
     )
     ap.add_argument("--metrics", default="psnr,ssim,ms_ssim,clipscore,startup")
+    ap.add_argument(
+        "--dtype", default="float32", choices=("float32", "uint8"), help="pixel metrics' input tensors"
+    )
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     MACHINE.update(cpu_identity())
@@ -627,6 +730,8 @@ def main() -> None:
     for metric in args.metrics.split(","):
         if metric == "startup":
             line = bench_startup(args)
+        elif metric == "psnr_kernels":
+            line = bench_psnr_kernels(args)
         else:
             line = bench_clipscore(args) if metric == "clipscore" else bench_pixel(metric, args)
         print(json.dumps(line), flush=True)

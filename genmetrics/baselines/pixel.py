@@ -285,23 +285,33 @@ class PSNR(_PairedPixelMetric):
         return super()._score_batch(batch) if fused is None else fused
 
     def _one_pass(self, batch: dict[str, list[Any]]) -> torch.Tensor | None:
-        """Float tensor batches of one shape and dtype (the compute dtype): the range check and the squared
-        errors in one pass over memory (:func:`~genmetrics.functional.pixel.squared_error_sums`) on the raw
-        values, PSNR scaled by ``data_range``. None (the general path decides: it clamps values within the
-        tolerance, names a bad image, converts dtypes) unless every value is already in ``[0, data_range]``."""
+        """Tensor batches of one shape and dtype: the squared errors in one pass over memory
+        (:func:`~genmetrics.functional.pixel.squared_error_sums`) on the raw values. Float batches in the
+        compute dtype get the range check in the same pass, PSNR scaled by ``data_range``; None (the general
+        path decides: it clamps values within the tolerance, names a bad image, converts dtypes) unless every
+        value is already in ``[0, data_range]``. uint8 batches (always valid; ``data_range`` does not apply:
+        255 is white) need no range check; their integer differences are exact in float32, so this path is
+        taken unless ``precision="float64"`` asks for the general one."""
         refs, cands = raw_batch(batch["reference"]), raw_batch(batch["candidates"])
         if refs is None or cands is None:
             return None
         r, c = refs[0], cands[0]
+        if r.shape != c.shape or r.dtype != c.dtype or refs[2] or cands[2]:
+            return None
+        n = r[0].numel()
+        if r.dtype == torch.uint8:
+            if self._compute_dtype() not in (None, torch.float32):
+                return None
+            sse, _ = P.squared_error_sums(c, r)
+            return P.psnr_from_sse(sse, n, data_range=255.0).clamp(max=self.max_db)
         want = self._compute_dtype() or (torch.float64 if r.dtype == torch.float64 else torch.float32)
-        if r.shape != c.shape or r.dtype != c.dtype or r.dtype != want or refs[2] or cands[2]:
+        if r.dtype != want:
             return None
         sse, rng = P.squared_error_sums(c, r, with_range=True)
         assert rng is not None  # with_range=True
         lo, hi = (float(v) for v in rng)
         if not (0.0 <= lo and hi <= self.data_range):  # also False for NaN
             return None
-        n = r[0].numel()
         return P.psnr_from_sse(sse, n, data_range=self.data_range).clamp(max=self.max_db)
 
 

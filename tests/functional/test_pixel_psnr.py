@@ -125,3 +125,70 @@ def test_metric_data_range_and_tolerated_overshoot_fall_back_correctly():
     bad[2, 1, 2, 3] = float("nan")
     with pytest.raises(InputError, match=r"candidates\[2\]"):
         PSNR().score(t, bad)
+
+
+def _u8_pair(b: int, h: int, w: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """uint8 images with every difference from -255 to 255 possible (independent values, plus the
+    extremes 0 against 255 both ways, where uint8 arithmetic would wrap)."""
+    g = torch.Generator().manual_seed(seed)
+    p = torch.randint(0, 256, (b, 3, h, w), generator=g, dtype=torch.uint8)
+    t = torch.randint(0, 256, (b, 3, h, w), generator=g, dtype=torch.uint8)
+    p[0, 0, 0, :2], t[0, 0, 0, :2] = torch.tensor([0, 255]), torch.tensor([255, 0])
+    return p, t
+
+
+@pytest.mark.parametrize("block", [1, 7 * 20 * 4, 2 * 3 * 16 * 20 * 4 + 7, 1 << 20])
+def test_uint8_squared_error_sums_are_the_integer_sums(monkeypatch, block):
+    """uint8 inputs: each block converted into the float32 buffer, differences exact (not modulo 256).
+    Against the exact integer sums: every difference and square is an integer below 2^24 (exact in float32),
+    a row of W=20 squares sums to at most 20 * 255^2 < 2^24 (exact); the row norm's square root rounds
+    (relative eps/2, doubled by squaring), so the bound is (W + 2) eps relative as for floats."""
+    monkeypatch.setattr(P, "BLOCK_BYTES", block)
+    p, t = _u8_pair(5, 16, 20)
+    exact = ((p.long() - t.long()) ** 2).sum((1, 2, 3)).double()
+    sse, rng = P.squared_error_sums(p, t, with_range=True)
+    assert sse.dtype == torch.float64
+    assert torch.all((sse - exact).abs() <= (20 + 2) * EPS32 * exact)
+    assert rng.dtype == torch.uint8
+    assert rng.tolist() == [min(int(p.min()), int(t.min())), max(int(p.max()), int(t.max()))]
+    _, rng = P.squared_error_sums(p.clamp(10, 200), t.clamp(20, 250), with_range=True)
+    assert rng.tolist() == [10, 250]  # the low end from preds, the high end from target
+    sse_only, none = P.squared_error_sums(p, t)
+    assert none is None and torch.equal(sse_only, sse)
+    # the plain expression (a non-contiguous view is not blocked) promotes before subtracting
+    pt, tt = p.transpose(2, 3), t.transpose(2, 3)
+    plain, _ = P.squared_error_sums(pt, tt)
+    assert torch.all((plain - exact).abs() <= (16 + 2) * EPS32 * exact)
+
+
+def test_uint8_psnr_takes_the_one_pass_path_and_is_batch_invariant(monkeypatch):
+    """PSNR on uint8 batches: the squared errors of the raw 8-bit values in one pass (no float copy of
+    the batch), 10 log10(255^2 / MSE); the same scores for any batch size (rows are summed per image in
+    the same order whatever the block); precision='float64' takes the general path and agrees."""
+    p, t = _u8_pair(6, 24, 24, seed=5)
+    calls: list[torch.dtype] = []
+    real = P.squared_error_sums
+
+    def spy(a, b, **kw):
+        calls.append(a.dtype)
+        return real(a, b, **kw)
+
+    monkeypatch.setattr(P, "squared_error_sums", spy)
+    fast = _scores(PSNR(batch_size=4), t, p)
+    assert calls and set(calls) == {torch.uint8}  # the raw uint8 batches, never a float copy
+    mse = ((p.double() - t.double()) ** 2).mean((1, 2, 3))
+    exact = 10 * torch.log10(255.0**2 / mse)
+    # relative MSE error (24 + 2) eps -> 10/ln10 * 26 eps dB
+    assert torch.allclose(fast, exact, atol=10 / 2.302585 * 26 * EPS32, rtol=0)
+    assert torch.equal(_scores(PSNR(batch_size=1), t, p), fast)
+    assert torch.equal(_scores(PSNR(batch_size=32), t, p), fast)
+    calls.clear()
+    slow = _scores(PSNR(batch_size=4, precision="float64"), t, p)
+    assert torch.uint8 not in calls  # general path: converted to float64 [0,1] first
+    assert torch.allclose(slow, exact, atol=1e-9, rtol=0)
+    # identical images: max_db, and the one-pass uint8 path agrees with the float path on u8 / 255
+    assert _scores(PSNR(), t, t).tolist() == [100.0] * 6
+    as_float = _scores(PSNR(), t.float() / 255, p.float() / 255)
+    # the float path rounds each u/255 (eps/2 relative) before subtracting: a difference of 1/255 between
+    # values near 1 carries up to 2 * 255 eps relative error, so its MSE up to 4 * 255 eps (+ rows' 26 eps)
+    assert torch.allclose(as_float, fast, atol=10 / 2.302585 * (4 * 255 + 26) * EPS32, rtol=0)
