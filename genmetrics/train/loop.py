@@ -390,7 +390,7 @@ class _Run:
         return ckpts[-1]
 
     def _finished_record(self) -> dict[str, Any]:
-        done = rd.read_json(self.out / rd.RESULT)
+        done = ck.check_result(rd.read_json(self.out / rd.RESULT), self.out / rd.RESULT)
         if not self.cfg.resume:
             raise InputError(
                 f"out_dir {str(self.out)!r} holds a finished run ({rd.RESULT}, {done.get('steps')} steps); "
