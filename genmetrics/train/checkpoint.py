@@ -228,7 +228,7 @@ def check_folder(folder: Path, world: int, has_scaler: bool) -> None:
     for entry in sorted(folder.iterdir()):
         if entry.name in expected or entry.name.startswith("."):
             continue
-        kind = "a pickle file" if entry.name.endswith(PICKLE_SUFFIXES) else "a file that is not part"
+        kind = "a pickle file" if entry.name.endswith(PICKLE_SUFFIXES) else "an unexpected file"
         raise InputError(
             f"{entry}: {kind} in a checkpoint; genmetrics never unpickles training state and reads only "
             f"{', '.join(sorted(expected))} (safetensors and JSON). A checkpoint written by an earlier "

@@ -64,3 +64,18 @@ def test_the_good_result_still_resumes(finished, tmp_path):
     res = fit(Toy(), make_data(8), _cfg(run, resume=True))
     assert res.steps == good["steps"] == 2 and res.module is None  # nothing trained: the recorded result
     assert res.best_metric is None or math.isfinite(res.best_metric)
+
+
+@pytest.mark.parametrize("planted", ["notes.txt", "x\udcff.json", "a_folder"])
+def test_a_planted_entry_in_a_checkpoint_is_named_in_one_readable_line(tmp_path, planted):
+    """A stray file (also one whose name is not UTF-8) or folder in a checkpoint stops the resume with a
+    sentence that names it (it read "a file that is not part in a checkpoint")."""
+    from genmetrics.train.checkpoint import check_folder, state_files
+
+    for name in state_files(1, False):
+        (tmp_path / name).write_text("")
+    (tmp_path / planted).mkdir() if planted == "a_folder" else (tmp_path / planted).write_text("")
+    with pytest.raises(InputError) as e:
+        check_folder(tmp_path, 1, False)
+    msg = str(e.value)
+    assert msg.startswith(f"{tmp_path / planted}: an unexpected file in a checkpoint;") and "\n" not in msg
