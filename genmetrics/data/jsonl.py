@@ -138,12 +138,28 @@ class _Line:
             raise InputError(f"{self.where()}: {key!r} should have {n} counts, got {len(v)}")
         out = []
         for i, x in enumerate(v):
-            if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x) or x < 0:
-                raise InputError(f"{self.where()}: {key}[{i}] should be a non-negative number, got {x!r}")
+            ok = not isinstance(x, bool) and isinstance(x, (int, float)) and x >= 0
+            if not ok or not math.isfinite(_as_float(x)):
+                raise InputError(
+                    f"{self.where()}: {key}[{i}] should be a non-negative number, got {x!r}"[:300]
+                )
             out.append(float(x))
+        if not math.isfinite(sum(out)):  # each finite, the sum not: every share would read 0 / inf
+            raise InputError(
+                f"{self.where()}: {key!r} sum to more than a float holds ({sum(out)}); divide the counts "
+                "by a common factor"
+            )
         if sum(out) <= 0:
             raise InputError(f"{self.where()}: {key!r} sums to zero; every record needs at least one vote")
         return out
+
+
+def _as_float(x: float) -> float:
+    """``float(x)``, or infinity for an integer too large for a float (JSON integers are unbounded)."""
+    try:
+        return float(x)
+    except OverflowError:
+        return math.inf
 
 
 def _unique_id(ids: set[str], line: _Line, default: str) -> str:
