@@ -138,8 +138,7 @@ class _Line:
             raise InputError(f"{self.where()}: {key!r} should have {n} counts, got {len(v)}")
         out = []
         for i, x in enumerate(v):
-            ok = not isinstance(x, bool) and isinstance(x, (int, float)) and x >= 0
-            if not ok or not math.isfinite(_as_float(x)):
+            if not finite_number(x) or x < 0:
                 raise InputError(
                     f"{self.where()}: {key}[{i}] should be a non-negative number, got {x!r}"[:300]
                 )
@@ -154,12 +153,20 @@ class _Line:
         return out
 
 
-def _as_float(x: float) -> float:
-    """``float(x)``, or infinity for an integer too large for a float (JSON integers are unbounded)."""
+def finite_number(x: Any) -> bool:
+    """Whether ``x`` (a value read from JSON) is a number a float holds finitely: an int or float, not a
+    bool, not NaN or infinite, and not an integer too large for a float (JSON integers are unbounded, and
+    ``float()`` of one of 400 digits raises OverflowError).
+
+    >>> finite_number(3), finite_number(2.5), finite_number(10**400), finite_number(True), finite_number("1")
+    (True, True, False, False, False)
+    """
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return False
     try:
-        return float(x)
+        return math.isfinite(x)
     except OverflowError:
-        return math.inf
+        return False
 
 
 def _unique_id(ids: set[str], line: _Line, default: str) -> str:

@@ -61,3 +61,28 @@ def test_large_finite_votes_still_load(tmp_path):
     """The control: votes as large as a float holds with a finite sum are kept (shares are what count)."""
     (rec,) = load_two_afc(_two_afc(tmp_path, [1e307, 3e307]))
     assert rec.votes == (1e307, 3e307)
+
+
+def test_a_result_row_with_a_score_too_large_for_a_float_is_named(tmp_path, capsys):
+    """``leaderboard --resume`` on a results.jsonl whose score is a 400-digit integer: one error line naming
+    the file and line (it was an OverflowError traceback, exit 1)."""
+    from genmetrics.data.results import check_result_row
+    from genmetrics.testing import toy_leaderboard
+
+    row = {"generator": "g", "metric": "psnr", "id": "0"}
+    assert check_result_row({**row, "score": 10**300}) is None  # a float holds it
+    assert "finite number" in check_result_row({**row, "score": HUGE})
+
+    cfg = toy_leaderboard(tmp_path, n=2)
+    board = tmp_path / "board.yaml"  # JSON is YAML
+    board.write_text(json.dumps(cfg))
+    out = tmp_path / "run"
+    assert main(["leaderboard", str(board), "--out", str(out), "--no-plots"]) == 0
+    results = out / "results.jsonl"
+    lines = results.read_text().splitlines()
+    lines[0] = json.dumps({**json.loads(lines[0]), "score": HUGE})
+    results.write_text("\n".join(lines) + "\n")
+    capsys.readouterr()
+    assert main(["leaderboard", str(board), "--out", str(out), "--no-plots", "--resume"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("error:") == 1 and "Traceback" not in err and f"{results}:1" in err
