@@ -307,7 +307,8 @@ def check_images_exist(ds: Dataset) -> None:
         paths = list(r.images) if ds.kind == "odd_one_out" else [r.reference, *r.candidates]
         for q in paths:
             if not Path(q).is_file():
-                raise InputError(f"{ds.path}: record {r.id!r}: image file {str(q)!r} does not exist")
+                why = "is a folder, not an image file" if Path(q).is_dir() else "does not exist"
+                raise InputError(f"{ds.path}: record {r.id!r}: image file {str(q)!r} {why}")
 
 
 # --------------------------------------------------------------------------------------------- scorers
