@@ -48,7 +48,7 @@ def _parse_number(name: str, value: Any, owner: str | None, what: str) -> float:
             raise InputError(f"{_who(name, owner)}: expected {what}, got the text {value!r}") from None
     try:
         return float(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: an int of hundreds of digits
         raise InputError(
             f"{_who(name, owner)}: expected {what}, got {type(value).__name__} {value!r}"[:300]
         ) from None

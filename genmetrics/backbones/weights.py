@@ -189,6 +189,11 @@ def load_state_dict(path: str | os.PathLike) -> dict[str, torch.Tensor]:
     p = Path(path)
     if not p.exists():
         raise weights_unavailable(str(p), str(p), "a correct path")
+    if (
+        p.is_dir() or p.stat().st_size == 0
+    ):  # torch.load would call them pickles (IsADirectoryError, EOFError)
+        what = "a folder, not a weights file" if p.is_dir() else "empty (0 bytes)"
+        raise InputError(f"checkpoint {str(p)!r} is {what}; name the weights file itself")
     if p.suffix == ".safetensors":
         try:
             sd = load_file(str(p))
@@ -210,4 +215,19 @@ def load_state_dict(path: str | os.PathLike) -> dict[str, torch.Tensor]:
         raise InputError(
             f"checkpoint {str(p)!r} holds {type(sd).__name__}, not a flat dict of named tensors; {_SAFE_FORMATS}"
         )
+    for k, v in sd.items():  # weights_only reads these, but they hold no dense real values to copy in
+        what = (
+            "meta"
+            if v.is_meta
+            else "sparse"
+            if v.layout != torch.strided
+            else "complex"
+            if v.is_complex()
+            else ""
+        )
+        if what:
+            raise InputError(
+                f"checkpoint {str(p)!r}: tensor {k!r} is a {what} tensor ({v.layout}, {v.dtype}, {v.device}), "
+                f"not dense real weights; {_SAFE_FORMATS}"
+            )
     return sd

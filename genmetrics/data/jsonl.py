@@ -138,12 +138,35 @@ class _Line:
             raise InputError(f"{self.where()}: {key!r} should have {n} counts, got {len(v)}")
         out = []
         for i, x in enumerate(v):
-            if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x) or x < 0:
-                raise InputError(f"{self.where()}: {key}[{i}] should be a non-negative number, got {x!r}")
+            if not finite_number(x) or x < 0:
+                raise InputError(
+                    f"{self.where()}: {key}[{i}] should be a non-negative number, got {x!r}"[:300]
+                )
             out.append(float(x))
+        if not math.isfinite(sum(out)):  # each finite, the sum not: every share would read 0 / inf
+            raise InputError(
+                f"{self.where()}: {key!r} sum to more than a float holds ({sum(out)}); divide the counts "
+                "by a common factor"
+            )
         if sum(out) <= 0:
             raise InputError(f"{self.where()}: {key!r} sums to zero; every record needs at least one vote")
         return out
+
+
+def finite_number(x: Any) -> bool:
+    """Whether ``x`` (a value read from JSON) is a number a float holds finitely: an int or float, not a
+    bool, not NaN or infinite, and not an integer too large for a float (JSON integers are unbounded, and
+    ``float()`` of one of 400 digits raises OverflowError).
+
+    >>> finite_number(3), finite_number(2.5), finite_number(10**400), finite_number(True), finite_number("1")
+    (True, True, False, False, False)
+    """
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return False
+    try:
+        return math.isfinite(x)
+    except OverflowError:
+        return False
 
 
 def _unique_id(ids: set[str], line: _Line, default: str) -> str:

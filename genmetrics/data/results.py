@@ -19,7 +19,6 @@ import contextlib
 import errno
 import hashlib
 import json
-import math
 import os
 import platform
 import shutil
@@ -35,7 +34,7 @@ from typing import IO, Any
 from filelock import FileLock, Timeout
 
 from genmetrics.data.jsonable import jsonable
-from genmetrics.data.jsonl import decode_line, parse_line
+from genmetrics.data.jsonl import decode_line, finite_number, parse_line
 from genmetrics.errors import InputError
 
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)  # POSIX; on Windows the lstat check of destination() stands alone
@@ -330,7 +329,7 @@ def check_result_row(row: Any, key: Iterable[str] = ("generator", "metric", "id"
     if "score" not in row:
         return "no 'score'"
     s = row["score"]
-    if s is not None and not (_is_number(s) and math.isfinite(s)):
+    if s is not None and not finite_number(s):  # also an integer too large for a float
         return f"'score' should be a finite number, got {s!r}"[:200]
     if "scores" in row and not (
         isinstance(row["scores"], list) and all(_is_number(x) for x in row["scores"])

@@ -307,7 +307,8 @@ def check_images_exist(ds: Dataset) -> None:
         paths = list(r.images) if ds.kind == "odd_one_out" else [r.reference, *r.candidates]
         for q in paths:
             if not Path(q).is_file():
-                raise InputError(f"{ds.path}: record {r.id!r}: image file {str(q)!r} does not exist")
+                why = "is a folder, not an image file" if Path(q).is_dir() else "does not exist"
+                raise InputError(f"{ds.path}: record {r.id!r}: image file {str(q)!r} {why}")
 
 
 # --------------------------------------------------------------------------------------------- scorers
@@ -727,7 +728,9 @@ def to_markdown(res: dict[str, Any]) -> str:
             + " |"
         )
         for name, per_dataset in (m.get("controls") or {}).items():
-            cells = [cell(per_dataset.get(c[1]), c[2]) for c in cols]
+            # a control that changed no record would read the real agreement, as if the input were ignored
+            applied = {k: v for k, v in per_dataset.items() if v.get("changed") != 0}
+            cells = [cell(applied.get(c[1]), c[2]) for c in cols]
             lines.append(
                 f"| control | {m['family'] or m['name']}: {CONTROLS[name]} | – | " + " | ".join(cells) + " |"
             )
@@ -739,7 +742,8 @@ def to_markdown(res: dict[str, Any]) -> str:
             "Controls: the same records scored with the aspect replaced (by 'overall', by another record's) and, "
             "for 2AFC, with another record's reference, read against the original votes. A metric that uses "
             "the aspect loses agreement under the aspect controls; one that compares with the reference falls "
-            "to chance (50%) under the reference control; '–': the control does not apply."
+            "to chance (50%) under the reference control; '–': the control does not apply or changed no record "
+            "(every record has the same aspect or reference, or there is one record)."
         )
     return "\n".join(lines) + "\n"
 

@@ -41,6 +41,7 @@ __all__ = [
     "LoopState",
     "TrainingParts",
     "check_folder",
+    "check_result",
     "load_training_state",
     "read_loop_state",
     "save_training_state",
@@ -227,7 +228,7 @@ def check_folder(folder: Path, world: int, has_scaler: bool) -> None:
     for entry in sorted(folder.iterdir()):
         if entry.name in expected or entry.name.startswith("."):
             continue
-        kind = "a pickle file" if entry.name.endswith(PICKLE_SUFFIXES) else "a file that is not part"
+        kind = "a pickle file" if entry.name.endswith(PICKLE_SUFFIXES) else "an unexpected file"
         raise InputError(
             f"{entry}: {kind} in a checkpoint; genmetrics never unpickles training state and reads only "
             f"{', '.join(sorted(expected))} (safetensors and JSON). A checkpoint written by an earlier "
@@ -257,6 +258,42 @@ def read_loop_state(folder: Path) -> tuple[dict[str, Any], LoopState]:
             f"{path}: not a loop state (expected {{'settings': {{...}}, 'loop': {{...}}}}); {_START_OVER}"
         )
     return data["settings"], LoopState.from_json(data["loop"], path)
+
+
+#: the fields of ``train_result.json`` checked on a resume, as the loop-state field whose rule they follow
+_RESULT_FIELDS = {
+    "steps": "step",
+    "epochs_started": "epoch",
+    "best_metric": "best_metric",
+    "best_step": "best_step",
+    "stopped_early": "stopped_early",
+}
+
+
+def check_result(done: dict[str, Any], path: Path) -> dict[str, Any]:
+    """A finished run's ``train_result.json`` (read as a JSON object) checked field by field: ``settings``
+    an object and ``steps`` present, each recorded field of the type the loop writes (a key an older
+    genmetrics did not write may be absent).
+
+    >>> check_result({"steps": 4, "settings": {}, "stopped_early": False}, Path("train_result.json"))["steps"]
+    4
+    >>> check_result({"steps": "4", "settings": {}}, Path("train_result.json"))  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+        ...
+    genmetrics.errors.InputError: train_result.json: 'steps' should be an integer >= 0, got '4'; ...
+    """
+    if not isinstance(done.get("settings"), dict):
+        raise InputError(
+            f"{path}: 'settings' should be a JSON object, got {done.get('settings')!r}"[:300]
+            + f"; {_START_OVER}"
+        )
+    for key, rule in _RESULT_FIELDS.items():
+        if (key in done or key == "steps") and not _loop_field_ok(rule, done.get(key)):
+            raise InputError(
+                f"{path}: {key!r} should be {_LOOP_TYPES[rule]}, got {done.get(key)!r}"[:300]
+                + f"; {_START_OVER}"
+            )
+    return done
 
 
 # ---------------------------------------------------------------------------------------- saving

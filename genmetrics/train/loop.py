@@ -190,10 +190,12 @@ _HELD_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 @contextlib.contextmanager
 def _finish_before_interrupt() -> Iterator[None]:
     """Hold Ctrl-C (SIGINT) and SIGTERM (a scheduler's preemption, ``kill``) while a checkpoint or an
-    artifact is written: the write finishes first. Then a held SIGTERM is delivered again to the handler
-    that was in place (by default the process ends as SIGTERM ends it, exit 143), and a held Ctrl-C stops
-    the run with ``KeyboardInterrupt`` (the CLI exits 130); ``resume=True`` continues from the finished
-    write either way. Outside the main thread (no signal handlers there) the write runs unprotected."""
+    artifact is written: the write finishes first. Then each held signal is delivered again to the handler
+    that was in place: SIGTERM by default ends the process as SIGTERM ends it (exit 143), and Ctrl-C under
+    Python's default handler stops the run with ``KeyboardInterrupt`` (the CLI exits 130); an ignored
+    signal (a background job of a shell script ignores Ctrl-C) stays ignored and a handler of the user's
+    runs. ``resume=True`` continues from the finished write either way. Outside the main thread (no signal
+    handlers there) the write runs unprotected."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -209,6 +211,9 @@ def _finish_before_interrupt() -> Iterator[None]:
     if signal.SIGTERM in received:
         signal.raise_signal(signal.SIGTERM)  # delayed, not swallowed: the handler in place decides
     if signal.SIGINT in received:
+        if previous[signal.SIGINT] is not signal.default_int_handler:
+            signal.raise_signal(signal.SIGINT)  # ignored, the user's handler, or SIG_DFL: as for SIGTERM
+            return
         raise KeyboardInterrupt("interrupted while a checkpoint was written; the write was finished first")
 
 
@@ -385,7 +390,7 @@ class _Run:
         return ckpts[-1]
 
     def _finished_record(self) -> dict[str, Any]:
-        done = rd.read_json(self.out / rd.RESULT)
+        done = ck.check_result(rd.read_json(self.out / rd.RESULT), self.out / rd.RESULT)
         if not self.cfg.resume:
             raise InputError(
                 f"out_dir {str(self.out)!r} holds a finished run ({rd.RESULT}, {done.get('steps')} steps); "

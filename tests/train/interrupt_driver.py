@@ -5,7 +5,9 @@ Hand-shake through files in ``GATE``: the driver creates ``saving`` when the blo
 SIGINT or SIGTERM handler of the process (Python's default SIGINT one and any installed later) first
 creates ``signalled``;
 the blocked write goes on once ``go`` exists. Exit code 130 when the run ends with KeyboardInterrupt (as the
-CLI). ``--cli ARGS...`` runs ``genmetrics ARGS...`` instead of the toy fit.
+CLI). ``--cli ARGS...`` runs ``genmetrics ARGS...`` instead of the toy fit. ``--sigint ignore`` starts with
+Ctrl-C ignored (a background job of a shell script, ``nohup``-like launchers); ``--sigint user`` installs a
+handler of the user's that only creates ``user_handler`` in ``GATE`` (a "stop gracefully" flag).
 
     python -m tests.train.interrupt_driver GATE --block-step 4 --out OUT
     python -m tests.train.interrupt_driver GATE --block-step 1 --cli train mie --data ... --out OUT
@@ -58,6 +60,10 @@ def main(argv: list[str]) -> int:
     gate, block_step = Path(argv[0]), int(argv[argv.index("--block-step") + 1])
     _spy_on_sigint(gate)
     _block_checkpoint_write(gate, block_step)
+    if "--sigint" in argv:
+        kind = argv[argv.index("--sigint") + 1]
+        user = lambda signum, frame: (gate / "user_handler").touch()  # noqa: E731
+        signal.signal(signal.SIGINT, signal.SIG_IGN if kind == "ignore" else user)
     if "--cli" in argv:
         from genmetrics.cli.main import main as cli
 
