@@ -360,8 +360,11 @@ def _evaluate_into(
         )
         click.echo(f"{name}: pairwise accuracy " + ", ".join(parts) + extra)
     if control_acc:
+        unchanged = {k for k, v in report["controls"].items() if v.get("changed") == 0}
         shown = ", ".join(
-            f"{k.replace('_', ' ')} {'failed' if v is None else f'{v:.3f}'}" for k, v in control_acc.items()
+            f"{k.replace('_', ' ')} "
+            + ("– (nothing to swap)" if k in unchanged else "failed" if v is None else f"{v:.3f}")
+            for k, v in control_acc.items()
         )
         click.echo(f"mie controls: {shown} (an evaluator that uses its references falls to ~0.5 on both)")
     click.echo(f"report: {files['markdown']}")

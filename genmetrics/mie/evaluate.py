@@ -194,6 +194,7 @@ def _controls(
             "scorer": CONTROLS["swapped_references"],
             "donors": donors,
             "same_files": same,
+            "changed": len(records) - same,  # 0: every donor's references are the pair's own files
         }
     except InputError as e:
         scores[CONTROLS["swapped_references"]] = {"error": str(e)}
@@ -547,9 +548,10 @@ def report_markdown(report: dict[str, Any]) -> str:
         ]
         for kind, info in report["controls"].items():
             acc = info.get("accuracy")
-            lines.append(
-                f"| {kind.replace('_', ' ')} | {_fmt(acc) if acc else 'failed: ' + info.get('error', '')} |"
-            )
+            shown = _fmt(acc) if acc else "failed: " + info.get("error", "")
+            if info.get("changed") == 0:  # the control scored the pairs as they are: no reading of it
+                shown = "– (every pair's references are the same files as another pair's: nothing to swap)"
+            lines.append(f"| {kind.replace('_', ' ')} | {shown} |")
     diag = [n for n in order if "diagnostics" in ok[n]]
     if diag:
         lines += [

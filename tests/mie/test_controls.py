@@ -142,3 +142,23 @@ def test_evaluate_human_prints_the_controls(tmp_path, pairs_file, make_model, pr
     assert sorted(res["controls"]) == ["blank_references", "swapped_references"]
     rc = main(["evaluate-human", "mie", "--data", str(pairs_file), "--metrics", "psnr", "--controls"])
     assert rc == 2 and "--heads" in capsys.readouterr().err
+
+
+def test_a_swap_that_changes_nothing_is_not_read_as_a_control(records):
+    """When every pair's references are the same files, swapping them between pairs scores the pairs as they
+    are: the report keeps the reading with ``changed: 0`` and shows '–' instead of an accuracy that would
+    read as "the evaluator ignores its references" (found by the hostile-user pass)."""
+    import dataclasses
+
+    from genmetrics.mie.evaluate import evaluate_human, report_markdown
+
+    same = [dataclasses.replace(r, references=records[0].references) for r in records]
+    report, _ = evaluate_human(same, model=SpyModel(), controls=True, n_boot=20, batch_pairs=4)
+    info = report["controls"]["swapped_references"]
+    assert info["changed"] == 0 and info["same_files"] == len(same)
+    row = next(x for x in report_markdown(report).splitlines() if x.startswith("| swapped references"))
+    assert "nothing to swap" in row and not re.search(r"\d\.\d", row), row
+    report, _ = evaluate_human(records, model=SpyModel(), controls=True, n_boot=20, batch_pairs=4)
+    assert report["controls"]["swapped_references"]["changed"] == len(records)  # pairs 0, 3, 6 get others'
+    row = next(x for x in report_markdown(report).splitlines() if x.startswith("| swapped references"))
+    assert re.search(r"\d\.\d", row), row
