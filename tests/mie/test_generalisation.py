@@ -210,23 +210,28 @@ def test_reference_contrast_option_is_checked():
 
 
 # ------------------------------------------------------------------------------------------- slow: it compares
-#: the slow test's run: a 4-layer tiny Qwen3.5, layer_only at lr 2e-3 (the benchmark's defaults), trained
-#: on SLOW_PAIRS fresh-identity pairs for 4 epochs, read on SLOW_TEST held-out pairs
+#: the slow test's run: a 4-layer tiny Qwen3.5 whose language layers are all softmax attention (the
+#: benchmark's ``--layer-types full_attention,...``; the hybrid 3 linear + 1 softmax plateaus at 0.75-0.78,
+#: docs/mie.md), layer_only at lr 2e-3, trained with ``reference_contrast=1`` on SLOW_PAIRS fresh-identity
+#: pairs for 4 epochs, read on SLOW_TEST held-out pairs
 SLOW_PAIRS, SLOW_TEST = 300, 128
+SLOW_LAYER_TYPES = ["full_attention"] * 4
+#: issue 23's goal for held-out pairwise accuracy
+HELD_OUT_GOAL = 0.80
 
 
 @pytest.mark.slow
 def test_reference_contrast_compares_candidates_with_unseen_references(tmp_path):
     """Trained with ``reference_contrast=1`` on identities it never sees again, MIE tells the better
     candidate on held-out pairs with their own references, and is at chance with another pair's or blank
-    references. One binomial band on SLOW_TEST pairs decides both: 3 * sqrt(0.25 / 128) = 0.133, so held
-    out must exceed 0.633 (above chance at 3 standard errors) and the controls must stay in [0.367, 0.633].
+    references.
 
-    Measured with this configuration (1 thread; docs/mie.md "Generalisation"): held out (swapped, blank)
-    seed 0 0.781 (0.445, 0.531), seed 1 0.758 (0.484, 0.477), seed 2 0.719 (0.516, 0.563); 132-153 CPU s
-    each (this test runs seed 0: 12.8 min wall on the shared machine). The same run with
-    ``reference_contrast=0`` (the authors' objective, = the term removed) reached 0.520 on seed 0 (256
-    held-out pairs of which these 128 are the first): red."""
+    Bounds. Held out must reach the issue's goal, 0.80. Over seeds 0 / 1 / 2 this configuration reads
+    0.914 / 0.875 / 0.898 on 256 held-out pairs (docs/mie.md), so the lowest seed sits 2.5 binomial
+    standard errors of 128 pairs (sqrt(0.875 * 0.125 / 128) = 0.029) above the goal. The controls must
+    stay within 3 standard errors of chance on 128 pairs: 3 * sqrt(0.25 / 128) = 0.133, [0.367, 0.633].
+    A change that makes the evaluator ignore its references brings held out to ~0.5 (the hybrid backbone
+    with the authors' objective: 0.48-0.52), far below the goal."""
     bench = mie_generalisation
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -239,11 +244,12 @@ def test_reference_contrast_compares_candidates_with_unseen_references(tmp_path)
             workdir=str(tmp_path),
             train_reading=False,
             reference_contrast=1.0,
+            layer_types=SLOW_LAYER_TYPES,
         )
     finally:
         torch.set_num_threads(threads)
     got, band = res["readings"], _chance_band(SLOW_TEST)
     print("readings", got, "cpu_s", res["cpu_s"])  # shown with -s: the numbers docs/mie.md reports
-    assert got["held_out"] > 0.5 + band, got
+    assert got["held_out"] >= HELD_OUT_GOAL, got
     for control in ("swapped", "blank"):
         assert abs(got[control] - 0.5) <= band, (control, got)
