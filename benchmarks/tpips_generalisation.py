@@ -435,10 +435,10 @@ def run(args) -> list[dict]:
             }
         cpu = round(time.process_time() - t1, 1)
         held = ev["heldout"]
-        fractions = {}
+        fractions: dict[str, float | None] = {}
         for a in pair:
             ceil = ceilings[a]["ceiling"]
-            fractions[a] = round(held[a] / ceil, 4)
+            fractions[a], above = ceiling_fractions(held[a], ceil)
             lines.append(
                 {
                     **common,
@@ -449,7 +449,7 @@ def run(args) -> list[dict]:
                     "ceiling_at_chance": not ceilings[a]["ceiling_above_chance"],
                     "heldout_2afc": held[a],
                     "fraction_of_ceiling": fractions[a],
-                    "fraction_above_chance": round((held[a] - 0.5) / max(ceil - 0.5, 1e-9), 4),
+                    "fraction_above_chance": above,
                     "seen_values_2afc": ev_seen[a],
                     "before_training": ev_before[a],
                     "controls": {k: v[a] for k, v in ev["controls"].items()},
@@ -459,11 +459,13 @@ def run(args) -> list[dict]:
                 }
             )
             print(json.dumps(lines[-1]), flush=True)
-        goal_fraction = min(fractions.values()) >= 0.85
+        known = [f for f in fractions.values() if f is not None]  # None: a ceiling of 0 (tiny held-out set)
+        min_fraction = min(known) if len(known) == len(fractions) else None
+        goal_fraction = min_fraction is not None and min_fraction >= 0.85
         both_possible = all(ceilings[a]["ceiling_above_chance"] for a in pair)
         summary["variants"][variant] = {
             "heldout": held,
-            "min_fraction_of_ceiling": min(fractions.values()),
+            "min_fraction_of_ceiling": min_fraction,
             "seen_values": ev_seen,
             "before_training": ev_before,
             "controls": ev["controls"],
@@ -494,6 +496,20 @@ def run(args) -> list[dict]:
     lines.append(out)
     print(json.dumps(out), flush=True)
     return lines
+
+
+def ceiling_fractions(held: float, ceiling: float) -> tuple[float | None, float | None]:
+    """``(held / ceiling, (held - 0.5) / (ceiling - 0.5))``: the held-out 2AFC as a fraction of the ceiling, and
+    of the ceiling's margin over chance; ``None`` where the denominator is not positive (a ceiling of 0 on a
+    tiny held-out set; a ceiling at or below chance has no margin to be a fraction of).
+
+    >>> ceiling_fractions(0.9, 1.0), ceiling_fractions(0.6, 0.5)
+    ((0.9, 0.8), (1.2, None))
+    """
+    return (
+        round(held / ceiling, 4) if ceiling > 0 else None,
+        round((held - 0.5) / (ceiling - 0.5), 4) if ceiling > 0.5 else None,
+    )
 
 
 def probe_all(args) -> list[dict]:

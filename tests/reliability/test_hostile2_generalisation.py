@@ -144,3 +144,13 @@ def test_mie_layer_types_reach_the_experiment(mie, monkeypatch, capsys):
     assert '"name": "baseline"' in capsys.readouterr().out
     mie.main(["--layers", "3"])
     assert got["layer_types"] is None  # the default: the model's own mix
+
+
+def test_fractions_of_a_zero_or_chance_ceiling_are_none(tpips):
+    """A ceiling of 0 (every probe wrong on a 1-triplet held-out set) divided the held-out 2AFC by zero
+    (ZeroDivisionError after training); a ceiling at or below chance gave (held - 0.5) / 1e-9. Closed forms
+    otherwise: 0.9 of a 1.0 ceiling is 0.9 of it and 0.8 of its margin over chance."""
+    assert tpips.ceiling_fractions(0.5, 0.0) == (None, None)
+    assert tpips.ceiling_fractions(0.6, 0.5) == (1.2, None)
+    assert tpips.ceiling_fractions(0.9, 1.0) == (0.9, 0.8)
+    assert tpips.ceiling_fractions(0.7, 0.8) == (round(0.7 / 0.8, 4), round(0.2 / 0.3, 4))
