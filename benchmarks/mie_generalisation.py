@@ -577,15 +577,50 @@ def _raw(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
-def main() -> None:
+#: the language-layer kinds the tiny Qwen3.5 builds (``--layer-types``): gated-delta-net linear attention and
+#: softmax attention
+LAYER_TYPES = ("linear_attention", "full_attention")
+
+
+def parse_layer_types(text: str) -> list[str]:
+    """``--layer-types``: comma-separated kinds of :data:`LAYER_TYPES`, one per language layer.
+
+    >>> parse_layer_types("full_attention, linear_attention")
+    ['full_attention', 'linear_attention']
+    """
+    types = [t.strip() for t in text.split(",")]
+    bad = [t for t in types if t not in LAYER_TYPES]
+    if bad:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected one of {LAYER_TYPES} per layer, comma-separated, got {bad}"
+        )
+    return types
+
+
+def positive(text: str) -> int:
+    """An argparse ``type``: an integer >= 1.
+
+    >>> positive("3")
+    3
+    """
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
+    return n
+
+
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--name", default="baseline")
-    ap.add_argument("--pairs", type=int, default=1000)
-    ap.add_argument("--test-pairs", type=int, default=256)
-    ap.add_argument("--epochs", type=int, default=4)
+    ap.add_argument("--pairs", type=positive, default=1000)
+    ap.add_argument("--test-pairs", type=positive, default=256)
+    ap.add_argument("--epochs", type=positive, default=4)
     ap.add_argument("--lr", type=float, default=2e-3)
-    ap.add_argument("--tuning", default="layer_only")
-    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--tuning", default="layer_only", choices=["layer_only", "lora_layer"])
+    ap.add_argument("--layers", type=positive, default=4)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--controls", action="store_true")
     ap.add_argument(
@@ -601,9 +636,20 @@ def main() -> None:
     )
     ap.add_argument("--unfreeze", type=int, default=None)
     ap.add_argument("--readout", default="last_token", choices=["last_token", "pooled_difference"])
-    ap.add_argument("--layer-types", default=None, help="comma-separated, e.g. full_attention,...")
+    ap.add_argument(
+        "--layer-types",
+        type=parse_layer_types,
+        default=None,
+        help=f"one of {LAYER_TYPES} per layer (--layers of them), comma-separated "
+        "(default: linear_attention except the last)",
+    )
     ap.add_argument("--append", default=None, help="also append the JSON line to this file")
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
+    if a.layer_types is not None and len(a.layer_types) != a.layers:
+        ap.error(
+            f"argument --layer-types: {len(a.layer_types)} layer types for --layers {a.layers}; "
+            f"give one per layer (or set --layers {len(a.layer_types)})"
+        )
     import torch
 
     torch.set_num_threads(1)
@@ -620,7 +666,7 @@ def main() -> None:
             attention=a.attention,
             reference_contrast=a.reference_contrast,
             unfreeze_layers=a.unfreeze,
-            layer_types=a.layer_types.split(",") if a.layer_types else None,
+            layer_types=a.layer_types,
             readout=a.readout,
             tuning=a.tuning,
             lr=a.lr,

@@ -68,6 +68,26 @@ def parse_pair(text: str) -> tuple[str, str]:
     return pair[0], pair[1]
 
 
+def at_least(low: int):
+    """An argparse ``type``: an integer ``>= low`` (``--train``: the probes' 2-fold cross-validation needs two
+    triplets; ``--test``: one), else one argparse error naming the option's value.
+
+    >>> at_least(2)("8")
+    8
+    """
+
+    def parse(text: str) -> int:
+        try:
+            n = int(text)
+        except ValueError:
+            n = low - 1
+        if n < low:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {low}, got {text!r}")
+        return n
+
+    return parse
+
+
 def _learnability() -> Any:
     """benchmarks/tpips_learnability.py (its ``small_backbone``: the same small random Qwen3-VL)."""
     spec = importlib.util.spec_from_file_location(
@@ -201,7 +221,14 @@ def pair_probe(
         return float(((xtr[b] @ w) * sign[b] > 0).double().mean())
 
     w = logistic(xtr, sign, _cv_pick(fit_score, len(xtr)), nonneg=nonneg)
-    return round(float((xte @ w > 0).double().mean()), 4)
+    return round(float(_right((xte @ w).sign()).mean()), 4)
+
+
+def _right(margin_sign: torch.Tensor) -> torch.Tensor:
+    """2AFC agreement from the sign of "how much closer the correct candidate is": 1, 0, and 0.5 for a tie (as
+    ``two_afc_right`` scores the trained metric), so that a probe that cannot tell the candidates apart
+    (constant features, all weights 0) reads chance, not 0."""
+    return (margin_sign.double() + 1) / 2
 
 
 def embedding_probe(model: Any, train: list, test: list, aspects: tuple[str, ...]) -> dict[str, float]:
@@ -264,8 +291,8 @@ def ceiling_from_features(
         pred = torch.cat([xt, torch.ones(len(xt), 1, dtype=xt.dtype)], 1) @ beta
         good, bad = (torch.tensor([c[k] for c in cte]) for k in (0, 1))
         ref = torch.tensor(rte)
-        right = value_distance(aspect, pred[ref], pred[good]) < value_distance(aspect, pred[ref], pred[bad])
-        out[f"value_{name}"] = round(float(right.double().mean()), 4)
+        margin = value_distance(aspect, pred[ref], pred[bad]) - value_distance(aspect, pred[ref], pred[good])
+        out[f"value_{name}"] = round(float(_right(margin.sign()).mean()), 4)
         if name == "tokens":  # how well the value itself is recovered on held-out values
             vte = torch.tensor([v[aspect] for t in test for v in t.values], dtype=torch.float64)
             err = value_distance(aspect, pred, encode_value(aspect, vte))
@@ -274,7 +301,9 @@ def ceiling_from_features(
     n = len(test)
     out["ceiling"], out["ceiling_probe"] = out[best], best
     out["ceiling_stderr"] = round(math.sqrt(max(out[best] * (1 - out[best]), 1e-12) / n), 4)
-    out["ceiling_above_chance"] = out[best] - 2 * out["ceiling_stderr"] > 0.5
+    # above chance: 2 standard errors above 0.5 under the null (p = 0.5: sqrt(0.25 / n)), not under the plug-in
+    # error, which is 0 at a ceiling of 1.0 and so called 1 right triplet out of 1 "above chance"
+    out["ceiling_above_chance"] = out[best] - 2 * math.sqrt(0.25 / n) > 0.5
     return out
 
 
@@ -406,10 +435,10 @@ def run(args) -> list[dict]:
             }
         cpu = round(time.process_time() - t1, 1)
         held = ev["heldout"]
-        fractions = {}
+        fractions: dict[str, float | None] = {}
         for a in pair:
             ceil = ceilings[a]["ceiling"]
-            fractions[a] = round(held[a] / ceil, 4)
+            fractions[a], above = ceiling_fractions(held[a], ceil)
             lines.append(
                 {
                     **common,
@@ -420,7 +449,7 @@ def run(args) -> list[dict]:
                     "ceiling_at_chance": not ceilings[a]["ceiling_above_chance"],
                     "heldout_2afc": held[a],
                     "fraction_of_ceiling": fractions[a],
-                    "fraction_above_chance": round((held[a] - 0.5) / max(ceil - 0.5, 1e-9), 4),
+                    "fraction_above_chance": above,
                     "seen_values_2afc": ev_seen[a],
                     "before_training": ev_before[a],
                     "controls": {k: v[a] for k, v in ev["controls"].items()},
@@ -430,11 +459,13 @@ def run(args) -> list[dict]:
                 }
             )
             print(json.dumps(lines[-1]), flush=True)
-        goal_fraction = min(fractions.values()) >= 0.85
+        known = [f for f in fractions.values() if f is not None]  # None: a ceiling of 0 (tiny held-out set)
+        min_fraction = min(known) if len(known) == len(fractions) else None
+        goal_fraction = min_fraction is not None and min_fraction >= 0.85
         both_possible = all(ceilings[a]["ceiling_above_chance"] for a in pair)
         summary["variants"][variant] = {
             "heldout": held,
-            "min_fraction_of_ceiling": min(fractions.values()),
+            "min_fraction_of_ceiling": min_fraction,
             "seen_values": ev_seen,
             "before_training": ev_before,
             "controls": ev["controls"],
@@ -465,6 +496,20 @@ def run(args) -> list[dict]:
     lines.append(out)
     print(json.dumps(out), flush=True)
     return lines
+
+
+def ceiling_fractions(held: float, ceiling: float) -> tuple[float | None, float | None]:
+    """``(held / ceiling, (held - 0.5) / (ceiling - 0.5))``: the held-out 2AFC as a fraction of the ceiling, and
+    of the ceiling's margin over chance; ``None`` where the denominator is not positive (a ceiling of 0 on a
+    tiny held-out set; a ceiling at or below chance has no margin to be a fraction of).
+
+    >>> ceiling_fractions(0.9, 1.0), ceiling_fractions(0.6, 0.5)
+    ((0.9, 0.8), (1.2, None))
+    """
+    return (
+        round(held / ceiling, 4) if ceiling > 0 else None,
+        round((held - 0.5) / (ceiling - 0.5), 4) if ceiling > 0.5 else None,
+    )
 
 
 def probe_all(args) -> list[dict]:
@@ -508,9 +553,11 @@ def main(argv: list[str] | None = None) -> list[dict]:
         default=PAIR,
         help="the two tested aspects, comma-separated (default: %(default)s)",
     )
-    ap.add_argument("--variants", nargs="+", default=["late", "mid", "early"])
-    ap.add_argument("--train", type=int, default=384, help="training triplets (2 records each)")
-    ap.add_argument("--test", type=int, default=128, help="held-out triplets (2 2AFC records each)")
+    ap.add_argument(
+        "--variants", nargs="+", choices=["late", "mid", "early"], default=["late", "mid", "early"]
+    )
+    ap.add_argument("--train", type=at_least(2), default=384, help="training triplets (2 records each)")
+    ap.add_argument("--test", type=at_least(1), default=128, help="held-out triplets (2 2AFC records each)")
     ap.add_argument("--size", type=int, default=64)
     ap.add_argument("--epochs", type=float, default=10.0)
     ap.add_argument("--batch", type=int, default=8)

@@ -329,6 +329,8 @@ def _evaluate_into(
     )
     files = write_report(report, scores, records, out)
     control_acc = {k: (v.get("accuracy") or {}).get("value") for k, v in report.get("controls", {}).items()}
+    # a swap that changed no pair's references scored the pairs as they are: no reading (report.json keeps it)
+    unchanged = sorted(k for k, v in report.get("controls", {}).items() if v.get("changed") == 0)
     if as_json:
         click.echo(
             json.dumps(
@@ -340,7 +342,12 @@ def _evaluate_into(
                         if "error" not in v
                     },
                 }
-                | ({"controls": control_acc} if control_acc else {})
+                | (
+                    {"controls": {k: None if k in unchanged else v for k, v in control_acc.items()}}
+                    if control_acc
+                    else {}
+                )
+                | ({"controls_nothing_to_swap": unchanged} if unchanged else {})
             )
         )
         return
@@ -360,7 +367,6 @@ def _evaluate_into(
         )
         click.echo(f"{name}: pairwise accuracy " + ", ".join(parts) + extra)
     if control_acc:
-        unchanged = {k for k, v in report["controls"].items() if v.get("changed") == 0}
         shown = ", ".join(
             f"{k.replace('_', ' ')} "
             + ("– (nothing to swap)" if k in unchanged else "failed" if v is None else f"{v:.3f}")

@@ -129,10 +129,11 @@ CONTROLS = {"swapped_references": "mie (swapped references)", "blank_references"
 BLANK_GREY = (128, 128, 128)
 
 
-def swap_donors(records: Sequence[Any], seed: int = 0) -> list[int]:
+def swap_donors(records: Sequence[Any], seed: int = 0, keys: Sequence[Any] | None = None) -> list[int]:
     """For each pair, another pair whose references it borrows in the swapped-references control: never
-    itself, and a pair with other reference files whenever one exists (pairs are visited in a seeded random
-    order; each takes the next pair in that order whose references differ).
+    itself, and a pair with other reference images whenever one exists (pairs are visited in a seeded random
+    order; each takes the next pair in that order whose references differ). References are compared by their
+    files' bytes (:func:`reference_key`): a copy or a symlink of the same image is the same reference.
 
     >>> from pathlib import Path
     >>> from genmetrics.data.jsonl import MIBPairRecord
@@ -145,13 +146,47 @@ def swap_donors(records: Sequence[Any], seed: int = 0) -> list[int]:
     n = len(records)
     if n < 2:
         raise InputError("the swapped-references control needs at least 2 pairs")
+    keys = reference_keys(records) if keys is None else keys
     order = [int(i) for i in np.random.default_rng(seed).permutation(n)]
     donors = [0] * n
     for k, i in enumerate(order):
         others = [order[(k + step) % n] for step in range(1, n)]
-        differ = [j for j in others if tuple(records[j].references) != tuple(records[i].references)]
+        differ = [j for j in others if keys[j] != keys[i]]
         donors[i] = (differ or others)[0]
     return donors
+
+
+def reference_keys(records: Sequence[Any]) -> list[tuple[str, ...]]:
+    """Per pair, what its references ARE: the SHA-256 of each reference file's bytes, in order (a file that
+    cannot be read: its resolved path). Two pairs whose references are copies or symlinks of the same images
+    get the same key, so swapping between them is no control.
+
+    >>> import tempfile, shutil
+    >>> from pathlib import Path
+    >>> from genmetrics.data.jsonl import MIBPairRecord
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     _ = (Path(d) / "r.png").write_bytes(b"image")
+    ...     _ = shutil.copy(Path(d) / "r.png", Path(d) / "copy.png")
+    ...     recs = [MIBPairRecord(f"p{i}", "x", (Path(d) / name,), (Path("a"), Path("b")), ("g", "h"), 0)
+    ...             for i, name in enumerate(["r.png", "copy.png"])]
+    ...     a, b = reference_keys(recs)
+    >>> a == b
+    True
+    """
+    import hashlib
+
+    cache: dict[str, str] = {}
+
+    def key(p: Any) -> str:
+        name = str(p)
+        if name not in cache:
+            try:
+                cache[name] = hashlib.sha256(Path(name).read_bytes()).hexdigest()
+            except OSError:
+                cache[name] = str(Path(name).resolve())
+        return cache[name]
+
+    return [tuple(key(p) for p in r.references) for r in records]
 
 
 def blank_references(records: Sequence[Any]) -> list[list[Any]]:
@@ -184,17 +219,18 @@ def _controls(
     scores: dict[str, dict[str, Any]] = {}
     info: dict[str, Any] = {}
     try:
-        donors = swap_donors(records, seed)
+        keys = reference_keys(records)
+        donors = swap_donors(records, seed, keys)
         refs = [list(records[d].references) for d in donors]
         scores[CONTROLS["swapped_references"]] = score_pairs_mie(
             model, records, batch_pairs=batch_pairs, progress=progress, references=refs
         )
-        same = sum(tuple(records[d].references) == tuple(r.references) for d, r in zip(donors, records))
+        same = sum(keys[d] == keys[i] for i, d in enumerate(donors))
         info["swapped_references"] = {
             "scorer": CONTROLS["swapped_references"],
             "donors": donors,
             "same_files": same,
-            "changed": len(records) - same,  # 0: every donor's references are the pair's own files
+            "changed": len(records) - same,  # 0: every donor's references are the pair's own images
         }
     except InputError as e:
         scores[CONTROLS["swapped_references"]] = {"error": str(e)}
@@ -550,7 +586,7 @@ def report_markdown(report: dict[str, Any]) -> str:
             acc = info.get("accuracy")
             shown = _fmt(acc) if acc else "failed: " + info.get("error", "")
             if info.get("changed") == 0:  # the control scored the pairs as they are: no reading of it
-                shown = "– (every pair's references are the same files as another pair's: nothing to swap)"
+                shown = "– (every pair's references are the same images as another pair's: nothing to swap)"
             lines.append(f"| {kind.replace('_', ' ')} | {shown} |")
     diag = [n for n in order if "diagnostics" in ok[n]]
     if diag:
