@@ -26,6 +26,7 @@ Outputs (``write_report``): ``report.json``, ``report.md``, ``accuracy.png`` (ba
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import math
@@ -173,8 +174,6 @@ def reference_keys(records: Sequence[Any]) -> list[tuple[str, ...]]:
     >>> a == b
     True
     """
-    import hashlib
-
     cache: dict[str, str] = {}
 
     def key(p: Any) -> str:
