@@ -800,8 +800,15 @@ def _(ctx):
 
     ctx.freeze()
     ctx.monkeypatch.setattr(ck, "save_training_state", hit)
-    with pytest.raises(KeyboardInterrupt):
-        fit(Toy(), make_data(8), _train_cfg(ctx.out))
+    # Python's own Ctrl-C handler, whatever this process inherited: a test run started in the background of
+    # a non-interactive shell ignores SIGINT, and a held Ctrl-C then stays ignored (tests/train/
+    # test_signals_handlers.py covers that case)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            fit(Toy(), make_data(8), _train_cfg(ctx.out))
+    finally:
+        signal.signal(signal.SIGINT, previous)
     ctx.monkeypatch.setattr(ck, "save_training_state", real)
     assert fired and list((ctx.out / "checkpoints").iterdir())
     t2 = Toy()
