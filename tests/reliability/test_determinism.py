@@ -1,4 +1,6 @@
-"""Determinism (bitwise on CPU), process-count independence for every registered metric, safe loading."""
+"""Determinism (bitwise on CPU at one intra-op thread, as CI runs: OMP_NUM_THREADS=1; with 2 threads clip_i
+across processes differs in the last bits, docs/performance.md), process-count independence for every
+registered metric, safe loading."""
 
 from __future__ import annotations
 
