@@ -353,12 +353,15 @@ def bench_psnr_kernels(args: argparse.Namespace) -> dict[str, Any]:
     ``cdist`` = ``torch.cdist(p=2, donot_use_mm)`` on ``[rows, 1, W]`` views (the one public op that fuses
     the difference and its squared sum; no range check), ``range_check`` = ``aminmax`` of both inputs'
     bit patterns (the metric must check the range of float inputs), ``sub_norm`` = the blocked squared
-    errors without the range check, ``kernel`` = ``squared_error_sums(with_range=True)``, ``metric`` = the
+    errors without the range check, ``kernel`` = ``squared_error_sums(with_range=True)`` (torch path),
+    ``native_kernel`` = the same with ``native=True`` (the C kernel where built, else the torch path again;
+    ``native_built`` says which), ``metric`` = the
     whole ``PSNR`` metric, ``torchmetrics_functional`` = its per-image psnr. Each ``*_floor_fraction`` is
     ``floor`` over that time (1.0 = reads its inputs as fast as a plain ``sum``)."""
     from torchmetrics.functional.image import peak_signal_noise_ratio
 
     import genmetrics
+    from genmetrics.baselines.pixel import native_psnr_path
     from genmetrics.functional import pixel as P
 
     g = torch.Generator().manual_seed(0)
@@ -388,6 +391,9 @@ def bench_psnr_kernels(args: argparse.Namespace) -> dict[str, Any]:
         ],
         "sub_norm": lambda: [P.squared_error_sums(cand[s], ref[s]) for s in chunks],
         "kernel": lambda: [P.squared_error_sums(cand[s], ref[s], with_range=True) for s in chunks],
+        "native_kernel": lambda: [
+            P.squared_error_sums(cand[s], ref[s], with_range=True, native=True) for s in chunks
+        ],
         "metric": metric,
         "torchmetrics_functional": lambda: [
             peak_signal_noise_ratio(cand[s], ref[s], data_range=1.0, reduction="none", dim=(1, 2, 3))
@@ -406,6 +412,8 @@ def bench_psnr_kernels(args: argparse.Namespace) -> dict[str, Any]:
         "rounds": args.rounds,
         **MACHINE,
     }
+    line["native_built"] = P.native_available()
+    line["metric_path"] = "native" if native_psnr_path(cand[chunks[0]], ref[chunks[0]]) else "torch"
     line.update({f"{k}_cpu_ms": round(t * 1e3, 1) for k, t in CPU_TIMES.items()})
     line.update({f"{k}_floor_fraction": round(floor / t, 3) for k, t in CPU_TIMES.items() if k != "floor"})
     line["floor_gb_per_s"] = round(2 * ref.numel() * 4 / floor / 1e9, 3)
@@ -414,6 +422,9 @@ def bench_psnr_kernels(args: argparse.Namespace) -> dict[str, Any]:
     )
     line["torchmetrics_functional_over_kernel"] = round(
         CPU_TIMES["torchmetrics_functional"] / CPU_TIMES["kernel"], 3
+    )
+    line["torchmetrics_functional_over_native_kernel"] = round(
+        CPU_TIMES["torchmetrics_functional"] / CPU_TIMES["native_kernel"], 3
     )
     return line
 

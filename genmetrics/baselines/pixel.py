@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from genmetrics.backbones.fastpath import choose_path
 from genmetrics.data.images import ResizePolicy, as_image_list, check_same_size, to_tensor
 from genmetrics.errors import InputError
 from genmetrics.functional import pixel as P
@@ -242,6 +243,39 @@ class _PairedPixelMetric(SampleMetric):
         raise NotImplementedError
 
 
+#: bytes of each input the measurement of :func:`native_psnr_path` times (the first images of the batch)
+NATIVE_PROBE_BYTES = 8 << 20
+
+
+def native_psnr_path(preds: torch.Tensor, target: torch.Tensor) -> bool:
+    """Whether psnr takes the native squared-error kernel for inputs like these: only where it was built
+    and where, timed on this machine against the torch path (the first images of this batch, interleaved,
+    best of 3; :func:`~genmetrics.backbones.fastpath.choose_path`), it was at least 5% faster. The choice
+    is made once per dtype and thread count and kept in ``GENMETRICS_HOME/fast_paths.json``, so every
+    process on the machine takes the same path (the two round differently in the last bits).
+    ``force_path("psnr_native", "torch")`` turns it off.
+
+    >>> from genmetrics.backbones.fastpath import force_path
+    >>> force_path("psnr_native", "torch")
+    >>> native_psnr_path(torch.zeros(2, 3, 8, 8), torch.zeros(2, 3, 8, 8))
+    False
+    >>> force_path("psnr_native", None)
+    """
+    if not P.native_available() or not P._native_ok(preds, target):
+        return False
+    key = ("psnr_native", str(preds.dtype).removeprefix("torch."), torch.get_num_threads())
+    k = max(1, min(preds.shape[0], NATIVE_PROBE_BYTES // max(1, preds[0].numel() * preds.element_size())))
+    p, t = preds[:k], target[:k]
+
+    def candidates() -> dict[str, Any]:
+        return {
+            "torch": lambda: P.squared_error_sums(p, t, with_range=True),
+            "native": lambda: P.squared_error_sums(p, t, with_range=True, native=True),
+        }
+
+    return choose_path(key, candidates, baseline="torch").path == "native"
+
+
 class PSNR(_PairedPixelMetric):
     """PSNR in dB per image, ``10 log10(1 / MSE)`` on [0,1] images; identical images give ``max_db``.
 
@@ -278,7 +312,8 @@ class PSNR(_PairedPixelMetric):
         return (-10.0 * torch.log10(mse)).clamp(max=self.max_db)
 
     def _fn(self, preds: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        return P.psnr(preds, target).clamp(max=self.max_db)
+        native = native_psnr_path(preds, target)  # the kernel of the one-pass path: the same bits either way
+        return P.psnr(preds, target, native=native).clamp(max=self.max_db)
 
     def _score_batch(self, batch: dict[str, list[Any]]) -> torch.Tensor:
         fused = self._one_pass(batch)
@@ -302,12 +337,12 @@ class PSNR(_PairedPixelMetric):
         if r.dtype == torch.uint8:
             if self._compute_dtype() not in (None, torch.float32):
                 return None
-            sse, _ = P.squared_error_sums(c, r)
+            sse, _ = P.squared_error_sums(c, r, native=native_psnr_path(c, r))
             return P.psnr_from_sse(sse, n, data_range=255.0).clamp(max=self.max_db)
         want = self._compute_dtype() or (torch.float64 if r.dtype == torch.float64 else torch.float32)
         if r.dtype != want:
             return None
-        sse, rng = P.squared_error_sums(c, r, with_range=True)
+        sse, rng = P.squared_error_sums(c, r, with_range=True, native=native_psnr_path(c, r))
         assert rng is not None  # with_range=True
         lo, hi = (float(v) for v in rng)
         if not (0.0 <= lo and hi <= self.data_range):  # also False for NaN

@@ -14,8 +14,15 @@ contrast-sensitivity term of the valid region at every scale but the last, the S
 
 from __future__ import annotations
 
+import threading
+
 import torch
 import torch.nn.functional as F
+
+try:  # optional: built from _native.c by setup.py where a C compiler was found (docs/performance.md)
+    from genmetrics.functional import _native
+except ImportError:  # pragma: no cover - depends on the build
+    _native = None
 
 
 def gaussian_window(
@@ -47,8 +54,75 @@ BLOCK_BYTES = 1 << 20
 _SAME_WIDTH_INT = {8: torch.int64, 4: torch.int32, 2: torch.int16}
 
 
+#: bytes of both inputs each thread of the native kernel gets at least (smaller batches run in one thread)
+NATIVE_BYTES_PER_THREAD = 4 << 20
+
+
+def native_available() -> bool:
+    """Whether the native squared-error kernel (``genmetrics/functional/_native.c``) was built here.
+
+    >>> isinstance(native_available(), bool)
+    True
+    """
+    return _native is not None
+
+
+def _native_ok(preds: torch.Tensor, target: torch.Tensor) -> bool:
+    """The inputs the native kernel reads: CPU, contiguous, both float32 or both uint8, no autograd."""
+    return (
+        _native is not None
+        and preds.device.type == "cpu"
+        and target.device.type == "cpu"
+        and preds.dtype == target.dtype
+        and preds.dtype in (torch.float32, torch.uint8)
+        and preds.shape == target.shape
+        and preds.dim() >= 2
+        and preds.numel() > 0
+        and preds.is_contiguous()
+        and target.is_contiguous()
+        and not (torch.is_grad_enabled() and (preds.requires_grad or target.requires_grad))
+    )
+
+
+def _native_sums(
+    preds: torch.Tensor, target: torch.Tensor, with_range: bool
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """:func:`squared_error_sums` by the native kernel: one read of each input. The rows are split into
+    contiguous parts, one per torch thread (at least :data:`NATIVE_BYTES_PER_THREAD` each); every row is
+    summed the same way whatever the split, so the sums do not depend on the thread count."""
+    assert _native is not None
+    b, w = preds.shape[0], preds.shape[-1]
+    rows = preds.numel() // w
+    u8 = preds.dtype == torch.uint8
+    kind = 1 if u8 else 0
+    out = torch.empty(rows, dtype=torch.float64)
+    size = preds.element_size()
+    parts = max(1, min(torch.get_num_threads(), 2 * rows * w * size // NATIVE_BYTES_PER_THREAD, rows))
+    bounds = [rows * i // parts for i in range(parts + 1)]
+    pa, ta, oa = preds.data_ptr(), target.data_ptr(), out.data_ptr()
+
+    def run(i: int, got: list) -> None:
+        r0, r1 = bounds[i], bounds[i + 1]
+        got[i] = _native.sse_rows(kind, pa + r0 * w * size, ta + r0 * w * size, r1 - r0, w, oa + r0 * 8)
+
+    got: list = [None] * parts
+    workers = [threading.Thread(target=run, args=(i, got), daemon=True) for i in range(1, parts)]
+    for t in workers:
+        t.start()
+    run(0, got)
+    for t in workers:
+        t.join()
+    sse = out.view(b, -1).sum(1)
+    if not with_range:
+        return sse, None
+    if not bool(torch.isfinite(sse).all()) and not u8:  # NaN (or inf) in an input: the exact float range
+        return sse, _float_range(preds, target)
+    lo, hi = min(g[0] for g in got), max(g[1] for g in got)
+    return sse, torch.tensor([lo, hi], dtype=preds.dtype)
+
+
 def squared_error_sums(
-    preds: torch.Tensor, target: torch.Tensor, *, with_range: bool = False
+    preds: torch.Tensor, target: torch.Tensor, *, with_range: bool = False, native: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Per image ``sum((preds - target)^2)`` of ``[B,...,W]``, float64 ``[B]``; with ``with_range`` also the
     smallest and largest value of the two inputs (``[2]``, input dtype), else None.
@@ -64,6 +138,12 @@ def squared_error_sums(
     0..255) are converted block by block into the float32 buffer and never copied whole. Tensors autograd
     tracks take the plain expression, which keeps the graph.
 
+    ``native=True`` asks for the native kernel (:func:`native_available`; float32 or uint8, contiguous, on
+    the CPU, else the path above): one read of each input, rows split across torch's threads. Its float32
+    row sums use 8 lanes (term ``i`` into lane ``i mod 8``, lanes added as ``((0+4)+(1+5))+((2+6)+(3+7))``;
+    relative error at most ``(W/8 + 5) eps``), the same bits on every CPU; uint8 sums are exact integers.
+    The PSNR metric takes it where a measurement on the machine found it faster (baselines/pixel.py).
+
     >>> x = torch.zeros(2, 3, 4, 4)
     >>> sse, rng = squared_error_sums(x, x + 0.5, with_range=True)
     >>> sse.tolist(), rng.tolist()  # 48 px x 0.25; values span [0, 0.5]
@@ -72,6 +152,8 @@ def squared_error_sums(
     >>> squared_error_sums(u, u - 3)[0].tolist()  # 48 px x 3^2, integer differences
     [432.0]
     """
+    if native and _native_ok(preds, target):
+        return _native_sums(preds, target, with_range)
     b, w = preds.shape[0], preds.shape[-1]
     tracked = torch.is_grad_enabled() and (preds.requires_grad or target.requires_grad)
     u8 = preds.dtype == torch.uint8
@@ -134,7 +216,9 @@ def _float_range(preds: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     return torch.stack((torch.minimum(lo_p, lo_t), torch.maximum(hi_p, hi_t)))
 
 
-def psnr(preds: torch.Tensor, target: torch.Tensor, *, data_range: float = 1.0) -> torch.Tensor:
+def psnr(
+    preds: torch.Tensor, target: torch.Tensor, *, data_range: float = 1.0, native: bool = False
+) -> torch.Tensor:
     """``10 log10(data_range^2 / MSE)`` per image of ``[B,C,H,W]``, float64 ``[B]`` (inf for equal images).
 
     The squared errors come from :func:`squared_error_sums` (one pass over memory on the CPU).
@@ -143,7 +227,7 @@ def psnr(preds: torch.Tensor, target: torch.Tensor, *, data_range: float = 1.0) 
     >>> [round(v, 4) for v in psnr(x, x + 0.1).tolist()], psnr(x, x).tolist()  # MSE 0.01 -> 20 dB; equal -> inf
     ([20.0, 20.0], [inf, inf])
     """
-    sse, _ = squared_error_sums(preds, target)
+    sse, _ = squared_error_sums(preds, target, native=native)
     return psnr_from_sse(sse, preds[0].numel() if preds.shape[0] else 1, data_range=data_range)
 
 
