@@ -13,6 +13,9 @@
  * The range: float min/max by comparison (NaN never wins a comparison; a NaN in either input makes that
  * row's sum NaN, which the caller sees), byte min/max for uint8.
  *
+ * GM_NO_CLONES (one baseline build) and GM_NO_VECTOR (the scalar loop that compilers without vector
+ * extensions build) exist for tests/functional/test_pixel_native.py, which checks all builds agree bitwise.
+ *
  * The entry points take addresses (torch's data_ptr()) and release the GIL, so the caller can split rows
  * across threads. Plain C, no torch headers: it builds against any torch.
  */
@@ -22,7 +25,8 @@
 #include <stdint.h>
 #include <string.h>
 
-#if defined(__GNUC__) && defined(__x86_64__) && defined(__linux__) && !defined(__INTEL_COMPILER)
+#if defined(__GNUC__) && defined(__x86_64__) && defined(__linux__) && !defined(__INTEL_COMPILER) && \
+    !defined(GM_NO_CLONES)
 /* AVX2 and baseline (SSE2) builds of the loops, picked at load time by the CPU (ifunc) */
 #define GM_CLONES __attribute__((target_clones("avx2", "default")))
 #else
@@ -31,7 +35,7 @@
 
 #define LANES 8
 
-#if defined(__GNUC__)
+#if defined(__GNUC__) && !defined(GM_NO_VECTOR)
 /* 8 float32 lanes as one vector (GCC/Clang vector extensions: one AVX register, or two SSE/NEON ones);
    lane j holds exactly what the scalar loop below would, so both give the same bits */
 typedef float v8f __attribute__((vector_size(32)));

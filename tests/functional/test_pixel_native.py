@@ -1,0 +1,304 @@
+"""psnr's native squared-error kernel (genmetrics/functional/_native.c, issue 26: psnr at the read bandwidth).
+
+* Bitwise parity with an explicit second computation of its documented summation order (8 float32 lanes, a
+  fixed tree), done here with torch float32 ops: the sums are defined by their order, not by the CPU.
+* uint8: the exact integer sums.
+* The range it reports is the float range in every case the torch path's test covers (-0.0, negatives, inf,
+  NaN), and the metric's fallback to the general path still sees a bad value.
+* Rows split across threads give the same bits for any thread count and any split.
+* What it cannot read (float64, float16, views, autograd, mixed dtypes) takes the torch path.
+* The per-machine choice: a native kernel measured slower is never taken; without the extension the metric
+  takes the torch path; the choice is one per process and kept in GENMETRICS_HOME.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+import torch
+
+from genmetrics.backbones import fastpath
+from genmetrics.backbones.weights import genmetrics_home
+from genmetrics.baselines.pixel import PSNR, native_psnr_path
+from genmetrics.errors import InputError
+from genmetrics.functional import pixel as P
+
+needs_native = pytest.mark.skipif(not P.native_available(), reason="the native kernel was not built here")
+EPS32 = 1.1920929e-07
+
+
+def _pair(b: int, h: int, w: int, seed: int = 0, c: int = 3) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    t = torch.rand(b, c, h, w, generator=g)
+    p = (t + 0.05 * torch.randn(t.shape, generator=g)).clamp(0, 1)
+    return p, t
+
+
+def lane_order_sums(p: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+    """The documented order, with torch float32 ops (each op rounds once, as the C code's): per row, term i
+    goes into lane i mod 8 in order (the last W mod 8 terms into lanes 0..), then
+    ((l0+l4)+(l1+l5))+((l2+l6)+(l3+l7)); rows in float64."""
+    w = p.shape[-1]
+    d = p.reshape(-1, w) - t.reshape(-1, w)
+    s = d * d  # float32: one rounding for the difference, one for the square
+    acc = torch.zeros(s.shape[0], 8, dtype=torch.float32)
+    full = w // 8
+    for i in range(full):
+        acc = acc + s[:, 8 * i : 8 * i + 8]
+    rest = w - 8 * full
+    if rest:
+        acc[:, :rest] = acc[:, :rest] + s[:, 8 * full :]
+    a = acc
+    row = ((a[:, 0] + a[:, 4]) + (a[:, 1] + a[:, 5])) + ((a[:, 2] + a[:, 6]) + (a[:, 3] + a[:, 7]))
+    return row.double().view(p.shape[0], -1).sum(1)
+
+
+@needs_native
+@pytest.mark.parametrize("shape", [(3, 3, 5, 1), (2, 1, 4, 7), (4, 3, 9, 8), (3, 3, 16, 29), (2, 2, 3, 300)])
+def test_float32_sums_are_the_documented_lane_order_bitwise(shape):
+    """Widths below 8, of 8, with a tail, long rows: the same bits as the explicit lane-order computation,
+    and within the arithmetic bound of the float64 sums: (W/8 + 5) eps relative (a lane sums W/8 terms,
+    the tree adds 3 levels, difference and square round once each)."""
+    b, c, h, w = shape
+    p, t = _pair(b, h, w, c=c, seed=w)
+    sse, rng = P.squared_error_sums(p, t, with_range=True, native=True)
+    assert torch.equal(sse, lane_order_sums(p, t))
+    exact = ((p.double() - t.double()) ** 2).sum((1, 2, 3))
+    assert torch.all((sse - exact).abs() <= (w / 8 + 5) * EPS32 * exact)
+    both = torch.cat((p.flatten(), t.flatten()))
+    assert rng.dtype == torch.float32 and rng.tolist() == [float(both.min()), float(both.max())]
+
+
+@needs_native
+def test_uint8_sums_are_exact_integers():
+    """Every difference from -255 to 255, rows long enough that float32 sums would round (W = 700:
+    up to 700 * 255^2 > 2^24): the native sums are the exact integer sums."""
+    g = torch.Generator().manual_seed(3)
+    p = torch.randint(0, 256, (3, 3, 5, 700), generator=g, dtype=torch.uint8)
+    t = torch.randint(0, 256, (3, 3, 5, 700), generator=g, dtype=torch.uint8)
+    p[0, 0, 0, :] = 0
+    t[0, 0, 0, :] = 255
+    exact = ((p.long() - t.long()) ** 2).sum((1, 2, 3))
+    sse, rng = P.squared_error_sums(p, t, with_range=True, native=True)
+    assert sse.dtype == torch.float64 and torch.equal(sse, exact.double())
+    assert rng.dtype == torch.uint8 and rng.tolist() == [0, 255]
+    _, rng = P.squared_error_sums(p.clamp(10, 200), t.clamp(20, 250), with_range=True, native=True)
+    assert rng.tolist() == [10, 250]
+
+
+@needs_native
+def test_range_is_the_float_range_in_every_case():
+    """The cases of the torch path's bit-pattern test, through the native kernel: in range, -0.0,
+    negatives in two places, +inf, -inf, NaN in either input (the NaN makes the sum NaN; the range is then
+    the float range with its NaN)."""
+    p, t = _pair(3, 8, 8)
+    cases = {"in range": (p, t)}
+    z = t.clone()
+    z[1, 2, 3, 4] = -0.0
+    cases["negative zero"] = (p, z)
+    n = p.clone()
+    n[2, 2, 7, 7] = -0.5
+    n[0, 1, 0, 0] = -0.25
+    cases["negatives"] = (n, t)
+    i = t.clone()
+    i[0, 0, 0, 1] = float("inf")
+    cases["inf"] = (p, i)
+    m = p.clone()
+    m[2, 0, 0, 0] = float("-inf")
+    cases["-inf"] = (m, t)
+    tn = t.clone()
+    tn[1, 1, 5, 2] = -0.75  # the smallest value in the target only
+    cases["negative target"] = (p, tn)
+    pi = p.clone()
+    pi[0, 2, 6, 3] = float("inf")  # the largest value in the preds only
+    cases["inf preds"] = (pi, t)
+    for name, (a, b) in cases.items():
+        _, rng = P.squared_error_sums(a, b, with_range=True, native=True)
+        both = torch.cat((a.flatten(), b.flatten())).double()
+        assert rng.double().tolist() == [float(both.min()), float(both.max())], name
+    for side in (0, 1):
+        q = [p.clone(), t.clone()]
+        q[side][1, 0, 4, 4] = float("nan")
+        sse, rng = P.squared_error_sums(q[0], q[1], with_range=True, native=True)
+        assert sse[1].isnan() and rng.isnan().any(), side
+
+
+@needs_native
+def test_the_metric_still_names_a_bad_value_and_clamps_a_tolerated_one():
+    native = PSNR()
+    fastpath.force_path("psnr_native", "native")
+    try:
+        p, t = _pair(3, 16, 16, seed=1)
+        bad = p.clone()
+        bad[2, 1, 2, 3] = float("nan")
+        with pytest.raises(InputError, match=r"candidates\[2\]"):
+            native.score(t, bad)
+        over, clamped = p.clone(), p.clone()
+        over[0, 0, 0, 0], clamped[0, 0, 0, 0] = 1.0005, 1.0
+        a, b = PSNR(), PSNR()
+        a.update(reference=t, candidates=over)
+        b.update(reference=t, candidates=clamped)
+        assert torch.equal(a.per_sample()["scores"], b.per_sample()["scores"])
+    finally:
+        fastpath.force_path("psnr_native", None)
+
+
+@needs_native
+@pytest.mark.parametrize("dtype", [torch.float32, torch.uint8])
+def test_any_thread_count_and_split_gives_the_same_bits(monkeypatch, dtype):
+    """Rows split into 1, 2, 3 and 7 parts (7 rows per image, 5 images: parts straddle images) give the
+    same sums and range."""
+    p, t = _pair(5, 7, 33)
+    if dtype == torch.uint8:
+        p, t = (p * 255).round().to(dtype), (t * 255).round().to(dtype)
+    monkeypatch.setattr(P, "NATIVE_BYTES_PER_THREAD", 1)  # as many parts as threads (and rows) allow
+    before = torch.get_num_threads()
+    got = []
+    try:
+        for n in (1, 2, 3, 7):
+            torch.set_num_threads(n)
+            got.append(P.squared_error_sums(p, t, with_range=True, native=True))
+    finally:
+        torch.set_num_threads(before)
+    for sse, rng in got[1:]:
+        assert torch.equal(sse, got[0][0]) and torch.equal(rng, got[0][1])
+
+
+@needs_native
+def test_a_row_scored_in_a_batch_equals_it_scored_alone():
+    p, t = _pair(6, 12, 20, seed=4)
+    whole, _ = P.squared_error_sums(p, t, native=True)
+    alone = torch.cat([P.squared_error_sums(p[i : i + 1], t[i : i + 1], native=True)[0] for i in range(6)])
+    assert torch.equal(whole, alone)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda p, t: (p.double(), t.double()),
+        lambda p, t: (p.half(), t.half()),
+        lambda p, t: (p.transpose(2, 3), t.transpose(2, 3)),
+        lambda p, t: (p, t.double()),
+        lambda p, t: (p.requires_grad_(True), t),
+    ],
+    ids=["float64", "float16", "view", "mixed", "autograd"],
+)
+def test_what_the_kernel_cannot_read_takes_the_torch_path(make):
+    p, t = make(*_pair(2, 8, 8))
+    a, ra = P.squared_error_sums(p, t, with_range=True, native=True)
+    b, rb = P.squared_error_sums(p, t, with_range=True)
+    assert torch.equal(a, b) and torch.equal(ra, rb)
+    if p.requires_grad:
+        assert a.requires_grad  # the plain expression kept the graph
+
+
+def _burn(seconds: float) -> None:
+    end = time.process_time() + seconds
+    while time.process_time() < end:
+        pass
+
+
+def test_a_native_kernel_measured_slower_is_never_taken(monkeypatch):
+    """Plant the fault: the native kernel made 30 ms slower per call. The measurement must keep the torch
+    path, and the metric's scores are then the torch path's bits."""
+    fastpath.forget_fast_path_choices()
+    real = P._native_sums
+
+    def slow(*a, **k):
+        _burn(0.03)
+        return real(*a, **k)
+
+    monkeypatch.setattr(P, "_native_sums", slow)
+    monkeypatch.setattr(P, "_native", P._native or object())  # present, even where it was not built
+    p, t = _pair(4, 32, 32)
+    try:
+        assert native_psnr_path(p, t) is False
+        m = PSNR()
+        m.update(reference=t, candidates=p)
+        plain = P.psnr_from_sse(P.squared_error_sums(p, t)[0], p[0].numel())
+        assert torch.equal(m.per_sample()["scores"], plain.clamp(max=m.max_db))
+    finally:
+        fastpath.forget_fast_path_choices()
+
+
+def test_without_the_extension_the_metric_takes_the_torch_path(monkeypatch):
+    monkeypatch.setattr(P, "_native", None)
+    fastpath.forget_fast_path_choices()
+    p, t = _pair(3, 16, 16)
+    assert not P.native_available() and native_psnr_path(p, t) is False
+    a, _ = P.squared_error_sums(p, t, native=True)  # asked for, not there: the torch path, no error
+    assert torch.equal(a, P.squared_error_sums(p, t)[0])
+    assert fastpath.fast_path_choices() == []  # nothing measured
+
+
+@needs_native
+def test_the_choice_is_measured_once_and_recorded_for_the_machine(monkeypatch):
+    """The first batch measures (both candidates run); later batches and later processes (the record in
+    GENMETRICS_HOME) reuse the choice without measuring."""
+    fastpath.forget_fast_path_choices()
+    p, t = _pair(4, 32, 32)
+    calls = {"native": 0}
+    real = P._native_sums
+
+    def counted(*a, **k):
+        calls["native"] += 1
+        return real(*a, **k)
+
+    monkeypatch.setattr(P, "_native_sums", counted)
+    first = native_psnr_path(p, t)
+    measured = calls["native"]
+    assert measured >= 3  # best of 3 rounds
+    assert native_psnr_path(p, t) is first and calls["native"] == measured
+    fastpath.forget_fast_path_choices()  # as a new process: the record answers
+    assert native_psnr_path(p, t) is first and calls["native"] == measured
+    record = json.loads((genmetrics_home() / fastpath.STORE_NAME).read_text())
+    assert [k for k in record if "psnr_native" in k and "float32" in k]
+    fastpath.forget_fast_path_choices()
+
+
+def _build_variant(tmp_path, flags: list[str]):
+    """The kernel built with extra ``flags`` into ``tmp_path`` and loaded as a module (None where this
+    machine has no C compiler or Python headers)."""
+    import importlib.machinery
+    import importlib.util
+    import shutil
+    import subprocess
+    import sysconfig
+    from pathlib import Path
+
+    cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    include = sysconfig.get_paths()["include"]
+    if cc is None or not (Path(include) / "Python.h").exists():
+        return None
+    src = Path(P.__file__).with_name("_native.c")
+    so = tmp_path / ("_native" + (sysconfig.get_config_var("EXT_SUFFIX") or ".so"))
+    cmd = [cc, "-shared", "-fPIC", "-O3", "-ffp-contract=off", "-fno-math-errno", f"-I{include}", *flags]
+    subprocess.run([*cmd, str(src), "-o", str(so)], check=True, capture_output=True)
+    loader = importlib.machinery.ExtensionFileLoader("genmetrics.functional._native", str(so))
+    spec = importlib.util.spec_from_file_location("genmetrics.functional._native", so, loader=loader)
+    mod = importlib.util.module_from_spec(spec)
+    loader.exec_module(mod)
+    return mod
+
+
+@needs_native
+@pytest.mark.parametrize("flags", [["-DGM_NO_CLONES"], ["-DGM_NO_CLONES", "-DGM_NO_VECTOR"]], ids=["baseline", "scalar"])
+def test_every_build_of_the_kernel_gives_the_same_bits(monkeypatch, tmp_path, flags):
+    """The installed build (on x86-64 Linux: an AVX2 and a baseline SSE2 clone, picked by the CPU) against a
+    baseline-only build and the scalar loop that compilers without vector extensions (MSVC) build: the
+    same sums and ranges, bit for bit, on float32 and uint8 rows of several widths."""
+    mod = _build_variant(tmp_path, flags)
+    if mod is None:
+        pytest.skip("no C compiler or Python headers here")
+    cases = [_pair(3, 5, w, seed=w) for w in (1, 7, 8, 29, 300)]
+    cases += [((p * 255).round().to(torch.uint8), (t * 255).round().to(torch.uint8)) for p, t in cases[:3]]
+    cases.append(_pair(2, 4, 16, seed=9))
+    cases[-1][0][1, 0, 2, 5] = float("nan")
+    installed = [P.squared_error_sums(p, t, with_range=True, native=True) for p, t in cases]
+    monkeypatch.setattr(P, "_native", mod)
+    for (p, t), (sse, rng) in zip(cases, installed):
+        other, orng = P.squared_error_sums(p, t, with_range=True, native=True)
+        assert torch.equal(other.nan_to_num(-1.0), sse.nan_to_num(-1.0)), (p.dtype, p.shape)
+        assert torch.equal(orng.nan_to_num(-1.0), rng.nan_to_num(-1.0)), (p.dtype, p.shape)
