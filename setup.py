@@ -14,6 +14,11 @@ else:  # no fused multiply-add: the same sums on every CPU (ARM compilers fuse b
 
 setup(
     ext_modules=[
-        Extension("genmetrics.functional._native", ["genmetrics/functional/_native.c"], extra_compile_args=ARGS, optional=True)
+        Extension(
+            "genmetrics.functional._native",
+            ["genmetrics/functional/_native.c"],
+            extra_compile_args=ARGS,
+            optional=True,
+        )
     ]
 )

@@ -243,14 +243,14 @@ class _PairedPixelMetric(SampleMetric):
         raise NotImplementedError
 
 
-#: bytes of each input the measurement of :func:`native_psnr_path` times (the first images of the batch)
+#: bytes of each input the measurement of :func:`native_psnr_path` times (the first rows of the batch)
 NATIVE_PROBE_BYTES = 8 << 20
 
 
 def native_psnr_path(preds: torch.Tensor, target: torch.Tensor) -> bool:
     """Whether psnr takes the native squared-error kernel for inputs like these: only where it was built
-    and where, timed on this machine against the torch path (the first images of this batch, interleaved,
-    best of 3; :func:`~genmetrics.backbones.fastpath.choose_path`), it was at least 5% faster. The choice
+    and where, timed on this machine against the torch path (the first rows of this batch, interleaved,
+    best of 3, on at most :data:`NATIVE_PROBE_BYTES` of rows; :func:`~genmetrics.backbones.fastpath.choose_path`), it was at least 5% faster. The choice
     is made once per dtype and thread count and kept in ``GENMETRICS_HOME/fast_paths.json``, so every
     process on the machine takes the same path (the two round differently in the last bits).
     ``force_path("psnr_native", "torch")`` turns it off.
@@ -264,8 +264,11 @@ def native_psnr_path(preds: torch.Tensor, target: torch.Tensor) -> bool:
     if not P.native_available() or not P._native_ok(preds, target):
         return False
     key = ("psnr_native", str(preds.dtype).removeprefix("torch."), torch.get_num_threads())
-    k = max(1, min(preds.shape[0], NATIVE_PROBE_BYTES // max(1, preds[0].numel() * preds.element_size())))
-    p, t = preds[:k], target[:k]
+    w = preds.shape[
+        -1
+    ]  # the first rows of the batch, at most NATIVE_PROBE_BYTES (one huge image: part of it)
+    k = max(1, min(preds.numel() // w, NATIVE_PROBE_BYTES // (w * preds.element_size())))
+    p, t = preds.view(-1, w)[:k].unsqueeze(0), target.view(-1, w)[:k].unsqueeze(0)
 
     def candidates() -> dict[str, Any]:
         return {

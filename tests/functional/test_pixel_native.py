@@ -284,7 +284,9 @@ def _build_variant(tmp_path, flags: list[str]):
 
 
 @needs_native
-@pytest.mark.parametrize("flags", [["-DGM_NO_CLONES"], ["-DGM_NO_CLONES", "-DGM_NO_VECTOR"]], ids=["baseline", "scalar"])
+@pytest.mark.parametrize(
+    "flags", [["-DGM_NO_CLONES"], ["-DGM_NO_CLONES", "-DGM_NO_VECTOR"]], ids=["baseline", "scalar"]
+)
 def test_every_build_of_the_kernel_gives_the_same_bits(monkeypatch, tmp_path, flags):
     """The installed build (on x86-64 Linux: an AVX2 and a baseline SSE2 clone, picked by the CPU) against a
     baseline-only build and the scalar loop that compilers without vector extensions (MSVC) build: the
