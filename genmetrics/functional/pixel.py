@@ -106,12 +106,29 @@ def _native_sums(
         got[i] = _native.sse_rows(kind, pa + r0 * w * size, ta + r0 * w * size, r1 - r0, w, oa + r0 * 8)
 
     got: list = [None] * parts
-    workers = [threading.Thread(target=run, args=(i, got), daemon=True) for i in range(1, parts)]
-    for t in workers:
-        t.start()
-    run(0, got)
-    for t in workers:
-        t.join()
+    go, stop = threading.Event(), threading.Event()
+
+    def work(i: int) -> None:
+        go.wait()
+        if not stop.is_set():
+            run(i, got)
+
+    # Ctrl-C must not return while a thread still reads the inputs or writes ``out`` (the caller frees
+    # them): the threads read nothing until all have started, and from then on every one is joined
+    workers = [threading.Thread(target=work, args=(i,), daemon=True) for i in range(1, parts)]
+    try:
+        for t in workers:
+            t.start()
+        go.set()
+        run(0, got)
+    finally:
+        if go.is_set():
+            _join_all(workers)
+        else:  # interrupted while starting them: the started threads end without reading anything
+            stop.set()
+            go.set()
+    if any(g is None for g in got):  # a thread failed (its traceback was printed): its rows are unwritten
+        raise RuntimeError("squared_error_sums: a thread of the native kernel failed; native=False avoids it")
     sse = out.view(b, -1).sum(1)
     if not with_range:
         return sse, None
@@ -119,6 +136,20 @@ def _native_sums(
         return sse, _float_range(preds, target)
     lo, hi = min(g[0] for g in got), max(g[1] for g in got)
     return sse, torch.tensor([lo, hi], dtype=preds.dtype)
+
+
+def _join_all(threads: list[threading.Thread]) -> None:
+    """Wait for every thread, even through Ctrl-C (re-raised once all have stopped; only a second Ctrl-C in
+    the few bytecodes between two joins can still cut the wait short)."""
+    interrupted: BaseException | None = None
+    for t in threads:
+        while t.is_alive():
+            try:
+                t.join()
+            except BaseException as e:  # KeyboardInterrupt, or an exception a signal handler raised
+                interrupted = interrupted or e
+    if interrupted is not None:
+        raise interrupted
 
 
 def squared_error_sums(

@@ -1,0 +1,297 @@
+"""A hostile user's pass over psnr's native kernel (genmetrics/functional/_native.c, issue 26).
+
+The kernel reads raw addresses in threads of its own, so the cases here are those where an address, a thread
+or a record can go wrong: Ctrl-C while the threads read, a thread that fails, tensors whose memory is not
+their values (a negative-bit view), layouts the kernel cannot read (the score's bits must not depend on the
+layout), thread counts above the rows, concurrent callers, a fork, values that are bad only in a row's
+tail, tampered choices, and the CLI on folders of mixed image modes and sizes.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import signal
+import threading
+import time
+
+import pytest
+import torch
+from PIL import Image
+
+from genmetrics.backbones import fastpath
+from genmetrics.baselines.pixel import PSNR, native_psnr_path
+from genmetrics.errors import InputError
+from genmetrics.functional import pixel as P
+from tests.functional.test_pixel_native import EPS32, _pair, needs_native
+
+
+@pytest.fixture
+def forced_native():
+    fastpath.force_path("psnr_native", "native")
+    yield
+    fastpath.force_path("psnr_native", None)
+
+
+class _WorkerKernel:
+    """The real kernel, with a hook run first in every worker thread (not in the calling thread)."""
+
+    def __init__(self, hook):
+        self.real, self.hook = P._native, hook
+        self.started = self.finished = 0
+        self.lock = threading.Lock()
+
+    def sse_rows(self, *args):
+        if threading.current_thread() is threading.main_thread():
+            return self.real.sse_rows(*args)
+        with self.lock:
+            self.started += 1
+        self.hook()
+        out = self.real.sse_rows(*args)
+        with self.lock:
+            self.finished += 1
+        return out
+
+
+@needs_native
+def test_ctrl_c_returns_only_after_every_kernel_thread_stopped_reading(monkeypatch):
+    """Ctrl-C (a real SIGINT to the main thread) while the kernel's worker threads run: the
+    KeyboardInterrupt may reach the caller only once no thread still reads the inputs or writes the
+    output (after it, the caller frees them: a thread still running would read freed memory and write
+    into whatever was allocated there next)."""
+
+    def interrupt_then_work():
+        signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+        time.sleep(0.3)  # the main thread gets the signal while this worker still has its rows to do
+
+    kernel = _WorkerKernel(interrupt_then_work)
+    monkeypatch.setattr(P, "_native", kernel)
+    monkeypatch.setattr(P, "NATIVE_BYTES_PER_THREAD", 1)
+    before = torch.get_num_threads()
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    p, t = _pair(4, 8, 8)
+    try:
+        torch.set_num_threads(4)
+        with pytest.raises(KeyboardInterrupt):
+            P.squared_error_sums(p, t, native=True)
+            time.sleep(2)  # not interrupted inside the call: the signal is still on its way
+        assert kernel.started >= 1 and kernel.finished == kernel.started
+    finally:
+        signal.signal(signal.SIGINT, old)
+        torch.set_num_threads(before)
+
+
+@needs_native
+def test_ctrl_c_while_the_kernel_threads_start_leaves_no_thread_reading(monkeypatch):
+    """Ctrl-C landing in ``Thread.start`` (the thread exists, the start did not return): the started
+    threads must end without reading the inputs the caller is about to free."""
+    kernel = _WorkerKernel(lambda: None)
+    monkeypatch.setattr(P, "_native", kernel)
+    monkeypatch.setattr(P, "NATIVE_BYTES_PER_THREAD", 1)
+    real_start, calls = threading.Thread.start, []
+
+    def start(self):
+        real_start(self)
+        calls.append(self)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(threading.Thread, "start", start)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(4)
+        with pytest.raises(KeyboardInterrupt):
+            P.squared_error_sums(*_pair(4, 8, 8), native=True)
+        for t in calls:
+            t.join(10)
+        assert len(calls) == 2 and kernel.started == 0
+    finally:
+        torch.set_num_threads(before)
+
+
+@needs_native
+@pytest.mark.parametrize("with_range", [False, True])
+def test_a_kernel_thread_that_fails_raises_instead_of_returning_unwritten_sums(monkeypatch, with_range):
+    """Plant the fault: the kernel raises in a worker thread. The sums of its rows were never written
+    (``torch.empty``): the call must raise, not return them."""
+
+    def fail():
+        raise MemoryError("planted")
+
+    monkeypatch.setattr(P, "_native", _WorkerKernel(fail))
+    monkeypatch.setattr(P, "NATIVE_BYTES_PER_THREAD", 1)
+    monkeypatch.setattr(threading, "excepthook", lambda args: None)  # the planted fault is expected
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(3)
+        with pytest.raises(RuntimeError, match="native"):
+            P.squared_error_sums(*_pair(3, 4, 8), with_range=with_range, native=True)
+    finally:
+        torch.set_num_threads(before)
+
+
+@needs_native
+def test_a_tampered_record_takes_a_valid_path_or_measures_again(monkeypatch):
+    """fast_paths.json that is not a JSON object, or records a path this code does not know: no crash; a
+    record of "native" where the extension is missing: the torch path."""
+    from genmetrics.backbones.weights import genmetrics_home
+
+    p, t = _pair(3, 8, 8)
+    key = ("psnr_native", "float32", torch.get_num_threads())
+    store = genmetrics_home() / fastpath.STORE_NAME
+    store.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        for text in ("[1, 2]", "{not json", json.dumps({fastpath._machine_key(key): "native"})):
+            fastpath.forget_fast_path_choices()
+            store.write_text(text)
+            assert native_psnr_path(p, t) in (True, False), text
+        fastpath.forget_fast_path_choices()
+        store.write_text(json.dumps({fastpath._machine_key(key): {"path": "native"}}))
+        monkeypatch.setattr(P, "_native", None)
+        assert native_psnr_path(p, t) is False
+    finally:
+        fastpath.forget_fast_path_choices()
+
+
+@needs_native
+@pytest.mark.parametrize("dtype", [torch.float32, torch.uint8])
+def test_thread_counts_above_the_rows_give_the_same_bits(monkeypatch, dtype):
+    """1..8 threads on batches of 1 to 3 rows (fewer rows than threads) and on one wide row."""
+    monkeypatch.setattr(P, "NATIVE_BYTES_PER_THREAD", 1)
+    before = torch.get_num_threads()
+    cases = [_pair(1, 1, 5, c=1), _pair(1, 3, 17, c=1), _pair(3, 1, 9, c=1), _pair(1, 1, 40001, c=1)]
+    if dtype == torch.uint8:
+        cases = [((p * 255).round().to(dtype), (t * 255).round().to(dtype)) for p, t in cases]
+    try:
+        for p, t in cases:
+            torch.set_num_threads(1)
+            want = P.squared_error_sums(p, t, with_range=True, native=True)
+            for k in range(2, 9):
+                torch.set_num_threads(k)
+                got = P.squared_error_sums(p, t, with_range=True, native=True)
+                assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1]), (p.shape, k)
+    finally:
+        torch.set_num_threads(before)
+
+
+@needs_native
+def test_two_python_threads_scoring_at_once_get_their_own_sums(monkeypatch):
+    monkeypatch.setattr(P, "NATIVE_BYTES_PER_THREAD", 1)
+    pairs = [_pair(6, 16, 24, seed=s) for s in range(2)]
+    want = [P.squared_error_sums(p, t, with_range=True, native=True) for p, t in pairs]
+    got: list = [[], []]
+
+    def score(i):
+        for _ in range(20):
+            got[i].append(P.squared_error_sums(*pairs[i], with_range=True, native=True))
+
+    threads = [threading.Thread(target=score, args=(i,)) for i in range(2)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    for i in range(2):
+        assert len(got[i]) == 20
+        assert all(torch.equal(s, want[i][0]) and torch.equal(r, want[i][1]) for s, r in got[i])
+
+
+def _child_sums(queue) -> None:
+    p, t = _pair(4, 8, 8)
+    queue.put(P.squared_error_sums(p, t, native=True)[0].tolist())
+
+
+@needs_native
+@pytest.mark.skipif("fork" not in mp.get_all_start_methods(), reason="no fork on this platform")
+def test_a_fork_after_the_kernel_threads_ran_scores_the_same(monkeypatch):
+    monkeypatch.setattr(P, "NATIVE_BYTES_PER_THREAD", 1)
+    p, t = _pair(4, 8, 8)
+    want = P.squared_error_sums(p, t, native=True)[0].tolist()  # the kernel's threads ran here first
+    ctx = mp.get_context("fork")
+    queue = ctx.SimpleQueue()
+    child = ctx.Process(target=_child_sums, args=(queue,))
+    child.start()
+    child.join(60)
+    assert child.exitcode == 0 and queue.get() == want
+
+
+@needs_native
+@pytest.mark.parametrize("where", ["preds tail", "target tail", "target last row, last column"])
+def test_a_bad_value_in_a_row_tail_is_named_exactly(forced_native, where):
+    """W = 13 (5 terms in the tail after one full 8-lane step): a NaN / inf / -0.5 placed in the tail of
+    a row, in the last row, in the target only; the error names that image."""
+    for bad in (float("nan"), float("inf"), -0.5):
+        p, t = _pair(3, 5, 13, seed=3)
+        if where == "preds tail":
+            p[1, 2, 2, 10] = bad
+            side, idx = "candidates", 1
+        elif where == "target tail":
+            t[0, 0, 1, 12] = bad
+            side, idx = "reference", 0
+        else:
+            t[2, 2, 4, 12] = bad
+            side, idx = "reference", 2
+        with pytest.raises(InputError, match=rf"{side}\[{idx}\]"):
+            PSNR().score(t, p)
+    p, t = _pair(3, 5, 13, seed=3)
+    t[2, 2, 4, 12] = -0.0  # -0.0 is in range: the score of +0.0
+    t0 = t.clone()
+    t0[2, 2, 4, 12] = 0.0
+    assert torch.equal(PSNR().score(t, p), PSNR().score(t0, p))
+
+
+@needs_native
+def test_wide_uint8_rows_are_exact_past_the_int32_partial_sums():
+    """W = 70001 > 2 * 32768: three int32 partial sums per row, every one at its largest (255^2 terms)."""
+    p = torch.zeros(2, 1, 2, 70001, dtype=torch.uint8)
+    t = torch.full_like(p, 255)
+    t[1, 0, 1, -1] = 0
+    sse, rng = P.squared_error_sums(p, t, with_range=True, native=True)
+    assert sse.tolist() == [2 * 70001 * 255**2, (2 * 70001 - 1) * 255**2] and rng.tolist() == [0, 255]
+
+
+def _write_mixed_folders(root) -> None:
+    """Reference / candidate pairs of modes L, RGB, RGBA, P and I;16-free 8-bit, of three sizes (one pair of
+    every size, widths with a tail after 8 lanes)."""
+    g = torch.Generator().manual_seed(5)
+    (root / "ref").mkdir()
+    (root / "gen").mkdir()
+    sizes = [(9, 13), (16, 16), (7, 29), (9, 13), (16, 16)]
+    modes = ["RGB", "L", "RGBA", "P", "RGB"]
+    for i, ((h, w), mode) in enumerate(zip(sizes, modes)):
+        ref = torch.randint(0, 256, (h, w, 3), generator=g, dtype=torch.uint8)
+        gen = (ref.int() + torch.randint(-25, 26, (h, w, 3), generator=g)).clamp(0, 255).to(torch.uint8)
+        for d, img in (("ref", ref), ("gen", gen)):
+            Image.fromarray(img.numpy()).convert(mode).save(root / d / f"s{i}.png")
+
+
+@needs_native
+def test_cli_scores_of_mixed_modes_and_sizes_agree_with_and_without_the_kernel(tmp_path, capsys):
+    """`genmetrics score psnr` on folders of mixed modes and sizes: per-image scores with the native kernel
+    and with the torch path within the arithmetic bound. Both sum rows of W <= 29 float32 terms with
+    relative error <= (W/8 + 5) eps (native) and (W + 2) eps (torch), so the sums differ by at most
+    (W/8 + W + 7) eps relative = 41 eps; PSNR moves by 10 log10(1 + d) <= 4.35 d dB."""
+    from genmetrics.cli.main import main
+
+    _write_mixed_folders(tmp_path)
+    got = {}
+    for path in ("native", "torch"):
+        fastpath.force_path("psnr_native", path)
+        try:
+            out = tmp_path / f"{path}.jsonl"
+            argv = [
+                "score",
+                "psnr",
+                "--reference",
+                str(tmp_path / "ref"),
+                "--candidates",
+                str(tmp_path / "gen"),
+            ]
+            rc = main([*argv, "--json", "--out", str(out), "--batch-size", "2"])
+            err = capsys.readouterr().err
+            assert rc == 0, err
+            got[path] = {r["id"]: r["score"] for r in map(json.loads, out.read_text().splitlines())}
+        finally:
+            fastpath.force_path("psnr_native", None)
+    assert sorted(got["native"]) == sorted(got["torch"]) == [f"s{i}" for i in range(5)]
+    for k, v in got["native"].items():
+        assert abs(v - got["torch"][k]) <= 4.35 * 41 * EPS32, k
