@@ -183,6 +183,8 @@ def squared_error_sums(
     >>> squared_error_sums(u, u - 3)[0].tolist()  # 48 px x 3^2, integer differences
     [432.0]
     """
+    # a negative-bit view (``z.conj().imag``) holds its values negated in memory: both paths read memory
+    preds, target = preds.resolve_neg(), target.resolve_neg()
     if native and _native_ok(preds, target):
         return _native_sums(preds, target, with_range)
     b, w = preds.shape[0], preds.shape[-1]

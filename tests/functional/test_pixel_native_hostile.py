@@ -131,6 +131,22 @@ def test_a_kernel_thread_that_fails_raises_instead_of_returning_unwritten_sums(m
 
 
 @needs_native
+def test_a_negative_bit_view_is_read_as_its_values():
+    """``z.conj().imag`` is a real float32 view whose memory holds the values negated (the negative bit);
+    a one-element one is contiguous. The kernel must not read the raw memory as the values (and the torch
+    path's bit-pattern view must not refuse it)."""
+    z = torch.complex(torch.zeros(1, 1, 1, 1), torch.full((1, 1, 1, 1), 0.25)).conj().imag
+    assert z.is_neg() and z.is_contiguous() and float(z) == -0.25
+    t = torch.full((1, 1, 1, 1), 0.25)
+    sse, rng = P.squared_error_sums(z, t, with_range=True, native=True)
+    assert sse.tolist() == [0.25] and rng.tolist() == [-0.25, 0.25]  # (-0.25 - 0.25)^2
+    assert P.squared_error_sums(t, z, native=True)[0].tolist() == [0.25]  # as the target
+    assert P.psnr(z, t, native=True).tolist() == P.psnr(z.resolve_neg(), t).tolist()
+    tsse, trng = P.squared_error_sums(z, t, with_range=True)  # the torch path: as its values too
+    assert torch.equal(tsse, sse) and torch.equal(trng, rng)
+
+
+@needs_native
 def test_a_tampered_record_takes_a_valid_path_or_measures_again(monkeypatch):
     """fast_paths.json that is not a JSON object, or records a path this code does not know: no crash; a
     record of "native" where the extension is missing: the torch path."""
