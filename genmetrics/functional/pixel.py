@@ -106,15 +106,18 @@ def _native_sums(
         got[i] = _native.sse_rows(kind, pa + r0 * w * size, ta + r0 * w * size, r1 - r0, w, oa + r0 * 8)
 
     got: list = [None] * parts
-    go, stop = threading.Event(), threading.Event()
+    go, stop, done = threading.Event(), threading.Event(), [threading.Event() for _ in range(parts)]
 
     def work(i: int) -> None:
-        go.wait()
-        if not stop.is_set():
-            run(i, got)
+        try:
+            go.wait()
+            if not stop.is_set():
+                run(i, got)
+        finally:
+            done[i].set()
 
     # Ctrl-C must not return while a thread still reads the inputs or writes ``out`` (the caller frees
-    # them): the threads read nothing until all have started, and from then on every one is joined
+    # them): the threads read nothing until all have started, and from then on each is waited for
     workers = [threading.Thread(target=work, args=(i,), daemon=True) for i in range(1, parts)]
     try:
         for t in workers:
@@ -123,7 +126,7 @@ def _native_sums(
         run(0, got)
     finally:
         if go.is_set():
-            _join_all(workers)
+            _wait_all(done[1:])
         else:  # interrupted while starting them: the started threads end without reading anything
             stop.set()
             go.set()
@@ -138,16 +141,18 @@ def _native_sums(
     return sse, torch.tensor([lo, hi], dtype=preds.dtype)
 
 
-def _join_all(threads: list[threading.Thread]) -> None:
-    """Wait for every thread, even through Ctrl-C (re-raised once all have stopped; only a second Ctrl-C in
-    the few bytecodes between two joins can still cut the wait short)."""
+def _wait_all(events: list[threading.Event]) -> None:
+    """Wait until every event is set, even through repeated Ctrl-C (re-raised after; only one landing inside
+    the ``except`` clause itself can still cut the wait short). Events, not ``Thread.join``: on Python 3.11
+    a join interrupted by Ctrl-C marks the thread stopped while it still runs (bpo-45274's fix)."""
     interrupted: BaseException | None = None
-    for t in threads:
-        while t.is_alive():
-            try:
-                t.join()
-            except BaseException as e:  # KeyboardInterrupt, or an exception a signal handler raised
-                interrupted = interrupted or e
+    while True:
+        try:
+            for e in events:
+                e.wait()
+            break
+        except BaseException as exc:  # KeyboardInterrupt, or an exception a signal handler raised
+            interrupted = interrupted or exc
     if interrupted is not None:
         raise interrupted
 
