@@ -268,7 +268,7 @@ def native_psnr_path(preds: torch.Tensor, target: torch.Tensor) -> bool:
         -1
     ]  # the first rows of the batch, at most NATIVE_PROBE_BYTES (one huge image: part of it)
     k = max(1, min(preds.numel() // w, NATIVE_PROBE_BYTES // (w * preds.element_size())))
-    p, t = preds.view(-1, w)[:k].unsqueeze(0), target.view(-1, w)[:k].unsqueeze(0)
+    p, t = preds.reshape(-1, w)[:k].unsqueeze(0), target.reshape(-1, w)[:k].unsqueeze(0)
 
     def candidates() -> dict[str, Any]:
         return {

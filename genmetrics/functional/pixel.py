@@ -68,7 +68,8 @@ def native_available() -> bool:
 
 
 def _native_ok(preds: torch.Tensor, target: torch.Tensor) -> bool:
-    """The inputs the native kernel reads: CPU, contiguous, both float32 or both uint8, no autograd."""
+    """The inputs the native kernel reads: strided on the CPU, both float32 or both uint8, no autograd (other
+    layouts than the contiguous one are copied first: the bits must not depend on the layout)."""
     return (
         _native is not None
         and preds.device.type == "cpu"
@@ -78,8 +79,7 @@ def _native_ok(preds: torch.Tensor, target: torch.Tensor) -> bool:
         and preds.shape == target.shape
         and preds.dim() >= 2
         and preds.numel() > 0
-        and preds.is_contiguous()
-        and target.is_contiguous()
+        and preds.layout == target.layout == torch.strided
         and not (torch.is_grad_enabled() and (preds.requires_grad or target.requires_grad))
     )
 
@@ -91,6 +91,8 @@ def _native_sums(
     contiguous parts, one per torch thread (at least :data:`NATIVE_BYTES_PER_THREAD` each); every row is
     summed the same way whatever the split, so the sums do not depend on the thread count."""
     assert _native is not None
+    # channels_last, a view, an expanded tensor: copied, so they get the bits of the same images contiguous
+    preds, target = preds.contiguous(), target.contiguous()
     b, w = preds.shape[0], preds.shape[-1]
     rows = preds.numel() // w
     u8 = preds.dtype == torch.uint8
@@ -174,10 +176,11 @@ def squared_error_sums(
     0..255) are converted block by block into the float32 buffer and never copied whole. Tensors autograd
     tracks take the plain expression, which keeps the graph.
 
-    ``native=True`` asks for the native kernel (:func:`native_available`; float32 or uint8, contiguous, on
-    the CPU, else the path above): one read of each input, rows split across torch's threads. Its float32
-    row sums use 8 lanes (term ``i`` into lane ``i mod 8``, lanes added as ``((0+4)+(1+5))+((2+6)+(3+7))``;
-    relative error at most ``(W/8 + 5) eps``), the same bits on every CPU; uint8 sums are exact integers.
+    ``native=True`` asks for the native kernel (:func:`native_available`; float32 or uint8 on the CPU, else
+    the path above; other layouts than the contiguous one are copied first, so the bits do not depend on
+    the layout): one read of each input, rows split across torch's threads. Its float32 row sums use 8
+    lanes (term ``i`` into lane ``i mod 8``, lanes added as ``((0+4)+(1+5))+((2+6)+(3+7))``; relative error
+    at most ``(W/8 + 5) eps``), the same bits on every CPU; uint8 sums are exact integers.
     The PSNR metric takes it where a measurement on the machine found it faster (baselines/pixel.py).
 
     >>> x = torch.zeros(2, 3, 4, 4)

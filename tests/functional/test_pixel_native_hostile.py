@@ -146,6 +146,45 @@ def test_a_negative_bit_view_is_read_as_its_values():
     assert torch.equal(tsse, sse) and torch.equal(trng, rng)
 
 
+def _layouts(p: torch.Tensor, t: torch.Tensor):
+    """The same images in memory layouts other than the contiguous one."""
+    cl = torch.channels_last
+    yield "channels_last", p.contiguous(memory_format=cl), t.contiguous(memory_format=cl)
+    yield "transposed storage", p.transpose(2, 3).contiguous().transpose(2, 3), t
+    yield "strided rows", torch.cat((p, p), 3)[..., ::2], t
+    yield "expanded", p[:1].expand_as(p), t
+
+
+@needs_native
+@pytest.mark.parametrize("dtype", [torch.float32, torch.uint8])
+def test_the_native_sums_do_not_depend_on_the_memory_layout(dtype):
+    """The native sums of the same images in any layout are the bits of the contiguous images' sums
+    (the torch path's are layout-free too): a channels_last batch may not round differently."""
+    p, t = _pair(3, 9, 13)
+    if dtype == torch.uint8:
+        p, t = (p * 255).round().to(dtype), (t * 255).round().to(dtype)
+    for name, a, b in _layouts(p, t):
+        want = P.squared_error_sums(a.contiguous(), b.contiguous(), with_range=True, native=True)
+        got = P.squared_error_sums(a, b, with_range=True, native=True)
+        assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1]), name
+
+
+@needs_native
+def test_psnr_scores_do_not_depend_on_the_memory_layout(forced_native):
+    """With the native path taken: a channels_last batch scores the bits of the same images contiguous."""
+    p, t = _pair(4, 16, 16, seed=2)
+    cl = torch.channels_last
+    a, b = PSNR(), PSNR()
+    a.update(reference=t, candidates=p)
+    b.update(reference=t.contiguous(memory_format=cl), candidates=p.contiguous(memory_format=cl))
+    assert torch.equal(a.per_sample()["scores"], b.per_sample()["scores"])
+    u, v = (p * 255).round().to(torch.uint8), (t * 255).round().to(torch.uint8)
+    a, b = PSNR(), PSNR()
+    a.update(reference=v, candidates=u)
+    b.update(reference=v.contiguous(memory_format=cl), candidates=u.contiguous(memory_format=cl))
+    assert torch.equal(a.per_sample()["scores"], b.per_sample()["scores"])
+
+
 @needs_native
 def test_a_tampered_record_takes_a_valid_path_or_measures_again(monkeypatch):
     """fast_paths.json that is not a JSON object, or records a path this code does not know: no crash; a
@@ -311,3 +350,20 @@ def test_cli_scores_of_mixed_modes_and_sizes_agree_with_and_without_the_kernel(t
     assert sorted(got["native"]) == sorted(got["torch"]) == [f"s{i}" for i in range(5)]
     for k, v in got["native"].items():
         assert abs(v - got["torch"][k]) <= 4.35 * 41 * EPS32, k
+
+
+@needs_native
+def test_the_per_machine_measurement_takes_a_channels_last_batch():
+    """The first batch of a process is timed on both paths: a channels_last one too (its rows are not a
+    view of its memory)."""
+    fastpath.forget_fast_path_choices()
+    p, t = _pair(2, 8, 12)
+    cl = torch.channels_last
+    try:
+        assert native_psnr_path(p.contiguous(memory_format=cl), t.contiguous(memory_format=cl)) in (
+            True,
+            False,
+        )
+        assert fastpath.fast_path_choices()  # measured
+    finally:
+        fastpath.forget_fast_path_choices()
