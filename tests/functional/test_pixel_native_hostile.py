@@ -185,10 +185,25 @@ def test_psnr_scores_do_not_depend_on_the_memory_layout(forced_native):
     assert torch.equal(a.per_sample()["scores"], b.per_sample()["scores"])
 
 
+@pytest.mark.parametrize("path", ["bogus", "Native", "plain"])
+def test_a_forced_path_that_is_not_torch_or_native_is_an_input_error(path):
+    """``force_path("psnr_native", "Native")`` (a typo) must not silently keep the torch path."""
+    fastpath.force_path("psnr_native", path)
+    try:
+        p, t = _pair(2, 8, 8)
+        with pytest.raises(InputError, match=r"psnr_native.*'torch' or 'native'"):
+            native_psnr_path(p, t)
+        with pytest.raises(InputError, match=repr(path)):
+            PSNR().score(t, p)
+    finally:
+        fastpath.force_path("psnr_native", None)
+
+
 @needs_native
 def test_a_tampered_record_takes_a_valid_path_or_measures_again(monkeypatch):
-    """fast_paths.json that is not a JSON object, or records a path this code does not know: no crash; a
-    record of "native" where the extension is missing: the torch path."""
+    """fast_paths.json that is not a JSON object, or not one per key: measured again; a record of "native"
+    where the extension is missing: the torch path; a path this code does not know: an InputError naming
+    the file."""
     from genmetrics.backbones.weights import genmetrics_home
 
     p, t = _pair(3, 8, 8)
@@ -200,6 +215,10 @@ def test_a_tampered_record_takes_a_valid_path_or_measures_again(monkeypatch):
             fastpath.forget_fast_path_choices()
             store.write_text(text)
             assert native_psnr_path(p, t) in (True, False), text
+        fastpath.forget_fast_path_choices()
+        store.write_text(json.dumps({fastpath._machine_key(key): {"path": "bogus"}}))
+        with pytest.raises(InputError, match=r"'bogus'.*fast_paths\.json.*delete that file"):
+            native_psnr_path(p, t)
         fastpath.forget_fast_path_choices()
         store.write_text(json.dumps({fastpath._machine_key(key): {"path": "native"}}))
         monkeypatch.setattr(P, "_native", None)
