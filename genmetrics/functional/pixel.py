@@ -183,6 +183,9 @@ def squared_error_sums(
     at most ``(W/8 + 5) eps``), the same bits on every CPU; uint8 sums are exact integers.
     The PSNR metric takes it where a measurement on the machine found it faster (baselines/pixel.py).
 
+    ``preds`` and ``target`` of two shapes (no broadcasting) or with no image axis raise ValueError, as do
+    images without pixels; an empty batch gives empty sums.
+
     >>> x = torch.zeros(2, 3, 4, 4)
     >>> sse, rng = squared_error_sums(x, x + 0.5, with_range=True)
     >>> sse.tolist(), rng.tolist()  # 48 px x 0.25; values span [0, 0.5]
@@ -193,6 +196,15 @@ def squared_error_sums(
     """
     # a negative-bit view (``z.conj().imag``) holds its values negated in memory: both paths read memory
     preds, target = preds.resolve_neg(), target.resolve_neg()
+    if preds.shape != target.shape or preds.dim() < 2:  # the row views below would pair other pixels
+        raise ValueError(
+            f"squared_error_sums: expected preds and target of one shape [B,...,W], got {tuple(preds.shape)} "
+            f"and {tuple(target.shape)}; resize one to the other"
+        )
+    if preds.numel() == 0:  # an empty batch: no sums; images without pixels: no range, no PSNR (0 / 0)
+        if with_range or preds.shape[0]:
+            raise ValueError(f"squared_error_sums: no values in images of shape {tuple(preds.shape)}")
+        return torch.zeros(0, dtype=torch.float64, device=preds.device), None
     if native and _native_ok(preds, target):
         return _native_sums(preds, target, with_range)
     b, w = preds.shape[0], preds.shape[-1]

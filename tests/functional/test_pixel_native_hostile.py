@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing as mp
+import re
 import signal
 import threading
 import time
@@ -386,3 +387,36 @@ def test_the_per_machine_measurement_takes_a_channels_last_batch():
         assert fastpath.fast_path_choices()  # measured
     finally:
         fastpath.forget_fast_path_choices()
+
+
+@pytest.mark.parametrize("native", [False, True])
+def test_inputs_of_two_shapes_are_refused_not_mixed(native):
+    """[2,3,8,8] against [2,3,64,1] (one numel): the torch path's row views read them as the same pixels
+    and summed (silently); broadcasting shapes failed deep inside with a size message. One ValueError
+    naming both shapes, on either path; a 1-D input (no image axis) too."""
+    p = torch.rand(2, 3, 8, 8)
+    for other in ((2, 3, 64, 1), (2, 3, 8, 1), (1, 3, 8, 8)):
+        want = rf"\(2, 3, 8, 8\) and {re.escape(str(other))}"
+        with pytest.raises(ValueError, match=want):
+            P.squared_error_sums(p, torch.rand(other), native=native)
+        with pytest.raises(ValueError, match=want):
+            P.psnr(p, torch.rand(other), native=native)
+    with pytest.raises(ValueError, match=r"\[B,\.\.\.,W\].*\(5,\)"):
+        P.squared_error_sums(torch.rand(5), torch.rand(5), native=native)
+
+
+@pytest.mark.parametrize("native", [False, True])
+def test_an_empty_batch_scores_nothing_and_empty_images_are_refused(native):
+    """B = 0: no scores (psnr already meant it: ``n`` is 1 for an empty batch); images with no pixels: no
+    PSNR (0 / 0), a ValueError naming the shape, as a range of no values."""
+    for dtype in (torch.float32, torch.uint8):
+        x = torch.zeros(0, 3, 8, 8, dtype=dtype)
+        sse, rng = P.squared_error_sums(x, x, native=native)
+        assert sse.shape == (0,) and sse.dtype == torch.float64 and rng is None
+        assert P.psnr(x, x, native=native).shape == (0,)
+        with pytest.raises(ValueError, match=r"no values.*\(0, 3, 8, 8\)"):
+            P.squared_error_sums(x, x, with_range=True, native=native)
+    for shape in ((2, 3, 0, 8), (2, 3, 8, 0)):
+        e = torch.zeros(shape)
+        with pytest.raises(ValueError, match=r"no values.*" + re.escape(str(shape))):
+            P.squared_error_sums(e, e, native=native)
