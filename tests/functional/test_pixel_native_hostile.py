@@ -420,3 +420,36 @@ def test_an_empty_batch_scores_nothing_and_empty_images_are_refused(native):
         e = torch.zeros(shape)
         with pytest.raises(ValueError, match=r"no values.*" + re.escape(str(shape))):
             P.squared_error_sums(e, e, native=native)
+
+
+def _ddp_psnr_worker(rank: int, world_size: int) -> dict:
+    """One gloo rank: its half of the pairs scored with the kernel's threads (2 per rank, one row each)."""
+    torch.set_num_threads(2)
+    P.NATIVE_BYTES_PER_THREAD = 1
+    fastpath.force_path("psnr_native", "native")
+    p, t = _pair(6, 16, 21, seed=7)
+    m = PSNR()
+    m.update(reference=t[rank::world_size], candidates=p[rank::world_size])
+    return {"mean": m.compute(), "scores": m.per_sample()["scores"]}
+
+
+@needs_native
+@pytest.mark.distributed
+def test_two_gloo_ranks_with_the_kernels_threads_equal_one_process():
+    """DDP: each rank splits its rows across threads; the synced mean equals one process's, and the gathered
+    per-image scores are the bits of the same images scored in one process."""
+    from genmetrics.testing import spawn_gloo
+
+    fastpath.force_path("psnr_native", "native")
+    try:
+        p, t = _pair(6, 16, 21, seed=7)
+        m = PSNR()
+        m.update(reference=t, candidates=p)
+        single = m.per_sample()["scores"]
+        results = spawn_gloo(_ddp_psnr_worker, 2)
+    finally:
+        fastpath.force_path("psnr_native", None)
+    gathered = torch.cat((single[0::2], single[1::2]))  # per_sample() gathers rank 0's, then rank 1's
+    for res in results:
+        assert torch.equal(res["scores"], gathered)
+        assert abs(float(res["mean"]) - float(single.mean())) <= 1e-12 * abs(float(single.mean()))
