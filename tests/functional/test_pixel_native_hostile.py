@@ -453,3 +453,26 @@ def test_two_gloo_ranks_with_the_kernels_threads_equal_one_process():
     for res in results:
         assert torch.equal(res["scores"], gathered)
         assert abs(float(res["mean"]) - float(single.mean())) <= 1e-12 * abs(float(single.mean()))
+
+
+def test_uint8_batches_score_within_the_bound_with_and_without_the_kernel():
+    """uint8 tensors (the one-pass path, no range check): the kernel's sums are exact integers, the torch
+    path's are float32 row norms squared, within (W + 2) eps relative plus the square's rounding (3 eps
+    more): PSNR differs by at most 4.35 (W + 5) eps dB. Without the extension both give the torch bits."""
+    g = torch.Generator().manual_seed(11)
+    t = torch.randint(0, 256, (5, 3, 12, 37), generator=g, dtype=torch.uint8)
+    p = (t.int() + torch.randint(-30, 31, t.shape, generator=g)).clamp(0, 255).to(torch.uint8)
+    got = {}
+    for path in ("native", "torch"):
+        fastpath.force_path("psnr_native", path)
+        try:
+            m = PSNR()
+            m.update(reference=t, candidates=p)
+            got[path] = m.per_sample()["scores"]
+        finally:
+            fastpath.force_path("psnr_native", None)
+    exact = ((p.long() - t.long()) ** 2).flatten(1).sum(1).double()
+    want = P.psnr_from_sse(exact, p[0].numel(), data_range=255.0)
+    if P.native_available():
+        assert torch.equal(got["native"], want)  # exact sums: the float64 PSNR of the exact MSE
+    assert (got["torch"] - want).abs().max() <= 4.35 * (37 + 5) * EPS32
