@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from genmetrics.backbones.fastpath import choose_path
+from genmetrics.backbones.fastpath import STORE_NAME, choose_path
 from genmetrics.data.images import ResizePolicy, as_image_list, check_same_size, to_tensor
 from genmetrics.errors import InputError
 from genmetrics.functional import pixel as P
@@ -268,7 +268,7 @@ def native_psnr_path(preds: torch.Tensor, target: torch.Tensor) -> bool:
         -1
     ]  # the first rows of the batch, at most NATIVE_PROBE_BYTES (one huge image: part of it)
     k = max(1, min(preds.numel() // w, NATIVE_PROBE_BYTES // (w * preds.element_size())))
-    p, t = preds.view(-1, w)[:k].unsqueeze(0), target.view(-1, w)[:k].unsqueeze(0)
+    p, t = preds.reshape(-1, w)[:k].unsqueeze(0), target.reshape(-1, w)[:k].unsqueeze(0)
 
     def candidates() -> dict[str, Any]:
         return {
@@ -276,7 +276,14 @@ def native_psnr_path(preds: torch.Tensor, target: torch.Tensor) -> bool:
             "native": lambda: P.squared_error_sums(p, t, with_range=True, native=True),
         }
 
-    return choose_path(key, candidates, baseline="torch").path == "native"
+    path = choose_path(key, candidates, baseline="torch").path
+    if path not in ("torch", "native"):  # a typo in force_path, or a record edited by hand
+        raise InputError(
+            f"psnr_native: fast path {path!r} (forced by force_path or recorded in GENMETRICS_HOME/"
+            f"{STORE_NAME}): expected 'torch' or 'native'; call force_path('psnr_native', 'torch'), "
+            "'native' or None, or delete that file"
+        )
+    return path == "native"
 
 
 class PSNR(_PairedPixelMetric):

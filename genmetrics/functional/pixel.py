@@ -68,7 +68,8 @@ def native_available() -> bool:
 
 
 def _native_ok(preds: torch.Tensor, target: torch.Tensor) -> bool:
-    """The inputs the native kernel reads: CPU, contiguous, both float32 or both uint8, no autograd."""
+    """The inputs the native kernel reads: strided on the CPU, both float32 or both uint8, no autograd (other
+    layouts than the contiguous one are copied first: the bits must not depend on the layout)."""
     return (
         _native is not None
         and preds.device.type == "cpu"
@@ -78,8 +79,7 @@ def _native_ok(preds: torch.Tensor, target: torch.Tensor) -> bool:
         and preds.shape == target.shape
         and preds.dim() >= 2
         and preds.numel() > 0
-        and preds.is_contiguous()
-        and target.is_contiguous()
+        and preds.layout == target.layout == torch.strided
         and not (torch.is_grad_enabled() and (preds.requires_grad or target.requires_grad))
     )
 
@@ -91,6 +91,8 @@ def _native_sums(
     contiguous parts, one per torch thread (at least :data:`NATIVE_BYTES_PER_THREAD` each); every row is
     summed the same way whatever the split, so the sums do not depend on the thread count."""
     assert _native is not None
+    # channels_last, a view, an expanded tensor: copied, so they get the bits of the same images contiguous
+    preds, target = preds.contiguous(), target.contiguous()
     b, w = preds.shape[0], preds.shape[-1]
     rows = preds.numel() // w
     u8 = preds.dtype == torch.uint8
@@ -106,12 +108,32 @@ def _native_sums(
         got[i] = _native.sse_rows(kind, pa + r0 * w * size, ta + r0 * w * size, r1 - r0, w, oa + r0 * 8)
 
     got: list = [None] * parts
-    workers = [threading.Thread(target=run, args=(i, got), daemon=True) for i in range(1, parts)]
-    for t in workers:
-        t.start()
-    run(0, got)
-    for t in workers:
-        t.join()
+    go, stop, done = threading.Event(), threading.Event(), [threading.Event() for _ in range(parts)]
+
+    def work(i: int) -> None:
+        try:
+            go.wait()
+            if not stop.is_set():
+                run(i, got)
+        finally:
+            done[i].set()
+
+    # Ctrl-C must not return while a thread still reads the inputs or writes ``out`` (the caller frees
+    # them): the threads read nothing until all have started, and from then on each is waited for
+    workers = [threading.Thread(target=work, args=(i,), daemon=True) for i in range(1, parts)]
+    try:
+        for t in workers:
+            t.start()
+        go.set()
+        run(0, got)
+    finally:
+        if go.is_set():
+            _wait_all(done[1:])
+        else:  # interrupted while starting them: the started threads end without reading anything
+            stop.set()
+            go.set()
+    if any(g is None for g in got):  # a thread failed (its traceback was printed): its rows are unwritten
+        raise RuntimeError("squared_error_sums: a thread of the native kernel failed; native=False avoids it")
     sse = out.view(b, -1).sum(1)
     if not with_range:
         return sse, None
@@ -119,6 +141,22 @@ def _native_sums(
         return sse, _float_range(preds, target)
     lo, hi = min(g[0] for g in got), max(g[1] for g in got)
     return sse, torch.tensor([lo, hi], dtype=preds.dtype)
+
+
+def _wait_all(events: list[threading.Event]) -> None:
+    """Wait until every event is set, even through repeated Ctrl-C (re-raised after; only one landing inside
+    the ``except`` clause itself can still cut the wait short). Events, not ``Thread.join``: on Python 3.11
+    a join interrupted by Ctrl-C marks the thread stopped while it still runs (bpo-45274's fix)."""
+    interrupted: BaseException | None = None
+    while True:
+        try:
+            for e in events:
+                e.wait()
+            break
+        except BaseException as exc:  # KeyboardInterrupt, or an exception a signal handler raised
+            interrupted = interrupted or exc
+    if interrupted is not None:
+        raise interrupted
 
 
 def squared_error_sums(
@@ -138,11 +176,15 @@ def squared_error_sums(
     0..255) are converted block by block into the float32 buffer and never copied whole. Tensors autograd
     tracks take the plain expression, which keeps the graph.
 
-    ``native=True`` asks for the native kernel (:func:`native_available`; float32 or uint8, contiguous, on
-    the CPU, else the path above): one read of each input, rows split across torch's threads. Its float32
-    row sums use 8 lanes (term ``i`` into lane ``i mod 8``, lanes added as ``((0+4)+(1+5))+((2+6)+(3+7))``;
-    relative error at most ``(W/8 + 5) eps``), the same bits on every CPU; uint8 sums are exact integers.
+    ``native=True`` asks for the native kernel (:func:`native_available`; float32 or uint8 on the CPU, else
+    the path above; other layouts than the contiguous one are copied first, so the bits do not depend on
+    the layout): one read of each input, rows split across torch's threads. Its float32 row sums use 8
+    lanes (term ``i`` into lane ``i mod 8``, lanes added as ``((0+4)+(1+5))+((2+6)+(3+7))``; relative error
+    at most ``(W/8 + 5) eps``), the same bits on every CPU; uint8 sums are exact integers.
     The PSNR metric takes it where a measurement on the machine found it faster (baselines/pixel.py).
+
+    ``preds`` and ``target`` of two shapes (no broadcasting) or with no image axis raise ValueError, as do
+    images without pixels; an empty batch gives empty sums.
 
     >>> x = torch.zeros(2, 3, 4, 4)
     >>> sse, rng = squared_error_sums(x, x + 0.5, with_range=True)
@@ -152,6 +194,17 @@ def squared_error_sums(
     >>> squared_error_sums(u, u - 3)[0].tolist()  # 48 px x 3^2, integer differences
     [432.0]
     """
+    # a negative-bit view (``z.conj().imag``) holds its values negated in memory: both paths read memory
+    preds, target = preds.resolve_neg(), target.resolve_neg()
+    if preds.shape != target.shape or preds.dim() < 2:  # the row views below would pair other pixels
+        raise ValueError(
+            f"squared_error_sums: expected preds and target of one shape [B,...,W], got {tuple(preds.shape)} "
+            f"and {tuple(target.shape)}; resize one to the other"
+        )
+    if preds.numel() == 0:  # an empty batch: no sums; images without pixels: no range, no PSNR (0 / 0)
+        if with_range or preds.shape[0]:
+            raise ValueError(f"squared_error_sums: no values in images of shape {tuple(preds.shape)}")
+        return torch.zeros(0, dtype=torch.float64, device=preds.device), None
     if native and _native_ok(preds, target):
         return _native_sums(preds, target, with_range)
     b, w = preds.shape[0], preds.shape[-1]
