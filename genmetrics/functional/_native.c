@@ -25,9 +25,10 @@
 #include <stdint.h>
 #include <string.h>
 
-#if defined(__GNUC__) && defined(__x86_64__) && defined(__linux__) && !defined(__INTEL_COMPILER) && \
+#if defined(__GNUC__) && defined(__x86_64__) && defined(__GLIBC__) && !defined(__INTEL_COMPILER) && \
     !defined(GM_NO_CLONES)
-/* AVX2 and baseline (SSE2) builds of the loops, picked at load time by the CPU (ifunc) */
+/* AVX2 and baseline (SSE2) builds of the loops, picked at load time by the CPU (ifunc: glibc only; musl
+   and other libcs get the baseline build) */
 #define GM_CLONES __attribute__((target_clones("avx2", "default")))
 #else
 #define GM_CLONES
