@@ -48,6 +48,16 @@ typedef int32_t v8i __attribute__((vector_size(32)));
 #define SCALAR_MIN(m, x) ((x) < (m) ? (x) : (m))
 #define SCALAR_MAX(m, x) ((x) > (m) ? (x) : (m))
 
+/* one term into lane j: its squared difference summed, both values into the lane's min and max */
+static inline void lane_step(float *acc, float *mn, float *mx, int j, float x, float y) {
+    float d = x - y;
+    acc[j] = acc[j] + d * d;
+    mn[j] = SCALAR_MIN(mn[j], x);
+    mx[j] = SCALAR_MAX(mx[j], x);
+    mn[j] = SCALAR_MIN(mn[j], y);
+    mx[j] = SCALAR_MAX(mx[j], y);
+}
+
 GM_CLONES
 static void rows_f32(const float *p, const float *t, int64_t rows, int64_t w, double *out, float *range) {
     float lo = range[0], hi = range[1];
@@ -84,26 +94,10 @@ static void rows_f32(const float *p, const float *t, int64_t rows, int64_t w, do
             mx[j] = hi;
         }
         for (; i + LANES <= w; i += LANES) {
-            for (int j = 0; j < LANES; j++) {
-                float x = a[i + j], y = b[i + j];
-                float d = x - y;
-                acc[j] = acc[j] + d * d;
-                mn[j] = SCALAR_MIN(mn[j], x);
-                mx[j] = SCALAR_MAX(mx[j], x);
-                mn[j] = SCALAR_MIN(mn[j], y);
-                mx[j] = SCALAR_MAX(mx[j], y);
-            }
+            for (int j = 0; j < LANES; j++) lane_step(acc, mn, mx, j, a[i + j], b[i + j]);
         }
 #endif
-        for (int j = 0; i < w; i++, j++) { /* the last W mod 8 terms, into lanes 0.. in order */
-            float x = a[i], y = b[i];
-            float d = x - y;
-            acc[j] = acc[j] + d * d;
-            mn[j] = SCALAR_MIN(mn[j], x);
-            mx[j] = SCALAR_MAX(mx[j], x);
-            mn[j] = SCALAR_MIN(mn[j], y);
-            mx[j] = SCALAR_MAX(mx[j], y);
-        }
+        for (int j = 0; i < w; i++, j++) lane_step(acc, mn, mx, j, a[i], b[i]); /* last W mod 8, lanes 0.. */
         float s04 = acc[0] + acc[4], s15 = acc[1] + acc[5], s26 = acc[2] + acc[6], s37 = acc[3] + acc[7];
         out[r] = (double)((s04 + s15) + (s26 + s37));
         for (int j = 0; j < LANES; j++) {

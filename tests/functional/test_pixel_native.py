@@ -26,6 +26,8 @@ from genmetrics.baselines.pixel import PSNR, native_psnr_path
 from genmetrics.errors import InputError
 from genmetrics.functional import pixel as P
 
+from .test_pixel_psnr import range_cases
+
 needs_native = pytest.mark.skipif(not P.native_available(), reason="the native kernel was not built here")
 EPS32 = 1.1920929e-07
 
@@ -91,30 +93,11 @@ def test_uint8_sums_are_exact_integers():
 
 @needs_native
 def test_range_is_the_float_range_in_every_case():
-    """The cases of the torch path's bit-pattern test, through the native kernel: in range, -0.0,
-    negatives in two places, +inf, -inf, NaN in either input (the NaN makes the sum NaN; the range is then
+    """The cases of the torch path's bit-pattern test (``range_cases``), through the native kernel, and a NaN
+    in either input (the NaN makes the sum NaN; the range is then
     the float range with its NaN)."""
     p, t = _pair(3, 8, 8)
-    cases = {"in range": (p, t)}
-    z = t.clone()
-    z[1, 2, 3, 4] = -0.0
-    cases["negative zero"] = (p, z)
-    n = p.clone()
-    n[2, 2, 7, 7] = -0.5
-    n[0, 1, 0, 0] = -0.25
-    cases["negatives"] = (n, t)
-    i = t.clone()
-    i[0, 0, 0, 1] = float("inf")
-    cases["inf"] = (p, i)
-    m = p.clone()
-    m[2, 0, 0, 0] = float("-inf")
-    cases["-inf"] = (m, t)
-    tn = t.clone()
-    tn[1, 1, 5, 2] = -0.75  # the smallest value in the target only
-    cases["negative target"] = (p, tn)
-    pi = p.clone()
-    pi[0, 2, 6, 3] = float("inf")  # the largest value in the preds only
-    cases["inf preds"] = (pi, t)
+    cases = range_cases(p, t)
     for name, (a, b) in cases.items():
         _, rng = P.squared_error_sums(a, b, with_range=True, native=True)
         both = torch.cat((a.flatten(), b.flatten())).double()

@@ -46,6 +46,33 @@ def test_range_sees_the_one_value_outside_in_any_block(monkeypatch):
     assert rng.tolist() == [-0.25, 1.5]
 
 
+def range_cases(p: torch.Tensor, t: torch.Tensor) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """Pairs whose range a range check must get right (``[3,3,8,8]`` inputs; shared with the native kernel's
+    test): all in [0, 1], a negative zero, negatives in two places, +inf and -inf, the smallest value in the
+    target only, the largest in the preds only."""
+    cases = {"in range": (p, t)}
+    z = t.clone()
+    z[1, 2, 3, 4] = -0.0
+    cases["negative zero"] = (p, z)
+    n = p.clone()
+    n[2, 2, 7, 7] = -0.5
+    n[0, 1, 0, 0] = -0.25  # as integers -0.25 sorts below -0.5: only the float order gives -0.5
+    cases["negatives"] = (n, t)
+    i = t.clone()
+    i[0, 0, 0, 1] = float("inf")
+    cases["inf"] = (p, i)
+    m = p.clone()
+    m[2, 0, 0, 0] = float("-inf")
+    cases["-inf"] = (m, t)
+    tn = t.clone()
+    tn[1, 1, 5, 2] = -0.75
+    cases["negative target"] = (p, tn)
+    pi = p.clone()
+    pi[0, 2, 6, 3] = float("inf")
+    cases["inf preds"] = (pi, t)
+    return cases
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.float32, torch.float64])
 def test_range_from_bit_patterns_is_the_float_range(monkeypatch, dtype):
     """The range check reads bit patterns as integers of the same width; it must report the float range
@@ -58,18 +85,7 @@ def test_range_from_bit_patterns_is_the_float_range(monkeypatch, dtype):
         both = torch.cat((a.flatten(), b.flatten())).double()
         return [float(both.min()), float(both.max())] if not both.isnan().any() else None
 
-    cases = {"in range": (p, t)}
-    z = t.clone()
-    z[1, 2, 3, 4] = -0.0
-    cases["negative zero"] = (p, z)
-    n = p.clone()
-    n[2, 2, 7, 7] = -0.5
-    n[0, 1, 0, 0] = -0.25  # as integers -0.25 sorts below -0.5: only the float order gives -0.5
-    cases["negatives"] = (n, t)
-    i = t.clone()
-    i[0, 0, 0, 1] = float("inf")
-    cases["inf"] = (p, i)
-    for name, (a, b) in cases.items():
+    for name, (a, b) in range_cases(p, t).items():
         sse, rng = P.squared_error_sums(a, b, with_range=True)
         assert rng.dtype == dtype, name
         assert rng.double().tolist() == float_range(a, b), name
