@@ -141,15 +141,33 @@ def test_vision_cache_across_calls(make_model, imgs):
     assert m.stats["images_encoded"] == n + 1
 
 
+def _scored(model, args):
+    """Scores, the vision features the language model was given (the batch's, cached or fresh) and the
+    final hidden state at the read-out token (before the fp32 heads), at the model's own precision."""
+    seen = []
+    hook = model.vlm.register_forward_hook(lambda mod, a, out: seen.append(out.last_hidden_state[:, -1]))
+    batch = model.prepare(*args)
+    try:
+        with torch.no_grad():
+            out = model(batch)
+    finally:
+        hook.remove()
+    return out.score, [batch.features[k].embeds for k in batch.images], torch.cat(seen)
+
+
 @pytest.mark.parametrize(
     ("tuning", "dtype"),
     [("layer_only", torch.bfloat16), ("lora_layer", torch.bfloat16), ("lora_layer", torch.float64)],
 )
 def test_vision_cache_never_serves_another_dtype(make_model, proc, imgs, tuning, dtype):
     """Features cached in float32, then the model moved to bfloat16 / float64: the tower runs again (the cache
-    is keyed by content, dtype and device: backbones.qwen_vl.feature_scope) and the scores are those of a model
-    built at that dtype, bitwise: the same computation on the same weights, not float32 features fed to
-    layers of another precision."""
+    is keyed by content, dtype and device: backbones.qwen_vl.feature_scope), and the features, hidden states
+    and scores are those of a model built at that dtype, bitwise: the same computation on the same weights,
+    not float32 features fed to layers of another precision.
+
+    The comparison is made on the features and hidden states at the new dtype, not on the float32 scores:
+    the heads run in float32, so a float64 backbone may round to the very same float32 score as the float32
+    one (it does on some CPUs)."""
     from conftest import tiny_backbone
 
     from genmetrics.mie.model import MIEModel
@@ -157,12 +175,15 @@ def test_vision_cache_never_serves_another_dtype(make_model, proc, imgs, tuning,
     m = make_model(tuning, vision_cache_size=8)
     _perturb(m)  # LoRA's B starts at zero: make every trained tensor matter
     args = ([[imgs[0], imgs[1]]], ["a dog and a cat"], [imgs[2]])
-    s32 = m.score(*args).score
+    s32, f32, _ = _scored(m, args)
     n = m.stats["images_encoded"]
-    assert torch.equal(m.score(*args).score, s32) and m.stats["images_encoded"] == n  # served from the cache
+    assert torch.equal(_scored(m, args)[0], s32) and m.stats["images_encoded"] == n  # served from the cache
     m.to(dtype)
-    s_new = m.score(*args).score
+    s_new, f_new, h_new = _scored(m, args)
     assert m.stats["images_encoded"] == n + 3  # all three images again, at the new dtype
+    # what the language model was given is of the new dtype: float32 features from the cache would be float32
+    assert {f.dtype for f in f32} == {torch.float32} and {f.dtype for f in f_new} == {dtype}
+    assert h_new.dtype == dtype
     fresh = MIEModel(
         tiny_backbone(0).to(dtype),
         proc,
@@ -171,8 +192,14 @@ def test_vision_cache_never_serves_another_dtype(make_model, proc, imgs, tuning,
         backbone_name="tiny/qwen3.5",
     ).eval()
     fresh.load_state_dict(m.state_dict())  # the same trained tensors (heads fp32, backbone at dtype)
-    assert torch.equal(s_new, fresh.score(*args).score), (s_new, s32)
-    assert not torch.equal(s_new, s32)  # another precision is another function: the check can tell them apart
+    s_fresh, f_fresh, h_fresh = _scored(fresh, args)
+    assert all(torch.equal(a, b) for a, b in zip(f_new, f_fresh, strict=True))
+    assert torch.equal(h_new, h_fresh) and torch.equal(s_new, s_fresh), (s_new, s32)
+    if dtype == torch.float64:
+        # the float64 features carry bits that no float32 feature cast up has (each element of a float64
+        # computation is float32-representable with probability 2**-29), so equality with the fresh model's
+        # could not be met by float32 features served and cast up: the check tells them apart
+        assert any(not torch.equal(f.float().double(), f) for f in f_new)
     assert m.score(*args).score.equal(s_new) and m.stats["images_encoded"] == n + 3  # new features cached
 
 
