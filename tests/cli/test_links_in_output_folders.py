@@ -140,7 +140,7 @@ def test_train_out(tmp_path, outside, planted):
 
 @pytest.mark.parametrize("planted", [LOCK, f"faiss_color-{hashlib.sha1(b'color').hexdigest()[:8]}.index"])
 def test_retrieve_index(tmp_path, outside, capsys, planted):
-    pytest.importorskip("faiss")
+    pytest.importorskip("faiss", reason="genmetrics retrieve needs the [retrieval] extra (faiss)")
     before = outside.read_bytes()
     write_images(tmp_path / "gen", random_images(3, 32, seed=3))
     index = tmp_path / "index"

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 import torch
 from PIL import Image
 
@@ -36,6 +37,18 @@ class Case:
     cli: Callable[[Path], list[str]] | None = None
     exit_code: int = 2
     env: dict[str, str] | None = None  # environment variables set while the CLI runs
+    #: optional modules the case needs (an extra): absent, the case skips and says which extra installs it
+    needs: tuple[str, ...] = ()
+
+
+#: the extra that installs each optional module a case may need (pyproject.toml's optional-dependencies)
+EXTRAS = {"faiss": "retrieval"}
+
+
+def skip_without_needs(case: Case) -> None:
+    """Skip ``case`` (pytest.importorskip) when a module it needs is not installed, naming the extra."""
+    for module in case.needs:
+        pytest.importorskip(module, reason=f"needs the [{EXTRAS[module]}] extra ({module} is not installed)")
 
 
 class Payload:
@@ -1724,6 +1737,7 @@ CASES += [
         None,
         "",
         api=_index_update_drops,
+        needs=("faiss",),
     ),
     Case(
         "score-out-not-results",
@@ -1789,6 +1803,7 @@ CASES += [
         InputError,
         "adjust: expected a finite number",
         api=lambda ws: _retrieval_search(ws, adjust=float("nan")),
+        needs=("faiss",),
     ),
     # class 6: the contact sheet never overwrites what it shows
     Case(

@@ -9,7 +9,7 @@ import pytest
 
 from genmetrics.cli.main import main
 
-from .catalogue import CASES, make_workspace
+from .catalogue import CASES, make_workspace, skip_without_needs
 
 
 @pytest.fixture(scope="module")
@@ -28,6 +28,7 @@ def test_catalogue_is_large_and_documented():
 
 @pytest.mark.parametrize("case", [c for c in CASES if c.api], ids=lambda c: c.id)
 def test_api(case, ws):
+    skip_without_needs(case)
     if case.error is None:
         case.api(ws)
         return
@@ -38,6 +39,7 @@ def test_api(case, ws):
 
 @pytest.mark.parametrize("case", [c for c in CASES if c.cli], ids=lambda c: c.id)
 def test_cli(case, ws, capsys, monkeypatch):
+    skip_without_needs(case)
     for k, v in (case.env or {}).items():
         monkeypatch.setenv(k, v)
     rc = main(case.cli(ws))
