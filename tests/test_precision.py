@@ -15,6 +15,11 @@ features moves by at most ``2 * S`` times their relative error (each side pertur
 scores (1 for clip_i / dino / tpips / raclip, 100 for clipscore / hcs). For mie, whose score is an MLP
 head on the last hidden state ``h``, ``S`` = the head's Lipschitz bound ``||W2|| * 1.13 * ||W1|| * ||h||``
 (GELU's slope is at most 1.13), measured on the fp32 pass.
+
+That bf16 really ran is checked against the same expression with float32's unit roundoff ``2**-24`` in
+place of ``u`` (:func:`fp32_floor`): what float32 rounding alone (another kernel, another summation order,
+another CPU) can move a score by. A bf16 pass moves it by up to ``2**16`` times more; a difference at or
+below the floor says bf16 did not reach the backbone, whatever the CPU's rounding.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from tests.contract import tester as T
 from tests.recipes import metric_recipe
 
 U_BF16 = 2.0**-8  # bfloat16 unit roundoff (8 significant bits)
+U_FP32 = 2.0**-24  # float32 unit roundoff (24 significant bits)
 MODEL_OPTIONS = ("backbone", "weights", "model")
 
 
@@ -79,9 +85,20 @@ def _dtypes(v: object) -> set[torch.dtype]:
     return {v.dtype} if isinstance(v, torch.Tensor) else set()
 
 
-def _depth(m: gm.Metric) -> int:
+def module_depth(*modules: torch.nn.Module) -> int:
+    """``D``: the linear / convolution / attention modules of ``modules`` (module docstring)."""
     kinds = (torch.nn.Linear, torch.nn.Conv2d, torch.nn.Conv3d, torch.nn.MultiheadAttention)
-    return sum(isinstance(mod, kinds) for b in m.backbones().values() for mod in b.modules())
+    return sum(isinstance(mod, kinds) for b in modules for mod in b.modules())
+
+
+def _depth(m: gm.Metric) -> int:
+    return module_depth(*m.backbones().values())
+
+
+def fp32_floor(scale: float, depth: int) -> float:
+    """``2 * S * 2**-24 * sqrt(D)``: how far float32 rounding alone can move a score (module docstring); a
+    bf16 pass must differ from the fp32 one by more."""
+    return 2 * scale * U_FP32 * math.sqrt(depth)
 
 
 def test_the_model_based_metrics_are_the_expected_ones():
@@ -134,9 +151,9 @@ def test_bf16_is_within_the_derived_bound_of_fp32(name):
     assert _dtypes(v16) <= {torch.float32, torch.float64}, _dtypes(v16)  # outputs never bfloat16
     a, b = _flat(v32), _flat(v16)
     assert torch.isfinite(b).all()
-    bound = bf16_bound(name, m32)
+    bound, floor = bf16_bound(name, m32), fp32_floor(score_scale(name), _depth(m32))
     diff = float((a - b).abs().max())
-    assert 0 < diff <= bound, (name, diff, bound)  # > 0: bf16 did run (autocast reached the backbone)
+    assert floor < diff <= bound, (name, diff, floor, bound)  # > floor: bf16 did run (autocast reached it)
 
 
 def _mie_head_lipschitz(name: str) -> float:
@@ -173,9 +190,16 @@ def test_set_metrics_per_image_rows_within_the_bound(name):
         _, value = _run(name, p)
         assert _dtypes(value) == {torch.float64} and torch.isfinite(_flat(value)).all()
     bound = bf16_bound("raclip", m)  # the rows are RA-CLIPScores (or their clipscore / hcs inputs)
+    floor = fp32_floor(score_scale("raclip"), _depth(m))
     for key in rows["fp32"]:
         diff = float((rows["fp32"][key] - rows["bf16"][key]).abs().max())
-        assert rows["bf16"][key].dtype == torch.float64 and 0 < diff <= bound, (name, key, diff, bound)
+        assert rows["bf16"][key].dtype == torch.float64 and floor < diff <= bound, (
+            name,
+            key,
+            diff,
+            floor,
+            bound,
+        )
 
 
 def test_fp32_switches_off_a_callers_autocast():
@@ -184,12 +208,15 @@ def test_fp32_switches_off_a_callers_autocast():
     from genmetrics.testing import random_images
 
     x, y = random_images(2, 32, seed=1), random_images(2, 32, seed=2)
-    want32 = _build("clip_i", "fp32").score(x, y)
+    m32 = _build("clip_i", "fp32")
+    want32 = m32.score(x, y)
     want16 = _build("clip_i", "bf16").score(x, y)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         got32 = _build("clip_i", "fp32").score(x, y)
         got16 = _build("clip_i", "bf16").score(x, y)
-    assert torch.equal(got32, want32) and torch.equal(got16, want16) and not torch.equal(want32, want16)
+    assert torch.equal(got32, want32) and torch.equal(got16, want16)
+    # the two values differ by more than float32 rounding could make them: the check tells them apart
+    assert float((want32 - want16).abs().max()) > fp32_floor(score_scale("clip_i"), _depth(m32))
 
 
 def test_vision_cache_never_serves_features_of_the_other_precision():
@@ -208,7 +235,9 @@ def test_vision_cache_never_serves_features_of_the_other_precision():
     s16 = gm.create_metric("tpips", backbone=model, precision="bf16").score(**u)
     want16 = gm.create_metric("tpips", backbone=fresh, precision="bf16").score(**u)
     again32 = gm.create_metric("tpips", backbone=model, precision="fp32").score(**u)
-    assert torch.equal(s16, want16) and torch.equal(again32, s32) and not torch.equal(s16, s32)
+    assert torch.equal(s16, want16) and torch.equal(again32, s32)
+    # bf16 moved the score by more than float32 rounding could: the check tells the precisions apart
+    assert float((s16 - s32).abs().max()) > fp32_floor(score_scale("tpips"), module_depth(model))
 
 
 def test_warns_once_on_a_cpu_without_bf16_units_and_not_with_them(monkeypatch):
@@ -306,7 +335,8 @@ def test_ra_scorer_runs_only_the_tower_in_bf16():
     assert z.dtype == torch.bfloat16 and want.dtype == torch.float32
     assert torch.equal(scorer(x, attrs).score, want) and torch.equal(inside, want)
     fp32 = RegionAttributeScorer(model, tok)(x, attrs).score
-    assert not torch.equal(fp32, want)
+    # bf16 moved the scores (in [0, 1]: S = 1) by more than float32 rounding could: the check tells them apart
+    assert float((fp32 - want).abs().max()) > fp32_floor(1.0, module_depth(model))
 
 
 def test_disk_cache_keeps_precisions_apart(tmp_path):

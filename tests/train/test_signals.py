@@ -70,6 +70,9 @@ def _interrupt_a_checkpoint_write(
     ``step`` is written, let the write go on once a handler has run; the exit code and stderr."""
     gate.mkdir()
     env = {**os.environ, **env, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    # the resumed run is compared bit for bit with one run here: the driver computes at this process's
+    # intra-op thread count (a kernel may split a reduction differently at another), whatever the environment
+    env["OMP_NUM_THREADS"] = str(torch.get_num_threads())
     command = [sys.executable, "-m", "tests.train.interrupt_driver", str(gate), "--block-step", str(step)]
     proc = subprocess.Popen(
         [*command, *args], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
