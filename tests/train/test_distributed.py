@@ -61,6 +61,9 @@ def test_two_processes_equal_one(tmp_path):
 def _resume_worker(rank, world_size, out, resume):
     import os
 
+    # the resumed run is compared bit for bit with the full one: both at one intra-op thread, whatever the
+    # environment gives a spawned process
+    torch.set_num_threads(1)
     os.environ["LOCAL_RANK"] = str(rank)
     cfg = TrainLoopConfig(
         out_dir=out,
