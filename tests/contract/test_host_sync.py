@@ -153,3 +153,22 @@ def test_cuda_compute_synchronises_a_fixed_number_of_times(name):
     assert counts[0] == counts[1], (
         f"{name}: compute synchronised {counts} times after 1 and {len(ups)} batches"
     )
+
+
+def test_float_image_check_reads_once():
+    """A float image's range and finiteness check reads the device once (uint8: never); NaN, inf and
+    out-of-range values are still refused."""
+    from genmetrics.data.images import to_tensor
+    from genmetrics.errors import InputError
+
+    with counting_reads() as seen:
+        to_tensor(torch.rand(3, 8, 8))
+    assert sum(seen.values()) == 1, seen
+    with counting_reads() as seen:
+        to_tensor(torch.zeros(3, 8, 8, dtype=torch.uint8))
+    assert not seen, seen
+    for bad in (float("nan"), float("inf"), -float("inf"), 1.5, -0.5):
+        x = torch.rand(3, 8, 8)
+        x[1, 2, 3] = bad
+        with pytest.raises(InputError):
+            to_tensor(x)
