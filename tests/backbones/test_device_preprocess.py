@@ -214,3 +214,56 @@ def test_weight_derivative_is_the_centre_shift():
         shifted = kv / kv.sum()
         fd = (shifted - w[i, lo:hi]) / h
         assert float((fd - dw[i, lo:hi]).abs().max()) < 1e-4
+
+
+# ------------------------------------------------------------------------------------- Qwen processor
+def _qwen_reference(x: torch.Tensor, mean, std, ps: int, m: int, tp: int) -> torch.Tensor:
+    """Qwen2-VL's patch layout written out: merge blocks row-major, inside each the m x m patches
+    row-major, each patch flattened as (channel, temporal copy, row, column)."""
+    y = (x - torch.tensor(mean).view(3, 1, 1)) / torch.tensor(std).view(3, 1, 1)
+    gh, gw = x.shape[1] // ps, x.shape[2] // ps
+    rows = []
+    for bh in range(gh // m):
+        for bw in range(gw // m):
+            for mh in range(m):
+                for mw in range(m):
+                    r, c = (bh * m + mh) * ps, (bw * m + mw) * ps
+                    patch = y[:, r : r + ps, c : c + ps]
+                    rows.append(patch.unsqueeze(1).expand(3, tp, ps, ps).reshape(-1))
+    return torch.stack(rows)
+
+
+def _encoder():
+    from genmetrics.backbones.qwen_vl import VisionEncoder
+    from genmetrics.testing import tiny_qwen3vl, tiny_qwen3vl_processor
+
+    return VisionEncoder(tiny_qwen3vl().visual, tiny_qwen3vl_processor().image_processor)
+
+
+def test_qwen_pixels_are_the_written_out_layout():
+    enc = _encoder()
+    ip = enc.image_processor
+    g = torch.Generator().manual_seed(5)
+    images = [torch.rand(3, 64, 96, generator=g), torch.rand(3, 32, 32, generator=g)]
+    pix, grid = enc.pixels(images, device="cpu")
+    ref = torch.cat(
+        [
+            _qwen_reference(
+                x, ip.image_mean, ip.image_std, enc.patch_size, enc.merge_size, ip.temporal_patch_size
+            )
+            for x in images
+        ]
+    )
+    assert torch.equal(pix, ref)
+    assert grid.tolist() == [[1, 4, 6], [1, 2, 2]] and grid.device.type == "cpu"
+
+
+@cuda
+def test_qwen_pixels_on_cuda_are_bitwise_the_cpus():
+    enc = _encoder()
+    g = torch.Generator().manual_seed(6)
+    images = [torch.rand(3, 64, 96, generator=g), torch.rand(3, 32, 64, generator=g)]
+    a, ga = enc.pixels(images)
+    b, gb = enc.pixels([x.cuda() for x in images], device="cuda")
+    assert b.device.type == "cuda" and gb.device.type == "cpu"
+    assert torch.equal(a, b.cpu()) and torch.equal(ga, gb)
