@@ -14,7 +14,9 @@ per batch. Decided here:
 
 Checked two ways: on a CUDA machine with ``torch.cuda.set_sync_debug_mode`` (every synchronising call
 warns), and here on the CPU with a proxy that counts the Python-level host reads of tensors made from
-genmetrics code during ``update`` (red before the ssim taps and the RA-CLIP logit scale were cached).
+genmetrics code during ``update``, and the tensors made from host data with ``device=`` (a blocking copy on a
+GPU) (red before the ssim taps and the RA-CLIP logit scale were cached and the sample ids copied without
+blocking).
 """
 
 from __future__ import annotations
@@ -35,12 +37,15 @@ from tests.contract import tester as T
 VLM_FAMILIES = {"tpips", "mie"}
 NAMES = [n for n in T.NAMES if n not in VLM_FAMILIES]
 READS = ("item", "tolist", "__bool__", "__float__", "__int__", "__index__", "cpu", "numpy")
+#: host data copied to a device with a blocking copy (which waits for the device) when given ``device=``
+FROM_HOST = ("tensor", "as_tensor")
 PACKAGE = os.path.dirname(os.path.dirname(T.gm.__file__)) + os.sep + "genmetrics" + os.sep
 
 
 @contextlib.contextmanager
 def counting_reads() -> Any:
-    """Count calls of the host-read methods of ``torch.Tensor`` made directly from genmetrics code."""
+    """Count calls of the host-read methods of ``torch.Tensor`` made directly from genmetrics code, and
+    tensors made from host data straight onto a device (a blocking host-to-device copy)."""
     seen: collections.Counter[str] = collections.Counter()
     originals = {m: getattr(torch.Tensor, m) for m in READS}
 
@@ -53,13 +58,27 @@ def counting_reads() -> Any:
 
         return read
 
+    def made(name: str, f: Any) -> Any:
+        def make(*a: Any, **k: Any) -> Any:
+            caller = traceback.extract_stack(limit=2)[0]
+            if k.get("device") is not None and caller.filename.startswith(PACKAGE):
+                seen[f"{os.path.relpath(caller.filename, PACKAGE)}:{caller.lineno} {name}(device=)"] += 1
+            return f(*a, **k)
+
+        return make
+
+    factories = {m: getattr(torch, m) for m in FROM_HOST}
     for m, f in originals.items():
         setattr(torch.Tensor, m, wrap(m, f))
+    for m, f in factories.items():
+        setattr(torch, m, made(m, f))
     try:
         yield seen
     finally:
         for m, f in originals.items():
             setattr(torch.Tensor, m, f)
+        for m, f in factories.items():
+            setattr(torch, m, f)
 
 
 def test_the_proxy_sees_a_read():
