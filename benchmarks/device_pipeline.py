@@ -4,9 +4,9 @@
     python benchmarks/device_pipeline.py --workers 0 4 8 --images 2048
     python benchmarks/device_pipeline.py --dry-run            # CPU, tiny CLIP, a few 64 px files: it runs
 
-Files are written to a temporary folder (smooth random content, 512x512, PNG and JPEG). Workers only decode
-(:func:`genmetrics.data.batching.iter_decoded` with :func:`genmetrics.data.images.load_image`, to uint8
-tensors); the batch is pinned, copied with ``non_blocking`` and preprocessed on the GPU
+Files are written to a temporary folder (smooth random content, 512x512, PNG and JPEG). Workers only
+decode (:func:`genmetrics.data.batching.iter_decoded` with :func:`genmetrics.data.images.decode_uint8`);
+the batch is pinned, copied with ``non_blocking`` and preprocessed on the GPU
 (:func:`~genmetrics.backbones.clip_preprocess.clip_image_batch`: resize, crop, normalise there), then
 embedded (:func:`~genmetrics.backbones.clip_vision.encode_image`). One JSON line per measurement:
 
@@ -37,7 +37,7 @@ sys.path[:0] = [_HERE, os.path.dirname(_HERE)]  # genmetrics from a source check
 from genmetrics.backbones.clip_preprocess import clip_image_batch  # noqa: E402
 from genmetrics.backbones.clip_vision import encode_image  # noqa: E402
 from genmetrics.data.batching import iter_decoded  # noqa: E402
-from genmetrics.data.images import load_image  # noqa: E402
+from genmetrics.data.images import decode_uint8  # noqa: E402
 
 
 def emit(row: dict) -> None:
@@ -50,10 +50,7 @@ def emit(row: dict) -> None:
 
 def decode(path: str) -> torch.Tensor:
     """What a worker does: decode one file to a uint8 ``[3,H,W]`` tensor (nothing else)."""
-    import numpy as np
-
-    im = load_image(path)
-    return torch.from_numpy(np.asarray(im, dtype=np.uint8).copy()).permute(2, 0, 1)
+    return decode_uint8(path)
 
 
 def write_files(folder: str, n: int, size: int, fmt: str) -> list[str]:
