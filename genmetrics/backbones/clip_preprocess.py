@@ -202,8 +202,8 @@ def _axis_error(n_in: int, n_out: int, mode: str) -> tuple[float, float]:
     already in the input)."""
     if n_in == n_out:
         return 0.0, 1.0
-    taps, abs_sum = resize_taps(n_in, n_out, mode)
-    _, dw = resize_weights(n_in, n_out, mode)
+    w, dw = resize_weights(n_in, n_out, mode)  # equal to torch's impulse response (resize_taps reads that)
+    taps, abs_sum = int((w != 0).sum(1).max()), float(w.abs().sum(1).max())
     shift = float(dw.abs().sum(1).max())  # |d y / d centre| for values in [0, 1]
     # the centre scale (i + 0.5) is rounded twice at magnitude <= n_in (2 n_in u), the filter argument a
     # few times more at magnitude <= the support (folded into + 8); each weight's evaluation, the weight sum
