@@ -191,3 +191,22 @@ def test_float_image_check_reads_once():
         x[1, 2, 3] = bad
         with pytest.raises(InputError):
             to_tensor(x)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_compute_reads_a_fixed_number_of_times(name):
+    """``compute`` may read values back, but as often after the recipe's batches as after three times as many
+    (set metrics need both sides before they have a value, so the recipe is the smallest run)."""
+    ups = T.batches(name)
+    counts = []
+    for reps in (1, 3):
+        m = T.build(name)
+        for _ in range(reps):
+            for u in ups:
+                m.update(**u)
+        with counting_reads() as seen:
+            m.compute()
+        counts.append(sum(seen.values()))
+    assert counts[0] == counts[1], (
+        f"{name}: compute read {counts} times after {len(ups)} and {3 * len(ups)} batches"
+    )
