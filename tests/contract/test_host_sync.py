@@ -6,8 +6,8 @@ per batch. Decided here:
 
 * ``update`` with device tensors (uint8 images, as the input pipeline decodes them) makes **no** host
   synchronisation, after a first ``update`` that loads the model and fills the text caches;
-* ``compute`` may synchronise (it returns values), but a fixed number of times: the same after one batch as
-  after three;
+* ``compute`` may synchronise (it returns values), but a fixed number of times: the same after the recipe's
+  batches as after three times as many;
 * the VLM families (TPIPS, MIE) are outside this rule: their chat batches are built on the host from token
   counts and image grids, and transformers' Qwen3-VL forward itself reads its grid sizes back, so they
   synchronise per batch by design (docs/performance.md, "Preprocessing on the device").
