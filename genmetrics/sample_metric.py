@@ -116,7 +116,8 @@ class SampleMetric(Metric):
             v,
         ) in extras.items():  # per-sample extras kept as states of the same name (e.g. mie diagnostics)
             getattr(self, k).append(v.detach().to(device=self.device, dtype=torch.float64))
-        self.sample_ids.append(torch.tensor(hashed, dtype=torch.long, device=self.device))
+        # built on the host, copied without waiting for the device (a blocking copy would synchronise per batch)
+        self.sample_ids.append(torch.tensor(hashed, dtype=torch.long).to(self.device, non_blocking=True))
         for h, label in zip(hashed, labels):
             if h >= 0:
                 self._seen_ids.add(h)

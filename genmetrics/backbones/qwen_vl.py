@@ -593,16 +593,22 @@ class VisionEncoder:
         """
         return feature_scope(self.visual)
 
-    def pixels(self, images: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-        """``pixel_values`` and ``image_grid_thw`` from the processor, told not to resize or rescale again."""
+    def pixels(self, images: list[torch.Tensor], device: Any = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """``pixel_values`` (on ``device``, default the images') and ``image_grid_thw`` (on the CPU) from the
+        processor, told not to resize or rescale again. The normalisation ``(x - mean) / std`` (two correctly
+        rounded operations) and the patch layout (a permutation) give the same bits on every device, so the
+        images are moved first and processed where the tower is."""
         for i, x in enumerate(images):
             if int(x.shape[-2]) % self.factor or int(x.shape[-1]) % self.factor:
                 raise InputError(
                     f"image {i}: {tuple(x.shape[-2:])} is not a multiple of patch_size*merge_size = "
                     f"{self.factor}; resize it with QwenResize first"
                 )
-        out = self.image_processor(images=images, do_resize=False, do_rescale=False, return_tensors="pt")
-        return out["pixel_values"], out["image_grid_thw"]
+        kwargs = {} if device is None else {"device": torch.device(device)}
+        out = self.image_processor(
+            images=images, do_resize=False, do_rescale=False, return_tensors="pt", **kwargs
+        )
+        return out["pixel_values"], out["image_grid_thw"].cpu()
 
     @torch.no_grad()
     def encode(self, images: list[torch.Tensor]) -> list[VisionFeatures]:
@@ -611,8 +617,8 @@ class VisionEncoder:
         out: list[VisionFeatures] = []
         for i in range(0, len(images), self.batch_size):
             chunk = images[i : i + self.batch_size]
-            pix, grid = self.pixels(chunk)
-            res = self.visual(pix.to(p.device, p.dtype), grid_thw=grid.to(p.device), return_dict=True)
+            pix, grid = self.pixels(chunk, device=p.device)
+            res = self.visual(pix.to(p.dtype), grid_thw=grid.to(p.device), return_dict=True)
             self.calls += len(chunk)
             sizes = (grid.prod(-1) // self.merge_size**2).tolist()
             embeds = torch.split(res.pooler_output, sizes)

@@ -17,12 +17,13 @@ import torch
 import torch.nn.functional as F
 from transformers import AutoModel
 
+from genmetrics.backbones.clip_preprocess import load_on_device, normalisation
 from genmetrics.backbones.openclip import clip_image_batch, encode_image, load_open_clip
 from genmetrics.backbones.provider import provide
 from genmetrics.backbones.weights import genmetrics_home, weights_unavailable
 from genmetrics.data.cache import FeatureCache
 from genmetrics.data.device import check_precision, precision_autocast
-from genmetrics.data.images import ResizePolicy, as_image_list, load_batch
+from genmetrics.data.images import ResizePolicy, as_image_list
 from genmetrics.errors import InputError
 from genmetrics.metric import SampleMetric
 from genmetrics.options import number
@@ -263,8 +264,7 @@ class DINOSimilarity(_ImagePairMetric):
         if size == 518:  # DINOv2 checkpoints declare 518 (position table) but are evaluated at 224
             size = 224
         policy = ResizePolicy("shorter_side_center_crop", size)
-        x = policy.stack(load_batch(images, data_range=self.data_range, name="images"))
-        mean = torch.tensor(IMAGENET_MEAN).view(1, 3, 1, 1)
-        std = torch.tensor(IMAGENET_STD).view(1, 3, 1, 1)
-        x = ((x - mean) / std).to(self.device)
-        return model(pixel_values=x).pooler_output
+        # decoded images go to the device first; resize, crop and normalise run there
+        x = policy.stack(load_on_device(images, self.device, data_range=self.data_range, name="images"))
+        mean, std = normalisation(IMAGENET_MEAN, IMAGENET_STD, self.device)
+        return model(pixel_values=(x - mean) / std).pooler_output

@@ -351,6 +351,20 @@ def _deep_to_rgb(im: Image.Image, name: str) -> Image.Image:
     return Image.fromarray(arr, mode="L").convert("RGB")
 
 
+def decode_uint8(x: str | os.PathLike | Image.Image, *, name: str = "image") -> torch.Tensor:
+    """A file or PIL image -> its RGB pixels as a uint8 ``[3,H,W]`` tensor, by the module's conversion rules:
+    decoding only, what an input worker has to do. Every metric takes the result as it would take the file
+    (``uint8 / 255`` is what :func:`to_tensor` computes for both), and resizes and normalises it on its
+    device.
+
+    >>> t = decode_uint8(Image.new("LA", (3, 2), (100, 0)))  # transparent grey: composited on white
+    >>> tuple(t.shape), t.dtype, t[:, 0, 0].tolist()
+    ((3, 2, 3), torch.uint8, [255, 255, 255])
+    """
+    im = load_image(x) if isinstance(x, (str, os.PathLike)) else to_rgb(x, name=name)
+    return torch.from_numpy(np.asarray(im, dtype=np.uint8).copy()).permute(2, 0, 1)
+
+
 def pil_to_tensor(im: Image.Image) -> torch.Tensor:
     """RGB PIL image -> float32 ``[3,H,W]`` in [0,1].
 
@@ -358,8 +372,7 @@ def pil_to_tensor(im: Image.Image) -> torch.Tensor:
     >>> tuple(t.shape), t.dtype, t[:, 0, 0].tolist()
     ((3, 2, 3), torch.float32, [1.0, 0.0, 0.20000000298023224])
     """
-    arr = np.asarray(to_rgb(im), dtype=np.uint8)
-    return torch.from_numpy(arr.copy()).permute(2, 0, 1).float().div_(255.0)
+    return decode_uint8(im).float().div_(255.0)
 
 
 def _check_tensor(x: torch.Tensor, *, name: str, data_range: float) -> torch.Tensor:
@@ -383,9 +396,10 @@ def _check_tensor(x: torch.Tensor, *, name: str, data_range: float) -> torch.Ten
             f"[0, data_range]; for 16-bit data use x.float() / 65535"
         )
     xf = x.detach().float()
-    if not torch.isfinite(xf).all():
+    # one read of the device for the whole check: NaN propagates through min/max, inf is their value
+    lo, hi = torch.stack(tuple(torch.aminmax(xf.reshape(-1)))).tolist()
+    if not (math.isfinite(lo) and math.isfinite(hi)):
         raise InputError(f"{name}: tensor contains NaN or infinite values; clean the generator output first")
-    lo, hi = float(xf.min()), float(xf.max())
     tol = _RANGE_TOL * data_range
     if lo < -tol or hi > data_range + tol:
         hint = ""

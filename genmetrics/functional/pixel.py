@@ -14,6 +14,7 @@ contrast-sensitivity term of the valid region at every scale but the last, the S
 
 from __future__ import annotations
 
+import functools
 import threading
 
 import torch
@@ -293,13 +294,25 @@ def psnr_from_sse(sse: torch.Tensor, n: int, *, data_range: float = 1.0) -> torc
     return 10.0 * torch.log10(data_range * data_range / (sse / n))
 
 
-def _blur(x: torch.Tensor, win: torch.Tensor) -> torch.Tensor:
+@functools.lru_cache(maxsize=64)
+def gaussian_taps(kernel_size: int, sigma: float, dtype: torch.dtype = torch.float32) -> tuple[float, ...]:
+    """:func:`gaussian_window` rounded to ``dtype``, as Python floats, computed once per argument set: the
+    taps the filters multiply by, known on the host without reading a device tensor.
+
+    >>> taps = gaussian_taps(5, 1.0)
+    >>> taps == tuple(gaussian_window(5, 1.0).tolist()), gaussian_taps(5, 1.0) is taps
+    (True, True)
+    """
+    return tuple(float(t) for t in gaussian_window(kernel_size, sigma, dtype=dtype).tolist())
+
+
+def _blur(x: torch.Tensor, taps: tuple[float, ...]) -> torch.Tensor:
     """Valid separable Gaussian filtering of ``[..., H, W]`` -> ``[..., H-k+1, W-k+1]``.
 
     Written as ``k`` shifted multiply-adds per axis: on the CPU this is several times faster than
-    ``conv2d`` with one input channel, and it gives the same sums up to float rounding.
+    ``conv2d`` with one input channel, and it gives the same sums up to float rounding. The taps are
+    Python floats (:func:`gaussian_taps`), so no device value is read back.
     """
-    taps = [float(t) for t in win.tolist()]
     k = len(taps)
     h = x.shape[-2] - k + 1
     y = x[..., 0:h, :] * taps[0]
@@ -315,7 +328,7 @@ def _blur(x: torch.Tensor, win: torch.Tensor) -> torch.Tensor:
 def _ssim_terms(
     preds: torch.Tensor,
     target: torch.Tensor,
-    win: torch.Tensor,
+    win: tuple[float, ...],
     c1: float,
     c2: float,
     *,
@@ -324,7 +337,7 @@ def _ssim_terms(
 ) -> tuple[torch.Tensor | None, torch.Tensor]:
     """``(ssim_map or None, cs_map)`` over ``[B,C,H,W]``; ``pad`` reflect-pads by half the window first."""
     b, c, h, w = preds.shape
-    p = (win.numel() - 1) // 2
+    p = (len(win) - 1) // 2
     x = preds.reshape(b * c, 1, h, w)
     y = target.reshape(b * c, 1, h, w)
     if pad:
@@ -372,7 +385,7 @@ def ssim(
     >>> ssim(x, x).tolist(), bool((ssim(x, 1 - x) < 0).all())  # identical -> 1; an inverted image anticorrelates
     ([1.0, 1.0], True)
     """
-    win = gaussian_window(kernel_size, sigma, dtype=preds.dtype, device=preds.device)
+    win = gaussian_taps(kernel_size, float(sigma), preds.dtype)
     s, _ = _ssim_terms(
         preds, target, win, (k1 * data_range) ** 2, (k2 * data_range) ** 2, pad=True, luminance=True
     )
@@ -400,7 +413,7 @@ def ms_ssim(
     >>> [round(v, 6) for v in ms_ssim(x, x).tolist()], bool(ms_ssim(x, noisy) < 1)
     ([1.0], True)
     """
-    win = gaussian_window(kernel_size, sigma, dtype=preds.dtype, device=preds.device)
+    win = gaussian_taps(kernel_size, float(sigma), preds.dtype)
     c1, c2 = (k1 * data_range) ** 2, (k2 * data_range) ** 2
     out = torch.ones(preds.shape[0], dtype=torch.float64, device=preds.device)
     for i, beta in enumerate(betas):

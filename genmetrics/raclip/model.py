@@ -19,6 +19,7 @@ Then Eq. 4 (dual prompts, per token), Eq. 8 (attention refinement of the patch s
 from __future__ import annotations
 
 import math
+import weakref
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -388,7 +389,23 @@ def logit_scale_of(model: Any) -> float:
     ls = getattr(model, "logit_scale", None)
     if ls is None:
         return 100.0
-    return float(ls.detach().float().exp()) if isinstance(ls, torch.Tensor) else float(math.exp(ls))
+    if not isinstance(ls, torch.Tensor):
+        return float(math.exp(ls))
+    # read from the device once per value of the parameter (its version counter), not once per batch
+    try:
+        key = (ls._version, str(ls.device), ls.dtype)
+    except RuntimeError:  # an inference tensor has no version counter: read it each time
+        return float(ls.detach().float().exp())
+    hit = _LOGIT_SCALES.get(id(ls))
+    if hit is None or hit[0]() is not ls or hit[1] != key:
+        if len(_LOGIT_SCALES) >= 64:
+            _LOGIT_SCALES.clear()
+        hit = _LOGIT_SCALES[id(ls)] = (weakref.ref(ls), key, float(ls.detach().float().exp()))
+    return hit[2]
+
+
+#: ``id(logit_scale)`` -> (a weak reference to it, its version, device and dtype, ``exp`` of it as a float)
+_LOGIT_SCALES: dict[int, tuple[Any, tuple[Any, ...], float]] = {}
 
 
 def _check_template(t: str, name: str) -> str:
