@@ -58,14 +58,19 @@ def test_paired_cells_coloured_by_who_wins_in_every_direction():
     cases = [  # (direction, diff, CI) -> (A class, B class, diff class, better)
         ((True, 2.0, 1.0, 3.0), ("l win", "l", "a-wins sig", "a")),
         ((False, 2.0, 1.0, 3.0), ("l", "l win", "b-wins sig", "b")),
-        ((True, -1.0, -2.0, 0.5), ("l", "l lead", "b-wins", "(b)")),
-        ((False, -1.0, -2.0, 0.5), ("l lead", "l", "a-wins", "(a)")),
+        ((True, -1.0, -2.0, 0.5), ("l", "l", "b-wins", "(b)")),
+        ((False, -1.0, -2.0, 0.5), ("l", "l", "a-wins", "(a)")),
         ((None, 2.0, 1.0, 3.0), ("l", "l", "sig", "–")),
     ]
     for args, (ca, cb, cd, better) in cases:
         t = paired_tables(summary(*args))["m"]
         assert t.classes.iloc[0].tolist()[:3] == [ca, cb, cd], args
         assert t.frame.iloc[0]["better"] == better, args
+        # one marker for "the interval excludes 0", and a highlight (win) only with it
+        excludes = args[2] > 0 or args[3] < 0
+        assert t.frame.iloc[0]["excludes 0"] == ("yes" if excludes else "no"), args
+        assert ("sig" in t.classes.iloc[0]["excludes 0"]) == excludes, args
+        assert any("win" in c for c in t.classes.iloc[0]) == (excludes and args[0] is not None), args
 
 
 def test_winner_matches_the_means_of_the_board(board):
