@@ -1,4 +1,4 @@
-"""Hostile and faulty inputs for issue 22 (a fresh catalogue: none of these ids is in ``catalogue.py``).
+"""Hostile and faulty inputs, second catalogue (none of these ids is in ``catalogue.py``).
 
 Each case plants one fault in a fresh folder and runs genmetrics on it (the Python API and, where a command
 exists, the CLI in-process through ``genmetrics.cli.main.main``; the non-UTF-8 case runs a real subprocess).
