@@ -24,7 +24,7 @@ PROCESS_WORDS = {
     "helper": re.compile(r"\bhelpers?\b", re.I),
     "brief": re.compile(r"\bbrief\b", re.I),
     "lent": re.compile(r"\blent\b", re.I),
-    "issue number": re.compile(r"\bissues?\s*#?\d+|\(#\d+\)", re.I),
+    "issue number": re.compile(r"\bissues?[\s_-]*#?\d+|\(#\d+\)", re.I),
     "development contract": re.compile(r"\.\./shared|\bDESIGN\.md\b"),
     "dated entry": re.compile(r"\b20\d\d-\d\d-\d\d\b|\b\d\d:\d\d(?:-\d\d:\d\d)? UTC\b"),
 }
@@ -99,7 +99,7 @@ def test_the_scan_catches_each_kind_of_word(tmp_path):
         "helper": "a helper ran it",
         "brief": "as the brief asked",
         "lent": "no GPU was lent",
-        "issue number": "fixed in issue 26.2 (#12)",
+        "issue number": "fixed in issue 26.2 and the issue-22 catalogue (#12)",
         "development contract": "read ../shared/DESIGN.md first",
         "dated entry": "### Recheck (2026-12-02, 03:20-03:35 UTC)",
     }
