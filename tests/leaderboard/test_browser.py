@@ -158,7 +158,8 @@ def test_report_look_in_the_browser(small_set, tmp_path):
           return [].map.call(t.querySelectorAll("th"), function (h) { var r = h.getBoundingClientRect(); return [r.left, r.width, h.textContent]; });
         });
         var marks = [].map.call(document.querySelectorAll("table.paired td.mark"), function (c) {
-          return [c.textContent, getComputedStyle(c).backgroundColor];
+          var plain = c.parentElement.cells[5];  // the n column: an ordinary cell of the same row
+          return [c.textContent, getComputedStyle(c).backgroundColor, getComputedStyle(plain).backgroundColor];
         });
         var wins = [].map.call(document.querySelectorAll("table.paired tr"), function (r) {
           var m = r.querySelector("td.mark"); return m ? [m.textContent, r.querySelectorAll("td.win").length] : null;
@@ -171,8 +172,9 @@ def test_report_look_in_the_browser(small_set, tmp_path):
     assert lefts[0] == lefts[1]  # the paired tables' columns line up
     assert [c[2] for c in board["paired"][0]][2:4] == ["A − B (dB)", "CI (dB)"]
     colours = {text: set() for text in ("yes", "no")}
-    for text, bg in board["marks"]:
+    for text, bg, plain in board["marks"]:
         colours[text].add(bg)
+        assert (bg != plain) == (text == "yes"), (text, bg, plain)  # only the marker stands out of its row
     assert colours["yes"], "the tiny set has clear differences (noise 2 vs 25)"
     assert not colours["yes"] & colours["no"]  # the marker looks different from its absence
     assert all((n > 0) == (mark == "yes") for mark, n in board["wins"])  # a highlight only with the marker
