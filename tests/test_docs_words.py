@@ -26,6 +26,7 @@ PROCESS_WORDS = {
     "lent": re.compile(r"\blent\b", re.I),
     "issue number": re.compile(r"\bissues?[\s_-]*#?\d+|\(#\d+\)", re.I),
     "development contract": re.compile(r"\.\./shared|\bDESIGN\.md\b"),
+    "issue as a task": re.compile(r"\bthe issue's\b", re.I),
     "dated entry": re.compile(r"\b20\d\d-\d\d-\d\d\b|\b\d\d:\d\d(?:-\d\d:\d\d)? UTC\b"),
 }
 #: a number of tests, passes, failures or skips: stale as soon as a test is added
@@ -101,6 +102,7 @@ def test_the_scan_catches_each_kind_of_word(tmp_path):
         "lent": "no GPU was lent",
         "issue number": "fixed in issue 26.2 and the issue-22 catalogue (#12)",
         "development contract": "read ../shared/DESIGN.md first",
+        "issue as a task": "asserts the issue's goals",
         "dated entry": "### Recheck (2026-12-02, 03:20-03:35 UTC)",
     }
     for name, line in bad.items():
