@@ -12,7 +12,7 @@ value; for the RA-CLIPScore family the generator's per-attribute bars and R-SaD 
 The data comes from the plan (which files a sample compares) and the results rows; every page is written
 through the project's write rule (:func:`genmetrics.data.results.atomic_write_text`). Names, ids, captions
 and paths are HTML-escaped and page names made from generator names are short, stable and distinct
-(:mod:`genmetrics.leaderboard.escape`). The page uses the window's whole width.
+(:mod:`genmetrics.data.escape`). The page uses the window's whole width.
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from genmetrics.data.escape import html_text
 from genmetrics.data.images import load_image
 from genmetrics.data.results import atomic_write_text
 from genmetrics.errors import InputError
-from genmetrics.leaderboard.escape import html_text
 from genmetrics.leaderboard.notes import notes
 from genmetrics.leaderboard.numbers import fmt, fmt_ci, unit_suffix
 from genmetrics.leaderboard.plan import Plan

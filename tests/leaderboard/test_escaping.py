@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from genmetrics.leaderboard.escape import MAX_STEM, csv_cell, file_stem, html_text, md_text, mpl_text
+from genmetrics.data.escape import MAX_STEM, csv_cell, file_stem, html_text, md_text, mpl_text
 
 markdown_it = pytest.importorskip("markdown_it")
 
@@ -166,3 +166,16 @@ def test_csv_html_plots_and_galleries_with_hostile_names(hostile_board):
         g = _parse(p.read_text())
         assert [t for t, _ in g.tags if t == "script"] == ["script"]  # the page's own sort script only
     assert Path(out / "manifest.json").is_file()
+
+
+def test_generator_ranking_report_and_plot_with_hostile_names(tmp_path):
+    """``genmetrics rank-generators`` writes ranking.md and ranking.png from the data's generator names."""
+    from genmetrics.mie.ranking import rank_generators, ranking_markdown, ranking_plot
+
+    a, b, c = "![t](http://host/track.png)", r"$\frac{$", "[c](javascript:alert(1))"
+    res = rank_generators([a, a, b], [b, c, c], [0.9, 0.8, 0.7], [0.1, 0.2, 0.3], n_boot=50)
+    page = _parse(_render(ranking_markdown(res, title=c)))
+    assert not [t for t, _ in page.tags if t in ("img", "a", "script")]
+    assert all(n in "".join(page.text) for n in (a, b, c))
+    ranking_plot(res, tmp_path / "ranking.png")  # mathtext would raise on the TeX name
+    assert (tmp_path / "ranking.png").stat().st_size > 1000
