@@ -179,3 +179,19 @@ def test_generator_ranking_report_and_plot_with_hostile_names(tmp_path):
     assert all(n in "".join(page.text) for n in (a, b, c))
     ranking_plot(res, tmp_path / "ranking.png")  # mathtext would raise on the TeX name
     assert (tmp_path / "ranking.png").stat().st_size > 1000
+
+
+def test_tpips_agreement_table_with_a_hostile_dataset_name():
+    """``genmetrics evaluate-human tpips`` writes table.md with the dataset names of the user's data."""
+    from genmetrics.data.jsonl import OddOneOutRecord
+    from genmetrics.testing import random_images
+    from genmetrics.tpips.evaluate import Dataset, MetricScorer, evaluate_human, to_markdown
+
+    x, y = random_images(2, 32, seed=1)
+    record = OddOneOutRecord(id="t", images=(x, x, y), aspect="overall", votes=(0.0, 0.0, 1.0))
+    name = "![t](http://host/track.png)"
+    res = evaluate_human(
+        [Dataset(name, "odd_one_out", [record])], [MetricScorer("psnr", metric_name="psnr")], progress=False
+    )
+    page = _parse(_render(to_markdown(res)))
+    assert not [t for t, _ in page.tags if t in ("img", "a")] and name in "".join(page.text)
