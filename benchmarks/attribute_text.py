@@ -1,11 +1,11 @@
-"""Attribute text side of raclip / sad / pad / rsad / hcs before and after issue 16 (one JSON line).
+"""Attribute text side of raclip / sad / pad / rsad / hcs with the per-text float64 cache against the earlier per-list float32 path (one JSON line).
 
 Random open_clip text tower (default ViT-B-16-quickgelu, no download), the ``celeba-20`` attributes, the
 texts one metric of each kind encodes: RA-CLIPScore's dual prompts (``"This is a photo of {}."`` /
 ``"... without {}."``, 40 texts) and HCS's ``"a photo of {}"`` plus the bare strings (``text_center="bare"``,
 40 texts).
 
-* ``before``: what the code did until issue 16 -- ``model.encode_text`` on the full 77-token context in
+* ``before``: the earlier path -- ``model.encode_text`` on the full 77-token context in
   the model's precision (float32), once per attribute list (a cache keyed by the whole list);
 * ``after``: :class:`genmetrics.backbones.openclip.TextEmbeddingCache` as the metrics use it -- each
   distinct text once, the context cut after the longest text of the call, the text tower in float64;

@@ -1,4 +1,4 @@
-"""Leaderboard end to end against a minimal hand loop (issue 16): G generators x N PNG images, psnr + ssim.
+"""Leaderboard end to end against a minimal hand loop: G generators x N PNG images, psnr + ssim.
 
 The leaderboard is ``genmetrics leaderboard CONFIG --out DIR --no-plots`` in a fresh process (start-up,
 decoding, scoring, results and reports included); the hand loop, also in a fresh process, decodes the

@@ -1,4 +1,4 @@
-"""Does a trained MIE compare a candidate with references it has never seen? (issue 23)
+"""Does a trained MIE compare a candidate with references it has never seen?
 
 The binding task: every pair has 2 reference subjects whose identities are drawn fresh for that pair (a
 continuous random colour pair, stripe orientation and stripe period: no identity is ever repeated, between

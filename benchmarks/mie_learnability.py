@@ -17,7 +17,7 @@ One model per task (layer_only, lr 2e-3: a random 64-wide model needs far more t
 a pretrained 0.8B). Prints one JSON line. ``python benchmarks/mie_learnability.py [--tasks appearance]``.
 
 The palette is shared by training and test, so a model can pass these tasks by memorising which colours
-go together; ``benchmarks/mie_generalisation.py`` draws every identity fresh (issue 23).
+go together; ``benchmarks/mie_generalisation.py`` draws every identity fresh.
 """
 
 from __future__ import annotations

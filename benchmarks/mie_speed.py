@@ -1,4 +1,4 @@
-"""MIE scoring with shared reference features vs a naive per-candidate transformers forward (issue 16).
+"""MIE scoring with shared reference features vs a naive per-candidate transformers forward.
 
 Naive: for every candidate, ``processor(text, images)`` and one forward of the VLM with ``pixel_values``
 (the vision tower sees the references again for each candidate), head on the last token. genmetrics:

@@ -1,4 +1,4 @@
-"""genmetrics against the libraries users would otherwise pick, on the same inputs (issue 16).
+"""genmetrics against the libraries users would otherwise pick, on the same inputs.
 
 Pixel metrics (psnr, ssim, ms_ssim): ``--pairs`` image pairs of ``--size`` px (float32 tensors in [0,1],
 or with ``--dtype uint8`` the same images as uint8 0..255; candidates are noisy copies of their
@@ -605,7 +605,7 @@ def bench_clipscore(args: argparse.Namespace) -> dict[str, Any]:
     from genmetrics.backbones.clip_vision import vision_tower_flops
 
     # paid once per process and model (not per round): the per-machine micro-benchmark that decides whether
-    # the packed oneDNN products pay here (issue 26), and packing the tower's weights where they do
+    # the packed oneDNN products pay here, and packing the tower's weights where they do
     clip_packed.release_packed_weights()
     fastpath.forget_fast_path_choices()
     t0, c0 = time.perf_counter(), time.process_time()

@@ -4,7 +4,7 @@ Random open_clip ViT-B/16 (no download), warm, same batch, interleaved rounds (e
 round, order rotated), medians over rounds. Prints one JSON line with the CPU it ran on:
 
 * ``ratio_single_pass``: scorer (masked single pass + Eq. 4/8/9 for ``--attributes`` attributes, text
-  embeddings cached) / open_clip's ``encode_image`` -- goal <= 1.0 (issue 26); on the CPU at one thread
+  embeddings cached) / open_clip's ``encode_image`` -- goal <= 1.0; on the CPU at one thread
   the ratio is taken from CPU seconds of the process (``*_cpu_s``), which other work on a shared machine
   disturbs less than wall time (``*_s`` are wall);
 * ``ratio_two_pass``: ``encode_image`` plus a second forward pass that recomputes the regional tokens and

@@ -1,5 +1,5 @@
 """Does a trained TPIPS generalise to aspect VALUES it never saw? Held-out 2AFC per aspect and variant, as a
-fraction of what a linear probe on the same frozen vision features reaches (the ceiling), issue 23 item 3.
+fraction of what a linear probe on the same frozen vision features reaches (the ceiling).
 
 Task (genmetrics.tpips.synthetic.value_triplets): scenes whose aspects are continuous values in [0, 1); the
 training triplets draw the two tested aspects from the even eighths of [0, 1), the held-out triplets from the

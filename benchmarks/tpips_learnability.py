@@ -198,7 +198,7 @@ def run(args) -> dict:
     ok = all(
         v[k]["after"]["mean"] >= 0.70 and v[k]["after"]["both"] >= 0.40 for k in ("late", "early") if k in v
     )
-    if "mid" in v:  # issue 12: mid fusion within 0.05 of late and early fusion (each that ran), both >= 0.40
+    if "mid" in v:  # the goal: mid fusion within 0.05 of late and early fusion (each that ran), both >= 0.40
         ref = max((v[k]["after"]["mean"] for k in ("late", "early") if k in v), default=0.70)
         ok = ok and v["mid"]["after"]["mean"] >= ref - 0.05 and v["mid"]["after"]["both"] >= 0.40
     out["goals_met"] = bool(ok)

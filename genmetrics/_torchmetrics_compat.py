@@ -1,5 +1,5 @@
 """The private members of ``torchmetrics.Metric`` (and ``torch.nn.Module``) that genmetrics still touches,
-in one place (issue 25.1). Everything else in :mod:`genmetrics.metric` uses public torchmetrics API:
+in one place. Everything else in :mod:`genmetrics.metric` uses public torchmetrics API:
 ``add_state``, ``reset``, ``metric_state``, ``update_count``, ``sync_context``, ``sync`` / ``unsync``,
 ``state_dict``, ``persistent``, the ``dist_sync_fn`` option and ``torchmetrics.utilities``' public helpers.
 

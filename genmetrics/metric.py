@@ -15,14 +15,14 @@ per-sample scores (float64) and their ids, drops the duplicates a distributed sa
 scores in chunks of ``batch_size`` with CUDA out-of-memory back-off. Results do not depend on
 ``batch_size``.
 
-torchmetrics conventions hold (issue 15, tested by ``tests/contract``): ``forward()`` / ``metric(batch)``
+torchmetrics conventions hold (tested by ``tests/contract``): ``forward()`` / ``metric(batch)``
 returns the batch value and accumulates every batch; ``merge_state``, pickling, ``torch.save``,
 ``state_dict`` round trips (with ``persistent(True)``), ``set_dtype`` (floating states only; the int64 id
 state is never cast), ``MetricCollection(compute_groups=True)`` (metrics whose :meth:`Metric.options`
 differ never share a state), DDP ranks without any update, ``plot()`` and the ``preds=``/``target=``
 keywords of paired metrics (``preds`` = candidates, ``target`` = reference).
 
-Sample ids (issue 14.2): samples updated without ``ids=`` are all kept (never de-duplicated). Named ids
+Sample ids: samples updated without ``ids=`` are all kept (never de-duplicated). Named ids
 are de-duplicated only across processes, for the copies a ``DistributedSampler`` pads in; an id repeated
 within one update is an error, an id already scored in this process is dropped with a warning.
 

@@ -112,6 +112,7 @@ class MetricCard:
     default_weights: str | None = None
     level: Granularity = Granularity.SAMPLE
     output: str = "scalar"  # what compute() returns, in words
+    unit: str = ""  # the unit of the values ("dB", "nats"), "" for a unitless score; reports show it
     tags: tuple[str, ...] = field(default_factory=tuple)
     reference: ReferenceKind = ReferenceKind.NONE
     reference_need: Need = Need.REQUIRED

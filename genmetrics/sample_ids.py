@@ -1,4 +1,4 @@
-"""Sample ids (issue 14.2): the stable 64-bit identity of a sample and the de-duplication of the copies a
+"""Sample ids: the stable 64-bit identity of a sample and the de-duplication of the copies a
 ``DistributedSampler`` pads in.
 
 Samples updated without ``ids=`` are all kept (never de-duplicated: they share :data:`UNNAMED_ID`). Named

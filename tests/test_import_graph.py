@@ -1,4 +1,4 @@
-"""The layers of DESIGN.md section 1, checked statically over every source file of ``genmetrics``, with the
+"""The layers of the package (docs/contributing.md), checked statically over every source file of ``genmetrics``, with the
 imports inside functions counted like the ones at the top (a function-level import is still a dependency:
 it only hides a loop from readers and linters):
 
@@ -28,7 +28,7 @@ FAMILIES = ("genmetrics.raclip", "genmetrics.tpips", "genmetrics.mie")
 #: what genmetrics.functional may import besides the standard library and itself
 FUNCTIONAL_MAY_IMPORT = ("torch", "numpy", "scipy")
 
-#: today's violations (issue 25.5); each entry is deleted by the lead when the fix of its area lands
+#: known violations; each entry is deleted when the fix of its area lands
 KNOWN_VIOLATIONS: dict[str, set] = {
     # an import that closes a loop between modules: (importer, imported)
     "loops": set(),  # mie model <-> checkpoint and the tpips model/loading/triplet/baselines loop: fixed
@@ -266,7 +266,7 @@ def test_no_new_violation(rule, today):
         "families": "families never import each other: move the shared code to backbones/ or data/",
         "cli": "the library never imports the command line: move the helper out of cli/",
         "loops": "break the loop (a function-level import still counts): move the shared piece down a layer",
-        "layer_loops": "a lower layer imports a higher one: move the shared piece down (DESIGN.md section 1)",
+        "layer_loops": "a lower layer imports a higher one: move the shared piece down (docs/contributing.md, layers)",
     }
     assert not new, (
         f"new {rule} violation(s): {sorted(map(sorted, new) if rule == 'loops' else new)}; {hints[rule]}"

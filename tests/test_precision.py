@@ -1,4 +1,4 @@
-"""The ``precision`` option of every model-based metric (issue 26): ``"fp32"`` (default) or ``"bf16"``
+"""The ``precision`` option of every model-based metric: ``"fp32"`` (default) or ``"bf16"``
 (bfloat16 autocast of the backbone's forward, :func:`genmetrics.data.device.precision_autocast`).
 
 Registry-wide: every metric whose options take a model (``backbone`` / ``weights`` / ``model``) takes

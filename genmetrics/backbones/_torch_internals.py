@@ -1,4 +1,4 @@
-"""Every private torch API genmetrics calls, in one place (issue 25.1).
+"""Every private torch API genmetrics calls, in one place.
 
 Each use stays for a measured reason (docs/performance.md, "Fast paths chosen per machine"):
 

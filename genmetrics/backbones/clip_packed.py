@@ -1,5 +1,5 @@
 """The products of open_clip's plain vision blocks on oneDNN weights packed once, where this machine runs
-them faster than ``F.linear`` (issue 16, made per machine in issue 26).
+them faster than ``F.linear`` (used where measured faster on the machine).
 
 Packing reorders each linear weight once into oneDNN's blocked layout (the kernels ``torch.compile`` emits
 for CPU linears; the private torch calls live in :mod:`genmetrics.backbones._torch_internals`). Whether that

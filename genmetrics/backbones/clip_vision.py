@@ -1,4 +1,4 @@
-"""The open_clip ViT image tower run block by block for inference (issue 16): SDPA attention, a fused
+"""The open_clip ViT image tower run block by block for inference: SDPA attention, a fused
 QuickGELU, only the class token's row through the last block, and the packed products where this machine
 runs them faster (:mod:`genmetrics.backbones.clip_packed`). Anything else calls ``model.encode_image``."""
 
@@ -68,7 +68,7 @@ def vision_tower_flops(visual: Any) -> int:
 
 
 def encode_image(model: Any, pixels: torch.Tensor) -> torch.Tensor:
-    """``model.encode_image(pixels)`` for inference, faster on open_clip ViTs (issue 16).
+    """``model.encode_image(pixels)`` for inference, faster on open_clip ViTs.
 
     Under ``torch.no_grad()``/``inference_mode`` on an eval-mode open_clip ``VisionTransformer`` (see
     :func:`fast_vision_tower`) the blocks run with ``F.scaled_dot_product_attention`` instead of

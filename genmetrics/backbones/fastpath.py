@@ -1,4 +1,4 @@
-"""Fast paths chosen per machine from a measured micro-benchmark (issue 26).
+"""Fast paths chosen per machine from a measured micro-benchmark.
 
 A "fast path" computes the same function as a plain, public one (``F.linear``) with another kernel. Whether
 it is faster depends on the CPU: the packed oneDNN products were 1.37x ``F.linear`` on an AMD EPYC with

@@ -119,7 +119,7 @@ def _install_hint(model_id: str) -> str:
         f"Fix: pass a local folder with {_FIX_OPTION}; or set GENMETRICS_HOME to a folder whose hf/ cache holds "
         f"the weights; or pre-download them on a machine with network access with "
         f"`genmetrics weights download {model_id}` (or `hf download {model_id} --cache-dir {hf_cache_dir()}`) "
-        "and copy the folder over (docs/weights.md)."
+        "and copy the folder over (`genmetrics weights --help`)."
     )
 
 

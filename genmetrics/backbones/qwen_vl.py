@@ -388,7 +388,7 @@ def _official_rgb_noted(im: Image.Image, name: str) -> Image.Image:
         warnings.warn(
             f"{name}: an image of mode {im.mode}: image_modes='official' (the Qwen3-VL-Embedding preprocessing) "
             f"{loss}; pass image_modes='genmetrics' to composite alpha on white and rescale 16/32-bit and float "
-            "images by their sample type (docs/tpips.md)",
+            "images by their sample type (`genmetrics info tpips` lists the option)",
             UserWarning,
             stacklevel=4,
         )

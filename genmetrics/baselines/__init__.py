@@ -27,6 +27,7 @@ register_metric(
         range=(0.0, 100.0),
         paper="classic",
         tags=("pixel", "weight-free"),
+        unit="dB",
     )
 )
 register_metric(

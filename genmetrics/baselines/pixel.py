@@ -31,7 +31,7 @@ from genmetrics.options import choice, integer, number
 _RANGE_TOL = 1e-3  # as genmetrics.data.images: relative tolerance on the declared float range
 PRECISIONS = ("auto", "float32", "float64")
 #: SSIM / MS-SSIM work on at most this many input elements per call: their windowed statistics keep about
-#: ten maps of the input's size alive, so a 32-image batch of 256 px held ~10x its inputs (issue 26.5);
+#: ten maps of the input's size alive, so a 32-image batch of 256 px held ~10x its inputs;
 #: 2**19 elements (2 MiB of float32 per input) bounds that transient at ~20 MiB whatever the batch size
 WINDOWED_CHUNK_ELEMENTS = 1 << 19
 

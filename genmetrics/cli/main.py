@@ -72,7 +72,7 @@ EXPORT_HELP = {
 
 
 def defer_torchmetrics_init() -> bool:
-    """Let ``import torchmetrics`` skip the package's ``__init__`` until something needs it (issue 26.4).
+    """Let ``import torchmetrics`` skip the package's ``__init__`` until something needs it.
 
     torchmetrics' ``__init__`` imports every domain (``functional.image`` pulls torchvision and
     ``torch._dynamo``, ``functional.text`` transformers, and scipy.signal): 5.9 of the 6.4 s a one-off

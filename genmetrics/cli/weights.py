@@ -29,8 +29,8 @@ MANIFEST = "weights.json"
 #: legacy pickles, TF / Flax / ONNX copies are left on the hub
 HF_ALLOW = ("*.json", "*.safetensors", "*.txt", "*.model", "*.jinja", "*.tiktoken")
 #: public weights a card does not name as ``default_weights``: mie's default backbone (its trained heads are
-#: the user's checkpoint). Kept here, not imported, because cli/ sits below the families (DESIGN.md section
-#: 1); tests/cli/test_weights_cmd.py checks it equals genmetrics.mie.common.BACKBONES[DEFAULT_BACKBONE].
+#: the user's checkpoint). Kept here, not imported, because cli/ sits below the families (the
+#: layering rule of docs/contributing.md); tests/cli/test_weights_cmd.py checks it equals genmetrics.mie.common.BACKBONES[DEFAULT_BACKBONE].
 EXTRA_WEIGHTS = {"mie": "Qwen/Qwen3.5-4B"}
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 

@@ -1,6 +1,6 @@
 /* One pass over two images' rows: per-row sums of squared differences and the range of the values.
  *
- * The optional native kernel of genmetrics.functional.pixel.squared_error_sums (issue 26: psnr at the
+ * The optional native kernel of genmetrics.functional.pixel.squared_error_sums (psnr at the
  * machine's read bandwidth). torch has no fused "subtract, square, sum per row, min and max of both
  * inputs": with public ops the inputs are read by one op and re-read from the cache by three more. This
  * loop reads each input once.

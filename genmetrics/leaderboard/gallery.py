@@ -10,23 +10,26 @@ value; for the RA-CLIPScore family the generator's per-attribute bars and R-SaD 
 :mod:`genmetrics.leaderboard.plots`) are embedded.
 
 The data comes from the plan (which files a sample compares) and the results rows; every page is written
-through the project's write rule (:func:`genmetrics.data.results.atomic_write_text`).
+through the project's write rule (:func:`genmetrics.data.results.atomic_write_text`). Names, ids, captions
+and paths are HTML-escaped and page names made from generator names are short, stable and distinct
+(:mod:`genmetrics.data.escape`). The page uses the window's whole width.
 """
 
 from __future__ import annotations
 
 import base64
-import html
 import io
 import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from genmetrics.data.escape import html_text
 from genmetrics.data.images import load_image
 from genmetrics.data.results import atomic_write_text
 from genmetrics.errors import InputError
 from genmetrics.leaderboard.notes import notes
+from genmetrics.leaderboard.numbers import fmt, fmt_ci, unit_suffix
 from genmetrics.leaderboard.plan import Plan
 from genmetrics.leaderboard.plots import figure, safe_name
 from genmetrics.registry import Granularity
@@ -37,8 +40,8 @@ K = 4
 THUMB = 128
 __all__ = ["K", "THUMB", "best_and_worst", "thumbnail", "write_galleries"]
 
-CSS = """body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2rem auto;max-width:1200px;
-padding:0 1rem;color:#222}table{border-collapse:collapse;margin:.5rem 0 1.5rem}th,td{border:1px solid #ccc;
+CSS = """body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:1.5rem 0;padding:0 1.5rem;
+color:#222}table{border-collapse:collapse;margin:.5rem 0 1.5rem;width:100%}td,th{font-variant-numeric:tabular-nums}th,td{border:1px solid #ccc;
 padding:.25rem .5rem;text-align:right;vertical-align:middle}th{background:#f3f3f3;cursor:pointer;user-select:none}
 th.sorted-asc::after{content:" ▲"}th.sorted-desc::after{content:" ▼"}td.l,th.l{text-align:left}
 td.best,td.worst{white-space:nowrap}td.best{background:#e3f4ea}td.worst{background:#fbe4e6}td.cond{max-width:22rem;text-align:left;font-size:.85rem}
@@ -126,14 +129,10 @@ class _Thumbs:
             return "–"
         if path not in self.cache:
             self.cache[path] = thumbnail(path)
-        uri, name = self.cache[path], html.escape(path.name)
+        uri, name = self.cache[path], html_text(path.name)
         if uri is None:
             return f'<span class="note">{name}</span>'
         return f'<img class="thumb" alt="{role} {name}" title="{name}" src="{uri}">'
-
-
-def _fmt(x: Any) -> str:
-    return f"{x:.4g}" if _finite(x) else "–"
 
 
 def _sample_columns(plan: Plan) -> list[tuple[str, Any]]:
@@ -159,7 +158,7 @@ def _section(
     summary: dict[str, Any],
     thumbs: _Thumbs,
 ) -> str:
-    e = html.escape
+    e = html_text
     col = scores.get(name, {})
     entry = summary["columns"][name]
     hib = entry["higher_is_better"]
@@ -171,8 +170,9 @@ def _section(
     refs = any(s.reference is not None for s in samples.values())
     conds = any(s.condition for s in samples.values())
     others = [c for c in columns if c != name]
-    head = ["shown", "id", "image"] + (["reference"] if refs else []) + (["condition"] if conds else [])
-    head += [f"{name}{arrow}"] + others
+    units = {c: unit_suffix(summary["columns"][c]) for c in [name, *others]}
+    head = ["shown", "id", "candidate"] + (["reference"] if refs else []) + (["condition"] if conds else [])
+    head += [f"{name}{units[name]}{arrow}"] + [f"{c}{units[c]}" for c in others]
     out = [
         f'<h2 id="{e(safe_name(name))}">{e(name)}{arrow}</h2>',
         f'<p class="note">The {len(best)} best and {len(worst)} worst of {len(col)} samples '
@@ -189,7 +189,7 @@ def _section(
             ref_path = ref[0] if isinstance(ref, list) and ref else ref if isinstance(ref, Path) else None
             cells = [
                 f'<td class="l {kind}" data-v="{kind} {rank:03d}">{kind} {rank}</td>',
-                f'<td class="l" data-v="{e(i, quote=True)}">{e(i)}</td>',
+                f'<td class="l" data-v="{e(i)}">{e(i)}</td>',
                 f"<td>{thumbs.img(s.candidate if s is not None else None, 'generated')}</td>",
             ]
             if refs:
@@ -201,23 +201,28 @@ def _section(
                 cells.append(f"<td>{thumbs.img(ref_path, 'reference')}{more}</td>")
             if conds:
                 cond = s.condition if s is not None and s.condition else ""
-                cells.append(f'<td class="cond" data-v="{e(cond, quote=True)}">{e(cond)}</td>')
+                cells.append(f'<td class="cond" data-v="{e(cond)}">{e(cond)}</td>')
             for c in [name, *others]:
                 v = scores.get(c, {}).get(i)
-                cells.append(f'<td data-v="{v if v is not None else ""}">{_fmt(v)}</td>')
+                cells.append(f'<td data-v="{v if v is not None else ""}">{fmt(v)}</td>')
             out.append("<tr>" + "".join(cells) + "</tr>")
     out.append("</tbody></table>")
     return "\n".join(out)
 
 
 def _set_section(name: str, entry: dict[str, Any], g: str, plots: list[tuple[str, Path]]) -> str:
-    e = html.escape
+    e = html_text
     v = entry["generators"][g]
     arrow = {True: " ↑", False: " ↓", None: ""}[entry["higher_is_better"]]
-    ci = f" [{_fmt(v.get('low'))}, {_fmt(v.get('high'))}]" if v.get("low") is not None else ""
+    u = unit_suffix(entry)
+    if v.get("low") is not None and _finite(v.get("mean")):
+        est, lo, hi = fmt_ci(v.get("mean"), v.get("low"), v.get("high"))
+        value = f"<b>{est}</b> [{lo}, {hi}]{e(u)}"
+    else:
+        value = f"<b>{fmt(v.get('mean'))}</b>{e(u)}"
     out = [
-        f'<h2 id="{e(safe_name(name))}">{e(name)}{arrow} (set)</h2>',
-        f"<p>{e(g)} against the real set: <b>{_fmt(v.get('mean'))}</b>{e(ci)} "
+        f'<h2 id="{e(safe_name(name))}">{e(name)}{e(u)}{arrow} (set)</h2>',
+        f"<p>{e(g)} against the real set: {value} "
         f'<span class="note">({v.get("n") or 0} generated, {v.get("n_real") or 0} real images)</span></p>',
     ]
     if entry.get("family") == "raclip":  # per-attribute bars (every generator) and this generator's heatmaps
@@ -238,7 +243,7 @@ def page(
     thumbs: _Thumbs | None = None,
 ) -> str:
     """The gallery page of generator ``g`` (HTML text)."""
-    e = html.escape
+    e = html_text
     thumbs = thumbs or _Thumbs()
     scores = _scores(rows, g)
     sample_cols = _sample_columns(plan)

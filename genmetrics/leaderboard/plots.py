@@ -1,8 +1,8 @@
 """PNG plots of a leaderboard summary (matplotlib's Agg canvas; pyplot and its global state are not used).
 
 * ``plots/<column>.png``: one dot per generator (ranking order) at its mean, with the interval as a whisker
-  where there is one; the axis is scaled to the values (not from 0) and names the unit (``psnr``: dB); the
-  HTML report lays these out in a grid;
+  where there is one; the axis is scaled to the values (not from 0) and names the unit (from the metric's
+  card: ``psnr`` in dB); the x axis names the generators; the HTML report lays these out in a grid;
 * set-level columns whose value is a vector (SaD per attribute, PaD per attribute pair):
   ``plots/<column>_per_attribute.png``, grouped bars of the largest entries per generator;
 * set-level columns whose value is a ``[P, C]`` map (R-SaD per patch and attribute):
@@ -10,15 +10,15 @@
   absolute value, signed colours (red = more present in the real set, blue = more in the generated set).
 
 The data comes only from the results rows (``value``, ``labels``, ``grid``), never from a family's code.
+Names and labels are drawn literally (:func:`genmetrics.data.escape.mpl_text`: no mathtext) and file
+names come from :func:`genmetrics.data.escape.file_stem` (short, stable, distinct).
 """
 
 from __future__ import annotations
 
 import base64
-import html
 import itertools
 import math
-import re
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,7 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from genmetrics.data.escape import file_stem, html_text, mpl_text
 from genmetrics.data.results import atomic_output, make_folder
 
 COLOR = "#4C72B0"
@@ -34,12 +35,26 @@ TOP_MAPS = 4
 
 
 def safe_name(name: str) -> str:
-    """``name`` as a file-name part (letters, digits, ``._-``; anything else becomes ``_``).
+    """``name`` as a file-name part (:func:`genmetrics.data.escape.file_stem`).
 
     >>> safe_name("ssim / b=2"), safe_name("***")
     ('ssim_b_2', 'plot')
     """
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).rstrip("_") or "plot"
+    return file_stem(name)
+
+
+#: the most characters of a name drawn on a tick or in a legend (longer ones end in "…")
+MAX_TICK = 32
+
+
+def _tick(name: str) -> str:
+    """A name for a tick label or a legend entry: drawn literally, at most :data:`MAX_TICK` characters.
+
+    >>> _tick("a$b"), len(_tick("g" * 240))
+    ('a\\\\$b', 32)
+    """
+    name = str(name)
+    return mpl_text(name if len(name) <= MAX_TICK else name[: MAX_TICK - 1] + "…")
 
 
 def _figure(w: float, h: float) -> Any:
@@ -54,18 +69,24 @@ def _save(fig: Any, path: Path, root: Path | None) -> None:
         fig.savefig(tmp, dpi=110, format="png")
 
 
-#: units of the columns whose values have one (matched on the column name before any ``[aspect]``)
-UNITS = {"psnr": "dB", "sad": "nats", "pad": "nats", "rsad": "nats"}
-
-
 def unit(name: str, entry: dict[str, Any] | None = None) -> str:
-    """The unit of a column (its metric's, when ``entry`` names one), or ``""``.
+    """The unit of a column: the entry's ``unit`` (from its metric's card), else the card of the metric it
+    names (or of the column name before any ``[aspect]``), else ``""``.
 
-    >>> unit("psnr"), unit("psnr_y", {"metric": "psnr"}), unit("ssim")
-    ('dB', 'dB', '')
+    >>> unit("psnr"), unit("psnr_y", {"metric": "psnr"}), unit("ssim"), unit("x", {"unit": "nats"})
+    ('dB', 'dB', '', 'nats')
     """
-    metric = (entry or {}).get("metric") or name.split("[")[0]
-    return UNITS.get(str(metric), UNITS.get(name.split("[")[0], ""))
+    from genmetrics.registry import get_card
+
+    if entry and entry.get("unit") is not None:
+        return str(entry["unit"])
+    for metric in ((entry or {}).get("metric"), name.split("[")[0]):
+        try:
+            if metric:
+                return get_card(str(metric)).unit
+        except (KeyError, ValueError):
+            continue
+    return ""
 
 
 def _points(ax: Any, name: str, entry: dict[str, Any], order: list[str], ci: float) -> bool:
@@ -87,7 +108,8 @@ def _points(ax: Any, name: str, entry: dict[str, Any], order: list[str], ci: flo
     ax.plot(x, means, "o", color=COLOR, ms=7, zorder=3)
     ax.set_xlim(-0.6, len(gens) - 0.4)
     long = max(len(g) for g in gens) > 8
-    ax.set_xticks(x, gens, rotation=30 if long else 0, ha="right" if long else "center")
+    ax.set_xticks(x, [_tick(g) for g in gens], rotation=30 if long else 0, ha="right" if long else "center")
+    ax.set_xlabel("generator")
     lo, hi = ax.get_ylim()
     if hi - lo < 1e-12 * max(1.0, abs(hi)):  # all equal: a visible band around the value
         ax.set_ylim(lo - 0.5 * max(abs(lo), 1.0) * 1e-3, hi + 0.5 * max(abs(hi), 1.0) * 1e-3)
@@ -96,7 +118,7 @@ def _points(ax: Any, name: str, entry: dict[str, Any], order: list[str], ci: flo
     what = f"{est}, {ci * 100:g}% CI" if has_ci else est
     ax.set_ylabel(f"{what} ({u})" if u else what)
     arrow = {True: " ↑", False: " ↓", None: ""}[entry["higher_is_better"]]
-    ax.set_title(f"{name}{arrow}", fontsize="large")
+    ax.set_title(mpl_text(f"{name}{arrow}"), fontsize="large")
     ax.grid(axis="y", alpha=0.3)
     return True
 
@@ -117,7 +139,9 @@ def bar_chart(
     n = sum(entry["generators"][g]["mean"] is not None for g in order)
     if not n:
         return False
-    fig = _figure(max(3.4, 0.6 * n + 1.8), 3.0)
+    longest = max(len(_tick(g)) for g in order if entry["generators"][g]["mean"] is not None)
+    extra = 0.06 * longest if longest > 8 else 0.0  # rotated names reach left and down: room for them
+    fig = _figure(max(3.4, 0.6 * n + 1.8) + extra, 3.0 + 0.6 * extra)
     _points(fig.add_subplot(), name, entry, order, ci)
     _save(fig, path, root)
     return True
@@ -184,11 +208,12 @@ def attribute_bars(
     width = 0.8 / len(vecs)
     x = np.arange(len(top))
     for i, (g, v) in enumerate(vecs.items()):
-        ax.bar(x + (i - (len(vecs) - 1) / 2) * width, v[top], width=width, label=g)
-    ax.set_xticks(x, [labels[i] for i in top], rotation=45, ha="right")
-    ax.set_title(f"{name} per attribute{' pair' if pairs else ''} (largest {len(top)})")
-    if unit(name, entry):
-        ax.set_ylabel(unit(name, entry))
+        ax.bar(x + (i - (len(vecs) - 1) / 2) * width, v[top], width=width, label=_tick(g))
+    ax.set_xticks(x, [_tick(labels[i]) for i in top], rotation=45, ha="right")
+    ax.set_xlabel("attribute pair" if pairs else "attribute")
+    ax.set_title(mpl_text(f"{name} per attribute{' pair' if pairs else ''} (largest {len(top)})"))
+    u = unit(name, entry)
+    ax.set_ylabel(f"value ({u})" if u else "value")
     ax.legend(fontsize="small")
     ax.grid(axis="y", alpha=0.3)
     _save(fig, path, root)
@@ -223,11 +248,15 @@ def heatmaps(name: str, generator: str, result: dict[str, Any], path: Path, root
     im = None
     for ax, j in zip(axes, top):
         im = ax.imshow(m[:, j].reshape(grid), cmap="RdBu_r", vmin=-vmax, vmax=vmax)
-        ax.set_title(labels[j], fontsize="small")
+        ax.set_title(mpl_text(labels[j]), fontsize="small")
         ax.set_xticks([])
         ax.set_yticks([])
-    fig.colorbar(im, ax=list(axes), shrink=0.8)
-    fig.suptitle(f"{name}, {generator}: red = more in real, blue = more in generated", fontsize="small")
+    bar = fig.colorbar(im, ax=list(axes), shrink=0.8)
+    if unit(name):
+        bar.set_label(unit(name), fontsize="small")
+    fig.suptitle(
+        mpl_text(f"{name}, {generator}: red = more in real, blue = more in generated"), fontsize="small"
+    )
     _save(fig, path, root)
     return True
 
@@ -291,7 +320,7 @@ def figure(title: str, path: Path, css_class: str = "", img_class: str = "") -> 
     ...     (Path(d) / "x.png").write_bytes(b"ab") and figure("a<b", Path(d) / "x.png", "wide")
     '<figure class="wide"><img alt="a&lt;b" src="data:image/png;base64,YWI="><figcaption class="note">a&lt;b</figcaption></figure>'
     """
-    e = html.escape
+    e = html_text
     fc = f' class="{css_class}"' if css_class else ""
     ic = f' class="{img_class}"' if img_class else ""
     return (

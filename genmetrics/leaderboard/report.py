@@ -9,19 +9,20 @@ The module has three layers, so each can change on its own:
    ``run.rank_by`` (default: the first column with a direction), best first, generators without a value
    last; :func:`notes` says what a reader must know (random backbones, small sets, incomplete cells);
 2. **tables** (:func:`ranking_table`, :func:`paired_tables`): pandas DataFrames of display strings with a
-   DataFrame of CSS classes per cell (``l`` text, ``sig`` an interval that excludes 0);
+   DataFrame of CSS classes per cell (``l`` text, ``sig`` an interval that excludes 0); headers carry the
+   column's unit (from its metric card), an estimate and its interval share their decimals
+   (:mod:`genmetrics.leaderboard.numbers`);
 3. **renderers**: Markdown (:func:`to_markdown`), HTML (:func:`to_html`, pandas' ``Styler`` with HTML
    escaping; :data:`CSS` holds the look), CSV (:func:`to_csv`, :func:`paired_csv`, pandas ``to_csv``).
 
-Text from the config or the data (generator names, labels, titles) is escaped for each format: HTML by
-pandas, Markdown by :func:`md_escape` (``|``, line breaks, ``<``, ``>``, ``&``), CSV by :func:`csv_safe`
-(a cell starting with ``=``, ``+``, ``-``, ``@``, a tab or a carriage return gets a leading ``'``, as
-spreadsheet tools expect, so it is never run as a formula).
+Text from the config or the data (generator names, labels, titles) is escaped for each format by
+:mod:`genmetrics.data.escape`: HTML (also through pandas' Styler), Markdown (:func:`md_escape`: shown
+as text, never a link, an image or a tag), CSV (:func:`csv_safe`: a cell starting with ``=``, ``+``, ``-``,
+``@``, a tab or a carriage return gets a leading ``'``, so it is never run as a formula).
 """
 
 from __future__ import annotations
 
-import html
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,10 +31,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from genmetrics.data.escape import csv_cell, html_text, md_text
 from genmetrics.data.results import atomic_write_json, atomic_write_text
 from genmetrics.functional.bootstrap import bootstrap_ci, paired_bootstrap
 from genmetrics.leaderboard.gallery import write_galleries
 from genmetrics.leaderboard.notes import BANNER, notes
+from genmetrics.leaderboard.numbers import fmt, fmt_ci, fmt_p, unit_suffix
 from genmetrics.leaderboard.plan import SET_ID, Plan
 from genmetrics.leaderboard.plots import figure, make_plots
 from genmetrics.registry import Granularity
@@ -188,6 +191,7 @@ def summarize(plan: Plan, rows: list[dict[str, Any]], *, provider: str | None = 
                 "aspect": col.aspect,
                 "level": mp.level,
                 "family": mp.card.family,
+                "unit": mp.card.unit,
                 "higher_is_better": mp.higher_is_better,
                 "generators": res,
             }
@@ -225,65 +229,30 @@ def _split_notes(summary: dict[str, Any]) -> tuple[list[str], list[str]]:
 
 
 # ------------------------------------------------------------------------------------------ formatting
-def fmt(x: Any, *, signed: bool = False) -> str:
-    """A number with 4 significant digits (``signed``: with its sign); "–" for a missing value.
-
-    >>> fmt(1234.5678), fmt(0.5, signed=True), fmt(None)
-    ('1235', '+0.5', '–')
-    """
-    if not _finite(x):
-        return "–" if x is None else str(x)
-    return f"{x:+.4g}" if signed else f"{x:.4g}"
-
-
-def fmt_p(p: float, n_boot: int) -> str:
-    """A bootstrap p-value; below the resolution ``1 / n_boot`` it is shown as a bound.
-
-    >>> fmt_p(0.0321, 1000), fmt_p(0.0, 1000)
-    ('0.032', '<0.001')
-    """
-    return f"<{1 / n_boot:.2g}" if p < 1 / n_boot else f"{p:.3f}"
+#: Markdown text (one escaping module for every format: :mod:`genmetrics.data.escape`)
+md_escape = md_text
+#: a CSV cell never run as a formula
+csv_safe = csv_cell
 
 
 def cell(entry: dict[str, Any]) -> str:
-    """A table cell: ``mean [low, high]``, the mean alone without an interval, "–" without a value.
+    """A table cell: ``mean [low, high]`` (the three to the same decimals), the mean alone without an
+    interval, "–" without a value.
 
-    >>> cell({"mean": 20.0, "low": 19.5, "high": 20.5}), cell({"mean": 3.0}), cell({"mean": None})
-    ('20 [19.5, 20.5]', '3', '–')
+    >>> cell({"mean": 24.66, "low": 23.2, "high": 25.1}), cell({"mean": 3.0}), cell({"mean": None})
+    ('24.7 [23.2, 25.1]', '3', '–')
     """
     if entry["mean"] is None:
         return "–"
     if entry.get("low") is None:
         return fmt(entry["mean"])
-    return f"{fmt(entry['mean'])} [{fmt(entry['low'])}, {fmt(entry['high'])}]"
-
-
-def md_escape(text: Any) -> str:
-    """Text for a Markdown table cell or heading: ``|`` escaped, line breaks as ``<br>``, and ``<``, ``>``,
-    ``&`` as HTML entities (a name is shown as text, never run as markup).
-
-    >>> md_escape("a|b\\nc <i>")
-    'a\\\\|b<br>c &lt;i&gt;'
-    """
-    s = html.escape(str(text), quote=False).replace("|", "\\|")
-    return "<br>".join(s.splitlines()) if ("\n" in s or "\r" in s) else s
-
-
-def csv_safe(value: Any) -> Any:
-    """A CSV cell that spreadsheet tools will not run as a formula: text starting with ``=``, ``+``, ``-``,
-    ``@``, a tab or a carriage return gets a leading ``'`` (numbers are left alone).
-
-    >>> csv_safe("=HYPERLINK(1)"), csv_safe("-model"), csv_safe("model-a"), csv_safe(-0.5)
-    ("'=HYPERLINK(1)", "'-model", 'model-a', -0.5)
-    """
-    if isinstance(value, str) and value[:1] in ("=", "+", "-", "@", "\t", "\r"):
-        return "'" + value
-    return value
+    est, lo, hi = fmt_ci(entry["mean"], entry["low"], entry["high"])
+    return f"{est} [{lo}, {hi}]"
 
 
 def _header(name: str, entry: dict[str, Any]) -> str:
     arrow = ARROW[entry["higher_is_better"]]
-    return f"{name} {arrow}".strip() + (" (set)" if entry["level"] == "set" else "")
+    return f"{name}{unit_suffix(entry)} {arrow}".strip() + (" (set)" if entry["level"] == "set" else "")
 
 
 def _significant(p: dict[str, Any]) -> bool:
@@ -316,8 +285,8 @@ def _intro(summary: dict[str, Any]) -> str:
 @dataclass
 class Table:
     """A report table: ``frame`` holds the display strings, ``classes`` a CSS class per cell (``""`` none:
-    ``l`` left-aligned text, ``sig`` a paired interval that excludes 0), ``align`` ``l``/``r`` per column
-    (Markdown), ``title`` a heading above it.
+    ``l`` left-aligned text, ``sig`` a paired interval that excludes 0), ``align`` per column: ``l`` text
+    (user text, escaped in Markdown), ``r`` numbers the report formatted; ``title`` a heading above it.
 
     >>> t = Table(pd.DataFrame({"a": ["x"]}), pd.DataFrame({"a": ["l"]}), ["l"])
     >>> t.frame.shape, t.title
@@ -337,7 +306,7 @@ def ranking_table(summary: dict[str, Any]) -> Table:
     ...                           "generators": {"a": {"mean": 20.0, "low": 19.0, "high": 21.0}}}},
     ...      "ranking": [{"rank": 1, "generator": "a", "images": 3}]}
     >>> ranking_table(s).frame.to_dict("records")
-    [{'rank': '1', 'generator': 'a', 'images': '3', 'psnr ↑': '20 [19, 21]'}]
+    [{'rank': '1', 'generator': 'a', 'images': '3', 'psnr ↑': '20.0 [19.0, 21.0]'}]
     """
     cols = summary["columns"]
     head = ["rank", "generator", "images"] + [_header(n, e) for n, e in cols.items()]
@@ -364,60 +333,69 @@ def winner(p: dict[str, Any], higher_is_better: bool | None) -> str | None:
     return p["a"] if (p["diff"] > 0) == higher_is_better else p["b"]
 
 
+#: the one marker of a paired difference whose interval excludes 0 (column ``excludes 0``)
+SIG_MARK = {True: "yes", False: "no"}
+
+
 def paired_tables(summary: dict[str, Any], *, neighbours_only: bool = False) -> dict[str, Table]:
-    """Per per-sample column with comparisons: ``A``, ``B``, ``A − B`` (``*`` when the interval excludes 0),
-    ``CI``, ``p``, ``n`` and ``better`` (the generator the difference favours; in brackets when the
-    interval includes 0); ``neighbours_only`` keeps only neighbours in the ranking above
+    """Per per-sample column with comparisons: ``A``, ``B``, ``A − B`` and its ``CI`` (to the same decimals,
+    in the column's unit), ``p``, ``n``, ``excludes 0`` (``yes`` when the interval excludes 0: the one
+    marker of a clear difference) and ``better`` (the generator the difference favours; in brackets when
+    the interval includes 0); ``neighbours_only`` keeps only neighbours in the ranking above
     :data:`MAX_PAIRS_MD` pairs.
 
-    CSS classes colour by who wins: the winner's name ``win`` (significant) or ``lead`` (not), the
-    difference ``a-wins`` or ``b-wins``, plus ``sig`` when significant.
+    CSS classes: the difference ``a-wins`` or ``b-wins`` (who it favours), ``sig`` on the difference, the
+    marker and the winner's name (``win``) when the interval excludes 0; nothing is highlighted otherwise.
 
     >>> s = {"n_boot": 1000, "generators": ["a", "b"], "columns": {"psnr": {"higher_is_better": True,
-    ...      "level": "sample", "paired": [{"a": "a", "b": "b", "diff": 2.0, "low": 1.0, "high": 3.0,
-    ...                                     "p_value": 0.0, "n": 12}]}}}
+    ...      "level": "sample", "unit": "dB", "paired": [{"a": "a", "b": "b", "diff": 2.0, "low": 1.0,
+    ...                                                   "high": 3.0, "p_value": 0.0, "n": 12}]}}}
     >>> t = paired_tables(s)["psnr"]
-    >>> t.title, t.frame.iloc[0].tolist(), t.classes.iloc[0].tolist()[:3]
-    ('psnr ↑', ['a', 'b', '+2 *', '[+1, +3]', '<0.001', '12', 'a'], ['l win', 'l', 'a-wins sig'])
+    >>> t.title, t.frame.columns[2], t.frame.iloc[0].tolist(), t.classes.iloc[0].tolist()[:3]
+    ('psnr (dB) ↑', 'A − B (dB)', ['a', 'b', '+2.0', '[+1.0, +3.0]', '< 0.001', '12', 'yes', 'a'], ['l win', 'l', 'a-wins sig'])
     """
     out: dict[str, Table] = {}
-    head = ["A", "B", "A − B", "CI", "p", "n", "better"]
     for name, e in summary["columns"].items():
         if e["level"] != "sample" or not e["paired"]:
             continue
+        u = unit_suffix(e)
+        head = ["A", "B", f"A − B{u}", f"CI{u}", "p", "n", "excludes 0", "better"]
         pairs = _pairs_to_show(e, summary["generators"]) if neighbours_only else e["paired"]
         rows, classes = [], []
         for p in pairs:
             sig = _significant(p)
             w = winner(p, e["higher_is_better"])
+            diff, lo, hi = fmt_ci(p["diff"], p["low"], p["high"], signed=True)
             rows.append(
                 [
                     p["a"],
                     p["b"],
-                    fmt(p["diff"], signed=True) + (" *" if sig else ""),
-                    f"[{fmt(p['low'], signed=True)}, {fmt(p['high'], signed=True)}]",
+                    diff,
+                    f"[{lo}, {hi}]",
                     fmt_p(p["p_value"], summary["n_boot"]),
                     str(p["n"]),
+                    SIG_MARK[sig],
                     "–" if w is None else w if sig else f"({w})",
                 ]
             )
-            mark = "win" if sig else "lead"
             diff_class = "" if w is None else ("a-wins" if w == p["a"] else "b-wins")
+            won = "l win" if sig else "l"
             classes.append(
                 [
-                    f"l {mark}" if w == p["a"] else "l",
-                    f"l {mark}" if w == p["b"] and w != p["a"] else "l",
+                    won if w == p["a"] else "l",
+                    won if w == p["b"] and w != p["a"] else "l",
                     f"{diff_class} sig".strip() if sig else diff_class,
                     "",
                     "",
                     "",
+                    "mark sig" if sig else "mark",
                     "l",
                 ]
             )
         out[name] = Table(
             pd.DataFrame(rows, columns=head),
             pd.DataFrame(classes, columns=head),
-            ["l", "l", "r", "r", "r", "r", "l"],
+            ["l", "l", "r", "r", "r", "r", "l", "l"],
             title=_header(name, e),
         )
     return out
@@ -425,14 +403,39 @@ def paired_tables(summary: dict[str, Any], *, neighbours_only: bool = False) -> 
 
 # ------------------------------------------------------------------------------------------ Markdown
 def _md_table(t: Table) -> list[str]:
-    """A pipe table. pandas' ``to_markdown`` needs ``tabulate``, which is not installed with genmetrics (and
-    does not escape ``|`` or line breaks in cells), so the ten lines are written here."""
-    sep = {"l": "---", "r": "---:"}
-    lines = ["| " + " | ".join(md_escape(c) for c in t.frame.columns) + " |"]
-    lines.append("|" + "|".join(sep[a] for a in t.align) + "|")
-    for row in t.frame.itertuples(index=False):
-        lines.append("| " + " | ".join(md_escape(v) for v in row) + " |")
-    return lines
+    """A pipe table, every column padded to one width (aligned as text too: numbers to the right). pandas'
+    ``to_markdown`` needs ``tabulate``, which is not installed with genmetrics (and does not escape cells),
+    so the lines are written here.
+
+    >>> t = Table(pd.DataFrame({"g": ["a", "bbb"], "v": ["1.5", "10.25"]}), pd.DataFrame(), ["l", "r"])
+    >>> print("\\n".join(_md_table(t)))
+    | g   |     v |
+    |:----|------:|
+    | a   |   1.5 |
+    | bbb | 10.25 |
+    """
+    cells = [[md_escape(c) for c in t.frame.columns]]  # text columns (``l``) escaped; ``r`` hold numbers
+    cells += [
+        [md_escape(v) if a == "l" else str(v) for v, a in zip(row, t.align)]
+        for row in t.frame.itertuples(index=False)
+    ]
+    widths = [max(3, *(len(r[j]) for r in cells)) for j in range(len(t.align))]
+
+    def line(r: list[str]) -> str:
+        return (
+            "| "
+            + " | ".join(c.rjust(w) if a == "r" else c.ljust(w) for c, w, a in zip(r, widths, t.align))
+            + " |"
+        )
+
+    sep = (
+        "|"
+        + "|".join(
+            (":" + "-" * (w + 1)) if a == "l" else ("-" * (w + 1) + ":") for w, a in zip(widths, t.align)
+        )
+        + "|"
+    )
+    return [line(cells[0]), sep, *(line(r) for r in cells[1:])]
 
 
 def to_markdown(
@@ -447,9 +450,9 @@ def to_markdown(
     >>> with tempfile.TemporaryDirectory() as d:
     ...     summary = run_leaderboard(toy_leaderboard(d), Path(d) / "out", base_dir=d, plots=False).summary
     >>> print("\\n".join(to_markdown(summary, []).splitlines()[4:7]))
-    | rank | generator | images | psnr ↑ |
-    |---:|---|---:|---:|
-    | 1 | copy | 3 | 100 [100, 100] |
+    | rank | generator | images |          psnr (dB) ↑ |
+    |-----:|:----------|-------:|---------------------:|
+    |    1 | copy      |      3 | 100.0 [100.0, 100.0] |
     """
     banner, rest = _split_notes(summary)
     lines = [f"# {md_escape(summary['title'])}", ""]
@@ -466,8 +469,9 @@ def to_markdown(
             "## Paired comparisons",
             "",
             f"Mean difference A − B over the images both generators have, with a {level_s} paired-bootstrap "
-            "CI and two-sided p-value; `*` marks intervals that exclude 0; *better* names the generator the "
-            "difference favours (in brackets when the interval includes 0).",
+            "CI and two-sided p-value; *excludes 0* says whether the interval excludes 0 (a clear "
+            "difference); *better* names the generator the difference favours (in brackets when the interval "
+            "includes 0).",
         ]
         for name, t in tables.items():
             lines += ["", f"### {md_escape(t.title)}", "", *_md_table(t)]
@@ -555,29 +559,33 @@ def paired_csv(summary: dict[str, Any]) -> str:
 
 
 # ------------------------------------------------------------------------------------------ HTML
-#: the look of leaderboard.html (classes: ``lb`` the ranking table, ``l`` text cells, ``a-wins`` / ``b-wins``
-#: a difference favouring A / B, ``sig`` a significant one, ``win`` / ``lead`` the winner's name when the
-#: difference is / is not significant, ``note`` small print, ``banner`` a warning before the tables,
-#: ``plots`` the grid of figures, ``wide`` a figure across the whole grid, ``scroll`` a wide table's box)
+#: the look of leaderboard.html (classes: ``lb`` the ranking table, ``paired`` a paired table (every one
+#: with the same column widths, so they align), ``l`` text cells, ``a-wins`` / ``b-wins`` a difference
+#: favouring A / B, ``sig`` a significant one, ``mark`` the ``excludes 0`` cell, ``win`` the winner's name
+#: when the interval excludes 0, ``note`` small print, ``banner`` a warning before the tables, ``plots``
+#: the grid of figures, ``wide`` a figure across the whole grid, ``scroll`` a wide table's box)
 CSS = """body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2rem auto;max-width:1100px;
 padding:0 1rem;color:#222}table{border-collapse:collapse;margin:1rem 0}th,td{border:1px solid #ccc;
 padding:.3rem .6rem;text-align:right}th{background:#f3f3f3}td.l,th.l{text-align:left}
 table.lb tbody tr:first-child td{font-weight:600}.note{color:#555;font-size:.9rem}
-.a-wins{color:#0b6e4f}.b-wins{color:#b23a48}.sig{font-weight:600}td.win,span.win{background:#c8ecd9}
-td.lead,span.lead{background:#eef8f2}.banner{background:#fff3cd;border:1px solid #e0c36c;padding:.5rem .8rem}
+td,th{font-variant-numeric:tabular-nums}table.paired{table-layout:fixed;width:100%}
+table.paired th:nth-child(-n+2){width:17%}table.paired th:nth-child(3){width:12%}table.paired th:nth-child(4){width:18%}
+table.paired th:nth-child(5),table.paired th:nth-child(6){width:7%}table.paired th:nth-child(7){width:8%}
+table.paired td{overflow-wrap:anywhere}.a-wins{color:#0b6e4f}.b-wins{color:#b23a48}.sig{font-weight:600}
+td.win{background:#c8ecd9}.mark.sig{background:#0b6e4f;color:#fff;padding:0 .3rem}.banner{background:#fff3cd;border:1px solid #e0c36c;padding:.5rem .8rem}
 img{max-width:100%;border:1px solid #eee;margin:.5rem 0}.plots{display:grid;gap:.5rem 1rem;
 grid-template-columns:repeat(auto-fill,minmax(320px,1fr))}.plots figure{margin:0}figure.wide{grid-column:1/-1}
 .scroll{overflow-x:auto}"""
 
 
-def _html_table(t: Table, css_class: str = "") -> str:
+def _html_table(t: Table, css_class: str = "", uid: str = "") -> str:
     """A table through pandas' Styler: every cell and header HTML-escaped, the per-cell classes of ``t``."""
     styler = (
         t.frame.style.format(escape="html")
         .format_index(escape="html", axis=1)
         .set_td_classes(t.classes)
         .hide(axis="index")
-        .set_uuid(css_class or "t")
+        .set_uuid(uid or css_class or "t")
     )
     return styler.to_html(table_attributes=f'class="{css_class}"' if css_class else None, cell_ids=False)
 
@@ -597,7 +605,7 @@ def to_html(
     >>> page.startswith("<!DOCTYPE html>"), "<title>Leaderboard</title>" in page
     (True, True)
     """
-    e = html.escape
+    e = html_text
     level_s = f"{round(summary['ci'] * 100, 4):g}%"
     out = [
         "<!DOCTYPE html>",
@@ -613,20 +621,20 @@ def to_html(
     out.append(f'<div class="scroll">{_html_table(ranking_table(summary), "lb")}</div>')
     out += [f'<p class="note">{e(n)}</p>' for n in rest]
     if galleries:
-        links = ", ".join(f'<a href="{e(href, quote=True)}">{e(g)}</a>' for g, href in galleries)
+        links = ", ".join(f'<a href="{e(href)}">{e(g)}</a>' for g, href in galleries)
         out.append(f"<p>Per-sample galleries (the best and worst samples per metric): {links}.</p>")
     tables = paired_tables(summary)
     if tables:
         out.append(
             f'<h2>Paired comparisons</h2><p class="note">Mean difference A − B over shared images, {level_s} '
-            "paired-bootstrap CI, two-sided p-value. Colours say who wins in the column's direction: "
-            '<span class="a-wins">A better</span>, <span class="b-wins">B better</span>; the winner\'s name is '
-            '<span class="win">highlighted</span> when the interval excludes 0 (<b>*</b>), '
-            '<span class="lead">shaded</span> when it does not.</p>'
+            "paired-bootstrap CI, two-sided p-value. Colours say whom the difference favours in the column's "
+            'direction: <span class="a-wins">A better</span>, <span class="b-wins">B better</span>. '
+            '<span class="mark sig">yes</span> under <i>excludes 0</i> marks an interval that excludes 0 '
+            "(a clear difference); only then is the winner's name highlighted.</p>"
         )
         for name, t in tables.items():
             out.append(f"<h3>{e(t.title or name)}</h3>")
-            out.append(_html_table(t, f"paired-{len(out)}"))
+            out.append(_html_table(t, "paired", f"paired-{len(out)}"))
     if plots:
         out.append('<h2>Plots</h2><div class="plots">')
         is_wide = [" map, " in title or title.endswith(" per attribute") for title, _ in plots]

@@ -59,7 +59,7 @@ AUTHOR_MODES = {
 }
 
 _TRAIN_HINT = (
-    "Train heads with `genmetrics train mie --data silver.jsonl --out DIR` (see docs/mie.md), then pass "
+    "Train heads with `genmetrics train mie --data silver.jsonl --out DIR` (`genmetrics train mie --help` lists the options), then pass "
     "heads=DIR (Python) or --heads DIR (command line: the run's best/ checkpoint, else final/); a hub id of "
     "a published MIE checkpoint also works."
 )

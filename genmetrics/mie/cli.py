@@ -122,7 +122,7 @@ def _check_images(records: list[Any], path: str) -> None:
     show_default=True,
     type=float,
     help="Weight of the reference-swap term: each preferred candidate must score higher with its own "
-    "references than with another pair's (0 = off, the authors' objective; docs/mie.md, Generalisation).",
+    "references than with another pair's (0 = off, the authors' objective).",
 )
 @click.option(
     "--patience",

@@ -41,6 +41,7 @@ from matplotlib.figure import Figure
 from PIL import Image
 from torchmetrics.functional.classification import binary_f1_score, binary_recall
 
+from genmetrics.data.escape import md_text
 from genmetrics.data.results import atomic_output, atomic_write_json, atomic_write_text
 from genmetrics.errors import InputError
 from genmetrics.functional.bootstrap import bootstrap_ci
@@ -553,7 +554,8 @@ def report_markdown(report: dict[str, Any]) -> str:
     lines = [
         "# MIE evaluation against human preferences",
         "",
-        f"{report['n_pairs']} pairs; seen generators: {', '.join(report['seen_generators']) or '(not given)'}; "
+        f"{report['n_pairs']} pairs; seen generators: "
+        f"{', '.join(md_text(g) for g in report['seen_generators']) or '(not given)'}; "
         f"{int(100 * (1 - report['alpha']))}% bootstrap intervals ({report['n_boot']} resamples). "
         "A score tie counts as half right (0.5 = chance).",
         "",
@@ -565,10 +567,12 @@ def report_markdown(report: dict[str, Any]) -> str:
     ok = {k: v for k, v in report["metrics"].items() if "error" not in v}
     order = sorted(ok, key=lambda k: -ok[k]["accuracy"]["overall"]["value"])
     for name in order:
-        lines.append(f"| {name} | " + " | ".join(_fmt(ok[name]["accuracy"][s]) for s in subsets) + " |")
+        lines.append(
+            f"| {md_text(name)} | " + " | ".join(_fmt(ok[name]["accuracy"][s]) for s in subsets) + " |"
+        )
     for name, v in report["metrics"].items():
         if "error" in v:
-            lines.append(f"| {name} | failed: {v['error']} |" + " |" * (len(subsets) - 1))
+            lines.append(f"| {md_text(name)} | failed: {md_text(v['error'])} |" + " |" * (len(subsets) - 1))
     if report.get("controls"):
         lines += [
             "",

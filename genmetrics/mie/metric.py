@@ -69,7 +69,7 @@ class MIEMetric(SampleMetric):
             side in px (aspect kept); ``None``: unresized (only the processor's pixel budget applies). On the
             command line: ``genmetrics score mie --option image_size=512`` (or ``=null``).
         precision: ``"fp32"`` (default) or ``"bf16"``: the backbone's forward under bfloat16 autocast (the
-            heads stay float32; docs/performance.md, "bfloat16"); ``"fp32"`` switches autocast off.
+            heads stay float32; slower than fp32 on a CPU without bf16 units); ``"fp32"`` switches autocast off.
 
     With an untrained model on the tiny Qwen3.5 (``create_metric("mie", heads="OUT/final")`` for trained
     heads); ids ``"<generator>/<sample>"`` group the results per generator:

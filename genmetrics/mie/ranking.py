@@ -17,6 +17,7 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from genmetrics.data.escape import md_text, mpl_text
 from genmetrics.data.results import atomic_output
 from genmetrics.errors import InputError
 from genmetrics.functional.bootstrap import MAX_N_BOOT, bootstrap_ci
@@ -208,7 +209,8 @@ def rank_generators(
 
 
 def ranking_markdown(result: dict[str, Any], *, title: str = "Generator ranking") -> str:
-    """A Markdown table (best first) plus the win-rate matrix.
+    """A Markdown table (best first) plus the win-rate matrix; generator names shown as text
+    (:func:`genmetrics.data.escape.md_text`).
 
     >>> res = rank_generators(["a", "a", "b"], ["b", "c", "c"], [0.9, 0.8, 0.7], [0.1, 0.2, 0.3], n_boot=50)
     >>> print("\\n".join(ranking_markdown(res).splitlines()[:3]))
@@ -216,7 +218,7 @@ def ranking_markdown(result: dict[str, Any], *, title: str = "Generator ranking"
     <BLANKLINE>
     3 pairs.
     """
-    lines = [f"# {title}", "", f"{result['n_pairs']} pairs.", ""]
+    lines = [f"# {md_text(title)}", "", f"{result['n_pairs']} pairs.", ""]
     has_mean = "mean_score" in result
     head = "| rank | generator | BT rating (Elo scale) | 95% CI | wins / games |" + (
         " mean score | 95% CI |" if has_mean else ""
@@ -225,7 +227,7 @@ def ranking_markdown(result: dict[str, Any], *, title: str = "Generator ranking"
     for r, g in enumerate(result["generators"], 1):
         bt = result["bradley_terry"][g]
         row = (
-            f"| {r} | {g} | {bt['elo']:.1f} | [{bt['elo_low']:.1f}, {bt['elo_high']:.1f}] | "
+            f"| {r} | {md_text(g)} | {bt['elo']:.1f} | [{bt['elo_low']:.1f}, {bt['elo_high']:.1f}] | "
             f"{bt['wins']:g} / {bt['games']:g} |"
         )
         if has_mean:
@@ -238,11 +240,11 @@ def ranking_markdown(result: dict[str, Any], *, title: str = "Generator ranking"
         "",
         "Win rate of the row generator against the column generator:",
         "",
-        "| | " + " | ".join(names) + " |",
+        "| | " + " | ".join(md_text(n) for n in names) + " |",
         "|---|" + "---|" * len(names),
     ]
     for g, row in zip(names, wr["matrix"]):
-        lines.append(f"| {g} | " + " | ".join("-" if v is None else f"{v:.3f}" for v in row) + " |")
+        lines.append(f"| {md_text(g)} | " + " | ".join("-" if v is None else f"{v:.3f}" for v in row) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -271,7 +273,8 @@ def ranking_plot(result: dict[str, Any], path: Any) -> None:
     FigureCanvasAgg(fig)
     ax = fig.add_subplot(1, 1, 1)
     ax.bar(range(len(names)), vals, yerr=err, capsize=3, color="#4C72B0")
-    ax.set_xticks(range(len(names)), names, rotation=30, ha="right")
+    ax.set_xticks(range(len(names)), [mpl_text(n) for n in names], rotation=30, ha="right")
+    ax.set_xlabel("generator")
     ax.set_ylabel("Bradley-Terry rating (Elo scale)")
     ax.axhline(1000.0, color="gray", lw=0.8)
     fig.tight_layout()

@@ -94,6 +94,7 @@ register_metric(
 register_metric(
     MetricCard(
         name="sad",
+        unit="nats",
         reference=ReferenceKind.REAL_SET,
         condition=ConditionKind.ATTRIBUTES,
         condition_option="attributes",
@@ -113,6 +114,7 @@ register_metric(
 register_metric(
     MetricCard(
         name="pad",
+        unit="nats",
         reference=ReferenceKind.REAL_SET,
         condition=ConditionKind.ATTRIBUTES,
         condition_option="attributes",
@@ -132,6 +134,7 @@ register_metric(
 register_metric(
     MetricCard(
         name="rsad",
+        unit="nats",
         reference=ReferenceKind.REAL_SET,
         condition=ConditionKind.ATTRIBUTES,
         condition_option="attributes",

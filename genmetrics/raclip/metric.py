@@ -161,7 +161,7 @@ class _ClipFamily:
             return encode_image(self._model(), x).float()
 
     def _text_cache(self) -> Any:
-        """This metric's text embeddings, one per distinct text (issue 16): the context cut after the longest
+        """This metric's text embeddings, one per distinct text: the context cut after the longest
         text of each call, the text tower in float64 unless ``text_dtype="model"`` (clipscore)."""
         model_precision = getattr(self, "text_dtype", "float64") == "model"
         return self._aux.setdefault(
@@ -364,13 +364,13 @@ class CLIPScore(_ClipFamily, SampleMetric):
     @torch.no_grad()
     def _score_batch(self, batch: dict[str, list[Any]]) -> torch.Tensor:
         img = self._image_embeddings(self._pixels(batch["candidates"], "candidates"))
-        # each distinct prompt / attribute is encoded once per metric (issue 16; cache keyed by the text)
+        # each distinct prompt / attribute is encoded once per metric (cache keyed by the text)
         if self.attributes is not None:
             return clipscore(img, self._texts([self.prompt_template.format(a) for a in self.attributes]))
         txt = self._texts(
             [self.prompt_template.format(t) for t in batch["condition"]], name="condition", normalize=False
         )
-        # cosine in float64: a float32 product alone rounds ~1e-6 at |score| ~ 16 (issue 16 exactness)
+        # cosine in float64: a float32 product alone rounds ~1e-6 at |score| ~ 16 (the text side is exact)
         return 100.0 * (F.normalize(img.double(), dim=-1) * F.normalize(txt.double(), dim=-1)).sum(-1)
 
 

@@ -45,6 +45,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from genmetrics.data.escape import md_text
 from genmetrics.data.jsonl import OddOneOutRecord, TwoAFCRecord, iter_jsonl, load_odd_one_out, load_two_afc
 from genmetrics.data.results import atomic_write_json, atomic_write_text, dumps_line, manifest
 from genmetrics.errors import InputError
@@ -703,7 +704,7 @@ def to_markdown(res: dict[str, Any]) -> str:
     <BLANKLINE>
     """
     cols = _columns(res)
-    head = "| Type | Family | Size | " + " | ".join(c[0] for c in cols) + " |"
+    head = "| Type | Family | Size | " + " | ".join(md_text(c[0]) for c in cols) + " |"
     sep = "|" + "---|" * (3 + len(cols))
     lines = [head, sep]
 
@@ -723,7 +724,7 @@ def to_markdown(res: dict[str, Any]) -> str:
     for m in res["models"]:
         cells = [cell(m["results"].get(c[1]), c[2]) for c in cols]
         lines.append(
-            f"| {m['type'] or '–'} | {m['family'] or m['name']} | {m['size'] or '–'} | "
+            f"| {md_text(m['type'] or '–')} | {md_text(m['family'] or m['name'])} | {md_text(m['size'] or '–')} | "
             + " | ".join(cells)
             + " |"
         )
@@ -732,9 +733,11 @@ def to_markdown(res: dict[str, Any]) -> str:
             applied = {k: v for k, v in per_dataset.items() if v.get("changed") != 0}
             cells = [cell(applied.get(c[1]), c[2]) for c in cols]
             lines.append(
-                f"| control | {m['family'] or m['name']}: {CONTROLS[name]} | – | " + " | ".join(cells) + " |"
+                f"| control | {md_text(m['family'] or m['name'])}: {CONTROLS[name]} | – | "
+                + " | ".join(cells)
+                + " |"
             )
-    n = ", ".join(f"{d['name']}: {d['n']} records" for d in res["datasets"])
+    n = ", ".join(f"{md_text(d['name'])}: {d['n']} records" for d in res["datasets"])
     lines.append("")
     lines.append(f"Agreement with humans in % (± standard error over records); {n}.")
     if any(m.get("controls") for m in res["models"]):

@@ -55,12 +55,12 @@ class TPIPS(SampleMetric):
         data_range: the value range of float tensor images (1.0 or 255.0).
         dtype: backbone precision when loading weights (default bf16 on CUDA, fp32 on CPU).
         precision: ``"fp32"`` (default) or ``"bf16"``: the backbone's forward under bfloat16 autocast
-            (docs/performance.md, "bfloat16"); ``"fp32"`` switches autocast off. The similarity itself is
+            (slower than fp32 on a CPU without bf16 units); ``"fp32"`` switches autocast off. The similarity itself is
             taken in float64 either way.
         vision_cache_size: images whose vision-tower output is kept across calls.
         image_modes: how PIL images and files of modes other than RGB become RGB: ``"official"`` (as the
             Qwen3-VL-Embedding embedder), ``"genmetrics"`` (alpha on white, 16-bit rescaled); default: the
-            adapter's, else ``"official"`` (docs/tpips.md, "PIL modes").
+            adapter's, else ``"official"``.
 
     On the tiny random Qwen3-VL (``TPIPS()`` loads Qwen3-VL-Embedding-2B): one aspect per pair, the
     per-sample similarities, their mean and the mean per aspect:

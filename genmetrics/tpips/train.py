@@ -297,7 +297,7 @@ class TPIPSTrainTask(TrainTask):
         return h.hexdigest()
 
     def renamed_parameters(self) -> dict[str, str]:
-        # the fusion variants became classes under TPIPSModel.fusion (issue 25): a training checkpoint of an
+        # the fusion variants became classes under TPIPSModel.fusion: a training checkpoint of an
         # earlier genmetrics names them by their old attributes (refused as such by the loop)
         return {"mid": {"head.": "fusion.head."}, "early": {"register_vector": "fusion.register"}}.get(
             self.cfg.variant, {}

@@ -1,4 +1,4 @@
-"""The training loop's one use of a private accelerate name, isolated here (issue 25.1).
+"""The training loop's one use of a private accelerate name, isolated here.
 
 accelerate keeps one process-wide ``AcceleratorState`` and refuses an ``Accelerator`` with another
 ``mixed_precision`` than the first one of the process ("restart your runtime completely"). It offers no

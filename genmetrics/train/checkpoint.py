@@ -161,7 +161,7 @@ def _read_safetensors(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, st
             f"{path}: cannot be read as safetensors ({type(e).__name__}: {str(e)[:120]}); training state is "
             f"read only from safetensors and JSON files: {_START_OVER}"
         ) from None
-    for k, t in tensors.items():  # a NaN / inf in saved state would train on silently (issue 22.3)
+    for k, t in tensors.items():  # a NaN / inf in saved state would train on silently
         if t.is_floating_point() and not bool(torch.isfinite(t).all()):
             bad = int((~torch.isfinite(t)).sum())
             raise InputError(

@@ -1,4 +1,4 @@
-"""Training rows that cannot teach anything, found before any weights load (issue 22.5).
+"""Training rows that cannot teach anything, found before any weights load.
 
 Per case (docs/training.md, "Unlearnable rows"):
 

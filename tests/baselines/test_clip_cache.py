@@ -1,4 +1,4 @@
-"""Poisoned feature caches (issue 22.3): an entry whose dimension is not the model's, that is non-finite,
+"""Poisoned feature caches: an entry whose dimension is not the model's, that is non-finite,
 not unit-norm, holds extra or missing tensors, or is not a safetensors file is never served; the score
 equals the uncached one (it used to return clip_i = 3.0 for planted 3-d entries)."""
 

@@ -1,4 +1,4 @@
-"""Fast paths are chosen per machine from a measured micro-benchmark (issue 26): a path measured slower than
+"""Fast paths are chosen per machine from a measured micro-benchmark: a path measured slower than
 the plain one -- or faster by less than the noise margin -- is never taken. Timings are injected here, so
 the tests say the same on every CPU."""
 

@@ -1,4 +1,4 @@
-"""The block-by-block open_clip image tower (issue 16): equal to ``model.encode_image`` up to float32
+"""The block-by-block open_clip image tower: equal to ``model.encode_image`` up to float32
 rounding on every ViT shape it accepts, and ``encode_image`` itself for anything else."""
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ EPS32 = torch.finfo(torch.float32).eps  # 1.19e-7 = 2u, u the unit roundoff
 
 def float32_bound(stages: int, k_max: int) -> float:
     """Norm-wise relative error that two float32 evaluations of the same network may each have against the
-    exact value (issue 27.3: derived, not measured on one CPU).
+    exact value (derived, not measured on one CPU).
 
     A dot product of length ``K`` summed in any order (MKL, oneDNN, SDPA, blocked or not) makes an error of
     about ``u * sqrt(K)`` relative to its result when the terms have random signs (rounding errors of the
@@ -163,7 +163,7 @@ def _rows_independent_of_batch(model, x: torch.Tensor) -> bool:
 
 def _assert_batch_invariant(model, x: torch.Tensor) -> None:
     """An image's embedding inside a batch equals the image alone: exactly where this CPU's products give a
-    row the same bits whatever the batch (issue 26: a per-CPU property, tested as such), else within the
+    row the same bits whatever the batch (a per-CPU property, tested as such), else within the
     float32 bound (two roundings of the same value)."""
     with torch.no_grad():
         fast = encode_image(model, x)

@@ -1,4 +1,4 @@
-"""CLIP text side (issue 16): the context cut to the longest prompt gives the full-context embeddings,
+"""CLIP text side: the context cut to the longest prompt gives the full-context embeddings,
 non-causal towers are left alone, each distinct text is encoded once, long text warns once with a count."""
 
 from __future__ import annotations
@@ -133,7 +133,7 @@ def _text_bound(model) -> float:
 def test_trimming_is_exact_and_float32_gap_is_rounding_of_the_untrimmed_path(which):
     """Cutting the padding is exact: in float64 trimmed == untrimmed up to float64 rounding. In float32 the
     two differ only by rounding (GEMMs of another shape): both are within the derived float32 bound of the
-    float64 value, on any CPU (issue 27.3; the old tolerance was a multiple of one CPU's measured rounding)."""
+    float64 value, on any CPU (the old tolerance was a multiple of one CPU's measured rounding)."""
     if which == "tiny":
         model, tok = tiny_clip()
         texts = TEXTS

@@ -1,4 +1,4 @@
-"""The private torch APIs genmetrics uses live in one module (issue 25.1); this test fails loudly, naming
+"""The private torch APIs genmetrics uses live in one module; this test fails loudly, naming
 the API and the file to update, when the installed torch drops or changes one of them."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Hostile and faulty open_clip weight files (issue 22.1 / 22.3): a pickle is refused before anything in it
+"""Hostile and faulty open_clip weight files: a pickle is refused before anything in it
 runs, with one ``error:`` line naming the file and the safe formats; tensors that are non-finite, missing,
 extra or of the wrong shape are refused naming the file and the tensor."""
 

@@ -1,4 +1,4 @@
-"""psnr / ssim / ms_ssim (issue 16): float32 compute against explicit float64 computations, options that
+"""psnr / ssim / ms_ssim: float32 compute against explicit float64 computations, options that
 change the value, one vectorised validation per batch that still names the bad image."""
 
 from __future__ import annotations
@@ -176,7 +176,7 @@ def test_size_mismatch_is_named_and_to_first_resizes():
 @pytest.mark.parametrize("name", ["ssim", "ms_ssim"])
 def test_windowed_metrics_work_in_bounded_chunks_with_the_same_scores(name, monkeypatch):
     """SSIM / MS-SSIM hold ~10 input-sized maps per call: a batch is split so that no call sees more than
-    WINDOWED_CHUNK_ELEMENTS input elements (issue 26.5), and the scores equal one call over the batch."""
+    WINDOWED_CHUNK_ELEMENTS input elements, and the scores equal one call over the batch."""
     import genmetrics as gm
     from genmetrics.baselines import pixel
     from genmetrics.functional import pixel as P

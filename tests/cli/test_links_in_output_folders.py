@@ -1,4 +1,4 @@
-"""Links planted in output folders (issue 22.2): every command that writes refuses to write through a symbolic
+"""Links planted in output folders: every command that writes refuses to write through a symbolic
 link, and the file the link points to stays byte-identical: leaderboard (lock file, results, plots
 folder), ``score --out``, ``compare --out``, ``evaluate-human --out``, training (``--out``) and ``retrieve
 index``. Each run goes through the CLI (exit 2, one ``error:`` line) or, for training, the API."""

@@ -1,4 +1,4 @@
-"""Environment faults (issue 22.4 / 22.5): a non-UTF-8 locale (``LC_ALL=C``) with non-ASCII file names, and a
+"""Environment faults: a non-UTF-8 locale (``LC_ALL=C``) with non-ASCII file names, and a
 config that asks for a device this machine does not have."""
 
 from __future__ import annotations

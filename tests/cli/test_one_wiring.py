@@ -1,4 +1,4 @@
-"""One wiring from card to inputs (issue 25.2): ``genmetrics score`` and the leaderboard feed every registered
+"""One wiring from card to inputs: ``genmetrics score`` and the leaderboard feed every registered
 metric the same inputs, because both call ``genmetrics.leaderboard.wiring``. The test records every
 ``update()`` call a metric receives (through the tiny backbone provider) on one data set, once from the CLI
 and once from a leaderboard, and compares them sample by sample."""

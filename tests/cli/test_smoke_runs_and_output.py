@@ -1,4 +1,4 @@
-"""Issue 27.1 / 27.3 (board): a smoke run says so everywhere; small sets are noted; a typo in a metric name is
+"""A smoke run says so everywhere; small sets are noted; a typo in a metric name is
 named as an unknown metric; ``--resume`` says what it kept and what is left; scores print at the metric's
 precision; progress without a terminal is a line every ~30 s; GENMETRICS_PROGRESS takes yes/no words."""
 

@@ -1,4 +1,4 @@
-"""Start-up (issue 16): list, info and --help import neither torch nor torchmetrics; info's options read
+"""Start-up: list, info and --help import neither torch nor torchmetrics; info's options read
 from the source equal the imported signatures."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""``genmetrics score`` starts without torchmetrics' package ``__init__`` (issue 26.4): the heavy modules it
+"""``genmetrics score`` starts without torchmetrics' package ``__init__``: the heavy modules it
 would import (torchvision, torch._dynamo, scipy.signal, transformers) stay out, the score is the one the
 library computes, and anything else asked of the ``torchmetrics`` package still works."""
 

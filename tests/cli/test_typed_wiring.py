@@ -1,4 +1,4 @@
-"""Inputs are wired from the typed fields of metric cards alone (issue 10.1): the leaderboard planner and
+"""Inputs are wired from the typed fields of metric cards alone: the leaderboard planner and
 ``genmetrics score`` never read a card's prose nor name a metric; a plugin metric registered through the
 ``genmetrics.metrics`` entry point works in both with no other code; ``clip_t`` is an alias of ``clipscore``."""
 
@@ -203,7 +203,7 @@ def test_score_feeds_a_real_set_reference_as_a_set(data, capsys):
     the CLI feeds (``--batch-size 2``: the real set in chunks of 2, then the candidates in chunks of 2). With
     other chunks the float32 image embeddings come from matrix products of another shape, which some CPUs
     (an Intel Xeon with AVX-512/AMX) sum in another order: 1.6e-6 apart on a score of ~50, i.e. within
-    float32 rounding (1.19e-7 relative, times a few reductions) but not equal (issue 27.3)."""
+    float32 rounding (1.19e-7 relative, times a few reductions) but not equal."""
     from genmetrics.backbones.provider import use_provider
     from genmetrics.testing import tiny_backbones
 

@@ -1,4 +1,4 @@
-"""``genmetrics weights list|download|verify`` (issue 27.2) and the weights error's wording.
+"""``genmetrics weights list|download|verify`` and the weights error's wording.
 
 Nothing downloads: ``download`` and ``verify`` run against a fake hub, the two hub functions the command
 reaches (``huggingface_hub.snapshot_download`` and open_clip's ``hf_hub_download``) replaced by functions that

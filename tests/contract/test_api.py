@@ -1,4 +1,4 @@
-"""Each item of issue 15 and 14.2, pinned against a hand computation or an explicit second computation."""
+"""The torchmetrics conventions and sample ids, each pinned against a hand computation or an explicit second computation."""
 
 from __future__ import annotations
 
@@ -169,7 +169,7 @@ def test_ssim_kernel_size_has_effect():
     # default window (11, sigma 1.5) is torchmetrics' SSIM; another size equals torchmetrics with the sigma
     # whose Gaussian window has that size (sigma 0.9 -> 7 px), computed by our own window code
     ref, cand = ref.double(), cand.double()
-    # values[11] came from float32 images, computed in float32 (issue 16): within 1e-6 of float64
+    # values[11] came from float32 images, computed in float32: within 1e-6 of float64
     tm = structural_similarity_index_measure(cand, ref, data_range=1.0)
     assert tm is None or values[11] == pytest.approx(float(tm), abs=1e-6)
     seven = float(gm.create_metric("ssim", kernel_size=7, sigma=0.9).compute(ref, cand))
@@ -293,7 +293,7 @@ def test_tpips_over_long_aspects_warn_once_and_repeated_ids_keep_aspects_aligned
 
 
 def test_state_saved_without_persistent_says_so():
-    """Issue 22.5: a state_dict saved without persistent(True) holds no metric state; compute() on the
+    """A state_dict saved without persistent(True) holds no metric state; compute() on the
     reloaded metric says that and how to persist, not 'called before any update()'."""
     ref, cand = _pairs(2)
     saved = gm.create_metric("psnr")

@@ -1,4 +1,4 @@
-"""Batch composition never changes a score (issue 21.1), for every registered per-candidate metric, found
+"""Batch composition never changes a score, for every registered per-candidate metric, found
 through the registry and its test recipe: a new metric is covered by registering it.
 
 Each row's images are made different from the other rows' (PIL mode and size per row; the row's reference

@@ -1,4 +1,4 @@
-"""psnr, ssim and ms_ssim are differentiable like torchmetrics' classes (issue 21.4): ``forward`` and the
+"""psnr, ssim and ms_ssim are differentiable like torchmetrics' classes: ``forward`` and the
 one-shot ``score`` keep the autograd graph of float images, with the gradient of torchmetrics' own
 functional; the accumulated state never holds a graph. Every other metric says it is not differentiable and
 returns values without a graph."""

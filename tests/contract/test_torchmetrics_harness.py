@@ -1,4 +1,4 @@
-"""Every registered metric through torchmetrics' OWN test harness (issue 21.4): ``MetricTester`` from the
+"""Every registered metric through torchmetrics' OWN test harness: ``MetricTester`` from the
 torchmetrics test suite of the installed release, in one process and in its DDP pool of 2 gloo processes,
 against a reference (torchmetrics' functional for psnr / ssim; for the others a fresh metric given all
 batches in one update, whose per-sample path the family tests pin by hand), plus torchmetrics' wrappers

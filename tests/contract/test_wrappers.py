@@ -85,7 +85,7 @@ def test_classwise_wrapper_labels_per_attribute_results():
 @pytest.mark.parametrize("name", T.NAMES)
 def test_stock_running_window_over_every_metric(name):
     """torchmetrics' own ``Running`` keeps the states of the last ``window`` batches: its value is that of a
-    fresh metric given those batches (issue 21.4: ``reset`` used to empty the lists Running had kept, so
+    fresh metric given those batches (``reset`` used to empty the lists Running had kept, so
     compute() raised after updates and forward() gave the last batch only)."""
     ups = T.batches(name)
     for feed in ("update", "forward"):

@@ -182,7 +182,7 @@ def test_tensor_roundtrip_property(c, h, w, dtype):
         )
 
 
-# ------------------------------------------------------------------------------ issue 22.4 / 22.5
+# ------------------------------------------------------------------------------ faults and unusual inputs
 @pytest.fixture
 def no_decoding(monkeypatch):
     """Fail the test if any image is decoded (Pillow's ImageFile.load)."""

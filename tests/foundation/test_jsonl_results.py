@@ -106,7 +106,7 @@ def test_results_writer_resume_and_torn_line(tmp_path):
     assert json.loads((tmp_path / "s.json").read_text()) == {"x": None}
 
 
-# ------------------------------------------------------------------------------ malformed files (issue 22.4)
+# ------------------------------------------------------------------------------ malformed files
 @pytest.mark.parametrize(
     "content, fragment",
     [

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import math
+import re
 
 import pandas as pd
 
@@ -66,7 +67,7 @@ def test_paired_csv_round_trips():
     assert empty == "metric,a,b,diff,low,high,p_value,n\n"
 
 
-# ------------------------------------------------------------------------------ hostile names (issue 22.2)
+# ------------------------------------------------------------------------------ hostile names
 HOSTILE = ['=HYPERLINK("http://x","y")', "+1+1", "-2+3", "@SUM(A1)", "a|b\nc <script>x</script>"]
 
 
@@ -91,13 +92,14 @@ def test_hostile_names_are_neutralised_in_every_report(tmp_path):
     for col in ("a", "b"):
         assert all(not v.startswith(("=", "+", "-", "@")) for v in paired[col])
     md = (out / "leaderboard.md").read_text()
-    assert "a\\|b<br>c &lt;script&gt;" in md and "<script>" not in md
+    assert "a\\|b<br>c \\<script>x\\</script>" in md  # rendered as text: the tag's "<" is escaped
+    assert not re.search(r"(?<!\\)<script", md)
     for (
         line
     ) in md.splitlines():  # every table row keeps its column count (no cell split by | or a line break)
         if line.startswith("| ") and "generator" not in line and "A − B" not in line:
             cells = [c for c in line.split(" | ")]
-            assert len(cells) in (4, 7), line  # ranking: 4 columns; paired: A, B, A − B, CI, p, n, better
+            assert len(cells) in (4, 8), line  # ranking: 4; paired: A, B, A − B, CI, p, n, excludes 0, better
     page = (out / "leaderboard.html").read_text()
     assert "<script>" not in page and "&lt;script&gt;" in page
 
@@ -119,5 +121,6 @@ def test_csv_safe_and_md_escape_unit():
     assert (
         md_escape("x|y") == "x\\|y"
         and md_escape("x\r\ny") == "x<br>y"
-        and md_escape("<b>&") == "&lt;b&gt;&amp;"
+        and md_escape("<b>&") == "\\<b>&"
+        and md_escape("&lt;") == "\\&lt;"
     )

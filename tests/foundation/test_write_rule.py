@@ -1,4 +1,4 @@
-"""The write rule (issue 22.2): every file genmetrics writes goes through ``genmetrics/data/results.py``.
+"""The write rule: every file genmetrics writes goes through ``genmetrics/data/results.py``.
 
 1. An AST scan of the whole package finds every call that writes a file (``open(..., "w"/"a"/"x"/"+")``,
    ``write_text``, ``write_bytes``, ``torch.save``, safetensors ``save_file``, ``savefig``, ``json.dump``,

@@ -319,7 +319,7 @@ def test_kl_interval_refuses_bad_input():
 
 
 def test_n_boot_zero_is_refused_with_the_range_by_every_caller(tmp_path, capsys):
-    """Issue 22.5: one check (check_n_boot) behind every interval; the CLI exits 2 with one error line."""
+    """One check (check_n_boot) behind every interval; the CLI exits 2 with one error line."""
     from genmetrics.cli.main import main
     from genmetrics.mie.ranking import rank_generators
     from genmetrics.raclip.report import bootstrap_means

@@ -1,4 +1,4 @@
-"""psnr's native squared-error kernel (genmetrics/functional/_native.c, issue 26: psnr at the read bandwidth).
+"""psnr's native squared-error kernel (genmetrics/functional/_native.c: psnr at the read bandwidth).
 
 * Bitwise parity with an explicit second computation of its documented summation order (8 float32 lanes, a
   fixed tree), done here with torch float32 ops: the sums are defined by their order, not by the CPU.

@@ -1,4 +1,4 @@
-"""A hostile user's pass over psnr's native kernel (genmetrics/functional/_native.c, issue 26).
+"""A hostile user's pass over psnr's native kernel (genmetrics/functional/_native.c).
 
 The kernel reads raw addresses in threads of its own, so the cases here are those where an address, a thread
 or a record can go wrong: Ctrl-C while the threads read, a thread that fails, tensors whose memory is not

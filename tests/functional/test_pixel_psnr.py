@@ -1,4 +1,4 @@
-"""psnr's one-pass squared errors (issue 26.2): parity with an explicit float64 computation across block
+"""psnr's one-pass squared errors: parity with an explicit float64 computation across block
 boundaries, the fused range check, the fused path of the PSNR metric against its general path, gradients."""
 
 from __future__ import annotations

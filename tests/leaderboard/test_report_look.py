@@ -17,10 +17,12 @@ from matplotlib.figure import Figure
 from genmetrics.data.results import read_results
 from genmetrics.leaderboard import run_leaderboard
 from genmetrics.leaderboard.gallery import best_and_worst, write_galleries
+from genmetrics.leaderboard.numbers import MAX_DECIMALS, decimals, fmt_ci
 from genmetrics.leaderboard.plots import _points, unit
-from genmetrics.leaderboard.report import _intro, paired_tables, winner
+from genmetrics.leaderboard.report import _intro, cell, paired_tables, ranking_table, winner
 from genmetrics.raclip import plots as raclip_plots
 from genmetrics.raclip.report import Example
+from genmetrics.registry import alias_of
 
 PSNR_SSIM = '[[metrics]]\nname = "psnr"\n\n[[metrics]]\nname = "ssim"\n'
 
@@ -58,14 +60,19 @@ def test_paired_cells_coloured_by_who_wins_in_every_direction():
     cases = [  # (direction, diff, CI) -> (A class, B class, diff class, better)
         ((True, 2.0, 1.0, 3.0), ("l win", "l", "a-wins sig", "a")),
         ((False, 2.0, 1.0, 3.0), ("l", "l win", "b-wins sig", "b")),
-        ((True, -1.0, -2.0, 0.5), ("l", "l lead", "b-wins", "(b)")),
-        ((False, -1.0, -2.0, 0.5), ("l lead", "l", "a-wins", "(a)")),
+        ((True, -1.0, -2.0, 0.5), ("l", "l", "b-wins", "(b)")),
+        ((False, -1.0, -2.0, 0.5), ("l", "l", "a-wins", "(a)")),
         ((None, 2.0, 1.0, 3.0), ("l", "l", "sig", "–")),
     ]
     for args, (ca, cb, cd, better) in cases:
         t = paired_tables(summary(*args))["m"]
         assert t.classes.iloc[0].tolist()[:3] == [ca, cb, cd], args
         assert t.frame.iloc[0]["better"] == better, args
+        # one marker for "the interval excludes 0", and a highlight (win) only with it
+        excludes = args[2] > 0 or args[3] < 0
+        assert t.frame.iloc[0]["excludes 0"] == ("yes" if excludes else "no"), args
+        assert ("sig" in t.classes.iloc[0]["excludes 0"]) == excludes, args
+        assert any("win" in c.split() for c in t.classes.iloc[0]) == (excludes and args[0] is not None), args
 
 
 def test_winner_matches_the_means_of_the_board(board):
@@ -108,7 +115,7 @@ def test_points_axis_shows_the_differences_not_zero_and_names_the_unit():
     assert (hi - lo) < 2 * (42.2 - 24.4)
     assert "(dB)" in ax.get_ylabel() and "95% CI" in ax.get_ylabel()
     assert [t.get_text() for t in ax.get_xticklabels()] == ["a", "b"]
-    assert ax.get_title() == "psnr ↑"
+    assert ax.get_title() == "psnr ↑" and ax.get_xlabel() == "generator"
     ax = _axes()
     _points(ax, "sad", {**entry, "metric": "sad", "level": "set"}, ["a", "b"], 0.95)
     assert ax.get_ylabel() == "value vs real set, 95% CI (nats)"
@@ -123,6 +130,67 @@ def test_points_axis_shows_the_differences_not_zero_and_names_the_unit():
 def test_units():
     assert unit("psnr") == "dB" and unit("psnr[y]") == "dB" and unit("x", {"metric": "sad"}) == "nats"
     assert unit("ssim") == "" and unit("clip_i") == ""
+
+
+def test_every_metric_card_names_its_unit_once_and_the_reports_show_it(board):
+    from genmetrics.registry import get_card, list_metrics
+
+    # the unit comes from the card: psnr is in dB, the KL divergences in nats, the rest unitless
+    units = {n: get_card(n).unit for n in list_metrics() if alias_of(n) is None}
+    assert units["psnr"] == "dB" and {units[k] for k in ("sad", "pad", "rsad")} == {"nats"}
+    assert all(u in ("", "dB", "nats") for u in units.values())
+    res, _ = board
+    assert res.summary["columns"]["psnr"]["unit"] == "dB" and res.summary["columns"]["ssim"]["unit"] == ""
+    head = list(ranking_table(res.summary).frame.columns)
+    assert head[3:] == ["psnr (dB) ↑", "ssim ↑"]
+    t = paired_tables(res.summary)["psnr"]
+    assert t.title == "psnr (dB) ↑" and list(t.frame.columns)[2:4] == ["A − B (dB)", "CI (dB)"]
+    md = (res.out / "leaderboard.md").read_text()
+    assert "psnr (dB) ↑" in md and "A − B (dB)" in md
+
+
+def _decimals_of(text: str) -> int:
+    return len(text.split(".")[1]) if "." in text else 0
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_estimate_and_interval_share_their_decimals(seed):
+    rng = np.random.default_rng(seed)
+    for _ in range(200):
+        scale = 10.0 ** rng.uniform(-2.5, 5)
+        lo, hi = sorted(rng.normal(0, scale, 2))
+        est = rng.uniform(lo, hi)
+        for signed in (False, True):
+            parts = fmt_ci(est, lo, hi, signed=signed)
+            if decimals(est, lo, hi) is None:  # scientific notation: the same mantissa digits for the three
+                assert len({p.split("e")[0].split(".")[1].__len__() for p in parts}) == 1, parts
+                continue
+            d = {_decimals_of(p) for p in parts}
+            assert len(d) == 1, parts  # the same decimals for the three
+            dec = d.pop()
+            # rounding only: each shown value within half a unit of its last digit of the true one
+            for p, v in zip(parts, (est, lo, hi)):
+                assert abs(float(p) - v) <= 0.5 * 10.0**-dec * (1 + 1e-9) + 1e-12, (p, v)
+            # the width is shown with two significant digits unless the decimals are capped
+            if 0 < dec < MAX_DECIMALS:
+                assert 10 <= (hi - lo) * 10.0**dec < 100, (parts, hi - lo)
+    assert cell({"mean": 24.66, "low": 23.2, "high": 26.1}) == "24.7 [23.2, 26.1]"
+
+
+def test_markdown_tables_align_as_text(board):
+    res, _ = board
+    md = (res.out / "leaderboard.md").read_text().splitlines()
+    tables, cur = [], []
+    for line in md + [""]:
+        if line.startswith("|"):
+            cur.append(line)
+        elif cur:
+            tables.append(cur)
+            cur = []
+    assert len(tables) >= 3  # the ranking and a paired table per column
+    for t in tables:  # every row of a table has its pipes at the same places
+        pipes = {tuple(i for i, ch in enumerate(r) if ch == "|" and r[i - 1 : i] != "\\") for r in t}
+        assert len(pipes) == 1, t
 
 
 def test_html_plots_in_a_grid_and_set_note_only_with_set_columns(board):

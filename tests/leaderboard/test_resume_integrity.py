@@ -1,4 +1,4 @@
-"""Issue 14 classes 1, 5 and 6 on the leaderboard: resume identifies inputs by content and options by the
+"""Paths, resume and non-finite values on the leaderboard: resume identifies inputs by content and options by the
 manifest, foreign rows are refused with file:line, non-finite scores are never written or ranked, and an
 output folder has one writer at a time."""
 

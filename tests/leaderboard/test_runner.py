@@ -77,10 +77,15 @@ def test_reports(small_set, tmp_path):
     out = res.out
     md = (out / "leaderboard.md").read_text()
     assert md.startswith("# Test board\n")
-    table = [ln for ln in md.splitlines() if re.match(r"\| \d \|", ln)]
-    assert [ln.split(" | ")[1] for ln in table] == ["good", "mid", "bad"]
-    assert "| rank | generator | images | _lb_spy ↑ | _lb_set ↓ (set) | set_map ↓ (set) |" in md
-    assert "## Paired comparisons" in md and "### _lb_spy ↑" in md
+
+    def cells(line: str) -> list[str]:  # a Markdown row's cells as shown (padding and escapes removed)
+        return [c.strip().replace("\\", "") for c in line.strip().strip("|").split(" | ")]
+
+    table = [cells(ln) for ln in md.splitlines() if re.match(r"\|\s*\d+ \|", ln)]
+    assert [row[1] for row in table] == ["good", "mid", "bad"]
+    header = next(cells(ln) for ln in md.splitlines() if ln.startswith("| rank"))
+    assert header == ["rank", "generator", "images", "_lb_spy ↑", "_lb_set ↓ (set)", "set_map ↓ (set)"]
+    assert "## Paired comparisons" in md and "### \\_lb_spy ↑" in md
     # csv: one row per generator, best first, mean/low/high/n per column, parsable numbers
     rows = list(csv.DictReader(io.StringIO((out / "leaderboard.csv").read_text())))
     assert [r["generator"] for r in rows] == ["good", "mid", "bad"]

@@ -319,7 +319,7 @@ class _Evil:
     pass
 
 
-# ---------------------------------------------------------------- image size (issue 21.2)
+# ---------------------------------------------------------------- image size
 #: non-square images over 512 px (multiples of 32, so the processor keeps them as they are: the authors'
 #: grids are the full-size ones); a processor whose own pixel budget (1024**2) does not shrink them
 BIG_SIZES = [(800, 544), (544, 736), (960, 672), (608, 800), (832, 576)]

@@ -1,4 +1,4 @@
-"""Batch composition never changes an MIE score (issue 21.1): rows that mix image sizes, aspect ratios, PIL
+"""Batch composition never changes an MIE score: rows that mix image sizes, aspect ratios, PIL
 modes (L, LA, RGBA, P, I;16, CMYK, RGB), prompts and the NUMBER of references give, in any batch, the numbers
 of the same row scored alone -- for ``MIEModel.score``, ``score_pairs``, the ``mie`` metric and the training
 forward, in both tuning modes, with batches of 1, 3 and all rows.

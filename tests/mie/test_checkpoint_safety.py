@@ -1,4 +1,4 @@
-"""Tampered and faulty MIE checkpoints (issue 22.3 / 22.5): heads, trained layers and LoRA adapters with NaN /
+"""Tampered and faulty MIE checkpoints: heads, trained layers and LoRA adapters with NaN /
 inf values, a wrong shape, an extra or a missing tensor are refused at load with the file and the tensor
 named; a pickle that would run code never runs and is refused with one ``error:`` line naming the file and
 the safe format; ``--heads`` takes a training run's folder; a run records its backbone folder absolute and a

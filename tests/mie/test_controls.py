@@ -1,4 +1,4 @@
-"""``evaluate-human mie --controls`` (issue 23.5): the same pairs scored with references swapped between pairs
+"""``evaluate-human mie --controls``: the same pairs scored with references swapped between pairs
 and with blank references, printed next to the accuracy. The controls must use the right rows: a swapped
 reference comes from ANOTHER pair (never the pair itself; one with other files whenever there is one), the
 pair keeps its own prompt and candidates, and blank references are uniform images of the references' sizes."""

@@ -1,6 +1,6 @@
 """Two gloo processes (the DDP wrapper active) train MIE when one process's micro-batch has no diagnostic
 labels and the other's has some, and end exactly where one process accumulating the same micro-batches
-ends (issue 11: "multi-GPU training works when a micro-batch has no diagnostic labels").
+ends ("multi-GPU training works when a micro-batch has no diagnostic labels").
 
 Without the zero gradient through the diagnostic head, the unlabelled process leaves that head out of its
 graph and DDP (``find_unused_parameters=False``, the default) stops at the next forward.

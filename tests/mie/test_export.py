@@ -1,4 +1,4 @@
-"""Export to the authors' layout (issue 21.2): a genmetrics-trained checkpoint, written with
+"""Export to the authors' layout: a genmetrics-trained checkpoint, written with
 ``export_authors_layout`` / ``genmetrics export mie``, is loaded by an INDEPENDENT loader written here after
 the authors' ``MIE_Inference/mie_loader.py`` (plain transformers + peft: ``*ForConditionalGeneration``,
 ``PeftModel.from_pretrained`` on ``lora_adapter/``, ``trainable_backbone.pt`` through

@@ -1,4 +1,4 @@
-"""MIE compares a candidate with references it has never seen (issue 23; benchmarks/mie_generalisation.py).
+"""MIE compares a candidate with references it has never seen (benchmarks/mie_generalisation.py).
 
 Fast tests: the task's construction (fresh identities; the better and the worse candidate differ only in
 one half, which matches a reference in one and no reference in the other; a colour-histogram regression on
@@ -216,7 +216,7 @@ def test_reference_contrast_option_is_checked():
 #: pairs for 4 epochs, read on SLOW_TEST held-out pairs
 SLOW_PAIRS, SLOW_TEST = 300, 128
 SLOW_LAYER_TYPES = ["full_attention"] * 4
-#: issue 23's goal for held-out pairwise accuracy
+#: the goal for held-out pairwise accuracy
 HELD_OUT_GOAL = 0.80
 
 

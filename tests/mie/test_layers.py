@@ -1,4 +1,4 @@
-"""The MIE modules import each other without loops and at their top (issue 25.5 / 25.6): only ``mie/cli.py``,
+"""The MIE modules import each other without loops and at their top: only ``mie/cli.py``,
 which ``genmetrics --help`` imports to list ``rank-generators`` (it must not import torch), defers its imports
 to the commands. Checked statically with ast over the package's source."""
 
@@ -72,7 +72,7 @@ def test_imports_are_at_the_top(path):
     _, nested = _imports(ast.parse(path.read_text(encoding="utf-8")))
     if path.stem in LAZY_BOUNDARY:
         return
-    assert not nested, f"{path.name}: imports inside functions {nested}; import at the top (issue 25.6)"
+    assert not nested, f"{path.name}: imports inside functions {nested}; import at the top"
 
 
 def test_the_checks_see_a_loop_and_a_nested_import(tmp_path):

@@ -1,4 +1,4 @@
-"""Named training recipes (issue 21.2): the paper's appendix and the authors' released pipeline differ in
+"""Named training recipes: the paper's appendix and the authors' released pipeline differ in
 batch, accumulation, step cap, patience and image size. Each recipe's numbers, written here from the
 sources (not read from the code), must reach the shared trainer; an option given explicitly wins; the
 recipe is recorded with the run and the checkpoint."""

@@ -1,4 +1,4 @@
-"""Batch composition never changes a score (issue 21.1) for the open_clip / DINO metrics: a batch that mixes
+"""Batch composition never changes a score for the open_clip / DINO metrics: a batch that mixes
 image sizes, aspect ratios, PIL modes (L, LA, RGBA, P, I;16, CMYK) and tensors gives each row the score of
 the row alone (<= 1e-5), and batch sizes 1, 3 and all agree -- for raclip, clipscore / clip_t, hcs, sad,
 pad, rsad, clip_i, dino and RegionAttributeScorer.

@@ -375,7 +375,7 @@ def _hcs2024_reference(model, tok, real, gen, attrs, n_points):
     with torch.no_grad():  # the metric's image tower (see test_hcs_text_center_bare_is_the_2024_code)
         e_r = encode_image(model, clip_image_batch(real, model)).double().numpy()
         e_g = encode_image(model, clip_image_batch(gen, model)).double().numpy()
-        m64 = copy.deepcopy(model).double()  # text: open_clip's untrimmed encode_text in float64 (issue 16)
+        m64 = copy.deepcopy(model).double()  # text: open_clip's untrimmed encode_text in float64
         t_prompt = m64.encode_text(tok(["a photo of " + a for a in attrs])).numpy()
         t_bare = m64.encode_text(tok(list(attrs))).numpy()
     img_mean, text_mean = e_r.mean(0), t_bare.mean(0)

@@ -1,4 +1,4 @@
-"""Attribute / prompt text side of the raclip family (issue 16): each distinct text is encoded once per
+"""Attribute / prompt text side of the raclip family: each distinct text is encoded once per
 scorer or metric, with the context cut after the longest text, by the text tower in float64 -- equal to
 open_clip's untrimmed ``encode_text`` of a float64 copy of the model (the explicit second computation
 here), and the scores built on it equal the same formulas on those untrimmed float64 vectors."""

@@ -111,7 +111,7 @@ def make_workspace(root: Path) -> Path:
 
 
 def _deep_files(root: Path) -> None:
-    """Files whose sample type decides the conversion (issue 14.8)."""
+    """Files whose sample type decides the conversion."""
     Image.fromarray(np.full((24, 24), 1.01, np.float32)).save(root / "float_101.tif")
     Image.fromarray(np.full((24, 24), 0.5, np.float32)).save(root / "float_half.tif")
     Image.fromarray(np.full((24, 24), 200.0, np.float32)).save(root / "float_255.tif")
@@ -127,7 +127,7 @@ def _deep_files(root: Path) -> None:
 
 
 def _stem_folders(root: Path) -> None:
-    """Two files with one stem on either side, and references no candidate uses (issue 14.4/6)."""
+    """Two files with one stem on either side, and references no candidate uses."""
     src = root / "ref"
     for d in ("dupstem", "refs_extra"):
         (root / d).mkdir()
@@ -795,7 +795,7 @@ CASES: list[Case] = [
         "not available",
         api=lambda ws: __import__("genmetrics.backbones.hf", fromlist=["x"]).load_vlm(str(ws / "no_model")),
     ),
-    # ================= issue 14, class 3: options and environment, checked at creation, named
+    # ================= class 3: options and environment, checked at creation, named
     Case(
         "option-max-db-nan",
         "psnr max_db = nan",
@@ -865,21 +865,21 @@ CASES: list[Case] = [
     Case(
         "bootstrap-n-boot-zero",
         "bootstrap with n_boot = 0 (a zero-width interval)",
-        ValueError,  # functional/ is pure math (issue 25.5)
+        ValueError,  # functional/ is pure math
         "option n_boot",
         api=lambda ws: _boot(n_boot=0),
     ),
     Case(
         "bootstrap-n-boot-huge",
         "bootstrap with n_boot = 1e8 (gigabytes of indices)",
-        ValueError,  # functional/ is pure math (issue 25.5)
+        ValueError,  # functional/ is pure math
         "option n_boot: expected an integer in [1, 100000]",
         api=lambda ws: _boot(n_boot=10**8),
     ),
     Case(
         "bootstrap-alpha",
         "bootstrap with alpha = 1.5",
-        ValueError,  # functional/ is pure math (issue 25.5)
+        ValueError,  # functional/ is pure math
         "option alpha",
         api=lambda ws: _boot(alpha=1.5),
     ),
@@ -1487,7 +1487,7 @@ CASES += [
 ]
 
 
-# ================= issue 14, round 3: new inputs of each class (a user's second try)
+# ================= new inputs of each class (a user's second try)
 def _ids(ids: list[Any]) -> Any:
     m = gm.create_metric("psnr")
     m.update(reference=random_images(3, 24, seed=1), candidates=random_images(3, 24, seed=2), ids=ids)

@@ -1,4 +1,4 @@
-"""Hostile and faulty inputs for issue 22 (a fresh catalogue: none of these ids is in ``catalogue.py``).
+"""Hostile and faulty inputs, second catalogue (none of these ids is in ``catalogue.py``).
 
 Each case plants one fault in a fresh folder and runs genmetrics on it (the Python API and, where a command
 exists, the CLI in-process through ``genmetrics.cli.main.main``; the non-UTF-8 case runs a real subprocess).
@@ -1366,13 +1366,14 @@ def _(ctx):
     assert csv_safe("model-a") == "model-a" and csv_safe(-0.5) == -0.5
 
 
-@case("h-markdown-pipe-newline", "silent", "Markdown cells escape |, line breaks and <, >, &")
+@case("h-markdown-pipe-newline", "silent", "Markdown cells escape |, line breaks, tags and entities")
 def _(ctx):
     from genmetrics.leaderboard.report import md_escape
 
     ctx.freeze()
-    out = md_escape("a|b\nc<script>&")
-    assert "|" not in out.replace("\\|", "") and "\n" not in out and "<script>" not in out, out
+    out = md_escape("a|b\nc<script>&lt;")
+    assert "|" not in out.replace("\\|", "") and "\n" not in out, out
+    assert "<script>" not in out.replace("\\<script>", "") and "\\&lt;" in out, out
 
 
 def _tmpfs(ctx: Ctx, size: str) -> Path:

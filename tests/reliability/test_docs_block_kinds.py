@@ -1,4 +1,4 @@
-"""Every fenced block of README.md and docs/*.md is checked by some test (issue 27.5), so a new block cannot
+"""Every fenced block of README.md and docs/*.md is checked by some test, so a new block cannot
 slip by unchecked. The kinds, by info string:
 
 * ``python`` blocks run (``test_docs_examples.py``; README's in ``tests/test_readme.py``); ``python

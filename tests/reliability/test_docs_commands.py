@@ -1,4 +1,4 @@
-"""Every command of a runnable docs block runs as written, on the quick-start data (issue 14.9).
+"""Every command of a runnable docs block runs as written, on the quick-start data.
 
 Convention (docs/contributing.md): a fenced block whose info string contains ``runnable`` (```` ```console
 runnable ````) holds commands, one per ``$ `` line (``\\`` continues a line; leading ``VAR=value`` words set

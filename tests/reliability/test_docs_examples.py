@@ -1,4 +1,4 @@
-"""Every command and code example in docs/ is checked (issue 14.9), so a renamed flag or API breaks a test.
+"""Every command and code example in docs/ is checked, so a renamed flag or API breaks a test.
 
 * ```` ```console runnable ```` blocks are run by ``test_docs_commands.py`` (on the quick-start data, the
   tiny backbones installed through ``GENMETRICS_BACKBONE_PROVIDER=genmetrics.testing:tiny_backbones``).

@@ -1,4 +1,4 @@
-"""Run the issue-22 catalogue of hostile inputs (``hostile.py``) and check the five guarantees around each
+"""Run the second catalogue of hostile inputs (``hostile.py``) and check the five guarantees around each
 case: no payload ran, nothing outside the output folder changed, and (inside each case) no data loss, no
 silent wrong result and no raw traceback."""
 

@@ -1,4 +1,4 @@
-"""Hostile-user pass over the issue-23 generalisation benchmarks' options and probes (hostile2): a bad value of
+"""Hostile-user pass over the generalisation benchmarks' options and probes (hostile2): a bad value of
 ``--train`` / ``--test`` / ``--variants`` (TPIPS) or ``--layer-types`` / ``--layers`` / ``--pairs`` /
 ``--tuning`` (MIE) is one argparse error (exit 2) before any model is built, and a probe that cannot tell the
 candidates apart reads chance, not 0."""

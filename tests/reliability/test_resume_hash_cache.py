@@ -1,4 +1,4 @@
-"""Issue 14.1: the content hashes that tell a resumed leaderboard run what changed persist in the run folder
+"""The content hashes that tell a resumed leaderboard run what changed persist in the run folder
 (``.genmetrics.hashes.json``, keyed by path, size, mtime, ctime and inode), so ``--resume`` does not read
 unchanged files again, and still reads (and rescores) a file replaced by one of the same size, also when
 its modification time was set back."""

@@ -1,4 +1,4 @@
-"""Trust in TPIPS adapter folders (issue 22.1, 22.3, 22.5): a tampered or faulty head file or peft adapter
+"""Trust in TPIPS adapter folders: a tampered or faulty head file or peft adapter
 (NaN / inf, wrong shape, extra or missing tensors) is refused at load with the file and the tensor named; a
 pickle (``adapter_model.bin``, ``tpips_head.pt``, a pickle renamed ``.safetensors``) is refused with one line
 naming the file and the safe format, and a planted payload never runs; the base weights are recorded so that

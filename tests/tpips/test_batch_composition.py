@@ -1,4 +1,4 @@
-"""Batch composition never changes a TPIPS score (issue 21.1): every row of a batch that mixes image sizes,
+"""Batch composition never changes a TPIPS score: every row of a batch that mixes image sizes,
 aspect ratios, PIL modes and aspects equals that row scored alone, and the language-tower batch size (1, 3,
 all) does not matter, for every entry point (``similarity``, ``triplet_scores`` / ``odd_one_out``, the
 ``tpips`` metric's update / compute / one-shot, the training forward and loss), in late, mid and early fusion,

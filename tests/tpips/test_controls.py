@@ -1,4 +1,4 @@
-"""`evaluate-human --controls` (issue 23.5): the same records scored with the aspect replaced (by "overall",
+"""`evaluate-human --controls`: the same records scored with the aspect replaced (by "overall",
 by another record's aspect) and, for 2AFC, with another record's reference, read against the original votes.
 The controls are computed on the right rows: a swapped reference really is another record's (a control that
 swapped a record with itself would read exactly the real agreement), and a scorer blind to an input reads

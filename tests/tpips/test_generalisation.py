@@ -1,4 +1,4 @@
-"""TPIPS generalises to aspect VALUES it never saw (issue 23, items 3-4): the held-out-value task of
+"""TPIPS generalises to aspect VALUES it never saw: the held-out-value task of
 genmetrics.tpips.synthetic.value_triplets (training values from the even eighths of [0, 1), held-out values
 from the odd eighths), the linear-probe ceiling of benchmarks/tpips_generalisation.py, and a smaller version
 of that benchmark with its controls. The full run, its numbers and seeds are in docs/tpips.md,

@@ -2,7 +2,7 @@
 as the odd one and "position" another, so an aspect-blind metric scores at most 50% mean agreement and 0% "both
 aspects right". Each variant is trained through the project's trainer on a small random Qwen3-VL and scored
 on new random objects (benchmarks/tpips_learnability.py --quick; the full run, its numbers and why the small
-backbone is configured as it is are in docs/tpips.md). All three variants must reach issue 12's goals."""
+backbone is configured as it is are in docs/tpips.md). All three variants must reach the learnability goals."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""PIL modes reach TPIPS as the official Qwen3-VL-Embedding embedder sends them (issue 21.2): every mode (1, L,
+"""PIL modes reach TPIPS as the official Qwen3-VL-Embedding embedder sends them: every mode (1, L,
 LA, P, P with transparency, PA, RGB, RGBA, CMYK, I, I;16, F), as a PIL image and as a file, equals an
 independent re-implementation of the official preprocessing (``test_preprocessing.official_embeddings``);
 ``image_modes="genmetrics"`` is the named deviation (alpha on white, 16/32-bit rescaled) and differs exactly on

@@ -1,4 +1,4 @@
-"""Issue 22.5 on the training side: rows that cannot be learned are refused or warned about (count and first
+"""Rows that cannot be learned are refused or warned about (count and first
 rows) before any weights load; a device the machine lacks is one line naming the option and the devices
 there are; device='cpu' reaches accelerate."""
 

@@ -1,4 +1,4 @@
-"""The loss in metrics.jsonl (and the CLI's final_loss) is the loss that was optimised (issue 21.3): for every
+"""The loss in metrics.jsonl (and the CLI's final_loss) is the loss that was optimised: for every
 training task, each logged step's ``loss`` equals the weighted sum of its logged parts and the sum of the
 values backward() saw in that step (accumulation > 1 and a short last group included)."""
 

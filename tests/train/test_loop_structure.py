@@ -1,4 +1,4 @@
-"""The loop's structure holds (issue 25.3): small named steps, no function-level imports, accelerate's
+"""The loop's structure holds: small named steps, no function-level imports, accelerate's
 state left clean by public calls, and the one private accelerate use (the precision reset) still works with
 the installed accelerate."""
 

@@ -1,4 +1,4 @@
-"""Nothing in a run folder is ever unpickled (issue 22.1): a payload planted in any file of a checkpoint or
+"""Nothing in a run folder is ever unpickled: a payload planted in any file of a checkpoint or
 run folder never runs, and the resume stops with one error naming the file; a resume that cannot restore
 every piece of state (RNG included) stops; a wrong-shape tensor names the file and the tensor; the safe
 loader of genmetrics/backbones/weights.py refuses every pickle form with the file and the safe format."""

@@ -1,4 +1,4 @@
-"""Faults during training (issue 22.4): Ctrl-C while a checkpoint is written finishes the write, stops
+"""Faults during training: Ctrl-C while a checkpoint is written finishes the write, stops
 (exit 130) and resumes to the uninterrupted result; a full disk gives one line naming the disk and the path
 and loses nothing finished (on a real tmpfs when this machine lets the test mount one, and by a simulated
 ENOSPC in every kind of write everywhere)."""
