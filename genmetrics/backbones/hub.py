@@ -119,7 +119,8 @@ def mark_unreachable(reason: str, url: str | None = None) -> None:
     """
     host, port, _ = _target(url or endpoint())
     with _lock:
-        _verdicts.setdefault(f"{host}:{port}", reason)
+        if _verdicts.get(f"{host}:{port}") is None:  # the first failure is the one kept
+            _verdicts[f"{host}:{port}"] = reason
 
 
 def forget() -> None:

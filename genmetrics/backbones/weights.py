@@ -87,7 +87,12 @@ def download_hint(what: str) -> str:
     ''
     """
     local = what.startswith(("/", ".", "~", "\\")) or bool(re.match(r"^[A-Za-z]:[\\/]", what))
-    if local or "/" not in what or what.endswith((".bin", ".pt", ".pth", ".safetensors")):
+    if (
+        local
+        or "/" not in what
+        or any(c.isspace() for c in what)
+        or what.endswith((".bin", ".pt", ".pth", ".safetensors"))
+    ):
         return ""
     return (
         f"or run `genmetrics weights download {shlex.quote(what)}` on a machine with network access and copy "
