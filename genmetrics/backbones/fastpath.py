@@ -220,7 +220,7 @@ def choose_path(
                     rec = {"path": baseline}
                 if not _usable(rec):
                     return _measure(key, candidates, baseline, repeats, None)
-        _CHOICES[key] = PathChoice(rec["path"], baseline, {})
+        _CHOICES[key] = PathChoice(str(rec["path"]), baseline, {})  # type: ignore[index]  # _usable: a dict
         return _CHOICES[key]
     return _measure(key, candidates, baseline, repeats, timer)
 

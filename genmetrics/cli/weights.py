@@ -177,8 +177,8 @@ def _record(path: Path, home: Path) -> dict[str, Any]:
     blob = path.resolve().name
     hub = blob if _SHA256.match(blob) else None
     if hub is not None and hub != digest:
-        blob = path.resolve()
-        for p in (path, blob):  # never kept as good: the next download fetches it again
+        stored = path.resolve()
+        for p in (path, stored):  # never kept as good: the next download fetches it again
             p.unlink(missing_ok=True)
         raise WeightsUnavailableError(
             f"{path} has sha256 {digest}, the hub says {hub}: the download is corrupt and was deleted; run "
