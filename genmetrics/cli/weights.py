@@ -30,10 +30,6 @@ LOCK = "weights.json.lock"
 #: what a transformers checkpoint needs (weights, configs, tokenizer and processor files, chat template);
 #: legacy pickles, TF / Flax / ONNX copies are left on the hub
 HF_ALLOW = ("*.json", "*.safetensors", "*.txt", "*.model", "*.jinja", "*.tiktoken")
-#: public weights a card does not name as ``default_weights``: mie's default backbone (its trained heads are
-#: the user's checkpoint). Kept here, not imported, because cli/ sits below the families (DESIGN.md section
-#: 1); tests/cli/test_weights_cmd.py checks it equals genmetrics.mie.common.BACKBONES[DEFAULT_BACKBONE].
-EXTRA_WEIGHTS = {"mie": "Qwen/Qwen3.5-4B"}
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 
@@ -65,8 +61,6 @@ def metric_weights(name: str) -> list[str]:
     from genmetrics.registry import get_card
 
     card = get_card(name)  # an unknown name: InputError with close matches
-    if card.name in EXTRA_WEIGHTS:
-        return [EXTRA_WEIGHTS[card.name]]
     return [card.default_weights] if card.default_weights else []
 
 
