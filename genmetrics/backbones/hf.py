@@ -201,10 +201,6 @@ def _resolve(
             return s, kw, looked
     if lfo:
         raise unavailable_error(s, looked)
-    down = unreachable()
-    if down is not None:  # the first failed request decides: no download is tried
-        looked.append("the Hugging Face Hub")
-        raise unavailable_error(s, looked, why=down)
     try:
         ours.mkdir(parents=True, exist_ok=True)
     except OSError as e:  # a read-only GENMETRICS_HOME: say so, and how to do without it
@@ -216,6 +212,10 @@ def _resolve(
             "read-only?). Fix: set GENMETRICS_HOME to a writable folder, or pass a local folder with "
             f"{_FIX_OPTION}.",
         ) from None
+    down = unreachable()
+    if down is not None:  # the first failed request decides: no download is tried
+        looked.append("the Hugging Face Hub")
+        raise unavailable_error(s, looked, why=down)
     looked.append("the Hugging Face Hub (download)")
     return s, {"cache_dir": str(ours), "local_files_only": False}, looked
 
