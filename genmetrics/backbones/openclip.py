@@ -302,6 +302,9 @@ def _load_open_clip(spec: str | ClipWeights | None, *, device: Any, precision: s
             raise weights_unavailable(str(w), looked, _CLIP_OPTION, e) from None
         raise
     check_finite_weights(model, w.pretrained if local else str(w))
-    tokenizer = open_clip.get_tokenizer(w.model)
+    with hub_calls(
+        url, offline=offline(), network=w.model.startswith("hf-hub:")
+    ):  # its config may be on the hub
+        tokenizer = open_clip.get_tokenizer(w.model)
     model.eval()
     return model, preprocess, tokenizer
