@@ -73,6 +73,23 @@ def _advertise_torchmetrics_keywords(cls: type) -> None:
     cls.update = update_with_aliases  # type: ignore[attr-defined]
 
 
+def _document_options(cls: type) -> None:
+    """End a registered metric class's docstring with its options (:mod:`genmetrics.option_docs`, the table
+    ``genmetrics info`` shows): names and defaults read from the source, never imported."""
+    name = cls.__dict__.get("name")
+    if not isinstance(name, str) or not cls.__doc__:
+        return
+    from genmetrics.option_docs import options_section
+    from genmetrics.static_options import static_options
+
+    try:
+        defaults = static_options(f"{cls.__module__}:{cls.__qualname__}")
+    except Exception:  # noqa: BLE001 - documentation only: never in the way of defining the class
+        defaults = None
+    if defaults:
+        cls.__doc__ = cls.__doc__.rstrip() + "\n\n" + options_section(name, defaults) + "\n"
+
+
 class Metric(BackbonesFollowTo, torchmetrics.Metric):
     """Base class of every genmetrics metric (see module docstring for the contract).
 
@@ -104,6 +121,7 @@ class Metric(BackbonesFollowTo, torchmetrics.Metric):
         super().__init_subclass__(**kwargs)
         if cls.paired:
             _advertise_torchmetrics_keywords(cls)
+        _document_options(cls)
 
     def __init__(
         self, *, batch_size: int = 32, device: str | torch.device | None = None, **kwargs: Any

@@ -384,6 +384,9 @@ def metric_info(name: str) -> dict[str, Any]:
     ('clip_t', 'clipscore', 'prompt')
     """
     d = get_card(name).to_dict()
+    for role in ("reference", "condition"):  # an input the metric does not take has no need or option
+        if d.get(role) == "none":
+            d[f"{role}_need"] = d[f"{role}_option"] = None
     target = alias_of(name)
     if target is not None:
         d["name"] = name

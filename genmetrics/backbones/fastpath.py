@@ -23,14 +23,15 @@ import functools
 import json
 import platform
 import time
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from filelock import FileLock, Timeout
 
 from genmetrics.backbones.weights import genmetrics_home
+from genmetrics.data.homefile import HomeFileError, home_lock, read_json_record
 from genmetrics.data.results import atomic_write_json, destination
 from genmetrics.errors import InputError
 
@@ -91,29 +92,53 @@ def _cpu() -> dict[str, Any]:
     return cpu_description()
 
 
+#: seconds a process waits for another one measuring (a measurement takes well under a second)
+LOCK_WAIT = 10.0
+_warned: set[str] = set()
+
+
+def _warn_once(text: str) -> None:
+    if text not in _warned:
+        _warned.add(text)
+        warnings.warn(text, stacklevel=3)
+
+
 def _recorded() -> dict[str, Any]:
+    """The record, read with bounded size, nesting and time; an unusable one (a FIFO, a device, too deep,
+    not JSON) is named once and treated as empty (the path is measured again)."""
     try:
-        data = json.loads((genmetrics_home() / STORE_NAME).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        data = read_json_record(genmetrics_home() / STORE_NAME, max_bytes=4 << 20)
+    except HomeFileError as e:
+        _warn_once(f"fast-path record not used: {e}")
         return {}
     return data if isinstance(data, dict) else {}
 
 
 class _machine_lock:
     """``GENMETRICS_HOME/fast_paths.lock`` held while one process measures and records, so processes started
-    together (DDP ranks) take one path; without a usable home (read-only, a planted link) no lock, as before."""
+    together (DDP ranks) take one path; without a usable home (read-only, a planted link) no lock, as before.
+    ``held`` is ``False`` when another process kept the lock for more than :data:`LOCK_WAIT` seconds (a stopped
+    or hung process): the caller then takes the plain path without measuring."""
 
-    def __enter__(self) -> None:
+    held: bool = True
+
+    def __enter__(self) -> _machine_lock:
+        self._ctx: Any = None
         try:
             path = destination(genmetrics_home() / "fast_paths.lock", root=genmetrics_home())
-            self._lock: FileLock | None = FileLock(path)
-            self._lock.acquire(timeout=120)
-        except (OSError, InputError, Timeout):
-            self._lock = None
+            ctx = home_lock(path, wait=LOCK_WAIT)
+            ctx.__enter__()
+            self._ctx = ctx
+        except HomeFileError as e:
+            _warn_once(f"fast path not measured: {e}; the plain path is used")
+            self.held = False
+        except (OSError, InputError):
+            pass
+        return self
 
     def __exit__(self, *exc: Any) -> None:
-        if self._lock is not None:
-            self._lock.release()
+        if self._ctx is not None:
+            self._ctx.__exit__(None, None, None)
 
 
 def _record(key: tuple, choice: PathChoice) -> None:
@@ -187,13 +212,21 @@ def choose_path(
     if hit is not None:
         return hit
     if timer is None:  # a real measurement: one process of the machine measures, the others read its record
-        with _machine_lock():
-            rec = _recorded().get(_machine_key(key))
-            if isinstance(rec, dict) and isinstance(rec.get("path"), str):
-                _CHOICES[key] = PathChoice(rec["path"], baseline, {})
-                return _CHOICES[key]
-            return _measure(key, candidates, baseline, repeats, None)
+        rec = _recorded().get(_machine_key(key))  # read first: a recorded choice needs no lock
+        if not _usable(rec):
+            with _machine_lock() as lock:
+                rec = _recorded().get(_machine_key(key))
+                if not _usable(rec) and not lock.held:  # the reference choice, not measured, not recorded
+                    rec = {"path": baseline}
+                if not _usable(rec):
+                    return _measure(key, candidates, baseline, repeats, None)
+        _CHOICES[key] = PathChoice(str(rec["path"]), baseline, {})  # type: ignore[index]  # _usable: a dict
+        return _CHOICES[key]
     return _measure(key, candidates, baseline, repeats, timer)
+
+
+def _usable(rec: Any) -> bool:
+    return isinstance(rec, dict) and isinstance(rec.get("path"), str)
 
 
 def _measure(

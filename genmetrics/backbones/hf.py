@@ -32,6 +32,7 @@ from huggingface_hub.constants import HF_HUB_CACHE
 from peft import LoraConfig, PeftModel, get_peft_model, get_peft_model_state_dict
 from safetensors import safe_open
 
+from genmetrics.backbones.hub import hub_calls, unreachable
 from genmetrics.backbones.provider import provide
 from genmetrics.backbones.weights import cause_text, genmetrics_home, offline
 from genmetrics.errors import InputError, WeightsUnavailableError
@@ -119,15 +120,21 @@ def _install_hint(model_id: str) -> str:
         f"Fix: pass a local folder with {_FIX_OPTION}; or set GENMETRICS_HOME to a folder whose hf/ cache holds "
         f"the weights; or pre-download them on a machine with network access with "
         f"`genmetrics weights download {model_id}` (or `hf download {model_id} --cache-dir {hf_cache_dir()}`) "
-        "and copy the folder over (`genmetrics weights --help`)."
+        "and copy the folder here (`genmetrics weights --help`)."
     )
 
 
 def unavailable_error(
-    what: str, looked: list[str], *, cause: BaseException | None = None, hint: str | None = None
+    what: str,
+    looked: list[str],
+    *,
+    cause: BaseException | None = None,
+    hint: str | None = None,
+    why: str | None = None,
 ) -> WeightsUnavailableError:
     """The error for a model or adapter that cannot be had: what, where it looked, why (``cause``), and
-    ``hint`` (default: how to point at local files or pre-download them).
+    ``hint`` (default: how to point at local files or pre-download them); ``why`` replaces the cause's text
+    (the hub cannot be reached: :func:`genmetrics.backbones.hub.unreachable`).
 
     >>> from unittest import mock
     >>> with mock.patch.dict(os.environ, {"GENMETRICS_OFFLINE": "1"}):
@@ -135,7 +142,7 @@ def unavailable_error(
     >>> print(e)
     weights 'runs/a' are not available. Looked in: /work/runs/a. Downloads are disabled (offline mode: HF_HUB_OFFLINE / GENMETRICS_OFFLINE). Fix: train an adapter first.
     """
-    why = f" ({cause_text(cause)})" if cause is not None else ""
+    why = f" ({why})" if why else f" ({cause_text(cause)})" if cause is not None else ""
     mode = " Downloads are disabled (offline mode: HF_HUB_OFFLINE / GENMETRICS_OFFLINE)." if offline() else ""
     return WeightsUnavailableError(
         f"weights {what!r} are not available{why}. Looked in: {', '.join(looked)}.{mode} "
@@ -205,6 +212,10 @@ def _resolve(
             "read-only?). Fix: set GENMETRICS_HOME to a writable folder, or pass a local folder with "
             f"{_FIX_OPTION}.",
         ) from None
+    down = unreachable()
+    if down is not None:  # the first failed request decides: no download is tried
+        looked.append("the Hugging Face Hub")
+        raise unavailable_error(s, looked, why=down)
     looked.append("the Hugging Face Hub (download)")
     return s, {"cache_dir": str(ours), "local_files_only": False}, looked
 
@@ -274,11 +285,45 @@ def load_vlm(
     if revision is not None:
         kw["revision"] = revision
     what = os.fspath(model_id_or_path)
+    with _hub(kw) as why:
+        model, processor = _from_pretrained(
+            name,
+            kw,
+            what,
+            looked,
+            why,
+            kind,
+            for_generation,
+            torch_dtype,
+            attn_implementation,
+            trust_remote_code,
+        )
+    model = model.to(dev).eval()
+    return model, processor
 
+
+def _hub(kw: dict[str, Any]) -> Any:
+    """:func:`~genmetrics.backbones.hub.hub_calls` for a ``from_pretrained`` with ``kw`` from :func:`_resolve`: a
+    local folder (no ``local_files_only`` key) needs no network."""
+    return hub_calls(offline=bool(kw.get("local_files_only")), network="local_files_only" in kw)
+
+
+def _from_pretrained(
+    name: str,
+    kw: dict[str, Any],
+    what: str,
+    looked: list[str],
+    why: str | None,
+    kind: str | None,
+    for_generation: bool,
+    torch_dtype: Any,
+    attn_implementation: str,
+    trust_remote_code: bool,
+) -> tuple[Any, Any]:
     try:
         config = transformers.AutoConfig.from_pretrained(name, trust_remote_code=trust_remote_code, **kw)
     except OSError as e:
-        raise unavailable_error(what, looked, cause=e) from e
+        raise unavailable_error(what, looked, cause=e, why=why) from e
     model_type = getattr(config, "model_type", None)
     detected = next((k for k, (mt, _, _) in VLM_KINDS.items() if mt == model_type), None)
     if kind is None:
@@ -300,7 +345,7 @@ def load_vlm(
             name, trust_remote_code=trust_remote_code, **kw
         )
     except OSError as e:
-        raise unavailable_error(what, looked, cause=e) from e
+        raise unavailable_error(what, looked, cause=e, why=why) from e
     _align_processor(processor, config)
 
     try:
@@ -313,8 +358,7 @@ def load_vlm(
             **kw,
         )
     except OSError as e:
-        raise unavailable_error(what, looked, cause=e) from e
-    model = model.to(dev).eval()
+        raise unavailable_error(what, looked, cause=e, why=why) from e
     return model, processor
 
 
@@ -391,16 +435,17 @@ def load_peft_adapter(
         kw["revision"] = revision
     what = os.fspath(adapter_path_or_id)
     weights_file = check_adapter_file(Path(name)) if Path(name).is_dir() else None
+    why: str | None = None
     try:
-        with quiet_peft():
+        with quiet_peft(), _hub(kw) as why:
             peft_model = PeftModel.from_pretrained(
                 model, name, adapter_name=adapter_name, is_trainable=is_trainable, **kw
             )
     except OSError as e:
-        raise unavailable_error(what, looked, cause=e) from e
+        raise unavailable_error(what, looked, cause=e, why=why) from e
     except ValueError as e:
         if "adapter_config.json" in str(e) or "Can't find" in str(e):
-            raise unavailable_error(what, looked, cause=e) from e
+            raise unavailable_error(what, looked, cause=e, why=why) from e
         raise
     except RuntimeError as e:  # load_state_dict: a tensor of another shape than the backbone's LoRA layer
         m = _SIZE_MISMATCH.search(str(e))

@@ -13,7 +13,6 @@ The helpers live in modules with one job each and are re-exported here (the name
 
 from __future__ import annotations
 
-import logging
 import os
 import pickle
 import re
@@ -34,6 +33,7 @@ from genmetrics.backbones.clip_preprocess import (
 from genmetrics.backbones.clip_text import TextEmbeddingCache, encode_text_ids
 from genmetrics.backbones.clip_tokens import tokenize, trim_padding
 from genmetrics.backbones.clip_vision import encode_image
+from genmetrics.backbones.hub import hub_calls
 from genmetrics.backbones.provider import provide
 from genmetrics.backbones.weights import genmetrics_home, offline, weights_unavailable
 from genmetrics.errors import InputError
@@ -194,6 +194,22 @@ def check_finite_weights(model: Any, what: str) -> None:
         )
 
 
+_CLIP_OPTION = "--weights MODEL/TAG or MODEL:/path/ckpt.safetensors (command line), backbone=... (Python)"
+
+
+def _download_url(w: ClipWeights) -> str | None:
+    """Where open_clip would download ``w`` from: the hub (``None``: :func:`~genmetrics.backbones.hub.endpoint`)
+    or the URL of a weight with no hub copy."""
+    if w.pretrained and not w.model.startswith("hf-hub:"):
+        try:
+            cfg = open_clip.pretrained.get_pretrained_cfg(w.model, w.pretrained)
+        except Exception:  # noqa: BLE001 - an unknown tag: open_clip names it below
+            return None
+        if cfg and not cfg.get("hf_hub") and cfg.get("url"):
+            return str(cfg["url"])
+    return None
+
+
 def _refuse_checkpoint(path: str, e: BaseException) -> InputError:
     """The error for a local checkpoint open_clip could not load: the file, the tensors, the fix."""
     text = re.sub(r"\s+", " ", str(e)).strip()
@@ -255,17 +271,15 @@ def _load_open_clip(spec: str | ClipWeights | None, *, device: Any, precision: s
     )
     if local:
         if not Path(w.pretrained).exists():
-            raise weights_unavailable(str(w), w.pretrained, "backbone=... or --weights MODEL:/path/to/ckpt")
+            raise weights_unavailable(str(w), w.pretrained, _CLIP_OPTION)
         looked = [w.pretrained]
         check_weights_file(w.pretrained)
+    url = None if local else _download_url(w)
+    why: str | None = None
     try:
-        if offline():
-            os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        # open_clip logs its own download failure on the root logger before raising; the error raised
-        # below carries that message, so the log line would only print it twice.
-        previous = logging.root.manager.disable
-        logging.disable(logging.ERROR)
-        try:
+        # open_clip logs its own download failure before raising, and the hub library its retries: the error
+        # raised below says what went wrong, in one line (genmetrics.backbones.hub)
+        with hub_calls(url, offline=offline(), network=not local) as why:
             model, _, preprocess = open_clip.create_model_and_transforms(
                 w.model,
                 pretrained=w.pretrained or None,
@@ -274,20 +288,23 @@ def _load_open_clip(spec: str | ClipWeights | None, *, device: Any, precision: s
                 cache_dir=cache_dir,
                 weights_only=True,
             )
-        finally:
-            logging.disable(previous)
     except Exception as e:  # noqa: BLE001 - sorted below; anything not recognised is raised as it came
         msg = str(e).lower()
         unknown_model = "unknown model" in msg or ("config" in msg and "not found" in msg)
         if local and not unknown_model:  # the file exists and has a safe format: what failed is its content
             raise _refuse_checkpoint(w.pretrained, e) from None
+        if why is not None and not unknown_model:
+            raise weights_unavailable(str(w), looked, _CLIP_OPTION, why=why) from None
         if isinstance(e, (OSError, ValueError)) or (
             isinstance(e, RuntimeError)
             and any(k in msg for k in ("unknown model", "not found", "download", "pretrained", "checkpoint"))
         ):
-            raise weights_unavailable(str(w), looked, "backbone=... or --weights MODEL/TAG", e) from None
+            raise weights_unavailable(str(w), looked, _CLIP_OPTION, e) from None
         raise
     check_finite_weights(model, w.pretrained if local else str(w))
-    tokenizer = open_clip.get_tokenizer(w.model)
+    with hub_calls(
+        url, offline=offline(), network=w.model.startswith("hf-hub:")
+    ):  # its config may be on the hub
+        tokenizer = open_clip.get_tokenizer(w.model)
     model.eval()
     return model, preprocess, tokenizer

@@ -45,6 +45,7 @@ from transformers.modeling_outputs import BaseModelOutputWithPooling
 from transformers.models.qwen3_vl.modeling_qwen3_vl import BaseModelOutputWithDeepstackFeatures
 
 from genmetrics.backbones.hf import hf_cache_dir, unavailable_error
+from genmetrics.backbones.hub import hub_calls
 from genmetrics.backbones.weights import offline
 from genmetrics.data.device import autocast_scope
 from genmetrics.data.images import ResizePolicy, load_image, pil_to_tensor, to_tensor
@@ -816,7 +817,11 @@ def resolve_folder(path_or_id: str | os.PathLike, marker: str, *, what: str, hin
         return p.resolve()
     if p.exists() or s.startswith((".", "/", "~")) or s.count("/") != 1:
         raise unavailable_error(str(p), [str(p)], hint=f"No such {what} folder. {hint}")
+    why: str | None = None
     try:
-        return Path(snapshot_download(s, cache_dir=str(hf_cache_dir()), local_files_only=offline()))
+        with hub_calls(offline=offline()) as why:
+            return Path(snapshot_download(s, cache_dir=str(hf_cache_dir()), local_files_only=offline()))
     except Exception as e:  # noqa: BLE001 - any hub failure becomes one clear error
-        raise unavailable_error(s, [str(hf_cache_dir()), "the Hugging Face Hub"], cause=e, hint=hint) from e
+        raise unavailable_error(
+            s, [str(hf_cache_dir()), "the Hugging Face Hub"], cause=e, hint=hint, why=why
+        ) from None

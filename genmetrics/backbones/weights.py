@@ -82,21 +82,31 @@ def download_hint(what: str) -> str:
     local path, which no command can fetch).
 
     >>> download_hint("facebook/dinov2-base")
-    'or run `genmetrics weights download facebook/dinov2-base` on a machine with network access and copy GENMETRICS_HOME over (`genmetrics weights --help`)'
+    'or run `genmetrics weights download facebook/dinov2-base` on a machine with network access and copy its GENMETRICS_HOME folder here (`genmetrics weights --help`)'
     >>> download_hint("/data/ckpt.safetensors")
     ''
     """
     local = what.startswith(("/", ".", "~", "\\")) or bool(re.match(r"^[A-Za-z]:[\\/]", what))
-    if local or "/" not in what or what.endswith((".bin", ".pt", ".pth", ".safetensors")):
+    if (
+        local
+        or "/" not in what
+        or any(c.isspace() for c in what)
+        or what.endswith((".bin", ".pt", ".pth", ".safetensors"))
+    ):
         return ""
     return (
         f"or run `genmetrics weights download {shlex.quote(what)}` on a machine with network access and copy "
-        "GENMETRICS_HOME over (`genmetrics weights --help`)"
+        "its GENMETRICS_HOME folder here (`genmetrics weights --help`)"
     )
 
 
 def weights_unavailable(
-    what: str, looked: list[str] | str, option: str, cause: BaseException | None = None
+    what: str,
+    looked: list[str] | str,
+    option: str,
+    cause: BaseException | None = None,
+    *,
+    why: str | None = None,
 ) -> WeightsUnavailableError:
     """The error for weights that are not there: what, where it looked, why (the cause's first line, never
     cut mid-word), the option that points at local files and the command that downloads them.
@@ -104,10 +114,10 @@ def weights_unavailable(
     >>> from unittest import mock
     >>> with mock.patch.dict(os.environ, {"GENMETRICS_OFFLINE": "0", "HF_HUB_OFFLINE": "0", "TRANSFORMERS_OFFLINE": "0"}):
     ...     print(weights_unavailable("facebook/dinov2-base", ["~/.cache/genmetrics/hf"], "weights=/local/dir"))
-    weights 'facebook/dinov2-base' are not available. Looked in: ~/.cache/genmetrics/hf. Fix: pass a local file or folder with weights=/local/dir, set GENMETRICS_HOME to a folder that holds them, or run `genmetrics weights download facebook/dinov2-base` on a machine with network access and copy GENMETRICS_HOME over (`genmetrics weights --help`).
+    weights 'facebook/dinov2-base' are not available. Looked in: ~/.cache/genmetrics/hf. Fix: pass a local file or folder with weights=/local/dir, set GENMETRICS_HOME to a folder that holds them, or run `genmetrics weights download facebook/dinov2-base` on a machine with network access and copy its GENMETRICS_HOME folder here (`genmetrics weights --help`).
     """
     looked_s = ", ".join(looked) if isinstance(looked, list) else looked
-    why = f" ({cause_text(cause)})" if cause is not None else ""
+    why = f" ({why})" if why else f" ({cause_text(cause)})" if cause is not None else ""
     mode = " Downloads are disabled (offline mode)." if offline() else ""
     fetch = download_hint(what) or "or download them once on a machine with network access"
     return WeightsUnavailableError(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -18,9 +19,10 @@ import torch.nn.functional as F
 from transformers import AutoModel
 
 from genmetrics.backbones.clip_preprocess import load_on_device, normalisation
+from genmetrics.backbones.hub import hub_calls
 from genmetrics.backbones.openclip import clip_image_batch, encode_image, load_open_clip
 from genmetrics.backbones.provider import provide
-from genmetrics.backbones.weights import genmetrics_home, weights_unavailable
+from genmetrics.backbones.weights import genmetrics_home, offline, weights_unavailable
 from genmetrics.data.cache import FeatureCache
 from genmetrics.data.device import check_precision, precision_autocast
 from genmetrics.data.images import ResizePolicy, as_image_list
@@ -246,11 +248,18 @@ class DINOSimilarity(_ImagePairMetric):
         if provided is not None:
             self._set_backbone(provided)
             return
+        why: str | None = None
+        local = Path(str(self.weights)).expanduser().exists()
         try:
-            model = AutoModel.from_pretrained(self.weights, cache_dir=str(genmetrics_home() / "hf"))
+            with hub_calls(offline=offline(), network=not local) as why:
+                model = AutoModel.from_pretrained(self.weights, cache_dir=str(genmetrics_home() / "hf"))
         except OSError as e:
             raise weights_unavailable(
-                str(self.weights), str(genmetrics_home() / "hf"), "backbone=... or weights=/local/dir", e
+                str(self.weights),
+                str(genmetrics_home() / "hf"),
+                "--weights /local/dir (command line) or weights=/local/dir (Python)",
+                e,
+                why=why,
             ) from None
         self._set_backbone(model)
 

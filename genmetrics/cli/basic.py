@@ -7,6 +7,7 @@ import json
 import click
 
 from genmetrics.data.jsonable import jsonable
+from genmetrics.option_docs import describe_options
 from genmetrics.registry import list_metrics, metric_info, metric_options
 
 
@@ -33,12 +34,18 @@ def list_cmd(pattern: str, as_json: bool) -> None:
 def info_cmd(name: str, as_json: bool) -> None:
     """Show a metric's card: inputs, direction, range, paper, default weights and options."""
     info = metric_info(name)
-    info["options"] = metric_options(name)
+    info["options"] = describe_options(str(info.get("alias_of") or info["name"]), metric_options(name))
     if as_json:
         click.echo(json.dumps(jsonable(info), indent=2))
         return
     for k, v in info.items():
-        if isinstance(v, dict):
+        if k == "options":
+            click.echo("options:")
+            for opt, d in v.items():
+                allowed = f"; {d['allowed']}" if d["allowed"] else ""
+                what = f": {d['description']}" if d["description"] else ""
+                click.echo(f"  {opt} (default {d['default']}{allowed}){what}")
+        elif isinstance(v, dict):
             click.echo(f"{k}:")
             for kk, vv in v.items():
                 click.echo(f"  {kk}: {vv}")

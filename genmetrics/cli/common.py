@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import ast
 import json
 from collections.abc import Iterable
 from typing import Any
@@ -22,7 +23,15 @@ def echo_json(obj: Any) -> None:
 
 
 def parse_options(pairs: Iterable[str]) -> dict[str, Any]:
-    """``KEY=VALUE`` strings -> dict; values parsed as JSON when possible (numbers, booleans, lists)."""
+    """``KEY=VALUE`` strings -> dict; values parsed as JSON when possible (numbers, booleans, lists), else as a
+    Python literal (a tuple such as ``(0.0448, 0.2856)``, ``None``, ``True``: the spelling messages use; never
+    evaluated as code), else kept as text.
+
+    >>> parse_options(["batch_size=16", "betas=(0.0448, 0.2856)", "betas2=[1, 2]", "weights=ViT-B-32/openai"])
+    {'batch_size': 16, 'betas': (0.0448, 0.2856), 'betas2': [1, 2], 'weights': 'ViT-B-32/openai'}
+    >>> parse_options(["max_db=("])  # not a value: the metric names it as text
+    {'max_db': '('}
+    """
     out: dict[str, Any] = {}
     for item in pairs:
         key, sep, value = item.partition("=")
@@ -31,5 +40,16 @@ def parse_options(pairs: Iterable[str]) -> dict[str, Any]:
         try:
             out[key.strip()] = json.loads(value)
         except json.JSONDecodeError:
-            out[key.strip()] = value
+            out[key.strip()] = _literal(value)
     return out
+
+
+def _literal(value: str) -> Any:
+    """A Python literal (numbers, strings, tuples, lists, dicts, booleans, None) or the text itself."""
+    if len(value) > 10_000:  # a literal that long is no option value; literal_eval would parse it all
+        return value
+    try:
+        parsed = ast.literal_eval(value.strip())
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return value
+    return parsed if isinstance(parsed, (tuple, list, dict, bool, int, float, type(None))) else value

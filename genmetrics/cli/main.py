@@ -9,6 +9,7 @@ them from :data:`COMMAND_HELP` without importing any (``tests/cli/test_startup.p
 from __future__ import annotations
 
 import contextlib
+import difflib
 import importlib
 import logging
 import os
@@ -221,6 +222,19 @@ class LazyGroup(click.Group):
         if rows:
             with formatter.section("Commands"):
                 formatter.write_dl(rows)
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        """An unknown command is named with its close matches (``genmetrics scor``: did you mean 'score'?)."""
+        name = args[0] if args else ""
+        if name and not name.startswith("-") and self.get_command(ctx, name) is None:
+            close = difflib.get_close_matches(name, self.list_commands(ctx), n=3, cutoff=0.5)
+            hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else "."
+            raise click.UsageError(
+                f"no such command {name!r}{hint} (`{ctx.command_path} --help` lists them)", ctx
+            )
+        return super().resolve_command(ctx, args)
 
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
         if name in self.lazy:

@@ -25,13 +25,11 @@ import click
 from genmetrics.errors import InputError, WeightsUnavailableError
 
 MANIFEST = "weights.json"
+#: held while weights.json is read, changed and written
+LOCK = "weights.json.lock"
 #: what a transformers checkpoint needs (weights, configs, tokenizer and processor files, chat template);
 #: legacy pickles, TF / Flax / ONNX copies are left on the hub
 HF_ALLOW = ("*.json", "*.safetensors", "*.txt", "*.model", "*.jinja", "*.tiktoken")
-#: public weights a card does not name as ``default_weights``: mie's default backbone (its trained heads are
-#: the user's checkpoint). Kept here, not imported, because cli/ sits below the families (the
-#: layering rule of docs/contributing.md); tests/cli/test_weights_cmd.py checks it equals genmetrics.mie.common.BACKBONES[DEFAULT_BACKBONE].
-EXTRA_WEIGHTS = {"mie": "Qwen/Qwen3.5-4B"}
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 
@@ -63,8 +61,6 @@ def metric_weights(name: str) -> list[str]:
     from genmetrics.registry import get_card
 
     card = get_card(name)  # an unknown name: InputError with close matches
-    if card.name in EXTRA_WEIGHTS:
-        return [EXTRA_WEIGHTS[card.name]]
     return [card.default_weights] if card.default_weights else []
 
 
@@ -132,20 +128,38 @@ def needs(metrics: tuple[str, ...] | list[str]) -> tuple[list[Need], list[str]]:
 
 
 def _read_manifest(home: Path) -> dict[str, Any]:
+    """``weights.json`` (an empty manifest when there is none), read with bounded size and nesting
+    (:func:`~genmetrics.data.homefile.read_json_record`); anything unusable is one line, exit 1."""
+    from genmetrics.data.homefile import HomeFileError, read_json_record
+
     p = home / MANIFEST
-    if not p.is_file():
-        return {"version": 1, "weights": {}}
     try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise WeightsUnavailableError(
-            f"{p} cannot be read ({type(e).__name__}: {e}); delete it and run `genmetrics weights download` again"
-        ) from None
+        data = read_json_record(p)
+    except HomeFileError as e:
+        raise WeightsUnavailableError(f"{e}; then run `genmetrics weights download` again") from None
+    if data is None:
+        return {"version": 1, "weights": {}}
     if not isinstance(data, dict) or not isinstance(data.get("weights"), dict):
         raise WeightsUnavailableError(
             f"{p} is not a genmetrics weights manifest; delete it and download again"
         )
     return data
+
+
+def _update_manifest(home: Path, weights: str, entry: dict[str, Any]) -> None:
+    """Record ``entry`` for ``weights`` in ``weights.json``: read, changed and written whole (renamed into
+    place) under ``weights.json.lock``, so downloads running at once into one GENMETRICS_HOME all stay
+    recorded."""
+    from genmetrics.data.homefile import HomeFileError, home_lock
+    from genmetrics.data.results import atomic_write_json
+
+    try:
+        with home_lock(home / LOCK):
+            manifest = _read_manifest(home)
+            manifest["weights"][weights] = entry
+            atomic_write_json(home / MANIFEST, manifest, root=home)
+    except HomeFileError as e:
+        raise WeightsUnavailableError(f"{e}; {weights} was downloaded but is not recorded") from None
 
 
 def _record(path: Path, home: Path) -> dict[str, Any]:
@@ -157,9 +171,12 @@ def _record(path: Path, home: Path) -> dict[str, Any]:
     blob = path.resolve().name
     hub = blob if _SHA256.match(blob) else None
     if hub is not None and hub != digest:
+        stored = path.resolve()
+        for p in (path, stored):  # never kept as good: the next download fetches it again
+            p.unlink(missing_ok=True)
         raise WeightsUnavailableError(
-            f"{path} has sha256 {digest}, the hub says {hub}: the download is corrupt; delete "
-            f"{path.resolve()} and run `genmetrics weights download` again"
+            f"{path} has sha256 {digest}, the hub says {hub}: the download is corrupt and was deleted; run "
+            "`genmetrics weights download` again"
         )
     return {
         "path": path.relative_to(home).as_posix(),
@@ -183,6 +200,36 @@ def _download(need: Need, home: Path) -> list[Path]:
     if not got:
         raise WeightsUnavailableError(f"open_clip has no download for {need.weights!r}")
     return [Path(got)]
+
+
+def _fetch(need: Need, home: Path, again: str) -> list[dict[str, Any]]:
+    """Download ``need`` and describe its files; any failure (the hub cannot be reached, a connection dropped
+    mid-file, a listing the library cannot read, a corrupt file) is one :class:`WeightsUnavailableError` and
+    nothing of this attempt is recorded. ``again``: the command to run again."""
+    from genmetrics.backbones import hub
+    from genmetrics.backbones.weights import cause_text
+
+    url = need.repo if need.source == "open_clip-url" else None
+    down = hub.unreachable(url)
+    if down is not None:  # the first failed request decides: nothing is tried
+        raise WeightsUnavailableError(
+            f"cannot download {need.weights}: {down}. `genmetrics weights download` needs network access: run "
+            f"`{again}` on a machine that has it, then copy its GENMETRICS_HOME folder here (`genmetrics "
+            "weights --help`)"
+        )
+    why: str | None = None
+    try:
+        with hub.hub_calls(url) as why:
+            files = _download(need, home)
+            return [_record(p, home) for p in files]
+    except WeightsUnavailableError:
+        raise
+    except Exception as e:  # noqa: BLE001 - a dropped connection, a malformed listing, ...: one line
+        reason = why or cause_text(e, limit=200)
+        raise WeightsUnavailableError(
+            f"downloading {need.weights} failed ({reason}); nothing of it was recorded as downloaded: run "
+            f"`{again}` again"
+        ) from None
 
 
 def _check_online() -> None:
@@ -254,23 +301,24 @@ def list_cmd(metrics: tuple[str, ...], as_json: bool) -> None:
 @_metrics_arg
 def download_cmd(metrics: tuple[str, ...]) -> None:
     """Download the weights of METRICS (default: all) into GENMETRICS_HOME and record their sha256."""
-    from genmetrics.data.results import atomic_write_json
+    import shlex
 
     _check_online()
     home = _home()
     found, _ = needs(metrics)
-    manifest = _read_manifest(home)
+    again = shlex.join(["genmetrics", "weights", "download", *metrics])
+    _read_manifest(home)  # an unreadable manifest is named before anything downloads
     for need in found:
         click.echo(f"downloading {need.weights} ({need.source} {need.repo}) ...")
-        files = [_record(p, home) for p in _download(need, home)]
-        manifest["weights"][need.weights] = {
+        files = _fetch(need, home, again)
+        entry = {
             "source": need.source,
             "from": need.repo,
             "metrics": need.metrics,
             "downloaded": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
             "files": files,
         }
-        atomic_write_json(home / MANIFEST, manifest, root=home)  # after each: a later failure keeps it
+        _update_manifest(home, need.weights, entry)  # after each: a later failure keeps it
         size = sum(f["size"] for f in files)
         click.echo(f"  {len(files)} files, {size / 2**20:.1f} MiB in {need.dest}")
     for line in _copy_note(found, home):
@@ -293,7 +341,7 @@ def verify_cmd(metrics: tuple[str, ...]) -> None:
             problems.append(f"{need.weights}: not downloaded")
             click.echo(f"MISSING  {need.weights} (not in {home / MANIFEST})")
             continue
-        for f in entry["files"]:
+        for f in _entry_files(need.weights, entry, home):
             p = home / f["path"]
             if not p.is_file():
                 problems.append(f"{f['path']}: missing")
@@ -310,3 +358,45 @@ def verify_cmd(metrics: tuple[str, ...]) -> None:
             f"{' ...' if len(problems) > 5 else ''}. Fix: run `genmetrics weights download {names}`".rstrip()
             + " on a machine with network access and copy the files over again"
         )
+
+
+def _entry_files(weights: str, entry: Any, home: Path) -> list[dict[str, str]]:
+    """The files of ``weights.json``'s entry for ``weights``, each a relative path inside GENMETRICS_HOME with
+    a sha256. An entry that is not that (no ``files``, ``files`` empty or not a list, a path that is not a
+    string, is absolute or climbs out with ``..``, a missing or malformed sha256) is one
+    :class:`WeightsUnavailableError` naming the entry: it cannot vouch for any file.
+
+    >>> _entry_files("w", {"files": [{"path": "hf/x", "sha256": "0" * 64}]}, Path("/h"))
+    [{'path': 'hf/x', 'sha256': '0000000000000000000000000000000000000000000000000000000000000000'}]
+    >>> _entry_files("w", {"files": [{"path": "../../x", "sha256": "0" * 64}]}, Path("/h"))  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+        ...
+    genmetrics.errors.WeightsUnavailableError: /h/weights.json: entry 'w': file 1 has path '../../x', which leaves GENMETRICS_HOME; ...
+    """
+    where = f"{home / MANIFEST}: entry {weights!r}"
+    fix = f"delete the entry (or {MANIFEST}) and run `genmetrics weights download {weights}` again"
+    files = entry.get("files") if isinstance(entry, dict) else None
+    if not isinstance(entry, dict) or "files" not in entry:
+        raise WeightsUnavailableError(f"{where} has no list of files; {fix}")
+    if not isinstance(files, list):
+        raise WeightsUnavailableError(
+            f"{where}: 'files' is {type(files).__name__}, not a list of files; {fix}"
+        )
+    if not files:
+        raise WeightsUnavailableError(f"{where}: 'files' is empty, so nothing can be verified; {fix}")
+    out = []
+    for i, f in enumerate(files, 1):
+        path = f.get("path") if isinstance(f, dict) else None
+        digest = f.get("sha256") if isinstance(f, dict) else None
+        if not isinstance(path, str) or not path:
+            got = type(path).__name__ if isinstance(f, dict) else f"a {type(f).__name__}"
+            raise WeightsUnavailableError(f"{where}: file {i} has no path (a string; got {got}); {fix}")
+        parts = Path(path).parts
+        if Path(path).is_absolute() or ".." in parts or "\\" in path or ":" in (parts[0] if parts else ""):
+            raise WeightsUnavailableError(
+                f"{where}: file {i} has path {path!r}, which leaves GENMETRICS_HOME; {fix}"
+            )
+        if not isinstance(digest, str) or not _SHA256.match(digest):
+            raise WeightsUnavailableError(f"{where}: file {i} ({path}) has no sha256 (64 hex digits); {fix}")
+        out.append({"path": path, "sha256": digest})
+    return out

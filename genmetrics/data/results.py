@@ -543,9 +543,12 @@ class OutputLock:
         if self._lock.is_locked:
             self._lock.release()
             folder = self.path.parent
-            if self.created_dir and [p.name for p in folder.iterdir()] == [LOCK]:
-                self.path.unlink(missing_ok=True)  # a run that failed before writing leaves no empty folder
-                folder.rmdir()
+            if [p.name for p in folder.iterdir()] == [
+                LOCK
+            ]:  # a run that wrote nothing leaves nothing behind:
+                self.path.unlink(missing_ok=True)  # no lock file, and no folder when it made the folder
+                if self.created_dir:
+                    folder.rmdir()
 
 
 def lock_output_folder(folder: str | os.PathLike, *, flag: str = "--out") -> OutputLock:

@@ -405,11 +405,28 @@ class _Run:
             return RunResult(
                 out=self.out, rank=self.rank, world_size=self.world, summary=summary, scored=scored
             )
+        except BaseException:
+            if lock is not None and self._nothing_scored():  # e.g. weights unavailable: leave nothing behind
+                self.hashes = None
+                self._remove_own_files()
+            raise
         finally:
             if self.hashes is not None and self.rank == 0:
                 self.hashes.save()  # also after a crash or Ctrl-C: a resume then reads only files it has not hashed
             if lock is not None:
-                lock.release()
+                lock.release()  # the lock file (and the folder, if this run made it) go when nothing else is there
+
+    def _nothing_scored(self) -> bool:
+        """A fresh run that wrote no result row (and no skipped row) yet."""
+        if self.resume:
+            return False
+        files = [self.out / RESULTS, self.out / SKIPPED, *(self.out / SHARDS).glob("*.jsonl")]
+        return all(not f.is_file() or f.stat().st_size == 0 for f in files)
+
+    def _remove_own_files(self) -> None:
+        for name in (*OUTPUTS, HASHES):
+            (self.out / name).unlink(missing_ok=True)  # unlink removes a link, never its target
+        shutil.rmtree(self.out / SHARDS, ignore_errors=True)
 
     def _start(self) -> None:
         """Rank 0, under the lock: name unused references; clear a previous run's files (without --resume)."""
@@ -461,10 +478,13 @@ class _Run:
                     else:
                         scored += self._score_samples(mp, writer, skip)
                 except GenmetricsError as e:  # missing weights, a corrupt image...: say which metric
+                    kept = (
+                        f"finished results are kept in {str(self.out)!r}; rerun with --resume"
+                        if scored or self.done
+                        else "nothing was scored"
+                    )
                     raise _with_context(
-                        e,
-                        f"{self.cfg.where((*mp.spec.key, 'name'))} ({mp.spec.name}): {e} [finished results are "
-                        f"kept in {str(self.out)!r}; rerun with --resume]",
+                        e, f"{self.cfg.where((*mp.spec.key, 'name'))} ({mp.spec.name}): {e} [{kept}]"
                     ) from e
         return scored
 

@@ -36,6 +36,7 @@ from peft import LoraConfig
 from safetensors.torch import save_file
 
 from genmetrics.backbones.hf import hf_cache_dir
+from genmetrics.backbones.hub import hub_calls
 from genmetrics.backbones.weights import load_state_dict, offline, weights_unavailable
 from genmetrics.data.results import atomic_output, atomic_write_json, make_folder
 from genmetrics.errors import InputError, WeightsUnavailableError
@@ -59,9 +60,10 @@ AUTHOR_MODES = {
 }
 
 _TRAIN_HINT = (
-    "Train heads with `genmetrics train mie --data silver.jsonl --out DIR` (`genmetrics train mie --help` lists the options), then pass "
-    "heads=DIR (Python) or --heads DIR (command line: the run's best/ checkpoint, else final/); a hub id of "
-    "a published MIE checkpoint also works."
+    "None are published on a hub: train a small evaluator on your own preference pairs, "
+    "`genmetrics train mie --data pairs.jsonl --out runs/mie --backbone 0.8b` (one MIB pair per line; "
+    "`genmetrics train mie --help`), then score with --heads runs/mie (Python: heads='runs/mie'). A checkpoint "
+    "folder in the authors' released layout loads the same way."
 )
 #: the loadable checkpoints of a training run's folder, in order of preference (train_mie's "checkpoint")
 RUN_CHECKPOINTS = ("best", "final")
@@ -115,11 +117,17 @@ def resolve_heads(path_or_id: str | os.PathLike) -> Path:
         )
     if not re.match(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$", s) or s.startswith((".", "/", "~")):
         raise WeightsUnavailableError(f"MIE heads {s!r}: no such folder. {_TRAIN_HINT}")
+    why: str | None = None
     try:
-        return Path(snapshot_download(s, cache_dir=str(hf_cache_dir()), local_files_only=offline()))
+        with hub_calls(offline=offline()) as why:
+            return Path(snapshot_download(s, cache_dir=str(hf_cache_dir()), local_files_only=offline()))
     except Exception as e:  # noqa: BLE001 - any hub failure becomes one clear error
         err = weights_unavailable(
-            f"MIE heads {s}", [str(hf_cache_dir()), "the Hugging Face Hub"], "heads=", e
+            f"MIE heads {s}",
+            [str(hf_cache_dir()), "the Hugging Face Hub"],
+            "--heads DIR (command line) or heads=DIR (Python)",
+            e,
+            why=why,
         )
         raise WeightsUnavailableError(f"{err} {_TRAIN_HINT}") from None
 
@@ -131,8 +139,8 @@ def no_heads_error() -> WeightsUnavailableError:
     True
     """
     return WeightsUnavailableError(
-        "the mie metric needs trained heads (score + diagnostic heads and their trained layers); none are bundled. "
-        + _TRAIN_HINT
+        "the mie metric needs trained heads (score + diagnostic heads and their trained layers) and none are "
+        "bundled. " + _TRAIN_HINT
     )
 
 

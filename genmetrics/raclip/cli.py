@@ -101,7 +101,7 @@ def compare_cmd(
     as_json: bool,
 ) -> None:
     """Compare real and generated images attribute by attribute: SaD, PaD and R-SaD (RA-CLIPScore)."""
-    from genmetrics.backbones.openclip import parse_clip_weights
+    from genmetrics.cli.common import echo_json
     from genmetrics.data.images import list_images
     from genmetrics.errors import InputError
     from genmetrics.functional.bootstrap import check_n_boot
@@ -124,6 +124,55 @@ def compare_cmd(
     lock = lock_output_folder(
         out
     )  # a second compare or leaderboard on this folder refuses; released at the end
+    try:
+        summary = _compare(
+            real_files,
+            gen_files,
+            attrs,
+            out,
+            weights,
+            batch_size,
+            device,
+            kl_direction,
+            top_k,
+            n_boot,
+            seed,
+            examples,
+            recursive,
+            real_dir,
+            gen_dir,
+        )
+    finally:
+        lock.release()  # also after a failure (weights unavailable): a run that wrote nothing leaves nothing
+    if as_json:
+        echo_json(summary)
+    else:
+        s, p = summary["sad"], summary["pad"]
+        msg = f"mean SaD {1000 * s['mean']:.3f}e-3"
+        if p is not None:
+            msg += f", mean PaD {1000 * p['mean']:.3f}e-3"
+        click.echo(f"{msg}; wrote {out / 'report.md'} and {out / 'summary.json'}")
+
+
+def _compare(
+    real_files: list[Any],
+    gen_files: list[Any],
+    attrs: list[str],
+    out: Path,
+    weights: str,
+    batch_size: int,
+    device: str | None,
+    kl_direction: str,
+    top_k: int,
+    n_boot: int,
+    seed: int,
+    examples: int,
+    recursive: bool,
+    real_dir: str,
+    gen_dir: str,
+) -> dict[str, Any]:
+    """Score both sets, draw the plots and write the report files into ``out`` (held locked by the caller)."""
+    from genmetrics.backbones.openclip import parse_clip_weights
     from genmetrics.backbones.provider import current_provider
 
     current_provider()  # a bad GENMETRICS_BACKBONE_PROVIDER fails here, before any image is read
@@ -132,7 +181,7 @@ def compare_cmd(
     # ---- score
     import torch
 
-    from genmetrics.cli.common import echo_json, progress
+    from genmetrics.cli.common import progress
     from genmetrics.data.results import atomic_write_json, atomic_write_text, manifest
     from genmetrics.raclip import plots
     from genmetrics.raclip.model import RegionAttributeScorer
@@ -220,12 +269,4 @@ def compare_cmd(
             },
         ),
     )
-    lock.release()
-    if as_json:
-        echo_json(summary)
-    else:
-        s, p = summary["sad"], summary["pad"]
-        msg = f"mean SaD {1000 * s['mean']:.3f}e-3"
-        if p is not None:
-            msg += f", mean PaD {1000 * p['mean']:.3f}e-3"
-        click.echo(f"{msg}; wrote {out / 'report.md'} and {out / 'summary.json'}")
+    return summary

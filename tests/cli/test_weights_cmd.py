@@ -19,6 +19,7 @@ import pytest
 from huggingface_hub.file_download import repo_folder_name
 from huggingface_hub.utils import filter_repo_objects
 
+from genmetrics.backbones import hub as hub_module
 from genmetrics.backbones.hf import hf_cache_dir, unavailable_error
 from genmetrics.backbones.weights import genmetrics_home, weights_unavailable
 from genmetrics.cli.main import main
@@ -92,6 +93,7 @@ def hub(monkeypatch):
     fake = FakeHub()
     monkeypatch.setattr(huggingface_hub, "snapshot_download", fake.snapshot_download)
     monkeypatch.setattr(ocp, "hf_hub_download", fake.hf_hub_download)
+    monkeypatch.setattr(hub_module, "unreachable", lambda url=None: None)  # the fake hub answers
     for var in ("GENMETRICS_OFFLINE", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
         monkeypatch.delenv(var, raising=False)
     return fake
