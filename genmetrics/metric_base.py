@@ -557,13 +557,15 @@ class Metric(BackbonesFollowTo, torchmetrics.Metric):
 
     def state_dict(self, destination: Any = None, prefix: str = "", keep_vars: bool = False) -> Any:
         """torchmetrics' ``state_dict`` (the accumulated state only after ``persistent(True)``), without
-        the empty options state (so a state loads into a metric built with other runtime options).
+        the empty options state (so a state loads into a metric built with other runtime options); with the
+        states comes ``_genmetrics_metric``, the metric and options they belong to (``load_state_dict`` and
+        ``merge_state`` check it).
 
         >>> import genmetrics as gm
         >>> m = gm.create_metric("psnr")
         >>> m.persistent(True)
-        >>> sorted(m.state_dict())
-        ['sample_ids', 'scores']
+        >>> sorted(m.state_dict())  # the states and the metric and options they belong to
+        ['_genmetrics_metric', 'sample_ids', 'scores']
         """
         out = super().state_dict(destination=destination, prefix=prefix, keep_vars=keep_vars)
         for k in self.metric_state:
