@@ -46,6 +46,7 @@ from genmetrics.metric_states import (
     options_state_name,
     squeeze_scalars,
 )
+from genmetrics.options import COUNT_MAX
 from genmetrics.options import device as check_device
 from genmetrics.registry import TORCHMETRICS_OPTIONS, get_card
 
@@ -116,8 +117,12 @@ class Metric(BackbonesFollowTo, torchmetrics.Metric):
     ) -> None:
         kwargs["dist_sync_fn"] = AgreedGather(kwargs.get("dist_sync_fn"))
         super().__init__(**kwargs)
-        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
-            raise InputError(f"batch_size: expected a positive integer, got {batch_size!r}")
+        if (
+            not isinstance(batch_size, int)
+            or isinstance(batch_size, bool)
+            or not 1 <= batch_size <= COUNT_MAX
+        ):
+            raise InputError(f"batch_size: expected an integer in [1, {COUNT_MAX}], got {batch_size!r}")
         self.batch_size = batch_size
         self._backbones: dict[str, nn.Module] = {}
         #: name -> (default, reduction) of every state, as given to add_state
