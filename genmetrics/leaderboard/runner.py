@@ -38,7 +38,13 @@ from accelerate import PartialState
 
 from genmetrics.data.images import list_images, unused_references
 from genmetrics.data.progress import progress
-from genmetrics.data.results import ResultsWriter, lock_output_folder, merge_results, read_results
+from genmetrics.data.results import (
+    ResultsWriter,
+    disk_full_named,
+    lock_output_folder,
+    merge_results,
+    read_results,
+)
 from genmetrics.errors import GenmetricsError, InputError
 from genmetrics.leaderboard.config import LeaderboardConfig, load_config
 from genmetrics.leaderboard.inputs import HASHES, InputHashes
@@ -386,6 +392,15 @@ class _Run:
         )
 
     def execute(self, *, plots: bool) -> RunResult:
+        kept = f"every row already in {self.out / RESULTS} is kept"
+        then = (
+            "free space (or move the folder to a larger disk) and run the same command again with --resume "
+            "(resume=True): it scores only what is missing"
+        )
+        with disk_full_named(self.out, kept=kept, then=then):
+            return self._execute(plots=plots)
+
+    def _execute(self, *, plots: bool) -> RunResult:
         lock = None
         try:
             if self.rank == 0:
