@@ -12,6 +12,7 @@ import copy
 import functools
 import inspect
 import math
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, ClassVar
@@ -32,14 +33,20 @@ from genmetrics._torchmetrics_compat import (
 from genmetrics.errors import InputError
 from genmetrics.metric_batches import has_meta, meta_message
 from genmetrics.metric_states import (
+    IDENTITY_KEY,
     OPTIONS_STATE_PREFIX,
     REDUCTIONS,
     AgreedGather,
-    canonical,
+    decode_identity,
+    encode_identity,
+    identity,
+    identity_mismatch,
     merge_pair,
+    nonfinite_count,
     options_state_name,
     squeeze_scalars,
 )
+from genmetrics.options import COUNT_MAX
 from genmetrics.options import device as check_device
 from genmetrics.registry import TORCHMETRICS_OPTIONS, get_card
 
@@ -128,8 +135,12 @@ class Metric(BackbonesFollowTo, torchmetrics.Metric):
     ) -> None:
         kwargs["dist_sync_fn"] = AgreedGather(kwargs.get("dist_sync_fn"))
         super().__init__(**kwargs)
-        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
-            raise InputError(f"batch_size: expected a positive integer, got {batch_size!r}")
+        if (
+            not isinstance(batch_size, int)
+            or isinstance(batch_size, bool)
+            or not 1 <= batch_size <= COUNT_MAX
+        ):
+            raise InputError(f"batch_size: expected an integer in [1, {COUNT_MAX}], got {batch_size!r}")
         self.batch_size = batch_size
         self._backbones: dict[str, nn.Module] = {}
         #: name -> (default, reduction) of every state, as given to add_state
@@ -395,7 +406,12 @@ class Metric(BackbonesFollowTo, torchmetrics.Metric):
 
     def merge_state(self, incoming_state: dict[str, Any] | torchmetrics.Metric) -> None:
         """Add another metric's state (or a state dict) to this one: every incoming sample is kept (named
-        ids present on both sides count once, as after a distributed gather).
+        ids present on both sides with equal values count once, as after a distributed gather).
+
+        The other side must be the same metric built with the same options: a metric, ``metric.metric_state``
+        and ``metric.state_dict()`` say which they are and are checked; a hand-made dict of states
+        (torchmetrics' dict form) is taken as this metric's. Every state must be present, of this metric's
+        structure and finite; an id naming different samples on the two sides is refused.
 
         >>> import genmetrics as gm
         >>> a, b = gm.create_metric("psnr"), gm.create_metric("psnr")
@@ -406,6 +422,7 @@ class Metric(BackbonesFollowTo, torchmetrics.Metric):
         (60.0, 2)
         """
         label = self.name or type(self).__name__
+        names: dict[int, str] = {}
         if isinstance(incoming_state, torchmetrics.Metric):
             if type(incoming_state) is not type(self):
                 raise InputError(
@@ -413,29 +430,117 @@ class Metric(BackbonesFollowTo, torchmetrics.Metric):
                     f"{type(incoming_state).__name__}"
                 )
             assert isinstance(incoming_state, Metric)  # same type as self
-            if incoming_state._options_state() != self._options_state():
-                mine, theirs = self.options(), incoming_state.options()
-                diff = sorted(
-                    k for k in set(mine) | set(theirs) if canonical(mine.get(k)) != canonical(theirs.get(k))
-                )
+            why = identity_mismatch(self._identity(), incoming_state._identity())
+            if why:
                 raise InputError(
-                    f"{label}: cannot merge the state of a metric built with other options "
-                    f"({', '.join(diff) or 'options'} differ); merge metrics built alike"
+                    f"{label}: cannot merge the state of a metric {why}; merge metrics built alike"
                 )
-            self._merge_states(dict(incoming_state.metric_state), other_first=True)
-            self._merge_bookkeeping(incoming_state)
+            states = {
+                k: v for k, v in incoming_state.metric_state.items() if not k.startswith(OPTIONS_STATE_PREFIX)
+            }
+            names = incoming_state._id_labels()
             added = incoming_state.update_count
         elif isinstance(incoming_state, dict):
-            options: dict[str, Any] = {k: [] for k in self.metric_state if k.startswith(OPTIONS_STATE_PREFIX)}
-            self._merge_states({**options, **incoming_state}, other_first=True)
-            self._rebuild_bookkeeping()
+            states = self._identified_states(dict(incoming_state), "merge_state")
             added = 1
         else:
             raise ValueError(
                 f"{label}: merge_state expects a dict of states or another {type(self).__name__}, got "
                 f"{type(incoming_state).__name__}"
             )
+        self._check_incoming(states, "merge_state")
+        self._check_merged_ids(states, names, "merge_state")
+        options: dict[str, Any] = {k: [] for k in self.metric_state if k.startswith(OPTIONS_STATE_PREFIX)}
+        self._merge_states({**options, **states}, other_first=True)
+        if isinstance(incoming_state, Metric):
+            self._merge_bookkeeping(incoming_state)
+        else:
+            self._rebuild_bookkeeping()
         set_update_count(self, self.update_count + added)
+
+    # ----------------------------------------------------------------- checks of incoming states
+    def _identity(self) -> dict[str, Any]:
+        """The metric and options a state of this metric belongs to (:func:`~genmetrics.metric_states.identity`)."""
+        return identity(type(self), self.name or type(self).__name__, self.options())
+
+    def _identified_states(self, incoming: dict[str, Any], action: str, prefix: str = "") -> dict[str, Any]:
+        """The states of a dict (``metric_state`` or ``state_dict()`` form) after checking what it says it
+        belongs to: the identity entry of ``state_dict()`` or the options state of ``metric_state``."""
+        label = self.name or type(self).__name__
+        record = incoming.pop(prefix + IDENTITY_KEY, None)
+        if record is not None:
+            why = identity_mismatch(self._identity(), decode_identity(record, f"{label}: {action}"))
+            if why:
+                raise InputError(
+                    f"{label}: {action}: the state belongs to a metric {why}; use a metric built alike "
+                    f"(genmetrics.create_metric with those options)"
+                )
+        mine = self._options_state()
+        for k in [k for k in incoming if k.startswith(prefix + OPTIONS_STATE_PREFIX)]:
+            incoming.pop(k)
+            if k != prefix + mine:
+                raise InputError(
+                    f"{label}: {action}: the state belongs to another metric or to one built with other "
+                    f"options (its options state {k[len(prefix) :]!r} is not this metric's {mine!r}); "
+                    "merge metrics built alike"
+                )
+        return incoming
+
+    def _nonfinite_allowed(self, state: str) -> tuple[float, ...]:
+        """The non-finite values state ``state`` may legitimately hold (default none: a NaN or an infinity in
+        a state is damage, or the trace of bad inputs)."""
+        return ()
+
+    def _check_incoming(self, states: dict[str, Any], action: str) -> None:
+        """Refuse states that cannot be this metric's: a state it does not have or lacks, a value that is not
+        a tensor (or a list of tensors for a list state), a tensor state of another shape, non-finite values."""
+        label = self.name or type(self).__name__
+        known = [k for k in self._state_specs if not k.startswith(OPTIONS_STATE_PREFIX)]
+        extra = sorted(k for k in states if k not in self._state_specs)
+        missing = [k for k in known if k not in states]
+        if extra or missing:
+            what = (
+                f"has {extra[0]!r}, a state this metric does not have" if extra else f"has no {missing[0]!r}"
+            )
+            raise InputError(
+                f"{label}: {action}: the incoming state {what} (this metric's states: {', '.join(known)}); "
+                "it belongs to another metric"
+            )
+        for k in known:
+            value, is_list = states[k], isinstance(self._state_specs[k][0], list)
+            tensors = value if isinstance(value, list) else [value]
+            if not all(isinstance(t, torch.Tensor) for t in tensors) or (
+                not is_list and isinstance(value, list)
+            ):
+                raise InputError(
+                    f"{label}: {action}: state {k!r} should be {'a list of tensors' if is_list else 'a tensor'}, "
+                    f"got {type(value).__name__}; it belongs to another metric or was edited"
+                )
+            current = getattr(self, k)
+            if not is_list and value.shape != current.shape:
+                raise InputError(
+                    f"{label}: {action}: state {k!r} has shape {list(value.shape)}, this metric's has "
+                    f"{list(current.shape)}; it belongs to a metric built with other options"
+                )
+            allowed = self._nonfinite_allowed(k)
+            bad = sum(nonfinite_count(t, allowed) for t in tensors)
+            if bad:
+                ok = f" (allowed here: {', '.join(map(str, allowed))})" if allowed else ""
+                raise InputError(
+                    f"{label}: {action}: state {k!r} holds {bad} NaN or infinite value(s){ok}; a metric "
+                    "state holds finite values: it was damaged or accumulated from bad inputs; recompute it"
+                )
+        self._check_rows(states, action)
+
+    def _check_rows(self, states: dict[str, Any], action: str) -> None:
+        """Per-sample metrics: every per-sample state has one row per sample (a hook)."""
+
+    def _check_merged_ids(self, states: dict[str, Any], names: dict[int, str], action: str) -> None:
+        """Per-sample metrics: refuse ids that name different samples here and in ``states`` (a hook)."""
+
+    def _id_labels(self) -> dict[int, str]:
+        """The names of this process's hashed sample ids (per-sample metrics)."""
+        return {}
 
     def set_dtype(self, dst_type: str | torch.dtype) -> Metric:
         """Cast the floating-point states to ``dst_type`` (``reset()`` keeps it); integer states (sample ids)
@@ -475,19 +580,62 @@ class Metric(BackbonesFollowTo, torchmetrics.Metric):
 
     def state_dict(self, destination: Any = None, prefix: str = "", keep_vars: bool = False) -> Any:
         """torchmetrics' ``state_dict`` (the accumulated state only after ``persistent(True)``), without
-        the empty options state (so a state loads into a metric built with other runtime options).
+        the empty options state (so a state loads into a metric built with other runtime options); with the
+        states comes ``_genmetrics_metric``, the metric and options they belong to (``load_state_dict`` and
+        ``merge_state`` check it).
 
         >>> import genmetrics as gm
         >>> m = gm.create_metric("psnr")
         >>> m.persistent(True)
-        >>> sorted(m.state_dict())
-        ['sample_ids', 'scores']
+        >>> sorted(m.state_dict())  # the states and the metric and options they belong to
+        ['_genmetrics_metric', 'sample_ids', 'scores']
         """
         out = super().state_dict(destination=destination, prefix=prefix, keep_vars=keep_vars)
         for k in self.metric_state:
             if k.startswith(OPTIONS_STATE_PREFIX):
                 out.pop(prefix + k, None)
+        if any(prefix + k in out for k in self._state_specs):  # the states say which metric they belong to
+            out[prefix + IDENTITY_KEY] = encode_identity(self._identity())
         return out
+
+    def _load_from_state_dict(
+        self,
+        state_dict: dict[str, Any],
+        prefix: str,
+        local_metadata: dict[str, Any],
+        strict: bool,
+        missing_keys: list[str],
+        unexpected_keys: list[str],
+        error_msgs: list[str],
+    ) -> None:
+        """``load_state_dict`` (also as a submodule): the states are checked before any is set: the metric
+        and options they belong to, their structure and finite values. A state dict without the identity
+        entry (written by an earlier genmetrics) loads with a warning, its structure and values checked."""
+        label = self.name or type(self).__name__
+        had_identity = prefix + IDENTITY_KEY in state_dict
+        incoming = self._identified_states(
+            {k: v for k, v in state_dict.items() if k.startswith(prefix)}, "load_state_dict", prefix
+        )
+        for k in list(state_dict):
+            if k.startswith(prefix) and k not in incoming:
+                state_dict.pop(k)  # the identity and options entries, checked
+        local = {k[len(prefix) :]: v for k, v in incoming.items() if "." not in k[len(prefix) :]}
+        own = {n for n, _ in self.named_children()} | {n for n, _ in self.named_parameters(recurse=False)}
+        own |= {n for n, _ in self.named_buffers(recurse=False)}
+        states = {k: v for k, v in local.items() if k in self._state_specs or (strict and k not in own)}
+        if states:
+            self._check_incoming(states, "load_state_dict")
+            if not had_identity:
+                warnings.warn(
+                    f"{label}: load_state_dict: the state dict does not say which metric and options it "
+                    "belongs to (saved by an earlier genmetrics); loaded as this metric's state. Save it "
+                    "again with state_dict() to have it checked",
+                    UserWarning,
+                    stacklevel=3,
+                )
+        super()._load_from_state_dict(
+            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+        )
 
     def _state_loaded(self) -> None:
         """After ``load_state_dict``: a reloaded state computes like the one that was saved."""

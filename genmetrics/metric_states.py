@@ -5,19 +5,25 @@
   built with other options;
 * :class:`AgreedGather`: the ``dist_sync_fn`` that lets every process agree on dtype and shape first;
 * :data:`REDUCTIONS` and :func:`merge_pair`: how two states merge (``forward``, ``merge_state``);
-* :func:`squeeze_scalars` and :func:`finite_or_nan`: values as a metric returns and reports them.
+* :func:`squeeze_scalars` and :func:`finite_or_nan`: values as a metric returns and reports them;
+* :data:`IDENTITY_KEY`, :func:`encode_identity` / :func:`decode_identity` and :func:`identity_mismatch`: the
+  metric and options a ``state_dict()`` belongs to, checked by ``load_state_dict`` and ``merge_state``;
+* :func:`nonfinite_count`: how many values of a state are neither finite nor allowed.
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
+import json
 import math
 import os
 from typing import Any
 
 import torch
 from torchmetrics.utilities.distributed import gather_all_tensors
+
+from genmetrics.errors import InputError
 
 #: the prefix of the (always empty) state whose name encodes the metric's options: torchmetrics'
 #: MetricCollection only groups metrics whose state names are equal, so differing options never share a state
@@ -160,3 +166,89 @@ def finite_or_nan(x: float) -> float:
     (0.5, nan)
     """
     return x if math.isfinite(x) else float("nan")
+
+
+#: the ``state_dict()`` entry that names the metric and options the states belong to (a uint8 tensor of JSON
+#: text, so ``torch.load(weights_only=True)`` reads it)
+IDENTITY_KEY = "_genmetrics_metric"
+
+
+def identity(owner: type, name: str, options: dict[str, Any]) -> dict[str, Any]:
+    """What a state belongs to: the registered name, the class and the :func:`canonical` text of each option.
+
+    >>> identity(int, "psnr", {"max_db": 30.0})
+    {'metric': 'psnr', 'class': 'builtins.int', 'options': {'max_db': '30.0'}}
+    """
+    return {
+        "metric": name,
+        "class": f"{owner.__module__}.{owner.__qualname__}",
+        "options": {str(k): canonical(v) for k, v in sorted(options.items(), key=lambda kv: str(kv[0]))},
+    }
+
+
+def encode_identity(record: dict[str, Any]) -> torch.Tensor:
+    """:func:`identity` as the uint8 tensor kept under :data:`IDENTITY_KEY` (:func:`decode_identity` reads it).
+
+    >>> decode_identity(encode_identity(identity(int, "psnr", {})), "state_dict")["metric"]
+    'psnr'
+    """
+    return torch.tensor(list(json.dumps(record, sort_keys=True).encode("utf-8")), dtype=torch.uint8)
+
+
+def decode_identity(value: Any, where: str) -> dict[str, Any]:
+    """The record of :func:`encode_identity`; anything else is an ``InputError`` naming ``where``."""
+    try:
+        if not isinstance(value, torch.Tensor) or value.dtype != torch.uint8 or value.ndim != 1:
+            raise ValueError(f"expected a 1-D uint8 tensor, got {type(value).__name__}")
+        record = json.loads(bytes(value.cpu().tolist()).decode("utf-8"))
+        if not (
+            isinstance(record, dict)
+            and isinstance(record.get("metric"), str)
+            and isinstance(record.get("class"), str)
+            and isinstance(record.get("options"), dict)
+        ):
+            raise ValueError("expected {'metric', 'class', 'options'}")
+    except (ValueError, UnicodeDecodeError) as e:
+        raise InputError(
+            f"{where}: the entry {IDENTITY_KEY!r} (which metric and options the state belongs to) is damaged "
+            f"({str(e)[:120]}); save the state again with metric.state_dict()"
+        ) from None
+    return record
+
+
+def identity_mismatch(mine: dict[str, Any], theirs: dict[str, Any]) -> str | None:
+    """Why a state of ``theirs`` cannot join a metric of ``mine`` (None: same metric, same options).
+
+    >>> a, b = identity(int, "psnr", {"max_db": 100.0}), identity(int, "psnr", {"max_db": 30.0})
+    >>> identity_mismatch(a, b)
+    'built with other options (max_db differ: 30.0 there, 100.0 here)'
+    >>> identity_mismatch(a, identity(float, "ssim", {}))
+    "of another metric ('ssim', builtins.float; this is 'psnr', builtins.int)"
+    """
+    if (mine["metric"], mine["class"]) != (theirs["metric"], theirs["class"]):
+        return (
+            f"of another metric ({theirs['metric']!r}, {theirs['class']}; this is {mine['metric']!r}, "
+            f"{mine['class']})"
+        )
+    a, b = mine["options"], theirs["options"]
+    diff = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
+    if not diff:
+        return None
+    shown = "; ".join(f"{b.get(k, 'default')} there, {a.get(k, 'default')} here" for k in diff[:3])
+    return f"built with other options ({', '.join(diff)} differ: {shown})"
+
+
+def nonfinite_count(value: torch.Tensor, allowed: tuple[float, ...] = ()) -> int:
+    """How many values of a floating-point ``value`` are NaN or infinite and not one of ``allowed`` (0 for
+    integer tensors).
+
+    >>> t = torch.tensor([1.0, float("inf"), float("nan")])
+    >>> nonfinite_count(t), nonfinite_count(t, (float("inf"),)), nonfinite_count(torch.tensor([3]))
+    (2, 1, 0)
+    """
+    if not value.is_floating_point() or value.numel() == 0:
+        return 0
+    bad = ~torch.isfinite(value)
+    for a in allowed:
+        bad &= value != a
+    return int(bad.sum())

@@ -23,7 +23,31 @@ from typing import Any
 
 from genmetrics.errors import InputError
 
-__all__ = ["ENV_VARS", "EnvVar", "choice", "env", "flag", "integer", "number", "template"]
+__all__ = [
+    "COUNT_MAX",
+    "ENV_VARS",
+    "INT64_MAX",
+    "SEED_MAX",
+    "EnvVar",
+    "choice",
+    "env",
+    "flag",
+    "integer",
+    "number",
+    "seed",
+    "template",
+]
+
+#: the largest integer torch and numpy take (an int64); every integer option is at most this
+INT64_MAX = 2**63 - 1
+#: the largest random seed every generator of a run takes (numpy's legacy seeding: 32 bits)
+SEED_MAX = 2**32 - 1
+#: the largest count of items per batch (or micro-batch): torch sizes its batch tensors with it and indexes
+#: some of them with 32-bit integers
+COUNT_MAX = 2**31 - 1
+#: the most data-loading worker processes a run starts (each one is a process holding a copy of the dataset
+#: object; far more than any machine's cores)
+MAX_WORKERS = 256
 
 
 def _who(name: str, owner: str | None) -> str:
@@ -98,15 +122,48 @@ def integer(
     genmetrics.errors.InputError: option batch_size: expected an integer, got 3.5
     """
     what = "an integer" + _range_text(lo, hi, False, False)
-    v = _parse_number(name, value, owner, what)
-    if (
-        not math.isfinite(v)
-        or not float(v).is_integer()
-        or (lo is not None and v < lo)
-        or (hi is not None and v > hi)
-    ):
-        raise InputError(f"{_who(name, owner)}: expected {what}, got {value!r}")
-    return int(v)
+    if isinstance(value, int) and not isinstance(value, bool):
+        v: Any = value  # exact: a float would round integers above 2**53
+    elif isinstance(value, str) and re.fullmatch(r"\s*[+-]?\d+\s*", value):
+        v = int(value)
+    else:
+        v = _parse_number(name, value, owner, what)
+        if not math.isfinite(v) or not float(v).is_integer():
+            raise InputError(f"{_who(name, owner)}: expected {what}, got {value!r}")
+        v = int(v)
+    if (lo is not None and v < lo) or (hi is not None and v > hi):
+        raise InputError(f"{_who(name, owner)}: expected {what}, got {_short(value)}")
+    if not -INT64_MAX - 1 <= v <= INT64_MAX:
+        raise InputError(
+            f"{_who(name, owner)}: {_short(value)} does not fit in 64 bits (torch and numpy take integers in "
+            f"[-2**63, 2**63 - 1]); expected {what}"
+        )
+    return v
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:36] + "..."
+
+
+def seed(name: str, value: Any, *, owner: str | None = None) -> int:
+    """A random seed: an integer in ``[0, 2**32 - 1]``, what every generator a run seeds takes (numpy's
+    legacy ``np.random.seed`` refuses larger ones; torch, Python's ``random`` and ``np.random.default_rng``
+    take them too).
+
+    >>> seed("seed", 3407)
+    3407
+    >>> seed("run.seed", 2**64 + 1)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+        ...
+    genmetrics.errors.InputError: option run.seed: expected an integer in [0, 4294967295], got 18446744073709551617; seeds ...
+    """
+    try:
+        return integer(name, value, lo=0, hi=SEED_MAX, owner=owner)
+    except InputError as e:
+        raise InputError(
+            f"{e}; seeds are integers in [0, 2**32 - 1] (numpy's generators take no larger ones)"
+        ) from None
 
 
 def choice(name: str, value: Any, choices: Sequence[str], *, owner: str | None = None) -> str:

@@ -144,3 +144,50 @@ def drop_duplicate_ids(scores: torch.Tensor, ids: torch.Tensor) -> tuple[torch.T
     if keep.numel() == ids.numel():
         return scores, ids
     return scores[keep], ids[keep]
+
+
+#: two copies of one named sample (a DistributedSampler's padding, scored on two processes) agree to float32
+#: rounding of the score's last reductions: 64 units in the last place of float32, relative and absolute
+COPY_TOLERANCE = 64 * float(torch.finfo(torch.float32).eps)
+
+
+def conflicting_ids(ids: torch.Tensor, rows: list[torch.Tensor]) -> torch.Tensor:
+    """The named ids whose copies disagree: the same id on two samples whose per-sample values (``rows``,
+    each ``[N, ...]`` aligned with ``ids``) differ beyond :data:`COPY_TOLERANCE`: two sources that named
+    different samples alike (a per-process counter), not a sampler's padded copy. Sorted, unique.
+
+    >>> ids = torch.tensor([0, 1, 0, 1, -1, -1])
+    >>> conflicting_ids(ids, [torch.tensor([5.0, 6.0, 5.0, 7.0, 1.0, 2.0])]).tolist()  # id 1: 6 vs 7
+    [1]
+    """
+    named = ids >= 0
+    n_named = int(named.sum())
+    if n_named < 2:
+        return ids.new_empty(0)
+    uniq, inverse = torch.unique(ids[named], return_inverse=True)
+    if uniq.numel() == n_named:
+        return ids.new_empty(0)
+    order = torch.arange(n_named, device=ids.device)
+    first = torch.full((uniq.numel(),), n_named, dtype=torch.long, device=ids.device)
+    first = first.scatter_reduce(0, inverse, order, reduce="amin")[inverse]
+    same = torch.ones(n_named, dtype=torch.bool, device=ids.device)
+    for r in rows:
+        r = r[named]
+        a, b = r.reshape(n_named, -1), r[first].reshape(n_named, -1)
+        if r.is_floating_point():
+            a, b = a.double(), b.double()
+            ok = torch.isclose(a, b, rtol=COPY_TOLERANCE, atol=COPY_TOLERANCE, equal_nan=True)
+        else:
+            ok = a == b
+        same &= ok.all(1)
+    return torch.unique(ids[named][~same])
+
+
+def collision_message(label: str, action: str, shown: list[str], count: int) -> str:
+    """The one line for ids that name different samples in two sources (:func:`conflicting_ids`)."""
+    return (
+        f"{label}: {action}: {count} sample id(s) name different samples in different sources (first: "
+        f"{', '.join(shown[:3])}); each id must name one sample across every process and metric merged: "
+        "prefix per-process ids with the rank, e.g. ids=[f'rank{rank}-{i}' for i in local_ids] "
+        "(copies a DistributedSampler pads in have equal scores and count once)"
+    )

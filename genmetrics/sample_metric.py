@@ -7,7 +7,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, cast
+from typing import Any, ClassVar, cast
 
 import torch
 
@@ -16,7 +16,7 @@ from genmetrics.data.batching import map_batches
 from genmetrics.errors import InputError
 from genmetrics.metric_base import Metric
 from genmetrics.metric_batches import batch_len, slice_batch
-from genmetrics.sample_ids import drop_duplicate_ids, hash_ids
+from genmetrics.sample_ids import collision_message, conflicting_ids, drop_duplicate_ids, hash_ids
 
 
 class SampleMetric(Metric):
@@ -43,6 +43,10 @@ class SampleMetric(Metric):
     >>> m.per_sample()["ids"], m.per_sample()["scores"].tolist(), float(m.compute())
     (['a', 'b', 'c'], [1.0, 2.0, 3.0], 2.0)
     """
+
+    #: list states with one row per sample besides ``scores`` and ``sample_ids`` (e.g. mie's diagnostics):
+    #: merged and loaded states are checked to have one row per sample id
+    sample_states: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -134,6 +138,48 @@ class SampleMetric(Metric):
         self._id_names.update(getattr(other, "_id_names", {}))
         self._seen_ids |= getattr(other, "_seen_ids", set())
 
+    def _id_labels(self) -> dict[int, str]:
+        return dict(self._id_names)
+
+    def _per_sample_states(self) -> list[str]:
+        """The list states with one row per sample, besides ``sample_ids`` (``scores`` and the extras)."""
+        return ["scores", *(k for k in self.sample_states if k in self._state_specs)]
+
+    def _check_rows(self, states: dict[str, Any], action: str) -> None:
+        label = self.name or type(self).__name__
+        ids = states["sample_ids"]
+        ids = ids if isinstance(ids, list) else [ids]
+        if any(t.is_floating_point() or t.is_complex() or t.dtype == torch.bool for t in ids):
+            raise InputError(f"{label}: {action}: state 'sample_ids' should hold int64 ids; it was edited")
+        n = sum(int(t.shape[0]) if t.ndim else 1 for t in ids)
+        for k in self._per_sample_states():
+            v = states[k] if isinstance(states[k], list) else [states[k]]
+            rows = sum(int(t.shape[0]) if t.ndim else 1 for t in v)
+            if rows != n:
+                raise InputError(
+                    f"{label}: {action}: state {k!r} holds {rows} rows for {n} sample ids; one row per "
+                    "sample is expected: the state was edited or belongs to another metric"
+                )
+
+    def _stacked(self, states: dict[str, Any], k: str) -> torch.Tensor:
+        v = states[k]
+        v = v if isinstance(v, list) else [v]
+        return torch.cat([t.reshape(t.shape[0] if t.ndim else 1, *t.shape[1:]).to(self.device) for t in v], 0)
+
+    def _check_merged_ids(self, states: dict[str, Any], names: dict[int, str], action: str) -> None:
+        mine = dict(self.metric_state)
+        if not self.has_data():
+            return
+        keys = ["sample_ids", *self._per_sample_states()]
+        both = {k: torch.cat([self._stacked(mine, k), self._stacked(states, k)], 0) for k in keys}
+        if not both["sample_ids"].numel():
+            return
+        bad = conflicting_ids(both["sample_ids"], [both[k] for k in keys[1:]])
+        if bad.numel():
+            labels = {**names, **self._id_names}
+            shown = [repr(labels.get(int(h), str(int(h)))) for h in bad[:3].tolist()]
+            raise InputError(collision_message(self.name or type(self).__name__, action, shown, bad.numel()))
+
     def _rebuild_bookkeeping(self) -> None:
         ids = self.sample_ids
         ids = torch.cat(ids) if isinstance(ids, list) and ids else ids
@@ -152,6 +198,12 @@ class SampleMetric(Metric):
             scores, ids = torch.cat(scores, 0), torch.cat(ids, 0)
         if scores.numel() == 0:
             raise InputError(f"{self.name or type(self).__name__}: no samples were scored")
+        bad = conflicting_ids(ids, [scores])  # gathered from processes that named different samples alike
+        if bad.numel():
+            shown = [repr(self._id_names.get(int(h), str(int(h)))) for h in bad[:3].tolist()]
+            raise InputError(
+                collision_message(self.name or type(self).__name__, "compute", shown, bad.numel())
+            )
         return drop_duplicate_ids(scores, ids)
 
     def _compute_state(self) -> torch.Tensor:

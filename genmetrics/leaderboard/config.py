@@ -44,6 +44,7 @@ could suggest it back). Files, images and metric options are checked by
 from __future__ import annotations
 
 import difflib
+import math
 import re
 import sys
 from collections.abc import Mapping
@@ -54,7 +55,7 @@ from typing import Any, Literal, overload
 import yaml
 
 from genmetrics.errors import InputError
-from genmetrics.options import expand_user
+from genmetrics.options import COUNT_MAX, SEED_MAX, expand_user
 from genmetrics.registry import get_card
 
 if sys.version_info >= (3, 11):
@@ -341,6 +342,15 @@ def load_config(
         raise InputError(f"config file {str(path)!r} does not exist; check the path")
     if path.is_dir():
         raise InputError(f"config {str(path)!r} is a folder; expected a .toml or .yaml file")
+    if not path.is_file():
+        raise InputError(
+            f"config {str(path)!r} is not a regular file (a pipe or a device?); expected a .toml or .yaml file"
+        )
+    if path.stat().st_size > MAX_CONFIG_BYTES:
+        raise InputError(
+            f"config {str(path)!r} is {path.stat().st_size:,} bytes; a config file is at most "
+            f"{MAX_CONFIG_BYTES:,} (check the path)"
+        )
     try:  # utf-8-sig: a byte-order mark (Windows editors) is accepted; CRLF line ends are valid TOML and YAML
         text = path.read_text(encoding="utf-8-sig")
     except UnicodeDecodeError as e:
@@ -362,6 +372,10 @@ def load_config(
 def _parse_toml(path: Path, text: str) -> tuple[dict[str, Any], dict[KeyPath, int]]:
     try:
         raw = tomllib.loads(text)
+    except RecursionError:
+        raise InputError(
+            f"{path}: the TOML is nested too deeply to read; a config is at most {MAX_CONFIG_DEPTH} levels deep"
+        ) from None
     except tomllib.TOMLDecodeError as e:
         msg = str(e)
         m = re.search(r"\(at line (\d+), column (\d+)\)", msg)
@@ -371,9 +385,76 @@ def _parse_toml(path: Path, text: str) -> tuple[dict[str, Any], dict[KeyPath, in
     return raw, toml_lines(text)
 
 
+#: the most values a YAML config may expand to, an alias counted at every use (a leaderboard of thousands of
+#: generators stays far below; a "billion laughs" file of a few lines expands to 10**9), and its deepest nesting
+MAX_YAML_NODES = 100_000
+MAX_CONFIG_DEPTH = 64
+#: the largest config file read (a config is a few kB; this bounds reading a wrong path such as an image folder
+#: archive)
+MAX_CONFIG_BYTES = 16 * 2**20
+
+
+def yaml_size(root: Any) -> tuple[float, int]:
+    """``(values, depth)`` of a composed YAML node graph as it expands, an alias counted at every use
+    (``inf`` for a recursive alias); iterative and memoised, so it costs the size of the file, not of the
+    expansion.
+
+    >>> bomb = "a: &a [x, x, x]\\nb: &b [*a, *a, *a]\\nc: [*b, *b, *b]\\n"
+    >>> yaml_size(yaml.compose(bomb, Loader=yaml.SafeLoader))
+    (61, 5)
+    >>> yaml_size(yaml.compose("a: &a [*a]", Loader=yaml.SafeLoader))[0]
+    inf
+    """
+    if root is None:
+        return 0, 0
+
+    def children(node: Any) -> list[Any]:
+        if isinstance(node, yaml.MappingNode):
+            return [n for pair in node.value for n in pair]
+        return list(node.value) if isinstance(node, yaml.SequenceNode) else []
+
+    memo: dict[int, tuple[float, int]] = {}
+    entered: set[int] = set()
+    stack: list[tuple[Any, bool]] = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        key = id(node)
+        if done:
+            kids = [memo[id(k)] for k in children(node)]
+            memo[key] = (1 + sum(k[0] for k in kids), 1 + max((k[1] for k in kids), default=0))
+            continue
+        if key in memo:
+            continue
+        if key in entered:  # entered and not finished: an ancestor of itself
+            return math.inf, 0
+        entered.add(key)
+        stack.append((node, True))
+        stack.extend((k, False) for k in children(node) if id(k) not in memo)
+    return memo[id(root)]
+
+
 def _parse_yaml(path: Path, text: str) -> tuple[dict[str, Any], dict[KeyPath, int]]:
     try:
+        size, depth = yaml_size(yaml.compose(text, Loader=yaml.SafeLoader))
+        if size > MAX_YAML_NODES:
+            grown = (
+                "refers to itself (a recursive alias)"
+                if math.isinf(size)
+                else f"expands to {int(size):,} values"
+            )
+            raise InputError(
+                f"{path}: the YAML {grown} through its aliases (&name / *name); a config may hold at most "
+                f"{MAX_YAML_NODES:,}: write the values out, or use TOML"
+            )
+        if depth > MAX_CONFIG_DEPTH:
+            raise InputError(
+                f"{path}: the YAML is nested {depth} levels deep; a config is at most {MAX_CONFIG_DEPTH} deep"
+            )
         raw = yaml.safe_load(text)
+    except RecursionError:
+        raise InputError(
+            f"{path}: the YAML is nested too deeply to read; a config is at most {MAX_CONFIG_DEPTH} levels deep"
+        ) from None
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
         where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
@@ -510,10 +591,10 @@ def _from_dict(
 
     r = c.table(raw.get("run"), ("run",), RUN_KEYS)
     cfg.run = RunSpec(
-        seed=c.number(r.get("seed"), ("run", "seed"), int, 0, lo=0),
+        seed=c.number(r.get("seed"), ("run", "seed"), int, 0, lo=0, hi=SEED_MAX),
         n_boot=c.number(r.get("n_boot"), ("run", "n_boot"), int, 1000, lo=1, hi=100_000),
         ci=c.number(r.get("ci"), ("run", "ci"), float, 0.95, lo=0.0, hi=1.0, lo_open=True, hi_open=True),
-        batch_size=c.number(r.get("batch_size"), ("run", "batch_size"), int, None, lo=1),
+        batch_size=c.number(r.get("batch_size"), ("run", "batch_size"), int, None, lo=1, hi=COUNT_MAX),
         device=c.string(r.get("device"), ("run", "device")) or "auto",
         rank_by=c.string(r.get("rank_by"), ("run", "rank_by")),
         title=c.string(r.get("title"), ("run", "title")) or "Leaderboard",

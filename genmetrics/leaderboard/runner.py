@@ -38,7 +38,13 @@ from accelerate import PartialState
 
 from genmetrics.data.images import list_images, unused_references
 from genmetrics.data.progress import progress
-from genmetrics.data.results import ResultsWriter, lock_output_folder, merge_results, read_results
+from genmetrics.data.results import (
+    ResultsWriter,
+    disk_full_named,
+    lock_output_folder,
+    merge_results,
+    read_results,
+)
 from genmetrics.errors import GenmetricsError, InputError
 from genmetrics.leaderboard.config import LeaderboardConfig, load_config
 from genmetrics.leaderboard.inputs import HASHES, InputHashes
@@ -61,7 +67,8 @@ from genmetrics.leaderboard.manifest import (
 )
 from genmetrics.leaderboard.plan import SET_ID, MetricPlan, Plan, Sample, build_plan, device_for_run
 from genmetrics.leaderboard.report import summarize, write_reports
-from genmetrics.options import check_environment
+from genmetrics.options import COUNT_MAX, check_environment, integer
+from genmetrics.options import seed as check_seed
 from genmetrics.registry import Granularity, create_metric, metric_options
 
 __all__ = [
@@ -319,10 +326,10 @@ def run_leaderboard(
     cfg = config if isinstance(config, LeaderboardConfig) else load_config(config, base_dir=base_dir)
     if on_error not in ("stop", "skip"):
         raise InputError(f"--on-error: expected 'stop' or 'skip', got {on_error!r}")
-    if batch_size is not None and batch_size < 1:
-        raise InputError(f"--batch-size: expected a positive integer, got {batch_size}")
-    if seed is not None and seed < 0:
-        raise InputError(f"--seed: expected a non-negative integer, got {seed}")
+    if batch_size is not None:
+        batch_size = integer("--batch-size", batch_size, lo=1, hi=COUNT_MAX)
+    if seed is not None:
+        seed = check_seed("--seed", seed)
     # command-line values win over the config's (on a copy: the caller's config is left as it is)
     run = dataclasses.replace(
         cfg.run,
@@ -385,6 +392,15 @@ class _Run:
         )
 
     def execute(self, *, plots: bool) -> RunResult:
+        kept = f"every row already in {self.out / RESULTS} is kept"
+        then = (
+            "free space (or move the folder to a larger disk) and run the same command again with --resume "
+            "(resume=True): it scores only what is missing"
+        )
+        with disk_full_named(self.out, kept=kept, then=then):
+            return self._execute(plots=plots)
+
+    def _execute(self, *, plots: bool) -> RunResult:
         lock = None
         try:
             if self.rank == 0:

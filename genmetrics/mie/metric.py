@@ -87,6 +87,7 @@ class MIEMetric(SampleMetric):
     """
 
     name: ClassVar[str] = "mie"
+    sample_states = ("diagnostics",)  # one row per sample
     higher_is_better: ClassVar[bool] = True
 
     def __init__(

@@ -76,6 +76,7 @@ class TPIPS(SampleMetric):
     """
 
     name = "tpips"
+    sample_states = ("aspect_ids",)  # one row per sample
     higher_is_better = True
     paired = True  # preds= are the candidates, target= the references
 

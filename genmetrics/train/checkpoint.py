@@ -23,6 +23,7 @@ with an :class:`~genmetrics.errors.InputError` that names the file (and the tens
 from __future__ import annotations
 
 import json
+import math
 import random
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -437,7 +438,106 @@ def _param_shapes(optimizer: Any) -> list[torch.Size]:
     return [p.shape for group in optimizer.param_groups for p in group["params"]]
 
 
-def _load_optimizer(folder: Path, optimizer: Any) -> None:
+#: relative tolerance of a recorded learning rate: the schedule's own float64 product, written as JSON (which
+#: round-trips a float64 exactly); a few units in the last place cover another libm's cosine
+_LR_RTOL = 16 * float(np.finfo(np.float64).eps)
+
+
+def _lr_text(lrs: list[float]) -> str:
+    return "[" + ", ".join(f"{x:.6g}" for x in lrs) + "]"
+
+
+def _check_schedule(path: Path, saved: dict[str, Any], scheduler: Any, step: int) -> list[float] | None:
+    """``scheduler.json`` checked against the schedule this run builds from its recorded settings: the same
+    base learning rates, positioned at the checkpoint's optimizer step, and (for a ``LambdaLR``, every
+    transformers schedule) the learning rates the schedule gives at that step. Returns those rates."""
+    fresh = scheduler.state_dict()
+    base, mine = saved.get("base_lrs"), fresh.get("base_lrs")
+    if mine is not None and (base is None or not np.allclose(base, mine, rtol=_LR_RTOL, atol=0.0)):
+        raise InputError(
+            f"{path}: base learning rates {_lr_text(base or [])} differ from {_lr_text(mine)}, what the "
+            f"recorded settings give (lr and the task's lr scales); the file was edited or belongs to "
+            f"another run: {_START_OVER}"
+        )
+    if "last_epoch" in saved and saved["last_epoch"] != step:
+        raise InputError(
+            f"{path}: the schedule is at step {saved['last_epoch']}, loop_state.json at step {step}; the "
+            f"files come from different checkpoints: {_START_OVER}"
+        )
+    if "_step_count" in saved and saved["_step_count"] != step + 1:
+        raise InputError(
+            f"{path}: '_step_count' is {saved['_step_count']}, a schedule at step {step} has counted "
+            f"{step + 1}; {_START_OVER}"
+        )
+    lambdas = getattr(scheduler, "lr_lambdas", None)
+    if lambdas is None or mine is None:
+        return None
+    expected = [b * f(step) for b, f in zip(mine, lambdas)]
+    last = saved.get("_last_lr")
+    if last is not None and not np.allclose(last, expected, rtol=_LR_RTOL, atol=0.0):
+        raise InputError(
+            f"{path}: learning rates {_lr_text(last)} at step {step}, where the schedule of the recorded "
+            f"settings gives {_lr_text(expected)}; the file was edited or belongs to another run: "
+            f"{_START_OVER}"
+        )
+    return expected
+
+
+def _check_groups(where: str, groups: list[dict[str, Any]], current: list[dict[str, Any]], lrs: Any) -> None:
+    """Every hyper-parameter of each saved parameter group as the recorded settings build it, and its
+    learning rate the schedule's at the checkpoint's step."""
+    for i, (g, c) in enumerate(zip(groups, current)):
+        if g["params"] != c["params"]:
+            raise InputError(
+                f"{where}: the parameter groups hold other parameters than the task's; {_START_OVER}"
+            )
+        for k in sorted(c):
+            if k in ("lr", "params") or g[k] == c[k]:
+                continue
+            if isinstance(c[k], float) and np.isclose(g[k], c[k], rtol=_LR_RTOL, atol=0.0):
+                continue
+            raise InputError(
+                f"{where}: param_groups[{i}].{k} is {g[k]!r}, the recorded settings give {c[k]!r}; the file "
+                f"was edited or belongs to another run: {_START_OVER}"
+            )
+        if lrs is not None and not np.isclose(g["lr"], lrs[i], rtol=_LR_RTOL, atol=0.0):
+            raise InputError(
+                f"{where}: param_groups[{i}].lr is {g['lr']:.6g}, the schedule gives {lrs[i]:.6g} at this "
+                f"step; the file was edited or belongs to another run: {_START_OVER}"
+            )
+
+
+def _check_moments(
+    path: Path, state: dict[int, dict[str, Any]], groups: list[dict[str, Any]], step: int
+) -> None:
+    """Each parameter's AdamW state complete (a missing tensor would be a ``KeyError`` at the next step),
+    its step count an integer in [1, the loop's step], its second moment >= 0."""
+    amsgrad = {i: bool(g.get("amsgrad")) for g in groups for i in g["params"]}
+    for index, per in sorted(state.items()):
+        expected = {"step", "exp_avg", "exp_avg_sq"} | ({"max_exp_avg_sq"} if amsgrad.get(index) else set())
+        if set(per) != expected:
+            lacking = sorted(expected - set(per)) or sorted(set(per) - expected)
+            raise InputError(
+                f"{path}: parameter {index}'s optimizer state {'lacks' if expected - set(per) else 'has extra'} "
+                f"{', '.join(f'state.{index}.{n}' for n in lacking)} (AdamW keeps {', '.join(sorted(expected))}); "
+                f"the file is damaged: resume from an earlier step-N checkpoint (move this one away) or "
+                f"{_START_OVER}"
+            )
+        n = per["step"]
+        value = float(n) if n.numel() == 1 else math.nan
+        if not (value.is_integer() and 1 <= value <= max(step, 1)):
+            raise InputError(
+                f"{path}: 'state.{index}.step' is {n.tolist()}, expected one integer in [1, {step}] (the "
+                f"optimizer steps of the loop); {_START_OVER}"
+            )
+        if bool((per["exp_avg_sq"] < 0).any()):
+            raise InputError(
+                f"{path}: 'state.{index}.exp_avg_sq' holds negative values (a second moment is >= 0); the "
+                f"file is damaged: {_START_OVER}"
+            )
+
+
+def _load_optimizer(folder: Path, optimizer: Any, lrs: Any = None, step: int | None = None) -> None:
     tensors, _ = _read_safetensors(folder / OPTIMIZER_TENSORS)
     rest = _read_json(folder / OPTIMIZER_JSON)
     where = str(folder / OPTIMIZER_JSON)
@@ -445,10 +545,7 @@ def _load_optimizer(folder: Path, optimizer: Any) -> None:
         raise InputError(f"{where}: expected {{'param_groups': [...], 'scalars': {{...}}}}; {_START_OVER}")
     current = optimizer.state_dict()["param_groups"]
     groups = _like(rest["param_groups"], current, where, "param_groups")
-    if [g["params"] for g in groups] != [g["params"] for g in current]:
-        raise InputError(
-            f"{where}: the parameter groups hold other parameters than the task's; {_START_OVER}"
-        )
+    _check_groups(where, groups, current, lrs)
     shapes = _param_shapes(optimizer)
     state: dict[int, dict[str, Any]] = {}
     for key, t in tensors.items():
@@ -459,6 +556,8 @@ def _load_optimizer(folder: Path, optimizer: Any) -> None:
                 f"{list(shapes[index])}; resume with the same model and options, or {_START_OVER}"
             )
         state.setdefault(index, {})[name] = t
+    if step is not None:
+        _check_moments(folder / OPTIMIZER_TENSORS, state, groups, step)
     if not isinstance(rest["scalars"], dict) or rest["scalars"]:
         raise InputError(f"{where}: 'scalars' should be empty for AdamW, got {rest['scalars']!r}"[:300])
     optimizer.load_state_dict({"state": state, "param_groups": groups})
@@ -538,11 +637,12 @@ def load_training_state(
     sched = _like(_read_json(folder / SCHEDULER), current, str(folder / SCHEDULER), "")
     if sched.get("lr_lambdas") != current.get("lr_lambdas"):
         raise InputError(f"{folder / SCHEDULER}: 'lr_lambdas' differ from the schedule's; {_START_OVER}")
+    expected_lrs = _check_schedule(folder / SCHEDULER, sched, parts.scheduler, loop.step)
     scale = None
     if parts.scaler is not None:
         scale = _like(_read_json(folder / SCALER), parts.scaler.state_dict(), str(folder / SCALER), "")
     _load_trainable(folder / TRAINABLE, parts.trainable, parts.renamed)
-    _load_optimizer(folder, parts.optimizer)
+    _load_optimizer(folder, parts.optimizer, expected_lrs, loop.step)
     parts.scheduler.load_state_dict(sched)
     if parts.scaler is not None:
         parts.scaler.load_state_dict(scale)

@@ -153,15 +153,15 @@ class TrainLoopConfig:
         c.lr = opt.number("lr", c.lr, lo=0.0, lo_open=True, owner=_OWNER)
         c.weight_decay = opt.number("weight_decay", c.weight_decay, lo=0.0, owner=_OWNER)
         c.epochs, c.max_steps = _run_length(c.epochs, c.max_steps)
-        c.batch_size = opt.integer("batch_size", c.batch_size, lo=1, owner=_OWNER)
-        c.grad_accum = opt.integer("grad_accum", c.grad_accum, lo=1, owner=_OWNER)
+        c.batch_size = opt.integer("batch_size", c.batch_size, lo=1, hi=opt.COUNT_MAX, owner=_OWNER)
+        c.grad_accum = opt.integer("grad_accum", c.grad_accum, lo=1, hi=opt.COUNT_MAX, owner=_OWNER)
         c.warmup_ratio = opt.number(
             "warmup_ratio", c.warmup_ratio, lo=0.0, hi=1.0, hi_open=True, owner=_OWNER
         )
         c.scheduler = opt.choice("scheduler", c.scheduler, SCHEDULERS, owner=_OWNER)
         if c.max_grad_norm is not None:
             c.max_grad_norm = opt.number("max_grad_norm", c.max_grad_norm, lo=0.0, lo_open=True, owner=_OWNER)
-        c.seed = opt.integer("seed", c.seed, lo=0, owner=_OWNER)
+        c.seed = opt.seed("seed", c.seed, owner=_OWNER)
         for name in ("eval_every", "early_stopping_patience", "save_every"):
             if getattr(c, name) is not None:
                 setattr(c, name, opt.integer(name, getattr(c, name), lo=1, owner=_OWNER))
@@ -180,7 +180,7 @@ class TrainLoopConfig:
         c.keep_checkpoints = opt.integer("keep_checkpoints", c.keep_checkpoints, lo=1, owner=_OWNER)
         c.mixed_precision = opt.choice("mixed_precision", c.mixed_precision, MIXED_PRECISION, owner=_OWNER)
         c.device = _training_device(c.device)
-        c.num_workers = opt.integer("num_workers", c.num_workers, lo=0, owner=_OWNER)
+        c.num_workers = opt.integer("num_workers", c.num_workers, lo=0, hi=opt.MAX_WORKERS, owner=_OWNER)
         for name in ("greater_is_better", "resume", "overwrite", "find_unused_parameters", "progress"):
             setattr(c, name, opt.flag(name, getattr(c, name), owner=_OWNER))
         if not isinstance(c.extra, dict):

@@ -9,15 +9,20 @@ per evaluation), ``out_dir/checkpoints/step-N/`` (accelerate state + ``loop_stat
 from __future__ import annotations
 
 import contextlib
-import errno
 import json
-import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from genmetrics.data.results import atomic_write_text, destination, open_append
+from genmetrics.data.results import (  # DiskFullError and describe_disk: re-exported for callers
+    DiskFullError,
+    atomic_write_text,
+    describe_disk,
+    destination,
+    is_disk_full,
+    open_append,
+)
 from genmetrics.errors import InputError
 
 CHECKPOINTS = "checkpoints"
@@ -217,73 +222,23 @@ def replace_dir(tmp: Path, final: Path) -> None:
         shutil.rmtree(old)
 
 
-class DiskFullError(OSError):
-    """No space left (or the quota is used up) on the disk of the run folder: one line that names the disk,
-    its free space and the path being written (an ``OSError``: the CLI exits 1, an environment problem).
-
-    >>> e = DiskFullError("no space left on the disk holding 'runs/a' ...")
-    >>> isinstance(e, OSError), e.errno == errno.ENOSPC, str(e).startswith("no space left")
-    (True, True, True)
-    """
-
-    def __init__(self, message: str):
-        super().__init__(message)
-        self.errno = errno.ENOSPC
-
-
-def _mount_point(path: Path) -> Path:
-    p = Path(os.path.abspath(path))
-    while not p.exists() or not os.path.ismount(p):
-        if p.parent == p:
-            break
-        p = p.parent
-    return p
-
-
-def describe_disk(path: Path) -> str:
-    """The disk that holds ``path``: its mount point, the device where the system says (Linux), free space.
-
-    >>> describe_disk(Path("/")).startswith("/ (")
-    True
-    """
-    mount = _mount_point(path)
-    device = ""
-    with contextlib.suppress(OSError, ValueError):
-        for line in Path("/proc/self/mounts").read_text(encoding="utf-8").splitlines():
-            fields = line.split()
-            if len(fields) > 1 and fields[1] == str(mount):
-                device = f"{fields[0]}, "
-    try:
-        free = f"{shutil.disk_usage(mount).free / 2**20:.1f} MiB free"
-    except OSError:
-        free = "free space unknown"
-    return f"{mount} ({device}{free})"
-
-
-def _is_disk_full(err: BaseException) -> bool:
-    if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):
-        return True
-    text = str(err)  # libraries that wrap the OS error (safetensors: "... (os error 28)")
-    return f"os error {errno.ENOSPC}" in text or "No space left on device" in text
-
-
 @contextlib.contextmanager
 def writing(out: Path, path: Path) -> Iterator[None]:
     """Turn a full disk while ``path`` is written into one :class:`DiskFullError` naming the disk and the
     path, and saying that finished work (the newest complete checkpoint) is kept.
 
-    >>> import tempfile
+    >>> import errno, tempfile
     >>> with tempfile.TemporaryDirectory() as d:
     ...     with writing(Path(d), Path(d) / "metrics.jsonl"):
     ...         raise OSError(errno.ENOSPC, "No space left on device")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
         ...
-    genmetrics.train.run_dir.DiskFullError: no space left on the disk ... while writing .../metrics.jsonl; ...
+    genmetrics.data.results.DiskFullError: no space left on the disk ... while writing .../metrics.jsonl; ...
     """
     try:
         yield
     except Exception as e:  # noqa: BLE001 - OSError and the errors libraries wrap it in
-        if not _is_disk_full(e):
+        if not is_disk_full(e):
             raise
         done = checkpoints(out)
         kept = (

@@ -179,6 +179,81 @@ def test_a_tampered_loop_state_is_refused_field_by_field(killed_run, tmp_path):
         _resume(out)
 
 
+def _edit_json(path: Path, edit) -> None:
+    data = json.loads(path.read_text())
+    edit(data)
+    path.write_text(json.dumps(data))
+
+
+def _times(key, factor):
+    return lambda d: d.update({key: [x * factor for x in d[key]]})
+
+
+@pytest.mark.parametrize(
+    "name,edit,needle",
+    [  # learning rates x1000 in the schedule resumed silently (final weights 0.032 off the uninterrupted run)
+        (
+            "scheduler.json",
+            lambda d: (_times("base_lrs", 1000)(d), _times("_last_lr", 1000)(d)),
+            "base learning rates",
+        ),
+        ("scheduler.json", _times("_last_lr", 1000), r"learning rates \[.*\] at step 2"),
+        ("scheduler.json", lambda d: d.update(last_epoch=5, _step_count=6), "the schedule is at step 5"),
+        ("scheduler.json", lambda d: d.update(_step_count=9), "'_step_count' is 9"),
+        (
+            "optimizer.json",
+            lambda d: d["param_groups"][0].update(lr=d["param_groups"][0]["lr"] * 1000),
+            r"param_groups\[0\]\.lr",
+        ),
+        (
+            "optimizer.json",
+            lambda d: d["param_groups"][0].update(weight_decay=0.5),
+            r"param_groups\[0\]\.weight_decay is 0\.5",
+        ),
+        (
+            "optimizer.json",
+            lambda d: d["param_groups"][0].update(initial_lr=5.0),
+            r"param_groups\[0\]\.initial_lr",
+        ),
+    ],
+)
+def test_training_files_must_match_what_the_recorded_run_produces(killed_run, tmp_path, name, edit, needle):
+    out = _copy(killed_run, tmp_path)
+    path = out / CKPT / name
+    _edit_json(path, edit)
+    with pytest.raises(InputError, match=needle) as e:
+        _resume(out)
+    assert str(path) in str(e.value) and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize(
+    "edit,needle",
+    [
+        (lambda sd: sd.pop("state.1.exp_avg_sq"), "parameter 1's optimizer state lacks state.1.exp_avg_sq"),
+        (lambda sd: sd.pop("state.0.step"), "lacks state.0.step"),
+        (
+            lambda sd: sd.update({"state.2.max_exp_avg_sq": torch.zeros(1, 8)}),
+            "has extra state.2.max_exp_avg_sq",
+        ),
+        (
+            lambda sd: sd.update({"state.0.step": torch.tensor(99.0)}),
+            r"'state.0.step' is 99.0, expected one integer in \[1, 2\]",
+        ),
+        (lambda sd: sd.update({"state.3.exp_avg_sq": -torch.ones(1)}), "negative values"),
+    ],
+)
+def test_an_incomplete_optimizer_state_is_one_line(killed_run, tmp_path, edit, needle):
+    """A missing moment tensor was a raw KeyError at the first optimizer step after the resume."""
+    out = _copy(killed_run, tmp_path)
+    path = out / CKPT / "optimizer.safetensors"
+    sd = load_file(str(path))
+    edit(sd)
+    save_file(sd, str(path))
+    with pytest.raises(InputError, match=needle) as e:
+        _resume(out)
+    assert str(path) in str(e.value) and "\n" not in str(e.value)
+
+
 def test_the_untouched_copy_still_resumes_exactly(killed_run, tmp_path):
     """The fixture's run, resumed, equals the run never stopped (the refusals above changed a copy only)."""
     full = fit(Toy(dropout=0.2), make_data(8), _cfg(tmp_path / "full"), val_examples=make_data(4, seed=1))
