@@ -93,9 +93,10 @@ def _native_sums(
     assert _native is not None
     # channels_last, a view, an expanded tensor: copied, so they get the bits of the same images contiguous
     preds, target = preds.contiguous(), target.contiguous()
-    b, w = preds.shape[0], preds.shape[-1]
-    rows = preds.numel() // w
     u8 = preds.dtype == torch.uint8
+    # uint8 sums are exact integers whatever the rows: one row per image (no per-row start-up and tail)
+    b, w = preds.shape[0], (preds[0].numel() if u8 else preds.shape[-1])
+    rows = preds.numel() // w
     kind = 1 if u8 else 0
     out = torch.empty(rows, dtype=torch.float64)
     size = preds.element_size()
