@@ -30,7 +30,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
+import sys
 import time
 import warnings
 from collections.abc import Callable
@@ -317,20 +319,39 @@ def _pixel_tools(metric: str, batch: int) -> dict[str, Callable[[torch.Tensor, t
 CPU_TIMES: dict[str, float] = {}
 #: each tool's best round (CPU seconds) in the last :func:`_interleaved` run
 CPU_BEST: dict[str, float] = {}
+#: each tool's median minor page faults per round in the last :func:`_interleaved` run
+MINOR_FAULTS: dict[str, float] = {}
+#: glibc settings under which freed memory stays in the process (no page faults from re-mapping it):
+#: ``--allocator no_trim`` runs the whole benchmark under them, in a fresh process, for every tool alike
+NO_TRIM_ENV = {
+    "MALLOC_TRIM_THRESHOLD_": str(1 << 40),
+    "MALLOC_MMAP_THRESHOLD_": str(1 << 40),
+    "MALLOC_TOP_PAD_": str(1 << 28),
+}
+
+
+def _minflt() -> int:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
 def _interleaved(tools: dict[str, Callable[[], Any]], rounds: int) -> tuple[dict[str, float], dict[str, Any]]:
     times: dict[str, list[float]] = {k: [] for k in tools}
     cpus: dict[str, list[float]] = {k: [] for k in tools}
+    faults: dict[str, list[int]] = {k: [] for k in tools}
     last: dict[str, Any] = {}
     names = list(tools)
     for r in range(rounds):
         order = names[r % len(names) :] + names[: r % len(names)]
         for k in order:
-            t0, c0 = time.perf_counter(), time.process_time()
+            f0, t0, c0 = _minflt(), time.perf_counter(), time.process_time()
             last[k] = tools[k]()
             times[k].append(time.perf_counter() - t0)
             cpus[k].append(time.process_time() - c0)
+            faults[k].append(_minflt() - f0)
+    MINOR_FAULTS.clear()
+    MINOR_FAULTS.update({k: statistics.median(v) for k, v in faults.items()})
     CPU_TIMES.clear()
     CPU_TIMES.update({k: statistics.median(v) for k, v in cpus.items()})
     CPU_BEST.clear()
@@ -341,6 +362,7 @@ def _interleaved(tools: dict[str, Callable[[], Any]], rounds: int) -> tuple[dict
 def _cpu_fields(n: int, unit: str) -> dict[str, float]:
     """``<tool>_<unit>_per_cpu_s`` and ``cpu_ratio_vs_<tool>`` from the last :func:`_interleaved` run."""
     out = {f"{k}_{unit}_per_cpu_s": round(n / t, 3) for k, t in CPU_TIMES.items()}
+    out.update({f"{k}_minor_faults_per_round": v for k, v in MINOR_FAULTS.items()})
     out.update(
         {
             f"cpu_ratio_vs_{k}": round(t / CPU_TIMES["genmetrics"], 3)
@@ -845,7 +867,17 @@ def main() -> None:
     ap.add_argument(
         "--peaks", action="store_true", help="measure the MKL / oneDNN matmul peaks (else with clipscore)"
     )
+    ap.add_argument(
+        "--allocator",
+        default="default",
+        choices=("default", "no_trim"),
+        help="glibc's default (memory returned to the OS, page faults when it is taken again) or no_trim "
+        "(NO_TRIM_ENV, set for a fresh process: page-fault-free rounds); the same for every tool of a line",
+    )
     args = ap.parse_args()
+    if args.allocator == "no_trim" and any(os.environ.get(k) != v for k, v in NO_TRIM_ENV.items()):
+        os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **NO_TRIM_ENV})
+    MACHINE["allocator"] = args.allocator
     torch.set_num_threads(args.threads)
     MACHINE.update(cpu_identity())
     MACHINE["threads"] = torch.get_num_threads()
