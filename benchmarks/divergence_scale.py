@@ -7,6 +7,11 @@
 * the HCS-compatible KDE mode (scipy ``gaussian_kde`` on the 2024 code's grid) for SaD+PaD on
   ``--kde-attributes`` (20) x ``--kde-rows`` (5000), against the Gaussian mode on the same data.
 
+* ``--symmetry-rounds R`` (default 3): PaD as shipped (each pair of attributes multiplied once, BLAS
+  syrk) against the full C x C product (the earlier implementation, reproduced here), each in a fresh
+  process, alternating, 1 BLAS thread on both sides: CPU seconds, peak resident memory, the median
+  ratio and the largest difference between the two results.
+
 Usage: python benchmarks/divergence_scale.py [--attributes 1000] [--rows 20000] [--kde-rows 5000]
 """
 
@@ -14,7 +19,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
+import statistics
+import subprocess
+import sys
 import time
 
 import torch
@@ -24,7 +33,75 @@ def _rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # Linux: KiB
 
 
+def _full_product_pad(real: torch.Tensor, gen: torch.Tensor) -> torch.Tensor:
+    """PaD as computed before the symmetric product: float64 copy, elementwise finiteness mask, a second
+    centred copy and the full ``xc.T @ xc``."""
+    from genmetrics.functional import divergence as D
+
+    real, gen = real.to(torch.float64), gen.to(torch.float64)  # both validated before any statistics
+    assert bool(torch.isfinite(real).all()) and bool(torch.isfinite(gen).all())
+
+    def stats(x: torch.Tensor):
+        m = x.mean(0)
+        xc = x - m
+        n = x.shape[0]
+        return torch.tensor(float(n), dtype=torch.float64), x.sum(0), xc.T @ xc + n * torch.outer(m, m)
+
+    return D.pad_from_stats(stats(real), stats(gen))
+
+
+def _symmetry_worker(mode: str, c: int, n: int) -> None:
+    from genmetrics.functional import divergence as D
+
+    g = torch.Generator().manual_seed(0)
+    real = torch.rand(n, c, generator=g)
+    gen = torch.rand(n, c, generator=g) * 0.9 + 0.05
+    base = _rss_mb()
+    t = time.process_time()
+    out = D.pad(real, gen) if mode == "symmetric" else _full_product_pad(real, gen)
+    cpu = time.process_time() - t
+    torch.save(out, os.environ["DIVERGENCE_SCALE_OUT"])
+    print(json.dumps({"cpu_s": cpu, "peak_rss_mb": _rss_mb(), "rss_before_mb": base}))
+
+
+def _symmetry(c: int, n: int, rounds: int) -> dict:
+    import tempfile
+
+    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    runs: dict[str, list[dict]] = {"symmetric": [], "full": []}
+    outs = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for _ in range(rounds):
+            for mode in ("full", "symmetric"):
+                env["DIVERGENCE_SCALE_OUT"] = path = os.path.join(tmp, mode + ".pt")
+                cmd = [sys.executable, __file__, "--worker", mode, "--attributes", str(c), "--rows", str(n)]
+                res = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
+                runs[mode].append(json.loads(res.stdout.strip().splitlines()[-1]))
+                outs[mode] = torch.load(path)
+    full, sym = outs["full"], outs["symmetric"]
+    ratios = [f["cpu_s"] / s["cpu_s"] for f, s in zip(runs["full"], runs["symmetric"])]
+    return {
+        "symmetry_rounds": rounds,
+        "full_product_cpu_s": [round(r["cpu_s"], 3) for r in runs["full"]],
+        "symmetric_cpu_s": [round(r["cpu_s"], 3) for r in runs["symmetric"]],
+        "symmetric_speedup_median": round(statistics.median(ratios), 2),
+        "symmetric_speedup_min": round(min(ratios), 2),
+        "full_product_peak_rss_mb": round(max(r["peak_rss_mb"] for r in runs["full"]), 1),
+        "symmetric_peak_rss_mb": round(max(r["peak_rss_mb"] for r in runs["symmetric"]), 1),
+        "symmetric_vs_full_max_abs_diff": float((full - sym).abs().max()),
+        "symmetric_vs_full_max_rel_diff": float(((full - sym).abs() / full.abs().clamp_min(1e-300)).max()),
+        "goal_speedup": 1.6,
+    }
+
+
 def main() -> None:
+    if "--worker" in sys.argv:
+        i = sys.argv.index("--worker")
+        c = int(sys.argv[sys.argv.index("--attributes") + 1])
+        n = int(sys.argv[sys.argv.index("--rows") + 1])
+        torch.set_num_threads(1)
+        _symmetry_worker(sys.argv[i + 1], c, n)
+        return
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--attributes", type=int, default=1000)
     ap.add_argument("--rows", type=int, default=20000)
@@ -32,7 +109,15 @@ def main() -> None:
     ap.add_argument("--kde-rows", type=int, default=5000)
     ap.add_argument("--kde-points", type=int, default=10000)
     ap.add_argument("--skip-kde", action="store_true")
+    ap.add_argument("--symmetry-rounds", type=int, default=3)
+    ap.add_argument("--symmetry-only", action="store_true", help="only the symmetric-vs-full comparison")
     args = ap.parse_args()
+    if args.symmetry_only:
+        out = {"benchmark": "divergence_scale_symmetry", "pad_attributes": args.attributes}
+        out.update({"rows_per_set": args.rows, "threads": 1})
+        out.update(_symmetry(args.attributes, args.rows, args.symmetry_rounds))
+        print(json.dumps(out))
+        return
 
     from genmetrics.functional import divergence as D
 
@@ -74,6 +159,8 @@ def main() -> None:
         "goal_s": 10.0,
         "goal_mb": 3072,
     }
+    if args.symmetry_rounds > 0:
+        result.update(_symmetry(c, n, args.symmetry_rounds))
     del real, gen, out, streamed, stats
 
     if not args.skip_kde:

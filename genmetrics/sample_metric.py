@@ -76,7 +76,8 @@ class SampleMetric(Metric):
         batch = self._prepare(reference, candidates, condition)
         n = batch_len(batch)
         hashed, labels = hash_ids(ids, n)
-        repeated = [j for j, h in enumerate(hashed) if h >= 0 and h in self._seen_ids]
+        seen = self._seen_ids
+        repeated = [j for j, h in enumerate(hashed) if h >= 0 and h in seen] if seen else []
         self._last_kept: list[int] | None = (
             None  # positions of this update's samples that were kept (None: all)
         )
@@ -258,4 +259,4 @@ class SampleMetric(Metric):
         """
         with self._synced(sync) as names:
             scores, ids = self._gathered()
-        return {"ids": [names.get(int(i)) if int(i) >= 0 else None for i in ids], "scores": scores}
+        return {"ids": [names.get(i) if i >= 0 else None for i in ids.tolist()], "scores": scores}

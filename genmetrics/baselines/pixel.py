@@ -17,6 +17,7 @@ first bad image exactly as for a single image.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
@@ -53,6 +54,33 @@ def in_chunks(fn: Any, preds: torch.Tensor, target: torch.Tensor, *, max_element
     return torch.cat([fn(preds[i : i + rows], target[i : i + rows]) for i in range(0, len(preds), rows)])
 
 
+class TensorRows(Sequence):
+    """The images of a batch tensor ``[B,3,H,W]`` as a sequence, without making ``B`` views up front: an
+    index gives one image ``[3,H,W]``, a slice gives the rows of that slice (a view, no copy). The metrics'
+    batching slices it like a list; :func:`raw_batch` takes the tensor back as it is.
+
+    >>> rows = TensorRows(torch.zeros(5, 3, 4, 4))
+    >>> len(rows), tuple(rows[1].shape), len(rows[1:4]), rows[1:4].tensor.data_ptr() == rows.tensor[1:4].data_ptr()
+    (5, (3, 4, 4), 3, True)
+    """
+
+    __slots__ = ("tensor",)
+
+    def __init__(self, tensor: torch.Tensor) -> None:
+        self.tensor = tensor
+
+    def __len__(self) -> int:
+        return int(self.tensor.shape[0])
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return TensorRows(self.tensor[i])
+        return self.tensor[i]
+
+    def __iter__(self) -> Iterator[torch.Tensor]:
+        return iter(self.tensor.unbind(0))
+
+
 def raw_batch(items: list[Any]) -> tuple[torch.Tensor, bool, bool] | None:
     """``(batch, copied, tracked)``: tensors of one shape/dtype/device as one ``[B,3,H,W]`` tensor, values not
     looked at (the caller's own batch tensor when ``items`` are its rows, else a stacked copy: ``copied``;
@@ -63,6 +91,18 @@ def raw_batch(items: list[Any]) -> tuple[torch.Tensor, bool, bool] | None:
     >>> batch.data_ptr() == x.data_ptr(), copied, tracked  # rows of one tensor: no copy
     (True, False, False)
     """
+    if isinstance(items, TensorRows):  # a batch tensor's rows: the tensor itself
+        x = items.tensor
+        if x.ndim != 4 or x.shape[1] != 3 or 0 in x.shape[2:] or x.device.type == "meta":
+            return None
+        if not (x.dtype == torch.uint8 or x.is_floating_point()):
+            return None
+        from genmetrics.data.images import MAX_PIXELS
+
+        if int(x.shape[2]) * int(x.shape[3]) > MAX_PIXELS:
+            return None
+        tracked = torch.is_grad_enabled() and x.requires_grad
+        return (x if tracked else x.detach()), False, tracked
     if not items or not all(isinstance(x, torch.Tensor) for x in items):
         return None
     first = items[0]
@@ -75,20 +115,20 @@ def raw_batch(items: list[Any]) -> tuple[torch.Tensor, bool, bool] | None:
         or not (first.dtype == torch.uint8 or first.is_floating_point())
     ):
         return None
-    shape, dtype, device = first.shape, first.dtype, first.device
-    if any(x.shape != shape or x.dtype != dtype or x.device != device for x in items):
-        return None
     from genmetrics.data.images import MAX_PIXELS
 
     if int(first.shape[1]) * int(first.shape[2]) > MAX_PIXELS:
         return None
-    x = _batch_view(items)
-    copied = x is None
+    view = _batch_view(items)  # consecutive rows of one tensor: one shape, dtype and device by construction
+    copied = view is None
+    shape, dtype, device = first.shape, first.dtype, first.device
+    if copied and any(t.shape != shape or t.dtype != dtype or t.device != device for t in items):
+        return None
     # gradients flow to float images that require them (a differentiable metric's forward / score)
     tracked = torch.is_grad_enabled() and any(t.requires_grad for t in items)
-    if x is None:
-        x = torch.stack(items if tracked else [t.detach() for t in items])
-    return x, copied, tracked
+    if view is None:
+        view = torch.stack(items if tracked else [t.detach() for t in items])
+    return view, copied, tracked
 
 
 def stack_images(items: list[Any], *, data_range: float, dtype: torch.dtype | None) -> torch.Tensor | None:
@@ -130,16 +170,21 @@ def _batch_view(items: list[torch.Tensor]) -> torch.Tensor | None:
     """The caller's ``[B,3,H,W]`` tensor again when ``items`` are its consecutive rows (``as_image_list``
     unbinds a batch tensor), so a batch is not copied just to be stacked back; else None."""
     base = items[0]._base
-    if base is None or base.ndim != 4 or base.requires_grad or any(t._base is not base for t in items):
+    if base is None or base.ndim != 4 or base.requires_grad:
         return None
-    step = base.stride(0)
-    start = items[0].storage_offset() - base.storage_offset()
-    if start % step or any(
-        t.storage_offset() - items[0].storage_offset() != i * step for i, t in enumerate(items)
-    ):
+    step, off0 = base.stride(0), items[0].storage_offset()
+    start = off0 - base.storage_offset()
+    if start % step:
         return None
-    if any(t.stride() != base.stride()[1:] for t in items):
-        return None
+    shape, strides = base.shape[1:], base.stride()[1:]
+    for i, t in enumerate(items):  # one pass (this runs for every batch of every update)
+        if (
+            t._base is not base
+            or t.storage_offset() != off0 + i * step
+            or t.shape != shape
+            or t.stride() != strides
+        ):
+            return None
     i0 = start // step
     return base.detach()[i0 : i0 + len(items)]
 
@@ -169,7 +214,7 @@ class _PairedPixelMetric(SampleMetric):
         self.data_range = number("data_range", data_range, lo=0.0, lo_open=True, owner=self.name or None)
         self.precision = choice("precision", precision, PRECISIONS, owner=self.name)
 
-    def _prepare(self, reference: Any, candidates: Any, condition: Any) -> dict[str, list[Any]]:
+    def _prepare(self, reference: Any, candidates: Any, condition: Any) -> dict[str, Any]:
         if reference is None:
             raise InputError(f"{self.name}: reference images are required (one per candidate)")
         if candidates is None:
@@ -178,6 +223,9 @@ class _PairedPixelMetric(SampleMetric):
             raise InputError(
                 f"{self.name}: takes no condition (text); remove it or use clip_t for image-text scores"
             )
+        if _one_size(reference, candidates) and reference.shape[0] == candidates.shape[0]:
+            # batch tensors: their rows as sequences (no per-image views, no per-image checks)
+            return {"reference": TensorRows(reference), "candidates": TensorRows(candidates)}
         refs, cands = as_image_list(reference, name="reference"), as_image_list(candidates, name="candidates")
         if self.resize.name == "none" and not _one_size(reference, candidates):
             # from the headers: a huge mismatched file is refused before decoding

@@ -7,9 +7,14 @@
  *
  * Arithmetic (the same on every CPU and compiler, so the sums are bitwise reproducible; built with
  * -ffp-contract=off so no multiply-add is fused):
- *   float32: each row of W terms goes into 8 float32 lanes (term i into lane i mod 8, in order), the lanes
- *   are added in the fixed tree ((0+4)+(1+5))+((2+6)+(3+7)); relative error <= (W/8 + 3) eps.
- *   uint8: differences and squares are integers, summed exactly in int64.
+ *   float32: a row of W terms is cut into blocks of BLOCK (1024) terms; in a block, the groups of 8 terms go
+ *   into 8 float32 lanes (term i into lane i mod 8, in order), and after the block each lane is added to
+ *   its float64 lane; the last W mod 8 terms of the row (squared in float32) are added to float64 lanes
+ *   0.. in order; the float64 lanes are added in the fixed tree ((0+4)+(1+5))+((2+6)+(3+7)). A float32 lane
+ *   never sums more than BLOCK/8 = 128 terms, so the relative error is at most about (BLOCK/8 + 3) eps32,
+ *   whatever the row length (float64 adds W/BLOCK + 3 eps64 more).
+ *   uint8: differences and squares are integers, summed exactly (16-bit differences, products summed in
+ *   pairs into int32: pmaddwd where the compiler finds it, not a 32-bit multiply; rows in int64).
  * The range: float min/max by comparison (NaN never wins a comparison; a NaN in either input makes that
  * row's sum NaN, which the caller sees), byte min/max for uint8.
  *
@@ -27,14 +32,24 @@
 
 #if defined(__GNUC__) && defined(__x86_64__) && defined(__GLIBC__) && !defined(__INTEL_COMPILER) && \
     !defined(GM_NO_CLONES)
-/* AVX2 and baseline (SSE2) builds of the loops, picked at load time by the CPU (ifunc: glibc only; musl
-   and other libcs get the baseline build) */
-#define GM_CLONES __attribute__((target_clones("avx2", "default")))
+/* AVX-512 (x86-64-v4: F, BW, DQ, VL; AVX-512F where the compiler has no x86-64-v4 clone), AVX2 and baseline (SSE2) builds of the loops, picked at load time by the CPU (ifunc: glibc
+   only; musl and other libcs get the baseline build). The float32 loop is written on 8 lanes, so every build
+   does the same additions in the same order: the same bits. */
+#if !defined(__clang__) && __GNUC__ >= 12
+#define GM_CLONES __attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
+#else
+#define GM_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#endif
+#elif defined(GM_ONLY_TARGET)
+/* one target only (tests build "avx512bw" this way, to compare it with the others where the CPU runs it) */
+#define GM_CLONES __attribute__((target(GM_ONLY_TARGET)))
 #else
 #define GM_CLONES
 #endif
 
 #define LANES 8
+/* float32 terms per block: a float32 lane sums BLOCK / LANES terms, then goes into a float64 lane */
+#define BLOCK 1024
 
 #if defined(__GNUC__) && !defined(GM_NO_VECTOR)
 /* 8 float32 lanes as one vector (GCC/Clang vector extensions: one AVX register, or two SSE/NEON ones);
@@ -61,45 +76,58 @@ static inline void lane_step(float *acc, float *mn, float *mx, int j, float x, f
 GM_CLONES
 static void rows_f32(const float *p, const float *t, int64_t rows, int64_t w, double *out, float *range) {
     float lo = range[0], hi = range[1];
+    const int64_t full = w - w % LANES; /* terms in groups of 8; the rest is the row's tail */
     for (int64_t r = 0; r < rows; r++) {
         const float *a = p + r * w, *b = t + r * w;
+        double dacc[LANES] = {0, 0, 0, 0, 0, 0, 0, 0};
         float acc[LANES], mn[LANES], mx[LANES];
         int64_t i = 0;
 #ifdef GM_VECTOR
-        v8f vacc = {0, 0, 0, 0, 0, 0, 0, 0};
         v8f vmn = {lo, lo, lo, lo, lo, lo, lo, lo}, vmx = {hi, hi, hi, hi, hi, hi, hi, hi};
-        for (; i + LANES <= w; i += LANES) {
-            v8f x, y;
-            memcpy(&x, a + i, sizeof x);
-            memcpy(&y, b + i, sizeof y);
-            v8f d = x - y;
-            vacc = vacc + d * d;
-            v8i k;
-            k = x < vmn;
-            vmn = (v8f)(((v8i)x & k) | ((v8i)vmn & ~k));
-            k = x > vmx;
-            vmx = (v8f)(((v8i)x & k) | ((v8i)vmx & ~k));
-            k = y < vmn;
-            vmn = (v8f)(((v8i)y & k) | ((v8i)vmn & ~k));
-            k = y > vmx;
-            vmx = (v8f)(((v8i)y & k) | ((v8i)vmx & ~k));
+        while (i < full) {
+            int64_t end = (full - i > BLOCK) ? i + BLOCK : full;
+            v8f vacc = {0, 0, 0, 0, 0, 0, 0, 0};
+            for (; i < end; i += LANES) {
+                v8f x, y;
+                memcpy(&x, a + i, sizeof x);
+                memcpy(&y, b + i, sizeof y);
+                v8f d = x - y;
+                vacc = vacc + d * d;
+                v8i k;
+                k = x < vmn;
+                vmn = (v8f)(((v8i)x & k) | ((v8i)vmn & ~k));
+                k = x > vmx;
+                vmx = (v8f)(((v8i)x & k) | ((v8i)vmx & ~k));
+                k = y < vmn;
+                vmn = (v8f)(((v8i)y & k) | ((v8i)vmn & ~k));
+                k = y > vmx;
+                vmx = (v8f)(((v8i)y & k) | ((v8i)vmx & ~k));
+            }
+            memcpy(acc, &vacc, sizeof acc);
+            for (int j = 0; j < LANES; j++) dacc[j] += (double)acc[j];
         }
-        memcpy(acc, &vacc, sizeof acc);
         memcpy(mn, &vmn, sizeof mn);
         memcpy(mx, &vmx, sizeof mx);
 #else
         for (int j = 0; j < LANES; j++) {
-            acc[j] = 0.0f;
             mn[j] = lo;
             mx[j] = hi;
         }
-        for (; i + LANES <= w; i += LANES) {
-            for (int j = 0; j < LANES; j++) lane_step(acc, mn, mx, j, a[i + j], b[i + j]);
+        while (i < full) {
+            int64_t end = (full - i > BLOCK) ? i + BLOCK : full;
+            for (int j = 0; j < LANES; j++) acc[j] = 0.0f;
+            for (; i < end; i += LANES) {
+                for (int j = 0; j < LANES; j++) lane_step(acc, mn, mx, j, a[i + j], b[i + j]);
+            }
+            for (int j = 0; j < LANES; j++) dacc[j] += (double)acc[j];
         }
 #endif
-        for (int j = 0; i < w; i++, j++) lane_step(acc, mn, mx, j, a[i], b[i]); /* last W mod 8, lanes 0.. */
-        float s04 = acc[0] + acc[4], s15 = acc[1] + acc[5], s26 = acc[2] + acc[6], s37 = acc[3] + acc[7];
-        out[r] = (double)((s04 + s15) + (s26 + s37));
+        for (int j = 0; i < w; i++, j++) { /* the last W mod 8 terms: float32 squares into float64 lanes 0.. */
+            acc[j] = 0.0f;
+            lane_step(acc, mn, mx, j, a[i], b[i]);
+            dacc[j] += (double)acc[j];
+        }
+        out[r] = ((dacc[0] + dacc[4]) + (dacc[1] + dacc[5])) + ((dacc[2] + dacc[6]) + (dacc[3] + dacc[7]));
         for (int j = 0; j < LANES; j++) {
             lo = SCALAR_MIN(lo, mn[j]);
             hi = SCALAR_MAX(hi, mx[j]);
@@ -122,8 +150,9 @@ static void rows_u8(const uint8_t *p, const uint8_t *t, int64_t rows, int64_t w,
             int32_t part = 0;
             uint8_t mn = lo, mx = hi;
             for (; i < end; i++) {
-                int32_t d = (int32_t)a[i] - (int32_t)b[i];
-                part += d * d;
+                /* |d| <= 255 fits 16 bits: a 16 x 16 -> 32-bit product the compiler pairs (pmaddwd) */
+                int16_t d = (int16_t)((int16_t)a[i] - (int16_t)b[i]);
+                part += (int32_t)d * (int32_t)d;
                 mn = a[i] < mn ? a[i] : mn;
                 mx = a[i] > mx ? a[i] : mx;
                 mn = b[i] < mn ? b[i] : mn;

@@ -45,7 +45,9 @@ def _f64(x: Any, name: str) -> torch.Tensor:
     if not (x.is_floating_point() or x.dtype in (torch.int32, torch.int64, torch.int16, torch.uint8)):
         raise ValueError(f"{name}: expected a real-valued tensor, got dtype {x.dtype}")
     x = x.to(torch.float64)
-    if not torch.isfinite(x).all():
+    # a finite total implies finite entries (one NaN or inf makes the sum NaN or inf); only a non-finite
+    # total (or an overflowing one) needs the elementwise check, which costs a pass and a mask
+    if not bool(torch.isfinite(x.sum())) and not bool(torch.isfinite(x).all()):
         raise ValueError(f"{name}: contains NaN or infinite values; drop those images or scores first")
     return x
 
@@ -165,7 +167,34 @@ def gaussian_stats(scores: Any, *, name: str = "scores") -> tuple[torch.Tensor, 
     (2.0, [4.0, 6.0], [[10.0, 14.0], [14.0, 20.0]])
     """
     x = _table(scores, name, min_rows=0)
-    return torch.tensor(float(x.shape[0]), dtype=torch.float64, device=x.device), x.sum(0), x.T @ x
+    return torch.tensor(float(x.shape[0]), dtype=torch.float64, device=x.device), x.sum(0), gram(x)
+
+
+#: below this many columns the full product is as quick as the symmetric one
+_SYRK_MIN_COLUMNS = 64
+
+
+def gram(x: torch.Tensor) -> torch.Tensor:
+    """``x.T @ x`` of a float64 table ``[N,C]``, each pair of columns multiplied once.
+
+    On the CPU the upper triangle comes from BLAS ``dsyrk`` (half the multiply-adds of the full product)
+    and is mirrored, so the result is exactly symmetric; every entry is one dot product over the N rows,
+    the same as in the full product up to float64 summation order. Other devices and narrow tables use
+    the full product.
+
+    >>> x = torch.arange(6.0, dtype=torch.float64).reshape(3, 2)
+    >>> gram(x).tolist()
+    [[20.0, 26.0], [26.0, 35.0]]
+    """
+    if x.device.type != "cpu" or x.dtype != torch.float64 or x.ndim != 2 or x.shape[1] < _SYRK_MIN_COLUMNS:
+        return x.T @ x
+    if x.shape[0] == 0:
+        return x.new_zeros(x.shape[1], x.shape[1])
+    from scipy.linalg.blas import dsyrk  # here, not at import: only PaD needs it
+
+    # a C-ordered [N,C] table is a Fortran-ordered [C,N] one: dsyrk reads it in place (trans=0: A A^T)
+    upper = torch.from_numpy(dsyrk(1.0, x.contiguous().numpy().T, trans=0, lower=0))
+    return upper.triu() + upper.triu(1).T
 
 
 def _moments(
@@ -291,18 +320,24 @@ def pad(real: Any, gen: Any, *, direction: str = "gen||real", eps: float = DEFAU
     >>> tuple(d.shape), float(d[0]) < 1e-12, bool((d[1:] > 0.1).all())
     ((3,), True, True)
     """
+    # a table that _table had to convert is a private copy: it is centred in place (no second [N,C] copy)
+    owned = [
+        not (isinstance(v, (torch.Tensor, np.ndarray)) and v.dtype in (torch.float64, np.float64))
+        for v in (real, gen)
+    ]
     real, gen = _table(real, "real"), _table(gen, "gen")
     _pair(real, gen)
     if real.shape[1] < 2:
         raise ValueError(f"PaD needs at least 2 attributes to form a pair, got {real.shape[1]}")
 
-    def stats(x: torch.Tensor):
-        m = x.mean(0)
-        xc = x - m
+    def stats(x: torch.Tensor, own: bool):
         n = x.shape[0]
-        return torch.tensor(float(n), dtype=torch.float64), x.sum(0), xc.T @ xc + n * torch.outer(m, m)
+        s = x.sum(0)
+        m = x.mean(0)
+        xc = x.sub_(m) if own else x - m
+        return torch.tensor(float(n), dtype=torch.float64), s, gram(xc) + n * torch.outer(m, m)
 
-    return pad_from_stats(stats(real), stats(gen), direction=direction, eps=eps)
+    return pad_from_stats(stats(real, owned[0]), stats(gen, owned[1]), direction=direction, eps=eps)
 
 
 def rsad(real_maps: Any, gen_maps: Any) -> torch.Tensor:

@@ -9,10 +9,17 @@ See docs/leaderboard.md. Nothing heavy is imported here (the runner and the plan
 
 from __future__ import annotations
 
-from genmetrics.leaderboard.config import LeaderboardConfig, load_config
+from typing import TYPE_CHECKING
+
 from genmetrics.registry import lazy_exports
 
+if TYPE_CHECKING:
+    from genmetrics.leaderboard.config import LeaderboardConfig, load_config
+
 _LAZY = {
+    # the config module loads yaml: not for commands that only read a leaderboard module's light parts
+    "LeaderboardConfig": "genmetrics.leaderboard.config",
+    "load_config": "genmetrics.leaderboard.config",
     "run_leaderboard": "genmetrics.leaderboard.runner",
     "RunResult": "genmetrics.leaderboard.runner",
     "build_plan": "genmetrics.leaderboard.plan",

@@ -201,3 +201,31 @@ def test_windowed_metrics_work_in_bounded_chunks_with_the_same_scores(name, monk
     # of additions within an image), so the chunked scores equal the whole-batch ones to float32 rounding
     # of one image's mean (64*64*3 terms): bound 4 eps * sqrt(12288) ~ 5e-5, far above the 0 measured
     torch.testing.assert_close(chunked, whole, rtol=0, atol=5e-5)
+
+
+@pytest.mark.parametrize("name", ["psnr", "ssim"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.uint8])
+def test_batch_tensors_score_as_their_images_do_in_every_slicing(name, dtype):
+    """Batch tensors go through the metric as row sequences (no per-image views): the same per-image
+    scores as the images given as a list, with batch sizes that cut the batch unevenly, ids that drop
+    repeats across updates, and a batch tensor that is itself a strided view."""
+    g = torch.Generator().manual_seed(11)
+    ref = torch.rand(7, 3, 16, 16, generator=g)
+    cand = (ref + 0.1 * torch.randn(ref.shape, generator=g)).clamp(0, 1)
+    if dtype == torch.uint8:
+        ref, cand = (ref * 255).round().to(dtype), (cand * 255).round().to(dtype)
+    expected = gm.create_metric(name, batch_size=7)
+    expected.update(reference=list(ref), candidates=list(cand))
+    want = expected.per_sample()["scores"]
+    for bs in (1, 3, 7):
+        m = gm.create_metric(name, batch_size=bs)
+        m.update(reference=ref, candidates=cand, ids=list(range(7)))
+        m.update(reference=ref[2:5], candidates=cand[2:5], ids=[2, 3, 4])  # repeats: dropped with a warning
+        assert torch.equal(m.per_sample()["scores"], want), bs
+    wide_r, wide_c = torch.cat([ref, ref], 1), torch.cat([cand, cand], 1)  # [7,6,H,W]: rows are strided views
+    m = gm.create_metric(name, batch_size=3)
+    m.update(reference=wide_r[:, 3:], candidates=wide_c[:, 3:])
+    assert torch.equal(m.per_sample()["scores"], want)
+    m = gm.create_metric(name, batch_size=3)
+    m.update(reference=ref[1::2], candidates=cand[1::2])  # every other image
+    assert torch.equal(m.per_sample()["scores"], want[1::2])

@@ -220,3 +220,71 @@ def test_kde_mode_unit_is_nats_per_grid_cell():
     assert float(kde_pad(real, gen, n_points=2500)[0]) * 50 * 50 == pytest.approx(
         2 * kl, rel=0.08
     )  # independent
+
+
+# ------------------------------------------------------------------ PaD's symmetric product (gram)
+def test_gram_matches_full_product_within_summation_bound():
+    from genmetrics.functional.divergence import _SYRK_MIN_COLUMNS, gram
+
+    g = torch.Generator().manual_seed(5)
+    n, c = 700, _SYRK_MIN_COLUMNS + 17  # wide enough for the BLAS syrk path
+    x = torch.randn(n, c, generator=g, dtype=torch.float64) * 3 + 1
+    got, full = gram(x), x.T @ x
+    assert torch.equal(got, got.T)  # mirrored, not two separate dot products
+    # each entry is one float64 dot product of length n: |error| <= gamma_n * (|x|^T |x|) for either order
+    u = 2.0**-53
+    gamma = n * u / (1 - n * u)
+    bound = 2 * gamma * (x.abs().T @ x.abs())
+    assert bool(((got - full).abs() <= bound).all())
+    # narrow tables and empty tables: the full product / zeros
+    torch.testing.assert_close(gram(x[:, :3]), x[:, :3].T @ x[:, :3], rtol=0, atol=0)
+    assert torch.equal(gram(x[:0]), torch.zeros(c, c, dtype=torch.float64))
+
+
+def test_pad_equals_full_product_pad_exactly_on_exact_data():
+    """Centred integer data (each column sums to 0): every product and sum is exact in float64, so PaD from
+    the symmetric product equals PaD from the full product bit for bit."""
+    g = torch.Generator().manual_seed(6)
+    c = 70
+    half_r = torch.randint(-50, 50, (150, c), generator=g).double()
+    half_g = torch.randint(-40, 60, (120, c), generator=g).double()
+    half_g -= half_g.mean(0).round()
+    real, gen = torch.cat([half_r, -half_r]), torch.cat([half_g, -half_g])
+
+    def full_stats(x):
+        n = x.shape[0]
+        m = x.mean(0)
+        xc = x - m
+        return torch.tensor(float(n), dtype=torch.float64), x.sum(0), xc.T @ xc + n * torch.outer(m, m)
+
+    expected = pad_from_stats(full_stats(real), full_stats(gen))
+    for r, q in ((real, gen), (real.float(), gen.float()), (real.numpy(), gen.numpy())):
+        assert torch.equal(pad(r, q), expected)
+
+
+def test_pad_leaves_caller_tables_untouched():
+    g = torch.Generator().manual_seed(7)
+    real = torch.rand(90, 66, generator=g, dtype=torch.float64) + 2.0
+    gen32 = torch.rand(80, 66, generator=g) + 1.0
+    real_np = real.numpy().copy()
+    before = (real.clone(), gen32.clone(), real_np.copy())
+    pad(real, gen32)
+    pad(real_np, gen32)
+    assert torch.equal(real, before[0]) and torch.equal(gen32, before[1])
+    assert np.array_equal(real_np, before[2])
+
+
+def test_non_finite_scores_refused_but_large_finite_ones_accepted():
+    x = torch.rand(10, 3, dtype=torch.float64)
+    for bad in (float("nan"), float("inf"), -float("inf")):
+        y = x.clone()
+        y[4, 1] = bad
+        with pytest.raises(ValueError, match="NaN or infinite"):
+            sad(y, x)
+    # finite values whose total overflows: the fast check's fallback must still accept them
+    big = torch.full((10, 3), 1e308, dtype=torch.float64)
+    big[::2] = -1e308
+    big[1] = 1e308
+    assert not bool(torch.isfinite(big.sum()))
+    n, _, _ = gaussian_stats(big)  # validation passes (no ValueError)
+    assert float(n) == 10.0
