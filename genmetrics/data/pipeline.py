@@ -1,0 +1,216 @@
+"""The input pipeline shared by every path that reads image files (``score``, ``leaderboard``, ``compare``, the
+Python API on folders): each file is opened and decoded once, in DataLoader worker processes, with a bounded
+prefetch that overlaps decoding with the model.
+
+* :func:`decoded` streams ``(path, outputs)`` in input order, ``outputs`` one value per *transform* (or the
+  exception that named the file: a bad file is reported by the caller, per ``--on-error``);
+* a *transform* is the per-image CPU work a worker does on the decoded, EXIF-rotated first frame
+  (``transform(image, name) -> value``, a picklable callable). The default, :func:`rgb_uint8`, converts the
+  mode by the image contract (:func:`genmetrics.data.images.to_rgb`) and returns a ``uint8 [3,H,W]`` tensor,
+  which every metric reads exactly as it reads the file. A metric asks for another one with an
+  ``input_transform`` attribute (:func:`transform_of`); several metrics sharing a run share the decoding and
+  get one output each per distinct transform;
+* memory: at most ``workers * prefetch`` batches are decoded ahead of the consumer (``prefetch`` batches
+  with ``workers=0``, where decoding runs in the calling process, one batch at a time);
+* on CUDA, batches come in pinned memory and tensors are copied with ``non_blocking=True``.
+
+Worker processes end with the iteration, with an error in a worker and with Ctrl-C (the DataLoader's own
+shutdown, run from ``finally``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from PIL import Image
+
+from genmetrics.data.images import load_image, to_rgb
+from genmetrics.errors import InputError
+
+ImageTransform = Callable[[Image.Image, str], Any]
+#: the most workers :func:`default_workers` chooses (decoding a batch rarely needs more to keep up)
+MAX_DEFAULT_WORKERS = 8
+#: batches decoded ahead per worker (DataLoader ``prefetch_factor``)
+DEFAULT_PREFETCH = 2
+
+
+def rgb_uint8(im: Image.Image, name: str) -> torch.Tensor:
+    """The default per-image transform: RGB by the image contract, as a ``uint8 [3,H,W]`` tensor (a metric
+    reads it exactly as it reads the file: ``x / 255``).
+
+    >>> t = rgb_uint8(Image.new("LA", (3, 2), (10, 0)), "x")  # transparent: composited on white
+    >>> t.dtype, tuple(t.shape), t[:, 0, 0].tolist()
+    (torch.uint8, (3, 2, 3), [255, 255, 255])
+    """
+    arr = np.asarray(to_rgb(im, name=name), dtype=np.uint8)
+    return torch.from_numpy(arr.copy()).permute(2, 0, 1)
+
+
+def transform_of(metric: Any) -> ImageTransform:
+    """The per-image transform ``metric`` asks for (its ``input_transform`` attribute), else :func:`rgb_uint8`.
+
+    >>> transform_of(object()) is rgb_uint8
+    True
+    """
+    t = getattr(metric, "input_transform", None)
+    return t if callable(t) else rgb_uint8
+
+
+def default_workers() -> int:
+    """Decoding workers when none are asked for: one per available core but one (kept for the model and the
+    main loop), at most :data:`MAX_DEFAULT_WORKERS`; 0 (decode in the calling process) on one core.
+
+    >>> 0 <= default_workers() <= MAX_DEFAULT_WORKERS
+    True
+    """
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS, Windows
+        cores = os.cpu_count() or 1
+    return max(0, min(cores - 1, MAX_DEFAULT_WORKERS))
+
+
+def check_workers(workers: int | None, *, flag: str = "workers") -> int:
+    """``workers`` checked (``None``: :func:`default_workers`).
+
+    >>> check_workers(2)
+    2
+    >>> check_workers(-1)
+    Traceback (most recent call last):
+        ...
+    genmetrics.errors.InputError: workers: expected a number of worker processes >= 0, got -1 (0 decodes in the calling process)
+    """
+    if workers is None:
+        return default_workers()
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 0:
+        raise InputError(
+            f"{flag}: expected a number of worker processes >= 0, got {workers!r} (0 decodes in the calling process)"
+        )
+    return workers
+
+
+@dataclass(frozen=True)
+class _Decode:
+    """What a worker does for one file: open, decode the first frame once, apply each transform."""
+
+    transforms: tuple[ImageTransform, ...]
+
+    def __call__(self, path: Any) -> tuple[Any, ...]:
+        name = str(path)
+        return load_image(path, convert=lambda im: tuple(t(im, name) for t in self.transforms))  # type: ignore[return-value]
+
+
+class _Files(torch.utils.data.Dataset):
+    def __init__(self, paths: Sequence[Any], decode: _Decode):
+        self.paths, self.decode = list(paths), decode
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, i: int) -> tuple[Any, Any]:
+        try:
+            return self.paths[i], self.decode(self.paths[i])
+        except Exception as err:  # noqa: BLE001 - reported to the caller, which skips or stops per --on-error
+            return self.paths[i], err
+
+
+def _to_device(x: Any, device: torch.device) -> Any:
+    if isinstance(x, torch.Tensor):
+        return x.to(device, non_blocking=True)
+    if isinstance(x, tuple):
+        return tuple(_to_device(v, device) for v in x)
+    return x
+
+
+def decoded(
+    paths: Sequence[Any],
+    transforms: Sequence[ImageTransform] = (rgb_uint8,),
+    *,
+    batch_size: int = 32,
+    batches: Sequence[Sequence[int]] | None = None,
+    workers: int | None = None,
+    prefetch: int = DEFAULT_PREFETCH,
+    device: Any = None,
+) -> Iterator[list[tuple[Any, tuple[Any, ...] | Exception]]]:
+    """Decode ``paths`` once each and yield batches of ``(path, outputs)`` in input order; ``outputs`` holds one
+    value per transform, or is the exception that names the file (unreadable, missing, too large).
+
+    ``batches``: the batches as lists of indices into ``paths`` (default: consecutive runs of ``batch_size``).
+    ``workers``: decoding processes (``None``: :func:`default_workers`); ``prefetch``: batches decoded ahead
+    per worker; ``device``: a CUDA device puts tensors there (pinned memory, ``non_blocking`` copies).
+
+    >>> import tempfile
+    >>> from genmetrics.testing import random_images, write_images
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     files = write_images(d, random_images(3, 8)) + [Path(d) / "missing.png"]
+    ...     out = [(p.name, o) for batch in decoded(files, batch_size=2, workers=0) for p, o in batch]
+    >>> [n for n, _ in out], tuple(out[0][1][0].shape), type(out[3][1]).__name__
+    (['000.png', '001.png', '002.png', 'missing.png'], (3, 8, 8), 'InputError')
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    if batches is None:
+        batches = [list(range(i, min(len(paths), i + batch_size))) for i in range(0, len(paths), batch_size)]
+    batches = [list(b) for b in batches if len(b)]
+    n_workers = check_workers(workers)
+    if prefetch < 1:
+        raise ValueError(f"prefetch must be >= 1, got {prefetch}")
+    dev = torch.device(device) if device is not None else None
+    cuda = dev is not None and dev.type == "cuda"
+    ds = _Files(paths, _Decode(tuple(transforms)))
+    if not batches:
+        return
+    if n_workers == 0:
+        for idx in batches:
+            batch = [ds[j] for j in idx]
+            yield [(p, _to_device(o, dev)) for p, o in batch] if cuda else batch  # type: ignore[arg-type]
+        return
+    loader = torch.utils.data.DataLoader(
+        ds,
+        batch_sampler=batches,
+        num_workers=min(n_workers, len(batches)),
+        collate_fn=list,
+        pin_memory=cuda,
+        pin_memory_device=str(dev) if cuda else "",
+        prefetch_factor=prefetch,
+        persistent_workers=False,
+    )
+    it = iter(loader)
+    try:
+        for batch in it:
+            yield [(p, _to_device(o, dev)) for p, o in batch] if cuda else batch  # type: ignore[misc]
+    finally:
+        shutdown = getattr(it, "_shutdown_workers", None)
+        if shutdown is not None:  # a generator closed early, an error or Ctrl-C: no worker is left behind
+            shutdown()
+
+
+class DecodedCache:
+    """Decoded outputs of the files of one chunk, looked up by path (the runner's view of one batch)."""
+
+    def __init__(self, batch: Sequence[tuple[Any, tuple[Any, ...] | Exception]]):
+        self.items = {str(p): o for p, o in batch}
+
+    def get(self, path: Any, k: int = 0) -> Any:
+        """Output ``k`` of ``path``; raises the file's own error when it could not be decoded."""
+        o = self.items[str(path)]
+        if isinstance(o, Exception):
+            raise o
+        return o[k]
+
+    def error(self, path: Any) -> Exception | None:
+        o = self.items.get(str(path))
+        return o if isinstance(o, Exception) else None
+
+
+def decode_files(
+    paths: Sequence[Path], *, workers: int | None = None, batch_size: int = 32
+) -> list[tuple[Any, tuple[Any, ...] | Exception]]:
+    """Every file decoded by :func:`decoded`, as one list (small sets)."""
+    return [item for batch in decoded(paths, batch_size=batch_size, workers=workers) for item in batch]
