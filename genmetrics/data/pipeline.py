@@ -9,7 +9,8 @@ prefetch that overlaps decoding with the model.
   mode by the image contract (:func:`genmetrics.data.images.to_rgb`) and returns a ``uint8 [3,H,W]`` tensor,
   which every metric reads exactly as it reads the file. A metric asks for another one with an
   ``input_transform`` attribute (:func:`transform_of`); several metrics sharing a run share the decoding and
-  get one output each per distinct transform;
+  get one output each per distinct transform. ``input_transform = "paths"`` (:data:`PATHS`): the metric is
+  given the file paths and reads the files itself;
 * memory: at most ``workers * prefetch`` batches are decoded ahead of the consumer (``prefetch`` batches
   with ``workers=0``, where decoding runs in the calling process, one batch at a time);
 * on CUDA, batches come in pinned memory and tensors are copied with ``non_blocking=True``.
@@ -20,10 +21,10 @@ shutdown, run from ``finally``).
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -34,6 +35,8 @@ from genmetrics.data.images import load_image, to_rgb
 from genmetrics.errors import InputError
 
 ImageTransform = Callable[[Image.Image, str], Any]
+#: the ``input_transform`` of a metric that is given file paths, not decoded images
+PATHS = "paths"
 #: the most workers :func:`default_workers` chooses (decoding a batch rarely needs more to keep up)
 MAX_DEFAULT_WORKERS = 8
 #: batches decoded ahead per worker (DataLoader ``prefetch_factor``)
@@ -52,14 +55,15 @@ def rgb_uint8(im: Image.Image, name: str) -> torch.Tensor:
     return torch.from_numpy(arr.copy()).permute(2, 0, 1)
 
 
-def transform_of(metric: Any) -> ImageTransform:
-    """The per-image transform ``metric`` asks for (its ``input_transform`` attribute), else :func:`rgb_uint8`.
+def transform_of(metric: Any) -> Any:
+    """The per-image transform ``metric`` asks for (its ``input_transform`` attribute: a callable, or
+    :data:`PATHS` for file paths), else :func:`rgb_uint8`.
 
     >>> transform_of(object()) is rgb_uint8
     True
     """
     t = getattr(metric, "input_transform", None)
-    return t if callable(t) else rgb_uint8
+    return t if callable(t) or t == PATHS else rgb_uint8
 
 
 def default_workers() -> int:
@@ -103,6 +107,8 @@ class _Decode:
 
     def __call__(self, path: Any) -> tuple[Any, ...]:
         name = str(path)
+        if not self.transforms:  # every metric reads the file itself
+            return ()
         return load_image(path, convert=lambda im: tuple(t(im, name) for t in self.transforms))  # type: ignore[return-value]
 
 
@@ -146,6 +152,7 @@ def decoded(
     per worker; ``device``: a CUDA device puts tensors there (pinned memory, ``non_blocking`` copies).
 
     >>> import tempfile
+    >>> from pathlib import Path
     >>> from genmetrics.testing import random_images, write_images
     >>> with tempfile.TemporaryDirectory() as d:
     ...     files = write_images(d, random_images(3, 8)) + [Path(d) / "missing.png"]
@@ -192,10 +199,10 @@ def decoded(
 
 
 class DecodedCache:
-    """Decoded outputs of the files of one chunk, looked up by path (the runner's view of one batch)."""
+    """Decoded outputs of the files of one chunk, looked up by path (what a runner feeds its metrics from)."""
 
-    def __init__(self, batch: Sequence[tuple[Any, tuple[Any, ...] | Exception]]):
-        self.items = {str(p): o for p, o in batch}
+    def __init__(self, items: Any):
+        self.items = {str(p): o for p, o in (items.items() if isinstance(items, dict) else items)}
 
     def get(self, path: Any, k: int = 0) -> Any:
         """Output ``k`` of ``path``; raises the file's own error when it could not be decoded."""
@@ -205,12 +212,58 @@ class DecodedCache:
         return o[k]
 
     def error(self, path: Any) -> Exception | None:
+        """The error that kept ``path`` from being decoded (``None`` when it was)."""
         o = self.items.get(str(path))
         return o if isinstance(o, Exception) else None
 
 
-def decode_files(
-    paths: Sequence[Path], *, workers: int | None = None, batch_size: int = 32
-) -> list[tuple[Any, tuple[Any, ...] | Exception]]:
-    """Every file decoded by :func:`decoded`, as one list (small sets)."""
-    return [item for batch in decoded(paths, batch_size=batch_size, workers=workers) for item in batch]
+def decoded_chunks(
+    chunks: Sequence[Sequence[Any]],
+    transforms: Sequence[ImageTransform] = (rgb_uint8,),
+    *,
+    batch_size: int = 32,
+    workers: int | None = None,
+    prefetch: int = DEFAULT_PREFETCH,
+    device: Any = None,
+) -> Iterator[DecodedCache]:
+    """One :class:`DecodedCache` per chunk of files (a chunk: every file one step of a run needs: candidates,
+    their references, several generators'), each file decoded once for the whole stream: a file a later chunk
+    needs again (a reference shared by many candidates) is held until its last chunk, not decoded again.
+    A chunk's new files go to the workers in batches of at most ``batch_size``.
+
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> from genmetrics.testing import random_images, write_images
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     a, b, c = write_images(d, random_images(3, 8))
+    ...     caches = list(decoded_chunks([[a, b], [a, c]], workers=0))
+    >>> sorted(Path(p).name for p in caches[1].items), torch.equal(caches[0].get(a), caches[1].get(a))
+    (['000.png', '002.png'], True)
+    """
+    last: dict[str, int] = {}
+    for i, chunk in enumerate(chunks):
+        for f in chunk:
+            last[str(f)] = i
+    files: list[Any] = []
+    batches: list[list[int]] = []
+    n_batches: list[int] = []
+    seen: set[str] = set()
+    for chunk in chunks:
+        new = [f for f in dict.fromkeys(chunk) if str(f) not in seen]
+        seen.update(str(f) for f in new)
+        pieces = [new[i : i + batch_size] for i in range(0, len(new), batch_size)]
+        for piece in pieces:
+            batches.append(list(range(len(files), len(files) + len(piece))))
+            files.extend(piece)
+        n_batches.append(len(pieces))
+    stream = decoded(files, transforms, batches=batches, workers=workers, prefetch=prefetch, device=device)
+    held: dict[str, Any] = {}
+    with contextlib.closing(stream):
+        for i, chunk in enumerate(chunks):
+            for _ in range(n_batches[i]):
+                held.update((str(p), o) for p, o in next(stream))
+            yield DecodedCache({str(f): held[str(f)] for f in chunk})
+            for f in chunk:
+                if last.get(str(f)) == i:
+                    held.pop(str(f), None)
+                    last.pop(str(f))

@@ -39,7 +39,14 @@ import torch
 from accelerate import PartialState
 
 from genmetrics.data.images import list_images, unused_references
-from genmetrics.data.pipeline import DecodedCache, check_workers, decoded, transform_of
+from genmetrics.data.pipeline import (
+    PATHS,
+    DecodedCache,
+    check_workers,
+    decoded,
+    decoded_chunks,
+    transform_of,
+)
 from genmetrics.data.progress import progress
 from genmetrics.data.results import ResultsWriter, lock_output_folder, merge_results, read_results
 from genmetrics.errors import GenmetricsError, InputError
@@ -514,7 +521,13 @@ class _Run:
             raise self._context(mp, e) from e
 
     def _decode_errors(
-        self, ok: list[Sample], cache: DecodedCache, generator: str, mp: MetricPlan, skip: _Skipper | None
+        self,
+        ok: list[Sample],
+        cache: DecodedCache,
+        generator: str,
+        mp: MetricPlan,
+        skip: _Skipper | None,
+        columns: list[Any] | None = None,
     ) -> list[Sample]:
         """The samples whose files decoded; a file that did not is reported per column (``--on-error skip``)
         or stops the run naming it."""
@@ -526,7 +539,7 @@ class _Run:
                 continue
             if skip is None:
                 raise self._context(mp, err) if isinstance(err, GenmetricsError) else err
-            for col in mp.columns:
+            for col in mp.columns if columns is None else columns:
                 if (generator, col.name, s.id) not in self.done:
                     skip.report(generator, col.name, s.id, str(err))
         return good
@@ -570,7 +583,7 @@ class _Run:
                 if not ok:
                     continue
                 k = index[id(metric)]
-                args = {"reference": [cache.get(s.candidate, k) for s in ok]}
+                args = {"reference": [_input(cache, s.candidate, k) for s in ok]}
                 self._update(metric, skip, "__real__", mp.spec.label, args, [s.id for s in ok], mp)
 
     def bar_stream(self, stream: Any, total: int, desc: str) -> Any:
@@ -605,37 +618,38 @@ class _Run:
                     s.id for mp in plans for g in self.plan.generators for s in todo[id(mp)][g.name]
                 )
             )
-            units = []  # per chunk of ids: (generator, {id(mp): samples}) and how many loader batches it has
-            files: list[str] = []
-            batches: list[list[int]] = []
+            units = []  # per chunk of ids: (generator, {id(mp): samples}) and every file the chunk needs
             for c in range(0, len(stems), chunk):
                 ids = set(stems[c : c + chunk])
-                per_g, seen, refs, n_batches = [], set(), {}, 0
-                for g in self.plan.generators:
-                    subs = {id(mp): [s for s in todo[id(mp)][g.name] if s.id in ids] for mp in plans}
-                    per_g.append((g.name, subs))
-                    mine = [s for ss in subs.values() for s in ss]
-                    cands = [f for f in dict.fromkeys(str(s.candidate) for s in mine) if f not in seen]
-                    refs.update(dict.fromkeys(str(f) for s in mine for f in _files_of(s)[1:]))
-                    n_batches += _add_batch(files, batches, cands, seen)
-                n_batches += _add_batch(files, batches, [f for f in refs if f not in seen], seen)
-                units.append((per_g, n_batches))
-            stream = stack.enter_context(
-                contextlib.closing(
-                    decoded(files, transforms, batches=batches, workers=self.workers, device=self.device)
+                per_g = [
+                    (g.name, {id(mp): [s for s in todo[id(mp)][g.name] if s.id in ids] for mp in plans})
+                    for g in self.plan.generators
+                ]
+                units.append(
+                    (
+                        per_g,
+                        [f for _, subs in per_g for ss in subs.values() for s in ss for f in _files_of(s)],
+                    )
                 )
+            # each file decoded once: a chunk's references once for all generators, a shared one held
+            caches = decoded_chunks(
+                [files for _, files in units],
+                transforms,
+                batch_size=chunk,
+                workers=self.workers,
+                device=self.device,
             )
+            stream = stack.enter_context(contextlib.closing(caches))
             labels = ", ".join(mp.spec.label for mp in plans)
-            for per_g, n_batches in self.bar(units, labels):
-                items = [item for _ in range(n_batches) for item in next(stream)]
-                cache = DecodedCache(items)
+            for (per_g, _), cache in zip(self.bar(units, labels), stream):
                 for gname, subs in per_g:
                     rows: list[dict[str, Any]] = []
                     for mp, metric in active:
                         k = index[id(metric)]
                         for col in mp.columns:
                             sub = [s for s in subs[id(mp)] if (gname, col.name, s.id) not in self.done]
-                            sub = self._decode_errors(sub, cache, gname, mp, skip) if sub else sub
+                            if k >= 0:
+                                sub = self._decode_errors(sub, cache, gname, mp, skip, [col])
                             if not sub:
                                 continue
                             if mp.real is not None:
@@ -713,7 +727,8 @@ class _Run:
                             ok = self._decode_errors(samples, cache, g.name, mp, skip)
                             if not ok:
                                 continue
-                            args = {"candidates": [cache.get(s.candidate, index[id(metric)]) for s in ok]}
+                            k = index[id(metric)]
+                            args = {"candidates": [_input(cache, s.candidate, k) for s in ok]}
                             ids = [s.id for s in ok]
                             files_ok = [str(s.candidate) for s in ok]
                             self._update(metric, skip, g.name, mp.spec.label, args, ids, mp, files_ok)
@@ -776,26 +791,37 @@ def _files_of(s: Sample) -> list[Path]:
 
 
 def _transforms(metrics: list[Any]) -> tuple[list[Any], dict[int, int]]:
-    """The distinct per-image transforms the metrics ask for, and each metric's index among them."""
+    """The distinct per-image transforms the metrics ask for, and each metric's index among them (-1: the
+    metric is given the file paths)."""
     out: list[Any] = []
     index: dict[int, int] = {}
     for m in metrics:
         t = transform_of(m)
+        if t == PATHS:
+            index[id(m)] = -1
+            continue
         if t not in out:
             out.append(t)
         index[id(m)] = out.index(t)
     return out, index
 
 
+def _input(cache: DecodedCache, path: Any, k: int) -> Any:
+    """What a metric is fed for ``path``: its decoded output ``k``, or the path itself (``k`` -1)."""
+    return str(path) if k < 0 else cache.get(path, k)
+
+
 def _decoded_args(args: dict[str, Any], cache: DecodedCache, k: int) -> dict[str, Any]:
-    """``metric.update`` arguments with every file path replaced by its decoded image (output ``k``)."""
+    """``metric.update`` arguments with every file path replaced by its decoded image (output ``k``; -1: paths)."""
     out = dict(args)
+    if k < 0:
+        return out
     if out.get("candidates") is not None:
-        out["candidates"] = [cache.get(p, k) for p in out["candidates"]]
+        out["candidates"] = [_input(cache, p, k) for p in out["candidates"]]
     ref = out.get("reference")
     if ref is not None:
         out["reference"] = [
-            [cache.get(p, k) for p in r] if isinstance(r, list) else cache.get(r, k) for r in ref
+            [_input(cache, p, k) for p in r] if isinstance(r, list) else _input(cache, r, k) for r in ref
         ]
     return out
 
@@ -806,13 +832,3 @@ def _name_file(e: InputError, files: list[str] | None) -> InputError:
     if files is None or m is None or m[1] != "candidates" or int(m[2]) >= len(files):
         return e
     return InputError(f"{files[int(m[2])]}: {e}")
-
-
-def _add_batch(files: list[str], batches: list[list[int]], new: list[str], seen: set[str]) -> int:
-    """Append ``new`` files as one loader batch (none when empty); returns the number of batches added."""
-    if not new:
-        return 0
-    batches.append(list(range(len(files), len(files) + len(new))))
-    files.extend(new)
-    seen.update(new)
-    return 1
