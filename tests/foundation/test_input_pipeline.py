@@ -1,0 +1,215 @@
+"""The input pipeline: one decode per file per run (PIL instrumented, worker processes included), results
+identical for any number of workers and batch size, order kept, bad files named, no worker left behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from click.testing import CliRunner
+from PIL import Image
+
+from genmetrics.cli.main import cli
+from genmetrics.data.images import load_image, pil_to_tensor
+from genmetrics.data.pipeline import decoded, decoded_chunks, rgb_uint8
+from genmetrics.errors import InputError
+from genmetrics.leaderboard import run_leaderboard
+from genmetrics.testing import random_images
+from genmetrics.testing.pil_counts import count_pil
+
+
+def _folders(root: Path, n: int = 6, size: int = 24) -> list[Path]:
+    """refs/ (PNG) and a/ b/ c/ (PNG and JPEG, alternating), ``n`` images each, matched by stem."""
+    files = []
+    for k, folder in enumerate(("refs", "a", "b", "c")):
+        (root / folder).mkdir(parents=True)
+        for i, x in enumerate(random_images(n, size, seed=k)):
+            ext = "jpg" if folder != "refs" and i % 2 else "png"
+            p = root / folder / f"{i:03d}.{ext}"
+            Image.fromarray(x.permute(1, 2, 0).numpy()).save(p)
+            files.append(p)
+    return files
+
+
+def _config(metrics=("psnr", "ssim", "ms_ssim")) -> dict:
+    return {
+        "data": {"references": "refs"},
+        "run": {"n_boot": 10},
+        "generators": [{"name": g, "images": g} for g in "abc"],
+        "metrics": [{"name": m} for m in metrics],
+    }
+
+
+def _rows(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_leaderboard_decodes_each_file_once(tmp_path, workers):
+    files = _folders(tmp_path, size=176)  # ms_ssim needs > 160 px
+    with count_pil() as c:
+        run_leaderboard(_config(), tmp_path / "out", base_dir=tmp_path, plots=False, workers=workers)
+    o_lo, o_hi, d_lo, d_hi = c.per_file(files)
+    assert (d_lo, d_hi) == (1, 1), "every file (references included) decoded exactly once"
+    assert o_hi <= 2
+    assert len(_rows(tmp_path / "out")) == 3 * 3 * 6
+
+
+def test_score_cli_decodes_each_file_once(tmp_path):
+    files = _folders(tmp_path)
+    with count_pil() as c:
+        res = CliRunner().invoke(
+            cli,
+            [
+                "score",
+                "psnr",
+                "-r",
+                str(tmp_path / "refs"),
+                "-c",
+                str(tmp_path / "a"),
+                "--json",
+                "--workers",
+                "2",
+            ],
+        )
+    assert res.exit_code == 0, res.output
+    used = [f for f in files if f.parent.name in ("refs", "a")]
+    o_lo, o_hi, d_lo, d_hi = c.per_file(used)
+    assert (d_lo, d_hi) == (1, 1) and o_hi <= 2
+
+
+def test_a_shared_reference_is_decoded_once_across_chunks(tmp_path):
+    _folders(tmp_path)
+    ref = tmp_path / "refs" / "000.png"
+    with count_pil() as c:
+        res = CliRunner().invoke(
+            cli,
+            [
+                "score",
+                "psnr",
+                "-r",
+                str(ref),
+                "-c",
+                str(tmp_path / "refs"),
+                "--batch-size",
+                "2",
+                "--workers",
+                "0",
+            ],
+        )
+    assert res.exit_code == 0, res.output
+    assert c.decodes[os.path.realpath(ref)] == 1  # one file for every candidate, over three chunks
+
+
+@pytest.mark.parametrize("workers,batch", [(0, 1), (1, 5), (2, 32), (4, 3)])
+def test_results_identical_for_any_workers_and_batch(tmp_path, workers, batch):
+    """Bitwise: every row of the run equals the run with the file-reading path (workers=0, batch 2)."""
+    _folders(tmp_path / "d", size=176)
+    cfg = _config()
+    ref = run_leaderboard(
+        cfg, tmp_path / "ref", base_dir=tmp_path / "d", plots=False, workers=0, batch_size=2
+    )
+    got = run_leaderboard(
+        cfg, tmp_path / "got", base_dir=tmp_path / "d", plots=False, workers=workers, batch_size=batch
+    )
+    assert _rows(ref.out) == _rows(got.out)
+    # and each score equals the metric fed the file paths directly (the second computation)
+    import genmetrics as gm
+
+    m = gm.create_metric("ssim")
+    a = sorted((tmp_path / "d" / "a").iterdir())
+    r = [tmp_path / "d" / "refs" / f"{p.stem}.png" for p in a]
+    m.update(reference=[str(x) for x in r], candidates=[str(x) for x in a], ids=[p.stem for p in a])
+    direct = dict(zip(m.per_sample()["ids"], m.per_sample()["scores"].double().tolist()))
+    rows = {r["id"]: r["score"] for r in _rows(got.out) if r["generator"] == "a" and r["metric"] == "ssim"}
+    assert rows == direct
+
+
+def test_decoded_keeps_order_names_bad_files_and_matches_load_image(tmp_path):
+    files = _folders(tmp_path)[:8]
+    bad = tmp_path / "refs" / "bad.png"
+    bad.write_bytes(b"not an image")
+    paths = files[:3] + [bad] + files[3:]
+    out = [item for batch in decoded(paths, batch_size=3, workers=2) for item in batch]
+    assert [p for p, _ in out] == paths
+    assert isinstance(out[3][1], InputError) and "bad.png" in str(out[3][1])
+    for p, o in out[:3] + out[4:]:
+        assert torch.equal(o[0].float() / 255, pil_to_tensor(load_image(p)))
+    assert torch.equal(
+        rgb_uint8(Image.open(files[0]), "x").float() / 255, pil_to_tensor(load_image(files[0]))
+    )
+
+
+def test_decoded_chunks_serve_every_chunk_its_files(tmp_path):
+    files = _folders(tmp_path)[:6]
+    chunks = [files[0:3], files[2:5], [files[0], files[5]]]
+    caches = list(decoded_chunks(chunks, batch_size=2, workers=2))
+    for chunk, cache in zip(chunks, caches):
+        assert sorted(cache.items) == sorted(str(f) for f in chunk)
+        for f in chunk:
+            assert torch.equal(cache.get(f), rgb_uint8(load_image(f), str(f)))
+
+
+def test_bad_file_in_leaderboard_named_and_skipped(tmp_path):
+    _folders(tmp_path, size=24)
+    (tmp_path / "b" / "002.png").write_bytes(b"broken")  # replaces nothing: 002 is a .png in b
+    with pytest.raises(InputError, match="002.png"):
+        run_leaderboard(_config(("psnr",)), tmp_path / "o1", base_dir=tmp_path, plots=False, workers=2)
+    res = run_leaderboard(
+        _config(("psnr",)), tmp_path / "o2", base_dir=tmp_path, plots=False, workers=2, on_error="skip"
+    )
+    skipped = [json.loads(x) for x in (res.out / "skipped.jsonl").read_text().splitlines()]
+    assert [(r["generator"], r["id"]) for r in skipped] == [("b", "002")]
+    assert len(_rows(res.out)) == 3 * 6 - 1
+
+
+def _children(pid: int) -> list[int]:
+    out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
+    return [int(x) for x in out.split()]
+
+
+@pytest.mark.parametrize("how", ["sigint", "worker_error"])
+def test_no_worker_left_behind(tmp_path, how):
+    """Ctrl-C in the middle of a stream, or a worker that dies: the process exits and no child remains."""
+    _folders(tmp_path, n=4)
+    script = textwrap.dedent(
+        f"""
+        import os, sys, time
+        from pathlib import Path
+        from genmetrics.data.pipeline import decoded
+        files = sorted(Path({str(tmp_path / "refs")!r}).iterdir()) * 200
+        def slow(im, name):
+            if {how!r} == "worker_error":
+                os._exit(3)  # a worker killed hard (segfault, OOM killer)
+            time.sleep(0.05)
+            return 0
+        print("ready", flush=True)
+        for batch in decoded(files, [slow], batch_size=2, workers=2):
+            pass
+        """
+    )
+    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
+    )
+    assert proc.stdout is not None and proc.stdout.readline().strip() == b"ready"
+    if how == "sigint":
+        deadline = time.time() + 30
+        while len(_children(proc.pid)) < 2 and time.time() < deadline:
+            time.sleep(0.1)
+        assert len(_children(proc.pid)) >= 2, "the workers started"
+        proc.send_signal(signal.SIGINT)
+    rc = proc.wait(timeout=60)
+    assert rc != 0
+    time.sleep(0.5)
+    assert _children(proc.pid) == []
+    out = subprocess.run(["pgrep", "-f", str(tmp_path / "refs")], capture_output=True, text=True).stdout
+    assert out.split() == [], "no process still reads the files"
