@@ -344,7 +344,7 @@ def _run(
     transform, device = transform_of(metric), getattr(metric, "device", None)
     paths = transform == PATHS  # the metric reads the files itself
     transforms = [] if paths else [transform]
-    scored = 0
+    scored = fed = 0
     with torch.inference_mode():
         if real is not None:  # the real set as a whole, then the candidates
             stream = decoded(real, transforms, batch_size=bs, workers=workers, device=device)
@@ -353,7 +353,8 @@ def _run(
                 good = [p for p, _ in batch if not _decode_error(cache, [p], on_error)]
                 if good:
                     metric.update(reference=[str(p) if paths else cache.get(p) for p in good])
-        if real is not None and not metric.has_data():
+                    fed += len(good)
+        if real is not None and not fed:
             raise InputError("every reference was a bad file; nothing left to score")
         chunks = _chunks(samples, bs)
         files = [[f for s in chunk for f in (s.candidate, *_references(s))] for chunk in chunks]
