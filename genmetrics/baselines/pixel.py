@@ -148,7 +148,9 @@ def _batch_view(items: list[torch.Tensor]) -> torch.Tensor | None:
 
 def _decode(x: Any) -> Any:
     """A file path as the ``uint8 [3,H,W]`` tensor the input pipeline decodes it to; anything else as it is."""
-    return load_image(x, convert=lambda im: rgb_uint8(im, str(x))) if isinstance(x, (str, os.PathLike)) else x
+    if not isinstance(x, (str, os.PathLike)):
+        return x
+    return load_image(x, convert=lambda im: rgb_uint8(im, str(x)))  # type: ignore[arg-type,return-value]
 
 
 class _PairedPixelMetric(SampleMetric):

@@ -358,9 +358,9 @@ def _run(
             raise InputError("every reference was a bad file; nothing left to score")
         chunks = _chunks(samples, bs)
         files = [[f for s in chunk for f in (s.candidate, *_references(s))] for chunk in chunks]
-        stream = decoded_chunks(files, transforms, batch_size=bs, workers=workers, device=device)
-        with contextlib.closing(stream):
-            for chunk, cache in progress(zip(chunks, stream), desc=name, unit="batch", total=len(chunks)):
+        caches = decoded_chunks(files, transforms, batch_size=bs, workers=workers, device=device)
+        with contextlib.closing(caches):
+            for chunk, cache in progress(zip(chunks, caches), desc=name, unit="batch", total=len(chunks)):
                 good = [
                     s for s in chunk if not _decode_error(cache, [s.candidate, *_references(s)], on_error)
                 ]

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -109,7 +109,7 @@ class _Decode:
         name = str(path)
         if not self.transforms:  # every metric reads the file itself
             return ()
-        return load_image(path, convert=lambda im: tuple(t(im, name) for t in self.transforms))  # type: ignore[return-value]
+        return load_image(path, convert=lambda im: tuple(t(im, name) for t in self.transforms))  # type: ignore[arg-type,return-value]
 
 
 class _Files(torch.utils.data.Dataset):
@@ -143,7 +143,7 @@ def decoded(
     workers: int | None = None,
     prefetch: int = DEFAULT_PREFETCH,
     device: Any = None,
-) -> Iterator[list[tuple[Any, tuple[Any, ...] | Exception]]]:
+) -> Generator[list[tuple[Any, tuple[Any, ...] | Exception]], None, None]:
     """Decode ``paths`` once each and yield batches of ``(path, outputs)`` in input order; ``outputs`` holds one
     value per transform, or is the exception that names the file (unreadable, missing, too large).
 
@@ -180,7 +180,7 @@ def decoded(
         return
     loader = torch.utils.data.DataLoader(
         ds,
-        batch_sampler=batches,
+        batch_sampler=batches,  # type: ignore[arg-type]
         num_workers=min(n_workers, len(batches)),
         collate_fn=list,
         pin_memory=cuda,
@@ -191,7 +191,7 @@ def decoded(
     it = iter(loader)
     try:
         for batch in it:
-            yield [(p, _to_device(o, dev)) for p, o in batch] if cuda else batch  # type: ignore[misc]
+            yield [(p, _to_device(o, dev)) for p, o in batch] if dev is not None and cuda else batch
     finally:
         shutdown = getattr(it, "_shutdown_workers", None)
         if shutdown is not None:  # a generator closed early, an error or Ctrl-C: no worker is left behind
@@ -225,7 +225,7 @@ def decoded_chunks(
     workers: int | None = None,
     prefetch: int = DEFAULT_PREFETCH,
     device: Any = None,
-) -> Iterator[DecodedCache]:
+) -> Generator[DecodedCache, None, None]:
     """One :class:`DecodedCache` per chunk of files (a chunk: every file one step of a run needs: candidates,
     their references, several generators'), each file decoded once for the whole stream: a file a later chunk
     needs again (a reference shared by many candidates) is held until its last chunk, not decoded again.

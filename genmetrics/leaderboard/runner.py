@@ -549,8 +549,8 @@ class _Run:
         groups: dict[tuple[Path, ...], list[tuple[MetricPlan, Any]]] = {}
         for mp, metric in active:
             if mp.real is not None:
-                files = self.shard(mp.real) if mp.level is Granularity.SET else mp.real
-                groups.setdefault(tuple(files), []).append((mp, metric))
+                real = self.shard(mp.real) if mp.level is Granularity.SET else mp.real
+                groups.setdefault(tuple(real), []).append((mp, metric))
         for files, members in groups.items():
             transforms, index = _transforms([m for _, m in members])
             chunk = self._chunk([m for _, m in members])

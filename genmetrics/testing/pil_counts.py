@@ -68,12 +68,12 @@ def count_pil(max_events: int = 200_000) -> Iterator[PILCounts]:
         return load0(self)
 
     out = PILCounts()
-    Image.open = counted_open  # type: ignore[assignment]
+    Image.open = counted_open
     ImageFile.ImageFile.load = counted_load  # type: ignore[method-assign]
     try:
         yield out
     finally:
-        Image.open = open0  # type: ignore[assignment]
+        Image.open = open0
         ImageFile.ImageFile.load = load0  # type: ignore[method-assign]
         for line in bytes(log[: pos.value]).decode().splitlines():
             kind, path = line.split("\t", 1)
