@@ -13,16 +13,7 @@ from genmetrics.data.progress import progress
 from genmetrics.data.results import jsonable
 from genmetrics.errors import InputError
 
-__all__ = ["echo_json", "parse_options", "progress", "workers_option"]
-
-#: ``--workers N``: processes that decode the images (every command that reads image files)
-workers_option = click.option(
-    "--workers",
-    type=click.IntRange(min=0),
-    default=None,
-    help="Processes that decode images, overlapped with the model (default: one per available core but "
-    "one, at most 8; 0 decodes in the main process).",
-)
+__all__ = ["echo_json", "parse_options", "progress"]
 
 
 def echo_json(obj: Any) -> None:

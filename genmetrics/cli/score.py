@@ -18,7 +18,8 @@ import click
 import torch
 
 from genmetrics.backbones.provider import describe_provider
-from genmetrics.cli.common import echo_json, parse_options, workers_option
+from genmetrics.cli.common import echo_json, parse_options
+from genmetrics.cli.flags import workers_option
 from genmetrics.data.images import check_image_header, list_images, stem_index, unused_references
 from genmetrics.data.pipeline import PATHS, DecodedCache, check_workers, decoded, decoded_chunks, transform_of
 from genmetrics.data.progress import progress

@@ -213,3 +213,21 @@ def test_no_worker_left_behind(tmp_path, how):
     assert _children(proc.pid) == []
     out = subprocess.run(["pgrep", "-f", str(tmp_path / "refs")], capture_output=True, text=True).stdout
     assert out.split() == [], "no process still reads the files"
+
+
+@pytest.mark.parametrize("workers", ["0", "2"])
+def test_compare_decodes_each_file_once_and_is_worker_independent(tmp_path, monkeypatch, workers):
+    monkeypatch.setenv("GENMETRICS_BACKBONE_PROVIDER", "genmetrics.testing:tiny_backbones")
+    files = _folders(tmp_path, n=5)
+    args = ["compare", "--real", str(tmp_path / "refs"), "--generated", str(tmp_path / "a")]
+    args += ["--attributes", "smiling,wearing hat", "--n-boot", "10", "--batch-size", "2", "--json"]
+    with count_pil() as c:
+        res = CliRunner().invoke(cli, [*args, "--out", str(tmp_path / "out"), "--workers", workers])
+    assert res.exit_code == 0, res.output
+    used = [f for f in files if f.parent.name in ("refs", "a")]
+    o_lo, o_hi, d_lo, d_hi = c.per_file(used)
+    assert (d_lo, d_hi) == (1, 1) and o_hi <= 2
+    # the same numbers as the in-process decoding (workers 0) of a second run
+    ref = CliRunner().invoke(cli, [*args, "--out", str(tmp_path / "ref"), "--workers", "0"])
+    s1, s2 = (json.loads((tmp_path / d / "summary.json").read_text()) for d in ("out", "ref"))
+    assert s1["sad"] == s2["sad"] and s1["pad"] == s2["pad"], ref.output
