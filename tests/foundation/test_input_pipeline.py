@@ -24,6 +24,7 @@ from genmetrics.errors import InputError
 from genmetrics.leaderboard import run_leaderboard
 from genmetrics.testing import random_images
 from genmetrics.testing.pil_counts import count_pil
+from tests.cli import test_one_wiring as wiring
 
 
 def _folders(root: Path, n: int = 6, size: int = 24) -> list[Path]:
@@ -231,3 +232,26 @@ def test_compare_decodes_each_file_once_and_is_worker_independent(tmp_path, monk
     ref = CliRunner().invoke(cli, [*args, "--out", str(tmp_path / "ref"), "--workers", "0"])
     s1, s2 = (json.loads((tmp_path / d / "summary.json").read_text()) for d in ("out", "ref"))
     assert s1["sad"] == s2["sad"] and s1["pad"] == s2["pad"], ref.output
+
+
+#: the wiring test's data set (a module fixture): images, real set, prompts, subject lists and MIE heads
+data = wiring.data
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", wiring.METRICS)
+def test_every_metric_bitwise_equal_for_any_workers_and_batch(name, data, tmp_path):
+    """Every registered metric that reads images (tiny backbones), through the leaderboard: the rows of
+    workers 0 / 1 / 2 / 4 with batch sizes 1 / 2 / 3 / 32 are the same bytes (order kept)."""
+    from genmetrics.backbones.provider import use_provider
+    from genmetrics.testing import tiny_backbones
+
+    _, entry = wiring._setup(name, data)
+    cfg = wiring._config(data, entry)
+    results = []
+    with use_provider(tiny_backbones):
+        for workers, batch in ((0, 1), (1, 2), (2, 3), (4, 32)):
+            out = tmp_path / f"w{workers}"
+            run_leaderboard(cfg, out, plots=False, workers=workers, batch_size=batch)
+            results.append((out / "results.jsonl").read_bytes())
+    assert results[0] and all(r == results[0] for r in results[1:])
