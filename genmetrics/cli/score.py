@@ -19,11 +19,11 @@ import torch
 
 from genmetrics.backbones.provider import describe_provider
 from genmetrics.cli.common import echo_json, parse_options
-from genmetrics.cli.flags import workers_option
 from genmetrics.data.images import check_image_header, list_images, stem_index, unused_references
 from genmetrics.data.pipeline import PATHS, DecodedCache, check_workers, decoded, decoded_chunks, transform_of
 from genmetrics.data.progress import progress
 from genmetrics.data.results import atomic_write_json, atomic_write_text, dumps_line, jsonable
+from genmetrics.data.workers import workers_option
 from genmetrics.errors import InputError
 from genmetrics.leaderboard.notes import SMALL_SET, banner, small_sets
 from genmetrics.leaderboard.wiring import Feeds, Sample, Sources, WiringError, feeds, wire

@@ -22,7 +22,6 @@ shutdown, run from ``finally``).
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -32,13 +31,11 @@ import torch
 from PIL import Image
 
 from genmetrics.data.images import load_image, to_rgb
-from genmetrics.errors import InputError
+from genmetrics.data.workers import check_workers
 
 ImageTransform = Callable[[Image.Image, str], Any]
 #: the ``input_transform`` of a metric that is given file paths, not decoded images
 PATHS = "paths"
-#: the most workers :func:`default_workers` chooses (decoding a batch rarely needs more to keep up)
-MAX_DEFAULT_WORKERS = 8
 #: batches decoded ahead per worker (DataLoader ``prefetch_factor``)
 DEFAULT_PREFETCH = 2
 
@@ -64,39 +61,6 @@ def transform_of(metric: Any) -> Any:
     """
     t = getattr(metric, "input_transform", None)
     return t if callable(t) or t == PATHS else rgb_uint8
-
-
-def default_workers() -> int:
-    """Decoding workers when none are asked for: one per available core but one (kept for the model and the
-    main loop), at most :data:`MAX_DEFAULT_WORKERS`; 0 (decode in the calling process) on one core.
-
-    >>> 0 <= default_workers() <= MAX_DEFAULT_WORKERS
-    True
-    """
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # macOS, Windows
-        cores = os.cpu_count() or 1
-    return max(0, min(cores - 1, MAX_DEFAULT_WORKERS))
-
-
-def check_workers(workers: int | None, *, flag: str = "workers") -> int:
-    """``workers`` checked (``None``: :func:`default_workers`).
-
-    >>> check_workers(2)
-    2
-    >>> check_workers(-1)
-    Traceback (most recent call last):
-        ...
-    genmetrics.errors.InputError: workers: expected a number of worker processes >= 0, got -1 (0 decodes in the calling process)
-    """
-    if workers is None:
-        return default_workers()
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 0:
-        raise InputError(
-            f"{flag}: expected a number of worker processes >= 0, got {workers!r} (0 decodes in the calling process)"
-        )
-    return workers
 
 
 @dataclass(frozen=True)
@@ -148,7 +112,7 @@ def decoded(
     value per transform, or is the exception that names the file (unreadable, missing, too large).
 
     ``batches``: the batches as lists of indices into ``paths`` (default: consecutive runs of ``batch_size``).
-    ``workers``: decoding processes (``None``: :func:`default_workers`); ``prefetch``: batches decoded ahead
+    ``workers``: decoding processes (``None``: :func:`~genmetrics.data.workers.default_workers`); ``prefetch``: batches decoded ahead
     per worker; ``device``: a CUDA device puts tensors there (pinned memory, ``non_blocking`` copies).
 
     >>> import tempfile

@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from genmetrics.cli.flags import workers_option
+from genmetrics.data.workers import workers_option
 
 
 def _load_backbone(weights: str, device: str | None) -> tuple[Any, Any, str]:
