@@ -265,8 +265,12 @@ def large(args: argparse.Namespace) -> None:
             )
         full = Path(d) / "full"
         env = {**os.environ, "PYTHONPATH": str(ROOT), "GENMETRICS_PROGRESS": "no"}
-        cfg = Path(d) / "cfg.json"
-        cfg.write_text(json.dumps(config(root, ("psnr", "ssim"))))
+        cfg = Path(d) / "cfg.toml"
+        gens = "".join(f'[[generators]]\nname = "g{i}"\nimages = "{root}/g{i}"\n' for i in range(3))
+        cfg.write_text(
+            f'[data]\nreferences = "{root}/refs"\n[run]\nn_boot = 10\n{gens}'
+            '[[metrics]]\nname = "psnr"\n[[metrics]]\nname = "ssim"\n'
+        )
         cli = [
             sys.executable,
             "-m",
