@@ -27,7 +27,14 @@ from genmetrics.data.workers import workers_option
 from genmetrics.errors import InputError
 from genmetrics.leaderboard.notes import SMALL_SET, banner, small_sets
 from genmetrics.leaderboard.wiring import Feeds, Sample, Sources, WiringError, feeds, wire
-from genmetrics.registry import Granularity, MetricCard, create_metric, get_card
+from genmetrics.registry import (
+    Granularity,
+    MetricCard,
+    ReferenceKind,
+    create_metric,
+    get_card,
+    metric_options,
+)
 
 #: what ``--reference`` is, by the input the card needs
 _REFERENCE_NEEDS = {
@@ -74,17 +81,25 @@ def _conditions(values: tuple[str, ...], n: int) -> list[str] | None:
     return texts
 
 
-def _bad_files(files: list[Path]) -> dict[Path, str]:
+def _bad_files(files: list[Path], sizes: dict[Path, tuple[int, int]] | None = None) -> dict[Path, str]:
     """Check every image from its header before any weights load (format, size against the bomb limit);
     returns {path: error message} for unreadable files. Pixel data is decoded once, while scoring: a file
     whose data turns out corrupt then is reported per ``--on-error`` too."""
     bad: dict[Path, str] = {}
     for f in dict.fromkeys(files):
         try:
-            check_image_header(f)
+            size = check_image_header(f)
+            if sizes is not None:
+                sizes[f] = size
         except InputError as e:
             bad[f] = str(e)
     return bad
+
+
+def _keeps_size(name: str, kwargs: dict[str, Any]) -> bool:
+    """Whether the metric compares pixels without resizing (its ``resize`` option is ``"none"``)."""
+    resize = kwargs.get("resize", metric_options(name).get("resize", "None").strip("'\""))
+    return str(resize) == "none"
 
 
 def _references(s: Sample) -> list[Path]:
@@ -212,7 +227,8 @@ def score_cmd(
         click.echo(
             f"warning: --reference is not used ({name} is built with an option that replaces it)", err=True
         )
-    samples, real = _drop_bad_files(samples, real, on_error)
+    same_size = get_card(name).reference is ReferenceKind.MATCHED and _keeps_size(name, kwargs)
+    samples, real = _drop_bad_files(samples, real, on_error, same_size=same_size)
 
     metric = create_metric(name, **kwargs)
     value, per, n = _run(metric, name, feed, samples, real, workers=n_workers, on_error=on_error)
@@ -309,11 +325,20 @@ def _sources(
 
 
 def _drop_bad_files(
-    samples: list[Sample], real: list[Path] | None, on_error: str
+    samples: list[Sample], real: list[Path] | None, on_error: str, *, same_size: bool = False
 ) -> tuple[list[Sample], list[Path] | None]:
     """Decode every image the metric will get before any weights load; stop at a bad one or skip it."""
     files = [s.candidate for s in samples] + [r for s in samples for r in _references(s)] + list(real or [])
-    bad = _bad_files(files)
+    sizes: dict[Path, tuple[int, int]] = {}
+    bad = _bad_files(files, sizes)
+    for s in samples if same_size else []:  # a pixel metric that does not resize: sizes from the headers
+        if s.candidate not in bad and isinstance(s.reference, Path) and s.reference not in bad:
+            (rw, rh), (cw, ch) = sizes[s.reference], sizes[s.candidate]
+            if (rw, rh) != (cw, ch):
+                bad[s.candidate] = (
+                    f"{s.candidate}: size {(ch, cw)} differs from its reference {s.reference} {(rh, rw)}; resize "
+                    "the images or pass --option resize=to_first to resize candidates to their reference"
+                )
     if not bad:
         return samples, real
     if on_error == "stop":

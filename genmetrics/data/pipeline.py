@@ -22,6 +22,7 @@ shutdown, run from ``finally``).
 from __future__ import annotations
 
 import contextlib
+import warnings
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -83,11 +84,25 @@ class _Files(torch.utils.data.Dataset):
     def __len__(self) -> int:
         return len(self.paths)
 
-    def __getitem__(self, i: int) -> tuple[Any, Any]:
-        try:
-            return self.paths[i], self.decode(self.paths[i])
-        except Exception as err:  # noqa: BLE001 - reported to the caller, which skips or stops per --on-error
-            return self.paths[i], err
+    def __getitem__(self, i: int) -> tuple[Any, Any, list[tuple[type[Warning], str]]]:
+        # warnings (frames dropped, a lossy mode conversion) are recorded here and raised again in the
+        # calling process, so its filters and handlers see them as if it had decoded the file itself
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                out: Any = self.decode(self.paths[i])
+            except Exception as err:  # noqa: BLE001 - reported to the caller, which skips or stops per --on-error
+                out = err
+        return self.paths[i], out, [(w.category, str(w.message)) for w in caught]
+
+
+def _reraise_warnings(
+    batch: list[tuple[Any, Any, list[tuple[type[Warning], str]]]],
+) -> list[tuple[Any, Any]]:
+    for _, _, caught in batch:
+        for category, message in caught:
+            warnings.warn(message, category, stacklevel=3)
+    return [(p, o) for p, o, _ in batch]
 
 
 def _to_device(x: Any, device: torch.device) -> Any:
@@ -139,7 +154,7 @@ def decoded(
         return
     if n_workers == 0:
         for idx in batches:
-            batch = [ds[j] for j in idx]
+            batch = _reraise_warnings([ds[j] for j in idx])
             yield [(p, _to_device(o, dev)) for p, o in batch] if cuda else batch  # type: ignore[arg-type]
         return
     loader = torch.utils.data.DataLoader(
@@ -154,7 +169,8 @@ def decoded(
     )
     it = iter(loader)
     try:
-        for batch in it:
+        for raw in it:
+            batch = _reraise_warnings(raw)
             yield [(p, _to_device(o, dev)) for p, o in batch] if dev is not None and cuda else batch
     finally:
         shutdown = getattr(it, "_shutdown_workers", None)
