@@ -49,6 +49,7 @@ from genmetrics.backbones.hub import hub_calls
 from genmetrics.backbones.weights import offline
 from genmetrics.data.device import autocast_scope
 from genmetrics.data.images import ResizePolicy, load_image, pil_to_tensor, to_tensor
+from genmetrics.data.pipeline import rgb_uint8
 from genmetrics.errors import InputError
 
 __all__ = [
@@ -428,6 +429,22 @@ def qwen_image(
     # the shared loader's checks (existence, size guard, decoding errors, frames, EXIF), the official conversion
     rgb = load_image(x, convert=lambda im: _official_rgb_noted(im, str(x)))
     return pil_to_tensor(rgb)
+
+
+def official_rgb_uint8(im: Image.Image, name: str) -> torch.Tensor:
+    """The input pipeline's per-image transform for ``image_modes="official"``: a decoded file converted as
+    :func:`qwen_image` converts it, as ``uint8 [3,H,W]`` (``qwen_image`` of the result equals ``qwen_image``
+    of the file).
+
+    >>> import warnings
+    >>> la = Image.new("LA", (2, 2), (100, 0))
+    >>> with warnings.catch_warnings():
+    ...     warnings.simplefilter("ignore")
+    ...     torch.equal(official_rgb_uint8(la, "x").float() / 255, qwen_image(la))
+    True
+    """
+    rgb = im if _same_rgb(im) else _official_rgb_noted(im, name)
+    return rgb_uint8(rgb, name)
 
 
 # --------------------------------------------------------------------------------------------- vision

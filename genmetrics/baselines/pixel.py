@@ -17,13 +17,15 @@ first bad image exactly as for a single image.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
 
 from genmetrics.backbones.fastpath import STORE_NAME, choose_path
-from genmetrics.data.images import ResizePolicy, as_image_list, check_same_size, to_tensor
+from genmetrics.data.images import ResizePolicy, as_image_list, check_same_size, load_image, to_tensor
+from genmetrics.data.pipeline import rgb_uint8
 from genmetrics.errors import InputError
 from genmetrics.functional import pixel as P
 from genmetrics.metric import SampleMetric
@@ -189,6 +191,13 @@ def _batch_view(items: list[torch.Tensor]) -> torch.Tensor | None:
     return base.detach()[i0 : i0 + len(items)]
 
 
+def _decode(x: Any) -> Any:
+    """A file path as the ``uint8 [3,H,W]`` tensor the input pipeline decodes it to; anything else as it is."""
+    if not isinstance(x, (str, os.PathLike)):
+        return x
+    return load_image(x, convert=lambda im: rgb_uint8(im, str(x)))  # type: ignore[arg-type,return-value]
+
+
 class _PairedPixelMetric(SampleMetric):
     higher_is_better = True
     paired = True  # preds= are the candidates, target= the references
@@ -234,7 +243,8 @@ class _PairedPixelMetric(SampleMetric):
                 cands,
                 fix="resize the images or pass resize='to_first' to resize candidates to their reference",
             )
-        return {"reference": refs, "candidates": cands}
+        # files decode to uint8, as the input pipeline gives them: one score for a path and its decoded image
+        return {"reference": [_decode(x) for x in refs], "candidates": [_decode(x) for x in cands]}
 
     def _compute_dtype(self) -> torch.dtype | None:
         return None if self.precision == "auto" else getattr(torch, self.precision)

@@ -7,6 +7,7 @@ names.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 from collections.abc import Sequence
@@ -18,13 +19,22 @@ import torch
 
 from genmetrics.backbones.provider import describe_provider
 from genmetrics.cli.common import echo_json, parse_options
-from genmetrics.data.images import check_image_file, list_images, stem_index, unused_references
+from genmetrics.data.images import check_image_header, list_images, stem_index, unused_references
+from genmetrics.data.pipeline import PATHS, DecodedCache, check_workers, decoded, decoded_chunks, transform_of
 from genmetrics.data.progress import progress
 from genmetrics.data.results import atomic_write_json, atomic_write_text, dumps_line, jsonable
+from genmetrics.data.workers import workers_option
 from genmetrics.errors import InputError
 from genmetrics.leaderboard.notes import SMALL_SET, banner, small_sets
 from genmetrics.leaderboard.wiring import Feeds, Sample, Sources, WiringError, feeds, wire
-from genmetrics.registry import Granularity, MetricCard, create_metric, get_card
+from genmetrics.registry import (
+    Granularity,
+    MetricCard,
+    ReferenceKind,
+    create_metric,
+    get_card,
+    metric_options,
+)
 
 #: what ``--reference`` is, by the input the card needs
 _REFERENCE_NEEDS = {
@@ -71,17 +81,25 @@ def _conditions(values: tuple[str, ...], n: int) -> list[str] | None:
     return texts
 
 
-def _bad_files(files: list[Path]) -> dict[Path, str]:
-    """Check every image before any weights load; returns {path: error message} for unreadable files. A huge
-    image is checked from its header and structure, not decoded (:func:`check_image_file`): what depends on
-    its size is decided before anything decodes it."""
+def _bad_files(files: list[Path], sizes: dict[Path, tuple[int, int]] | None = None) -> dict[Path, str]:
+    """Check every image from its header before any weights load (format, size against the bomb limit);
+    returns {path: error message} for unreadable files. Pixel data is decoded once, while scoring: a file
+    whose data turns out corrupt then is reported per ``--on-error`` too."""
     bad: dict[Path, str] = {}
     for f in dict.fromkeys(files):
         try:
-            check_image_file(f)
+            size = check_image_header(f)
+            if sizes is not None:
+                sizes[f] = size
         except InputError as e:
             bad[f] = str(e)
     return bad
+
+
+def _keeps_size(name: str, kwargs: dict[str, Any]) -> bool:
+    """Whether the metric compares pixels without resizing (its ``resize`` option is ``"none"``)."""
+    resize = kwargs.get("resize", metric_options(name).get("resize", "None").strip("'\""))
+    return str(resize) == "none"
 
 
 def _references(s: Sample) -> list[Path]:
@@ -171,8 +189,9 @@ def _chunks(items: Sequence[Any], n: int) -> list[Sequence[Any]]:
     type=click.Choice(["stop", "skip"]),
     default="stop",
     show_default=True,
-    help="A bad image file: stop before scoring (naming it), or report it and score the rest.",
+    help="A bad image file: stop (naming it), or report it and score the rest.",
 )
+@workers_option
 def score_cmd(
     name: str,
     reference: tuple[str, ...],
@@ -188,9 +207,11 @@ def score_cmd(
     out: str | None,
     as_json: bool,
     on_error: str,
+    workers: int | None,
 ) -> None:
     """Score candidate images with metric NAME."""
     card = get_card(name)
+    n_workers = check_workers(workers, flag="--workers")
     kwargs = _metric_options(name, card, options, attributes, weights, heads, adapter, batch_size, device)
     _check_out(out, name, card)
     cand_files = _expand(candidates, "candidates")
@@ -206,11 +227,12 @@ def score_cmd(
         click.echo(
             f"warning: --reference is not used ({name} is built with an option that replaces it)", err=True
         )
-    samples, real = _drop_bad_files(samples, real, on_error)
+    same_size = get_card(name).reference is ReferenceKind.MATCHED and _keeps_size(name, kwargs)
+    samples, real = _drop_bad_files(samples, real, on_error, same_size=same_size)
 
     metric = create_metric(name, **kwargs)
-    value, per = _run(metric, name, feed, samples, real)
-    result: dict[str, Any] = {"metric": name, "n": len(samples), "value": value}
+    value, per, n = _run(metric, name, feed, samples, real, workers=n_workers, on_error=on_error)
+    result: dict[str, Any] = {"metric": name, "n": n, "value": value}
     if out:
         _write_out(Path(out), name, result, per)
     if as_json:
@@ -218,7 +240,7 @@ def score_cmd(
         return
     for note in _notes(feed, samples, real):
         click.echo(f"note: {note}")
-    click.echo(f"{name}: {json.dumps(rounded(jsonable(value), card))}  (n={len(samples)})")
+    click.echo(f"{name}: {json.dumps(rounded(jsonable(value), card))}  (n={n})")
 
 
 def _notes(feed: Feeds, samples: list[Sample], real: list[Path] | None) -> list[str]:
@@ -303,11 +325,20 @@ def _sources(
 
 
 def _drop_bad_files(
-    samples: list[Sample], real: list[Path] | None, on_error: str
+    samples: list[Sample], real: list[Path] | None, on_error: str, *, same_size: bool = False
 ) -> tuple[list[Sample], list[Path] | None]:
     """Decode every image the metric will get before any weights load; stop at a bad one or skip it."""
     files = [s.candidate for s in samples] + [r for s in samples for r in _references(s)] + list(real or [])
-    bad = _bad_files(files)
+    sizes: dict[Path, tuple[int, int]] = {}
+    bad = _bad_files(files, sizes)
+    for s in samples if same_size else []:  # a pixel metric that does not resize: sizes from the headers
+        if s.candidate not in bad and isinstance(s.reference, Path) and s.reference not in bad:
+            (rw, rh), (cw, ch) = sizes[s.reference], sizes[s.candidate]
+            if (rw, rh) != (cw, ch):
+                bad[s.candidate] = (
+                    f"{s.candidate}: size {(ch, cw)} differs from its reference {s.reference} {(rh, rw)}; resize "
+                    "the images or pass --option resize=to_first to resize candidates to their reference"
+                )
     if not bad:
         return samples, real
     if on_error == "stop":
@@ -324,19 +355,74 @@ def _drop_bad_files(
 
 
 def _run(
-    metric: Any, name: str, feed: Feeds, samples: list[Sample], real: list[Path] | None
-) -> tuple[Any, dict[str, Any] | None]:
-    """Feed the metric (the real set first, then the candidates, in chunks of its batch size)."""
+    metric: Any,
+    name: str,
+    feed: Feeds,
+    samples: list[Sample],
+    real: list[Path] | None,
+    *,
+    workers: int = 0,
+    on_error: str = "stop",
+) -> tuple[Any, dict[str, Any] | None, int]:
+    """Feed the metric (the real set first, then the candidates, in chunks of its batch size), each file
+    decoded once by the input pipeline; returns the value, the per-sample results and the samples scored."""
     bs = max(1, int(getattr(metric, "batch_size", 32) or 32))
+    transform, device = transform_of(metric), getattr(metric, "device", None)
+    paths = transform == PATHS  # the metric reads the files itself
+    transforms = [] if paths else [transform]
+    scored = fed = 0
     with torch.inference_mode():
         if real is not None:  # the real set as a whole, then the candidates
-            for chunk in progress(_chunks(real, bs), desc=f"{name}: reference", unit="batch"):
-                metric.update(**feed.real_args(chunk))
-        for chunk in progress(_chunks(samples, bs), desc=name, unit="batch"):
-            metric.update(**feed.update_args(chunk))
+            stream = decoded(real, transforms, batch_size=bs, workers=workers, device=device)
+            for batch in progress(stream, desc=f"{name}: reference", unit="batch", total=-(-len(real) // bs)):
+                cache = DecodedCache(batch)
+                good = [p for p, _ in batch if not _decode_error(cache, [p], on_error)]
+                if good:
+                    metric.update(reference=[str(p) if paths else cache.get(p) for p in good])
+                    fed += len(good)
+        if real is not None and not fed:
+            raise InputError("every reference was a bad file; nothing left to score")
+        chunks = _chunks(samples, bs)
+        files = [[f for s in chunk for f in (s.candidate, *_references(s))] for chunk in chunks]
+        caches = decoded_chunks(files, transforms, batch_size=bs, workers=workers, device=device)
+        with contextlib.closing(caches):
+            for chunk, cache in progress(zip(chunks, caches), desc=name, unit="batch", total=len(chunks)):
+                good = [
+                    s for s in chunk if not _decode_error(cache, [s.candidate, *_references(s)], on_error)
+                ]
+                if not good:
+                    continue
+                args = feed.update_args(good)
+                metric.update(**(args if paths else _decoded(args, cache)))
+                scored += len(good)
+        if not scored:
+            raise InputError("every candidate (or every reference) was a bad file; nothing left to score")
         value = metric.compute()
     per = metric.per_sample() if feed.level is Granularity.SAMPLE and hasattr(metric, "per_sample") else None
-    return value, per
+    return value, per, scored
+
+
+def _decode_error(cache: DecodedCache, files: list[Path], on_error: str) -> bool:
+    """Whether one of ``files`` could not be decoded: stop naming it, or (``--on-error skip``) report it."""
+    for f in files:
+        err = cache.error(f)
+        if err is None:
+            continue
+        if on_error == "stop":
+            raise InputError(f"{err}; pass --on-error skip to report bad files and score the rest")
+        click.echo(f"warning: skipped {f}: {err}", err=True)
+        return True
+    return False
+
+
+def _decoded(args: dict[str, Any], cache: DecodedCache) -> dict[str, Any]:
+    """``metric.update`` arguments with every file path replaced by its decoded image."""
+    out = dict(args)
+    out["candidates"] = [cache.get(p) for p in out["candidates"]]
+    ref = out.get("reference")
+    if ref is not None:
+        out["reference"] = [[cache.get(p) for p in r] if isinstance(r, list) else cache.get(r) for r in ref]
+    return out
 
 
 def _write_out(outp: Path, name: str, result: dict[str, Any], per: dict[str, Any] | None) -> None:

@@ -222,6 +222,23 @@ def image_size(x: ImageLike) -> tuple[int, int]:
     return to_pil(x).size
 
 
+def check_image_header(path: str | os.PathLike) -> tuple[int, int]:
+    """Check an image file from its header only (it exists, Pillow reads its format, its size is within the
+    bomb limit; nothing is decoded) and return its ``(width, height)``.
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     _ = Path(f"{d}/bad.png").write_bytes(b"not a png")
+    ...     check_image_header(f"{d}/bad.png")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+        ...
+    genmetrics.errors.InputError: ...is not an image Pillow can read...
+    """
+    size = image_size(path)
+    _check_pixels(size, str(path))
+    return size
+
+
 def check_image_file(path: str | os.PathLike, *, decode_up_to: int = 4096 * 4096) -> tuple[int, int]:
     """Check an image file before any weights load and return its ``(width, height)``: the header (format,
     size against the bomb limit) always; the whole file decoded when it has at most ``decode_up_to`` pixels,

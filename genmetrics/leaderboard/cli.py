@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 from accelerate import PartialState
 
+from genmetrics.data.workers import workers_option
 from genmetrics.leaderboard.notes import notes
 from genmetrics.leaderboard.runner import run_leaderboard
 
@@ -40,6 +41,7 @@ from genmetrics.leaderboard.runner import run_leaderboard
     help="A bad image: stop (finished results are kept; fix it and --resume), or report it in "
     "OUT/skipped.jsonl and score the rest.",
 )
+@workers_option
 def leaderboard_cmd(
     config: str,
     out: str | None,
@@ -49,6 +51,7 @@ def leaderboard_cmd(
     seed: int | None,
     no_plots: bool,
     on_error: str,
+    workers: int | None,
 ) -> None:
     """Score every generator of CONFIG with every metric and write a leaderboard to OUT.
 
@@ -64,6 +67,7 @@ def leaderboard_cmd(
         seed=seed,
         plots=not no_plots,
         on_error=on_error,
+        workers=workers,
     )
     PartialState().destroy_process_group()  # under torchrun: the run is over (a no-op in one process)
     if result.rank != 0 or result.summary is None:

@@ -21,11 +21,13 @@ continue when the metric options or the input files changed since the interrupte
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import gc
 import inspect
 import logging
 import math
+import re
 import shutil
 import sys
 import time
@@ -37,6 +39,14 @@ import torch
 from accelerate import PartialState
 
 from genmetrics.data.images import list_images, unused_references
+from genmetrics.data.pipeline import (
+    PATHS,
+    DecodedCache,
+    check_workers,
+    decoded,
+    decoded_chunks,
+    transform_of,
+)
 from genmetrics.data.progress import progress
 from genmetrics.data.results import (
     ResultsWriter,
@@ -305,10 +315,13 @@ def run_leaderboard(
     plots: bool = True,
     base_dir: str | Path | None = None,
     on_error: str = "stop",
+    workers: int | None = None,
 ) -> RunResult:
     """Run a leaderboard (see the module docstring). ``metric_kwargs`` maps a metric label to extra
     ``create_metric`` keyword arguments (Python objects allowed, e.g. ``{"clip_i": {"backbone": m}}``);
     they override the config's options. Under torchrun every rank calls this; rank 0 merges and reports.
+    ``workers``: processes that decode the images (``None``: one per available core but one, at most 8; 0
+    decodes in this process); each file is decoded once per run whatever the number of metrics.
 
     Two generators on 3 references (``toy_leaderboard``: an exact copy and a noisy one), ranked best first;
     a resumed finished run scores nothing again:
@@ -345,15 +358,19 @@ def run_leaderboard(
     dev = device_for_run(
         device or cfg.run.device, where="--device" if device else cfg.where(("run", "device"))
     )
+    n_workers = check_workers(workers, flag="--workers")
     plan = build_plan(cfg, metric_kwargs=metric_kwargs, device=dev)
-    return _Run(plan, out_dir, dev, resume=resume, on_error=on_error).execute(plots=plots)
+    return _Run(plan, out_dir, dev, resume=resume, on_error=on_error, workers=n_workers).execute(plots=plots)
 
 
 class _Run:
     """One call of :func:`run_leaderboard` on one process: checks, lock, scoring, merge and reports."""
 
-    def __init__(self, plan: Plan, out_dir: Path, device: str, *, resume: bool, on_error: str):
+    def __init__(
+        self, plan: Plan, out_dir: Path, device: str, *, resume: bool, on_error: str, workers: int = 0
+    ):
         self.t0 = time.time()
+        self.workers = workers
         self.plan, self.cfg, self.out, self.device = plan, plan.config, out_dir, device
         self.resume, self.on_error = resume, on_error
         self.identities = {mp.spec.label: metric_identity(mp) for mp in plan.metrics}
@@ -486,26 +503,37 @@ class _Run:
             ResultsWriter(skipped, resume=True, root=self.out) as skip_writer,
         ):
             skip = _Skipper(skip_writer) if self.on_error == "skip" else None
-            for mp in self.plan.metrics:
-                torch.manual_seed(self.cfg.run.seed)
-                try:
-                    if mp.level is Granularity.SET:
-                        scored += self._score_set(mp, writer, skip)
-                    else:
-                        scored += self._score_samples(mp, writer, skip)
-                except GenmetricsError as e:  # missing weights, a corrupt image...: say which metric
-                    kept = (
-                        f"finished results are kept in {str(self.out)!r}; rerun with --resume"
-                        if scored or self.done
-                        else "nothing was scored"
-                    )
-                    raise _with_context(
-                        e, f"{self.cfg.where((*mp.spec.key, 'name'))} ({mp.spec.name}): {e} [{kept}]"
-                    ) from e
+            self._writer = writer  # what _context reads: whether anything was scored before an error
+            # every metric of one level is fed in the same pass, so each file is decoded once per pass
+            for level, score in (
+                (Granularity.SAMPLE, self._score_samples),
+                (Granularity.SET, self._score_set),
+            ):
+                plans = [mp for mp in self.plan.metrics if mp.level is level]
+                if plans:
+                    scored += score(plans, writer, skip)
         return scored
 
-    def _chunk(self, metric: Any) -> int:
-        return self.cfg.run.batch_size or int(getattr(metric, "batch_size", 32) or 32)
+    def _context(self, mp: MetricPlan, e: GenmetricsError) -> Exception:
+        """A metric's error (missing weights, a corrupt image...) naming the metric and where results are."""
+        writer = getattr(self, "_writer", None)
+        kept = (
+            f"finished results are kept in {str(self.out)!r}; rerun with --resume"
+            if self.done or (writer is not None and writer.n_done)
+            else "nothing was scored"
+        )
+        return _with_context(e, f"{self.cfg.where((*mp.spec.key, 'name'))} ({mp.spec.name}): {e} [{kept}]")
+
+    def _build(self, mp: MetricPlan, **kwargs: Any) -> Any:
+        torch.manual_seed(self.cfg.run.seed)
+        try:
+            return create_metric(mp.spec.name, **{**mp.kwargs, **kwargs})
+        except GenmetricsError as e:
+            raise self._context(mp, e) from e
+
+    def _chunk(self, metrics: list[Any]) -> int:
+        sizes = [int(getattr(m, "batch_size", 32) or 32) for m in metrics]
+        return self.cfg.run.batch_size or min(sizes, default=32)
 
     def _update(
         self,
@@ -515,98 +543,243 @@ class _Run:
         label: str,
         kwargs: dict[str, Any],
         ids: list[str],
+        mp: MetricPlan,
+        files: list[str] | None = None,
     ) -> None:
-        if skip is not None:
-            skip.update(metric, generator, label, kwargs, ids)
-        else:
-            metric.update(**kwargs)
+        try:
+            if skip is not None:
+                skip.update(metric, generator, label, kwargs, ids)
+            else:
+                metric.update(**kwargs)
+        except InputError as e:
+            raise self._context(mp, _name_file(e, files)) from e
+        except GenmetricsError as e:
+            raise self._context(mp, e) from e
 
-    def _score_samples(self, mp: MetricPlan, writer: ResultsWriter, skip: _Skipper | None) -> int:
-        todo: dict[str, list[Sample]] = {
-            g.name: [
-                s
-                for s in self.shard(mp.samples[g.name])
-                if any((g.name, c.name, s.id) not in self.done for c in mp.columns)
-            ]
-            for g in self.plan.generators
-        }
-        if not any(todo.values()):
+    def _decode_errors(
+        self,
+        ok: list[Sample],
+        cache: DecodedCache,
+        generator: str,
+        mp: MetricPlan,
+        skip: _Skipper | None,
+        columns: list[Any] | None = None,
+    ) -> list[Sample]:
+        """The samples whose files decoded; a file that did not is reported per column (``--on-error skip``)
+        or stops the run naming it."""
+        good = []
+        for s in ok:
+            err = next((e for f in _files_of(s) if (e := cache.error(f)) is not None), None)
+            if err is None:
+                good.append(s)
+                continue
+            if skip is None:
+                raise self._context(mp, err) if isinstance(err, GenmetricsError) else err
+            for col in mp.columns if columns is None else columns:
+                if (generator, col.name, s.id) not in self.done:
+                    skip.report(generator, col.name, s.id, str(err))
+        return good
+
+    def _feed_real(self, active: list[tuple[MetricPlan, Any]], skip: _Skipper | None) -> None:
+        """Feed each metric its real set; a real set shared by several metrics is decoded once."""
+        groups: dict[tuple[Path, ...], list[tuple[MetricPlan, Any]]] = {}
+        for mp, metric in active:
+            if mp.real is not None:
+                real = self.shard(mp.real) if mp.level is Granularity.SET else mp.real
+                groups.setdefault(tuple(real), []).append((mp, metric))
+        for files, members in groups.items():
+            transforms, index = _transforms([m for _, m in members])
+            chunk = self._chunk([m for _, m in members])
+            labels = ", ".join(mp.spec.label for mp, _ in members)
+            stream = decoded(
+                list(files), transforms, batch_size=chunk, workers=self.workers, device=self.device
+            )
+            with contextlib.closing(stream):
+                self._feed_stream(members, stream, index, skip, math.ceil(len(files) / chunk), labels)
+
+    def _feed_stream(
+        self,
+        members: list[tuple[MetricPlan, Any]],
+        stream: Any,
+        index: dict[int, int],
+        skip: _Skipper | None,
+        total: int,
+        labels: str,
+    ) -> None:
+        for batch in self.bar_stream(stream, total, f"{labels} | real set"):
+            cache = DecodedCache(batch)
+            for mp, metric in members:
+                ok = self._decode_errors(
+                    [Sample(id=Path(p).stem, candidate=Path(p)) for p, _ in batch],
+                    cache,
+                    "__real__",
+                    mp,
+                    skip,
+                )
+                if not ok:
+                    continue
+                k = index[id(metric)]
+                args = {"reference": [_input(cache, s.candidate, k) for s in ok]}
+                self._update(metric, skip, "__real__", mp.spec.label, args, [s.id for s in ok], mp)
+
+    def bar_stream(self, stream: Any, total: int, desc: str) -> Any:
+        return progress(stream, desc=desc, total=total, unit="batch") if self.rank == 0 else stream
+
+    def _score_samples(self, plans: list[MetricPlan], writer: ResultsWriter, skip: _Skipper | None) -> int:
+        """Every per-sample metric in one pass over the sample ids, in chunks: the chunk's references and each
+        generator's candidates are decoded once (in worker processes) and fed to every metric and column."""
+        todo: dict[int, dict[str, list[Sample]]] = {}
+        for mp in plans:
+            todo[id(mp)] = {
+                g.name: [
+                    s
+                    for s in self.shard(mp.samples[g.name])
+                    if any((g.name, c.name, s.id) not in self.done for c in mp.columns)
+                ]
+                for g in self.plan.generators
+            }
+        plans = [mp for mp in plans if any(todo[id(mp)].values())]
+        if not plans:
             return 0
         assert self.hashes is not None
-        metric = create_metric(mp.spec.name, **mp.kwargs)
-        chunk, label, written = self._chunk(metric), mp.spec.label, 0
-        with torch.no_grad():
-            base = None
-            if mp.real is not None:  # a real-set reference, fed whole once (every rank: scores stay exact)
-                for batch in self.bar(_chunks(mp.real, chunk), f"{label} | real set"):
-                    metric.update(**mp.feeds.real_args(batch))
-                base = metric.state_snapshot()
-            for g in self.plan.generators:
-                for batch in self.bar(_chunks(todo[g.name], chunk), f"{label} | {g.name}"):
+        active = [(mp, self._build(mp)) for mp in plans]
+        transforms, index = _transforms([m for _, m in active])
+        chunk, written = self._chunk([m for _, m in active]), 0
+        with torch.no_grad(), contextlib.ExitStack() as stack:
+            self._feed_real([(mp, m) for mp, m in active if mp.real is not None], skip)
+            base = {id(m): m.state_snapshot() for mp, m in active if mp.real is not None}
+            # one order of ids for every generator, so a chunk's references are decoded for all of them at once
+            stems = list(
+                dict.fromkeys(
+                    s.id for mp in plans for g in self.plan.generators for s in todo[id(mp)][g.name]
+                )
+            )
+            units = []  # per chunk of ids: (generator, {id(mp): samples}) and every file the chunk needs
+            for c in range(0, len(stems), chunk):
+                ids = set(stems[c : c + chunk])
+                per_g = [
+                    (g.name, {id(mp): [s for s in todo[id(mp)][g.name] if s.id in ids] for mp in plans})
+                    for g in self.plan.generators
+                ]
+                units.append(
+                    (
+                        per_g,
+                        [f for _, subs in per_g for ss in subs.values() for s in ss for f in _files_of(s)],
+                    )
+                )
+            # each file decoded once: a chunk's references once for all generators, a shared one held
+            caches = decoded_chunks(
+                [files for _, files in units],
+                transforms,
+                batch_size=chunk,
+                workers=self.workers,
+                device=self.device,
+            )
+            stream = stack.enter_context(contextlib.closing(caches))
+            labels = ", ".join(mp.spec.label for mp in plans)
+            for (per_g, _), cache in zip(self.bar(units, labels), stream):
+                for gname, subs in per_g:
                     rows: list[dict[str, Any]] = []
-                    for col in mp.columns:
-                        sub = [s for s in batch if (g.name, col.name, s.id) not in self.done]
-                        if not sub:
-                            continue
-                        if base is not None:
-                            metric.restore_state(base)
-                        else:
-                            metric.reset()
-                        args = mp.feeds.update_args(sub, col.aspect)
-                        self._update(metric, skip, g.name, col.name, args, [s.id for s in sub])
-                        if not metric.has_data():
-                            continue
-                        new = _sample_rows(_local_per_sample(metric), g.name, col.name, col.aspect)
-                        by_id = {s.id: s for s in sub}
-                        for r in new:
-                            r["input"] = self.hashes.sample(mp, col, by_id[str(r["id"])])
-                        rows.extend(new)
+                    for mp, metric in active:
+                        k = index[id(metric)]
+                        for col in mp.columns:
+                            sub = [s for s in subs[id(mp)] if (gname, col.name, s.id) not in self.done]
+                            if k >= 0:
+                                sub = self._decode_errors(sub, cache, gname, mp, skip, [col])
+                            if not sub:
+                                continue
+                            if mp.real is not None:
+                                metric.restore_state(base[id(metric)])
+                            else:
+                                metric.reset()
+                            args = _decoded_args(mp.feeds.update_args(sub, col.aspect), cache, k)
+                            cand = [str(s.candidate) for s in sub]
+                            self._update(metric, skip, gname, col.name, args, [s.id for s in sub], mp, cand)
+                            if not metric.has_data():
+                                continue
+                            new = _sample_rows(_local_per_sample(metric), gname, col.name, col.aspect)
+                            by_id = {s.id: s for s in sub}
+                            for r in new:
+                                r["input"] = self.hashes.sample(mp, col, by_id[str(r["id"])])
+                            rows.extend(new)
                     written += writer.write(finite_rows(rows, skip))
-        metric.reset()
-        self.weights[label] = weights_info(metric, mp)
-        _free(metric)
-        return written
+        return written + self._release(active)
 
-    def _score_set(self, mp: MetricPlan, writer: ResultsWriter, skip: _Skipper | None) -> int:
-        label = mp.spec.label
-        todo = [g for g in self.plan.generators if (g.name, label, SET_ID) not in self.done]
-        if not todo:
+    def _release(self, active: list[tuple[MetricPlan, Any]]) -> int:
+        """Record each metric's weights and drop it (the models go before the next pass loads its own)."""
+        for mp, metric in active:
+            metric.reset()
+            self.weights[mp.spec.label] = weights_info(metric, mp)
+        while active:
+            _free(active.pop()[1])
+        return 0
+
+    def _score_set(self, plans: list[MetricPlan], writer: ResultsWriter, skip: _Skipper | None) -> int:
+        """Every set-level metric in one pass: the real set decoded once and fed to each, then each generator's
+        files decoded once and fed to each (restored to its real-set state)."""
+        todo = {
+            id(mp): [g for g in self.plan.generators if (g.name, mp.spec.label, SET_ID) not in self.done]
+            for mp in plans
+        }
+        plans = [mp for mp in plans if todo[id(mp)]]
+        if not plans:
             return 0
-        assert self.hashes is not None and mp.real is not None
-        kwargs = dict(mp.kwargs)
-        # per-image scores for a bootstrap interval (the KDE modes offer none and refuse keep_scores)
-        if (
-            "keep_scores" in metric_options(mp.spec.name)
-            and kwargs.get("divergence") != "kde"
-            and not kwargs.get("compat")
-        ):
-            kwargs.setdefault("keep_scores", True)
-        metric = create_metric(mp.spec.name, **kwargs)
-        chunk, written, run = self._chunk(metric), 0, self.cfg.run
+        assert self.hashes is not None
+        active = []
+        for mp in plans:
+            assert mp.real is not None
+            kwargs: dict[str, Any] = {}
+            # per-image scores for a bootstrap interval (the KDE modes offer none and refuse keep_scores)
+            if (
+                "keep_scores" in metric_options(mp.spec.name)
+                and mp.kwargs.get("divergence") != "kde"
+                and not mp.kwargs.get("compat")
+                and "keep_scores" not in mp.kwargs
+            ):
+                kwargs["keep_scores"] = True
+            active.append((mp, self._build(mp, **kwargs)))
+        transforms, index = _transforms([m for _, m in active])
+        chunk, written, run = self._chunk([m for _, m in active]), 0, self.cfg.run
         with torch.no_grad():
-            for batch in self.bar(_chunks(self.shard(mp.real), chunk), f"{label} | real set"):
-                args = mp.feeds.real_args(batch)
-                self._update(metric, skip, "__real__", label, args, [p.stem for p in batch])
-            real_state = metric.state_snapshot()
-            for g in todo:
-                metric.restore_state(real_state)
+            self._feed_real(active, skip)
+            real_state = {id(m): m.state_snapshot() for _, m in active}
+            for g in self.plan.generators:
+                members = [(mp, m) for mp, m in active if g in todo[id(mp)]]
+                if not members:
+                    continue
+                for _, m in members:
+                    m.restore_state(real_state[id(m)])
                 files = self.plan.images[g.name]
-                for batch in self.bar(_chunks(self.shard(files), chunk), f"{label} | {g.name}"):
-                    samples = [Sample(id=p.stem, candidate=p) for p in batch]
-                    args = mp.feeds.update_args(samples)
-                    self._update(metric, skip, g.name, label, args, [s.id for s in samples])
-                value = metric.compute()  # synchronised across ranks (sum states)
-                ci = None
-                if callable(getattr(metric, "bootstrap_ci", None)):  # every rank: it synchronises
-                    ci = metric.bootstrap_ci(n_boot=run.n_boot, alpha=1.0 - run.ci, seed=run.seed)
-                if self.rank == 0:
-                    row = _set_row(metric, g.name, label, value, ci, len(files), len(mp.real))
-                    row["input"] = self.hashes.set_level(mp, g.name)
-                    written += writer.write(finite_rows([row], skip))
-        metric.reset()
-        self.weights[label] = weights_info(metric, mp)
-        _free(metric)
-        return written
+                mine = self.shard(files)
+                stream = decoded(mine, transforms, batch_size=chunk, workers=self.workers, device=self.device)
+                labels = ", ".join(mp.spec.label for mp, _ in members)
+                with contextlib.closing(stream):
+                    for batch in self.bar_stream(
+                        stream, math.ceil(len(mine) / chunk), f"{labels} | {g.name}"
+                    ):
+                        cache = DecodedCache(batch)
+                        samples = [Sample(id=Path(p).stem, candidate=Path(p)) for p, _ in batch]
+                        for mp, metric in members:
+                            ok = self._decode_errors(samples, cache, g.name, mp, skip)
+                            if not ok:
+                                continue
+                            k = index[id(metric)]
+                            args = {"candidates": [_input(cache, s.candidate, k) for s in ok]}
+                            ids = [s.id for s in ok]
+                            files_ok = [str(s.candidate) for s in ok]
+                            self._update(metric, skip, g.name, mp.spec.label, args, ids, mp, files_ok)
+                for mp, metric in members:
+                    value = metric.compute()  # synchronised across ranks (sum states)
+                    ci = None
+                    if callable(getattr(metric, "bootstrap_ci", None)):  # every rank: it synchronises
+                        ci = metric.bootstrap_ci(n_boot=run.n_boot, alpha=1.0 - run.ci, seed=run.seed)
+                    if self.rank == 0:
+                        row = _set_row(
+                            metric, g.name, mp.spec.label, value, ci, len(files), len(mp.real or [])
+                        )
+                        row["input"] = self.hashes.set_level(mp, g.name)
+                        written += writer.write(finite_rows([row], skip))
+        return written + self._release(active)
 
     def _finish(self, *, plots: bool) -> dict[str, Any]:
         order = {k: i for i, k in enumerate(self.plan.keys())}
@@ -645,3 +818,53 @@ def _note_unused_references(plan: Plan) -> None:
         )
         if note:
             print(f"note: {note}", file=sys.stderr)
+
+
+def _files_of(s: Sample) -> list[Path]:
+    """The candidate, then its reference(s)."""
+    refs = s.reference if isinstance(s.reference, list) else [s.reference] if s.reference else []
+    return [s.candidate, *refs]
+
+
+def _transforms(metrics: list[Any]) -> tuple[list[Any], dict[int, int]]:
+    """The distinct per-image transforms the metrics ask for, and each metric's index among them (-1: the
+    metric is given the file paths)."""
+    out: list[Any] = []
+    index: dict[int, int] = {}
+    for m in metrics:
+        t = transform_of(m)
+        if t == PATHS:
+            index[id(m)] = -1
+            continue
+        if t not in out:
+            out.append(t)
+        index[id(m)] = out.index(t)
+    return out, index
+
+
+def _input(cache: DecodedCache, path: Any, k: int) -> Any:
+    """What a metric is fed for ``path``: its decoded output ``k``, or the path itself (``k`` -1)."""
+    return str(path) if k < 0 else cache.get(path, k)
+
+
+def _decoded_args(args: dict[str, Any], cache: DecodedCache, k: int) -> dict[str, Any]:
+    """``metric.update`` arguments with every file path replaced by its decoded image (output ``k``; -1: paths)."""
+    out = dict(args)
+    if k < 0:
+        return out
+    if out.get("candidates") is not None:
+        out["candidates"] = [_input(cache, p, k) for p in out["candidates"]]
+    ref = out.get("reference")
+    if ref is not None:
+        out["reference"] = [
+            [_input(cache, p, k) for p in r] if isinstance(r, list) else _input(cache, r, k) for r in ref
+        ]
+    return out
+
+
+def _name_file(e: InputError, files: list[str] | None) -> InputError:
+    """A metric's error on decoded images (``candidates[3]: ...``) naming the file it came from."""
+    m = re.match(r"(candidates|reference)\[(\d+)\]", str(e))
+    if files is None or m is None or m[1] != "candidates" or int(m[2]) >= len(files):
+        return e
+    return InputError(f"{files[int(m[2])]}: {e}")

@@ -14,6 +14,8 @@ from typing import Any
 
 import click
 
+from genmetrics.data.workers import workers_option
+
 
 def _load_backbone(weights: str, device: str | None) -> tuple[Any, Any, str]:
     """``(model, tokenizer, description)`` for ``--weights`` (or what a backbone provider gives instead)."""
@@ -84,6 +86,7 @@ def _load_backbone(weights: str, device: str | None) -> tuple[Any, Any, str]:
 )
 @click.option("--recursive", is_flag=True, help="Also look for images in sub-folders.")
 @click.option("--json", "as_json", is_flag=True, help="Print summary.json to stdout.")
+@workers_option
 def compare_cmd(
     real_dir: str,
     gen_dir: str,
@@ -99,6 +102,7 @@ def compare_cmd(
     examples: int,
     recursive: bool,
     as_json: bool,
+    workers: int | None,
 ) -> None:
     """Compare real and generated images attribute by attribute: SaD, PaD and R-SaD (RA-CLIPScore)."""
     from genmetrics.cli.common import echo_json
@@ -141,6 +145,7 @@ def compare_cmd(
             recursive,
             real_dir,
             gen_dir,
+            workers,
         )
     finally:
         lock.release()  # also after a failure (weights unavailable): a run that wrote nothing leaves nothing
@@ -170,6 +175,7 @@ def _compare(
     recursive: bool,
     real_dir: str,
     gen_dir: str,
+    workers: int | None,
 ) -> dict[str, Any]:
     """Score both sets, draw the plots and write the report files into ``out`` (held locked by the caller)."""
     from genmetrics.backbones.openclip import parse_clip_weights
@@ -203,6 +209,7 @@ def _compare(
         batch_size=batch_size,
         keep_examples=max(examples, 4),
         progress=bar("real", len(real_files)),
+        workers=workers,
     )
     gen = score_images(
         scorer,
@@ -212,6 +219,7 @@ def _compare(
         batch_size=batch_size,
         keep_examples=examples,
         progress=bar("generated", len(gen_files)),
+        workers=workers,
     )
     summary = summarize(real, gen, attrs, grid, direction=kl_direction, top_k=top_k, n_boot=n_boot, seed=seed)
 

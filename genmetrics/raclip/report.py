@@ -7,7 +7,9 @@ equal those of the streaming metrics ``sad``, ``pad`` and ``rsad`` on the same i
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import combinations
@@ -18,6 +20,7 @@ import numpy as np
 import torch
 
 from genmetrics.backbones.clip_preprocess import clip_image_batch, clip_preprocess_cfg
+from genmetrics.data.pipeline import decoded
 from genmetrics.errors import InputError
 from genmetrics.functional import divergence as D
 
@@ -79,6 +82,7 @@ def score_images(
     keep_examples: int = 4,
     progress: Callable[[Iterable[Any]], Iterable[Any]] | None = None,
     data_range: float = 1.0,
+    workers: int | None = 0,
 ) -> ScoredSet:
     """RA-CLIPScore of every image: ``[N,C]`` scores, summed refined patch maps and a few examples.
 
@@ -91,6 +95,8 @@ def score_images(
     ...     scored = score_images(scorer, paths, ["smiling", "wearing hat"], role="real", keep_examples=2)
     >>> tuple(scored.scores.shape), tuple(scored.map_sum.shape), [e.name for e in scored.examples]
     ((6, 2), (16, 2), ['000.png', '001.png'])
+
+    File paths are decoded once each by the input pipeline (``workers`` processes, ahead of the model).
     """
     model = scorer.model
     starts = range(0, len(paths), batch_size)
@@ -98,18 +104,30 @@ def score_images(
     scores: list[torch.Tensor] = []
     map_sum: torch.Tensor | None = None
     examples: list[Example] = []
-    for start in it:
-        chunk = list(paths[start : start + batch_size])
-        x = clip_image_batch(chunk, model, data_range=data_range, name=role)
-        out = scorer(x, attributes)
-        scores.append(out.score.double().cpu())
-        ps = out.patch_scores.double().cpu()
-        map_sum = ps.sum(0) if map_sum is None else map_sum + ps.sum(0)
-        if len(examples) < keep_examples:
-            imgs = _unnormalise(x.float(), model).cpu()
-            for i in range(min(len(chunk), keep_examples - len(examples))):
-                name = Path(chunk[i]).name if isinstance(chunk[i], (str, Path)) else f"{role}[{start + i}]"
-                examples.append(Example(role, name, imgs[i], out.score[i].double().cpu(), ps[i]))
+    all_files = all(isinstance(p, (str, os.PathLike)) for p in paths)
+    stream = decoded(list(paths), batch_size=batch_size, workers=workers) if all_files else None
+    with contextlib.closing(stream) if stream is not None else contextlib.nullcontext():
+        for start in it:
+            chunk = list(paths[start : start + batch_size])
+            inputs: list[Any] = chunk
+            if stream is not None:  # the same consecutive chunks, decoded in the workers
+                inputs = []
+                for _, o in next(stream):
+                    if isinstance(o, Exception):
+                        raise o
+                    inputs.append(o[0])
+            x = clip_image_batch(inputs, model, data_range=data_range, name=role)
+            out = scorer(x, attributes)
+            scores.append(out.score.double().cpu())
+            ps = out.patch_scores.double().cpu()
+            map_sum = ps.sum(0) if map_sum is None else map_sum + ps.sum(0)
+            if len(examples) < keep_examples:
+                imgs = _unnormalise(x.float(), model).cpu()
+                for i in range(min(len(chunk), keep_examples - len(examples))):
+                    name = (
+                        Path(chunk[i]).name if isinstance(chunk[i], (str, Path)) else f"{role}[{start + i}]"
+                    )
+                    examples.append(Example(role, name, imgs[i], out.score[i].double().cpu(), ps[i]))
     if map_sum is None:
         raise InputError(f"{role} images: none to score; pass at least one image")
     return ScoredSet(torch.cat(scores, 0), map_sum, examples)

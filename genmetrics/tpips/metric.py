@@ -26,10 +26,11 @@ from typing import Any
 import torch
 
 from genmetrics.backbones.memory_model import batch_peak_bytes, image_hw, real_config_from_model
-from genmetrics.backbones.qwen_vl import IMAGE_MODES, mode_sensitive, qwen_image
+from genmetrics.backbones.qwen_vl import IMAGE_MODES, mode_sensitive, official_rgb_uint8, qwen_image
 from genmetrics.data.batching import device_memory, map_batches
 from genmetrics.data.device import check_precision, precision_autocast
 from genmetrics.data.images import as_image_list, to_tensor
+from genmetrics.data.pipeline import rgb_uint8
 from genmetrics.errors import InputError
 from genmetrics.metric import SampleMetric, batch_len, eval_mode, hash_id, keep_index, slice_batch
 from genmetrics.options import integer, number
@@ -182,6 +183,13 @@ class TPIPS(SampleMetric):
         return self.backbone("backbone") if self._model_ready else self._build()
 
     # -- inputs ------------------------------------------------------------------------------------
+    @property
+    def input_transform(self) -> Any:
+        """What the input pipeline's workers do per decoded file: the RGB conversion ``image_modes`` names
+        (the model's own when the metric is built without it)."""
+        mode = self.image_modes or getattr(self.model(), "image_modes", "official")
+        return official_rgb_uint8 if mode == "official" else rgb_uint8
+
     def _images(self, images: Any, name: str) -> list[Any]:
         """Checked (decoded) now, before any weights load; a PIL image or file whose RGB depends on
         ``image_modes`` is kept as given and converted by the model, every other one as a tensor."""

@@ -107,8 +107,28 @@ def _config(root: Path, entry: str) -> Path:
     return cfg
 
 
-def _flatten(calls: list[dict[str, Any]]) -> list[tuple]:
-    """Every update call as per-sample facts, independent of how the samples were chunked."""
+def _files_by_pixels(root: Path) -> dict[bytes, str]:
+    """Every image under ``root`` by its decoded pixels: the input pipeline feeds metrics decoded images, and
+    this names the file each one came from."""
+    from genmetrics.data.images import load_image
+    from genmetrics.data.pipeline import rgb_uint8
+
+    return {rgb_uint8(load_image(p), str(p)).numpy().tobytes(): str(p) for p in sorted(root.rglob("*.png"))}
+
+
+def _flatten(calls: list[dict[str, Any]], root: Path) -> list[tuple]:
+    """Every update call as per-sample facts (decoded images named by their file), independent of how the
+    samples were chunked."""
+    files = _files_by_pixels(root)
+
+    def name(x: Any) -> Any:
+        if isinstance(x, torch.Tensor):
+            return files.get(x.cpu().numpy().tobytes(), "an image that is no file")
+        if isinstance(x, list):
+            return [name(v) for v in x]
+        return x
+
+    calls = [{k: (name(v) if k in ("reference", "candidates") else v) for k, v in kw.items()} for kw in calls]
     out: list[tuple] = []
     for kw in calls:
         cands, ref, cond, ids = (kw.get(k) for k in ("candidates", "reference", "condition", "ids"))
@@ -164,10 +184,10 @@ def test_score_and_leaderboard_feed_the_same_inputs(name, data, spy, capsys, tmp
         rc = main(["score", name, *flags, "--json"])
         err = capsys.readouterr().err
         assert rc == 0, err
-        from_cli = _flatten(spy)
+        from_cli = _flatten(spy, data)
         spy.clear()
         run_leaderboard(_config(data, entry), tmp_path / "board", plots=False)
-        from_board = _flatten(spy)
+        from_board = _flatten(spy, data)
     assert from_cli and from_cli == from_board
     # and the facts are the card's: a matched reference shares the candidate's stem, a prompt is its line
     for fact in from_cli:

@@ -12,6 +12,7 @@ import torch
 
 from genmetrics.baselines.pixel import PSNR
 from genmetrics.data.images import as_image_list, to_tensor
+from genmetrics.data.pipeline import PATHS
 from genmetrics.metric import Metric, SampleMetric, as_text_list
 from genmetrics.registry import MetricCard, register_metric
 
@@ -122,6 +123,7 @@ class NanMetric(_Mean):
     """Mean intensity of the candidate, but NaN for files whose stem is in ``nan_ids`` (a broken metric)."""
 
     name = "_lb_nan"
+    input_transform = PATHS  # it scores by file name, so it is given the paths (the pipeline does not decode)
 
     def __init__(self, *, nan_ids: Any = ("s1",), **kwargs: Any) -> None:
         super().__init__(**kwargs)
