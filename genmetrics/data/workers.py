@@ -8,8 +8,9 @@ import os
 import click
 
 from genmetrics.errors import InputError
+from genmetrics.options import MAX_WORKERS
 
-__all__ = ["MAX_DEFAULT_WORKERS", "check_workers", "default_workers", "workers_option"]
+__all__ = ["MAX_DEFAULT_WORKERS", "MAX_WORKERS", "check_workers", "default_workers", "workers_option"]
 
 #: the most workers :func:`default_workers` chooses (decoding a batch rarely needs more to keep up)
 MAX_DEFAULT_WORKERS = 8
@@ -37,13 +38,14 @@ def check_workers(workers: int | None, *, flag: str = "workers") -> int:
     >>> check_workers(-1)
     Traceback (most recent call last):
         ...
-    genmetrics.errors.InputError: workers: expected a number of worker processes >= 0, got -1 (0 decodes in the calling process)
+    genmetrics.errors.InputError: workers: expected a number of worker processes in [0, 256], got -1 (0 decodes in the calling process)
     """
     if workers is None:
         return default_workers()
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 0:
+    if isinstance(workers, bool) or not isinstance(workers, int) or not 0 <= workers <= MAX_WORKERS:
         raise InputError(
-            f"{flag}: expected a number of worker processes >= 0, got {workers!r} (0 decodes in the calling process)"
+            f"{flag}: expected a number of worker processes in [0, {MAX_WORKERS}], got {workers!r} "
+            "(0 decodes in the calling process)"
         )
     return workers
 
@@ -51,8 +53,8 @@ def check_workers(workers: int | None, *, flag: str = "workers") -> int:
 #: ``--workers N``: processes that decode the images (every command that reads image files)
 workers_option = click.option(
     "--workers",
-    type=click.IntRange(min=0),
+    type=click.IntRange(min=0, max=MAX_WORKERS),
     default=None,
     help="Processes that decode images, overlapped with the model (default: one per available core but "
-    "one, at most 8; 0 decodes in the main process).",
+    f"one, at most {MAX_DEFAULT_WORKERS}; 0 decodes in the main process; at most {MAX_WORKERS}).",
 )

@@ -283,3 +283,17 @@ def test_every_metric_bitwise_equal_for_any_workers_and_batch(name, data, tmp_pa
                 assert b["score"] is None
                 continue
             assert abs(a["score"] - b["score"]) <= BATCH_TOL * max(1.0, abs(a["score"])), (a, b)
+
+
+@pytest.mark.parametrize("command", ["score", "leaderboard", "compare"])
+def test_workers_beyond_the_cap_refused_on_every_command(command):
+    """``--workers 10000`` would start (or silently cap) ten thousand processes: every command that reads
+    files refuses it at parse time, naming the flag and its range (exit 2)."""
+    from genmetrics.data.workers import MAX_WORKERS, check_workers
+
+    res = CliRunner().invoke(cli, [command, "--workers", str(MAX_WORKERS + 1)])
+    assert res.exit_code == 2, res.output
+    assert "--workers" in res.output and str(MAX_WORKERS) in res.output
+    assert check_workers(MAX_WORKERS) == MAX_WORKERS
+    with pytest.raises(InputError, match=rf"workers.*\[0, {MAX_WORKERS}\].*{MAX_WORKERS + 1}"):
+        check_workers(MAX_WORKERS + 1)
