@@ -585,7 +585,8 @@ def _rng_states(path: Path) -> tuple[Any, Any, dict[str, torch.Tensor]]:
             f"machine with other devices cannot continue its random streams); {_START_OVER}"
         )
     words = tensors["python"], tensors["numpy"]
-    sizes = len(random.getstate()[1]), len(np.random.get_state()[1])
+    numpy_now: Any = np.random.get_state()  # (name, keys, pos, has_gauss, cached)
+    sizes = len(random.getstate()[1]), len(numpy_now[1])
     for what, t, size in zip(("Python", "numpy"), words, sizes, strict=True):
         if t.dtype != torch.int64 or t.shape != (size,) or bool((t < 0).any() | (t >= 2**32).any()):
             raise InputError(
@@ -603,7 +604,7 @@ def _rng_states(path: Path) -> tuple[Any, Any, dict[str, torch.Tensor]]:
         if not (
             type(version) is int
             and (gauss is None or type(gauss) in (int, float))
-            and name == np.random.get_state()[0]
+            and name == numpy_now[0]
             and type(pos) is int
             and 0 <= pos <= sizes[1]
             and has_gauss in (0, 1)
