@@ -43,6 +43,7 @@ from genmetrics.metric_states import (
     identity_mismatch,
     merge_pair,
     nonfinite_count,
+    options_of_state,
     options_state_name,
     squeeze_scalars,
 )
@@ -479,6 +480,15 @@ class Metric(BackbonesFollowTo, torchmetrics.Metric):
         for k in [k for k in incoming if k.startswith(prefix + OPTIONS_STATE_PREFIX)]:
             incoming.pop(k)
             if k != prefix + mine:
+                theirs, ours = options_of_state(k[len(prefix) :]), self._identity()
+                why = None  # known when a metric of this class built in this process marked the state
+                if theirs is not None and theirs["class"] == ours["class"]:
+                    why = identity_mismatch(ours, {**ours, "options": theirs["options"]})
+                if why:
+                    raise InputError(
+                        f"{label}: {action}: the state belongs to a metric {why}; merge metrics built alike "
+                        "(genmetrics.create_metric with those options)"
+                    )
                 raise InputError(
                     f"{label}: {action}: the state belongs to another metric or to one built with other "
                     f"options (its options state {k[len(prefix) :]!r} is not this metric's {mine!r}); "
@@ -516,6 +526,13 @@ class Metric(BackbonesFollowTo, torchmetrics.Metric):
                     f"{label}: {action}: state {k!r} should be {'a list of tensors' if is_list else 'a tensor'}, "
                     f"got {type(value).__name__}; it belongs to another metric or was edited"
                 )
+            narrow = next((t.dtype for t in tensors if self._narrower_than_mine(t)), None)
+            if narrow is not None:
+                raise InputError(
+                    f"{label}: {action}: state {k!r} holds {narrow} values, this metric keeps {self.dtype}: "
+                    f"its precision was lost (set_dtype({narrow}) or a cast); use a metric with "
+                    f".set_dtype({narrow}), or recompute the state at {self.dtype}"
+                )
             current = getattr(self, k)
             if not is_list and value.shape != current.shape:
                 raise InputError(
@@ -531,6 +548,14 @@ class Metric(BackbonesFollowTo, torchmetrics.Metric):
                     "state holds finite values: it was damaged or accumulated from bad inputs; recompute it"
                 )
         self._check_rows(states, action)
+
+    def _narrower_than_mine(self, t: torch.Tensor) -> bool:
+        """A floating-point state ``t`` of less precision than this metric keeps (its ``set_dtype``, at most
+        float32's: a float32 state joins a float64 metric exactly)."""
+        if not t.is_floating_point():
+            return False
+        mine = max(torch.finfo(self.dtype).eps, torch.finfo(torch.float32).eps)
+        return torch.finfo(t.dtype).eps > mine
 
     def _check_rows(self, states: dict[str, Any], action: str) -> None:
         """Per-sample metrics: every per-sample state has one row per sample (a hook)."""

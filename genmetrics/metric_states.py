@@ -74,7 +74,34 @@ def options_state_name(owner: type, options: dict[str, Any]) -> str:
     key = hashlib.blake2b(
         canonical((owner.__module__, owner.__qualname__, options)).encode(), digest_size=8
     ).hexdigest()
-    return OPTIONS_STATE_PREFIX + key
+    name = OPTIONS_STATE_PREFIX + key
+    if name not in _OPTIONS_BY_STATE and len(_OPTIONS_BY_STATE) < _OPTIONS_REMEMBERED:
+        _OPTIONS_BY_STATE[name] = {
+            "class": f"{owner.__module__}.{owner.__qualname__}",
+            "options": canonical_options(options),
+        }
+    return name
+
+
+#: options state name -> the class and :func:`canonical_options` it marks, for the metrics built in this
+#: process (so a refused ``metric_state`` can name the options that differ; bounded)
+_OPTIONS_BY_STATE: dict[str, dict[str, Any]] = {}
+_OPTIONS_REMEMBERED = 4096
+
+
+def options_of_state(name: str) -> dict[str, Any] | None:
+    """The class and :func:`canonical_options` an options state name marks, when a metric built in this
+    process used it (None otherwise: the name is a hash).
+
+    >>> options_of_state(options_state_name(int, {"max_db": 30.0}))
+    {'class': 'builtins.int', 'options': {'max_db': '30.0'}}
+    """
+    return _OPTIONS_BY_STATE.get(name)
+
+
+def canonical_options(options: dict[str, Any]) -> dict[str, str]:
+    """The :func:`canonical` text of each option, by option name."""
+    return {str(k): canonical(v) for k, v in sorted(options.items(), key=lambda kv: str(kv[0]))}
 
 
 class AgreedGather:
@@ -182,7 +209,7 @@ def identity(owner: type, name: str, options: dict[str, Any]) -> dict[str, Any]:
     return {
         "metric": name,
         "class": f"{owner.__module__}.{owner.__qualname__}",
-        "options": {str(k): canonical(v) for k, v in sorted(options.items(), key=lambda kv: str(kv[0]))},
+        "options": canonical_options(options),
     }
 
 

@@ -1,4 +1,4 @@
-"""Leaderboard configuration: TOML (``tomllib``) or YAML (``yaml.safe_load``), validated with errors that
+"""Leaderboard configuration: TOML (``tomllib``) or YAML (a safe loader refusing duplicate keys), validated with errors that
 name the config file, the line and the key (``config.toml:12: generators[1].images: ...``).
 
 Schema (every path is relative to the config file; see docs/leaderboard.md)::
@@ -433,6 +433,29 @@ def yaml_size(root: Any) -> tuple[float, int]:
     return memo[id(root)]
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses a key given twice in one mapping (PyYAML keeps the last silently);
+    keys brought in by a merge (``<<: *base``) may still be overridden, as YAML allows."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=True)
+            line = key_node.start_mark.line + 1
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None,
+                    None,
+                    f"duplicate key {key!r} (first given on line {seen[key]}); a key may appear once in a "
+                    "mapping: keep one",
+                    key_node.start_mark,
+                )
+            seen[key] = line
+        return super().construct_mapping(node, deep=deep)
+
+
 def _parse_yaml(path: Path, text: str) -> tuple[dict[str, Any], dict[KeyPath, int]]:
     try:
         size, depth = yaml_size(yaml.compose(text, Loader=yaml.SafeLoader))
@@ -450,7 +473,7 @@ def _parse_yaml(path: Path, text: str) -> tuple[dict[str, Any], dict[KeyPath, in
             raise InputError(
                 f"{path}: the YAML is nested {depth} levels deep; a config is at most {MAX_CONFIG_DEPTH} deep"
             )
-        raw = yaml.safe_load(text)
+        raw = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader subclass: plain data only
     except RecursionError:
         raise InputError(
             f"{path}: the YAML is nested too deeply to read; a config is at most {MAX_CONFIG_DEPTH} levels deep"

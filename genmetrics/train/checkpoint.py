@@ -585,16 +585,35 @@ def _rng_states(path: Path) -> tuple[Any, Any, dict[str, torch.Tensor]]:
             f"machine with other devices cannot continue its random streams); {_START_OVER}"
         )
     words = tensors["python"], tensors["numpy"]
-    if any(t.dtype != torch.int64 or t.ndim != 1 or bool((t < 0).any() | (t >= 2**32).any()) for t in words):
-        raise InputError(f"{path}: the Python / numpy states are not 32-bit words; {_START_OVER}")
+    numpy_now: Any = np.random.get_state()  # (name, keys, pos, has_gauss, cached)
+    sizes = len(random.getstate()[1]), len(numpy_now[1])
+    for what, t, size in zip(("Python", "numpy"), words, sizes, strict=True):
+        if t.dtype != torch.int64 or t.shape != (size,) or bool((t < 0).any() | (t >= 2**32).any()):
+            raise InputError(
+                f"{path}: the {what} random state should be {size} 32-bit words, got {t.dtype} of shape "
+                f"{list(t.shape)}; {_START_OVER}"
+            )
     if tensors["torch"].dtype != torch.uint8 or tensors["torch"].shape != torch.get_rng_state().shape:
-        raise InputError(f"{path}: the torch state has another size or type; {_START_OVER}")
+        raise InputError(
+            f"{path}: the torch random state should be uint8 of shape {list(torch.get_rng_state().shape)}, got "
+            f"{tensors['torch'].dtype} of shape {list(tensors['torch'].shape)}; {_START_OVER}"
+        )
     try:
         version, gauss = json.loads(meta["python"])
         name, pos, has_gauss, cached = json.loads(meta["numpy"])
+        if not (
+            type(version) is int
+            and (gauss is None or type(gauss) in (int, float))
+            and name == numpy_now[0]
+            and type(pos) is int
+            and 0 <= pos <= sizes[1]
+            and has_gauss in (0, 1)
+            and type(cached) in (int, float)
+        ):
+            raise ValueError(f"python {meta['python']}, numpy {meta['numpy']}")
     except (ValueError, TypeError) as e:
         raise InputError(
-            f"{path}: unreadable metadata of the Python / numpy states ({e}); {_START_OVER}"
+            f"{path}: unreadable or out-of-range metadata of the Python / numpy states ({e}); {_START_OVER}"
         ) from None
     python = (version, tuple(int(x) for x in words[0].tolist()), gauss)
     return python, (name, words[1].numpy().astype(np.uint32), pos, has_gauss, cached), tensors
@@ -608,7 +627,7 @@ def _set_rng(path: Path) -> None:
         random.setstate(python)
         np.random.set_state(numpy_state)
         torch.set_rng_state(tensors["torch"])
-    except (ValueError, TypeError, OverflowError, RuntimeError) as e:
+    except (ValueError, TypeError, OverflowError, RuntimeError, IndexError) as e:
         random.setstate(old[0])
         np.random.set_state(old[1])
         torch.set_rng_state(old[2])

@@ -66,6 +66,62 @@ def test_dict_forms_of_merge_state_check_the_options():
     assert len(hi.per_sample()["scores"]) == 8
 
 
+def test_metric_state_dict_of_other_options_names_the_option_and_both_values():
+    """The ``metric_state`` form carries only a hash of the options; for metrics built in this process the
+    refusal names the differing option and both values, as the ``state_dict()`` form does."""
+    hi, lo = _filled("psnr", max_db=100.0), _filled("psnr", max_db=30.0)
+    before = hi.compute()
+    for into, src, there, here in ((hi, lo, "30.0", "100.0"), (lo, hi, "100.0", "30.0")):
+        with pytest.raises(InputError) as e:
+            into.merge_state(dict(src.metric_state))
+        msg = str(e.value)
+        assert "\n" not in msg and f"max_db differ: {there} there, {here} here" in msg
+    assert torch.equal(hi.compute(), before)
+    # a hash no metric of this process made (another process's options): still refused, without names
+    state = {k: v for k, v in lo.metric_state.items() if not k.startswith("_options_")}
+    with pytest.raises(InputError, match="other options .*options state '_options_0123456789abcdef'"):
+        hi.merge_state({**state, "_options_0123456789abcdef": []})
+
+
+def _cast_floats(state, dtype):
+    def cast(v):
+        if isinstance(v, list):
+            return [cast(t) for t in v]
+        return v.to(dtype) if torch.is_tensor(v) and v.is_floating_point() else v
+
+    return {k: cast(v) for k, v in state.items()}
+
+
+@pytest.mark.parametrize("low", [torch.bfloat16, torch.float16])
+def test_a_state_of_lower_precision_than_the_metric_is_refused(low):
+    """``precision`` is an option (checked with the others); ``set_dtype`` is not, so a state cast to a
+    half-precision dtype would load into a float32 metric and compute a rounded value: refused, naming the
+    dtype; a metric given the same ``set_dtype`` takes it, and a float32 state joins a float64 metric."""
+    src = _filled("psnr")
+    exact = src.compute()
+    half = _cast_floats(src.state_dict(), low)
+    scores, kept = torch.cat(half["scores"]), torch.cat(src.state_dict()["scores"])
+    assert not torch.equal(scores.to(kept.dtype), kept)  # the cast lost digits
+    dst = gm.create_metric("psnr")
+    dst.persistent(True)
+    with pytest.raises(InputError) as e:
+        dst.load_state_dict(half)
+    msg = str(e.value)
+    assert "\n" not in msg and f"state 'scores' holds {low} values" in msg and f"set_dtype({low})" in msg
+    with pytest.raises(InputError, match=f"holds {low} values"):
+        dst.merge_state(half)
+    alike = gm.create_metric("psnr").set_dtype(low)
+    alike.persistent(True)
+    alike.load_state_dict(half)  # the metric asked for that precision
+    got = alike.per_sample()["scores"]
+    assert torch.equal(got, scores.to(got.dtype))
+    wide = gm.create_metric("psnr").set_dtype(torch.float64)
+    wide.merge_state(_cast_floats(src.state_dict(), torch.float32))  # exact in float64
+    torch.testing.assert_close(
+        wide.compute().double(), exact.double(), rtol=torch.finfo(torch.float32).eps * 4, atol=0
+    )
+
+
 @pytest.mark.parametrize(
     "kind,mine,theirs",
     [

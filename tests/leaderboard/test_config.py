@@ -274,3 +274,37 @@ def test_cli_bad_config_exit_2_one_line(small_set, tmp_path, capsys):
     assert code == 2
     assert len(err) == 1 and err[0].startswith("error: ") and "metrics[0].max_dbb" in err[0]
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    "text, key, first, again",
+    [
+        ("run:\n  seed: 1\nrun:\n  seed: 2\n", "run", 1, 3),  # PyYAML alone keeps the second silently
+        ("run:\n  seed: 1\n  bootstrap: 10\n  seed: 2\n", "seed", 2, 4),
+    ],
+)
+def test_yaml_duplicate_key_is_refused_naming_key_and_lines(tmp_path, text, key, first, again):
+    cfg = tmp_path / "lb.yaml"
+    cfg.write_text(text)
+    with pytest.raises(InputError) as ei:
+        load_config(cfg)
+    msg = str(ei.value)
+    assert "\n" not in msg and f"lb.yaml:{again}:" in msg and f"duplicate key {key!r}" in msg
+    assert f"line {first}" in msg
+
+
+def test_yaml_merge_key_may_still_be_overridden(tmp_path):
+    """``<<: *base`` then an explicit key is YAML's override, not a duplicate."""
+    from genmetrics.leaderboard.config import _parse_yaml
+
+    raw, _ = _parse_yaml(
+        tmp_path / "lb.yaml", "base: &b {seed: 1, bootstrap: 5}\nrun:\n  <<: *b\n  seed: 2\n"
+    )
+    assert raw["run"] == {"seed": 2, "bootstrap": 5}
+
+
+def test_toml_duplicate_table_is_refused(tmp_path):
+    cfg = tmp_path / "lb.toml"
+    cfg.write_text("[run]\nseed = 1\n[run]\nseed = 2\n")
+    with pytest.raises(InputError, match=r"lb\.toml.*run"):
+        load_config(cfg)

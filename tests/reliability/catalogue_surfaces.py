@@ -1555,7 +1555,7 @@ attempt(f)
     "m-merge-wrong-shape",
     "state",
     "merge_state of a dict whose scores are a 2-D tensor of another length than its ids",
-    "InputError naming scores and the shape",
+    "InputError naming scores and the shape (or its row count against the ids)",
 )
 def _(ctx: Ctx) -> Verdict:
     body = """
@@ -1567,7 +1567,7 @@ def f():
     return float(a.compute())
 attempt(f)
 """
-    return _state(ctx, body, "scores", "shape|length|size")
+    return _state(ctx, body, "scores", "shape|length|size|rows")
 
 
 @case(

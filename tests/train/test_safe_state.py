@@ -303,3 +303,39 @@ def test_safe_loader_accepts_plain_tensors_and_refuses_other_shapes(tmp_path):
     (tmp_path / "bad.safetensors").write_bytes(os.urandom(64))
     with pytest.raises(InputError, match="bad.safetensors' is corrupt"):
         load_state_dict(tmp_path / "bad.safetensors")
+
+
+def _tamper_rng(ck: Path, tensors=None, meta=None) -> None:
+    from safetensors import safe_open
+
+    path = ck / "rng-0.safetensors"
+    t = load_file(str(path))
+    with safe_open(str(path), "pt") as f:
+        m = f.metadata()
+    save_file({**t, **(tensors or {})}, str(path), metadata={**m, **(meta or {})})
+
+
+@pytest.mark.parametrize(
+    "tensors,meta,fragment",
+    [
+        ({"numpy": "cut"}, None, "numpy random state should be 624"),
+        ({"python": "cut"}, None, "Python random state should be 625"),
+        ({"torch": "cut"}, None, "torch random state should be uint8 of shape"),
+        (None, {"numpy": json.dumps(["MT19937", 10_000, 0, 0.0])}, "out-of-range metadata"),
+        (None, {"numpy": json.dumps(["PCG64", 0, 0, 0.0])}, "out-of-range metadata"),
+        (None, {"python": json.dumps(["3", None])}, "out-of-range metadata"),
+    ],
+)
+def test_a_tampered_rng_state_is_named(killed_run, tmp_path, tensors, meta, fragment):
+    """A random state of the wrong length or with out-of-range metadata (numpy raised a raw IndexError
+    from ``set_state``) stops the resume with one line naming rng-0.safetensors."""
+    out = _copy(killed_run, tmp_path)
+    ck = out / CKPT
+    if tensors:
+        t = load_file(str(ck / "rng-0.safetensors"))
+        tensors = {k: t[k][:10].clone() for k in tensors}
+    _tamper_rng(ck, tensors, meta)
+    with pytest.raises(InputError) as e:
+        _resume(out)
+    msg = str(e.value)
+    assert "\n" not in msg and str(ck / "rng-0.safetensors") in msg and fragment in msg
