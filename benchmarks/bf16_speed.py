@@ -1,9 +1,11 @@
-"""bf16 against float32 for one image tower: genmetrics' encode_image of a random ViT-B/16 (open_clip) in
-float32 and under CPU autocast bfloat16, and open_clip's own encode_image under autocast. One JSON line
-(CPU seconds, median of interleaved rounds); the speed goal (bf16 >= 1.8x float32) applies to CPUs with
-bf16 units (``cpu_has_avx512_bf16``, or AMX).
+"""bf16 against float32 on a random ViT-B/16 (open_clip): genmetrics' encode_image in float32 and under
+CPU autocast bfloat16, open_clip's own encode_image under autocast, and the metrics clipscore, clip_i and
+raclip (RA-CLIPScore) with ``precision="fp32"`` / ``"bf16"``; with ``--torchmetrics``, torchmetrics'
+CLIPScore on a random transformers CLIPModel of ViT-B/16's sizes (other random weights: transformers cannot
+load open_clip's) wrapped in ``torch.autocast``. One JSON line (CPU seconds, median of interleaved rounds);
+the speed goal (bf16 >= 1.8x float32) applies to CPUs with bf16 units (``cpu_has_avx512_bf16``, or AMX).
 
-Usage: python benchmarks/bf16_speed.py [--images 8] [--rounds 3] [--threads 1]
+Usage: python benchmarks/bf16_speed.py [--images 8] [--rounds 3] [--threads 1] [--torchmetrics]
 """
 
 from __future__ import annotations
@@ -22,15 +24,39 @@ def main() -> None:
     ap.add_argument("--images", type=int, default=8)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--torchmetrics", action="store_true", help="also torchmetrics' CLIPScore under autocast")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
 
     import open_clip
 
+    import genmetrics as gm
     from genmetrics.backbones.clip_vision import encode_image
 
     oc = open_clip.create_model("ViT-B-16-quickgelu", pretrained=None).eval()
+    tok = open_clip.get_tokenizer("ViT-B-16-quickgelu")
     x = torch.randn(args.images, 3, 224, 224, generator=torch.Generator().manual_seed(0))
+    imgs = (torch.rand(args.images, 3, 224, 224, generator=torch.Generator().manual_seed(1)) * 255).to(
+        torch.uint8
+    )
+    refs = (torch.rand(args.images, 3, 224, 224, generator=torch.Generator().manual_seed(2)) * 255).to(
+        torch.uint8
+    )
+    prompts = [f"a photo of a red dog number {i}" for i in range(args.images)]
+    attributes = ["red", "dog", "snow"]
+
+    def metric(name: str, precision: str) -> Any:
+        kw: dict[str, Any] = {"backbone": oc, "precision": precision, "batch_size": args.images}
+        if name == "clip_i":
+            m = gm.create_metric(name, **kw)
+            m.update(reference=refs, candidates=imgs)
+        elif name == "clipscore":
+            m = gm.create_metric(name, tokenizer=tok, **kw)
+            m.update(candidates=imgs, condition=prompts)
+        else:
+            m = gm.create_metric(name, tokenizer=tok, attributes=attributes, **kw)
+            m.update(candidates=imgs)
+        return m.compute()
 
     def run(fn: Any, bf16: bool) -> Any:
         with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
@@ -41,6 +67,28 @@ def main() -> None:
         "bf16": lambda: run(lambda v: encode_image(oc, v), True),
         "open_clip_autocast_bf16": lambda: run(oc.encode_image, True),
     }
+    for name in ("clipscore", "clip_i", "raclip"):
+        for p in ("fp32", "bf16"):
+            tools[f"{name}_{p}"] = lambda name=name, p=p: metric(name, p)
+    if args.torchmetrics:
+        import sys
+        from pathlib import Path
+
+        from torchmetrics.multimodal.clip_score import CLIPScore
+
+        sys.path.insert(0, str(Path(__file__).parent))
+        from peers import _hf_clip_b16
+
+        tm = CLIPScore(model_name_or_path=_hf_clip_b16)
+
+        def tmf(bf16: bool) -> Any:
+            tm.reset()
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+                tm.update(list(imgs), prompts)
+            return tm.compute()
+
+        tools["torchmetrics_clipscore_fp32"] = lambda: tmf(False)
+        tools["torchmetrics_clipscore_autocast_bf16"] = lambda: tmf(True)
     for f in tools.values():
         f()  # warm-up: packing, primitive creation
     cpu: dict[str, list[float]] = {k: [] for k in tools}
@@ -63,7 +111,23 @@ def main() -> None:
         **{f"{k}_cpu_s": round(v, 3) for k, v in med.items()},
         "bf16_over_fp32": round(med["fp32"] / med["bf16"], 3),
         "open_clip_autocast_bf16_over_fp32": round(med["fp32"] / med["open_clip_autocast_bf16"], 3),
+        **{
+            f"{n}_bf16_over_fp32": round(med[f"{n}_fp32"] / med[f"{n}_bf16"], 3)
+            for n in ("clipscore", "clip_i", "raclip")
+        },
         "goal_bf16_over_fp32": 1.8,
+        **(
+            {
+                "clipscore_bf16_over_torchmetrics_autocast_bf16": round(
+                    med["torchmetrics_clipscore_autocast_bf16"] / med["clipscore_bf16"], 3
+                ),
+                "torchmetrics_autocast_bf16_over_fp32": round(
+                    med["torchmetrics_clipscore_fp32"] / med["torchmetrics_clipscore_autocast_bf16"], 3
+                ),
+            }
+            if args.torchmetrics
+            else {}
+        ),
         "cpu_has_avx512_bf16": "avx512_bf16" in flags,
         "cpu_has_amx_bf16": "amx_bf16" in flags,
     }

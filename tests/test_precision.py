@@ -298,21 +298,74 @@ def test_cli_option_precision(tmp_path, capsys):
     assert len(err) == 1 and err[0].startswith("error:") and "did you mean 'bf16'" in err[0]
 
 
-def test_packed_clip_products_are_never_taken_under_autocast(monkeypatch):
-    """oneDNN's packed products bypass autocast (they would run bf16 metrics in float32): even where they are
-    the measured fast path (forced here), the tower under autocast uses its own modules."""
+def _forced_packed(monkeypatch):
     from genmetrics.backbones import clip_packed
     from genmetrics.backbones._torch_internals import onednn_linear_available
-    from genmetrics.testing import tiny_clip
 
     if not onednn_linear_available():
         pytest.skip("this torch build has no oneDNN packed linear")
-    monkeypatch.setattr(clip_packed, "packed_products_pay_off", lambda blk: True)
-    visual = tiny_clip()[0].visual
+    monkeypatch.setattr(clip_packed, "packed_products_pay_off", lambda blk, dtype=torch.float32: True)
+    clip_packed.release_packed_weights()
+    return clip_packed
+
+
+def test_packed_clip_weights_are_cast_once_per_precision(monkeypatch):
+    """Under bfloat16 autocast the packed products run on weights rounded to bfloat16 once: several calls
+    cast and pack each weight once (not per call), the float32 copy is kept beside it, an in-place change
+    of the weights packs again, and another autocast dtype takes the modules' own products."""
+    from genmetrics.backbones.clip_vision import encode_image
+    from genmetrics.testing import tiny_clip
+
+    clip_packed = _forced_packed(monkeypatch)
+    packs: list[torch.dtype] = []
+    real = clip_packed.reorder_linear_weight
+    monkeypatch.setattr(
+        clip_packed, "reorder_linear_weight", lambda w, r: packs.append(w.dtype) or real(w, r)
+    )
+    model = tiny_clip()[0]
+    n = 4 * len(model.visual.transformer.resblocks)  # in, out, fc, proj per block
+    x = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(0))
+    try:
+        with torch.no_grad():
+            for _ in range(3):
+                with torch.autocast("cpu", dtype=torch.bfloat16):
+                    encode_image(model, x)
+                encode_image(model, x)
+            assert packs == [torch.bfloat16] * n + [torch.float32] * n, packs  # once each, not per call
+            blocks = clip_packed.packed_vision_blocks(model.visual)
+            assert blocks is not None and {b.dtype for b in blocks} == {torch.float32}
+            assert clip_packed.packed_tower(torch.bfloat16) is model.visual
+            model.visual.transformer.resblocks[0].mlp.c_fc.weight.mul_(1.0)  # an in-place change
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                encode_image(model, x)
+                encode_image(model, x)
+            assert packs[2 * n :] == [torch.bfloat16] * n  # packed again, once
+            with torch.autocast("cpu", dtype=torch.float16):
+                assert clip_packed.packed_vision_blocks(model.visual) is None
+    finally:
+        clip_packed.release_packed_weights()
+
+
+def test_packed_bf16_block_within_the_derived_bound_of_fp32(monkeypatch):
+    """One block on packed bfloat16 weights and activations (under autocast) against the explicit float32
+    computation of the same block (:func:`sdpa_block`, no autocast): the block's update ``y - x`` passes
+    through ``D = 6`` products (in-projection, two attention products, out-projection, c_fc, c_proj), each
+    rounding its inputs to bfloat16, so its relative error (norm-wise) is at most ``2 * u * sqrt(D)`` (the
+    module docstring's bound) and above float32's floor (bf16 did run)."""
+    from genmetrics.backbones.clip_blocks import sdpa_block
+    from genmetrics.testing import tiny_clip
+
+    clip_packed = _forced_packed(monkeypatch)
+    blk = tiny_clip()[0].visual.transformer.resblocks[0]
+    x = torch.randn(3, 17, 64, generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
-        assert clip_packed.packed_vision_blocks(visual) is not None  # forced: taken in float32
+        y32 = sdpa_block(blk, x)
         with torch.autocast("cpu", dtype=torch.bfloat16):
-            assert clip_packed.packed_vision_blocks(visual) is None
+            y16 = clip_packed.packed_block(blk, x, clip_packed.PackedBlock(blk, torch.bfloat16))
+    assert y16.dtype == torch.float32  # the residual stream stays float32
+    rel = float((y16 - y32).norm() / (y32 - x).norm())
+    d = 6
+    assert 2 * U_FP32 * math.sqrt(d) < rel <= 2 * U_BF16 * math.sqrt(d), rel
 
 
 def test_ra_scorer_runs_only_the_tower_in_bf16():

@@ -41,7 +41,8 @@ _PACK_HINT = 32 * 197  # rows the layout is chosen for (fixed, so every call use
 #: rows the choice is measured at: a batch's worth (both kernels are at their steady throughput from about
 #: 1000 rows on; the default batch of 32 ViT-B/16 images has 6304)
 MEASURE_ROWS = 1024
-_packed: dict[str, Any] = {}  # at most one vision tower: {"tower": weakref, "key": ..., "blocks": [...]}
+#: per precision (float32, bfloat16), at most one vision tower: {dtype: {"tower": weakref, "key": ..., "blocks": [...]}}
+_packed: dict[torch.dtype, dict[str, Any]] = {}
 
 
 class PackedBlock:
@@ -59,32 +60,36 @@ class PackedBlock:
     True
     """
 
-    def __init__(self, blk: Any) -> None:
+    def __init__(self, blk: Any, dtype: torch.dtype = torch.float32) -> None:
         attn, mlp = blk.attn, blk.mlp
         self.quick = type(mlp.gelu) is QuickGELU
+        self.dtype = dtype
         a = QUICKGELU_ALPHA if self.quick else 1.0  # silu(a h) / a: a inside c_fc, 1/a inside c_proj
+
+        def pack(w: torch.Tensor, b: Any) -> tuple[torch.Tensor, Any]:
+            # scaled in float32, then rounded once to ``dtype`` (a no-op for float32)
+            return reorder_linear_weight(w.to(dtype), _PACK_HINT), None if b is None else b.to(dtype)
+
         self._gelu = mlp.gelu
-        self._in = (reorder_linear_weight(attn.in_proj_weight, _PACK_HINT), attn.in_proj_bias)
-        self._out = (reorder_linear_weight(attn.out_proj.weight, _PACK_HINT), attn.out_proj.bias)
-        self._fc = (
-            reorder_linear_weight(mlp.c_fc.weight * a, _PACK_HINT),
-            None if mlp.c_fc.bias is None else mlp.c_fc.bias * a,
-        )
-        self._proj = (reorder_linear_weight(mlp.c_proj.weight / a, _PACK_HINT), mlp.c_proj.bias)
+        self._in = pack(attn.in_proj_weight, attn.in_proj_bias)
+        self._out = pack(attn.out_proj.weight, attn.out_proj.bias)
+        self._fc = pack(mlp.c_fc.weight * a, None if mlp.c_fc.bias is None else mlp.c_fc.bias * a)
+        self._proj = pack(mlp.c_proj.weight / a, mlp.c_proj.bias)
 
     def in_proj(self, h: torch.Tensor) -> torch.Tensor:
         """``[..., D] -> [..., 3D]``: q, k, v as ``nn.MultiheadAttention`` packs them."""
-        return linear_pointwise(h, *self._in)
+        return linear_pointwise(h.to(self.dtype), *self._in)
 
     def out_proj(self, o: torch.Tensor) -> torch.Tensor:
         """The attention's output projection ``[..., D] -> [..., D]``."""
-        return linear_pointwise(o, *self._out)
+        return linear_pointwise(o.to(self.dtype), *self._out)
 
     def mlp(self, h: torch.Tensor) -> torch.Tensor:
         """``c_proj(gelu(c_fc(h)))``; QuickGELU's silu fused into the ``c_fc`` product."""
+        h = h.to(self.dtype)
         if self.quick:
             return linear_pointwise(linear_pointwise(h, *self._fc, "swish"), *self._proj)
-        return linear_pointwise(self._gelu(linear_pointwise(h, *self._fc)), *self._proj)
+        return linear_pointwise(self._gelu(linear_pointwise(h, *self._fc)).to(self.dtype), *self._proj)
 
 
 def _pack_key(v: Any) -> tuple | None:
@@ -97,10 +102,11 @@ def _pack_key(v: Any) -> tuple | None:
     return tuple((p.data_ptr(), version_counter(p), p.dtype) for p in params)
 
 
-def packed_products_pay_off(blk: Any) -> bool:
+def packed_products_pay_off(blk: Any, dtype: torch.dtype = torch.float32) -> bool:
     """Whether the packed products of blocks shaped like ``blk`` measured at least 5% faster than
-    ``F.linear`` on this machine (one block's four products both ways on :data:`MEASURE_ROWS` random rows,
-    interleaved, best of three; measured once per process, width and thread count).
+    ``F.linear`` on this machine (one block's four products both ways on :data:`MEASURE_ROWS` random rows
+    in ``dtype``, weights already in ``dtype`` on both sides, interleaved, best of three; measured once per
+    process, width, thread count and dtype).
 
     >>> from genmetrics.backbones.fastpath import force_path
     >>> from genmetrics.testing import tiny_clip
@@ -111,25 +117,32 @@ def packed_products_pay_off(blk: Any) -> bool:
     >>> force_path(PACKED_LINEAR, None)
     """
     d, hidden = int(blk.attn.embed_dim), int(blk.mlp.c_fc.out_features)
-    key = (PACKED_LINEAR, d, hidden, torch.get_num_threads())
-    with torch.no_grad():
+    key: tuple = (PACKED_LINEAR, d, hidden, torch.get_num_threads())
+    if dtype != torch.float32:
+        key = (*key, str(dtype))
+    with torch.no_grad(), torch.autocast("cpu", enabled=False):
         return (
-            choose_path(key, lambda: _product_candidates(blk, MEASURE_ROWS), baseline="plain").path
+            choose_path(key, lambda: _product_candidates(blk, MEASURE_ROWS, dtype), baseline="plain").path
             == "packed"
         )
 
 
-def _product_candidates(blk: Any, m: int) -> dict[str, Any]:
-    """The timed work: ``blk``'s four products on ``m`` random rows, with ``F.linear`` and packed."""
+def _product_candidates(blk: Any, m: int, dtype: torch.dtype = torch.float32) -> dict[str, Any]:
+    """The timed work: ``blk``'s four products on ``m`` random rows in ``dtype``, with ``F.linear`` and
+    packed."""
     g = torch.Generator().manual_seed(0)
     attn, mlp = blk.attn, blk.mlp
-    x = torch.randn(m, int(attn.embed_dim), generator=g)
-    wide = torch.randn(m, int(mlp.c_fc.out_features), generator=g)
+    x = torch.randn(m, int(attn.embed_dim), generator=g).to(dtype)
+    wide = torch.randn(m, int(mlp.c_fc.out_features), generator=g).to(dtype)
+
+    def cast(w: Any) -> Any:
+        return None if w is None else w.to(dtype)
+
     plain = [
-        (x, attn.in_proj_weight, attn.in_proj_bias),
-        (x, attn.out_proj.weight, attn.out_proj.bias),
-        (x, mlp.c_fc.weight, mlp.c_fc.bias),
-        (wide, mlp.c_proj.weight, mlp.c_proj.bias),
+        (x, cast(attn.in_proj_weight), cast(attn.in_proj_bias)),
+        (x, cast(attn.out_proj.weight), cast(attn.out_proj.bias)),
+        (x, cast(mlp.c_fc.weight), cast(mlp.c_fc.bias)),
+        (wide, cast(mlp.c_proj.weight), cast(mlp.c_proj.bias)),
     ]
     packed = [(a, reorder_linear_weight(w, _PACK_HINT), b) for a, w, b in plain]
     return {
@@ -138,17 +151,34 @@ def _product_candidates(blk: Any, m: int) -> dict[str, Any]:
     }
 
 
+def packed_dtype() -> torch.dtype | None:
+    """The precision a float32 tower's packed products run in here: float32 without CPU autocast, bfloat16
+    under CPU bfloat16 autocast (a metric's ``precision="bf16"``), None under another autocast dtype.
+
+    >>> with torch.autocast("cpu", dtype=torch.bfloat16):
+    ...     packed_dtype()
+    torch.bfloat16
+    >>> packed_dtype()
+    torch.float32
+    """
+    if not torch.is_autocast_enabled("cpu"):
+        return torch.float32
+    dt = torch.get_autocast_dtype("cpu")
+    return dt if dt == torch.bfloat16 else None
+
+
 def packed_vision_blocks(visual: Any) -> list[PackedBlock] | None:
     """One :class:`PackedBlock` per block of the open_clip ``VisionTransformer`` ``visual``, when its
-    products may run on packed oneDNN weights and that is faster here: float32 on the CPU, without autograd
-    or autocast,
-    every block plain (:func:`~genmetrics.backbones.clip_blocks.is_plain_block`), a torch build with
+    products may run on packed oneDNN weights and that is faster here: float32 weights on the CPU, without
+    autograd, outside autocast or under CPU bfloat16 autocast (:func:`packed_dtype`: the weights are then
+    rounded to bfloat16 once, when packed, and the products take and return bfloat16, accumulating in
+    float32 inside oneDNN, as autocast's own products do), every block plain (:func:`~genmetrics.backbones.clip_blocks.is_plain_block`), a torch build with
     oneDNN's packed linear, and :func:`packed_products_pay_off` (measured on this machine; the same for
     every batch); else None (use the blocks' own modules).
 
-    The packed copy is kept for the last tower seen while its parameters are unchanged (storage and
-    in-place version of each: an optimizer step or ``load_state_dict`` repacks), one extra copy of its
-    linear weights (about 340 MB for ViT-B/16; :func:`release_packed_weights` frees it). Weights made under
+    The packed copy is kept, per precision, for the last tower seen while its parameters are unchanged
+    (storage and in-place version of each: an optimizer step or ``load_state_dict`` repacks), one extra copy
+    of its linear weights (about 340 MB for ViT-B/16 in float32, 170 MB in bfloat16; :func:`release_packed_weights` frees it). Weights made under
     ``torch.inference_mode`` have no version counter: they are packed at every call, never kept.
 
     >>> from genmetrics.testing import tiny_clip
@@ -159,43 +189,46 @@ def packed_vision_blocks(visual: Any) -> list[PackedBlock] | None:
     """
     blocks = list(getattr(getattr(visual, "transformer", None), "resblocks", []))
     p = next(visual.parameters(), None)
+    dtype = packed_dtype()
     if (
         p is None
+        or dtype is None
         or not blocks
         or p.device.type != "cpu"
         or p.dtype != torch.float32
         or torch.is_grad_enabled()
-        or torch.is_autocast_enabled("cpu")  # packed oneDNN products bypass autocast: bf16 would run in fp32
         or not all(is_plain_block(b) for b in blocks)
         or not onednn_linear_available()
     ):
         return None
-    if not packed_products_pay_off(blocks[0]):
+    if not packed_products_pay_off(blocks[0], dtype):
         return None
     key = _pack_key(visual)
-    ref = _packed.get("tower")
-    if key is not None and ref is not None and ref() is visual and _packed.get("key") == key:
-        return _packed["blocks"]
-    _packed.clear()  # a different tower or changed weights: drop the old copy before building the new one
-    out = [PackedBlock(blk) for blk in blocks]
+    entry = _packed.get(dtype, {})
+    ref = entry.get("tower")
+    if key is not None and ref is not None and ref() is visual and entry.get("key") == key:
+        return entry["blocks"]
+    _packed.pop(dtype, None)  # a different tower or changed weights: drop the old copy before the new one
+    with torch.autocast("cpu", enabled=False):
+        out = [PackedBlock(blk, dtype) for blk in blocks]
     if key is not None:
-        _packed.update(tower=weakref.ref(visual), key=key, blocks=out)
+        _packed[dtype] = {"tower": weakref.ref(visual), "key": key, "blocks": out}
     return out
 
 
-def packed_tower() -> Any:
-    """The vision tower whose packed copy is kept (None when none is).
+def packed_tower(dtype: torch.dtype = torch.float32) -> Any:
+    """The vision tower whose packed copy in ``dtype`` is kept (None when none is).
 
     >>> release_packed_weights() in (True, False), packed_tower()
     (True, None)
     """
-    ref = _packed.get("tower")
+    ref = _packed.get(dtype, {}).get("tower")
     return None if ref is None else ref()
 
 
 def release_packed_weights() -> bool:
-    """Free the packed copy of the last open_clip vision tower run on the CPU (it is rebuilt on the next
-    call); True when there was one.
+    """Free the packed copies (every precision) of the last open_clip vision tower run on the CPU (they are
+    rebuilt on the next call); True when there was one.
 
     >>> from genmetrics.backbones.fastpath import force_path
     >>> from genmetrics.backbones.clip_vision import encode_image

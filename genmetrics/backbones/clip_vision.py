@@ -74,8 +74,8 @@ def encode_image(model: Any, pixels: torch.Tensor) -> torch.Tensor:
     :func:`fast_vision_tower`) the blocks run with ``F.scaled_dot_product_attention`` instead of
     ``nn.MultiheadAttention``'s fast path (bmm + softmax), QuickGELU as one fused ``silu`` pass, and --
     with class-token pooling -- the last block only for the class token (layer norm, MLP and attention
-    rows are per token, so no other output feeds the pooled one). On the CPU in float32 the products run
-    on packed oneDNN weights where that measured faster on this machine. Equal to ``model.encode_image`` up
+    rows are per token, so no other output feeds the pooled one). On the CPU, in float32 or under bfloat16
+    autocast, the products run on packed oneDNN weights where that measured faster on this machine. Equal to ``model.encode_image`` up
     to float32 rounding (the bound is derived in tests/baselines/test_clip_image.py); anything else, or
     with gradients enabled, calls ``model.encode_image``. The model itself is not modified.
 
@@ -93,7 +93,7 @@ def encode_image(model: Any, pixels: torch.Tensor) -> torch.Tensor:
     x = v._embeds(pixels)
     blocks = list(v.transformer.resblocks)
     cls_only = v.pool_type == "tok"
-    packed = packed_vision_blocks(v) if x.dtype == torch.float32 and x.device.type == "cpu" else None
+    packed = packed_vision_blocks(v) if x.device.type == "cpu" else None  # float32 weights: fp32 or bf16
     for i, blk in enumerate(blocks[:-1] if cls_only else blocks):
         x = sdpa_block(blk, x) if packed is None else packed_block(blk, x, packed[i])
     if cls_only and blocks:

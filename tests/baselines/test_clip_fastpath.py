@@ -76,7 +76,7 @@ class _FakeProducts:
     def timer(self) -> float:
         return self.now
 
-    def candidates(self, blk, m):
+    def candidates(self, blk, m, dtype=torch.float32):
         self.measured += 1
 
         def spend(name):
