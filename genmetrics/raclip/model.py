@@ -29,6 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from genmetrics.backbones._torch_internals import version_counter
 from genmetrics.backbones.clip_blocks import fused_mlp
 from genmetrics.backbones.clip_packed import packed_vision_blocks
 from genmetrics.backbones.clip_text import TextEmbeddingCache
@@ -393,7 +394,7 @@ def logit_scale_of(model: Any) -> float:
         return float(math.exp(ls))
     # read from the device once per value of the parameter (its version counter), not once per batch
     try:
-        key = (ls._version, str(ls.device), ls.dtype)
+        key = (version_counter(ls), str(ls.device), ls.dtype)
     except RuntimeError:  # an inference tensor has no version counter: read it each time
         return float(ls.detach().float().exp())
     hit = _LOGIT_SCALES.get(id(ls))
