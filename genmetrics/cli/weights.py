@@ -193,7 +193,14 @@ def _download(need: Need, home: Path) -> list[Path]:
         folder = huggingface_hub.snapshot_download(
             need.repo, cache_dir=str(home / "hf"), allow_patterns=list(HF_ALLOW)
         )
-        return sorted(p for p in Path(folder).rglob("*") if p.is_file())
+        files = sorted(p for p in Path(folder).rglob("*") if p.is_file())
+        if not files:  # an empty listing (or none of its entries a file) is no download
+            raise WeightsUnavailableError(
+                f"the hub listed no files of {need.repo} matching {', '.join(HF_ALLOW)}, so nothing was "
+                f"downloaded or recorded for {need.weights}; check the name, then run `genmetrics weights "
+                "download` again"
+            )
+        return files
     import open_clip.pretrained as ocp
 
     got = ocp.download_pretrained(need.cfg, cache_dir=str(home / "open_clip"))

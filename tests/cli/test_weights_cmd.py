@@ -205,6 +205,14 @@ def test_download_refuses_a_blob_whose_bytes_differ_from_the_hub_sha256(hub, cap
     assert not (genmetrics_home() / "weights.json").exists()  # nothing recorded for a bad download
 
 
+def test_download_of_an_empty_listing_is_one_line_and_records_nothing(hub, monkeypatch, capsys):
+    monkeypatch.setitem(HUB, "facebook/dinov2-base", {})  # the hub lists no files for the repo
+    rc, _, err = run(["weights", "download", "dino"], capsys)
+    assert rc == 1 and "listed no files" in err and "facebook/dinov2-base" in err
+    assert len(err.strip().splitlines()) == 1
+    assert not (genmetrics_home() / "weights.json").exists()  # nothing recorded for an empty download
+
+
 def test_download_offline_is_refused_before_any_hub_call(hub, monkeypatch, capsys):
     monkeypatch.setenv("GENMETRICS_OFFLINE", "1")
     rc, _, err = run(["weights", "download", "dino"], capsys)

@@ -599,9 +599,15 @@ def fake_snapshot(repo_id, *, cache_dir, allow_patterns=None, **kw):
 def fake_file(repo_id, filename, *, revision=None, cache_dir=None, **kw):
     return str(Path(lay(cache_dir, repo_id, {filename: content(repo_id)["model.safetensors"]})) / filename)
 
+def hub_answers():
+    # the fake hub answers: the reachability probe is told so (the seam tests/cli/test_weights_cmd.py uses)
+    from genmetrics.backbones import hub
+    hub.unreachable = lambda url=None: None
+
 def use_fake(snapshot=fake_snapshot, file=fake_file):
     huggingface_hub.snapshot_download = snapshot
     ocp.hf_hub_download = file
+    hub_answers()
 
 def cli(argv):
     from genmetrics.cli.main import main
@@ -688,6 +694,7 @@ from types import SimpleNamespace
 from huggingface_hub import hf_api
 hf_api.HfApi.repo_info = lambda self, repo_id, **kw: SimpleNamespace(sha=REV, siblings=None)
 hf_api.HfApi.list_repo_tree = lambda self, repo_id, **kw: {tree}
+hub_answers()
 cli(["weights", "download", "{DINO}"])
 """,
         env=_weights_env(ctx, HF_ENDPOINT=f"http://127.0.0.1:{_closed_port()}"),
