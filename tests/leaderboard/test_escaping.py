@@ -6,8 +6,8 @@ format is checked with hostile names, and a whole leaderboard (plots and galleri
 from __future__ import annotations
 
 import csv
-import json
 import io
+import json
 import re
 from html.parser import HTMLParser
 from pathlib import Path
