@@ -16,6 +16,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -189,10 +190,19 @@ def _record(path: Path, home: Path) -> dict[str, Any]:
 def _download(need: Need, home: Path) -> list[Path]:
     if need.source == "hf":
         import huggingface_hub
+        from huggingface_hub import utils as hf_utils
 
-        folder = huggingface_hub.snapshot_download(
-            need.repo, cache_dir=str(home / "hf"), allow_patterns=list(HF_ALLOW)
-        )
+        # progress bars only on a terminal: into a log or a pipe they are lines of carriage-return noise
+        quiet = not sys.stderr.isatty() and not hf_utils.are_progress_bars_disabled()
+        if quiet:
+            hf_utils.disable_progress_bars()
+        try:
+            folder = huggingface_hub.snapshot_download(
+                need.repo, cache_dir=str(home / "hf"), allow_patterns=list(HF_ALLOW)
+            )
+        finally:
+            if quiet:
+                hf_utils.enable_progress_bars()
         files = sorted(p for p in Path(folder).rglob("*") if p.is_file())
         if not files:  # an empty listing (or none of its entries a file) is no download
             raise WeightsUnavailableError(
