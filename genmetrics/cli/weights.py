@@ -16,7 +16,6 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import re
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -192,8 +191,11 @@ def _download(need: Need, home: Path) -> list[Path]:
         import huggingface_hub
         from huggingface_hub import utils as hf_utils
 
-        # progress bars only on a terminal: into a log or a pipe they are lines of carriage-return noise
-        quiet = not sys.stderr.isatty() and not hf_utils.are_progress_bars_disabled()
+        from genmetrics.data.progress import progress_mode
+
+        # the hub's bars only where genmetrics draws bars (a terminal, or GENMETRICS_PROGRESS=1): into a log
+        # or a pipe they are lines of carriage-return noise
+        quiet = progress_mode() != "bar" and not hf_utils.are_progress_bars_disabled()
         if quiet:
             hf_utils.disable_progress_bars()
         try:
