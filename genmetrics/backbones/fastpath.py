@@ -106,12 +106,33 @@ def _warn_once(text: str) -> None:
 def _recorded() -> dict[str, Any]:
     """The record, read with bounded size, nesting and time; an unusable one (a FIFO, a device, too deep,
     not JSON) is named once and treated as empty (the path is measured again)."""
+    path = genmetrics_home() / STORE_NAME
     try:
-        data = read_json_record(genmetrics_home() / STORE_NAME, max_bytes=4 << 20)
+        data = read_json_record(path, max_bytes=4 << 20)
     except HomeFileError as e:
         _warn_once(f"fast-path record not used: {e}")
         return {}
-    return data if isinstance(data, dict) else {}
+    if not isinstance(data, dict):
+        _warn_once(
+            f"fast-path record not used: {path} holds a JSON {type(data).__name__}, not an object of "
+            "measured choices; the fast paths are measured again and the file rewritten"
+        )
+        return {}
+    return data
+
+
+def _entry(key: tuple) -> Any:
+    """The recorded entry for ``key``, or ``None``; one that is not ``{"path": NAME, ...}`` (a string, a
+    number, a list, a null path) is named once and treated as missing (measured again, then rewritten)."""
+    rec = _recorded().get(_machine_key(key))
+    if rec is not None and not _usable(rec):
+        got = f"path {rec.get('path')!r}" if isinstance(rec, dict) else f"a {type(rec).__name__}"
+        _warn_once(
+            f"fast-path record not used: {genmetrics_home() / STORE_NAME}: the entry for {key[0]} holds {got}, "
+            'not {"path": NAME, ...}; that path is measured again and the entry rewritten'
+        )
+        return None
+    return rec
 
 
 class _machine_lock:
@@ -212,15 +233,15 @@ def choose_path(
     if hit is not None:
         return hit
     if timer is None:  # a real measurement: one process of the machine measures, the others read its record
-        rec = _recorded().get(_machine_key(key))  # read first: a recorded choice needs no lock
+        rec = _entry(key)  # read first: a recorded choice needs no lock
         if not _usable(rec):
             with _machine_lock() as lock:
-                rec = _recorded().get(_machine_key(key))
+                rec = _entry(key)
                 if not _usable(rec) and not lock.held:  # the reference choice, not measured, not recorded
                     rec = {"path": baseline}
                 if not _usable(rec):
                     return _measure(key, candidates, baseline, repeats, None)
-        _CHOICES[key] = PathChoice(str(rec["path"]), baseline, {})  # type: ignore[index]  # _usable: a dict
+        _CHOICES[key] = PathChoice(str(rec["path"]), baseline, {})  # _usable: a dict
         return _CHOICES[key]
     return _measure(key, candidates, baseline, repeats, timer)
 

@@ -189,11 +189,30 @@ def _record(path: Path, home: Path) -> dict[str, Any]:
 def _download(need: Need, home: Path) -> list[Path]:
     if need.source == "hf":
         import huggingface_hub
+        from huggingface_hub import utils as hf_utils
 
-        folder = huggingface_hub.snapshot_download(
-            need.repo, cache_dir=str(home / "hf"), allow_patterns=list(HF_ALLOW)
-        )
-        return sorted(p for p in Path(folder).rglob("*") if p.is_file())
+        from genmetrics.data.progress import progress_mode
+
+        # the hub's bars only where genmetrics draws bars (a terminal, or GENMETRICS_PROGRESS=1): into a log
+        # or a pipe they are lines of carriage-return noise
+        quiet = progress_mode() != "bar" and not hf_utils.are_progress_bars_disabled()
+        if quiet:
+            hf_utils.disable_progress_bars()
+        try:
+            folder = huggingface_hub.snapshot_download(
+                need.repo, cache_dir=str(home / "hf"), allow_patterns=list(HF_ALLOW)
+            )
+        finally:
+            if quiet:
+                hf_utils.enable_progress_bars()
+        files = sorted(p for p in Path(folder).rglob("*") if p.is_file())
+        if not files:  # an empty listing (or none of its entries a file) is no download
+            raise WeightsUnavailableError(
+                f"the hub listed no files of {need.repo} matching {', '.join(HF_ALLOW)}, so nothing was "
+                f"downloaded or recorded for {need.weights}; check the name, then run `genmetrics weights "
+                "download` again"
+            )
+        return files
     import open_clip.pretrained as ocp
 
     got = ocp.download_pretrained(need.cfg, cache_dir=str(home / "open_clip"))

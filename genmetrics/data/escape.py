@@ -6,6 +6,8 @@ each format a report writes, in one place:
 * :func:`csv_cell`: CSV cells that spreadsheet tools never run as a formula;
 * :func:`html_text`: HTML text and attribute values;
 * :func:`mpl_text`: matplotlib text, shown literally (no mathtext between ``$`` signs);
+* :func:`visible_bidi` (inside each of the above): bidirectional control characters shown as ``\\u202e``, so
+  no name displays reordered;
 * :func:`file_stem`: a part of a file name: portable characters only, bounded length, deterministic and
   distinct for distinct long names (a short hash of the whole name).
 
@@ -19,7 +21,7 @@ import html
 import re
 from typing import Any
 
-__all__ = ["MAX_STEM", "csv_cell", "file_stem", "html_text", "md_text", "mpl_text"]
+__all__ = ["MAX_STEM", "csv_cell", "file_stem", "html_text", "md_text", "mpl_text", "visible_bidi"]
 
 #: the longest file-name part :func:`file_stem` returns (well under the 255 bytes most file systems allow,
 #: leaving room for a prefix, a suffix and an extension)
@@ -38,6 +40,19 @@ _MD_ENTITY = re.compile(r"&(?=#|[A-Za-z][A-Za-z0-9]*;)")
 # underline, an ordered-list number (escaped before its ``.`` / ``)``); "+2.0" or "1.5" stay as they are
 _MD_BLOCK = re.compile(r"^(\s*)(>|#(?=[#\s]|$)|[+\-](?=\s|$)|-(?=-)|=(?=[=\s]*$))")
 _MD_ORDERED = re.compile(r"^(\s*\d+)([.)])(?=\s|$)")
+# bidirectional controls (embeddings, overrides, isolates, their terminators): in user text they make a name
+# display reversed or reordered ("abc\u202egnp.exe" shows as "abcexe.png"); reports show them as ``\u202e``
+_BIDI = re.compile("[\u202a-\u202e\u2066-\u2069]")
+
+
+def visible_bidi(text: str) -> str:
+    """``text`` with each bidirectional control character (U+202A-U+202E, U+2066-U+2069) written as its
+    visible escape ``\\uXXXX``, so a report shows the name in its stored order.
+
+    >>> visible_bidi("abc\\u202egnp.exe")
+    'abc\\\\u202egnp.exe'
+    """
+    return _BIDI.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 def md_text(text: Any) -> str:
@@ -51,6 +66,7 @@ def md_text(text: Any) -> str:
     '\\\\# x<br>y'
     """
     s = _MD_ENTITY.sub(r"\\&", _MD_TAG.sub(r"\\<", _MD_PUNCT.sub(r"\\\1", str(text))))
+    s = visible_bidi(s)  # after the escapes: its backslash stays single (before a letter it is literal text)
     lines = (_MD_ORDERED.sub(r"\1\\\2", _MD_BLOCK.sub(r"\1\\\2", line)) for line in s.splitlines())
     return "<br>".join(lines) if s else s
 
@@ -62,8 +78,10 @@ def csv_cell(value: Any) -> Any:
     >>> csv_cell("=HYPERLINK(1)"), csv_cell("-model"), csv_cell("model-a"), csv_cell(-0.5)
     ("'=HYPERLINK(1)", "'-model", 'model-a', -0.5)
     """
-    if isinstance(value, str) and value[:1] in ("=", "+", "-", "@", "\t", "\r"):
-        return "'" + value
+    if isinstance(value, str):
+        value = visible_bidi(value)
+        if value[:1] in ("=", "+", "-", "@", "\t", "\r"):
+            return "'" + value
     return value
 
 
@@ -73,7 +91,7 @@ def html_text(text: Any) -> str:
     >>> html_text('<a href="x">')
     '&lt;a href=&quot;x&quot;&gt;'
     """
-    return html.escape(str(text), quote=True)
+    return visible_bidi(html.escape(str(text), quote=True))
 
 
 def mpl_text(text: Any) -> str:
@@ -83,7 +101,7 @@ def mpl_text(text: Any) -> str:
     >>> mpl_text("a $x$ b")
     'a \\\\$x\\\\$ b'
     """
-    return str(text).replace("$", r"\$")
+    return visible_bidi(str(text).replace("$", r"\$"))
 
 
 def file_stem(name: Any, default: str = "plot") -> str:

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from genmetrics.data.escape import csv_cell, html_text, md_text
+from genmetrics.data.escape import csv_cell, html_text, md_text, visible_bidi
 from genmetrics.data.results import atomic_write_json, atomic_write_text
 from genmetrics.functional.bootstrap import bootstrap_ci, paired_bootstrap
 from genmetrics.leaderboard.gallery import write_galleries
@@ -587,7 +587,8 @@ def _html_table(t: Table, css_class: str = "", uid: str = "") -> str:
         .hide(axis="index")
         .set_uuid(uid or css_class or "t")
     )
-    return styler.to_html(table_attributes=f'class="{css_class}"' if css_class else None, cell_ids=False)
+    page = styler.to_html(table_attributes=f'class="{css_class}"' if css_class else None, cell_ids=False)
+    return visible_bidi(page)  # the Styler escapes markup only: bidi controls shown as their escape
 
 
 def to_html(

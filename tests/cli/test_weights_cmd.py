@@ -205,6 +205,30 @@ def test_download_refuses_a_blob_whose_bytes_differ_from_the_hub_sha256(hub, cap
     assert not (genmetrics_home() / "weights.json").exists()  # nothing recorded for a bad download
 
 
+def test_download_of_an_empty_listing_is_one_line_and_records_nothing(hub, monkeypatch, capsys):
+    monkeypatch.setitem(HUB, "facebook/dinov2-base", {})  # the hub lists no files for the repo
+    rc, _, err = run(["weights", "download", "dino"], capsys)
+    assert rc == 1 and "listed no files" in err and "facebook/dinov2-base" in err
+    assert len(err.strip().splitlines()) == 1
+    assert not (genmetrics_home() / "weights.json").exists()  # nothing recorded for an empty download
+
+
+def test_download_into_a_pipe_shows_no_progress_bars_and_restores_them(hub, monkeypatch, capsys):
+    from huggingface_hub import utils as hf_utils
+
+    seen = []
+    real = hub.snapshot_download
+
+    def watching(*a, **kw):
+        seen.append(hf_utils.are_progress_bars_disabled())
+        return real(*a, **kw)
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", watching)
+    assert not hf_utils.are_progress_bars_disabled()
+    assert run(["weights", "download", "dino"], capsys)[0] == 0  # stderr captured: not a terminal
+    assert seen == [True] and not hf_utils.are_progress_bars_disabled()
+
+
 def test_download_offline_is_refused_before_any_hub_call(hub, monkeypatch, capsys):
     monkeypatch.setenv("GENMETRICS_OFFLINE", "1")
     rc, _, err = run(["weights", "download", "dino"], capsys)

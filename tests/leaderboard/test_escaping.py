@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import re
 from html.parser import HTMLParser
 from pathlib import Path
@@ -195,3 +196,35 @@ def test_tpips_agreement_table_with_a_hostile_dataset_name():
     )
     page = _parse(_render(to_markdown(res)))
     assert not [t for t, _ in page.tags if t in ("img", "a")] and name in "".join(page.text)
+
+
+# ------------------------------------------------------------------------------------- bidi controls
+BIDI = [chr(c) for c in (*range(0x202A, 0x202F), *range(0x2066, 0x206A))]
+
+
+@pytest.mark.parametrize("ch", BIDI)
+def test_bidi_controls_are_shown_as_their_escape_in_every_format(ch):
+    name = f"abc{ch}gnp.exe"
+    shown = f"abc\\u{ord(ch):04x}gnp.exe"  # the visible escape, written out independently
+    for esc in (md_text, html_text, csv_cell, mpl_text):
+        assert ch not in esc(name) and esc(name) == shown, esc
+    cell = re.search(r"<td>(.*?)</td>", _render(f"| g |\n|---|\n| {md_text(name)} |\n"), re.S)[1]
+    assert "".join(_parse(cell).text) == shown  # a Markdown viewer shows the escape as typed
+    assert "".join(_parse(f"<p>{html_text(name)}</p>").text) == shown
+    assert csv_cell(ch + "=cmd") == f"\\u{ord(ch):04x}=cmd"  # hiding a formula behind a control: inert
+
+
+def test_reports_show_a_bidi_override_in_a_generator_name_escaped(tmp_path):
+    from genmetrics.leaderboard import run_leaderboard
+    from genmetrics.testing import toy_leaderboard
+
+    cfg = toy_leaderboard(tmp_path)
+    name = "abc\u202egnp.exe"
+    cfg["generators"][0]["name"] = name
+    cfg["run"] = {**cfg.get("run", {}), "title": "t\u2067x", "n_boot": 10}
+    res = run_leaderboard(cfg, tmp_path / "out", base_dir=tmp_path)
+    for f in ("leaderboard.md", "leaderboard.html", "leaderboard.csv"):
+        text = (res.out / f).read_text("utf-8")
+        assert not any(c in text for c in BIDI) and "abc\\u202egnp.exe" in text, f
+    rows = (res.out / "results.jsonl").read_text("utf-8")
+    assert name in {json.loads(r)["generator"] for r in rows.splitlines() if r.strip()}  # data keeps the name

@@ -599,9 +599,15 @@ def fake_snapshot(repo_id, *, cache_dir, allow_patterns=None, **kw):
 def fake_file(repo_id, filename, *, revision=None, cache_dir=None, **kw):
     return str(Path(lay(cache_dir, repo_id, {filename: content(repo_id)["model.safetensors"]})) / filename)
 
+def hub_answers():
+    # the fake hub answers: the reachability probe is told so (the seam tests/cli/test_weights_cmd.py uses)
+    from genmetrics.backbones import hub
+    hub.unreachable = lambda url=None: None
+
 def use_fake(snapshot=fake_snapshot, file=fake_file):
     huggingface_hub.snapshot_download = snapshot
     ocp.hf_hub_download = file
+    hub_answers()
 
 def cli(argv):
     from genmetrics.cli.main import main
@@ -688,6 +694,7 @@ from types import SimpleNamespace
 from huggingface_hub import hf_api
 hf_api.HfApi.repo_info = lambda self, repo_id, **kw: SimpleNamespace(sha=REV, siblings=None)
 hf_api.HfApi.list_repo_tree = lambda self, repo_id, **kw: {tree}
+hub_answers()
 cli(["weights", "download", "{DINO}"])
 """,
         env=_weights_env(ctx, HF_ENDPOINT=f"http://127.0.0.1:{_closed_port()}"),
@@ -1000,11 +1007,42 @@ _MD_LIVE = [
     (re.compile(r"\]\(\s*<?javascript:", re.I), "a live javascript: link"),
     (re.compile(r"<\s*(?:img|script|iframe|svg|a)\b", re.I), "raw HTML from user text"),
 ]
+# what a Markdown viewer's rendering of a .md file must not hold (payloads of HTML carry ``USERTAG``; the
+# report's own plot image and gallery links are local, so neither matches)
+_MD_RENDERED_LIVE = [
+    (re.compile(r"<img\b[^>]*\bsrc\s*=\s*\"\s*(?:https?:)?//", re.I), "a live remote image"),
+    (re.compile(r"href\s*=\s*\"\s*javascript:", re.I), "a live javascript: link"),
+    (
+        # a tag the payload built; a gallery link whose (sanitised) file name holds the text is not one
+        re.compile(
+            r"<\s*(?:img|script|iframe|svg)\b[^>]*USERTAG|<\s*a\b[^>]*\son\w+\s*=[^>]*USERTAG"
+            r"|<\s*script\b[^>]*>[^<]*USERTAG",
+            re.I,
+        ),
+        "raw HTML from user text",
+    ),
+]
 _HTML_LIVE = [
     (re.compile(r"<img src=x onerror=USERTAG|<script>USERTAG", re.I), "a live tag from user text"),
     (re.compile(r"href\s*=\s*[\"']?\s*javascript:", re.I), "a javascript: href"),
     (re.compile(r"<img\b[^>]*\bsrc\s*=\s*[\"']?\s*(?:https?:)?//", re.I), "a remote image"),
 ]
+
+
+def _md_live(text: str) -> list[str]:
+    """What is live in Markdown ``text`` as a viewer shows it: rendered by markdown-it (CommonMark with GitHub
+    tables and strikethrough, raw HTML passed through, every link scheme allowed: the most permissive viewer),
+    then the rendered HTML scanned. A backslash-escaped ``\\[c\\](javascript:...)`` or ``\\<img ...>`` is text
+    there, as in every CommonMark viewer. Without markdown-it: the raw-text patterns (they also flag
+    escaped text)."""
+    try:
+        from markdown_it import MarkdownIt
+    except ImportError:  # pragma: no cover - markdown-it-py is a test dependency
+        return [what for rx, what in _MD_LIVE if rx.search(text)]
+    md = MarkdownIt("commonmark").enable(["table", "strikethrough"])
+    md.validateLink = lambda url: True  # judge as a viewer that does not drop javascript: links itself
+    page = md.render(text)
+    return [what for rx, what in _MD_RENDERED_LIVE if rx.search(page)]
 
 
 def _scan_reports(out: Path) -> list[str]:
@@ -1016,9 +1054,10 @@ def _scan_reports(out: Path) -> list[str]:
         if p.suffix not in (".md", ".html", ".csv") or not p.is_file():
             continue
         text = p.read_text("utf-8", "replace")
-        rules = {".md": _MD_LIVE, ".html": _HTML_LIVE}.get(p.suffix)
-        if rules is not None:
-            found += [f"{what} in {p.relative_to(out)}" for rx, what in rules if rx.search(text)]
+        if p.suffix == ".md":
+            found += [f"{what} in {p.relative_to(out)}" for what in _md_live(text)]
+        elif p.suffix == ".html":
+            found += [f"{what} in {p.relative_to(out)}" for rx, what in _HTML_LIVE if rx.search(text)]
         else:
             for row in csv.reader(io.StringIO(text)):
                 for c in row:

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from genmetrics.data.escape import file_stem
+
 from . import catalogue_surfaces as cs
 
 HERE = Path(__file__).resolve().parent
@@ -93,6 +95,48 @@ def test_api_refused_tells_our_errors_from_raw_ones():
 def test_scan_reports_finds_live_content_only(tmp_path, name, text, live):
     (tmp_path / name).write_text(text)
     assert bool(cs._scan_reports(tmp_path)) == live
+
+
+MD_PAYLOADS = [
+    "[c](javascript:alert(1))",
+    "<img src=x onerror=USERTAG>",
+    "<img src=x onerror=USERTAG> ![t](http://127.0.0.1:9/t.png)",
+    "<script>USERTAG</script>",
+]
+
+
+def _board_md(name: str, esc) -> str:
+    """A leaderboard.md shaped as the report writes it: the title heading, a table cell, a gallery link."""
+    return (
+        f"# {esc(name)}\n\n| rank | generator |\n|---:|:---|\n| 1 | {esc(name)} |\n\n"
+        f"Per-sample galleries: [{esc(name)}](gallery/{file_stem(name)}.html), [plain](gallery/plain.html)\n"
+    )
+
+
+@pytest.mark.parametrize("name", MD_PAYLOADS)
+def test_scan_reports_judges_markdown_as_a_real_renderer_shows_it(tmp_path, name):
+    markdown_it = pytest.importorskip("markdown_it")
+    from html.parser import HTMLParser
+
+    from genmetrics.data.escape import md_text
+
+    page = markdown_it.MarkdownIt("commonmark").enable("table").render(_board_md(name, md_text))
+    tags: list[str] = []
+    text: list[str] = []
+    parser = HTMLParser(convert_charrefs=True)
+    parser.handle_starttag = lambda tag, attrs: tags.append(tag)
+    parser.handle_data = text.append
+    parser.feed(page)
+    # the renderer shows the escaped name as its own text, three times, and builds no tag from it
+    assert "".join(text).count(name) == 3 and set(tags) <= {"h1", "p", "table", "thead", "tbody", "tr"} | {
+        "th",
+        "td",
+        "a",
+    }, page
+    (tmp_path / "leaderboard.md").write_text(_board_md(name, md_text))
+    assert cs._scan_reports(tmp_path) == []  # escaped text is not live
+    (tmp_path / "leaderboard.md").write_text(_board_md(name, str))
+    assert cs._scan_reports(tmp_path)  # the same text unescaped is
 
 
 @pytest.mark.slow
