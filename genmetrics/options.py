@@ -135,8 +135,8 @@ def integer(
         raise InputError(f"{_who(name, owner)}: expected {what}, got {_short(value)}")
     if not -INT64_MAX - 1 <= v <= INT64_MAX:
         raise InputError(
-            f"{_who(name, owner)}: {_short(value)} does not fit in 64 bits (torch and numpy take integers in "
-            f"[-2**63, 2**63 - 1]); expected {what}"
+            f"{_who(name, owner)}: expected {what}, got {_short(value)}, which does not fit in 64 bits (torch and "
+            "numpy take integers in [-2**63, 2**63 - 1])"
         )
     return v
 

@@ -473,7 +473,11 @@ def _parse_yaml(path: Path, text: str) -> tuple[dict[str, Any], dict[KeyPath, in
             raise InputError(
                 f"{path}: the YAML is nested {depth} levels deep; a config is at most {MAX_CONFIG_DEPTH} deep"
             )
-        raw = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader subclass: plain data only
+        loader = _UniqueKeyLoader(text)  # a SafeLoader subclass: plain data only
+        try:
+            raw = loader.get_single_data()
+        finally:
+            loader.dispose()
     except RecursionError:
         raise InputError(
             f"{path}: the YAML is nested too deeply to read; a config is at most {MAX_CONFIG_DEPTH} levels deep"
