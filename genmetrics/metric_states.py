@@ -100,7 +100,13 @@ def options_of_state(name: str) -> dict[str, Any] | None:
 
 
 def canonical_options(options: dict[str, Any]) -> dict[str, str]:
-    """The :func:`canonical` text of each option, by option name."""
+    """The :func:`canonical` text of each option, by option name (sorted, so the order given does not matter).
+
+    >>> canonical_options({"max_db": 100.0, "data_range": None})
+    {'data_range': 'None', 'max_db': '100.0'}
+    >>> canonical_options({"b": 1, "a": 2}) == canonical_options({"a": 2, "b": 1})
+    True
+    """
     return {str(k): canonical(v) for k, v in sorted(options.items(), key=lambda kv: str(kv[0]))}
 
 
@@ -223,7 +229,16 @@ def encode_identity(record: dict[str, Any]) -> torch.Tensor:
 
 
 def decode_identity(value: Any, where: str) -> dict[str, Any]:
-    """The record of :func:`encode_identity`; anything else is an ``InputError`` naming ``where``."""
+    """The record of :func:`encode_identity`; anything else is an ``InputError`` naming ``where``.
+
+    >>> record = identity(int, "psnr", {"max_db": 100.0})
+    >>> decode_identity(encode_identity(record), "state_dict") == record
+    True
+    >>> decode_identity(torch.tensor([1, 2], dtype=torch.uint8), "state_dict")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+        ...
+    genmetrics.errors.InputError: state_dict: the entry '_genmetrics_metric' ... is damaged (...); save the state again with metric.state_dict()
+    """
     try:
         if not isinstance(value, torch.Tensor) or value.dtype != torch.uint8 or value.ndim != 1:
             raise ValueError(f"expected a 1-D uint8 tensor, got {type(value).__name__}")

@@ -184,7 +184,13 @@ def conflicting_ids(ids: torch.Tensor, rows: list[torch.Tensor]) -> torch.Tensor
 
 
 def collision_message(label: str, action: str, shown: list[str], count: int) -> str:
-    """The one line for ids that name different samples in two sources (:func:`conflicting_ids`)."""
+    """The one line for ids that name different samples in two sources (:func:`conflicting_ids`): the
+    metric, the step, the count, at most three of the ids and the fix.
+
+    >>> line = collision_message("psnr", "merge_state", ["s1", "s2", "s3", "s4"], 4)
+    >>> line.startswith("psnr: merge_state: 4 sample id(s) "), "(first: s1, s2, s3)" in line, "s4" in line
+    (True, True, False)
+    """
     return (
         f"{label}: {action}: {count} sample id(s) name different samples in different sources (first: "
         f"{', '.join(shown[:3])}); each id must name one sample across every process and metric merged: "

@@ -35,7 +35,19 @@ _TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
 
 
 class HomeFileError(OSError):
-    """A record or lock under ``GENMETRICS_HOME`` cannot be used; the message names it and the fix."""
+    """A record or lock under ``GENMETRICS_HOME`` cannot be used; the message names it and the fix.
+
+    An ``OSError``, so a caller that already handles unreadable files handles it too:
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     _ = (Path(d) / "fast_paths.json").write_text("[" * 100_000)
+    ...     try:
+    ...         read_json_record(Path(d) / "fast_paths.json")
+    ...     except OSError as e:
+    ...         print(type(e).__name__, "fast_paths.json" in str(e))
+    HomeFileError True
+    """
 
 
 def _kind(mode: int) -> str:

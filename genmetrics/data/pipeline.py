@@ -179,7 +179,16 @@ def decoded(
 
 
 class DecodedCache:
-    """Decoded outputs of the files of one chunk, looked up by path (what a runner feeds its metrics from)."""
+    """Decoded outputs of the files of one chunk, looked up by path (what a runner feeds its metrics from).
+
+    >>> cache = DecodedCache({"a.png": ("A", "a"), "b.png": OSError("b.png: truncated")})
+    >>> cache.get("a.png", 1), cache.error("a.png"), str(cache.error("b.png"))
+    ('a', None, 'b.png: truncated')
+    >>> cache.get("b.png")
+    Traceback (most recent call last):
+        ...
+    OSError: b.png: truncated
+    """
 
     def __init__(self, items: Any):
         self.items = {str(p): o for p, o in (items.items() if isinstance(items, dict) else items)}

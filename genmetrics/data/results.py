@@ -183,7 +183,13 @@ def describe_disk(path: Path) -> str:
 
 
 def is_disk_full(err: BaseException) -> bool:
-    """Whether ``err`` is a full disk or a used-up quota (also as a library's wrapped message)."""
+    """Whether ``err`` is a full disk or a used-up quota (also as a library's wrapped message).
+
+    >>> is_disk_full(OSError(errno.ENOSPC, "No space left on device")), is_disk_full(OSError(errno.EACCES, "no"))
+    (True, False)
+    >>> is_disk_full(RuntimeError("I/O error: No space left on device (os error 28)"))
+    True
+    """
     if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):
         return True
     text = str(err)  # libraries that wrap the OS error (safetensors: "... (os error 28)")
@@ -192,7 +198,14 @@ def is_disk_full(err: BaseException) -> bool:
 
 def disk_full_message(folder: str | os.PathLike, path: Any, kept: str, then: str) -> str:
     """The one line for a full disk: the disk (mount point, device, free space), the file being written,
-    what is kept and how to continue."""
+    what is kept and how to continue.
+
+    >>> line = disk_full_message(tempfile.gettempdir(), "results.jsonl", "finished rows are kept", "rerun")
+    >>> line.startswith("no space left on the disk "), line.endswith(
+    ...     " while writing results.jsonl; finished rows are kept: rerun"
+    ... )
+    (True, True)
+    """
     where = f" while writing {path}" if path else f" while writing into {folder}"
     return f"no space left on the disk {describe_disk(Path(folder))}{where}; {kept}: {then}"
 

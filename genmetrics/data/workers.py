@@ -4,6 +4,8 @@ so a command's start-up stays light."""
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import click
 
@@ -14,6 +16,8 @@ __all__ = ["MAX_DEFAULT_WORKERS", "MAX_WORKERS", "check_workers", "default_worke
 
 #: the most workers :func:`default_workers` chooses (decoding a batch rarely needs more to keep up)
 MAX_DEFAULT_WORKERS = 8
+
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 
 def default_workers() -> int:
@@ -50,11 +54,24 @@ def check_workers(workers: int | None, *, flag: str = "workers") -> int:
     return workers
 
 
-#: ``--workers N``: processes that decode the images (every command that reads image files)
-workers_option = click.option(
+_WORKERS_OPTION = click.option(
     "--workers",
     type=click.IntRange(min=0, max=MAX_WORKERS),
     default=None,
     help="Processes that decode images, overlapped with the model (default: one per available core but "
     f"one, at most {MAX_DEFAULT_WORKERS}; 0 decodes in the main process; at most {MAX_WORKERS}).",
 )
+
+
+def workers_option(command: _F) -> _F:
+    """Add ``--workers N`` (processes that decode the images) to a click command; click refuses a value
+    outside ``[0, MAX_WORKERS]`` as :func:`check_workers` does in the Python API, and no flag gives ``None``.
+
+    >>> from click.testing import CliRunner
+    >>> cmd = click.command()(workers_option(lambda workers: print(workers)))
+    >>> [CliRunner().invoke(cmd, a).output.strip() for a in ([], ["--workers", "0"], ["--workers", "256"])]
+    ['None', '0', '256']
+    >>> CliRunner().invoke(cmd, ["--workers", "257"]).exit_code
+    2
+    """
+    return _WORKERS_OPTION(command)

@@ -16,7 +16,14 @@ from PIL import Image, ImageFile
 
 @dataclass
 class PILCounts:
-    """Opens and decodes per file path (absolute, resolved), filled when the ``count_pil`` block ends."""
+    """Opens and decodes per file path (absolute, resolved), filled when the ``count_pil`` block ends.
+
+    >>> c = PILCounts()
+    >>> c.opens.update([os.path.realpath("a.png")] * 2 + [os.path.realpath("b.png")])
+    >>> c.decodes.update([os.path.realpath("a.png")])
+    >>> c.per_file(["a.png", "b.png"])
+    (1, 2, 0, 1)
+    """
 
     opens: Counter = field(default_factory=Counter)
     decodes: Counter = field(default_factory=Counter)
