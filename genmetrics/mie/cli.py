@@ -13,6 +13,7 @@ from typing import Any
 
 import click
 
+from genmetrics.data.workers import workers_option
 from genmetrics.errors import InputError
 
 
@@ -216,6 +217,7 @@ def train_cmd(**kw: Any) -> None:
 )
 @click.option("--device", default=None)
 @click.option("--json", "as_json", is_flag=True)
+@workers_option
 def evaluate_cmd(
     data: str,
     heads: str | None,
@@ -230,6 +232,7 @@ def evaluate_cmd(
     controls: bool,
     device: str | None,
     as_json: bool,
+    workers: int | None,
 ) -> None:
     """Agreement of MIE (and baselines) with human pairwise preferences and diagnostic labels."""
     from genmetrics.data.jsonl import load_mib_pairs
@@ -279,6 +282,7 @@ def evaluate_cmd(
             image_size=size,
             controls=controls,
             device=device,
+            workers=workers,
         )
     finally:
         lock.release()
@@ -299,6 +303,7 @@ def _evaluate_into(
     image_size: Any,
     controls: bool,
     device: str | None,
+    workers: int | None = None,
 ) -> None:
     from genmetrics.cli.common import progress
     from genmetrics.mie.checkpoint import resolve_heads
@@ -326,6 +331,7 @@ def _evaluate_into(
         batch_pairs=batch_pairs,
         progress=progress,
         controls=controls,
+        workers=workers,
     )
     files = write_report(report, scores, records, out)
     control_acc = {k: (v.get("accuracy") or {}).get("value") for k, v in report.get("controls", {}).items()}
