@@ -515,6 +515,7 @@ def retrieve_cmd() -> None:
     "--factory", default="Flat", show_default=True, help="faiss index_factory string (inner product)."
 )
 @click.option("--json", "as_json", is_flag=True)
+@workers_option
 def index_cmd(
     images: str,
     index_dir: str,
@@ -527,6 +528,7 @@ def index_cmd(
     recursive: bool,
     factory: str,
     as_json: bool,
+    workers: int | None,
 ) -> None:
     """Embed every image once per aspect and build one faiss index per aspect."""
     from genmetrics.data.images import list_images
@@ -551,6 +553,7 @@ def index_cmd(
             overall=overall,
             batch_size=batch_size,
             factory=factory,
+            workers=workers,
             model_info={
                 "adapter": _portable(adapter),
                 "weights": _portable(weights or _adapter_base(adapter)),

@@ -47,7 +47,7 @@ import torch
 
 from genmetrics.data.escape import md_text
 from genmetrics.data.jsonl import OddOneOutRecord, TwoAFCRecord, iter_jsonl, load_odd_one_out, load_two_afc
-from genmetrics.data.pipeline import PATHS, DecodedCache, decoded_chunks, rgb_uint8, transform_of
+from genmetrics.data.pipeline import PATHS, DecodedCache, decoded_chunks, transform_of
 from genmetrics.data.results import atomic_write_json, atomic_write_text, dumps_line, manifest
 from genmetrics.errors import InputError
 from genmetrics.functional.agreement import human_consensus_per_sample, mean_stderr, per_sample_agreement
@@ -335,21 +335,14 @@ class Scorer:
 
     def input_transform(self) -> Any:
         """What the input pipeline's workers do per image file for this row: the metric's or model's own
-        ``input_transform``, else the RGB conversion of the model's ``image_modes``; :data:`PATHS` (the row is
-        given the file paths and reads the files itself) for a plain similarity function."""
+        ``input_transform``; :data:`PATHS` (the row is given the file paths and reads the files itself) for a
+        plain similarity function."""
         metric = getattr(self, "_metric", None)
         if metric is not None:
             return transform_of(metric)
         for owner in (getattr(self, "model", None), _owner(self)):
-            if owner is None:
-                continue
             if getattr(owner, "input_transform", None) is not None:
                 return transform_of(owner)
-            modes = getattr(owner, "image_modes", None)
-            if modes is not None:
-                from genmetrics.backbones.qwen_vl import official_rgb_uint8
-
-                return official_rgb_uint8 if modes == "official" else rgb_uint8
         return PATHS
 
 
