@@ -448,6 +448,7 @@ def export_cmd(checkpoint: str, out: str, overwrite: bool, as_json: bool) -> Non
     show_default=True,
     help="A score that is not finite (NaN, inf): stop naming it, or leave its pair out and report it.",
 )
+@workers_option
 def rank_cmd(
     scores_path: str | None,
     data: str | None,
@@ -460,6 +461,7 @@ def rank_cmd(
     device: str | None,
     as_json: bool,
     on_error: str = "stop",
+    workers: int | None = None,
 ) -> None:
     """Rank generators from scored pairs: mean score, win-rate matrix, Bradley-Terry ratings with CIs."""
     from genmetrics.mie.ranking import rank_generators, ranking_markdown, ranking_plot
@@ -492,7 +494,7 @@ def rank_cmd(
             from genmetrics.mie.model import MIEModel
 
             model = MIEModel.from_pretrained(heads, device=device, vision_cache_size=256)
-            sc = score_pairs_mie(model, records, progress=progress)
+            sc = score_pairs_mie(model, records, progress=progress, workers=workers)
             sa, sb, outcome = sc["a"].tolist(), sc["b"].tolist(), None
     result = rank_generators(ga, gb, sa, sb, outcome=outcome, n_boot=n_boot, prior=prior, on_error=on_error)
     result["by"] = "human" if human else metric

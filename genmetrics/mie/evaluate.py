@@ -87,14 +87,20 @@ def _decoded(record: Any, cache: DecodedCache) -> Any:
     """``record`` with its reference and candidate files replaced by their decoded images (a file that could
     not be decoded raises its own error, naming it)."""
 
-    def get(x: Any) -> Any:
-        return cache.get(x) if isinstance(x, (str, os.PathLike)) else x
-
     return replace(
         record,
-        references=tuple(get(p) for p in record.references),
-        candidates=tuple(get(p) for p in record.candidates),
+        references=tuple(_get(p, cache) for p in record.references),
+        candidates=tuple(_get(p, cache) for p in record.candidates),
     )
+
+
+def _is_file(x: Any) -> bool:
+    return isinstance(x, (str, os.PathLike))
+
+
+def _get(x: Any, cache: DecodedCache) -> Any:
+    """A file's decoded image (its own error when it could not be decoded); anything else as it is."""
+    return cache.get(x) if _is_file(x) else x
 
 
 def _blank(records: Sequence[Any]) -> list[list[Any]]:
@@ -117,9 +123,12 @@ def score_pairs_mie(
     batch_pairs: int = 16,
     progress: Callable | None = None,
     references: Sequence[Sequence[Any]] | None = None,
+    workers: int | None = None,
 ) -> dict[str, np.ndarray]:
     """Scores and diagnostics of both candidates of every pair with an :class:`MIEModel`. ``references``
     (one list of images per pair) replaces the pairs' own references (the controls of :func:`evaluate_human`).
+    Image files are decoded once each by the shared input pipeline in ``workers`` processes (``None``: one per
+    available core but one; 0: in this process), overlapped with the model.
 
     >>> import tempfile
     >>> from genmetrics.data.jsonl import load_mib_pairs
@@ -136,10 +145,19 @@ def score_pairs_mie(
         raise InputError(f"references: {len(refs)} reference lists for {len(records)} pairs")
     sa, sb, da, db = [], [], [], []
     chunks = _chunks(len(records), batch_pairs)
-    for sl in progress(chunks, desc="mie", total=len(chunks), unit="batch") if progress else chunks:
-        rs = records[sl]
+    # image files (none when the pairs hold decoded images) decoded once each by the shared input pipeline,
+    # a batch ahead of the model
+    files = [
+        [p for i in range(len(records))[sl] for p in (*refs[i], *records[i].candidates) if _is_file(p)]
+        for sl in chunks
+    ]
+    caches = decoded_chunks(files, workers=workers)
+    for sl, cache in zip(
+        progress(chunks, desc="mie", total=len(chunks), unit="batch") if progress else chunks, caches
+    ):
+        rs = [_decoded(r, cache) for r in records[sl]]
         a, b = model.score_pairs(
-            refs[sl],
+            [[_get(x, cache) for x in xs] for xs in refs[sl]],
             [r.prompt for r in rs],
             [_image(r.candidates[0]) for r in rs],
             [_image(r.candidates[1]) for r in rs],
@@ -545,7 +563,7 @@ def evaluate_human(
                 *records[i].candidates,
                 *(records[donors[i]].references if donors else ()),
             )
-            if isinstance(p, (str, os.PathLike))
+            if _is_file(p)
         ]
         for sl in spans
     ]

@@ -74,3 +74,42 @@ def test_bad_file_named(pairs_file, make_model, tmp_path):
         with pytest.raises(InputError, match="bad.png"):  # MIE itself stops, naming the file
             evaluate_human(recs, model=make_model(), n_boot=20, workers=workers)
     shutil.rmtree(tmp_path, ignore_errors=True)
+
+
+def test_score_pairs_mie_decodes_once_and_matches_the_model_on_files(pairs_file, make_model):
+    from genmetrics.mie.evaluate import score_pairs_mie
+
+    recs = load_mib_pairs(pairs_file)
+    model = make_model()
+    runs = {}
+    for workers in (0, 2):
+        with count_pil() as c:
+            runs[workers] = score_pairs_mie(model, recs, batch_pairs=3, workers=workers)
+        assert c.per_file(_files(recs))[1:] in [(1, 1, 1), (2, 1, 1)]
+    # the model given the files themselves, batch by batch (it decodes them in this process)
+    want = [
+        model.score_pairs(
+            [[str(p) for p in r.references] for r in recs[s : s + 3]],
+            [r.prompt for r in recs[s : s + 3]],
+            [str(r.candidates[0]) for r in recs[s : s + 3]],
+            [str(r.candidates[1]) for r in recs[s : s + 3]],
+        )
+        for s in range(0, len(recs), 3)
+    ]
+    for k in ("a", "b"):
+        direct = np.concatenate([(w[0] if k == "a" else w[1]).score.double().numpy() for w in want])
+        assert np.array_equal(runs[0][k], runs[2][k]) and np.array_equal(runs[0][k], direct)
+
+
+def test_rank_generators_cli_workers(pairs_file, make_model, provider, tmp_path):
+    recs = load_mib_pairs(pairs_file)
+    heads = tmp_path / "heads"
+    make_model().save_pretrained(heads)
+    results = []
+    for workers in (0, 2):
+        args = ["rank-generators", "--data", str(pairs_file), "--heads", str(heads), "--n-boot", "20"]
+        with count_pil() as c:
+            assert main([*args, "--out", str(tmp_path / f"w{workers}"), "--workers", str(workers)]) == 0
+        assert c.per_file(_files(recs))[1:] in [(1, 1, 1), (2, 1, 1)]
+        results.append(json.loads((tmp_path / f"w{workers}" / "ranking.json").read_text()))
+    assert results[0] == results[1]
