@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from genmetrics.data.workers import workers_option
+from genmetrics.data.workers import MAX_WORKERS, workers_option
 from genmetrics.errors import InputError
 
 
@@ -151,6 +151,13 @@ def _check_images(records: list[Any], path: str) -> None:
 )
 @click.option("--overwrite", is_flag=True, help="Train again into an --out that holds a finished run.")
 @click.option("--gradient-checkpointing", is_flag=True)
+@click.option(
+    "--workers",
+    type=click.IntRange(min=0, max=MAX_WORKERS),
+    default=0,
+    show_default=True,
+    help="DataLoader processes that decode and preprocess the training batches (0: the main process).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def train_cmd(**kw: Any) -> None:
     """Train MIE (score + diagnostic heads; top layers, and LoRA for lora_layer) on pairwise preferences.
