@@ -13,6 +13,7 @@ from typing import Any
 
 import click
 
+from genmetrics.data.workers import MAX_WORKERS, workers_option
 from genmetrics.errors import InputError
 
 
@@ -150,6 +151,13 @@ def _check_images(records: list[Any], path: str) -> None:
 )
 @click.option("--overwrite", is_flag=True, help="Train again into an --out that holds a finished run.")
 @click.option("--gradient-checkpointing", is_flag=True)
+@click.option(
+    "--workers",
+    type=click.IntRange(min=0, max=MAX_WORKERS),
+    default=0,
+    show_default=True,
+    help="DataLoader processes that decode and preprocess the training batches (0: the main process).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def train_cmd(**kw: Any) -> None:
     """Train MIE (score + diagnostic heads; top layers, and LoRA for lora_layer) on pairwise preferences.
@@ -216,6 +224,7 @@ def train_cmd(**kw: Any) -> None:
 )
 @click.option("--device", default=None)
 @click.option("--json", "as_json", is_flag=True)
+@workers_option
 def evaluate_cmd(
     data: str,
     heads: str | None,
@@ -230,6 +239,7 @@ def evaluate_cmd(
     controls: bool,
     device: str | None,
     as_json: bool,
+    workers: int | None,
 ) -> None:
     """Agreement of MIE (and baselines) with human pairwise preferences and diagnostic labels."""
     from genmetrics.data.jsonl import load_mib_pairs
@@ -279,6 +289,7 @@ def evaluate_cmd(
             image_size=size,
             controls=controls,
             device=device,
+            workers=workers,
         )
     finally:
         lock.release()
@@ -299,6 +310,7 @@ def _evaluate_into(
     image_size: Any,
     controls: bool,
     device: str | None,
+    workers: int | None = None,
 ) -> None:
     from genmetrics.cli.common import progress
     from genmetrics.mie.checkpoint import resolve_heads
@@ -326,6 +338,7 @@ def _evaluate_into(
         batch_pairs=batch_pairs,
         progress=progress,
         controls=controls,
+        workers=workers,
     )
     files = write_report(report, scores, records, out)
     control_acc = {k: (v.get("accuracy") or {}).get("value") for k, v in report.get("controls", {}).items()}
@@ -442,6 +455,7 @@ def export_cmd(checkpoint: str, out: str, overwrite: bool, as_json: bool) -> Non
     show_default=True,
     help="A score that is not finite (NaN, inf): stop naming it, or leave its pair out and report it.",
 )
+@workers_option
 def rank_cmd(
     scores_path: str | None,
     data: str | None,
@@ -454,6 +468,7 @@ def rank_cmd(
     device: str | None,
     as_json: bool,
     on_error: str = "stop",
+    workers: int | None = None,
 ) -> None:
     """Rank generators from scored pairs: mean score, win-rate matrix, Bradley-Terry ratings with CIs."""
     from genmetrics.mie.ranking import rank_generators, ranking_markdown, ranking_plot
@@ -486,7 +501,7 @@ def rank_cmd(
             from genmetrics.mie.model import MIEModel
 
             model = MIEModel.from_pretrained(heads, device=device, vision_cache_size=256)
-            sc = score_pairs_mie(model, records, progress=progress)
+            sc = score_pairs_mie(model, records, progress=progress, workers=workers)
             sa, sb, outcome = sc["a"].tolist(), sc["b"].tolist(), None
     result = rank_generators(ga, gb, sa, sb, outcome=outcome, n_boot=n_boot, prior=prior, on_error=on_error)
     result["by"] = "human" if human else metric

@@ -30,7 +30,9 @@ import hashlib
 import json
 import logging
 import math
+import os
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +44,7 @@ from PIL import Image
 from torchmetrics.functional.classification import binary_f1_score, binary_recall
 
 from genmetrics.data.escape import md_text
+from genmetrics.data.pipeline import DecodedCache, decoded_chunks
 from genmetrics.data.results import atomic_output, atomic_write_json, atomic_write_text
 from genmetrics.errors import InputError
 from genmetrics.functional.bootstrap import bootstrap_ci
@@ -75,6 +78,40 @@ def bucket_value(record: Any, what: str) -> str:
     return str(len(record.references)) if what == "subjects" else "unknown"
 
 
+def _image(x: Any) -> Any:
+    """A file path as text (what the models and metrics read), an image already decoded as it is."""
+    return str(x) if isinstance(x, (str, os.PathLike)) else x
+
+
+def _decoded(record: Any, cache: DecodedCache) -> Any:
+    """``record`` with its reference and candidate files replaced by their decoded images (a file that could
+    not be decoded raises its own error, naming it)."""
+
+    return replace(
+        record,
+        references=tuple(_get(p, cache) for p in record.references),
+        candidates=tuple(_get(p, cache) for p in record.candidates),
+    )
+
+
+def _is_file(x: Any) -> bool:
+    return isinstance(x, (str, os.PathLike))
+
+
+def _get(x: Any, cache: DecodedCache) -> Any:
+    """A file's decoded image (its own error when it could not be decoded); anything else as it is."""
+    return cache.get(x) if _is_file(x) else x
+
+
+def _blank(records: Sequence[Any]) -> list[list[Any]]:
+    """:func:`blank_references` of pairs whose references are decoded already (their sizes read from them)."""
+
+    def size(x: Any) -> tuple[int, int]:
+        return x.size if isinstance(x, Image.Image) else (int(x.shape[-1]), int(x.shape[-2]))
+
+    return [[Image.new("RGB", size(x), BLANK_GREY) for x in r.references] for r in records]
+
+
 def _chunks(n: int, size: int) -> list[slice]:
     return [slice(i, min(n, i + size)) for i in range(0, n, size)]
 
@@ -86,9 +123,12 @@ def score_pairs_mie(
     batch_pairs: int = 16,
     progress: Callable | None = None,
     references: Sequence[Sequence[Any]] | None = None,
+    workers: int | None = None,
 ) -> dict[str, np.ndarray]:
     """Scores and diagnostics of both candidates of every pair with an :class:`MIEModel`. ``references``
     (one list of images per pair) replaces the pairs' own references (the controls of :func:`evaluate_human`).
+    Image files are decoded once each by the shared input pipeline in ``workers`` processes (``None``: one per
+    available core but one; 0: in this process), overlapped with the model.
 
     >>> import tempfile
     >>> from genmetrics.data.jsonl import load_mib_pairs
@@ -105,13 +145,22 @@ def score_pairs_mie(
         raise InputError(f"references: {len(refs)} reference lists for {len(records)} pairs")
     sa, sb, da, db = [], [], [], []
     chunks = _chunks(len(records), batch_pairs)
-    for sl in progress(chunks, desc="mie", total=len(chunks), unit="batch") if progress else chunks:
-        rs = records[sl]
+    # image files (none when the pairs hold decoded images) decoded once each by the shared input pipeline,
+    # a batch ahead of the model
+    files = [
+        [p for i in range(len(records))[sl] for p in (*refs[i], *records[i].candidates) if _is_file(p)]
+        for sl in chunks
+    ]
+    caches = decoded_chunks(files, workers=workers)
+    for sl, cache in zip(
+        progress(chunks, desc="mie", total=len(chunks), unit="batch") if progress else chunks, caches
+    ):
+        rs = [_decoded(r, cache) for r in records[sl]]
         a, b = model.score_pairs(
-            refs[sl],
+            [[_get(x, cache) for x in xs] for xs in refs[sl]],
             [r.prompt for r in rs],
-            [str(r.candidates[0]) for r in rs],
-            [str(r.candidates[1]) for r in rs],
+            [_image(r.candidates[0]) for r in rs],
+            [_image(r.candidates[1]) for r in rs],
         )
         sa.append(a.score.double().cpu())
         sb.append(b.score.double().cpu())
@@ -212,36 +261,6 @@ def blank_references(records: Sequence[Any]) -> list[list[Any]]:
     return out
 
 
-def _controls(
-    model: Any, records: Sequence[Any], seed: int, batch_pairs: int, progress: Callable | None
-) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
-    """Scores of the controls (by scorer name) and what they were built from (the donors of each pair)."""
-    scores: dict[str, dict[str, Any]] = {}
-    info: dict[str, Any] = {}
-    try:
-        keys = reference_keys(records)
-        donors = swap_donors(records, seed, keys)
-        refs = [list(records[d].references) for d in donors]
-        scores[CONTROLS["swapped_references"]] = score_pairs_mie(
-            model, records, batch_pairs=batch_pairs, progress=progress, references=refs
-        )
-        same = sum(keys[d] == keys[i] for i, d in enumerate(donors))
-        info["swapped_references"] = {
-            "scorer": CONTROLS["swapped_references"],
-            "donors": donors,
-            "same_files": same,
-            "changed": len(records) - same,  # 0: every donor's references are the pair's own images
-        }
-    except InputError as e:
-        scores[CONTROLS["swapped_references"]] = {"error": str(e)}
-        info["swapped_references"] = {"scorer": CONTROLS["swapped_references"], "error": str(e)}
-    scores[CONTROLS["blank_references"]] = score_pairs_mie(
-        model, records, batch_pairs=batch_pairs, progress=progress, references=blank_references(records)
-    )
-    info["blank_references"] = {"scorer": CONTROLS["blank_references"], "grey": list(BLANK_GREY)}
-    return scores, info
-
-
 def score_pairs_metric(
     name: str,
     records: Sequence[Any],
@@ -277,14 +296,16 @@ def score_pairs_metric(
             progress(chunks, desc=f"{name} ({side})", total=len(chunks), unit="batch") if progress else chunks
         ):
             rs = records[sl]
-            cands = [str(r.candidates[col]) for r in rs]
+            cands = [_image(r.candidates[col]) for r in rs]
             prompts = [r.prompt for r in rs] if "condition" in roles else None
             if ref_sets:
-                vals += _metric_scores(metric, [[str(p) for p in r.references] for r in rs], cands, prompts)
+                vals += _metric_scores(
+                    metric, [[_image(p) for p in r.references] for r in rs], cands, prompts
+                )
             elif "reference" in roles:
                 # every (candidate, reference) combination, then the mean per candidate
                 owner = [i for i, r in enumerate(rs) for _ in r.references]
-                refs = [str(p) for r in rs for p in r.references]
+                refs = [_image(p) for r in rs for p in r.references]
                 flat = _metric_scores(
                     metric, refs, [cands[i] for i in owner], [prompts[i] for i in owner] if prompts else None
                 )
@@ -482,6 +503,7 @@ def evaluate_human(
     batch_pairs: int = 16,
     progress: Callable | None = None,
     controls: bool = False,
+    workers: int | None = None,
 ) -> tuple[dict[str, Any], dict[str, dict[str, np.ndarray]]]:
     """Score ``records`` with ``model`` (an :class:`MIEModel`, reported as ``"mie"``) and with the
     registered ``metrics`` (names, or ``{name: create_metric options}``), then build the report.
@@ -491,6 +513,9 @@ def evaluate_human(
     another pair's (:func:`swap_donors`) and with blank references (:func:`blank_references`), reported as
     the scorers in :data:`CONTROLS` and summarised in ``report["controls"]``: an evaluator that uses its
     references falls toward chance (0.5) on both.
+
+    Every image file is decoded once for all scorers and controls, by the shared input pipeline in ``workers``
+    processes (``None``: one per available core but one; 0: in this process).
 
     Pairwise accuracy of an (untrained) MIE model and of psnr against the pairs' human preferences:
 
@@ -509,18 +534,74 @@ def evaluate_human(
     control_info: dict[str, Any] = {}
     if controls and model is None:
         raise InputError("controls: the reference controls score an MIE model; pass model= (--heads)")
-    if model is not None:
-        scores["mie"] = score_pairs_mie(model, records, batch_pairs=batch_pairs, progress=progress)
-        if controls:
-            control_scores, control_info = _controls(model, records, seed, batch_pairs, progress)
-            scores.update(control_scores)
     opts = metrics if isinstance(metrics, dict) else {m: {} for m in metrics}
-    for name, o in opts.items():
+    donors: list[int] | None = None
+    if controls:
         try:
-            scores[name] = score_pairs_metric(name, records, o, batch_pairs=batch_pairs, progress=progress)
-        except Exception as e:  # noqa: BLE001 - one failing baseline must not stop the others
-            log.warning("metric %s failed: %s", name, e)
-            scores[name] = {"error": f"{type(e).__name__}: {' '.join(str(e).split())[:300]}"}
+            keys = reference_keys(records)
+            donors = swap_donors(records, seed, keys)
+            same = sum(keys[d] == keys[i] for i, d in enumerate(donors))
+            control_info["swapped_references"] = {
+                "scorer": CONTROLS["swapped_references"],
+                "donors": donors,
+                "same_files": same,
+                "changed": len(records) - same,  # 0: every donor's references are the pair's own images
+            }
+        except InputError as e:
+            scores[CONTROLS["swapped_references"]] = {"error": str(e)}
+            control_info["swapped_references"] = {"scorer": CONTROLS["swapped_references"], "error": str(e)}
+        control_info["blank_references"] = {"scorer": CONTROLS["blank_references"], "grey": list(BLANK_GREY)}
+    # every file decoded once, in worker processes, a chunk of pairs ahead of the scoring: each scorer scores
+    # chunk by chunk, in batches of batch_pairs as it would score the whole set
+    spans = _chunks(len(records), batch_pairs * max(1, 64 // batch_pairs))
+    files = [
+        [
+            p
+            for i in range(len(records))[sl]
+            for p in (
+                *records[i].references,
+                *records[i].candidates,
+                *(records[donors[i]].references if donors else ()),
+            )
+            if _is_file(p)
+        ]
+        for sl in spans
+    ]
+    parts: dict[str, list[dict[str, np.ndarray]]] = {}
+    stream = decoded_chunks(files, workers=workers)
+    chunks = zip(spans, stream)
+    for sl, cache in (
+        progress(chunks, desc="evaluate", total=len(spans), unit="chunk") if progress else chunks
+    ):
+        rs = records[sl]
+        if model is not None:
+            ds = [_decoded(r, cache) for r in rs]
+            parts.setdefault("mie", []).append(score_pairs_mie(model, ds, batch_pairs=batch_pairs))
+            if donors is not None:
+                refs = [
+                    [cache.get(p) for p in records[donors[i]].references] for i in range(len(records))[sl]
+                ]
+                parts.setdefault(CONTROLS["swapped_references"], []).append(
+                    score_pairs_mie(model, ds, batch_pairs=batch_pairs, references=refs)
+                )
+            if controls:
+                parts.setdefault(CONTROLS["blank_references"], []).append(
+                    score_pairs_mie(model, ds, batch_pairs=batch_pairs, references=_blank(ds))
+                )
+        for name, o in opts.items():
+            if name in scores:  # failed on an earlier chunk
+                continue
+            try:
+                ds = [_decoded(r, cache) for r in rs]
+                parts.setdefault(name, []).append(score_pairs_metric(name, ds, o, batch_pairs=batch_pairs))
+            except Exception as e:  # noqa: BLE001 - one failing baseline must not stop the others
+                log.warning("metric %s failed: %s", name, e)
+                scores[name] = {"error": f"{type(e).__name__}: {' '.join(str(e).split())[:300]}"}
+                parts.pop(name, None)
+    for name in ["mie", *CONTROLS.values(), *opts]:
+        if name in parts and name not in scores:
+            scores[name] = {k: np.concatenate([p[k] for p in parts[name]]) for k in parts[name][0]}
+    scores = {k: scores[k] for k in ["mie", *CONTROLS.values(), *opts] if k in scores}
     report = evaluate_scores(
         records, scores, seen_generators=seen_generators, n_boot=n_boot, alpha=alpha, seed=seed
     )

@@ -31,6 +31,7 @@ import torch
 
 from genmetrics.data.jsonl import load_mib_pairs
 from genmetrics.data.results import atomic_write_text
+from genmetrics.data.workers import check_workers
 from genmetrics.errors import InputError
 from genmetrics.mie.checkpoint import recorded_backbone
 from genmetrics.mie.common import TUNING_MODES, build_backbone, image_size_option, resolve_backbone_name
@@ -159,6 +160,7 @@ class TrainConfig:
     gradient_checkpointing: bool = False
     mixed_precision: str | None = None  # None: bf16 on CUDA, none on CPU
     progress: bool = True
+    workers: int = 0  # DataLoader processes that read, decode and preprocess the batches (0: this process)
 
     def __post_init__(self) -> None:
         recipe = RECIPES[choice("recipe", self.recipe, tuple(RECIPES), owner="train_mie")]
@@ -557,6 +559,7 @@ def loop_config(cfg: TrainConfig, *, has_validation: bool) -> TrainLoopConfig:
         overwrite=cfg.overwrite,
         mixed_precision=cfg.mixed_precision or ("bf16" if torch.cuda.is_available() else "no"),
         progress=cfg.progress,
+        num_workers=check_workers(cfg.workers),
         extra={k: v for k, v in asdict(cfg).items() if k not in _NOT_RECORDED},
     )
 
@@ -572,6 +575,7 @@ _NOT_RECORDED = (
     "save_every",
     "max_steps",
     "epochs",
+    "workers",
 )
 
 

@@ -25,6 +25,7 @@ from genmetrics.backbones.qwen_vl import (
     VLMParts,
     attn_implementation,
     keys_of,
+    official_rgb_uint8,
     qwen_image,
     resolve_parts,
     run_language_model,
@@ -32,6 +33,7 @@ from genmetrics.backbones.qwen_vl import (
     token_ids,
 )
 from genmetrics.data.images import as_image_list
+from genmetrics.data.pipeline import rgb_uint8
 from genmetrics.errors import InputError
 from genmetrics.tpips.common import DEFAULT_IMAGE_SIZE, MAX_ASPECT_TOKENS, check_aspects
 
@@ -266,6 +268,12 @@ class VLMBase(nn.Module):
                 "pass one of each per row"
             )
         return cols, check_aspects(aspects, len(cols[0]))
+
+    @property
+    def input_transform(self) -> Any:
+        """What the input pipeline's workers do per decoded file for this model: the RGB conversion
+        :attr:`image_modes` names, as ``uint8 [3,H,W]`` (:meth:`load_images` of it equals that of the file)."""
+        return official_rgb_uint8 if self.image_modes == "official" else rgb_uint8
 
     def load_images(self, images: Any, *, name: str = "images") -> list[torch.Tensor]:
         """Any accepted batch -> list of float ``[3,H,W]`` tensors in [0,1] at their own size (the resize

@@ -15,6 +15,7 @@ import click
 
 from genmetrics.cli.common import echo_json
 from genmetrics.data.results import atomic_write_json, lock_output_folder
+from genmetrics.data.workers import workers_option
 from genmetrics.errors import InputError
 
 _VARIANTS = click.Choice(["late", "mid", "early"])
@@ -286,6 +287,7 @@ def train_cmd(
     "2AFC, with another record's reference: readings next to the agreement, to check the metric uses both.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the results JSON instead of the table.")
+@workers_option
 def evaluate_cmd(
     data: tuple[str, ...],
     fmt: str,
@@ -303,6 +305,7 @@ def evaluate_cmd(
     out: str | None,
     controls: bool,
     as_json: bool,
+    workers: int | None,
 ) -> None:
     """Agreement with human votes (odd-one-out, 2AFC, BAPPS, NIGHTS) laid out like the paper's Table 3."""
     from genmetrics.tpips.evaluate import (
@@ -344,7 +347,7 @@ def evaluate_cmd(
             image_size=image_size,
             batch_size=batch_size,
         )
-        res = evaluate_human(datasets, scorers, controls=controls)
+        res = evaluate_human(datasets, scorers, controls=controls, workers=workers)
         if out:
             write_report(
                 res,
@@ -512,6 +515,7 @@ def retrieve_cmd() -> None:
     "--factory", default="Flat", show_default=True, help="faiss index_factory string (inner product)."
 )
 @click.option("--json", "as_json", is_flag=True)
+@workers_option
 def index_cmd(
     images: str,
     index_dir: str,
@@ -524,6 +528,7 @@ def index_cmd(
     recursive: bool,
     factory: str,
     as_json: bool,
+    workers: int | None,
 ) -> None:
     """Embed every image once per aspect and build one faiss index per aspect."""
     from genmetrics.data.images import list_images
@@ -548,6 +553,7 @@ def index_cmd(
             overall=overall,
             batch_size=batch_size,
             factory=factory,
+            workers=workers,
             model_info={
                 "adapter": _portable(adapter),
                 "weights": _portable(weights or _adapter_base(adapter)),

@@ -47,6 +47,7 @@ import torch
 
 from genmetrics.data.escape import md_text
 from genmetrics.data.jsonl import OddOneOutRecord, TwoAFCRecord, iter_jsonl, load_odd_one_out, load_two_afc
+from genmetrics.data.pipeline import PATHS, DecodedCache, decoded_chunks, transform_of
 from genmetrics.data.results import atomic_write_json, atomic_write_text, dumps_line, manifest
 from genmetrics.errors import InputError
 from genmetrics.functional.agreement import human_consensus_per_sample, mean_stderr, per_sample_agreement
@@ -332,6 +333,23 @@ class Scorer:
     def supports(self, kind: str) -> bool:
         return True
 
+    def input_transform(self) -> Any:
+        """What the input pipeline's workers do per image file for this row: the metric's or model's own
+        ``input_transform``; :data:`PATHS` (the row is given the file paths and reads the files itself) for a
+        plain similarity function."""
+        metric = getattr(self, "_metric", None)
+        if metric is not None:
+            return transform_of(metric)
+        for owner in (getattr(self, "model", None), _owner(self)):
+            if getattr(owner, "input_transform", None) is not None:
+                return transform_of(owner)
+        return PATHS
+
+
+def _owner(sc: Scorer) -> Any:
+    """The object a similarity function is a bound method of (the model behind a row), if any."""
+    return getattr(getattr(sc, "fn", None), "__self__", None)
+
 
 @dataclass
 class SimilarityScorer(Scorer):
@@ -578,6 +596,48 @@ def _predict(sc: Scorer, ds: Dataset) -> torch.Tensor:
     return pred
 
 
+def _record_files(r: Any) -> list[Any]:
+    images = list(r.images) if isinstance(r, OddOneOutRecord) else [r.reference, *r.candidates]
+    return [x for x in images if isinstance(x, (str, os.PathLike))]
+
+
+def _with_images(r: Any, cache: DecodedCache, k: int) -> Any:
+    """``r`` with each image file replaced by output ``k`` of its decoding (a bad file raises its own error)."""
+
+    def get(x: Any) -> Any:
+        return cache.get(x, k) if isinstance(x, (str, os.PathLike)) else x
+
+    if isinstance(r, OddOneOutRecord):
+        return replace(r, images=tuple(get(x) for x in r.images))
+    return replace(r, reference=get(r.reference), candidates=tuple(get(x) for x in r.candidates))
+
+
+def _predict_all(
+    scorers: Sequence[Scorer], sets: Sequence[Dataset], workers: int | None
+) -> list[list[torch.Tensor]]:
+    """Predictions of every scorer on every dataset in ``sets`` (a dataset and its controls: the same records
+    with one input swapped), each image file decoded once by the input pipeline: the records go in chunks
+    (a multiple of every scorer's batch size, so each scorer batches them as it would the whole dataset);
+    a chunk's files are decoded in worker processes while the previous chunk is scored."""
+    n = sets[0].n
+    per_row = [sc.input_transform() for sc in scorers]
+    transforms = list(dict.fromkeys(t for t in per_row if t != PATHS))
+    step = math.lcm(*(max(1, sc.batch_size) for sc in scorers))
+    step *= max(1, 64 // step)
+    spans = [slice(i, min(n, i + step)) for i in range(0, n, step)]
+    chunks = [[f for d in sets for r in d.records[s] for f in _record_files(r)] for s in spans]
+    parts: list[list[list[torch.Tensor]]] = [[[] for _ in sets] for _ in scorers]
+    for s, cache in zip(spans, decoded_chunks(chunks, transforms, workers=workers)):
+        for i, sc in enumerate(scorers):
+            for j, d in enumerate(sets):
+                recs = d.records[s]
+                if per_row[i] != PATHS:
+                    k = transforms.index(per_row[i])
+                    recs = [_with_images(r, cache, k) for r in recs]
+                parts[i][j].append(_predict(sc, replace(d, records=recs)))
+    return [[torch.cat(p) for p in row] for row in parts]
+
+
 def evaluate_human(
     datasets: Sequence[Dataset],
     scorers: Sequence[Scorer],
@@ -585,6 +645,7 @@ def evaluate_human(
     progress: bool = True,
     per_sample: bool = True,
     controls: bool = False,
+    workers: int | None = None,
 ) -> dict[str, Any]:
     """Agreement of every scorer with the human votes of every dataset (+ human consensus).
 
@@ -592,6 +653,9 @@ def evaluate_human(
     ``controls=True`` each model row also holds ``"controls"``: ``{control: {dataset: agreement breakdown +
     "changed"}}`` for the :func:`control_sets` of each dataset, scored by the same scorer and read against
     the original votes.
+
+    Image files are decoded once each (for every row and control) by the input pipeline, in ``workers``
+    processes (``None``: one per available core but one; 0: in this process).
 
     A scorer that calls every pair equally similar picks at random among ties: chance, 1/3. The synthetic
     votes are unanimous, so the human consensus is 1:
@@ -617,6 +681,11 @@ def evaluate_human(
                 "human_consensus": _breakdown(cons, ds.sources()),
             }
         )
+    preds: dict[int, dict[int, list[torch.Tensor]]] = {}
+    for ds in datasets:
+        rows = [sc for sc in scorers if sc.supports(ds.kind)]
+        sets = [ds, *(cs.dataset for cs in control_sets(ds))] if controls else [ds]
+        preds[id(ds)] = dict(zip(map(id, rows), _predict_all(rows, sets, workers))) if rows and ds.n else {}
     for sc in scorers:
         row: dict[str, Any] = {
             "name": sc.name,
@@ -630,11 +699,11 @@ def evaluate_human(
         for ds in datasets:
             if not sc.supports(ds.kind):
                 continue
-            pred = _predict(sc, ds)
+            pred, *control_preds = preds[id(ds)][id(sc)]
             agree = per_sample_agreement(pred, ds.votes())
             if controls:
-                for cs in control_sets(ds):
-                    control = per_sample_agreement(_predict(sc, cs.dataset), ds.votes())
+                for cs, cpred in zip(control_sets(ds), control_preds):
+                    control = per_sample_agreement(cpred, ds.votes())
                     reading = {**_breakdown(control, ds.sources()), "changed": cs.changed}
                     row.setdefault("controls", {}).setdefault(cs.name, {})[ds.name] = reading
             row["results"][ds.name] = _breakdown(agree, ds.sources())

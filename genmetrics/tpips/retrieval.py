@@ -37,7 +37,9 @@ from PIL import Image, ImageDraw
 from tqdm.auto import tqdm
 
 from genmetrics.data.images import list_images, to_pil
+from genmetrics.data.pipeline import decoded
 from genmetrics.data.results import atomic_output, atomic_write_json, destination
+from genmetrics.data.workers import check_workers
 from genmetrics.errors import InputError, MissingDependencyError
 from genmetrics.tpips.common import check_aspects, is_overall
 
@@ -173,9 +175,13 @@ class AspectIndex:
         recursive: bool = False,
         progress: bool = True,
         model_info: dict[str, Any] | None = None,
+        workers: int | None = None,
     ) -> AspectIndex:
-        """Index ``images`` (a folder or a list of image paths) for every aspect (plus "overall")."""
+        """Index ``images`` (a folder or a list of image paths) for every aspect (plus "overall"). Each image
+        to embed is decoded once, by the shared input pipeline in ``workers`` processes (``None``: one per
+        available core but one; 0: in this process), while the model embeds the previous batch."""
         _check_model(model)
+        workers = check_workers(workers)
         if isinstance(images, (str, os.PathLike)):
             files = list_images(images, recursive=recursive)
         else:
@@ -250,10 +256,20 @@ class AspectIndex:
         disable = not progress or env == "0" or (not _isatty() and env != "1")
         saved_cache = model.vision_cache.max_items
         model.vision_cache.max_items = max(saved_cache, batch_size)
+        stream = decoded(
+            [paths[i] for i in need], [model.input_transform], batch_size=batch_size, workers=workers
+        )
         try:
-            for s in tqdm(range(0, len(need), batch_size), desc="index", unit="batch", disable=disable):
+            for s, batch in zip(
+                tqdm(range(0, len(need), batch_size), desc="index", unit="batch", disable=disable), stream
+            ):
                 rows = need[s : s + batch_size]
-                imgs = model.load_images([paths[i] for i in rows])
+                decoded_rows = []
+                for _, o in batch:
+                    if isinstance(o, Exception):  # a file that cannot be decoded stops the build, naming it
+                        raise o
+                    decoded_rows.append(o[0])
+                imgs = model.load_images(decoded_rows)
                 for a in asp:
                     sel = [k for k, i in enumerate(rows) if i in todo_sets[a]]
                     if not sel:
@@ -261,6 +277,7 @@ class AspectIndex:
                     z = model.embed([imgs[k] for k in sel], [a] * len(sel)).cpu().numpy().astype(np.float32)
                     out[a][[rows[k] for k in sel]] = z
         finally:
+            stream.close()
             model.vision_cache.max_items = saved_cache
         entries = {}
         for a in asp:

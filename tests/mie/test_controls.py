@@ -51,11 +51,36 @@ def _flat(calls):
     return out
 
 
+def _names(records):
+    """Each image as the model is given it (decoded by the input pipeline) -> the file it came from."""
+    from genmetrics.data.pipeline import decoded
+
+    files = sorted({str(p) for r in records for p in (*r.references, *r.candidates)})
+    table = [(p, out[0]) for batch in decoded(files, workers=0) for p, out in batch]
+
+    def name(x):
+        hits = [p for p, t in table if t.shape == x.shape and torch.equal(t, x)]
+        assert len(hits) == 1
+        return hits[0]
+
+    return name
+
+
 def test_controls_use_the_right_rows(records):
     from genmetrics.mie.evaluate import CONTROLS, evaluate_human
 
     spy = SpyModel()
-    report, scores = evaluate_human(records, model=spy, controls=True, n_boot=20, batch_pairs=3)
+    report, scores = evaluate_human(records, model=spy, controls=True, n_boot=20, batch_pairs=3, workers=0)
+    name = _names(records)
+    spy.calls = [  # decoded images back to their files; the blank references stay PIL images
+        (
+            [[name(x) if isinstance(x, torch.Tensor) else x for x in refs] for refs in R],
+            P,
+            list(map(name, A)),
+            list(map(name, B)),
+        )
+        for R, P, A, B in spy.calls
+    ]
     assert len(spy.calls) == 3 * 3  # real run, swapped, blank; 8 pairs in batches of 3
     real, swapped, blank = (_flat(spy.calls[k : k + 3]) for k in (0, 3, 6))
     donors = report["controls"]["swapped_references"]["donors"]

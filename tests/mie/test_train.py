@@ -233,3 +233,24 @@ def test_unlabelled_micro_batch_keeps_the_diagnostic_head_in_the_graph(make_mode
         p
     ) in m.classification_head.parameters():  # a gradient (zero), not None: DDP finds every parameter used
         assert p.grad is not None and torch.count_nonzero(p.grad) == 0
+
+
+def test_loader_workers_decode_as_the_main_process_does(tmp_path, pairs_file, proc):
+    """The training loader's workers decode and preprocess (the task's collate): with 2 workers every file is
+    decoded exactly as often as with 0 (each candidate once per epoch), and the losses are the same."""
+    from genmetrics.data.jsonl import load_mib_pairs
+    from genmetrics.mie.train import train_mie
+    from genmetrics.testing.pil_counts import count_pil
+
+    recs = load_mib_pairs(pairs_file)
+    files = sorted({str(p) for r in recs for p in (*r.references, *r.candidates)})
+    cands = {str(p) for r in recs for p in r.candidates}
+    losses, decodes = {}, {}
+    for w in (0, 2):
+        with count_pil() as c:
+            res = train_mie(**_opts(tmp_path, pairs_file, f"w{w}", save_every=100, workers=w), **_vlm(proc))
+        losses[w] = [h["loss"] for h in res["history"] if h["kind"] == "train"]
+        decodes[w] = {f: c.decodes[f] for f in files}
+        assert all(decodes[w][f] == 2 for f in cands)  # 2 epochs, each candidate in one pair
+    assert decodes[0] == decodes[2]
+    assert losses[0] == losses[2]

@@ -1,5 +1,7 @@
 """Aspect-conditioned retrieval: faiss index per aspect, cached embeddings, adjusted and compositional
-queries, contact sheet, CLI."""
+queries, contact sheet, CLI; the index build reads the images through the shared input pipeline (each file
+decoded once for every aspect, embeddings identical for 0 and 2 workers and to embedding the files directly,
+a bad file named)."""
 
 from __future__ import annotations
 
@@ -10,7 +12,9 @@ import numpy as np
 import pytest
 import torch
 
+from genmetrics.data.images import list_images
 from genmetrics.errors import InputError
+from genmetrics.testing.pil_counts import count_pil
 from genmetrics.tpips.retrieval import AspectIndex, contact_sheet
 
 from .conftest import SIZE, write_png
@@ -317,3 +321,75 @@ def test_updating_an_index_says_what_it_drops(tmp_path, folder, models, processo
     with pytest.warns(UserWarning, match="another model"):
         again = AspectIndex.build(paths[:3], root, other, ["texture"], progress=False)
     assert again.build_report["model_changed"] and again.build_report["embedded_images"] == 3
+
+
+# ------------------------------------------------------------------ input pipeline
+ASPECTS = ["lighting", "color"]
+
+
+def test_each_file_decoded_once_and_workers_agree(tmp_path, folder, models):
+    model = models["late"]
+    files = list_images(folder)
+    emb = {}
+    for workers in (0, 2):
+        with count_pil() as c:
+            idx = AspectIndex.build(
+                folder,
+                tmp_path / f"w{workers}",
+                model,
+                ASPECTS,
+                batch_size=3,
+                progress=False,
+                workers=workers,
+            )
+        o_lo, o_hi, d_lo, d_hi = c.per_file(files)
+        assert (d_lo, d_hi) == (1, 1), f"workers={workers}: 3 aspects, one decode per file"
+        assert o_hi <= 2
+        emb[workers] = {a: np.asarray(idx.embeddings(a)) for a in idx.aspects}
+    with torch.no_grad():  # the same embeddings as the model gives for the files themselves, batch by batch
+        direct = {
+            a: np.concatenate(
+                [
+                    model.embed(model.load_images(files[s : s + 3]), [a] * len(files[s : s + 3])).numpy()
+                    for s in (0, 3, 6)
+                ]
+            )
+            for a in emb[0]
+        }
+    for a in emb[0]:
+        assert np.array_equal(emb[0][a], emb[2][a])
+        assert np.array_equal(emb[0][a], direct[a])
+
+
+def test_cli_workers(tmp_path, folder, tiny_folder):
+    from genmetrics.cli.main import main
+
+    for workers in (0, 2):
+        args = ["retrieve", "index", "--images", str(folder), "--index", str(tmp_path / f"w{workers}")]
+        args += ["--aspect", "lighting", "--weights", str(tiny_folder), "--image-size", str(SIZE)]
+        with count_pil() as c:
+            assert main([*args, "--batch-size", "2", "--workers", str(workers), "--json"]) == 0
+        assert c.per_file(list_images(folder))[1:] in [(1, 1, 1), (2, 1, 1)]
+    a, b = (json.loads((tmp_path / f"w{w}" / "manifest.json").read_text()) for w in (0, 2))
+    assert a["fingerprint"] == b["fingerprint"]
+    assert a["aspects"] == b["aspects"] and len(a["aspects"]) == 2  # lighting + overall
+    for entry in a["aspects"].values():
+        name = entry["embeddings"]
+        assert np.array_equal(np.load(tmp_path / "w0" / name), np.load(tmp_path / "w2" / name))
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_bad_file_named(tmp_path, folder, models, workers):
+    files = list_images(folder)
+    bad = tmp_path / "bad.png"
+    bad.write_bytes(b"not a png")
+    with pytest.raises(InputError, match="bad.png"):
+        AspectIndex.build(
+            [*files[:4], bad, *files[4:]],
+            tmp_path / "idx",
+            models["late"],
+            ASPECTS,
+            batch_size=3,
+            progress=False,
+            workers=workers,
+        )

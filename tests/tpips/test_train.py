@@ -321,3 +321,29 @@ def test_two_processes_train_like_one(tmp_path, data, processor):
         for n, p in ref.items():
             assert torch.allclose(params[n], p, atol=1e-5), n
     assert (tmp_path / "ddp" / "final" / "tpips.json").is_file()
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_training_decodes_each_file_once_per_epoch_in_loader_workers(tmp_path, data, processor, num_workers):
+    """The training loader's workers decode (the task's collate reads the batch's files): each file of the
+    8 triplets opened at most twice and decoded once per epoch, and the run is the same for 0 and 2 workers."""
+    from genmetrics.testing import tiny_qwen3vl
+    from genmetrics.testing.pil_counts import count_pil
+
+    files = sorted({str(p) for line in data.read_text().splitlines() for p in json.loads(line)["images"]})
+    files = [str(data.parent / p) for p in files]
+    runs = {}
+    for w in sorted({0, num_workers}):
+        with count_pil() as c:
+            runs[w] = train_tpips(
+                data,
+                tmp_path / f"w{w}",
+                config=_cfg(max_steps=2, num_workers=w),
+                backbone=tiny_qwen3vl(),
+                processor=processor,
+                progress=False,
+            )
+        epochs = 2  # 8 triplets, batch 8: one step per epoch
+        o_lo, o_hi, d_lo, d_hi = c.per_file(files)
+        assert (d_lo, d_hi) == (epochs, epochs) and o_hi <= 2 * epochs
+    assert runs[0].losses == runs[num_workers].losses
