@@ -112,6 +112,8 @@ def _recorded() -> dict[str, Any]:
     except HomeFileError as e:
         _warn_once(f"fast-path record not used: {e}")
         return {}
+    if data is None:  # no record yet: the first measurement writes it
+        return {}
     if not isinstance(data, dict):
         _warn_once(
             f"fast-path record not used: {path} holds a JSON {type(data).__name__}, not an object of "

@@ -2503,13 +2503,13 @@ def _first_worker(p: Child) -> int | None:
     timeout=180,
 )
 def _(ctx: Ctx) -> Verdict:
-    ref, gen = _pipeline_images(ctx, 160, 96)
+    ref, gen = _pipeline_images(ctx, 160, 192)
     cfg = _pipeline_cfg(ctx, ref, gen, ("psnr", "ssim"))
     ctx.freeze()
     killed: list[int] = []
 
     def during(p: Child, elapsed: float) -> None:
-        if not killed and elapsed > 1.0:
+        if not killed and elapsed > 0.2:
             w = _first_worker(p)
             if w is not None:
                 os.kill(w, signal.SIGKILL)
@@ -2551,13 +2551,13 @@ def _(ctx: Ctx) -> Verdict:
     timeout=120,
 )
 def _(ctx: Ctx) -> Verdict:
-    ref, gen = _pipeline_images(ctx, 160, 96)
+    ref, gen = _pipeline_images(ctx, 160, 192)
     cfg = _pipeline_cfg(ctx, ref, gen, ("psnr", "ssim"))
     ctx.freeze()
     sent: list[bool] = []
 
     def during(p: Child, elapsed: float) -> None:
-        if not sent and elapsed > 1.0 and _first_worker(p) is not None:
+        if not sent and elapsed > 0.2 and _first_worker(p) is not None:
             os.killpg(p.pid, signal.SIGINT)
             sent.append(True)
 
