@@ -565,6 +565,19 @@ def feature_scope(tower: nn.Module) -> str:
     return f"{p.dtype}@{p.device}{autocast_scope(p.device)}"
 
 
+def _is_fast_processor(processor: Any) -> bool:
+    """Whether ``processor`` is one of transformers' torchvision-based image processors (they take ``device=``).
+
+    >>> _is_fast_processor(object())
+    False
+    """
+    try:
+        from transformers.image_processing_utils_fast import BaseImageProcessorFast
+    except ImportError:  # a transformers release without fast image processors
+        return False
+    return isinstance(processor, BaseImageProcessorFast)
+
+
 class VisionEncoder:
     """Images (float ``[3,H,W]`` in [0,1], already at their final size) -> :class:`VisionFeatures`, each
     distinct image through the tower once per call, an LRU :class:`VisionCache` across calls.
@@ -622,11 +635,18 @@ class VisionEncoder:
                     f"image {i}: {tuple(x.shape[-2:])} is not a multiple of patch_size*merge_size = "
                     f"{self.factor}; resize it with QwenResize first"
                 )
-        kwargs = {} if device is None else {"device": torch.device(device)}
+        # a torchvision-based ("fast") processor works on the device; an older, numpy-based one (transformers
+        # releases whose Qwen2VLImageProcessor is not fast) takes no device: it works on the CPU and its
+        # pixel_values are moved after
+        on_device = device is not None and _is_fast_processor(self.image_processor)
+        kwargs = {"device": torch.device(device)} if on_device else {}
         out = self.image_processor(
             images=images, do_resize=False, do_rescale=False, return_tensors="pt", **kwargs
         )
-        return out["pixel_values"], out["image_grid_thw"].cpu()
+        pixel_values = out["pixel_values"]
+        if device is not None and not on_device:
+            pixel_values = pixel_values.to(device)
+        return pixel_values, out["image_grid_thw"].cpu()
 
     @torch.no_grad()
     def encode(self, images: list[torch.Tensor]) -> list[VisionFeatures]:

@@ -267,3 +267,25 @@ def test_qwen_pixels_on_cuda_are_bitwise_the_cpus():
     b, gb = enc.pixels([x.cuda() for x in images], device="cuda")
     assert b.device.type == "cuda" and gb.device.type == "cpu"
     assert torch.equal(a, b.cpu()) and torch.equal(ga, gb)
+
+
+def test_qwen_pixels_with_a_processor_that_takes_no_device():
+    """transformers releases whose Qwen2VLImageProcessor is numpy-based take no ``device=`` (a TypeError in the
+    oldest supported set): such a processor runs on the CPU and its pixel_values are moved after, with the
+    same values as the torchvision-based processor's."""
+    from genmetrics.backbones.qwen_vl import VisionEncoder
+    from genmetrics.testing import tiny_qwen3vl, tiny_qwen3vl_processor
+
+    fast = tiny_qwen3vl_processor().image_processor
+
+    class NoDevice:  # what a numpy-based processor accepts: no device keyword
+        def __call__(self, *, images, do_resize, do_rescale, return_tensors):
+            return fast(
+                images=images, do_resize=do_resize, do_rescale=do_rescale, return_tensors=return_tensors
+            )
+
+    visual = tiny_qwen3vl().visual
+    images = [torch.rand(3, 32, 32), torch.rand(3, 64, 32)]
+    want_pv, want_grid = VisionEncoder(visual, fast).pixels(images, device="cpu")
+    got_pv, got_grid = VisionEncoder(visual, NoDevice()).pixels(images, device="cpu")
+    assert torch.equal(got_pv, want_pv) and torch.equal(got_grid, want_grid)
