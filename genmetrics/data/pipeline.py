@@ -22,6 +22,7 @@ shutdown, run from ``finally``).
 from __future__ import annotations
 
 import contextlib
+import signal
 import warnings
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
@@ -166,6 +167,7 @@ def decoded(
         pin_memory_device=str(dev) if cuda else "",
         prefetch_factor=prefetch,
         persistent_workers=False,
+        worker_init_fn=ignore_interrupts,
     )
     it = iter(loader)
     try:
@@ -176,6 +178,19 @@ def decoded(
         shutdown = getattr(it, "_shutdown_workers", None)
         if shutdown is not None:  # a generator closed early, an error or Ctrl-C: no worker is left behind
             shutdown()
+
+
+def ignore_interrupts(worker_id: int) -> None:
+    """A decoding worker ignores Ctrl-C (SIGINT goes to the whole process group): the main process alone
+    stops the run, says "interrupted" and shuts the workers down, instead of reporting a worker that died.
+
+    >>> import signal
+    >>> before = signal.getsignal(signal.SIGINT)
+    >>> ignore_interrupts(0); signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    True
+    >>> _ = signal.signal(signal.SIGINT, before)
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 class DecodedCache:
