@@ -2618,7 +2618,7 @@ def _smooth_images(folder: Path, n: int, size: int, shift: int = 0) -> None:
     "`score psnr --workers 2 --batch-size 2` over 16 and over 64 1024x1024 PNGs (and --workers 0 over 64)",
     "exit 0; peak memory (PSS of the process tree) grows < 100 MB from 16 to 64 images with --workers 2",
     needs="workers",
-    timeout=300,
+    timeout=480,
 )
 def _(ctx: Ctx) -> Verdict:
     for n in (16, 64):
@@ -2626,7 +2626,9 @@ def _(ctx: Ctx) -> Verdict:
         _smooth_images(ctx.work / f"g{n}", n, 1024, shift=7)
     ctx.freeze()
     peak = {}
-    for n, w in ((16, "2"), (64, "2"), (64, "0")):
+    # the lower of two runs each: a peak sampled from a process tree whose workers come and go is noisy (one
+    # run in four read +127 MB on a loaded machine); memory that grows with the input grows in both runs
+    for n, w in ((16, "2"), (64, "2"), (64, "0")) * 2:
         r, g = ctx.work / f"r{n}", ctx.work / f"g{n}"
         p = ctx.cli(
             "score", "psnr", "-r", str(r), "-c", str(g), "--workers", w, "--batch-size", "2", timeout=140
@@ -2635,7 +2637,7 @@ def _(ctx: Ctx) -> Verdict:
             return refused(p, (0,))
         if p.leftover:
             return "hang", f"{len(p.leftover)} worker process(es) left"
-        peak[n, w] = p.tree_rss_mb
+        peak[n, w] = min(peak.get((n, w), float("inf")), p.tree_rss_mb)
     obs = (
         f"peak PSS with 2 workers {peak[16, '2']:.0f} MB (16 images), {peak[64, '2']:.0f} MB (64 images); "
         f"{peak[64, '0']:.0f} MB with 0 workers (64 images)"
