@@ -59,3 +59,20 @@ def test_a_usable_record_is_taken_without_a_word(monkeypatch):
     finally:
         fastpath.forget_fast_path_choices()
     assert choice.path == "fast"
+
+
+def test_no_record_yet_is_measured_and_written_without_a_word(monkeypatch):
+    """A fresh GENMETRICS_HOME has no fast_paths.json: the first choice is measured and recorded, and nothing
+    is said about the record (it is not an unusable one)."""
+    monkeypatch.setattr(fastpath, "_warned", set())
+    store = genmetrics_home() / fastpath.STORE_NAME
+    assert not store.exists()
+    cands = {"plain": lambda: None, "fast": lambda: None}
+    fastpath.forget_fast_path_choices()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            choice = fastpath.choose_path(KEY, lambda: cands, baseline="plain", repeats=2)
+    finally:
+        fastpath.forget_fast_path_choices()
+    assert json.loads(store.read_text())[fastpath._machine_key(KEY)]["path"] == choice.path
