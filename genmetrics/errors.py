@@ -47,3 +47,12 @@ class MissingDependencyError(GenmetricsError, ImportError):
     >>> issubclass(MissingDependencyError, ImportError)  # ``except ImportError`` still catches it
     True
     """
+
+
+class WorkerDiedError(GenmetricsError, RuntimeError):
+    """A decoding worker process ended before its work was handed over (killed, out of memory); the
+    command-line tools exit 1 with this message, and ``--resume`` continues from the finished results.
+
+    >>> issubclass(WorkerDiedError, RuntimeError), issubclass(WorkerDiedError, KeyboardInterrupt)
+    (True, False)
+    """

@@ -318,7 +318,12 @@ def main(argv: list[str] | None = None) -> int:
             check_environment()  # a bad GENMETRICS_* variable is named before any work
             cli.main(args=args, prog_name="genmetrics", standalone_mode=False)
         return 0
-    except (click.exceptions.Abort, KeyboardInterrupt):  # click turns Ctrl-C into Abort
+    except (click.exceptions.Abort, KeyboardInterrupt) as e:  # click turns Ctrl-C (and EOFError) into Abort
+        if isinstance(e.__cause__, EOFError):  # an input that ended early, never a Ctrl-C
+            if debug:
+                traceback.print_exc()
+            click.echo(f"error: unexpected end of input: {_first_line(e.__cause__)}", err=True)
+            return 1
         click.echo("error: interrupted; finished results were kept", err=True)
         return 130
     except click.exceptions.Exit as e:

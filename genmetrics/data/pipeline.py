@@ -24,7 +24,7 @@ from __future__ import annotations
 import contextlib
 import signal
 import warnings
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +34,7 @@ from PIL import Image
 
 from genmetrics.data.images import load_image, to_rgb
 from genmetrics.data.workers import check_workers
+from genmetrics.errors import WorkerDiedError
 
 ImageTransform = Callable[[Image.Image, str], Any]
 #: the ``input_transform`` of a metric that is given file paths, not decoded images
@@ -171,13 +172,31 @@ def decoded(
     )
     it = iter(loader)
     try:
-        for raw in it:
+        for raw in _handed_over(it):
             batch = _reraise_warnings(raw)
             yield [(p, _to_device(o, dev)) for p, o in batch] if dev is not None and cuda else batch
     finally:
         shutdown = getattr(it, "_shutdown_workers", None)
         if shutdown is not None:  # a generator closed early, an error or Ctrl-C: no worker is left behind
             shutdown()
+
+
+def _handed_over(batches: Iterator[Any]) -> Iterator[Any]:
+    """The loader's batches; a worker that dies while handing a batch over (its shared-memory file
+    descriptors are fetched from the worker, so the transfer ends in ``EOFError`` or a refused connection)
+    is reported as the dead worker it is, never as an end of input or a Ctrl-C (click maps ``EOFError`` to
+    an abort)."""
+    while True:
+        try:
+            raw = next(batches)
+        except StopIteration:
+            return
+        except (EOFError, ConnectionError) as e:
+            raise WorkerDiedError(
+                f"a decoding worker process ended while handing over a batch ({type(e).__name__}: {e}); finished "
+                "results were kept: rerun with --resume (--workers 0 decodes in the main process)"
+            ) from e
+        yield raw
 
 
 def ignore_interrupts(worker_id: int) -> None:
