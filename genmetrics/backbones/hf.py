@@ -33,6 +33,7 @@ from peft import LoraConfig, PeftModel, get_peft_model, get_peft_model_state_dic
 from safetensors import safe_open
 
 from genmetrics.backbones.hub import hub_calls, unreachable
+from genmetrics.backbones.precheck import HUB_ID
 from genmetrics.backbones.provider import provide
 from genmetrics.backbones.weights import cause_text, genmetrics_home, offline
 from genmetrics.errors import InputError, WeightsUnavailableError
@@ -56,7 +57,7 @@ VLM_KINDS: dict[str, tuple[str, str, str]] = {
     "qwen3_5": ("qwen3_5", "Qwen3_5Model", "Qwen3_5ForConditionalGeneration"),
 }
 _KIND_ALIASES = {"qwen3_vl": "qwen3vl", "qwen3-vl": "qwen3vl", "qwen3.5": "qwen3_5", "qwen35": "qwen3_5"}
-_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+_HUB_ID = HUB_ID
 _FIX_OPTION = "backbone= (Python) or --weights (command line)"
 
 

@@ -34,6 +34,7 @@ from genmetrics.backbones.clip_text import TextEmbeddingCache, encode_text_ids
 from genmetrics.backbones.clip_tokens import tokenize, trim_padding
 from genmetrics.backbones.clip_vision import encode_image
 from genmetrics.backbones.hub import hub_calls
+from genmetrics.backbones.precheck import CLIP_OPTION
 from genmetrics.backbones.provider import provide
 from genmetrics.backbones.weights import genmetrics_home, offline, weights_unavailable
 from genmetrics.errors import InputError
@@ -194,7 +195,7 @@ def check_finite_weights(model: Any, what: str) -> None:
         )
 
 
-_CLIP_OPTION = "--weights MODEL/TAG or MODEL:/path/ckpt.safetensors (command line), backbone=... (Python)"
+_CLIP_OPTION = CLIP_OPTION
 
 
 def _download_url(w: ClipWeights) -> str | None:

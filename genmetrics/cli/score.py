@@ -17,6 +17,7 @@ from typing import Any
 import click
 import torch
 
+from genmetrics.backbones.precheck import check_metric_weights
 from genmetrics.backbones.provider import describe_provider
 from genmetrics.cli.common import echo_json, parse_options
 from genmetrics.data.images import check_image_header, list_images, stem_index, unused_references
@@ -230,6 +231,8 @@ def score_cmd(
     same_size = get_card(name).reference is ReferenceKind.MATCHED and _keeps_size(name, kwargs)
     samples, real = _drop_bad_files(samples, real, on_error, same_size=same_size)
 
+    # offline, or an unreachable hub: weights in no cache are reported before open_clip / transformers load
+    check_metric_weights(card.default_weights, card.factory, kwargs)
     metric = create_metric(name, **kwargs)
     value, per, n = _run(metric, name, feed, samples, real, workers=n_workers, on_error=on_error)
     result: dict[str, Any] = {"metric": name, "n": n, "value": value}

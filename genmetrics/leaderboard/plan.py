@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from genmetrics.backbones.precheck import check_metric_weights
 from genmetrics.backbones.weights import genmetrics_home
 from genmetrics.data.images import list_images, stem_index
 from genmetrics.data.jsonl import iter_jsonl
@@ -401,6 +402,7 @@ def _metric_plan(
     kwargs = _metric_kwargs(cfg, spec, given, device)
     if check_construct:
         try:
+            check_metric_weights(card.default_weights, card.factory, kwargs)  # before open_clip loads
             create_metric(spec.name, **kwargs)
         except (InputError, ValueError, TypeError) as e:
             raise cfg.error(key, f"metric {spec.name!r} rejects its options: {e}") from None

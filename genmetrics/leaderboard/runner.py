@@ -76,7 +76,6 @@ from genmetrics.leaderboard.manifest import (
     write_manifest,
 )
 from genmetrics.leaderboard.plan import SET_ID, MetricPlan, Plan, Sample, build_plan, device_for_run
-from genmetrics.leaderboard.report import summarize, write_reports
 from genmetrics.options import COUNT_MAX, check_environment, integer
 from genmetrics.options import seed as check_seed
 from genmetrics.registry import Granularity, create_metric, metric_options
@@ -796,6 +795,10 @@ class _Run:
         provider = next(
             (i["backbone_provider"] for i in self.identities.values() if i["backbone_provider"]), None
         )
+        # the reports (pandas, matplotlib, scipy: seconds of imports) load when there is something to report,
+        # not for a run that stops at its plan (a missing file, weights that are not there)
+        from genmetrics.leaderboard.report import summarize, write_reports
+
         summary = summarize(self.plan, rows, provider=provider)
         write_reports(self.out, self.plan, summary, plots=plots, rows=rows)
         return summary

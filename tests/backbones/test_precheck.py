@@ -1,0 +1,165 @@
+"""Weights that cannot be had are reported before open_clip or transformers' model code is imported (seconds,
+not the import), and only then: a cache that may hold them, a hub that answers, a provider, a misspelt option
+or a spelling the check does not judge leave the decision to the loader."""
+
+# ruff: noqa: F811 - `dead_hub` is a fixture imported from the offline-hub tests, named again as an argument
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from genmetrics.backbones import hub
+from genmetrics.backbones.precheck import check_metric_weights, check_weights_available, weights_kind
+from genmetrics.backbones.provider import use_provider
+from genmetrics.cli.main import main
+from genmetrics.cli.weights import metric_weights
+from genmetrics.errors import WeightsUnavailableError
+from genmetrics.registry import alias_of, get_card, list_metrics
+from tests.cli.test_offline_hub import _closed_port, _score_args, dead_hub  # noqa: F401 - a fixture
+
+ROOT = Path(__file__).resolve().parents[2]
+WEIGHTS_METRICS = [n for n in list_metrics() if alias_of(n) is None and metric_weights(n)]
+#: metrics whose weights the check judges: built from a name, no heads or adapter folder naming its own base
+JUDGED = [n for n in WEIGHTS_METRICS if get_card(n).family != "mie"]
+HEAVY = ("open_clip", "transformers.models", "peft", "matplotlib", "pandas")
+
+
+@pytest.fixture(autouse=True)
+def empty_home(monkeypatch, tmp_path):
+    """Empty caches: GENMETRICS_HOME and the Hugging Face cache in the test's folder."""
+    monkeypatch.setenv("GENMETRICS_HOME", str(tmp_path / "home"))
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path / "hf-cache"))
+    return tmp_path / "home"
+
+
+def test_every_judged_metric_fails_without_importing_a_model_library(tmp_path):
+    """One fresh interpreter scores each judged metric, then runs a leaderboard, against an unreachable hub with
+    empty caches: each exits 1 naming its weights, and no model library was imported (what made a failing
+    command take 6-9 s)."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("GENMETRICS_", "HF_", "TRANSFORMERS_")) and k != "PYTHONPATH"
+    }
+    env.update(
+        GENMETRICS_HOME=str(tmp_path / "home"),
+        HF_HOME=str(tmp_path / "hf"),
+        HF_ENDPOINT=f"http://127.0.0.1:{_closed_port()}",
+        PYTHONPATH=str(ROOT),
+    )
+    data = ROOT / "examples" / "quickstart" / "data"
+    (tmp_path / "board.toml").write_text(
+        f'[data]\nreferences = "{data / "refs"}"\n[[generators]]\nname = "blur"\nimages = "{data / "gen" / "blur"}"\n'
+        '[[metrics]]\nname = "dino"\n[[metrics]]\nname = "clip_i"\n',
+        encoding="utf-8",
+    )
+    code = textwrap.dedent(
+        f"""
+        import contextlib, io, json, sys
+        from genmetrics.cli.main import main
+        from tests.backbones.test_precheck import _score_args
+        out = {{}}
+        for name in {JUDGED!r}:
+            err = io.StringIO()
+            with contextlib.redirect_stderr(err):
+                rc = main(_score_args(name))
+            out[name] = [rc, err.getvalue()]
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            rc = main(["leaderboard", {str(tmp_path / "board.toml")!r}, "--out", {str(tmp_path / "board")!r}])
+        out["leaderboard"] = [rc, err.getvalue()]
+        out["imported"] = sorted(m for m in sys.modules if m.startswith({HEAVY!r}))
+        print(json.dumps(out))
+        """
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT, timeout=600
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    assert got.pop("imported") == []
+    rc, err = got.pop("leaderboard")
+    assert rc == 1 and "metrics[0]" in err and "'facebook/dinov2-base' are not available" in err, err
+    for name, (rc, err) in got.items():
+        (weights,) = metric_weights(name)
+        assert rc == 1 and f"weights {weights!r} are not available" in err and "cannot be reached" in err, (
+            name,
+            err,
+        )
+
+
+@pytest.mark.parametrize("name", JUDGED)
+def test_the_check_names_what_the_loader_names(name, dead_hub, capsys):
+    (weights,) = metric_weights(name)
+    with pytest.raises(WeightsUnavailableError) as info:
+        check_weights_available(weights)
+    msg = str(info.value)
+    assert f"weights {weights!r} are not available" in msg and dead_hub in msg
+    assert f"`genmetrics weights download {weights}`" in msg and "GENMETRICS_HOME" in msg
+
+
+def test_offline_mode_decides_without_asking_the_hub(monkeypatch, dead_hub):
+    monkeypatch.setenv("GENMETRICS_OFFLINE", "1")
+    monkeypatch.setattr(hub, "unreachable", lambda *a, **k: pytest.fail("the hub was asked while offline"))
+    with pytest.raises(WeightsUnavailableError, match="offline mode"):
+        check_weights_available("facebook/dinov2-base")
+
+
+def test_a_cache_that_may_hold_them_leaves_it_to_the_loader(dead_hub, empty_home, tmp_path):
+    (empty_home / "open_clip" / "x").mkdir(parents=True)
+    with pytest.raises(WeightsUnavailableError):  # folders without a file hold no weights
+        check_weights_available("ViT-B-32-quickgelu/openai")
+    (empty_home / "open_clip" / "x" / "open_clip_model.safetensors").write_bytes(b"")
+    check_weights_available("ViT-B-32-quickgelu/openai")
+    with pytest.raises(WeightsUnavailableError):
+        check_weights_available("facebook/dinov2-base")
+    (tmp_path / "hf-cache" / "models--facebook--dinov2-base").mkdir(parents=True)
+    check_weights_available("facebook/dinov2-base")  # the Hugging Face cache is looked in too
+    with pytest.raises(WeightsUnavailableError):
+        check_weights_available("facebook/dinov2-large")
+
+
+def test_a_hub_that_answers_leaves_it_to_the_loader(monkeypatch, dead_hub):
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    monkeypatch.setattr("huggingface_hub.constants.ENDPOINT", f"http://127.0.0.1:{server.getsockname()[1]}")
+    hub.forget()
+    try:
+        check_weights_available("facebook/dinov2-base")
+    finally:
+        server.close()
+        hub.forget()
+
+
+def test_a_provider_or_a_local_spelling_leaves_it_to_the_loader(dead_hub, tmp_path):
+    with use_provider(lambda kind, weights, **o: None):
+        check_weights_available("facebook/dinov2-base")
+    for spelling in ("ViT-B-32:/ckpt/w.safetensors", "./runs/a", str(tmp_path), "~/w", "a/b/c"):
+        assert weights_kind(spelling) is None
+        check_weights_available(spelling)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [("dino", {"wieghts": "x"}), ("dino", {"backbone": object()}), ("tpips", {"adapter": "org/adapter"})],
+    ids=["misspelt", "built", "adapter"],
+)
+def test_options_the_check_cannot_judge_leave_it_to_create_metric(options, dead_hub):
+    name, options = options
+    card = get_card(name)
+    check_metric_weights(card.default_weights, card.factory, options)
+
+
+def test_a_misspelt_option_offline_is_reported_as_the_option(dead_hub, capsys):
+    rc = main([*_score_args("dino"), "--option", "wieghts=x"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "wieghts" in err and "not available" not in err
