@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import threading
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -372,6 +373,29 @@ def _image_mean(x: torch.Tensor) -> torch.Tensor:
     return torch.sum(x.reshape(x.shape[0], -1), dim=1, dtype=torch.float64) / (x[0].numel())
 
 
+#: bytes the five blurred maps of one chunk of images may take on the CPU (see :func:`_cpu_chunks`)
+SSIM_CHUNK_BYTES = 2 << 20
+
+
+def _cpu_chunks(
+    fn: Any, preds: torch.Tensor, target: torch.Tensor, kernel_size: int, **kw: Any
+) -> torch.Tensor | None:
+    """``fn`` over chunks of images whose filtered maps fit in about :data:`SSIM_CHUNK_BYTES` (a core's
+    L2 cache), concatenated; ``None`` when one chunk holds the batch, or off the CPU (where one launch per
+    batch is what is fast). The filters are memory-bound: a 32-image batch of 64x64 images took 2.3x the
+    time per image of chunks of 4. Every image is computed by the same operations on the same values
+    whatever the chunk (each image's planes are iterated alone, so vector loops split them the same way):
+    the bits do not depend on the chunking."""
+    b, c, h, w = preds.shape
+    per_image = 5 * c * (h + kernel_size - 1) * (w + kernel_size - 1) * preds.element_size()
+    n = max(1, SSIM_CHUNK_BYTES // per_image)
+    if preds.device.type != "cpu" or b <= n:
+        return None
+    return torch.cat(
+        [fn(p, t, kernel_size=kernel_size, **kw) for p, t in zip(preds.split(n), target.split(n))]
+    )
+
+
 def ssim(
     preds: torch.Tensor,
     target: torch.Tensor,
@@ -388,6 +412,10 @@ def ssim(
     >>> ssim(x, x).tolist(), bool((ssim(x, 1 - x) < 0).all())  # identical -> 1; an inverted image anticorrelates
     ([1.0, 1.0], True)
     """
+    kw = {"sigma": sigma, "k1": k1, "k2": k2, "data_range": data_range}
+    chunked = _cpu_chunks(ssim, preds, target, kernel_size, **kw)
+    if chunked is not None:
+        return chunked
     win = gaussian_taps(kernel_size, float(sigma), preds.dtype)
     s, _ = _ssim_terms(
         preds, target, win, (k1 * data_range) ** 2, (k2 * data_range) ** 2, pad=True, luminance=True
@@ -416,6 +444,10 @@ def ms_ssim(
     >>> [round(v, 6) for v in ms_ssim(x, x).tolist()], bool(ms_ssim(x, noisy) < 1)
     ([1.0], True)
     """
+    kw = {"sigma": sigma, "betas": betas, "k1": k1, "k2": k2, "data_range": data_range}
+    chunked = _cpu_chunks(ms_ssim, preds, target, kernel_size, **kw)
+    if chunked is not None:
+        return chunked
     win = gaussian_taps(kernel_size, float(sigma), preds.dtype)
     c1, c2 = (k1 * data_range) ** 2, (k2 * data_range) ** 2
     out = torch.ones(preds.shape[0], dtype=torch.float64, device=preds.device)
@@ -430,4 +462,13 @@ def ms_ssim(
     return out
 
 
-__all__ = ["BLOCK_BYTES", "gaussian_window", "ms_ssim", "psnr", "psnr_from_sse", "squared_error_sums", "ssim"]
+__all__ = [
+    "BLOCK_BYTES",
+    "SSIM_CHUNK_BYTES",
+    "gaussian_window",
+    "ms_ssim",
+    "psnr",
+    "psnr_from_sse",
+    "squared_error_sums",
+    "ssim",
+]
