@@ -52,7 +52,9 @@ def _tree(root: Path) -> dict:
     # names: ``shared`` and ``Shared`` in two modules, ``CONST`` in two (one inside ``if``), ``_priv`` twice
     # (private: not counted), ``imported`` imported (not a definition)
     (pkg / "sub" / "one.py").write_text(
-        f"# see {ISSUE} 12 and (#3)\nCONST = 1\n_priv = 1\n\n\ndef shared():\n    pass\n\n\nclass Shared:\n    pass\n"
+        f"# see {ISSUE} 12 and ("
+        + "#3)\n"
+        + "CONST = 1\n_priv = 1\n\n\ndef shared():\n    pass\n\n\nclass Shared:\n    pass\n"
     )
     (pkg / "sub" / "two.py").write_text(
         f"'''{ISSUE}-4'''\nfrom .one import shared as imported\n\nif True:\n    CONST = 2\n_priv = 2\n"
