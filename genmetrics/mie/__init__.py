@@ -37,7 +37,7 @@ register_metric(
         range=None,
         paper="MIBE (Multi-subject Interaction Benchmark and Evaluator), 2026",
         # the backbone loaded without backbone= (the trained heads are the user's checkpoint); equals
-        # genmetrics.mie.common.BACKBONES[DEFAULT_BACKBONE] (tests/cli/test_weights_cmd.py)
+        # genmetrics.mie.common.BACKBONES[DEFAULT_BACKBONE] (tests/cli/test_weights.py)
         default_weights="Qwen/Qwen3.5-4B",
         level=Granularity.SAMPLE,
         output="mean rank-head score; per_sample() adds diagnostics [N,3] logits; per_generator() groups by id prefix",

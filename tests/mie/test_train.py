@@ -2,10 +2,14 @@
 killed mid-way resumes to the same result; the loss equations (rank sign, margin, each candidate's own
 diagnostic targets) against explicit computations; a micro-batch without labels keeps the head in the graph."""
 
+import json
+from pathlib import Path
+
 import pytest
 import torch
 
 from genmetrics.errors import InputError
+from tests.reliability.hostile import Cases
 
 
 def _opts(tmp_path, data, name, **kw):
@@ -104,8 +108,6 @@ def test_validation_split_early_stopping_and_bad_options(tmp_path, pairs_file, p
     assert res["n_val"] == 2 and res["n_train"] == 6
     assert res["stopped_early"] and len(evals) == 2  # min_delta 10: epoch 2 is "no better", patience 1 stops
     assert "pairwise_accuracy" in evals[0] and res["checkpoint"].endswith("best")
-    import json
-    from pathlib import Path
 
     loop = json.loads((Path(res["out"]) / "train_config.json").read_text())["options"]  # what the trainer ran
     assert (loop["scheduler"], loop["metric_for_best"], loop["greater_is_better"]) == (
@@ -254,3 +256,21 @@ def test_loader_workers_decode_as_the_main_process_does(tmp_path, pairs_file, pr
         assert all(decodes[w][f] == 2 for f in cands)  # 2 epochs, each candidate in one pair
     assert decodes[0] == decodes[2]
     assert losses[0] == losses[2]
+
+
+# ------------------------------------------------------------------------------------ hostile inputs
+HOSTILE = Cases()
+case = HOSTILE.case
+
+
+@case("h-jsonl-dataset-malformed", "fault", "MIE training pairs: a malformed JSONL line names the file")
+def _(ctx):
+    from genmetrics.mie.train import load_training_pairs
+
+    p = ctx.inp / "pairs.jsonl"
+    p.write_text('{"id": "a"\n')
+    ctx.freeze()
+    ctx.refused(lambda: load_training_pairs(p), "pairs.jsonl")
+
+
+test_hostile = HOSTILE.test()

@@ -600,7 +600,7 @@ def fake_file(repo_id, filename, *, revision=None, cache_dir=None, **kw):
     return str(Path(lay(cache_dir, repo_id, {filename: content(repo_id)["model.safetensors"]})) / filename)
 
 def hub_answers():
-    # the fake hub answers: the reachability probe is told so (the seam tests/cli/test_weights_cmd.py uses)
+    # the fake hub answers: the reachability probe is told so (the seam tests/cli/test_weights.py uses)
     from genmetrics.backbones import hub
     hub.unreachable = lambda url=None: None
 

@@ -26,6 +26,20 @@ def test_catalogue_is_large_and_documented():
     assert not missing, f"docs/errors.md lacks {missing}"
 
 
+def test_hostile_cases_are_many_fresh_and_documented():
+    """The hostile cases kept in the test file of the module each attacks (``tests/reliability/hostile.py``)."""
+    from .hostile import all_cases
+
+    hostile = all_cases()
+    ids = [c.id for c in hostile]
+    assert len(ids) >= 60 and len(ids) == len(set(ids))
+    assert not set(ids) & {c.id for c in CASES}
+    assert {c.cls for c in hostile} == {"pickle", "link", "poison", "fault", "silent"}
+    doc = (Path(__file__).parents[2] / "docs" / "errors.md").read_text()
+    missing = [i for i in ids if f"`{i}`" not in doc]
+    assert not missing, f"docs/errors.md lacks {missing}"
+
+
 @pytest.mark.parametrize("case", [c for c in CASES if c.api], ids=lambda c: c.id)
 def test_api(case, ws):
     skip_without_needs(case)

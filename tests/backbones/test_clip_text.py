@@ -119,7 +119,7 @@ def _scores(img: torch.Tensor, txt: torch.Tensor) -> torch.Tensor:
 
 
 def _text_bound(model) -> float:
-    """Norm-wise relative float32 error of a text embedding (see ``float32_bound`` in test_clip_image.py):
+    """Norm-wise relative float32 error of a text embedding (see ``float32_bound`` in baselines/test_clip_image.py):
     4 products per block plus the text projection, K = the MLP's hidden width (2048 for ViT-B/16's text
     tower, 49 products: 4 * eps * sqrt(49 * 2048) = 1.5e-4)."""
     found = causal_text_tower(model)

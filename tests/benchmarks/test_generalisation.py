@@ -1,4 +1,4 @@
-"""Hostile-user pass over the generalisation benchmarks' options and probes (hostile2): a bad value of
+"""benchmarks/tpips_generalisation.py and mie_generalisation.py, their options and probes: a bad value of
 ``--train`` / ``--test`` / ``--variants`` (TPIPS) or ``--layer-types`` / ``--layers`` / ``--pairs`` /
 ``--tuning`` (MIE) is one argparse error (exit 2) before any model is built, and a probe that cannot tell the
 candidates apart reads chance, not 0."""
@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _load(name: str):
-    spec = importlib.util.spec_from_file_location(f"hostile2_{name}", ROOT / "benchmarks" / f"{name}.py")
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", ROOT / "benchmarks" / f"{name}.py")
     mod = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
     spec.loader.exec_module(mod)  # type: ignore[union-attr]
     return mod
