@@ -44,6 +44,7 @@ from torch import nn
 from transformers.modeling_outputs import BaseModelOutputWithPooling
 from transformers.models.qwen3_vl.modeling_qwen3_vl import BaseModelOutputWithDeepstackFeatures
 
+from genmetrics.backbones._transformers_compat import attn_implementation_of
 from genmetrics.backbones.hf import hf_cache_dir, unavailable_error
 from genmetrics.backbones.hub import hub_calls
 from genmetrics.backbones.weights import offline
@@ -175,8 +176,8 @@ def attn_implementation(parts: VLMParts) -> str:
     'sdpa'
     """
     tc = getattr(parts.config, "text_config", None)
-    impl = getattr(tc, "_attn_implementation", None) or getattr(parts.config, "_attn_implementation", None)
-    return str(impl or "sdpa")
+    impl = (attn_implementation_of(tc) if tc is not None else None) or attn_implementation_of(parts.config)
+    return impl or "sdpa"
 
 
 @dataclass(frozen=True)

@@ -280,7 +280,7 @@ class MIEModel(nn.Module):
         #: counters: ``images_encoded`` (images through the vision tower), ``vision_calls`` (tower calls)
         self.stats = {"images_encoded": 0, "vision_calls": 0, "sequences": 0, "forward_batches": 0}
         cfg = vlm.config
-        self.backbone_name = backbone_name or getattr(cfg, "_name_or_path", "") or ""
+        self.backbone_name = backbone_name or getattr(cfg, "name_or_path", "") or ""
         text_cfg = getattr(cfg, "text_config", cfg)
         self.hidden_size = int(text_cfg.hidden_size)
         self.merge = int(cfg.vision_config.spatial_merge_size)

@@ -483,7 +483,7 @@ def train_mie(
     elif processor is None:
         raise InputError("train_mie: pass processor= together with vlm=")
     else:
-        backbone_name = getattr(getattr(vlm, "config", None), "_name_or_path", "") or cfg.backbone
+        backbone_name = getattr(getattr(vlm, "config", None), "name_or_path", "") or cfg.backbone
     # a local folder is recorded as its absolute path: the checkpoint then loads from any working folder
     backbone_name = recorded_backbone(resolve_backbone_name(backbone_name))
     loop = loop_config(cfg, has_validation=bool(val_recs))
