@@ -289,11 +289,16 @@ class QwenResize:
             )
 
     def target(self, height: int, width: int) -> tuple[int, int]:
+        """The ``(height, width)`` in pixels an image of ``height x width`` is resized to: ``size x size`` for
+        the square policy, else Qwen's ``smart_resize`` (multiples of ``factor`` within the pixel
+        budget)."""
         if self.mode == "square":
             return int(self.size), int(self.size)  # type: ignore[arg-type]
         return smart_resize(height, width, self.factor, self.min_pixels, self.max_pixels)
 
     def pair_size(self, a: torch.Tensor, b: torch.Tensor) -> tuple[int, int]:
+        """One common ``(height, width)`` for a pair of ``[..., H, W]`` images: :meth:`target` of their mean
+        height and width, so both sides of a comparison share one token grid."""
         ha, wa = int(a.shape[-2]), int(a.shape[-1])
         hb, wb = int(b.shape[-2]), int(b.shape[-1])
         return self.target(round((ha + hb) / 2), round((wa + wb) / 2))
@@ -489,6 +494,7 @@ class VisionFeatures:
 
     @property
     def n_tokens(self) -> int:
+        """Number of merged image tokens (rows of ``embeds``) the image takes in the language sequence."""
         return int(self.embeds.shape[0])
 
 
@@ -523,6 +529,7 @@ class VisionCache:
         return f"{key}|{scope}" if scope else key
 
     def get(self, key: str, *, scope: str = "") -> Any:
+        """The cached value for ``key`` under ``scope`` (marked most recently used, a hit counted), or None."""
         k = self._key(key, scope)
         v = self._d.get(k)
         if v is not None:
@@ -531,6 +538,8 @@ class VisionCache:
         return v
 
     def put(self, key: str, v: Any, *, scope: str = "") -> None:
+        """Store ``v`` for ``key`` under ``scope``, dropping the least recently used entries beyond ``max_items``
+        (nothing is kept when ``max_items`` is 0)."""
         if self.max_items <= 0:
             return
         k = self._key(key, scope)
@@ -540,6 +549,7 @@ class VisionCache:
             self._d.popitem(last=False)
 
     def clear(self) -> None:
+        """Drop every cached entry (the hit and miss counters are kept)."""
         self._d.clear()
 
     def __len__(self) -> int:
@@ -612,6 +622,7 @@ class VisionEncoder:
 
     @property
     def factor(self) -> int:
+        """Side in pixels of one merged image token: ``patch_size * merge_size`` (32 for Qwen3-VL)."""
         return self.patch_size * self.merge_size
 
     @property

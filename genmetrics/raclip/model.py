@@ -565,6 +565,7 @@ class RegionAttributeScorer(nn.Module):
 
     @property
     def grid(self) -> tuple[int, int]:
+        """The image tower's patch grid ``(rows, columns)``, e.g. ``(14, 14)`` for ViT-B/16 at 224 px."""
         gh, gw = self.model.visual.grid_size
         return int(gh), int(gw)
 
@@ -597,6 +598,8 @@ class RegionAttributeScorer(nn.Module):
 
     @torch.no_grad()
     def forward(self, images: torch.Tensor, attributes: Sequence[str]) -> RAOutput:
+        """Score ``images [B, 3, H, W]`` (preprocessed for the tower) against ``attributes`` (C texts): the
+        :class:`RAOutput` of Eq. 3-9, in float32 whatever precision the tower ran in."""
         with precision_autocast("fp32", images.device):  # the prompts: float64 tower, never autocast
             t_pos, t_neg = self.text_embeddings(attributes)
         with precision_autocast(self.precision, images.device):
