@@ -4,6 +4,8 @@
 ``WeightsUnavailableError`` (an ``OSError``) is the environment: the CLI maps it to exit code 1.
 """
 
+from __future__ import annotations
+
 
 class GenmetricsError(Exception):
     """Base class of every error raised on purpose by genmetrics.
@@ -56,3 +58,36 @@ class WorkerDiedError(GenmetricsError, RuntimeError):
     >>> issubclass(WorkerDiedError, RuntimeError), issubclass(WorkerDiedError, KeyboardInterrupt)
     (True, False)
     """
+
+
+class DependencyChanged(GenmetricsError, RuntimeError):
+    """An installed dependency no longer has a private member genmetrics relies on (a release renamed or
+    dropped it); the message names the member, the installed version and the supported range.
+
+    >>> e = DependencyChanged.missing("torch", "Tensor._nothing", "genmetrics.x", "torch>=2.4,<2.15")
+    >>> "torch" in str(e) and "Tensor._nothing" in str(e) and isinstance(e, RuntimeError)
+    True
+    """
+
+    @classmethod
+    def missing(cls, dist: str, member: str, where: str, requirement: str) -> DependencyChanged:
+        """The error for ``member`` of the distribution ``dist`` missing, used by genmetrics module ``where``;
+        ``requirement`` is the range ``pyproject.toml`` admits (shown as the install command)."""
+        return cls(
+            f"{dist} {installed_version(dist)} has no {member}, which genmetrics ({where}) uses; install a "
+            f"release within the supported range (pip install '{requirement}')"
+        )
+
+
+def installed_version(dist: str) -> str:
+    """The installed version of the distribution ``dist`` (``"unknown"`` when its metadata is missing).
+
+    >>> installed_version("torch").count(".") >= 1, installed_version("no-such-distribution-xyz")
+    (True, 'unknown')
+    """
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(dist)
+    except PackageNotFoundError:
+        return "unknown"

@@ -54,6 +54,9 @@ class BootStrapper(tw.BootStrapper):
         return torch.multinomial(torch.ones(n), n, replacement=True)
 
     def update(self, *args: Any, **kwargs: Any) -> None:
+        """Feed each bootstrap copy of the metric a resample of this batch: one shared index set for
+        per-candidate inputs of equal length, an independent one per input otherwise (real vs
+        generated sets)."""
         named = {f"#{i}": v for i, v in enumerate(args)} | dict(kwargs)
         batch = {k: len(v) for k, v in named.items() if v is not None and _is_batch(v)}
         if not batch:
@@ -88,6 +91,8 @@ class BootStrapper(tw.BootStrapper):
         return out
 
     def compute(self) -> dict[str, Any]:
+        """The summaries over the bootstrap copies (``mean``, ``std``, ``quantile``, ``raw`` as configured), per
+        key for a metric that returns a dict."""
         values = [m.compute() for m in self.metrics]
         if isinstance(values[0], dict):
             return {k: self._summary(torch.stack([v[k] for v in values])) for k in values[0]}
@@ -110,6 +115,8 @@ class MetricTracker(tw.MetricTracker):
     """
 
     def best_metric(self, return_step: bool = False) -> Any:
+        """The best tracked value (highest or lowest by ``maximize``) and, with ``return_step``, its step; for a
+        bootstrapped metric the best ``mean``."""
         res = self.compute_all()
         if isinstance(res, dict) and "mean" in res and not isinstance(self.maximize, list):
             value, step = (torch.max if self.maximize else torch.min)(res["mean"], 0)

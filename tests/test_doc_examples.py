@@ -8,7 +8,9 @@ The public API walked here:
   defined in it;
 * the class of every registered metric (a card's ``factory``).
 
-A name passes when its docstring holds a ``>>>`` line. :data:`EXEMPT` lists the few that cannot run in a
+A name passes when its docstring holds a ``>>>`` line. Every public method of those classes (functions,
+class and static methods and properties defined in the class body) carries a docstring of its own;
+:data:`PENDING_DOCSTRINGS` lists the ones still waiting (it may only shrink too). :data:`EXEMPT` lists the few that cannot run in a
 doctest, each with the reason; :data:`PENDING` lists the names still waiting for an example (it may only
 shrink: a listed name that has gained an example fails the test until it is removed from the list).
 """
@@ -31,6 +33,27 @@ EXEMPT = {
 #: qualified name -> what is missing (names still without an example; the list only shrinks)
 PENDING: dict[str, str] = {}
 METRIC_METHODS = ["options", "has_data", "backbones", "per_sample", "state_snapshot"]
+#: ``Class.method`` (qualified name, so an entry survives a module move) -> where it is defined; methods
+#: still without a docstring of their own (the list only shrinks)
+PENDING_DOCSTRINGS: dict[str, str] = {
+    "Metric.plot_lower_bound": "metric_base.py",
+    "Metric.plot_upper_bound": "metric_base.py",
+    "Metric.backbone": "metric_base.py",
+    "Metric.train": "metric_base.py",
+    "Metric.extra_repr": "metric_base.py",
+    "SdpaBlock.forward": "backbones/clip_blocks.py",
+    "PathChoice.speedup": "backbones/fastpath.py",
+    "FeatureCache.put": "data/cache.py",
+    "ResizePolicy.apply_one": "data/images.py",
+    "OutputLock.release": "data/results.py",
+    "ResultsWriter.key": "data/results.py",
+    "ResultsWriter.done": "data/results.py",
+    "ResultsWriter.n_done": "data/results.py",
+    "ResultsWriter.write": "data/results.py",
+    "ResultsWriter.close": "data/results.py",
+    "ScoredSet.n": "raclip/report.py",
+    "ScoredSet.map_mean": "raclip/report.py",
+}
 
 
 def _modules() -> list[str]:
@@ -73,13 +96,36 @@ def public_api() -> dict[str, object]:
             if not n.startswith("_") and getattr(obj, "__module__", None) == name:
                 add(f"{name}.{n}", obj)
     for metric in list_metrics():
-        module, cls = get_card(metric).factory.split(":")
-        add(f"{module}.{cls}", getattr(importlib.import_module(module), cls))
+        path, cls = get_card(metric).factory.split(":")
+        add(f"{path}.{cls}", getattr(importlib.import_module(path), cls))
     return found
 
 
 def has_example(obj: object) -> bool:
     return ">>>" in (inspect.getdoc(obj) or "")
+
+
+def public_methods(api: dict[str, object]) -> dict[str, object]:
+    """``Class.method`` -> function for every public method defined in the body of a public class of
+    ``api`` (properties by their getter, class and static methods by their function, decorated methods
+    unwrapped; a name bound to a function defined elsewhere is not a method of the class)."""
+    out: dict[str, object] = {}
+    for obj in api.values():
+        if not inspect.isclass(obj):
+            continue
+        for name, member in vars(obj).items():
+            fn = member.fget if isinstance(member, property) else getattr(member, "__func__", member)
+            fn = inspect.unwrap(fn) if callable(fn) else fn
+            if name.startswith("_") or not inspect.isfunction(fn):
+                continue
+            if fn.__qualname__ == f"{obj.__qualname__}.{name}":
+                out.setdefault(fn.__qualname__, fn)
+    return out
+
+
+def has_docstring(fn: object) -> bool:
+    """The function's own docstring (not one inherited from a base class) says something."""
+    return bool((getattr(fn, "__doc__", None) or "").strip())
 
 
 @pytest.fixture(scope="module")
@@ -99,6 +145,49 @@ def test_pending_list_only_shrinks(api):
     gone = sorted(n for n in {**PENDING, **EXEMPT} if n not in api)
     assert not done, f"these now have examples: remove them from PENDING in {__file__}: {done}"
     assert not gone, f"these are no longer public names: remove them from PENDING/EXEMPT: {gone}"
+
+
+def test_every_public_method_has_a_docstring(api):
+    missing = sorted(
+        n for n, fn in public_methods(api).items() if n not in PENDING_DOCSTRINGS and not has_docstring(fn)
+    )
+    assert not missing, f"add a docstring (what it returns or does; units, shapes) to: {missing}"
+
+
+def test_pending_docstrings_only_shrink(api):
+    methods = public_methods(api)
+    done = sorted(n for n in PENDING_DOCSTRINGS if n in methods and has_docstring(methods[n]))
+    gone = sorted(n for n in PENDING_DOCSTRINGS if n not in methods)
+    assert not done, f"these now have docstrings: remove them from PENDING_DOCSTRINGS in {__file__}: {done}"
+    assert not gone, f"these are no longer public methods: remove them from PENDING_DOCSTRINGS: {gone}"
+    assert len(methods) > 200  # the walk reaches the classes' methods, not a handful
+
+
+def test_the_method_walk_sees_properties_decorated_and_class_methods(tmp_path, monkeypatch):
+    """Properties, class methods and decorated methods are walked; private names, functions bound from
+    elsewhere and inherited methods are not; a docstring must be the method's own."""
+    (tmp_path / "gm_method_probe.py").write_text(
+        "import functools\n\n"
+        "def helper():\n    'Defined elsewhere.'\n\n"
+        "def deco(f):\n    @functools.wraps(f)\n    def w(*a):\n        return f(*a)\n    return w\n\n"
+        "class Base:\n    def inherited(self):\n        'Documented in the base.'\n\n"
+        "class Probe(Base):\n"
+        "    alias = helper\n"
+        "    def inherited(self):\n        pass\n"
+        "    @property\n    def size(self):\n        return 1\n"
+        "    @classmethod\n    def make(cls):\n        'Builds one.'\n"
+        "    @deco\n    def wrapped(self):\n        pass\n"
+        "    def _private(self):\n        pass\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    probe = importlib.import_module("gm_method_probe")
+    methods = public_methods({"Probe": probe.Probe})
+    assert sorted(methods) == ["Probe.inherited", "Probe.make", "Probe.size", "Probe.wrapped"]
+    assert sorted(n for n, fn in methods.items() if not has_docstring(fn)) == [
+        "Probe.inherited",
+        "Probe.size",
+        "Probe.wrapped",
+    ]
 
 
 def test_the_walk_sees_the_documented_surface(api):

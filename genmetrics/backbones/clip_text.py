@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from open_clip.transformer import text_global_pool
 from torch.func import functional_call
 
+from genmetrics.backbones._openclip_compat import has_embeds, text_embeds
 from genmetrics.backbones.clip_blocks import SdpaBlock, is_plain_block
 from genmetrics.backbones.clip_preprocess import model_device
 from genmetrics.backbones.clip_tokens import pad_id, tokenize, trim_padding
@@ -45,7 +46,7 @@ def causal_text_tower(model: Any) -> tuple[Any, str, int | None] | None:
     if tower is model:
         pool, eos = getattr(model, "text_pool_type", "argmax"), getattr(model, "text_eos_id", None)
     else:
-        if getattr(tower, "cls_emb", None) is not None or not hasattr(tower, "_embeds"):
+        if getattr(tower, "cls_emb", None) is not None or not has_embeds(tower):
             return None  # CoCa-style towers pool a class token appended after the padding
         pool, eos = getattr(tower, "pool_type", "argmax"), getattr(tower, "eos_id", None)
     mask = tower.attn_mask
@@ -110,7 +111,7 @@ def encode_text_ids(
     if tower is model:
         mask = tower.attn_mask[:n, :n]
     else:
-        _, mask = tower._embeds(short)  # slices the position table; builds the pad mask at this length
+        _, mask = text_embeds(tower, short)  # slices the position table; builds the pad mask at this length
         if mask is not None and mask.shape[-1] != n:
             mask = mask[..., :n, :n]
     cast = dtype or tower.transformer.get_cast_dtype()

@@ -10,6 +10,7 @@ import torch
 from open_clip import model as oc_model
 from open_clip import transformer as oc_t
 
+from genmetrics.backbones._openclip_compat import has_embeds, vision_embeds
 from genmetrics.backbones.clip_blocks import is_plain_block, sdpa_block
 from genmetrics.backbones.clip_packed import packed_block, packed_vision_blocks
 
@@ -36,7 +37,7 @@ def fast_vision_tower(model: Any) -> Any | None:
         return None
     if getattr(v, "attn_pool", None) is not None or getattr(v, "output_tokens", False):
         return None
-    if getattr(v, "pool_type", None) not in ("tok", "avg") or not hasattr(v, "_embeds"):
+    if getattr(v, "pool_type", None) not in ("tok", "avg") or not has_embeds(v):
         return None
     return v if all(is_plain_block(blk) for blk in v.transformer.resblocks) else None
 
@@ -90,7 +91,7 @@ def encode_image(model: Any, pixels: torch.Tensor) -> torch.Tensor:
     v = fast_vision_tower(model)
     if v is None:
         return model.encode_image(pixels)
-    x = v._embeds(pixels)
+    x = vision_embeds(v, pixels)
     blocks = list(v.transformer.resblocks)
     cls_only = v.pool_type == "tok"
     packed = packed_vision_blocks(v) if x.device.type == "cpu" else None  # float32 weights: fp32 or bf16

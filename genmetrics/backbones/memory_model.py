@@ -69,9 +69,11 @@ class MemoryEstimate:
 
     @property
     def total(self) -> int:
+        """Predicted peak in bytes: weights + activations + kv cache + overhead."""
         return self.weights + self.activations + self.kv + self.overhead
 
     def as_dict(self) -> dict[str, int]:
+        """The four parts and ``total``, in bytes, as a JSON-ready dict."""
         return {**asdict(self), "total": self.total}
 
 

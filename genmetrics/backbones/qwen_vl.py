@@ -44,6 +44,7 @@ from torch import nn
 from transformers.modeling_outputs import BaseModelOutputWithPooling
 from transformers.models.qwen3_vl.modeling_qwen3_vl import BaseModelOutputWithDeepstackFeatures
 
+from genmetrics.backbones._transformers_compat import attn_implementation_of
 from genmetrics.backbones.hf import hf_cache_dir, unavailable_error
 from genmetrics.backbones.hub import hub_calls
 from genmetrics.backbones.weights import offline
@@ -175,8 +176,8 @@ def attn_implementation(parts: VLMParts) -> str:
     'sdpa'
     """
     tc = getattr(parts.config, "text_config", None)
-    impl = getattr(tc, "_attn_implementation", None) or getattr(parts.config, "_attn_implementation", None)
-    return str(impl or "sdpa")
+    impl = (attn_implementation_of(tc) if tc is not None else None) or attn_implementation_of(parts.config)
+    return impl or "sdpa"
 
 
 @dataclass(frozen=True)
@@ -288,11 +289,16 @@ class QwenResize:
             )
 
     def target(self, height: int, width: int) -> tuple[int, int]:
+        """The ``(height, width)`` in pixels an image of ``height x width`` is resized to: ``size x size`` for
+        the square policy, else Qwen's ``smart_resize`` (multiples of ``factor`` within the pixel
+        budget)."""
         if self.mode == "square":
             return int(self.size), int(self.size)  # type: ignore[arg-type]
         return smart_resize(height, width, self.factor, self.min_pixels, self.max_pixels)
 
     def pair_size(self, a: torch.Tensor, b: torch.Tensor) -> tuple[int, int]:
+        """One common ``(height, width)`` for a pair of ``[..., H, W]`` images: :meth:`target` of their mean
+        height and width, so both sides of a comparison share one token grid."""
         ha, wa = int(a.shape[-2]), int(a.shape[-1])
         hb, wb = int(b.shape[-2]), int(b.shape[-1])
         return self.target(round((ha + hb) / 2), round((wa + wb) / 2))
@@ -488,6 +494,7 @@ class VisionFeatures:
 
     @property
     def n_tokens(self) -> int:
+        """Number of merged image tokens (rows of ``embeds``) the image takes in the language sequence."""
         return int(self.embeds.shape[0])
 
 
@@ -522,6 +529,7 @@ class VisionCache:
         return f"{key}|{scope}" if scope else key
 
     def get(self, key: str, *, scope: str = "") -> Any:
+        """The cached value for ``key`` under ``scope`` (marked most recently used, a hit counted), or None."""
         k = self._key(key, scope)
         v = self._d.get(k)
         if v is not None:
@@ -530,6 +538,8 @@ class VisionCache:
         return v
 
     def put(self, key: str, v: Any, *, scope: str = "") -> None:
+        """Store ``v`` for ``key`` under ``scope``, dropping the least recently used entries beyond ``max_items``
+        (nothing is kept when ``max_items`` is 0)."""
         if self.max_items <= 0:
             return
         k = self._key(key, scope)
@@ -539,6 +549,7 @@ class VisionCache:
             self._d.popitem(last=False)
 
     def clear(self) -> None:
+        """Drop every cached entry (the hit and miss counters are kept)."""
         self._d.clear()
 
     def __len__(self) -> int:
@@ -611,6 +622,7 @@ class VisionEncoder:
 
     @property
     def factor(self) -> int:
+        """Side in pixels of one merged image token: ``patch_size * merge_size`` (32 for Qwen3-VL)."""
         return self.patch_size * self.merge_size
 
     @property

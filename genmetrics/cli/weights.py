@@ -70,6 +70,7 @@ def resolve(weights: str) -> Need:
     if weights.startswith("hf-hub:") or "/" in weights:
         import open_clip.pretrained as ocp
 
+        from genmetrics.backbones._openclip_compat import safetensors_alternatives
         from genmetrics.backbones.openclip import parse_clip_weights
 
         w = parse_clip_weights(weights)
@@ -83,7 +84,7 @@ def resolve(weights: str) -> Need:
             if not cfg["hf_hub"].endswith("/"):
                 repo, filename = cfg["hf_hub"].rsplit("/", 1)
             filename = filename or ocp.HF_WEIGHTS_NAME
-            safe = list(ocp._get_safe_alternatives(filename))
+            safe = safetensors_alternatives(filename)
             files = f"{safe[0]} (else {filename})" if safe else filename
             cache = home / "open_clip"
             return Need(weights, "open_clip-hub", repo, files, _hub_folder(cache, repo), cfg=cfg)

@@ -235,6 +235,7 @@ class GeneratorSpec:
 
     @property
     def key(self) -> KeyPath:
+        """This generator's key path in the config, ``("generators", index)``, for error locations."""
         return ("generators", self.index)
 
 
@@ -257,6 +258,7 @@ class MetricSpec:
 
     @property
     def key(self) -> KeyPath:
+        """This metric's key path in the config, ``("metrics", index)``, for error locations."""
         return ("metrics", self.index)
 
     def columns(self) -> list[str]:
@@ -289,9 +291,12 @@ class LeaderboardConfig:
 
     @property
     def source(self) -> str:
+        """The config file's path as text, or ``"config"`` for a config built in code."""
         return str(self.path) if self.path is not None else "config"
 
     def line(self, key: KeyPath) -> int | None:
+        """The 1-based line of ``key`` in the TOML file (of its nearest enclosing key when it has none), or None
+        when unknown."""
         key = tuple(key)
         while key:
             if key in self.lines:
@@ -300,6 +305,7 @@ class LeaderboardConfig:
         return None
 
     def where(self, key: KeyPath) -> str:
+        """``"file:line: key"`` (``"file: key"`` without a line), the prefix of every error about ``key``."""
         line = self.line(key)
         return f"{self.source}:{line}: {key_str(key)}" if line else f"{self.source}: {key_str(key)}"
 
@@ -309,9 +315,11 @@ class LeaderboardConfig:
         return f"{key_str(key)} (line {line})" if line else key_str(key)
 
     def error(self, key: KeyPath, msg: str) -> InputError:
+        """An :class:`~genmetrics.errors.InputError` saying ``msg`` about ``key``, located by :meth:`where`."""
         return InputError(f"{self.where(key)}: {msg}")
 
     def generator(self, name: str) -> GeneratorSpec:
+        """The generator named ``name`` (raises StopIteration when there is none)."""
         return next(g for g in self.generators if g.name == name)
 
 

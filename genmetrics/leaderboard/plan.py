@@ -90,10 +90,12 @@ class MetricPlan:
 
     @property
     def level(self) -> Granularity:
+        """Whether the metric scores each sample or only a whole set (from its card)."""
         return self.card.level
 
     @property
     def higher_is_better(self) -> bool | None:
+        """The metric's direction from its card (None where neither way is better)."""
         return self.card.higher_is_better
 
 
@@ -118,12 +120,15 @@ class Plan:
 
     @property
     def generators(self) -> list[GeneratorSpec]:
+        """The generators to score, in config order."""
         return self.config.generators
 
     def columns(self) -> list[Column]:
+        """Every result column of the run, metric by metric (one per aspect for aspect metrics)."""
         return [c for m in self.metrics for c in m.columns]
 
     def metric_of(self, column: str) -> MetricPlan:
+        """The metric plan that owns the result column named ``column``."""
         return next(m for m in self.metrics if any(c.name == column for c in m.columns))
 
     def keys(self) -> list[tuple[str, str, str]]:

@@ -115,10 +115,12 @@ class RunResult:
 
     @property
     def report(self) -> Path:
+        """Path of the run's Markdown leaderboard, ``<out>/leaderboard.md``."""
         return self.out / "leaderboard.md"
 
     @property
     def results(self) -> Path:
+        """Path of the run's per-row results file, ``<out>/results.jsonl``."""
         return self.out / RESULTS
 
 

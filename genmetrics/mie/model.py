@@ -280,7 +280,7 @@ class MIEModel(nn.Module):
         #: counters: ``images_encoded`` (images through the vision tower), ``vision_calls`` (tower calls)
         self.stats = {"images_encoded": 0, "vision_calls": 0, "sequences": 0, "forward_batches": 0}
         cfg = vlm.config
-        self.backbone_name = backbone_name or getattr(cfg, "_name_or_path", "") or ""
+        self.backbone_name = backbone_name or getattr(cfg, "name_or_path", "") or ""
         text_cfg = getattr(cfg, "text_config", cfg)
         self.hidden_size = int(text_cfg.hidden_size)
         self.merge = int(cfg.vision_config.spatial_merge_size)
@@ -360,6 +360,7 @@ class MIEModel(nn.Module):
         return [n for n, _ in self.vlm.named_parameters() if n.startswith(prefixes) and "lora_" not in n]
 
     def lora_parameter_names(self) -> list[str]:
+        """Names of the LoRA adapter parameters in the backbone (``[]`` without LoRA)."""
         return [n for n, _ in self.vlm.named_parameters() if "lora_" in n]
 
     def trainable_parameter_names(self) -> list[str]:
@@ -376,6 +377,8 @@ class MIEModel(nn.Module):
         return self
 
     def train(self, mode: bool = True) -> MIEModel:
+        """Set training mode like ``nn.Module.train``; entering it empties the vision cache, whose features go
+        stale once the weights change. Returns the model."""
         super().train(mode)
         if mode:
             self._vision_cache.clear()  # cached features may be stale once weights change
@@ -394,6 +397,7 @@ class MIEModel(nn.Module):
 
     @property
     def device(self) -> torch.device:
+        """The device the model's heads (and so its outputs) are on."""
         return next(self.score_head.parameters()).device
 
     # ------------------------------------------------------------------ inputs
@@ -537,6 +541,7 @@ class MIEModel(nn.Module):
                 self._vision_cache.put(k, feat, scope=cache_scope)
 
     def clear_vision_cache(self) -> None:
+        """Drop every cached image feature (the next images go through the vision tower again)."""
         self._vision_cache.clear()
 
     # ------------------------------------------------------------------ forward
@@ -624,6 +629,8 @@ class MIEModel(nn.Module):
 
     # ------------------------------------------------------------------ save / load
     def config_dict(self) -> dict[str, Any]:
+        """The JSON config saved next to the weights (format, version, backbone, tuning mode, head sizes, LoRA
+        settings, prompt, image size): what loading a checkpoint checks and rebuilds from."""
         return {
             "format": "genmetrics-mie",
             "version": FORMAT_VERSION,

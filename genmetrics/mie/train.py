@@ -172,6 +172,8 @@ class TrainConfig:
                 setattr(self, name, None)
 
     def check(self) -> None:
+        """Validate every field, raising :class:`~genmetrics.errors.InputError` naming the first bad one
+        (``image_size`` is normalised in place)."""
         if self.tuning not in TUNING_MODES:
             raise InputError(f"tuning={self.tuning!r}; expected one of {TUNING_MODES}")
         self.image_size = image_size_option(self.image_size, owner="train_mie")
@@ -295,9 +297,12 @@ class MIETask(TrainTask):
         self.generators = generators or []
 
     def trainable_module(self) -> Any:
+        """The module the loop optimises: the whole :class:`MIEModel` (only its unfrozen parameters train)."""
         return self.model
 
     def collate(self, records: list[Any]) -> dict[str, Any]:
+        """Preference records -> one batch: the targets of :func:`pair_targets` plus the prepared model inputs,
+        preferred candidates first, then the rejected ones (key ``batch``)."""
         x = pair_targets(records)
         x["batch"] = self.model.prepare_pairs(x["refs"], x["prompts"], x["win"], x["lose"])
         return x
@@ -318,6 +323,8 @@ class MIETask(TrainTask):
         )
 
     def loss(self, module: Any, x: dict[str, Any]) -> tuple[torch.Tensor, dict[str, float]]:
+        """``(loss, parts)``: the MIE loss (rank loss + alpha/beta-weighted diagnostic loss) of one collated
+        batch, with its parts as floats for the log."""
         return self._loss(module(x["batch"]), x)
 
     def evaluate(self, module: Any, records: list[Any]) -> dict[str, float]:
@@ -342,6 +349,8 @@ class MIETask(TrainTask):
         }
 
     def save(self, module: Any, path: Path) -> None:
+        """Write the model (config + safetensors) and ``training.json`` (training config, generators) into
+        ``path``."""
         module.save_pretrained(path)
         atomic_write_text(
             Path(path) / "training.json",
@@ -400,6 +409,8 @@ class ReferenceContrastTask(MIETask):
     _contrast = True  # off while evaluate() collates validation pairs
 
     def collate(self, records: list[Any]) -> dict[str, Any]:
+        """As :meth:`MIETask.collate`, plus each preferred candidate once more against another pair's reference
+        (key ``partners``) when the reference-contrast term is on."""
         x = super().collate(records)
         x["partners"] = reference_partners(x["refs"]) if self._contrast else []
         if x["partners"]:
@@ -413,6 +424,9 @@ class ReferenceContrastTask(MIETask):
         return x
 
     def loss(self, module: Any, x: dict[str, Any]) -> tuple[torch.Tensor, dict[str, float]]:
+        """``(loss, parts)``: the MIE loss plus ``reference_contrast`` x the rank loss of each candidate with its
+        own reference over the same candidate with another pair's (logged as 0 when no pair has a
+        partner)."""
         out = module(x["batch"])
         n = len(x["win"])
         loss, parts = self._loss(MIEOutput(out.score[: 2 * n], out.diagnostics[: 2 * n]), x)
@@ -430,6 +444,7 @@ class ReferenceContrastTask(MIETask):
         return loss, {**parts, "reference_contrast": float(term.detach()), "loss": float(loss.detach())}
 
     def evaluate(self, module: Any, records: list[Any]) -> dict[str, float]:
+        """The validation metrics of :meth:`MIETask.evaluate`, computed without the reference-contrast pairs."""
         self._contrast = False
         try:
             return super().evaluate(module, records)
@@ -483,7 +498,7 @@ def train_mie(
     elif processor is None:
         raise InputError("train_mie: pass processor= together with vlm=")
     else:
-        backbone_name = getattr(getattr(vlm, "config", None), "_name_or_path", "") or cfg.backbone
+        backbone_name = getattr(getattr(vlm, "config", None), "name_or_path", "") or cfg.backbone
     # a local folder is recorded as its absolute path: the checkpoint then loads from any working folder
     backbone_name = recorded_backbone(resolve_backbone_name(backbone_name))
     loop = loop_config(cfg, has_validation=bool(val_recs))

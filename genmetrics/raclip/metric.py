@@ -437,6 +437,8 @@ class HCS(_ClipFamily, SampleMetric):
     def update(
         self, reference: Any = None, candidates: Any = None, condition: Any = None, *, ids: Any = None
     ) -> None:
+        """Add ``reference`` images (summed into the image centre ``C_img``) and/or ``candidates`` to score, with
+        optional ``ids``; ``condition`` is refused (the attributes are fixed at creation)."""
         if condition is not None:
             raise InputError("hcs: takes no condition; the attributes are fixed when the metric is created")
         if reference is None and candidates is None:
@@ -490,6 +492,8 @@ class HCS(_ClipFamily, SampleMetric):
         return hcs(emb, t_attr, c_img, c_text).mean(0)
 
     def per_sample(self, *, sync: bool = True) -> dict[str, Any]:
+        """``{"ids": [...], "scores": [N, C]}``: each candidate's HCS for each attribute, with ``C_img`` from
+        every process's reference images (gathered first when ``sync``)."""
         with self._synced(sync) as names:  # C_img from every process's reference images
             emb, ids = self._gathered()
             c_img, t_attr, c_text = self._centers()

@@ -29,6 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from genmetrics.backbones._openclip_compat import has_embeds, vision_embeds
 from genmetrics.backbones._torch_internals import version_counter
 from genmetrics.backbones.clip_blocks import fused_mlp
 from genmetrics.backbones.clip_packed import packed_vision_blocks
@@ -106,7 +107,12 @@ def check_vit(model: Any, *, what: str = "RA-CLIPScore") -> Any:
             and hasattr(attn, "out_proj")
         )
         if isinstance(attn, nn.MultiheadAttention):
-            ok = ok and attn.bias_k is None and not attn.add_zero_attn and attn._qkv_same_embed_dim
+            ok = (
+                ok
+                and attn.bias_k is None
+                and not attn.add_zero_attn
+                and attn.kdim == attn.vdim == attn.embed_dim
+            )
         if not ok or not hasattr(blk, "ln_1") or not hasattr(blk, "mlp") or hasattr(blk, "ln_1_kv"):
             raise InputError(
                 f"backbone: block {i} of the image tower ({type(blk).__name__}) is not an open_clip residual attention "
@@ -161,7 +167,7 @@ def _mlp(blk: Any, h: torch.Tensor, packed: Any) -> torch.Tensor:
     module itself."""
     if packed is not None:
         return packed.mlp(h)
-    if not torch.is_grad_enabled() and list(blk.mlp._modules) == ["c_fc", "gelu", "c_proj"]:
+    if not torch.is_grad_enabled() and [n for n, _ in blk.mlp.named_children()] == ["c_fc", "gelu", "c_proj"]:
         return fused_mlp(blk.mlp, h)
     return blk.mlp(h)
 
@@ -228,8 +234,8 @@ def eq7_mask(n_tokens: int, *, dtype: torch.dtype = torch.float32, device: Any =
 
 def _embed(visual: Any, images: torch.Tensor) -> torch.Tensor:
     """Patch embedding + [CLS] + positions + ln_pre (open_clip's ``VisionTransformer._embeds``)."""
-    if hasattr(visual, "_embeds"):
-        return visual._embeds(images)
+    if has_embeds(visual):
+        return vision_embeds(visual, images)
     x = visual.conv1(images)
     x = x.reshape(x.shape[0], x.shape[1], -1).permute(0, 2, 1)
     cls = visual.class_embedding.to(x.dtype).view(1, 1, -1).expand(x.shape[0], -1, -1)
@@ -559,6 +565,7 @@ class RegionAttributeScorer(nn.Module):
 
     @property
     def grid(self) -> tuple[int, int]:
+        """The image tower's patch grid ``(rows, columns)``, e.g. ``(14, 14)`` for ViT-B/16 at 224 px."""
         gh, gw = self.model.visual.grid_size
         return int(gh), int(gw)
 
@@ -591,6 +598,8 @@ class RegionAttributeScorer(nn.Module):
 
     @torch.no_grad()
     def forward(self, images: torch.Tensor, attributes: Sequence[str]) -> RAOutput:
+        """Score ``images [B, 3, H, W]`` (preprocessed for the tower) against ``attributes`` (C texts): the
+        :class:`RAOutput` of Eq. 3-9, in float32 whatever precision the tower ran in."""
         with precision_autocast("fp32", images.device):  # the prompts: float64 tower, never autocast
             t_pos, t_neg = self.text_embeddings(attributes)
         with precision_autocast(self.precision, images.device):

@@ -106,13 +106,11 @@ def build_model(
                 else:
                     model = open_clip.create_model(e.name, pretrained=None, device=device)
             return model.to(dtype=dtype).eval()
-        if e.kind == "qwen3_vl":
-            from transformers import Qwen3VLModel as cls
-        else:
-            from transformers import Qwen3_5Model as cls
+        from transformers import AutoModel  # Qwen3VLModel or Qwen3_5Model, from the config's type
+
         cfg = hf_config(e, reduced=reduced, token_ids=token_ids)
         with torch.device(device):
-            model = cls._from_config(cfg, attn_implementation="sdpa", dtype=dtype)
+            model = AutoModel.from_config(cfg, attn_implementation="sdpa", dtype=dtype)
     return model.eval()
 
 

@@ -431,11 +431,32 @@ def tiny_qwen35_config(**overrides: Any) -> Any:
 
 
 def _build(model_cls: Any, config: Any, seed: int) -> Any:
-    # fork_rng keeps the caller's global RNG stream untouched.
+    """A random ``model_cls`` for ``config`` (fp32, SDPA attention, eval mode), built through the public
+    auto class that maps ``config`` to ``model_cls``. fork_rng keeps the caller's global RNG stream untouched."""
+    auto = _auto_class_for(model_cls)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = model_cls._from_config(config, attn_implementation="sdpa", dtype=torch.float32)
+        model = auto.from_config(config, attn_implementation="sdpa", dtype=torch.float32)
+    if type(model) is not model_cls:
+        raise TypeError(
+            f"{auto.__name__}.from_config built a {type(model).__name__}, expected {model_cls.__name__}"
+        )
     return model.eval()
+
+
+def _auto_class_for(model_cls: Any) -> Any:
+    """transformers' auto class that builds ``model_cls`` from its config: ``AutoModelForImageTextToText``
+    for a ``...ForConditionalGeneration`` class, else ``AutoModel``.
+
+    >>> from transformers import Qwen3VLForConditionalGeneration, Qwen3VLModel
+    >>> _auto_class_for(Qwen3VLModel).__name__, _auto_class_for(Qwen3VLForConditionalGeneration).__name__
+    ('AutoModel', 'AutoModelForImageTextToText')
+    """
+    from transformers import AutoModel, AutoModelForImageTextToText
+
+    return (
+        AutoModelForImageTextToText if model_cls.__name__.endswith("ForConditionalGeneration") else AutoModel
+    )
 
 
 def tiny_qwen3vl(seed: int = 0, **overrides: Any) -> Any:

@@ -183,6 +183,8 @@ class VLMBase(nn.Module):
 
     @property
     def vision_cache(self) -> VisionCache:
+        """The LRU cache of vision-tower features shared by every scoring call (keyed by image content, scoped by
+        dtype and device)."""
         return self.vision.cache
 
     @property
@@ -192,6 +194,7 @@ class VLMBase(nn.Module):
 
     @property
     def language_model(self) -> Any:  # a transformers text model (duck-typed), not analysed by mypy
+        """The backbone's language tower (a transformers text model)."""
         return self._parts.base.language_model
 
     @property
@@ -206,17 +209,22 @@ class VLMBase(nn.Module):
 
     @property
     def device(self) -> torch.device:
+        """The device of the language tower's weights (where inputs go)."""
         return self.language_model.embed_tokens.weight.device
 
     @property
     def dtype(self) -> torch.dtype:
+        """The floating-point dtype of the language tower's weights."""
         return self.language_model.embed_tokens.weight.dtype
 
     @property
     def hidden_size(self) -> int:
+        """Width of the language tower's hidden states (its token embedding size)."""
         return int(self.language_model.embed_tokens.weight.shape[1])
 
     def train(self, mode: bool = True) -> VLMBase:
+        """Set training mode like ``nn.Module.train``, keeping the frozen vision tower in eval mode (no dropout).
+        Returns the model."""
         super().train(mode)
         self._parts.base.visual.eval()  # frozen tower: never dropout
         return self

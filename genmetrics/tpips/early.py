@@ -193,9 +193,12 @@ class EarlyFusion(Fusion):
         return torch.cat(outs, 0)
 
     def head_state_dict(self) -> dict[str, torch.Tensor]:
+        """The trained register vector as ``{"register": [d]}`` (CPU, contiguous), as saved in an adapter folder."""
         return {"register": self.register.detach().cpu().contiguous()}
 
     def load_head_state_dict(self, state: dict[str, torch.Tensor], *, source: str = "head state") -> None:
+        """Load the register vector from ``state`` after checking its names and shapes; an error names
+        ``source``."""
         state = check_head_tensors(state, self.head_state_dict(), source=source)
         with torch.no_grad():
             self.register.copy_(state["register"].to(self.register.device, self.register.dtype))

@@ -116,12 +116,15 @@ class Dataset:
 
     @property
     def n(self) -> int:
+        """Number of records."""
         return len(self.records)
 
     def votes(self) -> torch.Tensor:
+        """The human votes, ``[N, 2]`` (2AFC) or ``[N, 3]`` (odd one out), float64."""
         return torch.tensor([r.votes for r in self.records], dtype=torch.float64)
 
     def sources(self) -> list[str]:
+        """Each record's source label (its image collection), in record order."""
         return [source_label(r.source) for r in self.records]
 
 
@@ -376,6 +379,8 @@ class SimilarityScorer(Scorer):
             return torch.as_tensor(self.fn(a, b, asp)).double().cpu().reshape(-1)
 
     def odd_one_out(self, records: Sequence[OddOneOutRecord]) -> torch.Tensor:
+        """``[N, 3]`` predictions for odd-one-out ``records``: column ``k`` is the similarity of the two other
+        images (higher: ``k`` more likely the odd one)."""
         outs = []
         for i in range(0, len(records), self.batch_size):
             rs = records[i : i + self.batch_size]
@@ -387,6 +392,7 @@ class SimilarityScorer(Scorer):
         return torch.cat(outs)
 
     def two_afc(self, records: Sequence[TwoAFCRecord]) -> torch.Tensor:
+        """``[N, 2]`` similarities of each record's reference to its two candidates."""
         outs = []
         for i in range(0, len(records), self.batch_size):
             rs = records[i : i + self.batch_size]
@@ -401,6 +407,7 @@ class SimilarityScorer(Scorer):
         return torch.cat(outs)
 
     def supports(self, kind: str) -> bool:
+        """Whether this scorer answers records of ``kind`` (``"two_afc"`` or ``"odd_one_out"``)."""
         return kind != "odd_one_out" or self.odd_one_out_ok
 
 
@@ -424,6 +431,8 @@ class TripletScorer(Scorer):
     two_afc_ok: bool = True
 
     def odd_one_out(self, records: Sequence[OddOneOutRecord]) -> torch.Tensor:
+        """``[N, 3]`` float64 probabilities that each image of a record is the odd one out, from the model's
+        triplet head."""
         outs = []
         for i in range(0, len(records), self.batch_size):
             rs = records[i : i + self.batch_size]
@@ -435,6 +444,8 @@ class TripletScorer(Scorer):
         return torch.cat(outs)
 
     def two_afc(self, records: Sequence[TwoAFCRecord]) -> torch.Tensor:
+        """``[N, 2]`` float64 predictions of which candidate is closer to the reference, from the model's triplet
+        head."""
         outs = []
         for i in range(0, len(records), self.batch_size):
             rs = records[i : i + self.batch_size]
@@ -451,6 +462,7 @@ class TripletScorer(Scorer):
         return torch.cat(outs)
 
     def supports(self, kind: str) -> bool:
+        """Whether this scorer answers records of ``kind`` (``"two_afc"`` or ``"odd_one_out"``)."""
         return kind != "two_afc" or self.two_afc_ok
 
 
@@ -515,6 +527,7 @@ class ControlSet:
 
     @property
     def changed(self) -> int:
+        """Number of records whose aspect or reference differs from the original dataset's."""
         return sum(1 for i, j in enumerate(self.source) if i != j)
 
 

@@ -191,6 +191,9 @@ class EncodedFusion(Fusion):
     def pair_scores(
         self, base: VLMBase, a: list[torch.Tensor], b: list[torch.Tensor], aspects: list[str]
     ) -> torch.Tensor:
+        """``[B]`` distances of the image pairs ``(a[i], b[i])`` under ``aspects[i]``: each distinct (image,
+        aspect) encoded once, in a canonical order, so the score is symmetric in ``a`` and ``b`` bit
+        for bit."""
         ra, rb = self.pair_images(base, list(a), list(b))
         images, asp = ra + rb, list(aspects) * 2
         keys = base.content_keys(images)

@@ -75,10 +75,13 @@ class LateFusion(EncodedFusion):
         return torch.cat(outs, 0)
 
     def compare(self, encoding: Any, rows_a: list[int], rows_b: list[int]) -> torch.Tensor:
+        """``[R]`` cosine similarities of the unit embeddings at ``rows_a`` and ``rows_b`` of ``encoding`` (a
+        plain dot product while training, so gradients flow)."""
         z: torch.Tensor = encoding
         if torch.is_grad_enabled() and z.requires_grad:
             return (z[rows_a] * z[rows_b]).sum(-1)
         return unit_cosine(z[rows_a], z[rows_b])
 
     def embed(self, base: VLMBase, images: list[torch.Tensor], aspects: list[str]) -> torch.Tensor:
+        """``[B, D]`` unit embeddings of ``images`` (resized by the backbone's policy) under ``aspects``."""
         return self.encode(base, base.resized(images), aspects)

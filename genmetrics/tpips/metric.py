@@ -305,6 +305,8 @@ class TPIPS(SampleMetric):
     def update(
         self, reference: Any = None, candidates: Any = None, condition: Any = None, *, ids: Any = None
     ) -> None:
+        """Score ``candidates`` against ``reference`` under ``condition`` (the aspect texts), as
+        :meth:`Metric.update`; text truncation warnings are collected into one per call."""
         n_before = sum(int(t.shape[0]) for t in self.scores) if isinstance(self.scores, list) else 0
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -345,6 +347,7 @@ class TPIPS(SampleMetric):
         self.aspect_ids.append(torch.tensor(hashed, dtype=torch.long, device=self.device))
 
     def reset(self) -> None:
+        """Clear the scores and ids, as :meth:`Metric.reset`, and forget the candidate count of the last update."""
         super().reset()
         self._candidate_k = None
 

@@ -101,6 +101,8 @@ class MidFusionHead(nn.Module):
         return F.softplus(mlp(t.to(dtype)).float())
 
     def forward(self, text_means: list[torch.Tensor]) -> list[torch.Tensor]:
+        """The channel weights ``w_l(c)`` of each probe layer, one per averaged instruction state in
+        ``text_means``."""
         return [self.channel_weights(j, t) for j, t in enumerate(text_means)]
 
 
@@ -256,24 +258,31 @@ class MidFusion(EncodedFusion):
     def pair_images(
         self, base: VLMBase, a: list[torch.Tensor], b: list[torch.Tensor]
     ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """The two sides of each pair resized to one common size (the backbone's pair policy)."""
         return base.resized_pairs(a, b)
 
     def encode(
         self, base: VLMBase, images: list[torch.Tensor], aspects: list[str], *, keys: list[str] | None = None
     ) -> MidEncoding:
+        """The probe layers' image features and instruction means of ``images`` under ``aspects`` (a
+        :class:`MidEncoding`); ``keys`` name the images for the vision cache."""
         return mid_features(base, self.probe_layers, images, aspects, keys=keys)
 
     def compare(self, encoding: Any, rows_a: list[int], rows_b: list[int]) -> torch.Tensor:
+        """``[R]`` channel-weighted distances between the encodings at ``rows_a`` and ``rows_b``."""
         return mid_distance(self.head, encoding, rows_a, rows_b)
 
     def head_state_dict(self) -> dict[str, torch.Tensor]:
+        """The trained head's tensors, named ``head.*`` (CPU, contiguous), as saved in an adapter folder."""
         return {f"head.{k}": v.detach().cpu().contiguous() for k, v in self.head.state_dict().items()}
 
     def load_head_state_dict(self, state: dict[str, torch.Tensor], *, source: str = "head state") -> None:
+        """Load the head from ``state`` after checking its names and shapes; an error names ``source``."""
         state = check_head_tensors(state, self.head_state_dict(), source=source)
         self.head.load_state_dict({k[len("head.") :]: v for k, v in state.items()})
 
     def config(self) -> dict[str, Any]:
+        """The options an adapter folder stores for this variant: probe layers, head width, text norm."""
         return {
             "probe_layers": self.probe_layers,
             "mid_hidden": self.mid_hidden,
@@ -282,6 +291,8 @@ class MidFusion(EncodedFusion):
 
     @classmethod
     def options_from_config(cls, config: dict[str, Any]) -> dict[str, Any]:
+        """The constructor options stored in an adapter's ``config`` (older adapters without ``mid_text_norm``
+        get ``"none"``)."""
         out: dict[str, Any] = {
             "mid_text_norm": config.get("mid_text_norm", "none")
         }  # older adapters: no norm

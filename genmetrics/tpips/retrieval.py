@@ -115,6 +115,7 @@ class Hit:
     terms: list[float] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
+        """The hit as a JSON-ready dict: rank, index, path, score and the per-term scores."""
         return {
             "rank": self.rank,
             "index": self.index,
@@ -311,6 +312,7 @@ class AspectIndex:
     # -- access ------------------------------------------------------------------------------------
     @property
     def aspects(self) -> list[str]:
+        """The aspects the index was built for, in build order."""
         return list(self.manifest["aspects"])
 
     def __len__(self) -> int:
@@ -334,6 +336,7 @@ class AspectIndex:
         return self._emb[aspect]
 
     def faiss_index(self, aspect: str) -> Any:
+        """The faiss index of ``aspect``, read from its file on first use and kept."""
         if aspect not in self._faiss:
             faiss = _import_faiss()
 
@@ -341,6 +344,8 @@ class AspectIndex:
         return self._faiss[aspect]
 
     def check_model(self, model: Any) -> None:
+        """Raise :class:`~genmetrics.errors.InputError` unless ``model`` (weights, adapter, prompt, image size)
+        is the one the index was built with."""
         _check_model(model)
         if not _same_model(self.manifest.get("fingerprint"), model_fingerprint(model)):
             raise InputError(

@@ -219,6 +219,7 @@ class ValueTriplet:
     reference: int
 
     def records(self) -> list[OddOneOutRecord]:
+        """One odd-one-out record per aspect, with a vote of 1 on the image that differs in that aspect."""
         return [
             OddOneOutRecord(
                 id=f"{self.id}-{a}",
@@ -230,6 +231,8 @@ class ValueTriplet:
         ]
 
     def two_afc(self) -> list[TwoAFCRecord]:
+        """One 2AFC record per aspect: the reference ``B`` against the two other images, with a vote of 0
+        on the candidate that is the odd one in that aspect and 1 on the other."""
         cand = [k for k in range(3) if k != self.reference]
         return [
             TwoAFCRecord(

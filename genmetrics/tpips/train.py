@@ -112,6 +112,9 @@ class TrainConfig:
     num_workers: int = 0
 
     def resolved(self) -> TrainConfig:
+        """A copy with every default filled from the variant (learning rate, batch size, LoRA alpha, head
+        learning-rate multiplier); raises :class:`~genmetrics.errors.InputError` for an unknown
+        variant or a non-positive size."""
         if self.variant not in TRAIN_VARIANTS:
             raise InputError(f"variant={self.variant!r}: expected one of {', '.join(TRAIN_VARIANTS)}")
         c = TrainConfig(**{**asdict(self)})
@@ -246,9 +249,12 @@ class TPIPSTrainTask(TrainTask):
         self.model, self.cfg, self.base_weights = model, config, base_weights
 
     def trainable_module(self) -> torch.nn.Module:
+        """The module the loop optimises: the TPIPS model (its LoRA and head parameters train)."""
         return self.model
 
     def collate(self, examples: list) -> dict[str, Any]:
+        """Odd-one-out records -> ``{"x": three image columns, "aspects": [...], "votes": [B, 3]}``, images
+        loaded as at inference."""
         load = self.model.load_images  # the model's image_modes, as at inference
         cols = [load([r.images[k] for r in examples], name=f"images{k + 1}") for k in range(3)]
         return {
@@ -258,6 +264,8 @@ class TPIPSTrainTask(TrainTask):
         }
 
     def loss(self, module: torch.nn.Module, batch: dict[str, Any]) -> tuple[torch.Tensor, dict[str, float]]:
+        """``(loss, {})``: the mean soft cross-entropy of the model's odd-one-out logits against the votes
+        (triplet variant: on a random order of each triplet)."""
         x, asp, votes = batch["x"], batch["aspects"], batch["votes"]
         if self.cfg.variant == "triplet":  # permutation augmentation (the loop checkpoints the global RNG)
             perms = [PERMUTATIONS[int(i)] for i in torch.randint(6, (len(asp),))]
@@ -267,6 +275,8 @@ class TPIPSTrainTask(TrainTask):
         return soft_cross_entropy(logits, votes).mean(), {}
 
     def evaluate(self, module: Any, examples: list) -> dict[str, float]:  # a TPIPSModel / TPIPSTripletModel
+        """Validation metrics of ``module`` on ``examples``: odd-one-out agreement with the votes and its
+        standard error."""
         preds = []
         for i in range(0, len(examples), 16):
             chunk = examples[i : i + 16]
@@ -281,6 +291,7 @@ class TPIPSTrainTask(TrainTask):
         return {"agreement": mean, "stderr": se}
 
     def save(self, module: Any, path: Path) -> None:
+        """Write the adapter folder (LoRA, head, config) of ``module`` into ``path``."""
         module.save_pretrained(path, base_weights=self.base_weights)
 
     def data_fingerprint(self, examples: list) -> str:
@@ -297,6 +308,8 @@ class TPIPSTrainTask(TrainTask):
         return h.hexdigest()
 
     def renamed_parameters(self) -> dict[str, str]:
+        """Old parameter-name prefixes -> new ones, so a training checkpoint of an earlier release is recognised
+        (and refused by name) rather than misread."""
         # the fusion variants became classes under TPIPSModel.fusion: a training checkpoint of an
         # earlier genmetrics names them by their old attributes (refused as such by the loop)
         return {"mid": {"head.": "fusion.head."}, "early": {"register_vector": "fusion.register"}}.get(
@@ -304,6 +317,8 @@ class TPIPSTrainTask(TrainTask):
         )
 
     def param_groups(self, module: torch.nn.Module) -> list[dict[str, Any]]:
+        """The optimizer groups: LoRA parameters at the base learning rate, head parameters at ``head_lr_mult``
+        times it (empty groups left out)."""
         params = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
         if not params:
             raise RuntimeError("no trainable parameters after adding LoRA")

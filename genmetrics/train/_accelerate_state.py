@@ -16,6 +16,9 @@ from typing import Any
 from accelerate import Accelerator
 from accelerate.state import AcceleratorState
 
+#: the private name used here (the scan in tests/test_private_access.py allows it in this file only)
+PRIVATE_APIS = ("accelerate.state.AcceleratorState._reset_state",)
+
 
 def _is_precision_refusal(err: ValueError) -> bool:
     text = str(err)

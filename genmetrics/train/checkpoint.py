@@ -80,6 +80,9 @@ class LoopState:
 
     @classmethod
     def from_json(cls, loop: Any, where: str | Path) -> LoopState:
+        """The loop state from the ``loop`` dict of ``loop_state.json``; raises
+        :class:`~genmetrics.errors.InputError` naming ``where`` and the field when a field is missing,
+        extra or of the wrong type or range."""
         names = [f.name for f in fields(cls)]
         if not isinstance(loop, dict) or sorted(loop) != sorted(names):
             got = sorted(loop) if isinstance(loop, dict) else type(loop).__name__

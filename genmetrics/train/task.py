@@ -53,21 +53,27 @@ class TrainTask:
     """
 
     def trainable_module(self) -> nn.Module:
+        """The ``nn.Module`` to prepare and optimise (required: subclasses implement it)."""
         raise NotImplementedError(f"{type(self).__name__}.trainable_module() is not implemented")
 
     def collate(self, examples: list) -> Any:
+        """One micro-batch of examples -> the batch :meth:`loss` takes; by default torch's ``default_collate``."""
         return torch.utils.data.default_collate(examples)
 
     def loss(self, module: nn.Module, batch: Any) -> tuple[torch.Tensor, dict[str, float]]:
+        """``(mean loss over the micro-batch, {part: float})`` for ``batch`` through ``module(...)`` (required)."""
         raise NotImplementedError(f"{type(self).__name__}.loss() is not implemented")
 
     def evaluate(self, module: nn.Module, examples: list) -> dict[str, float]:
+        """``{name: value}`` on the validation examples; needed only when validation examples are given."""
         raise NotImplementedError(
             f"{type(self).__name__}.evaluate() is not implemented; it is needed when "
             "validation examples are given"
         )
 
     def save(self, module: nn.Module, path: Path) -> None:
+        """Write the trainable parameters of ``module`` (those with ``requires_grad``) to
+        ``path/trainable.safetensors``, atomically."""
         with atomic_output(Path(path) / "trainable.safetensors") as tmp:  # the write rule (data/results.py)
             save_file(
                 {n: p.detach().cpu().contiguous() for n, p in module.named_parameters() if p.requires_grad},
@@ -75,9 +81,11 @@ class TrainTask:
             )
 
     def data_fingerprint(self, examples: list) -> str:
+        """A hash of the examples' content (:func:`fingerprint_examples`), compared on resume."""
         return fingerprint_examples(examples)
 
     def param_groups(self, module: nn.Module) -> list[dict[str, Any]] | None:
+        """Optional per-group learning rates: None trains every parameter at ``lr``."""
         return None
 
     def renamed_parameters(self) -> dict[str, str]:

@@ -54,7 +54,7 @@ def _naive_ssim64(pred, target, k, sigma):
     return s.flatten(1).mean(1)
 
 
-def test_float32_within_issue_tolerance_of_float64_reference():
+def test_float32_within_documented_tolerance_of_float64_reference():
     ref, cand = _pairs(4, 48)
     psnr64 = peak_signal_noise_ratio(
         cand.double(), ref.double(), data_range=1.0, reduction="none", dim=(1, 2, 3)

@@ -71,7 +71,7 @@ def test_by_construction_controls_of_the_benchmark(bench):
 @pytest.mark.slow
 def test_probe_ceiling_separates_encoded_from_unencoded_aspects(bench):
     """The frozen small vision tower encodes hue and the background brightness (held-out 2AFC of the probes
-    near 1) but not the triangle's rotation (the issue's finding) nor, at 64 px, the grating's frequency: those
+    near 1) but not the triangle's rotation (measured: its probe ceiling is at chance) nor, at 64 px, the grating's frequency: those
     two ceilings are at chance. Seed 0, 192 / 96 triplets (the full table, 384 / 128, is in docs/tpips.md)."""
     from genmetrics.testing import tiny_qwen3vl_processor
     from genmetrics.tpips import TPIPSModel
@@ -113,7 +113,7 @@ GOALS = {"color": 0.73, "brightness": 0.95, "both": 0.70}
 def test_late_fusion_generalises_to_held_out_values(quick_late):
     """Trained on hues and background greys from the even eighths of [0, 1), scored on values from the odd
     eighths: each aspect's held-out 2AFC and both-right above the goals (GOALS; seed 2 reaches only 0.81 of the
-    colour ceiling, so the issue's 0.85 is not asserted), and colour (which the untrained model answers
+    colour ceiling, so a 0.85 goal is not asserted), and colour (which the untrained model answers
     against: 0.18-0.28 over the three seeds) at least 0.3 above the untrained model (0.53-0.70 measured)."""
     v = quick_late["variants"]["late"]
     held, before = v["heldout"], v["before_training"]

@@ -34,8 +34,8 @@ def test_task_defeats_aspect_blind_metrics(bench):
 
 @pytest.mark.slow
 def test_training_learns_aspects_on_held_out_triplets(bench, capsys):
-    """benchmarks/tpips_learnability.py --quick (seed 0: 192 training triplets, 48 held-out, batch 8, 10 epochs): issue
-    12's goals for every variant. Late and early fusion: held-out mean agreement >= 0.70 and both aspects right
+    """benchmarks/tpips_learnability.py --quick (seed 0: 192 training triplets, 48 held-out, batch 8, 10 epochs): the
+    learnability goals of docs/tpips.md for every variant. Late and early fusion: held-out mean agreement >= 0.70 and both aspects right
     on >= 40% of triplets (no aspect-blind metric gets above 0.50 / 0%); mid fusion: both >= 0.40 and a mean
     within 0.05 of late's and of early's. The untrained models are near chance, and training must move them."""
     import json
