@@ -149,6 +149,8 @@ class MIEBatch:
     images: dict[str, _Image]
     pixels: dict[str, torch.Tensor] = field(default_factory=dict)
     features: dict[str, VisionFeatures] = field(default_factory=dict)
+    #: the key of each image file already in the batch, by path: a file named again is not decoded again
+    keys_by_path: dict[str, str] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.sequences)
@@ -431,9 +433,16 @@ class MIEModel(nn.Module):
         keys = []
         todo: dict[str, Any] = {}
         for x, name in zip(items, names):
+            path = os.fspath(x) if isinstance(x, (str, os.PathLike)) else None
+            known = batch.keys_by_path.get(path) if path is not None else None
+            if known is not None:  # the same file earlier in this batch (a pair's shared references)
+                keys.append(known)
+                continue
             im = fit_image(to_pil(x, name=name), self.image_size)
             k = image_key(im)
             keys.append(k)
+            if path is not None:
+                batch.keys_by_path[path] = k
             if k not in batch.images and k not in todo:
                 todo[k] = im
         if todo:

@@ -123,6 +123,27 @@ def test_pairs_share_their_own_references(make_model, imgs, tuning):
         )
 
 
+def test_pairs_decode_each_file_once(make_model, imgs, tmp_path):
+    """Files as inputs: a pair's references, shared by its two candidates, and a file named by several pairs
+    are decoded once per batch (the batch keeps each path's key), and the batch equals one built from the
+    decoded images."""
+    from genmetrics.testing import write_images
+    from genmetrics.testing.pil_counts import count_pil
+
+    files = write_images(tmp_path, imgs[:8])
+    m = make_model()
+    refs = [[files[0], files[1]], [files[2], files[0]]]
+    prompts, ca, cb = ["p0", "p1"], [files[3], files[4]], [files[5], files[3]]
+    with count_pil() as c:
+        batch = m.prepare_pairs(refs, prompts, ca, cb)
+    assert {f: c.decodes[str(f)] for f in files[:6]} == dict.fromkeys(files[:6], 1)
+    as_images = m.prepare_pairs(
+        [[imgs[0], imgs[1]], [imgs[2], imgs[0]]], prompts, [imgs[3], imgs[4]], [imgs[5], imgs[3]]
+    )
+    assert [s.image_keys for s in batch.sequences] == [s.image_keys for s in as_images.sequences]
+    assert all(torch.equal(batch.pixels[k], as_images.pixels[k]) for k in as_images.pixels)
+
+
 def test_score_is_deterministic_in_any_mode(make_model, imgs):
     m = make_model("lora_layer", lora_dropout=0.3)
     _perturb(m)
