@@ -260,6 +260,7 @@ def large(args: argparse.Namespace) -> None:
                     "large": "uninterrupted",
                     "images": n,
                     "s_per_image": r["wall"] / (3 * n),
+                    "cpu_s_per_image": r["cpu"] / (3 * n),
                     "rss_mb": r["rss_mb"],
                 }
             )
@@ -312,6 +313,7 @@ def large(args: argparse.Namespace) -> None:
             {
                 "large": "summary",
                 "time_per_image_ratio": round(ratio, 3),
+                "cpu_per_image_ratio": round(lines[1]["cpu_s_per_image"] / lines[0]["cpu_s_per_image"], 3),
                 "rss_ratio": round(lines[1]["rss_mb"] / lines[0]["rss_mb"], 3),
             }
         )
