@@ -23,12 +23,12 @@ from genmetrics.backbones.hub import hub_calls
 from genmetrics.backbones.openclip import clip_image_batch, encode_image, load_open_clip
 from genmetrics.backbones.provider import provide
 from genmetrics.backbones.weights import genmetrics_home, offline, weights_unavailable
+from genmetrics.core.metric import SampleMetric
+from genmetrics.core.options import number
 from genmetrics.data.cache import FeatureCache
 from genmetrics.data.device import check_precision, precision_autocast
 from genmetrics.data.images import ResizePolicy, as_image_list
 from genmetrics.errors import InputError
-from genmetrics.metric import SampleMetric
-from genmetrics.options import number
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)

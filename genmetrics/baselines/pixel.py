@@ -24,12 +24,12 @@ from typing import Any
 import torch
 
 from genmetrics.backbones.fastpath import STORE_NAME, choose_path
+from genmetrics.core.metric import SampleMetric
+from genmetrics.core.options import choice, integer, number
 from genmetrics.data.images import ResizePolicy, as_image_list, check_same_size, load_image, to_tensor
 from genmetrics.data.pipeline import rgb_uint8
 from genmetrics.errors import InputError
 from genmetrics.functional import pixel as P
-from genmetrics.metric import SampleMetric
-from genmetrics.options import choice, integer, number
 
 _RANGE_TOL = 1e-3  # as genmetrics.data.images: relative tolerance on the declared float range
 PRECISIONS = ("auto", "float32", "float64")

@@ -25,11 +25,13 @@ from PIL import Image
 
 from genmetrics.backbones.memory_model import batch_peak_bytes, image_hw, real_config_from_model
 from genmetrics.backbones.qwen_vl import smart_resize
+from genmetrics.core.metric import SampleMetric
+from genmetrics.core.options import integer
+from genmetrics.core.sample_ids import drop_duplicate_ids
 from genmetrics.data.batching import device_memory
 from genmetrics.data.device import check_precision, precision_autocast
 from genmetrics.data.images import as_image_list
 from genmetrics.errors import InputError
-from genmetrics.metric import SampleMetric
 from genmetrics.mie.checkpoint import no_heads_error, resolve_heads
 from genmetrics.mie.common import (
     DIMENSIONS,
@@ -39,8 +41,6 @@ from genmetrics.mie.common import (
     image_size_option,
 )
 from genmetrics.mie.model import MIEModel, validate_inputs
-from genmetrics.options import integer
-from genmetrics.sample_ids import drop_duplicate_ids
 
 
 def _is_image(x: Any) -> bool:

@@ -18,7 +18,6 @@ import open_clip
 import torch
 import torch.nn.functional as F
 
-from genmetrics import options as O
 from genmetrics.backbones.openclip import (
     TextEmbeddingCache,
     clip_image_batch,
@@ -27,14 +26,15 @@ from genmetrics.backbones.openclip import (
     parse_clip_weights,
 )
 from genmetrics.backbones.provider import current_provider
+from genmetrics.core import options as O
+from genmetrics.core.metric import Metric, SampleMetric
+from genmetrics.core.options import choice, number, template
 from genmetrics.data.batching import map_batches
 from genmetrics.data.device import check_precision, precision_autocast
 from genmetrics.data.images import as_image_list, to_tensor
 from genmetrics.data.text import as_text_list
 from genmetrics.errors import InputError
 from genmetrics.functional import divergence as D
-from genmetrics.metric import Metric, SampleMetric
-from genmetrics.options import choice, number, template
 from genmetrics.raclip import report
 from genmetrics.raclip.attributes import resolve_attributes
 from genmetrics.raclip.model import (

@@ -11,9 +11,9 @@ import pytest
 import torch
 
 import genmetrics as gm
+from genmetrics.core.metric import SampleMetric
+from genmetrics.core.metric_states import IDENTITY_KEY
 from genmetrics.errors import InputError
-from genmetrics.metric import SampleMetric
-from genmetrics.metric_states import IDENTITY_KEY
 from genmetrics.testing import random_images, spawn_gloo, tiny_dino
 
 

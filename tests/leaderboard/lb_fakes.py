@@ -11,10 +11,10 @@ from typing import Any
 import torch
 
 from genmetrics.baselines.pixel import PSNR
+from genmetrics.core.metric import Metric, SampleMetric, as_text_list
+from genmetrics.core.registry import MetricCard, register_metric
 from genmetrics.data.images import as_image_list, to_tensor
 from genmetrics.data.pipeline import PATHS
-from genmetrics.metric import Metric, SampleMetric, as_text_list
-from genmetrics.registry import MetricCard, register_metric
 
 _PAIR = {"reference": "reference images [B]", "candidates": "generated images [B]"}
 CALLS: dict[str, Any] = {
@@ -320,7 +320,7 @@ def register() -> None:
 
 
 def unregister() -> None:
-    from genmetrics import registry
+    from genmetrics.core import registry
 
     for name in FAKES:
         registry._CARDS.pop(name, None)

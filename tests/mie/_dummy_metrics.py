@@ -2,8 +2,8 @@
 
 import torch
 
+from genmetrics.core.metric import SampleMetric
 from genmetrics.data.images import load_batch
-from genmetrics.metric import SampleMetric
 
 
 class Brightness(SampleMetric):

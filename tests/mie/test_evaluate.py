@@ -5,8 +5,8 @@ import json
 import numpy as np
 import pytest
 
-from genmetrics import registry
-from genmetrics.registry import MetricCard, register_metric
+from genmetrics.core import registry
+from genmetrics.core.registry import MetricCard, register_metric
 
 
 @pytest.fixture

@@ -322,7 +322,7 @@ def _given_torchmetrics(root: Path, monkeypatch) -> dict:
 
 
 def _given_contributing(root: Path, monkeypatch) -> dict:
-    from genmetrics import registry
+    from genmetrics.core import registry
 
     monkeypatch.setattr(registry, "_CARDS", dict(registry._CARDS))  # the page registers an example card
     monkeypatch.setattr(registry, "_ALIASES", dict(registry._ALIASES))

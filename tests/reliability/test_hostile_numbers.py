@@ -11,9 +11,9 @@ import pytest
 
 from genmetrics import create_metric
 from genmetrics.cli.main import main
+from genmetrics.core.options import integer, number
 from genmetrics.data.jsonl import load_two_afc
 from genmetrics.errors import InputError
-from genmetrics.options import integer, number
 
 HUGE = 10**400
 

@@ -1,4 +1,4 @@
-"""genmetrics.options: the typed checks name the option, accept what they document and refuse the rest."""
+"""genmetrics.core.options: the typed checks name the option, accept what they document and refuse the rest."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from genmetrics import options
+from genmetrics.core import options
 from genmetrics.errors import InputError
 
 

@@ -18,10 +18,10 @@ import torch
 from PIL import Image
 
 import genmetrics as gm
-from genmetrics import registry
 from genmetrics.cli.main import main
+from genmetrics.core import registry
+from genmetrics.core.registry import ConditionKind, MetricCard, ReferenceKind, get_card
 from genmetrics.leaderboard import build_plan, load_config
-from genmetrics.registry import ConditionKind, MetricCard, ReferenceKind, get_card
 
 REPO = Path(__file__).resolve().parents[2]
 #: prose built to fool a planner that reads descriptions (the old one looked for "optional", "real",
@@ -243,8 +243,8 @@ PLUGIN = '''
 import torch
 
 from genmetrics.data.images import as_image_list, to_tensor
-from genmetrics.metric import SampleMetric, as_text_list
-from genmetrics.registry import ConditionKind, MetricCard, ReferenceKind
+from genmetrics.core.metric import SampleMetric, as_text_list
+from genmetrics.core.registry import ConditionKind, MetricCard, ReferenceKind
 
 
 class Gap(SampleMetric):
@@ -359,7 +359,7 @@ def test_planner_and_score_name_no_metric_and_parse_no_prose():
 
     names = set(gm.list_metrics())
     for rel in (
-        "genmetrics/leaderboard/wiring.py",
+        "genmetrics/core/wiring.py",
         "genmetrics/leaderboard/plan.py",
         "genmetrics/cli/score.py",
     ):

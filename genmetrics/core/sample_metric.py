@@ -1,5 +1,5 @@
 """The base class :class:`SampleMetric`: one score (or score vector) per candidate, kept per sample with its
-id (see :mod:`genmetrics.metric` for the contract; import the class from there).
+id (see :mod:`genmetrics.core.metric` for the contract; import the class from there).
 """
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ from typing import Any, ClassVar, cast
 
 import torch
 
-from genmetrics._torchmetrics_compat import is_synced
+from genmetrics.core._torchmetrics_compat import is_synced
+from genmetrics.core.metric_base import Metric
+from genmetrics.core.metric_batches import batch_len, slice_batch
+from genmetrics.core.sample_ids import collision_message, conflicting_ids, drop_duplicate_ids, hash_ids
 from genmetrics.data.batching import map_batches
 from genmetrics.errors import InputError
-from genmetrics.metric_base import Metric
-from genmetrics.metric_batches import batch_len, slice_batch
-from genmetrics.sample_ids import collision_message, conflicting_ids, drop_duplicate_ids, hash_ids
 
 
 class SampleMetric(Metric):
@@ -27,7 +27,7 @@ class SampleMetric(Metric):
     ``[b, C]``, or a dict whose ``"score"`` entry is that and whose other entries are per-sample extras).
     ``compute()`` is the mean over samples (per column for ``[b, C]``).
 
-    A complete plugin metric (register it with a :class:`~genmetrics.registry.MetricCard` to use it from
+    A complete plugin metric (register it with a :class:`~genmetrics.core.registry.MetricCard` to use it from
     the CLI and leaderboards):
 
     >>> class MeanAbsDiff(SampleMetric):

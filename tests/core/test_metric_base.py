@@ -11,10 +11,10 @@ import torch
 
 import genmetrics as gm
 from genmetrics.backbones.provider import use_provider
-from genmetrics.registry import metric_class
+from genmetrics.core.registry import metric_class
 from genmetrics.testing import random_images, tiny_backbones, tiny_dino
 
-PACKAGE = Path(__file__).resolve().parents[1] / "genmetrics"
+PACKAGE = Path(__file__).resolve().parents[2] / "genmetrics"
 PRIVATE = {
     "_defaults",
     "_update_count",

@@ -7,10 +7,10 @@ import pytest
 import torch
 
 import genmetrics as gm
+from genmetrics.core.metric import SampleMetric
+from genmetrics.core.registry import MetricCard, register_metric, unregister_metric
+from genmetrics.core.sample_ids import drop_duplicate_ids
 from genmetrics.errors import InputError
-from genmetrics.metric import SampleMetric
-from genmetrics.registry import MetricCard, register_metric, unregister_metric
-from genmetrics.sample_ids import drop_duplicate_ids
 from genmetrics.testing import random_images
 
 

@@ -1,5 +1,5 @@
 """The base class :class:`Metric`: genmetrics' update / compute contract on ``torchmetrics.Metric`` (see
-:mod:`genmetrics.metric` for the contract; import both classes from there).
+:mod:`genmetrics.core.metric` for the contract; import both classes from there).
 
 Argument handling around torchmetrics' per-instance ``update`` / ``compute``, the one-shot score,
 ``forward``, state merging, ``set_dtype``, ``state_dict``, pickling and deep copies that share the frozen
@@ -23,16 +23,15 @@ from torch import nn
 from torchmetrics.utilities.exceptions import TorchMetricsUserError
 from torchmetrics.utilities.plot import plot_single_or_multi_val
 
-from genmetrics._torchmetrics_compat import (
+from genmetrics.core._torchmetrics_compat import (
     BackbonesFollowTo,
     is_synced,
     set_forward_cache,
     set_reported_dtype,
     set_update_count,
 )
-from genmetrics.errors import InputError
-from genmetrics.metric_batches import has_meta, meta_message
-from genmetrics.metric_states import (
+from genmetrics.core.metric_batches import has_meta, meta_message
+from genmetrics.core.metric_states import (
     IDENTITY_KEY,
     OPTIONS_STATE_PREFIX,
     REDUCTIONS,
@@ -47,9 +46,10 @@ from genmetrics.metric_states import (
     options_state_name,
     squeeze_scalars,
 )
-from genmetrics.options import COUNT_MAX
-from genmetrics.options import device as check_device
-from genmetrics.registry import TORCHMETRICS_OPTIONS, get_card
+from genmetrics.core.options import COUNT_MAX
+from genmetrics.core.options import device as check_device
+from genmetrics.core.registry import TORCHMETRICS_OPTIONS, get_card
+from genmetrics.errors import InputError
 
 
 def _after_load(module: Metric, incompatible_keys: Any) -> None:
@@ -82,13 +82,13 @@ def _advertise_torchmetrics_keywords(cls: type) -> None:
 
 
 def _document_options(cls: type) -> None:
-    """End a registered metric class's docstring with its options (:mod:`genmetrics.option_docs`, the table
+    """End a registered metric class's docstring with its options (:mod:`genmetrics.core.option_docs`, the table
     ``genmetrics info`` shows): names and defaults read from the source, never imported."""
     name = cls.__dict__.get("name")
     if not isinstance(name, str) or not cls.__doc__:
         return
-    from genmetrics.option_docs import options_section
-    from genmetrics.static_options import static_options
+    from genmetrics.core.option_docs import options_section
+    from genmetrics.core.static_options import static_options
 
     try:
         defaults = static_options(f"{cls.__module__}:{cls.__qualname__}")
@@ -461,7 +461,7 @@ class Metric(BackbonesFollowTo, torchmetrics.Metric):
 
     # ----------------------------------------------------------------- checks of incoming states
     def _identity(self) -> dict[str, Any]:
-        """The metric and options a state of this metric belongs to (:func:`~genmetrics.metric_states.identity`)."""
+        """The metric and options a state of this metric belongs to (:func:`~genmetrics.core.metric_states.identity`)."""
         return identity(type(self), self.name or type(self).__name__, self.options())
 
     def _identified_states(self, incoming: dict[str, Any], action: str, prefix: str = "") -> dict[str, Any]:
