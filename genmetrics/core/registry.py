@@ -323,14 +323,48 @@ def list_metrics(pattern: str = "*") -> list[str]:
 
 
 def metric_class(name: str) -> type:
-    """The class that builds metric ``name`` (imported on this call).
+    """The class that builds metric ``name`` (imported on this call), holding its card's facts
+    (:func:`card_facts`).
 
-    >>> metric_class("psnr").__name__
-    'PSNR'
+    >>> metric_class("psnr").__name__, metric_class("psnr").higher_is_better
+    ('PSNR', True)
     """
     card = get_card(name)
     module_name, _, attr = card.factory.partition(":")
-    return getattr(importlib.import_module(module_name), attr)
+    cls = getattr(importlib.import_module(module_name), attr)
+    adopt = getattr(cls, "_adopt_card", None)
+    if adopt is not None and card_of_class(cls) is card:
+        # a class defined before its card was registered takes (or checks) its facts now; a class that
+        # several cards name (registered again under other names) keeps the facts it states itself
+        adopt(card)
+    return cls
+
+
+def card_facts(card: MetricCard) -> dict[str, Any]:
+    """The facts a metric class exposes as class attributes that its card is the one declaration of:
+    ``name``, ``higher_is_better`` and ``paired`` (a candidate against its own reference:
+    ``reference=MATCHED``). A registered class reads them from its card; it does not state them.
+
+    >>> card_facts(get_card("psnr"))
+    {'name': 'psnr', 'higher_is_better': True, 'paired': True}
+    """
+    return {
+        "name": card.name,
+        "higher_is_better": card.higher_is_better,
+        "paired": card.reference is ReferenceKind.MATCHED,
+    }
+
+
+def card_of_class(cls: type) -> MetricCard | None:
+    """The registered card whose factory is ``cls`` (``"module:QualName"``), or None; loads nothing (a
+    family registers its cards before its metric module is imported).
+
+    >>> card_of_class(type(None)) is None
+    True
+    """
+    path = f"{cls.__module__}:{cls.__qualname__}"
+    found = [c for c in _CARDS.values() if c.factory == path]
+    return found[0] if len(found) == 1 else None
 
 
 def _accepted_kwargs(cls: type) -> tuple[set[str], bool]:

@@ -18,7 +18,7 @@ import copy
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, ClassVar, cast
+from typing import Any, cast
 
 import torch
 from PIL import Image
@@ -86,9 +86,7 @@ class MIEMetric(SampleMetric):
     ((2, 3), ('existence', 'appearance', 'interaction'), ['gen_a', 'gen_b'])
     """
 
-    name: ClassVar[str] = "mie"
     sample_states = ("diagnostics",)  # one row per sample
-    higher_is_better: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -176,7 +174,7 @@ class MIEMetric(SampleMetric):
         return cast(MIEModel, self._backbones["mie"])
 
     # ------------------------------------------------------------------ hooks
-    def _prepare(self, reference: Any, candidates: Any, condition: Any) -> dict[str, list[Any]]:
+    def prepare(self, reference: Any, candidates: Any, condition: Any) -> dict[str, list[Any]]:
         if candidates is None:
             raise InputError("candidates: missing; mie scores generated images (pass candidates=)")
         cands = as_image_list(candidates, name="candidates")
@@ -197,7 +195,7 @@ class MIEMetric(SampleMetric):
         )
         return {"reference": refs, "candidates": cands, "condition": prompts}
 
-    def _score_batch(self, batch: dict[str, list[Any]]) -> dict[str, torch.Tensor]:
+    def score_batch(self, batch: dict[str, list[Any]]) -> dict[str, torch.Tensor]:
         model = self.mie_model()
         with precision_autocast(self.precision, self.device):
             out = model.score(batch["reference"], batch["condition"], batch["candidates"])

@@ -237,9 +237,6 @@ class RAClipScore(_RAMixin, SampleMetric):
     True
     """
 
-    name = "raclip"
-    higher_is_better = True
-
     def __init__(
         self,
         attributes: Any = None,
@@ -270,7 +267,7 @@ class RAClipScore(_RAMixin, SampleMetric):
         )
         self._init_backbone(backbone, tokenizer, weights, data_range, precision)
 
-    def _prepare(self, reference: Any, candidates: Any, condition: Any) -> dict[str, list[Any]]:
+    def prepare(self, reference: Any, candidates: Any, condition: Any) -> dict[str, list[Any]]:
         if reference is not None:
             raise InputError(
                 f"{self.name}: takes no reference images (it scores each candidate against text); "
@@ -294,7 +291,7 @@ class RAClipScore(_RAMixin, SampleMetric):
         return {"candidates": items, "condition": as_text_list(condition, name="condition")}
 
     @torch.no_grad()
-    def _score_batch(self, batch: dict[str, list[Any]]) -> torch.Tensor:
+    def score_batch(self, batch: dict[str, list[Any]]) -> torch.Tensor:
         x = self._pixels(batch["candidates"], "candidates")
         if self.attributes is not None:
             return self._scorer()(x, self.attributes).score.double()
@@ -330,9 +327,6 @@ class CLIPScore(_ClipFamily, SampleMetric):
     ((2,), True)
     """
 
-    name = "clipscore"
-    higher_is_better = True
-
     def __init__(
         self,
         attributes: Any = None,
@@ -359,10 +353,10 @@ class CLIPScore(_ClipFamily, SampleMetric):
         self.text_dtype = text_dtype
         self._init_backbone(backbone, tokenizer, weights, data_range, precision)
 
-    _prepare = RAClipScore._prepare
+    prepare = RAClipScore.prepare
 
     @torch.no_grad()
-    def _score_batch(self, batch: dict[str, list[Any]]) -> torch.Tensor:
+    def score_batch(self, batch: dict[str, list[Any]]) -> torch.Tensor:
         img = self._image_embeddings(self._pixels(batch["candidates"], "candidates"))
         # each distinct prompt / attribute is encoded once per metric (cache keyed by the text)
         if self.attributes is not None:
@@ -400,9 +394,6 @@ class HCS(_ClipFamily, SampleMetric):
     >>> tuple(per.shape), torch.allclose(per[:, 0], -per[:, 1], atol=1e-6)
     ((3, 2), True)
     """
-
-    name = "hcs"
-    higher_is_better = True
 
     def __init__(
         self,
@@ -457,7 +448,7 @@ class HCS(_ClipFamily, SampleMetric):
         if candidates is not None:
             super().update(candidates=candidates, ids=ids)
 
-    def _prepare(self, reference: Any, candidates: Any, condition: Any) -> dict[str, list[Any]]:
+    def prepare(self, reference: Any, candidates: Any, condition: Any) -> dict[str, list[Any]]:
         return {"candidates": _images(candidates, "candidates", self.data_range)}
 
     @torch.no_grad()
@@ -465,7 +456,7 @@ class HCS(_ClipFamily, SampleMetric):
         # the fast tower: rows independent of the batch
         return self._image_embeddings(self._pixels(images, name)).double()
 
-    def _score_batch(self, batch: dict[str, list[Any]]) -> torch.Tensor:
+    def score_batch(self, batch: dict[str, list[Any]]) -> torch.Tensor:
         return self._embed(batch["candidates"], "candidates")  # embeddings; HCS is formed at compute()
 
     def _centers(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -484,7 +475,7 @@ class HCS(_ClipFamily, SampleMetric):
         t_attr, c_text = self._hcs_text(self.text_center)
         return c_img, t_attr, c_text
 
-    def _compute_state(self) -> torch.Tensor:
+    def compute_state(self) -> torch.Tensor:
         emb, _ = self._gathered()
         c_img, t_attr, c_text = self._centers()
         return hcs(emb, t_attr, c_img, c_text).mean(0)
@@ -545,7 +536,6 @@ class _SetDivergence(_RAMixin, Metric):
     Scorer options default to ``None`` ("not given", the scorer's defaults apply) so that an option that
     would change nothing can be told apart and refused."""
 
-    higher_is_better = False
     _needs_cross: ClassVar[bool] = False
     _needs_maps: ClassVar[bool] = False
 
@@ -860,9 +850,7 @@ class SaD(_KLDivergence):
     True
     """
 
-    name = "sad"
-
-    def _compute_state(self) -> dict[str, torch.Tensor]:
+    def compute_state(self) -> dict[str, torch.Tensor]:
         self._check_sets(2)
         if self._keep_rows:
             real, gen = self._rows()
@@ -895,7 +883,6 @@ class PaD(_KLDivergence):
     (('smiling', 'wearing hat'), (3,), True)
     """
 
-    name = "pad"
     _needs_cross = True
 
     def __init__(self, attributes: Any = None, **kwargs: Any) -> None:
@@ -903,7 +890,7 @@ class PaD(_KLDivergence):
         if len(self.attributes) < 2:
             raise InputError("pad: needs at least 2 attributes to form a pair; pass two or more attributes")
 
-    def _compute_state(self) -> dict[str, torch.Tensor]:
+    def compute_state(self) -> dict[str, torch.Tensor]:
         self._check_sets(2)
         if self._keep_rows:
             real, gen = self._rows()
@@ -941,7 +928,6 @@ class RSaD(_SetDivergence):
     ((4, 4), (16, 2), 0.0)
     """
 
-    name = "rsad"
     _needs_maps = True
 
     def __init__(self, attributes: Any = None, **kwargs: Any) -> None:
@@ -970,7 +956,7 @@ class RSaD(_SetDivergence):
                 dist_reduce_fx="sum",
             )
 
-    def _compute_state(self) -> dict[str, torch.Tensor]:
+    def compute_state(self) -> dict[str, torch.Tensor]:
         self._check_sets(1)
         m = self.real_maps / self.real_n - self.gen_maps / self.gen_n
         per = m.abs().mean(0)

@@ -163,10 +163,10 @@ class _Log(SampleMetric):
 
     name = "log_of_mean"
 
-    def _prepare(self, reference, candidates, condition):
+    def prepare(self, reference, candidates, condition):
         return {"candidates": list(candidates)}
 
-    def _score_batch(self, batch):
+    def score_batch(self, batch):
         return torch.stack(batch["candidates"]).flatten(1).mean(1).double().log()
 
     def _nonfinite_allowed(self, state):

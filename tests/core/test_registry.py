@@ -34,10 +34,10 @@ def test_unknown_names_suggest_close_matches():
 class _Plugin(SampleMetric):
     name = "plugin_mean"
 
-    def _prepare(self, reference, candidates, condition):
+    def prepare(self, reference, candidates, condition):
         return {"candidates": list(candidates)}
 
-    def _score_batch(self, batch):
+    def score_batch(self, batch):
         return torch.stack([torch.as_tensor(x, dtype=torch.float64).mean() for x in batch["candidates"]])
 
 

@@ -252,12 +252,12 @@ class Gap(SampleMetric):
 
     name = "demo_gap"
 
-    def _prepare(self, reference, candidates, condition):
+    def prepare(self, reference, candidates, condition):
         return {"reference": as_image_list(reference, name="reference"),
                 "candidates": as_image_list(candidates, name="candidates"),
                 "condition": as_text_list(condition)}
 
-    def _score_batch(self, batch):
+    def score_batch(self, batch):
         mean = lambda xs: torch.stack([to_tensor(x).double().mean() for x in xs])
         lens = torch.tensor([float(len(t)) for t in batch["condition"]], dtype=torch.float64)
         return 1000 * (mean(batch["candidates"]) - mean(batch["reference"])).abs() + lens
