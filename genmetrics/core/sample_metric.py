@@ -27,8 +27,8 @@ class SampleMetric(Metric):
     chunk, return a tensor ``[b]`` or ``[b, C]``, or a dict whose ``"score"`` entry is that and whose other
     entries are per-sample extras). ``compute()`` is the mean over samples (per column for ``[b, C]``).
 
-    A complete plugin metric (register it with a :class:`~genmetrics.core.registry.MetricCard` to use it from
-    the CLI and leaderboards):
+    A complete metric used directly (registered with a :class:`~genmetrics.core.registry.MetricCard`, for the
+    CLI and leaderboards, it reads ``name`` and ``paired`` from the card instead: docs/plugins.md):
 
     >>> class MeanAbsDiff(SampleMetric):
     ...     name = "mean_abs_diff"
