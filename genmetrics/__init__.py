@@ -11,8 +11,10 @@ from __future__ import annotations
 
 from typing import Any
 
+# the registry's old path, reachable as ``genmetrics.registry`` after ``import genmetrics`` as before
+from genmetrics import registry  # noqa: F401  (re-exports genmetrics.core.registry; no torch)
+from genmetrics.core.registry import MetricCard, create_metric, list_metrics, metric_info, register_metric
 from genmetrics.errors import GenmetricsError, InputError, WeightsUnavailableError
-from genmetrics.registry import MetricCard, create_metric, list_metrics, metric_info, register_metric
 
 __version__ = "0.1.0"
 __all__ = [
@@ -31,7 +33,7 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     if name == "Metric":
-        from genmetrics.metric import Metric
+        from genmetrics.core.metric import Metric
 
         return Metric
     raise AttributeError(f"module 'genmetrics' has no attribute {name!r}")

@@ -20,8 +20,8 @@ from typing import Any
 import torch
 import torchmetrics.wrappers as tw
 
+from genmetrics.core.metric import SampleMetric
 from genmetrics.errors import InputError
-from genmetrics.metric import SampleMetric
 
 
 def _is_batch(value: Any) -> bool:

@@ -76,7 +76,7 @@ def _wanted(obj: object) -> bool:
 
 def public_api() -> dict[str, object]:
     """Qualified name -> object for every public class and function (each object once)."""
-    from genmetrics.registry import get_card, list_metrics
+    from genmetrics.core.registry import get_card, list_metrics
 
     found: dict[str, object] = {}
     seen: set[int] = set()
@@ -212,7 +212,7 @@ def test_the_walk_sees_the_documented_surface(api):
 
 
 def test_metric_public_api_has_examples():
-    from genmetrics.metric import Metric, SampleMetric
+    from genmetrics.core.metric import Metric, SampleMetric
 
     assert all(
         has_example(getattr(Metric, m) if hasattr(Metric, m) else getattr(SampleMetric, m))

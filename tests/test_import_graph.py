@@ -6,6 +6,8 @@ it only hides a loop from readers and linters):
 * ``genmetrics.functional`` is pure math: it imports only torch, numpy, scipy and the standard library;
 * the families (raclip, tpips, mie) never import each other;
 * the library never imports the command line (``genmetrics.cli``, a family's ``cli.py``, ``__main__``);
+* ``genmetrics.core`` (the contract: metric base, registry, options, wiring) imports no family, runner or
+  command line: none of ``CORE_MAY_NOT_IMPORT``;
 * no import loops between modules.
 
 ``KNOWN_VIOLATIONS`` lists the violations that exist today, each with the area that removes it; it may only
@@ -25,6 +27,17 @@ PACKAGE = Path(__file__).resolve().parents[1] / "genmetrics"
 #: test scaffolding (tiny random backbones, recipes of test inputs)
 TESTING = ("genmetrics.testing",)
 FAMILIES = ("genmetrics.raclip", "genmetrics.tpips", "genmetrics.mie")
+#: what genmetrics.core may never import (families, baselines, runners, the command line, backbones)
+CORE_MAY_NOT_IMPORT = (
+    *FAMILIES,
+    "genmetrics.baselines",
+    "genmetrics.leaderboard",
+    "genmetrics.cli",
+    "genmetrics.train",
+    "genmetrics.backbones",
+    "genmetrics.wrappers",
+    "genmetrics.__main__",
+)
 #: what genmetrics.functional may import besides the standard library and itself
 FUNCTIONAL_MAY_IMPORT = ("torch", "numpy", "scipy")
 
@@ -39,6 +52,7 @@ KNOWN_VIOLATIONS: dict[str, set] = {
     "families": set(),
     "functional": set(),
     "testing": set(),
+    "core": set(),
 }
 
 
@@ -193,8 +207,12 @@ def loop_edges(graph: dict[str, set[str]]) -> set[tuple[str, str]]:
 
 def layer(module: str) -> str:
     """The layer a module belongs to: its top-level subpackage or module (``genmetrics.data``,
-    ``genmetrics.metric``); the package root's ``__init__`` is a layer of its own."""
+    ``genmetrics.errors``); the package root's ``__init__`` is a layer of its own. The modules of
+    ``genmetrics.core`` are each a layer (``genmetrics.core.options``, ``genmetrics.core.metric_base``): the
+    option checks sit below ``data``, the metric base above it."""
     parts = module.split(".")
+    if len(parts) > 2 and parts[1] == "core":
+        return ".".join(parts[:3])
     return ".".join(parts[:2]) if len(parts) > 1 else "genmetrics.__init__"
 
 
@@ -235,12 +253,14 @@ def violations() -> dict[str, set]:
                 allowed = top in FUNCTIONAL_MAY_IMPORT or top in sys.stdlib_module_names
                 if not (allowed or _within(target, "genmetrics.functional")):
                     found["functional"].add((name, target))
+            if _within(name, "genmetrics.core") and _within(target, CORE_MAY_NOT_IMPORT):
+                found["core"].add((name, target))
     graph = module_graph()
     found["loops"] = loop_edges(graph)
     found["layer_loops"] = layer_loop_edges(graph)
     # a `from pkg import name` adds pkg.name for a name that is not a module: keep real modules only
     # and `from pkg import sub` names pkg and pkg.sub: report the submodule only
-    for rule in ("testing", "families", "functional", "cli"):
+    for rule in ("testing", "families", "functional", "cli", "core"):
         pairs = {(a, b) for a, b in found[rule] if b in mods or not any(b.startswith(m + ".") for m in mods)}
         found[rule] = {
             (a, b) for a, b in pairs if not any(x == a and y.startswith(b + ".") for x, y in pairs)
@@ -248,7 +268,7 @@ def violations() -> dict[str, set]:
     return dict(found)
 
 
-RULES = ("testing", "functional", "families", "cli", "loops", "layer_loops")
+RULES = ("testing", "functional", "families", "cli", "core", "loops", "layer_loops")
 
 
 @pytest.fixture(scope="module")
@@ -265,6 +285,8 @@ def test_no_new_violation(rule, today):
         + "/".join(FUNCTIONAL_MAY_IMPORT),
         "families": "families never import each other: move the shared code to backbones/ or data/",
         "cli": "the library never imports the command line: move the helper out of cli/",
+        "core": "core/ is the contract: it reaches families only through the registry's cards (import "
+        "paths as strings); move the shared piece into core/ or below it",
         "loops": "break the loop (a function-level import still counts): move the shared piece down a layer",
         "layer_loops": "a lower layer imports a higher one: move the shared piece down (docs/contributing.md, layers)",
     }
@@ -338,9 +360,17 @@ def test_each_rule_catches_its_violation(tmp_path, monkeypatch):
             "mie/__init__.py": "",
             "mie/cli.py": "from genmetrics.cli import common\n",
             "mie/model.py": "import genmetrics.testing\n",
+            "core/__init__.py": "",
+            "core/registry.py": "def load():\n    import genmetrics.raclip\n",
+            "core/wiring.py": "from genmetrics.leaderboard import runner\n",
+            "core/options.py": "from genmetrics import errors\n",
         },
     )
     found = violations()
+    assert found["core"] == {
+        ("genmetrics.core.registry", "genmetrics.raclip"),
+        ("genmetrics.core.wiring", "genmetrics.leaderboard.runner"),
+    }
     assert found["functional"] == {("genmetrics.functional.math", "genmetrics.errors")}
     assert found["families"] == {("genmetrics.raclip.metric", "genmetrics.tpips.model")}
     assert found["cli"] == {("genmetrics.leaderboard.runner", "genmetrics.cli.common")}  # mie/cli.py is CLI

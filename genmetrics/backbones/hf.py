@@ -36,8 +36,8 @@ from genmetrics.backbones.hub import hub_calls, unreachable
 from genmetrics.backbones.precheck import HUB_ID
 from genmetrics.backbones.provider import provide
 from genmetrics.backbones.weights import cause_text, genmetrics_home, offline
+from genmetrics.core.options import expand_user
 from genmetrics.errors import InputError, WeightsUnavailableError
-from genmetrics.options import expand_user
 
 __all__ = [
     "VLM_KINDS",

@@ -37,8 +37,8 @@ from genmetrics.backbones.hub import hub_calls
 from genmetrics.backbones.precheck import CLIP_OPTION
 from genmetrics.backbones.provider import provide
 from genmetrics.backbones.weights import genmetrics_home, offline, weights_unavailable
+from genmetrics.core.options import expand_user
 from genmetrics.errors import InputError
-from genmetrics.options import expand_user
 
 __all__ = [
     "DEFAULT_CLIP",

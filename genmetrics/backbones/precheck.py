@@ -159,12 +159,12 @@ def check_weights_available(weights: str | None) -> None:
 def check_metric_weights(default: str | None, factory: str, options: Mapping[str, Any]) -> None:
     """:func:`check_weights_available` for a metric built by ``factory`` (``"module:Class"``) with ``options``,
     its card's ``default`` weights unless ``options`` name others. Only when every option is one the metric
-    accepts (read from its source, :mod:`genmetrics.static_options`): a misspelt option is reported by
+    accepts (read from its source, :mod:`genmetrics.core.static_options`): a misspelt option is reported by
     ``create_metric`` first, as it would be on a machine with network.
 
     >>> check_metric_weights("ViT-B-32-quickgelu/openai", "genmetrics.baselines.embedding:CLIPImageSimilarity", {"wieghts": "x"})
     """
-    from genmetrics.static_options import static_options
+    from genmetrics.core.static_options import static_options
 
     known = static_options(factory)
     if known is None or any(k not in known for k in options):

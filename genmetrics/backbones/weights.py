@@ -19,8 +19,8 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
+from genmetrics.core.options import env
 from genmetrics.errors import InputError, WeightsUnavailableError
-from genmetrics.options import env
 
 _SAFE_FORMATS = (
     "re-save it as a .safetensors file (safetensors.torch.save_file) or as a plain dict of tensors "

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from genmetrics.registry import ConditionKind, Granularity, MetricCard, ReferenceKind, register_metric
+from genmetrics.core.registry import ConditionKind, Granularity, MetricCard, ReferenceKind, register_metric
 
 _PAIR = {
     "reference": "reference images [B] (paths, PIL, uint8 or float tensors)",

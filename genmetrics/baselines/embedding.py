@@ -23,19 +23,18 @@ from genmetrics.backbones.hub import hub_calls
 from genmetrics.backbones.openclip import clip_image_batch, encode_image, load_open_clip
 from genmetrics.backbones.provider import provide
 from genmetrics.backbones.weights import genmetrics_home, offline, weights_unavailable
+from genmetrics.core.metric import SampleMetric
+from genmetrics.core.options import number
 from genmetrics.data.cache import FeatureCache
 from genmetrics.data.device import check_precision, precision_autocast
 from genmetrics.data.images import ResizePolicy, as_image_list
 from genmetrics.errors import InputError
-from genmetrics.metric import SampleMetric
-from genmetrics.options import number
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 
 
 class _EmbeddingMetric(SampleMetric):
-    higher_is_better = True
     default_weights = ""
 
     def __init__(
@@ -174,9 +173,7 @@ def _unit_norm(entry: dict[str, torch.Tensor]) -> str | None:
 
 
 class _ImagePairMetric(_EmbeddingMetric):
-    paired = True  # preds= are the candidates, target= the references
-
-    def _prepare(self, reference: Any, candidates: Any, condition: Any) -> dict[str, list[Any]]:
+    def prepare(self, reference: Any, candidates: Any, condition: Any) -> dict[str, list[Any]]:
         if reference is None or candidates is None:
             raise InputError(
                 f"{self.name}: needs reference images and candidates, one reference per candidate"
@@ -188,7 +185,7 @@ class _ImagePairMetric(_EmbeddingMetric):
             "candidates": as_image_list(candidates, name="candidates"),
         }
 
-    def _score_batch(self, batch: dict[str, list[Any]]) -> torch.Tensor:
+    def score_batch(self, batch: dict[str, list[Any]]) -> torch.Tensor:
         a = self.embed(batch["reference"])
         b = self.embed(batch["candidates"])
         return (a * b).sum(-1).double()
@@ -223,8 +220,6 @@ class CLIPImageSimilarity(_ClipMixin, _ImagePairMetric):
     (1.0, True)
     """
 
-    name = "clip_i"
-
 
 class DINOSimilarity(_ImagePairMetric):
     """DINO-I: cosine of DINOv2 [CLS] (``pooler_output``) embeddings. Images are resized (shorter side,
@@ -240,7 +235,6 @@ class DINOSimilarity(_ImagePairMetric):
     (1.0, True)
     """
 
-    name = "dino"
     default_weights = "facebook/dinov2-base"
 
     def _load_default(self) -> None:

@@ -24,12 +24,12 @@ from typing import Any
 import torch
 
 from genmetrics.backbones.fastpath import STORE_NAME, choose_path
+from genmetrics.core.metric import SampleMetric
+from genmetrics.core.options import choice, integer, number
 from genmetrics.data.images import ResizePolicy, as_image_list, check_same_size, load_image, to_tensor
 from genmetrics.data.pipeline import rgb_uint8
 from genmetrics.errors import InputError
 from genmetrics.functional import pixel as P
-from genmetrics.metric import SampleMetric
-from genmetrics.options import choice, integer, number
 
 _RANGE_TOL = 1e-3  # as genmetrics.data.images: relative tolerance on the declared float range
 PRECISIONS = ("auto", "float32", "float64")
@@ -199,8 +199,6 @@ def _decode(x: Any) -> Any:
 
 
 class _PairedPixelMetric(SampleMetric):
-    higher_is_better = True
-    paired = True  # preds= are the candidates, target= the references
     #: forward() / score() keep the autograd graph of float tensor images of one size (a training loss, as
     #: torchmetrics' classes); images given as files, PIL or mixed sizes are read without gradients
     is_differentiable = True
@@ -223,7 +221,7 @@ class _PairedPixelMetric(SampleMetric):
         self.data_range = number("data_range", data_range, lo=0.0, lo_open=True, owner=self.name or None)
         self.precision = choice("precision", precision, PRECISIONS, owner=self.name)
 
-    def _prepare(self, reference: Any, candidates: Any, condition: Any) -> dict[str, Any]:
+    def prepare(self, reference: Any, candidates: Any, condition: Any) -> dict[str, Any]:
         if reference is None:
             raise InputError(f"{self.name}: reference images are required (one per candidate)")
         if candidates is None:
@@ -256,7 +254,7 @@ class _PairedPixelMetric(SampleMetric):
         )
         return t.to(dtype)
 
-    def _score_batch(self, batch: dict[str, list[Any]]) -> torch.Tensor:
+    def score_batch(self, batch: dict[str, list[Any]]) -> torch.Tensor:
         dtype = self._compute_dtype()
         refs = stack_images(batch["reference"], data_range=self.data_range, dtype=dtype)
         cands = stack_images(batch["candidates"], data_range=self.data_range, dtype=dtype)
@@ -361,8 +359,6 @@ class PSNR(_PairedPixelMetric):
     23.01
     """
 
-    name = "psnr"
-
     def __init__(self, *, max_db: float = 100.0, reduction: str = "mean", **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.max_db = number("max_db", max_db, lo=0.0, lo_open=True, owner="psnr")
@@ -383,9 +379,9 @@ class PSNR(_PairedPixelMetric):
         native = native_psnr_path(preds, target)  # the kernel of the one-pass path: the same bits either way
         return P.psnr(preds, target, native=native).clamp(max=self.max_db)
 
-    def _score_batch(self, batch: dict[str, list[Any]]) -> torch.Tensor:
+    def score_batch(self, batch: dict[str, list[Any]]) -> torch.Tensor:
         fused = self._one_pass(batch)
-        return super()._score_batch(batch) if fused is None else fused
+        return super().score_batch(batch) if fused is None else fused
 
     def _one_pass(self, batch: dict[str, list[Any]]) -> torch.Tensor | None:
         """Tensor batches of one shape and dtype: the squared errors in one pass over memory
@@ -427,8 +423,6 @@ class SSIM(_PairedPixelMetric):
     (1.0, True)
     """
 
-    name = "ssim"
-
     def __init__(self, *, kernel_size: int = 11, sigma: float = 1.5, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.kernel_size = integer("kernel_size", kernel_size, lo=3, owner="ssim")
@@ -466,8 +460,6 @@ class MSSSIM(_PairedPixelMetric):
         ...
     genmetrics.errors.InputError: ms_ssim: images of (32, 32) are too small for 5 scales with an 11px window ...
     """
-
-    name = "ms_ssim"
 
     def __init__(
         self,

@@ -6,9 +6,9 @@ import json
 
 import click
 
+from genmetrics.core.option_docs import describe_options
+from genmetrics.core.registry import list_metrics, metric_info, metric_options
 from genmetrics.data.jsonable import jsonable
-from genmetrics.option_docs import describe_options
-from genmetrics.registry import list_metrics, metric_info, metric_options
 
 
 @click.command("list")

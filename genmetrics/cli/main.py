@@ -21,8 +21,8 @@ from typing import Any
 
 import click
 
+from genmetrics.core.options import check_environment
 from genmetrics.errors import GenmetricsError, InputError
-from genmetrics.options import check_environment
 
 # command name -> "module:attribute" (a click.Command or click.Group)
 LAZY_COMMANDS: dict[str, str] = {

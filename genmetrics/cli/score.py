@@ -1,6 +1,6 @@
 """``genmetrics score``: score files or folders with one metric.
 
-What the metric is fed is decided by :mod:`genmetrics.leaderboard.wiring` from its card (the function the
+What the metric is fed is decided by :mod:`genmetrics.core.wiring` from its card (the function the
 leaderboard uses too); this module turns the flags into that function's sources and its errors into flag
 names.
 """
@@ -20,15 +20,7 @@ import torch
 from genmetrics.backbones.precheck import check_metric_weights
 from genmetrics.backbones.provider import describe_provider
 from genmetrics.cli.common import echo_json, parse_options
-from genmetrics.data.images import check_image_header, list_images, stem_index, unused_references
-from genmetrics.data.pipeline import PATHS, DecodedCache, check_workers, decoded, decoded_chunks, transform_of
-from genmetrics.data.progress import progress
-from genmetrics.data.results import atomic_write_json, atomic_write_text, dumps_line, jsonable
-from genmetrics.data.workers import workers_option
-from genmetrics.errors import InputError
-from genmetrics.leaderboard.notes import SMALL_SET, banner, small_sets
-from genmetrics.leaderboard.wiring import Feeds, Sample, Sources, WiringError, feeds, wire
-from genmetrics.registry import (
+from genmetrics.core.registry import (
     Granularity,
     MetricCard,
     ReferenceKind,
@@ -36,6 +28,14 @@ from genmetrics.registry import (
     get_card,
     metric_options,
 )
+from genmetrics.core.wiring import Feeds, Sample, Sources, WiringError, feeds, wire
+from genmetrics.data.images import check_image_header, list_images, stem_index, unused_references
+from genmetrics.data.pipeline import PATHS, DecodedCache, check_workers, decoded, decoded_chunks, transform_of
+from genmetrics.data.progress import progress
+from genmetrics.data.results import atomic_write_json, atomic_write_text, dumps_line, jsonable
+from genmetrics.data.workers import workers_option
+from genmetrics.errors import InputError
+from genmetrics.leaderboard.notes import SMALL_SET, banner, small_sets
 
 #: what ``--reference`` is, by the input the card needs
 _REFERENCE_NEEDS = {
@@ -135,7 +135,7 @@ def rounded(value: Any, card: MetricCard) -> Any:
     :data:`DISPLAY_DIGITS` significant digits, relative to the width of the card's range when it is bounded
     (PSNR in [0, 100]: 4 decimals; SSIM in [-1, 1]: 5; CLIPScore in [-100, 100]: 3).
 
-    >>> from genmetrics.registry import get_card
+    >>> from genmetrics.core.registry import get_card
     >>> rounded(42.0123456789, get_card("psnr")), rounded([0.123456789], get_card("ssim"))
     (42.0123, [0.12346])
     >>> rounded({"mean": 4.76912345e-05}, get_card("sad"))  # unbounded: significant digits

@@ -58,7 +58,7 @@ def _hub_folder(cache: Path, repo: str) -> Path:
 
 def metric_weights(name: str) -> list[str]:
     """The default weights a registered metric loads (``[]`` for pixel metrics)."""
-    from genmetrics.registry import get_card
+    from genmetrics.core.registry import get_card
 
     card = get_card(name)  # an unknown name: InputError with close matches
     return [card.default_weights] if card.default_weights else []
@@ -110,7 +110,7 @@ def needs(metrics: tuple[str, ...] | list[str]) -> tuple[list[Need], list[str]]:
     """The weights of ``metrics`` (every registered metric when empty; an item with a ``/`` names weights
     directly: ``ViT-B-16/openai``, ``Qwen/Qwen3.5-0.8B``), one entry per weights, and the metrics that need
     none."""
-    from genmetrics.registry import alias_of, list_metrics
+    from genmetrics.core.registry import alias_of, list_metrics
 
     names = list(metrics) or [n for n in list_metrics() if alias_of(n) is None]
     out: dict[str, Need] = {}

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import torch
 
-from genmetrics.options import choice
-from genmetrics.options import device as check_device
+from genmetrics.core.options import choice
+from genmetrics.core.options import device as check_device
 
 #: the values of the ``precision`` option of model-based metrics (the first is the default)
 PRECISIONS = ("fp32", "bf16")

@@ -45,8 +45,8 @@ import torch
 import torch.nn.functional as F
 from PIL import Image, ImageFile, ImageOps, UnidentifiedImageError
 
+from genmetrics.core.options import env
 from genmetrics.errors import InputError
-from genmetrics.options import env
 
 ImageLike: TypeAlias = str | os.PathLike | Image.Image | torch.Tensor
 

@@ -4,7 +4,7 @@
 * without one (a log file, a batch job): one line every :data:`LINE_INTERVAL_S` seconds
   (``psnr | model-a: 40/100 batch [00:30<00:45, 1.33 batch/s]``), nothing for work shorter than that;
 * ``GENMETRICS_PROGRESS``: ``1``/``true``/``yes``/``on`` always draws the bar, ``0``/``false``/``no``/``off``
-  turns every progress output off (read by :func:`genmetrics.options.env`, a bad value is named).
+  turns every progress output off (read by :func:`genmetrics.core.options.env`, a bad value is named).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import TypeVar
 
 from tqdm.auto import tqdm
 
-from genmetrics.options import env
+from genmetrics.core.options import env
 
 T = TypeVar("T")
 

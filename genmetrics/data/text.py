@@ -1,6 +1,6 @@
 """The text input contract shared by metrics and backbones: a string or a list of non-empty strings.
 
-It sits below both ``genmetrics.metric`` and ``genmetrics.backbones`` (it imports only
+It sits below both ``genmetrics.core.metric`` and ``genmetrics.backbones`` (it imports only
 :mod:`genmetrics.errors`), so a tokenizer helper can check its input without importing the metric base
 class.
 """

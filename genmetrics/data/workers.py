@@ -9,8 +9,8 @@ from typing import Any, TypeVar
 
 import click
 
+from genmetrics.core.options import MAX_WORKERS
 from genmetrics.errors import InputError
-from genmetrics.options import MAX_WORKERS
 
 __all__ = ["MAX_DEFAULT_WORKERS", "MAX_WORKERS", "check_workers", "default_workers", "workers_option"]
 

@@ -54,7 +54,7 @@ def check_n_boot(n_boot: object, name: str = "n_boot") -> int:
 
 def _as_number(name: str, value: object, what: str) -> float:
     """A number from a number or a numeric text (CLI values arrive as text); a ValueError naming ``name``
-    (this module is pure math: the caller's option checks give the same words as genmetrics.options)."""
+    (this module is pure math: the caller's option checks give the same words as genmetrics.core.options)."""
     try:
         if isinstance(value, bool) or value is None:
             raise TypeError

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from genmetrics.registry import lazy_exports
+from genmetrics.core.registry import lazy_exports
 
 if TYPE_CHECKING:
     from genmetrics.leaderboard.config import LeaderboardConfig, load_config

@@ -54,9 +54,9 @@ from typing import Any, Literal, overload
 
 import yaml
 
+from genmetrics.core.options import COUNT_MAX, SEED_MAX, expand_user
+from genmetrics.core.registry import get_card
 from genmetrics.errors import InputError
-from genmetrics.options import COUNT_MAX, SEED_MAX, expand_user
-from genmetrics.registry import get_card
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from genmetrics.core.registry import Granularity
 from genmetrics.data.escape import html_text
 from genmetrics.data.images import load_image
 from genmetrics.data.results import atomic_write_text
@@ -32,7 +33,6 @@ from genmetrics.leaderboard.notes import notes
 from genmetrics.leaderboard.numbers import fmt, fmt_ci, unit_suffix
 from genmetrics.leaderboard.plan import Plan
 from genmetrics.leaderboard.plots import figure, safe_name
-from genmetrics.registry import Granularity
 
 #: samples shown per end (best, worst) of each column
 K = 4

@@ -8,9 +8,9 @@ import hashlib
 import os
 from pathlib import Path
 
+from genmetrics.core.registry import Granularity
 from genmetrics.data.results import HashCache
 from genmetrics.leaderboard.plan import SET_ID, Column, MetricPlan, Plan, Sample
-from genmetrics.registry import Granularity
 
 #: the run folder's cache of file hashes (path, size, mtime, ctime, inode -> sha256); safe to delete
 HASHES = ".genmetrics.hashes.json"

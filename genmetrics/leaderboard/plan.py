@@ -1,7 +1,7 @@
 """Turn a config into a checked plan: every file, image folder, stem match, prompt and metric option is
 validated here, before any metric scores anything (and before any weights load).
 
-What each metric gets is decided by :mod:`genmetrics.leaderboard.wiring` from the typed input fields of its
+What each metric gets is decided by :mod:`genmetrics.core.wiring` from the typed input fields of its
 card (the same function wires ``genmetrics score``); this module supplies the sources (the generator's
 folder, its references matched by stem, the prompts file, the real set) and words a missing input with the
 config key that supplies it.
@@ -20,14 +20,14 @@ import torch
 
 from genmetrics.backbones.precheck import check_metric_weights
 from genmetrics.backbones.weights import genmetrics_home
+from genmetrics.core.options import device as check_device
+from genmetrics.core.options import expand_user
+from genmetrics.core.registry import Granularity, MetricCard, create_metric, get_card, metric_options
+from genmetrics.core.wiring import Feeds, Sample, Sources, WiringError, feeds, wire
 from genmetrics.data.images import list_images, stem_index
 from genmetrics.data.jsonl import iter_jsonl
 from genmetrics.errors import GenmetricsError, InputError
 from genmetrics.leaderboard.config import GeneratorSpec, KeyPath, LeaderboardConfig, MetricSpec, key_str
-from genmetrics.leaderboard.wiring import Feeds, Sample, Sources, WiringError, feeds, wire
-from genmetrics.options import device as check_device
-from genmetrics.options import expand_user
-from genmetrics.registry import Granularity, MetricCard, create_metric, get_card, metric_options
 
 SET_ID = "__set__"  #: the ``id`` of the one results row a set-level metric writes per generator
 __all__ = [
@@ -63,7 +63,7 @@ class Column:
 @dataclass
 class MetricPlan:
     """What one metric will do: its card, options, columns, the samples per generator (or the real set),
-    and which inputs its card wired in (:class:`~genmetrics.leaderboard.wiring.Feeds`).
+    and which inputs its card wired in (:class:`~genmetrics.core.wiring.Feeds`).
 
     >>> import tempfile
     >>> from genmetrics.leaderboard import load_config

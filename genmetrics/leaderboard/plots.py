@@ -76,7 +76,7 @@ def unit(name: str, entry: dict[str, Any] | None = None) -> str:
     >>> unit("psnr"), unit("psnr_y", {"metric": "psnr"}), unit("ssim"), unit("x", {"unit": "nats"})
     ('dB', 'dB', '', 'nats')
     """
-    from genmetrics.registry import get_card
+    from genmetrics.core.registry import get_card
 
     if entry and entry.get("unit") is not None:
         return str(entry["unit"])

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from genmetrics.core.registry import Granularity
 from genmetrics.data.escape import csv_cell, html_text, md_text, visible_bidi
 from genmetrics.data.results import atomic_write_json, atomic_write_text
 from genmetrics.functional.bootstrap import bootstrap_ci, paired_bootstrap
@@ -39,7 +40,6 @@ from genmetrics.leaderboard.notes import BANNER, notes
 from genmetrics.leaderboard.numbers import fmt, fmt_ci, fmt_p, unit_suffix
 from genmetrics.leaderboard.plan import SET_ID, Plan
 from genmetrics.leaderboard.plots import figure, make_plots
-from genmetrics.registry import Granularity
 
 ARROW = {True: "↑", False: "↓", None: ""}
 MAX_PAIRS_MD = 15  # above this many pairs the Markdown shows neighbours in the ranking only

@@ -38,6 +38,9 @@ from typing import Any
 import torch
 from accelerate import PartialState
 
+from genmetrics.core.options import COUNT_MAX, check_environment, integer
+from genmetrics.core.options import seed as check_seed
+from genmetrics.core.registry import Granularity, create_metric, metric_options
 from genmetrics.data.images import list_images, unused_references
 from genmetrics.data.pipeline import (
     PATHS,
@@ -76,9 +79,6 @@ from genmetrics.leaderboard.manifest import (
     write_manifest,
 )
 from genmetrics.leaderboard.plan import SET_ID, MetricPlan, Plan, Sample, build_plan, device_for_run
-from genmetrics.options import COUNT_MAX, check_environment, integer
-from genmetrics.options import seed as check_seed
-from genmetrics.registry import Granularity, create_metric, metric_options
 
 __all__ = [
     "HASHES",

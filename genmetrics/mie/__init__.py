@@ -10,7 +10,7 @@ Registered metric: ``mie``. Heavy names load lazily: :class:`MIEModel`, :class:`
 
 from __future__ import annotations
 
-from genmetrics.registry import (
+from genmetrics.core.registry import (
     ConditionKind,
     Granularity,
     MetricCard,

@@ -242,9 +242,9 @@ def evaluate_cmd(
     workers: int | None,
 ) -> None:
     """Agreement of MIE (and baselines) with human pairwise preferences and diagnostic labels."""
+    from genmetrics.core.registry import list_metrics, metric_info
     from genmetrics.data.jsonl import load_mib_pairs
     from genmetrics.mie.common import image_size_option
-    from genmetrics.registry import list_metrics, metric_info
 
     size = image_size_option(image_size, owner="evaluate-human mie --image-size", allow_checkpoint=True)
 

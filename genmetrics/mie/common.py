@@ -12,8 +12,8 @@ from typing import Any
 from torch import nn
 
 from genmetrics.backbones.hf import load_vlm
+from genmetrics.core.options import integer
 from genmetrics.errors import InputError
-from genmetrics.options import integer
 
 DIMENSIONS = ("existence", "appearance", "interaction")
 MAX_REFERENCES = 8

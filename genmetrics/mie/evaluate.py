@@ -43,6 +43,7 @@ from matplotlib.figure import Figure
 from PIL import Image
 from torchmetrics.functional.classification import binary_f1_score, binary_recall
 
+from genmetrics.core.registry import create_metric, metric_info
 from genmetrics.data.escape import md_text
 from genmetrics.data.pipeline import DecodedCache, decoded_chunks
 from genmetrics.data.results import atomic_output, atomic_write_json, atomic_write_text
@@ -50,7 +51,6 @@ from genmetrics.errors import InputError
 from genmetrics.functional.bootstrap import bootstrap_ci
 from genmetrics.functional.ranking import pairwise_correct
 from genmetrics.mie.common import DIMENSIONS
-from genmetrics.registry import create_metric, metric_info
 
 log = logging.getLogger(__name__)
 

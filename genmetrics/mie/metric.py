@@ -18,18 +18,20 @@ import copy
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, ClassVar, cast
+from typing import Any, cast
 
 import torch
 from PIL import Image
 
 from genmetrics.backbones.memory_model import batch_peak_bytes, image_hw, real_config_from_model
 from genmetrics.backbones.qwen_vl import smart_resize
+from genmetrics.core.metric import SampleMetric
+from genmetrics.core.options import integer
+from genmetrics.core.sample_ids import drop_duplicate_ids
 from genmetrics.data.batching import device_memory
 from genmetrics.data.device import check_precision, precision_autocast
 from genmetrics.data.images import as_image_list
 from genmetrics.errors import InputError
-from genmetrics.metric import SampleMetric
 from genmetrics.mie.checkpoint import no_heads_error, resolve_heads
 from genmetrics.mie.common import (
     DIMENSIONS,
@@ -39,8 +41,6 @@ from genmetrics.mie.common import (
     image_size_option,
 )
 from genmetrics.mie.model import MIEModel, validate_inputs
-from genmetrics.options import integer
-from genmetrics.sample_ids import drop_duplicate_ids
 
 
 def _is_image(x: Any) -> bool:
@@ -86,9 +86,7 @@ class MIEMetric(SampleMetric):
     ((2, 3), ('existence', 'appearance', 'interaction'), ['gen_a', 'gen_b'])
     """
 
-    name: ClassVar[str] = "mie"
     sample_states = ("diagnostics",)  # one row per sample
-    higher_is_better: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -176,7 +174,7 @@ class MIEMetric(SampleMetric):
         return cast(MIEModel, self._backbones["mie"])
 
     # ------------------------------------------------------------------ hooks
-    def _prepare(self, reference: Any, candidates: Any, condition: Any) -> dict[str, list[Any]]:
+    def prepare(self, reference: Any, candidates: Any, condition: Any) -> dict[str, list[Any]]:
         if candidates is None:
             raise InputError("candidates: missing; mie scores generated images (pass candidates=)")
         cands = as_image_list(candidates, name="candidates")
@@ -197,7 +195,7 @@ class MIEMetric(SampleMetric):
         )
         return {"reference": refs, "candidates": cands, "condition": prompts}
 
-    def _score_batch(self, batch: dict[str, list[Any]]) -> dict[str, torch.Tensor]:
+    def score_batch(self, batch: dict[str, list[Any]]) -> dict[str, torch.Tensor]:
         model = self.mie_model()
         with precision_autocast(self.precision, self.device):
             out = model.score(batch["reference"], batch["condition"], batch["candidates"])

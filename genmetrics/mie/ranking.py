@@ -17,6 +17,7 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from genmetrics.core.options import choice, integer, number
 from genmetrics.data.escape import md_text, mpl_text
 from genmetrics.data.results import atomic_output
 from genmetrics.errors import InputError
@@ -28,7 +29,6 @@ from genmetrics.functional.ranking import (
     win_rate_interval,
     win_rate_matrix,
 )
-from genmetrics.options import choice, integer, number
 
 ELO_SCALE = 400.0 / math.log(10.0)
 

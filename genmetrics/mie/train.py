@@ -29,6 +29,7 @@ from typing import Any
 
 import torch
 
+from genmetrics.core.options import choice
 from genmetrics.data.jsonl import load_mib_pairs
 from genmetrics.data.results import atomic_write_text
 from genmetrics.data.workers import check_workers
@@ -37,7 +38,6 @@ from genmetrics.mie.checkpoint import recorded_backbone
 from genmetrics.mie.common import TUNING_MODES, build_backbone, image_size_option, resolve_backbone_name
 from genmetrics.mie.loss import RANK_LOSSES, mie_loss, rank_loss
 from genmetrics.mie.model import MIEModel, MIEOutput
-from genmetrics.options import choice
 from genmetrics.train import TrainLoopConfig, TrainTask, fit
 from genmetrics.train.data_checks import check_pairs
 

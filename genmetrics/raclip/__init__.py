@@ -6,7 +6,7 @@ Importing this package registers the metric cards only; torch and open_clip load
 
 from __future__ import annotations
 
-from genmetrics.registry import (
+from genmetrics.core.registry import (
     ConditionKind,
     Granularity,
     MetricCard,

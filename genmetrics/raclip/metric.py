@@ -18,7 +18,6 @@ import open_clip
 import torch
 import torch.nn.functional as F
 
-from genmetrics import options as O
 from genmetrics.backbones.openclip import (
     TextEmbeddingCache,
     clip_image_batch,
@@ -27,14 +26,15 @@ from genmetrics.backbones.openclip import (
     parse_clip_weights,
 )
 from genmetrics.backbones.provider import current_provider
+from genmetrics.core import options as O
+from genmetrics.core.metric import Metric, SampleMetric
+from genmetrics.core.options import choice, number, template
 from genmetrics.data.batching import map_batches
 from genmetrics.data.device import check_precision, precision_autocast
 from genmetrics.data.images import as_image_list, to_tensor
 from genmetrics.data.text import as_text_list
 from genmetrics.errors import InputError
 from genmetrics.functional import divergence as D
-from genmetrics.metric import Metric, SampleMetric
-from genmetrics.options import choice, number, template
 from genmetrics.raclip import report
 from genmetrics.raclip.attributes import resolve_attributes
 from genmetrics.raclip.model import (
@@ -237,9 +237,6 @@ class RAClipScore(_RAMixin, SampleMetric):
     True
     """
 
-    name = "raclip"
-    higher_is_better = True
-
     def __init__(
         self,
         attributes: Any = None,
@@ -270,7 +267,7 @@ class RAClipScore(_RAMixin, SampleMetric):
         )
         self._init_backbone(backbone, tokenizer, weights, data_range, precision)
 
-    def _prepare(self, reference: Any, candidates: Any, condition: Any) -> dict[str, list[Any]]:
+    def prepare(self, reference: Any, candidates: Any, condition: Any) -> dict[str, list[Any]]:
         if reference is not None:
             raise InputError(
                 f"{self.name}: takes no reference images (it scores each candidate against text); "
@@ -294,7 +291,7 @@ class RAClipScore(_RAMixin, SampleMetric):
         return {"candidates": items, "condition": as_text_list(condition, name="condition")}
 
     @torch.no_grad()
-    def _score_batch(self, batch: dict[str, list[Any]]) -> torch.Tensor:
+    def score_batch(self, batch: dict[str, list[Any]]) -> torch.Tensor:
         x = self._pixels(batch["candidates"], "candidates")
         if self.attributes is not None:
             return self._scorer()(x, self.attributes).score.double()
@@ -330,9 +327,6 @@ class CLIPScore(_ClipFamily, SampleMetric):
     ((2,), True)
     """
 
-    name = "clipscore"
-    higher_is_better = True
-
     def __init__(
         self,
         attributes: Any = None,
@@ -359,10 +353,10 @@ class CLIPScore(_ClipFamily, SampleMetric):
         self.text_dtype = text_dtype
         self._init_backbone(backbone, tokenizer, weights, data_range, precision)
 
-    _prepare = RAClipScore._prepare
+    prepare = RAClipScore.prepare
 
     @torch.no_grad()
-    def _score_batch(self, batch: dict[str, list[Any]]) -> torch.Tensor:
+    def score_batch(self, batch: dict[str, list[Any]]) -> torch.Tensor:
         img = self._image_embeddings(self._pixels(batch["candidates"], "candidates"))
         # each distinct prompt / attribute is encoded once per metric (cache keyed by the text)
         if self.attributes is not None:
@@ -400,9 +394,6 @@ class HCS(_ClipFamily, SampleMetric):
     >>> tuple(per.shape), torch.allclose(per[:, 0], -per[:, 1], atol=1e-6)
     ((3, 2), True)
     """
-
-    name = "hcs"
-    higher_is_better = True
 
     def __init__(
         self,
@@ -459,7 +450,7 @@ class HCS(_ClipFamily, SampleMetric):
         if candidates is not None:
             super().update(candidates=candidates, ids=ids)
 
-    def _prepare(self, reference: Any, candidates: Any, condition: Any) -> dict[str, list[Any]]:
+    def prepare(self, reference: Any, candidates: Any, condition: Any) -> dict[str, list[Any]]:
         return {"candidates": _images(candidates, "candidates", self.data_range)}
 
     @torch.no_grad()
@@ -467,7 +458,7 @@ class HCS(_ClipFamily, SampleMetric):
         # the fast tower: rows independent of the batch
         return self._image_embeddings(self._pixels(images, name)).double()
 
-    def _score_batch(self, batch: dict[str, list[Any]]) -> torch.Tensor:
+    def score_batch(self, batch: dict[str, list[Any]]) -> torch.Tensor:
         return self._embed(batch["candidates"], "candidates")  # embeddings; HCS is formed at compute()
 
     def _centers(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -486,7 +477,7 @@ class HCS(_ClipFamily, SampleMetric):
         t_attr, c_text = self._hcs_text(self.text_center)
         return c_img, t_attr, c_text
 
-    def _compute_state(self) -> torch.Tensor:
+    def compute_state(self) -> torch.Tensor:
         emb, _ = self._gathered()
         c_img, t_attr, c_text = self._centers()
         return hcs(emb, t_attr, c_img, c_text).mean(0)
@@ -549,7 +540,6 @@ class _SetDivergence(_RAMixin, Metric):
     Scorer options default to ``None`` ("not given", the scorer's defaults apply) so that an option that
     would change nothing can be told apart and refused."""
 
-    higher_is_better = False
     _needs_cross: ClassVar[bool] = False
     _needs_maps: ClassVar[bool] = False
 
@@ -864,9 +854,7 @@ class SaD(_KLDivergence):
     True
     """
 
-    name = "sad"
-
-    def _compute_state(self) -> dict[str, torch.Tensor]:
+    def compute_state(self) -> dict[str, torch.Tensor]:
         self._check_sets(2)
         if self._keep_rows:
             real, gen = self._rows()
@@ -899,7 +887,6 @@ class PaD(_KLDivergence):
     (('smiling', 'wearing hat'), (3,), True)
     """
 
-    name = "pad"
     _needs_cross = True
 
     def __init__(self, attributes: Any = None, **kwargs: Any) -> None:
@@ -907,7 +894,7 @@ class PaD(_KLDivergence):
         if len(self.attributes) < 2:
             raise InputError("pad: needs at least 2 attributes to form a pair; pass two or more attributes")
 
-    def _compute_state(self) -> dict[str, torch.Tensor]:
+    def compute_state(self) -> dict[str, torch.Tensor]:
         self._check_sets(2)
         if self._keep_rows:
             real, gen = self._rows()
@@ -945,7 +932,6 @@ class RSaD(_SetDivergence):
     ((4, 4), (16, 2), 0.0)
     """
 
-    name = "rsad"
     _needs_maps = True
 
     def __init__(self, attributes: Any = None, **kwargs: Any) -> None:
@@ -974,7 +960,7 @@ class RSaD(_SetDivergence):
                 dist_reduce_fx="sum",
             )
 
-    def _compute_state(self) -> dict[str, torch.Tensor]:
+    def compute_state(self) -> dict[str, torch.Tensor]:
         self._check_sets(1)
         m = self.real_maps / self.real_n - self.gen_maps / self.gen_n
         per = m.abs().mean(0)

@@ -34,9 +34,9 @@ from genmetrics.backbones._torch_internals import version_counter
 from genmetrics.backbones.clip_blocks import fused_mlp
 from genmetrics.backbones.clip_packed import packed_vision_blocks
 from genmetrics.backbones.clip_text import TextEmbeddingCache
+from genmetrics.core.options import template
 from genmetrics.data.device import check_precision, precision_autocast
 from genmetrics.errors import InputError
-from genmetrics.options import template
 from genmetrics.raclip._checks import check_attributes
 
 POSITIVE_TEMPLATE = "This is a photo of {}."

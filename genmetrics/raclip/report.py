@@ -167,8 +167,8 @@ def bootstrap_means(
     >>> b["sad"][0] <= b["sad_estimate"] <= b["sad"][1], b["sad_estimate"] < b["sad_plugin"], b["sad_method"]
     (True, True, 'inversion')
     """
+    from genmetrics.core.options import choice
     from genmetrics.functional.bootstrap import check_n_boot, gaussian_kl_interval, two_sample_ci
-    from genmetrics.options import choice
 
     n_boot = check_n_boot(n_boot)
     choice("method", method, ("inversion", "BCa", "percentile", "basic"), owner="bootstrap_means")

@@ -8,7 +8,7 @@ retrieval. Heavy names are exported lazily (no torch import here); see docs/tpip
 
 from __future__ import annotations
 
-from genmetrics.registry import ConditionKind, MetricCard, ReferenceKind, lazy_exports, register_metric
+from genmetrics.core.registry import ConditionKind, MetricCard, ReferenceKind, lazy_exports, register_metric
 
 register_metric(
     MetricCard(

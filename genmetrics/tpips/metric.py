@@ -27,13 +27,13 @@ import torch
 
 from genmetrics.backbones.memory_model import batch_peak_bytes, image_hw, real_config_from_model
 from genmetrics.backbones.qwen_vl import IMAGE_MODES, mode_sensitive, official_rgb_uint8, qwen_image
+from genmetrics.core.metric import SampleMetric, batch_len, eval_mode, hash_id, keep_index, slice_batch
+from genmetrics.core.options import integer, number
 from genmetrics.data.batching import device_memory, map_batches
 from genmetrics.data.device import check_precision, precision_autocast
 from genmetrics.data.images import as_image_list, to_tensor
 from genmetrics.data.pipeline import rgb_uint8
 from genmetrics.errors import InputError
-from genmetrics.metric import SampleMetric, batch_len, eval_mode, hash_id, keep_index, slice_batch
-from genmetrics.options import integer, number
 from genmetrics.tpips.common import DEFAULT_WEIGHTS, VARIANTS, check_aspects
 from genmetrics.tpips.loading import load_tpips
 from genmetrics.tpips.model import VALUE_RANGE, TPIPSModel
@@ -76,10 +76,7 @@ class TPIPS(SampleMetric):
     ([1.0, 1.0], ['color', 'overall'], True)
     """
 
-    name = "tpips"
     sample_states = ("aspect_ids",)  # one row per sample
-    higher_is_better = True
-    paired = True  # preds= are the candidates, target= the references
 
     def __init__(
         self,
@@ -208,7 +205,7 @@ class TPIPS(SampleMetric):
                 out.append(to_tensor(x, data_range=self.data_range, name=label).cpu())
         return out
 
-    def _prepare(self, reference: Any, candidates: Any, condition: Any) -> dict[str, list[Any]]:
+    def prepare(self, reference: Any, candidates: Any, condition: Any) -> dict[str, list[Any]]:
         if reference is None:
             raise InputError(
                 "tpips: reference images are required (each candidate is compared with its reference)"
@@ -264,7 +261,7 @@ class TPIPS(SampleMetric):
         asp = check_aspects(condition, n, name="condition")
         return {"reference": ref, "candidates": cand, "condition": asp}
 
-    def _score_batch(self, batch: dict[str, list[Any]]) -> torch.Tensor:
+    def score_batch(self, batch: dict[str, list[Any]]) -> torch.Tensor:
         model = self.model()
         ref, cand, asp = batch["reference"], batch["candidates"], batch["condition"]
         # a caller's model under training is scored in eval mode, its mode kept
@@ -318,7 +315,7 @@ class TPIPS(SampleMetric):
         self._candidate_k = self._pending_k
         n_new = sum(int(t.shape[0]) for t in self.scores) - n_before
         asp = condition if condition is not None else self.aspect
-        assert asp is not None  # _prepare refused a missing condition
+        assert asp is not None  # prepare refused a missing condition
         asp = [asp] * n_new if isinstance(asp, str) else list(asp)
         if cut:  # one warning per update naming how many aspects were cut (the model warns per call)
             model = self.model()
@@ -372,12 +369,12 @@ class TPIPS(SampleMetric):
         held, pending = self._candidate_k, getattr(self, "_pending_k", None)
         self._candidate_k = None  # one-shot: neither checked against nor recorded in the accumulated state
         try:
-            batch = self._prepare(reference, candidates, condition)
+            batch = self.prepare(reference, candidates, condition)
         finally:
             self._candidate_k, self._pending_k = held, pending
         n = batch_len(batch)
         parts = map_batches(
-            lambda sl: self._score_batch(slice_batch(batch, sl)),
+            lambda sl: self.score_batch(slice_batch(batch, sl)),
             n,
             self.batch_size,
             peak_bytes=self._peak_bytes(batch),  # the memory model's first batch on a GPU, as update()

@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-import genmetrics.options as opt
+import genmetrics.core.options as opt
 from genmetrics.errors import GenmetricsError, InputError
 
 __all__ = ["DeviceUnavailableError", "TrainLoopConfig", "SCHEDULERS", "RESUME_FREE", "available_devices"]

@@ -29,9 +29,9 @@ from accelerate.utils import DistributedDataParallelKwargs, broadcast_object_lis
 from tqdm.auto import tqdm
 from transformers import get_scheduler
 
+from genmetrics.core.options import env
 from genmetrics.data.results import atomic_write_json, destination, lock_output_folder
 from genmetrics.errors import InputError
-from genmetrics.options import env
 from genmetrics.train import checkpoint as ck
 from genmetrics.train import run_dir as rd
 from genmetrics.train._accelerate_state import new_accelerator

@@ -216,13 +216,13 @@ def _fake_gpu(monkeypatch, memory: int) -> None:
 
 def _spy_sizes(metric) -> list[int]:
     sizes: list[int] = []
-    score = metric._score_batch
+    score = metric.score_batch
 
     def spy(batch):
         sizes.append(len(batch["candidates"]))
         return score(batch)
 
-    metric._score_batch = spy
+    metric.score_batch = spy
     return sizes
 
 

@@ -21,8 +21,8 @@ from genmetrics.backbones.precheck import check_metric_weights, check_weights_av
 from genmetrics.backbones.provider import use_provider
 from genmetrics.cli.main import main
 from genmetrics.cli.weights import metric_weights
+from genmetrics.core.registry import alias_of, get_card, list_metrics
 from genmetrics.errors import WeightsUnavailableError
-from genmetrics.registry import alias_of, get_card, list_metrics
 from tests.cli.test_offline_hub import _closed_port, _score_args, dead_hub  # noqa: F401 - a fixture
 
 ROOT = Path(__file__).resolve().parents[2]

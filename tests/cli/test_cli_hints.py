@@ -20,8 +20,8 @@ import genmetrics
 from genmetrics.cli.common import parse_options
 from genmetrics.cli.main import main
 from genmetrics.cli.weights import metric_weights
-from genmetrics.option_docs import describe_options, options_section
-from genmetrics.registry import alias_of, list_metrics, metric_class, metric_info, metric_options
+from genmetrics.core.option_docs import describe_options, options_section
+from genmetrics.core.registry import alias_of, list_metrics, metric_class, metric_info, metric_options
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "examples" / "quickstart" / "data"
@@ -103,12 +103,12 @@ def test_info_has_no_contradictory_fields(name):
 
 @pytest.mark.parametrize("name", [n for n in list_metrics() if alias_of(n) is None])
 def test_info_describes_every_option_from_the_table_the_docstring_uses(name, capsys):
-    """Each option: default, allowed values and description, from genmetrics.option_docs; the class docstring
+    """Each option: default, allowed values and description, from genmetrics.core.option_docs; the class docstring
     carries the same lines (red before: options had only their default)."""
     defaults = metric_options(name)
     described = describe_options(name, defaults)
     missing = [k for k, d in described.items() if not (d["allowed"] and d["description"])]
-    assert not missing, f"{name}: options without a description in genmetrics.option_docs: {missing}"
+    assert not missing, f"{name}: options without a description in genmetrics.core.option_docs: {missing}"
     assert main(["info", name, "--json"]) == 0
     shown = json.loads(capsys.readouterr().out)["options"]
     assert shown == described

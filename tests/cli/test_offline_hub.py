@@ -25,8 +25,8 @@ import genmetrics as gm
 from genmetrics.backbones import hub
 from genmetrics.cli.main import main
 from genmetrics.cli.weights import metric_weights
+from genmetrics.core.registry import alias_of, get_card, list_metrics
 from genmetrics.errors import WeightsUnavailableError
-from genmetrics.registry import alias_of, get_card, list_metrics
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "examples" / "quickstart" / "data"

@@ -1,5 +1,5 @@
 """One wiring from card to inputs: ``genmetrics score`` and the leaderboard feed every registered
-metric the same inputs, because both call ``genmetrics.leaderboard.wiring``. The test records every
+metric the same inputs, because both call ``genmetrics.core.wiring``. The test records every
 ``update()`` call a metric receives (through the tiny backbone provider) on one data set, once from the CLI
 and once from a leaderboard, and compares them sample by sample."""
 
@@ -18,8 +18,8 @@ from PIL import Image
 import genmetrics as gm
 from genmetrics.backbones.provider import use_provider
 from genmetrics.cli.main import main
+from genmetrics.core.registry import alias_of, metric_class
 from genmetrics.leaderboard import run_leaderboard
-from genmetrics.registry import alias_of, metric_class
 from genmetrics.testing import tiny_backbones
 
 ATTRS = "smiling, a hat"

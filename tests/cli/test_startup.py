@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from genmetrics.registry import alias_of, get_card, list_metrics, metric_class
-from genmetrics.static_options import static_options
+from genmetrics.core.registry import alias_of, get_card, list_metrics, metric_class
+from genmetrics.core.static_options import static_options
 
 PROBE = """
 import sys

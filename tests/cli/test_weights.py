@@ -23,7 +23,7 @@ from genmetrics.backbones import hub as hub_module
 from genmetrics.backbones.hf import hf_cache_dir, unavailable_error
 from genmetrics.backbones.weights import genmetrics_home, weights_unavailable
 from genmetrics.cli.main import main
-from genmetrics.registry import alias_of, get_card, list_metrics
+from genmetrics.core.registry import alias_of, get_card, list_metrics
 
 CLIP = "ViT-B-32-quickgelu/openai"
 CLIP_REPO = ocp.get_pretrained_cfg("ViT-B-32-quickgelu", "openai")["hf_hub"].rstrip("/")

@@ -12,7 +12,7 @@ import torch
 from torchmetrics import MetricCollection
 
 from genmetrics.backbones.fastpath import forget_fast_path_choices
-from genmetrics.metric import SampleMetric
+from genmetrics.core.metric import SampleMetric
 from genmetrics.testing import spawn_gloo
 from tests.contract import tester as T
 

@@ -35,7 +35,7 @@ import torchmetrics
 from torch import nn
 
 import genmetrics as gm
-from genmetrics.metric import OPTIONS_STATE_PREFIX
+from genmetrics.core.metric import OPTIONS_STATE_PREFIX
 from tests.contract import tester as T
 from tests.recipes import metric_recipe
 
@@ -65,7 +65,7 @@ class _Bare(torchmetrics.Metric):
         return self.total
 
 
-#: attributes of torchmetrics' and nn.Module's own bookkeeping, and genmetrics.metric's bookkeeping of the
+#: attributes of torchmetrics' and nn.Module's own bookkeeping, and genmetrics.core.metric's bookkeeping of the
 #: accumulated state (ids seen, a state loaded empty, inside forward): none of them is a metric's configuration
 _BOOKKEEPING = frozenset(vars(_Bare())) | {
     "_backbones",

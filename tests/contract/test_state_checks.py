@@ -11,9 +11,9 @@ import pytest
 import torch
 
 import genmetrics as gm
+from genmetrics.core.metric import SampleMetric
+from genmetrics.core.metric_states import IDENTITY_KEY
 from genmetrics.errors import InputError
-from genmetrics.metric import SampleMetric
-from genmetrics.metric_states import IDENTITY_KEY
 from genmetrics.testing import random_images, spawn_gloo, tiny_dino
 
 
@@ -163,10 +163,10 @@ class _Log(SampleMetric):
 
     name = "log_of_mean"
 
-    def _prepare(self, reference, candidates, condition):
+    def prepare(self, reference, candidates, condition):
         return {"candidates": list(candidates)}
 
-    def _score_batch(self, batch):
+    def score_batch(self, batch):
         return torch.stack(batch["candidates"]).flatten(1).mean(1).double().log()
 
     def _nonfinite_allowed(self, state):

@@ -24,7 +24,7 @@ import torch
 from torchmetrics import wrappers as tw
 
 from genmetrics import wrappers as gw
-from genmetrics.registry import metric_class
+from genmetrics.core.registry import metric_class
 from tests.contract import tester as T
 
 HARNESS = os.environ.get("GENMETRICS_TORCHMETRICS_TESTS")

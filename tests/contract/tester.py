@@ -25,12 +25,12 @@ from typing import Any
 import torch
 
 import genmetrics as gm
+from genmetrics.core.metric import SampleMetric
 from genmetrics.errors import InputError
-from genmetrics.metric import SampleMetric
 from tests.recipes import metric_recipe
 
 NAMES: list[str] = [
-    n for n in gm.list_metrics() if gm.registry.alias_of(n) is None
+    n for n in gm.list_metrics() if gm.core.registry.alias_of(n) is None
 ]  # an alias is the same metric
 
 

@@ -11,10 +11,10 @@ from typing import Any
 import torch
 
 from genmetrics.baselines.pixel import PSNR
+from genmetrics.core.metric import Metric, SampleMetric, as_text_list
+from genmetrics.core.registry import MetricCard, register_metric
 from genmetrics.data.images import as_image_list, to_tensor
 from genmetrics.data.pipeline import PATHS
-from genmetrics.metric import Metric, SampleMetric, as_text_list
-from genmetrics.registry import MetricCard, register_metric
 
 _PAIR = {"reference": "reference images [B]", "candidates": "generated images [B]"}
 CALLS: dict[str, Any] = {
@@ -76,9 +76,9 @@ class SlowPSNR(PSNR):
 
     name = "_lb_slow"
 
-    def _score_batch(self, batch: dict[str, list[Any]]) -> torch.Tensor:
+    def score_batch(self, batch: dict[str, list[Any]]) -> torch.Tensor:
         time.sleep(float(os.environ.get("LB_SLOW_S", "0.05")))
-        return super()._score_batch(batch)
+        return super().score_batch(batch)
 
 
 class _Mean(SampleMetric):
@@ -93,10 +93,10 @@ class PromptMetric(_Mean):
 
     name = "_lb_prompt"
 
-    def _prepare(self, reference: Any, candidates: Any, condition: Any) -> dict[str, list[Any]]:
+    def prepare(self, reference: Any, candidates: Any, condition: Any) -> dict[str, list[Any]]:
         return {"candidates": as_image_list(candidates), "condition": as_text_list(condition)}
 
-    def _score_batch(self, batch: dict[str, list[Any]]) -> torch.Tensor:
+    def score_batch(self, batch: dict[str, list[Any]]) -> torch.Tensor:
         return self._mean(batch["candidates"]) + torch.tensor(
             [1000.0 * len(t) for t in batch["condition"]], dtype=torch.float64
         )
@@ -107,14 +107,14 @@ class AspectMetric(_Mean):
 
     name = "_lb_aspect"
 
-    def _prepare(self, reference: Any, candidates: Any, condition: Any) -> dict[str, list[Any]]:
+    def prepare(self, reference: Any, candidates: Any, condition: Any) -> dict[str, list[Any]]:
         return {
             "reference": as_image_list(reference),
             "candidates": as_image_list(candidates),
             "condition": as_text_list(condition),
         }
 
-    def _score_batch(self, batch: dict[str, list[Any]]) -> torch.Tensor:
+    def score_batch(self, batch: dict[str, list[Any]]) -> torch.Tensor:
         d = (self._mean(batch["candidates"]) - self._mean(batch["reference"])).abs()
         return d + torch.tensor([float(len(t)) for t in batch["condition"]], dtype=torch.float64)
 
@@ -129,10 +129,10 @@ class NanMetric(_Mean):
         super().__init__(**kwargs)
         self.nan_ids = tuple(nan_ids)
 
-    def _prepare(self, reference: Any, candidates: Any, condition: Any) -> dict[str, list[Any]]:
+    def prepare(self, reference: Any, candidates: Any, condition: Any) -> dict[str, list[Any]]:
         return {"candidates": as_image_list(candidates)}
 
-    def _score_batch(self, batch: dict[str, list[Any]]) -> torch.Tensor:
+    def score_batch(self, batch: dict[str, list[Any]]) -> torch.Tensor:
         from pathlib import Path
 
         m = self._mean(batch["candidates"])
@@ -145,7 +145,7 @@ class RefSetMetric(_Mean):
 
     name = "_lb_refsets"
 
-    def _prepare(self, reference: Any, candidates: Any, condition: Any) -> dict[str, list[Any]]:
+    def prepare(self, reference: Any, candidates: Any, condition: Any) -> dict[str, list[Any]]:
         refs = list(reference)
         assert all(isinstance(r, list) for r in refs), "expected one list of references per candidate"
         return {
@@ -154,7 +154,7 @@ class RefSetMetric(_Mean):
             "condition": as_text_list(condition),
         }
 
-    def _score_batch(self, batch: dict[str, list[Any]]) -> torch.Tensor:
+    def score_batch(self, batch: dict[str, list[Any]]) -> torch.Tensor:
         return torch.tensor(
             [len(r) + 0.001 * len(t) for r, t in zip(batch["reference"], batch["condition"])],
             dtype=torch.float64,
@@ -171,10 +171,10 @@ class VectorMetric(_Mean):
         super().__init__(**kwargs)
         CALLS["cache_dir"], CALLS["path"] = cache_dir, path
 
-    def _prepare(self, reference: Any, candidates: Any, condition: Any) -> dict[str, list[Any]]:
+    def prepare(self, reference: Any, candidates: Any, condition: Any) -> dict[str, list[Any]]:
         return {"candidates": as_image_list(candidates)}
 
-    def _score_batch(self, batch: dict[str, list[Any]]) -> torch.Tensor:
+    def score_batch(self, batch: dict[str, list[Any]]) -> torch.Tensor:
         return torch.stack([to_tensor(x).double().mean((1, 2)) for x in batch["candidates"]])
 
 
@@ -200,10 +200,10 @@ class CenterMetric(_Mean):
         if candidates is not None:
             super().update(candidates=candidates, ids=ids)
 
-    def _prepare(self, reference: Any, candidates: Any, condition: Any) -> dict[str, list[Any]]:
+    def prepare(self, reference: Any, candidates: Any, condition: Any) -> dict[str, list[Any]]:
         return {"candidates": as_image_list(candidates)}
 
-    def _score_batch(self, batch: dict[str, list[Any]]) -> torch.Tensor:
+    def score_batch(self, batch: dict[str, list[Any]]) -> torch.Tensor:
         return (self._mean(batch["candidates"]) - self.ref_sum / self.ref_n).abs()
 
 
@@ -216,7 +216,7 @@ class AttrMetric(_Mean):
         super().__init__(**kwargs)
         self.attributes = attributes
 
-    def _prepare(self, reference: Any, candidates: Any, condition: Any) -> dict[str, list[Any]]:
+    def prepare(self, reference: Any, candidates: Any, condition: Any) -> dict[str, list[Any]]:
         if (condition is None) == (self.attributes is None):
             raise ValueError("give condition xor attributes")
         return {
@@ -224,7 +224,7 @@ class AttrMetric(_Mean):
             "condition": as_text_list(condition) if condition is not None else None,
         }
 
-    def _score_batch(self, batch: dict[str, list[Any]]) -> torch.Tensor:
+    def score_batch(self, batch: dict[str, list[Any]]) -> torch.Tensor:
         m = self._mean(batch["candidates"])
         if self.attributes is None:
             return m + torch.tensor([len(t) for t in batch["condition"]], dtype=torch.float64)
@@ -270,7 +270,7 @@ class SetMetric(Metric):
             self.gen_sum += self._stats(candidates)
             self.gen_n += len(as_image_list(candidates))
 
-    def _compute_state(self) -> torch.Tensor:
+    def compute_state(self) -> torch.Tensor:
         m = self.real_sum / self.real_n - self.gen_sum / self.gen_n
         return m if self.use_grid else m.mean(0).abs()
 
@@ -320,7 +320,7 @@ def register() -> None:
 
 
 def unregister() -> None:
-    from genmetrics import registry
+    from genmetrics.core import registry
 
     for name in FAKES:
         registry._CARDS.pop(name, None)

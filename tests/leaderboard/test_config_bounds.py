@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from genmetrics.core.options import SEED_MAX, integer, seed
 from genmetrics.errors import InputError
 from genmetrics.leaderboard.config import MAX_YAML_NODES, load_config, yaml_size
-from genmetrics.options import SEED_MAX, integer, seed
 from genmetrics.train import TrainLoopConfig
 
 ROOT = Path(__file__).resolve().parents[2]

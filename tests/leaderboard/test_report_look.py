@@ -14,6 +14,7 @@ from lb_helpers import toml_config
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from genmetrics.core.registry import alias_of
 from genmetrics.data.results import read_results
 from genmetrics.leaderboard import run_leaderboard
 from genmetrics.leaderboard.gallery import best_and_worst, write_galleries
@@ -22,7 +23,6 @@ from genmetrics.leaderboard.plots import _points, unit
 from genmetrics.leaderboard.report import _intro, cell, paired_tables, ranking_table, winner
 from genmetrics.raclip import plots as raclip_plots
 from genmetrics.raclip.report import Example
-from genmetrics.registry import alias_of
 
 PSNR_SSIM = '[[metrics]]\nname = "psnr"\n\n[[metrics]]\nname = "ssim"\n'
 
@@ -133,7 +133,7 @@ def test_units():
 
 
 def test_every_metric_card_names_its_unit_once_and_the_reports_show_it(board):
-    from genmetrics.registry import get_card, list_metrics
+    from genmetrics.core.registry import get_card, list_metrics
 
     # the unit comes from the card: psnr is in dB, the KL divergences in nats, the rest unitless
     units = {n: get_card(n).unit for n in list_metrics() if alias_of(n) is None}

@@ -2,8 +2,8 @@
 
 import torch
 
+from genmetrics.core.metric import SampleMetric
 from genmetrics.data.images import load_batch
-from genmetrics.metric import SampleMetric
 
 
 class Brightness(SampleMetric):
@@ -11,10 +11,10 @@ class Brightness(SampleMetric):
 
     name = "test_brightness"
 
-    def _prepare(self, reference, candidates, condition):
+    def prepare(self, reference, candidates, condition):
         return {"candidates": list(candidates)}
 
-    def _score_batch(self, batch):
+    def score_batch(self, batch):
         return torch.stack([t.mean() for t in load_batch(batch["candidates"])]).double()
 
 
@@ -23,10 +23,10 @@ class RefDistance(SampleMetric):
 
     name = "test_refdist"
 
-    def _prepare(self, reference, candidates, condition):
+    def prepare(self, reference, candidates, condition):
         return {"reference": list(reference), "candidates": list(candidates)}
 
-    def _score_batch(self, batch):
+    def score_batch(self, batch):
         r = torch.stack([t.mean() for t in load_batch(batch["reference"])])
         c = torch.stack([t.mean() for t in load_batch(batch["candidates"])])
         return -(r - c).abs().double()

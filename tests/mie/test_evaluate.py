@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from genmetrics import registry
-from genmetrics.registry import MetricCard, register_metric
+from genmetrics.core import registry
+from genmetrics.core.registry import MetricCard, register_metric
 
 
 @pytest.fixture

@@ -505,8 +505,8 @@ def test_noop_options_refused(clip, name, kw, needle):
 
 
 def test_rsad_refuses_the_divergence_options(clip):
+    from genmetrics.core.registry import metric_options
     from genmetrics.raclip.metric import _KL_ONLY, RSaD
-    from genmetrics.registry import metric_options
 
     model, tok = clip
     assert not set(_KL_ONLY) & set(metric_options("rsad"))

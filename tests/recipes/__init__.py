@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from genmetrics.registry import get_card
+from genmetrics.core.registry import get_card
 
 _BUILTIN_RECIPES = {
     "genmetrics.baselines": "baselines",

@@ -1638,7 +1638,7 @@ CASES += [
         "environment variable GENMETRICS_HOME",
         api=lambda ws: _with_env(
             {"GENMETRICS_HOME": str(ws / "plain.pt")},
-            lambda: __import__("genmetrics.options", fromlist=["env"]).env("GENMETRICS_HOME"),
+            lambda: __import__("genmetrics.core.options", fromlist=["env"]).env("GENMETRICS_HOME"),
         ),
     ),
     Case(

@@ -322,7 +322,7 @@ def _given_torchmetrics(root: Path, monkeypatch) -> dict:
 
 
 def _given_contributing(root: Path, monkeypatch) -> dict:
-    from genmetrics import registry
+    from genmetrics.core import registry
 
     monkeypatch.setattr(registry, "_CARDS", dict(registry._CARDS))  # the page registers an example card
     monkeypatch.setattr(registry, "_ALIASES", dict(registry._ALIASES))
@@ -338,6 +338,7 @@ GIVEN = {
     "baselines.md": _given_baselines,
     "torchmetrics.md": _given_torchmetrics,
     "contributing.md": _given_contributing,
+    "plugins.md": _given_contributing,  # registers the example plugin's card: a copy of the registry
     "real_size.md": lambda root, monkeypatch: {},
     "performance.md": lambda root, monkeypatch: {},  # create_metric(..., precision="bf16"): nothing to give  # builds from the typed configs: nothing to give
 }

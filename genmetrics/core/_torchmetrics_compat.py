@@ -1,10 +1,10 @@
 """The private members of ``torchmetrics.Metric`` (and ``torch.nn.Module``) that genmetrics still touches,
-in one place. Everything else in :mod:`genmetrics.metric` uses public torchmetrics API:
+in one place. Everything else in :mod:`genmetrics.core.metric` uses public torchmetrics API:
 ``add_state``, ``reset``, ``metric_state``, ``update_count``, ``sync_context``, ``sync`` / ``unsync``,
 ``state_dict``, ``persistent``, the ``dist_sync_fn`` option and ``torchmetrics.utilities``' public helpers.
 
 Each use below has no public equivalent in torchmetrics 1.4 - 1.9 (the versions ``pyproject.toml``
-admits); ``tests/test_torchmetrics_compat.py`` checks every one of them against the installed torchmetrics
+admits); ``tests/core/test_torchmetrics_compat.py`` checks every one of them against the installed torchmetrics
 and fails with a message naming the member when a release renames or drops it:
 
 =====================  =============================================================================

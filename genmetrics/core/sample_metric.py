@@ -1,5 +1,5 @@
 """The base class :class:`SampleMetric`: one score (or score vector) per candidate, kept per sample with its
-id (see :mod:`genmetrics.metric` for the contract; import the class from there).
+id (see :mod:`genmetrics.core.metric` for the contract; import the class from there).
 """
 
 from __future__ import annotations
@@ -11,31 +11,31 @@ from typing import Any, ClassVar, cast
 
 import torch
 
-from genmetrics._torchmetrics_compat import is_synced
+from genmetrics.core._torchmetrics_compat import is_synced
+from genmetrics.core.metric_base import Metric
+from genmetrics.core.metric_batches import batch_len, slice_batch
+from genmetrics.core.sample_ids import collision_message, conflicting_ids, drop_duplicate_ids, hash_ids
 from genmetrics.data.batching import map_batches
 from genmetrics.errors import InputError
-from genmetrics.metric_base import Metric
-from genmetrics.metric_batches import batch_len, slice_batch
-from genmetrics.sample_ids import collision_message, conflicting_ids, drop_duplicate_ids, hash_ids
 
 
 class SampleMetric(Metric):
     """A metric with one score (or one score vector) per candidate.
 
-    Subclasses implement :meth:`_prepare` (validate and normalise the inputs into a dict of equal-length
-    lists, without loading weights) and :meth:`_score_batch` (score one chunk, return a tensor ``[b]`` or
-    ``[b, C]``, or a dict whose ``"score"`` entry is that and whose other entries are per-sample extras).
-    ``compute()`` is the mean over samples (per column for ``[b, C]``).
+    Subclasses implement two public hooks (docs/plugins.md): :meth:`prepare` (validate and normalise the
+    inputs into a dict of equal-length lists, without loading weights) and :meth:`score_batch` (score one
+    chunk, return a tensor ``[b]`` or ``[b, C]``, or a dict whose ``"score"`` entry is that and whose other
+    entries are per-sample extras). ``compute()`` is the mean over samples (per column for ``[b, C]``).
 
-    A complete plugin metric (register it with a :class:`~genmetrics.registry.MetricCard` to use it from
-    the CLI and leaderboards):
+    A complete metric used directly (registered with a :class:`~genmetrics.core.registry.MetricCard`, for the
+    CLI and leaderboards, it reads ``name`` and ``paired`` from the card instead: docs/plugins.md):
 
     >>> class MeanAbsDiff(SampleMetric):
     ...     name = "mean_abs_diff"
     ...     paired = True
-    ...     def _prepare(self, reference, candidates, condition):
+    ...     def prepare(self, reference, candidates, condition):
     ...         return {"reference": list(reference), "candidates": list(candidates)}
-    ...     def _score_batch(self, batch):
+    ...     def score_batch(self, batch):
     ...         r, c = torch.stack(batch["reference"]), torch.stack(batch["candidates"])
     ...         return (r - c).abs().flatten(1).mean(1).double()
     >>> m = MeanAbsDiff(batch_size=2)  # results do not depend on batch_size
@@ -56,11 +56,21 @@ class SampleMetric(Metric):
         self._seen_ids: set[int] = set()
 
     # -- hooks ------------------------------------------------------------------------
-    def _prepare(self, reference: Any, candidates: Any, condition: Any) -> dict[str, list[Any]]:
-        raise NotImplementedError
+    def prepare(self, reference: Any, candidates: Any, condition: Any) -> dict[str, list[Any]]:
+        """The hook that checks one update's inputs (a plugin implements it): return a dict of equal-length
+        lists, one entry per candidate (``None`` for an input the metric does not take). It loads no weights
+        and raises :class:`~genmetrics.errors.InputError` naming the input for anything it cannot take."""
+        raise NotImplementedError(
+            f"{type(self).__name__}: implement prepare(reference, candidates, condition) -> dict of lists"
+        )
 
-    def _score_batch(self, batch: dict[str, list[Any]]) -> torch.Tensor | dict[str, torch.Tensor]:
-        raise NotImplementedError
+    def score_batch(self, batch: dict[str, list[Any]]) -> torch.Tensor | dict[str, torch.Tensor]:
+        """The hook that scores one chunk of at most ``batch_size`` samples of :meth:`prepare`'s dict (a
+        plugin implements it): a tensor ``[b]`` or ``[b, C]``, or a dict whose ``"score"`` is that and whose
+        other entries are per-sample extras kept as states of the same name (see :attr:`sample_states`)."""
+        raise NotImplementedError(
+            f"{type(self).__name__}: implement score_batch(batch) -> tensor [b] or [b, C]"
+        )
 
     def _peak_bytes(self, batch: dict[str, list[Any]]) -> Any:
         """A memory model ``peak(b)`` for :func:`~genmetrics.data.batching.map_batches` (None: none)."""
@@ -73,7 +83,7 @@ class SampleMetric(Metric):
         """Score and accumulate one batch. ``ids`` (one per candidate; str, int or integer tensors) name the
         samples: a DistributedSampler's padded copies are then counted once. An id repeated within the
         update is an error; an id this metric already scored in this process is dropped with a warning."""
-        batch = self._prepare(reference, candidates, condition)
+        batch = self.prepare(reference, candidates, condition)
         n = batch_len(batch)
         hashed, labels = hash_ids(ids, n)
         seen = self._seen_ids
@@ -97,7 +107,7 @@ class SampleMetric(Metric):
             batch = {k: (None if v is None else [v[j] for j in keep]) for k, v in batch.items()}
             hashed, labels, n = [hashed[j] for j in keep], [labels[j] for j in keep], len(keep)
         results = map_batches(
-            lambda sl: self._score_batch(slice_batch(batch, sl)),
+            lambda sl: self.score_batch(slice_batch(batch, sl)),
             n,
             self.batch_size,
             peak_bytes=self._peak_bytes(batch),
@@ -106,9 +116,9 @@ class SampleMetric(Metric):
         score = torch.cat([r["score"] if isinstance(r, dict) else r for r in results], 0)
         if score.shape[0] != n:
             raise RuntimeError(
-                f"{type(self).__name__}._score_batch returned {score.shape[0]} scores for {n} samples"
+                f"{type(self).__name__}.score_batch returned {score.shape[0]} scores for {n} samples"
             )
-        # _score_batch returns dicts for every slice or for none
+        # score_batch returns dicts for every slice or for none
         extras = {
             k: torch.cat([cast(dict, r)[k] for r in results], 0)
             for k in (results[0] if isinstance(results[0], dict) else ())
@@ -207,7 +217,7 @@ class SampleMetric(Metric):
             )
         return drop_duplicate_ids(scores, ids)
 
-    def _compute_state(self) -> torch.Tensor:
+    def compute_state(self) -> torch.Tensor:
         scores, _ = self._gathered()
         return self._reduce(scores)
 

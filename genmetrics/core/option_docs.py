@@ -107,7 +107,7 @@ def option_doc(metric: str, option: str) -> tuple[str, str] | None:
 
 
 def describe_options(metric: str, defaults: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """Each option of ``defaults`` (name -> default, as :func:`genmetrics.registry.metric_options` gives) with
+    """Each option of ``defaults`` (name -> default, as :func:`genmetrics.core.registry.metric_options` gives) with
     its default, allowed values and description.
 
     >>> describe_options("psnr", {"max_db": "100.0"})["max_db"]["allowed"]

@@ -3,7 +3,7 @@
 
 Samples updated without ``ids=`` are all kept (never de-duplicated: they share :data:`UNNAMED_ID`). Named
 ids are de-duplicated only across processes, for the copies a sampler pads in; an id repeated within one
-update is an error (:func:`hash_ids`). :class:`~genmetrics.metric.SampleMetric` keeps the hashed ids as
+update is an error (:func:`hash_ids`). :class:`~genmetrics.core.metric.SampleMetric` keeps the hashed ids as
 an int64 state next to the scores.
 """
 

@@ -1,4 +1,4 @@
-"""The private torchmetrics / torch members genmetrics still uses (genmetrics/_torchmetrics_compat.py), each
+"""The private torchmetrics / torch members genmetrics still uses (genmetrics/core/_torchmetrics_compat.py), each
 checked against the installed versions: a release that renames or changes one fails here, by name, before
 any metric misbehaves. And no other module of genmetrics touches a private member of torchmetrics.Metric."""
 
@@ -15,16 +15,16 @@ import torchmetrics
 from torchmetrics.aggregation import SumMetric
 
 import genmetrics as gm
-from genmetrics import _torchmetrics_compat as compat
+from genmetrics.core import _torchmetrics_compat as compat
 from genmetrics.testing import tiny_dino
 
-PACKAGE = Path(__file__).resolve().parents[1] / "genmetrics"
+PACKAGE = Path(__file__).resolve().parents[2] / "genmetrics"
 VERSION = f"torchmetrics {torchmetrics.__version__}, torch {torch.__version__}"
 
 
 def _changed(member: str, job: str) -> str:
     return (
-        f"{VERSION} changed the private member {member!r} that genmetrics/_torchmetrics_compat.py uses to "
+        f"{VERSION} changed the private member {member!r} that genmetrics/core/_torchmetrics_compat.py uses to "
         f"{job}; adapt that module (and only it) to the new release"
     )
 
@@ -122,7 +122,7 @@ def test_only_the_compat_module_touches_torchmetrics_privates():
     offenders = {}
     for path in sorted(PACKAGE.rglob("*.py")):
         rel = str(path.relative_to(PACKAGE.parent))
-        if rel == "genmetrics/_torchmetrics_compat.py":
+        if rel == "genmetrics/core/_torchmetrics_compat.py":
             continue
         uses = [
             u for u in private_uses(path, members) if u.split()[-1] not in KNOWN_ELSEWHERE.get(rel, set())
@@ -130,7 +130,7 @@ def test_only_the_compat_module_touches_torchmetrics_privates():
         if uses:
             offenders[rel] = uses
     assert not offenders, (
-        f"private torchmetrics members used outside genmetrics/_torchmetrics_compat.py: {offenders}"
+        f"private torchmetrics members used outside genmetrics/core/_torchmetrics_compat.py: {offenders}"
     )
     for rel, names in KNOWN_ELSEWHERE.items():  # the list shrinks as those areas are fixed
         still = {u.split()[-1] for u in private_uses(PACKAGE.parent / rel, members)}

@@ -1,6 +1,6 @@
 """From a metric card to the inputs a metric is fed: the one place that reads a card's typed input fields
-(:class:`~genmetrics.registry.ReferenceKind`, :class:`~genmetrics.registry.ConditionKind`,
-:class:`~genmetrics.registry.Granularity`). The leaderboard planner and ``genmetrics score`` both call it,
+(:class:`~genmetrics.core.registry.ReferenceKind`, :class:`~genmetrics.core.registry.ConditionKind`,
+:class:`~genmetrics.core.registry.Granularity`). The leaderboard planner and ``genmetrics score`` both call it,
 so the two feed every metric, built-in or plugin, the same inputs (``tests/cli/test_one_wiring.py``).
 
 * :func:`feeds` decides *which* inputs a metric gets from its card and the options it is built with;
@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from genmetrics.core.registry import ConditionKind, Granularity, MetricCard, ReferenceKind
 from genmetrics.errors import InputError
-from genmetrics.registry import ConditionKind, Granularity, MetricCard, ReferenceKind
 
 NONE_REF, NONE_COND = ReferenceKind.NONE, ConditionKind.NONE
 
@@ -79,7 +79,7 @@ class Feeds:
     """Which inputs a metric gets: its level, the reference and condition kinds fed per sample (``NONE``: not
     fed) and the aspects scored one column each.
 
-    >>> from genmetrics.registry import get_card
+    >>> from genmetrics.core.registry import get_card
     >>> feeds(get_card("psnr")).uses, feeds(get_card("tpips"), aspects=["overall"]).uses
     (('reference',), ('reference', 'aspects'))
     >>> feeds(get_card("raclip"), {"attributes"}).uses  # the option replaces the per-sample prompt
@@ -118,7 +118,7 @@ class Feeds:
         """The ``metric.update`` keyword arguments for a chunk of samples (paths as strings); for one column of
         a metric scored under several aspects, pass its ``aspect``.
 
-        >>> from genmetrics.registry import get_card
+        >>> from genmetrics.core.registry import get_card
         >>> s = [Sample("000", Path("gen/000.png"), Path("refs/000.png"))]
         >>> feeds(get_card("psnr")).update_args(s)
         {'reference': ['refs/000.png'], 'candidates': ['gen/000.png'], 'condition': None, 'ids': ['000']}
@@ -177,14 +177,14 @@ def feeds(
     ``given``: the inputs the caller was given (``"reference"``, ``"condition"``): one the card does not take
     is refused, one it needs and that is not given too.
 
-    >>> from genmetrics.registry import get_card
+    >>> from genmetrics.core.registry import get_card
     >>> f = feeds(get_card("sad"), {"attributes"})
     >>> f.level.value, f.uses
     ('set', ('real',))
     >>> feeds(get_card("psnr"), given={"reference", "condition"})  # doctest: +ELLIPSIS
     Traceback (most recent call last):
         ...
-    genmetrics.leaderboard.wiring.WiringError: 'psnr' takes no condition...
+    genmetrics.core.wiring.WiringError: 'psnr' takes no condition...
     """
     name = card.name
     if card.level is Granularity.SET:
@@ -224,7 +224,7 @@ def wire(feed: Feeds, candidates: Sequence[Path], sources: Sources) -> tuple[lis
     """The samples of ``candidates`` (ids: file stems) with the inputs ``feed`` asks for, and the real set
     (``None`` when it is not fed). An absent source or ids without an entry raise :class:`WiringError`.
 
-    >>> from genmetrics.registry import get_card
+    >>> from genmetrics.core.registry import get_card
     >>> refs = {"000": Path("refs/000.png")}
     >>> samples, real = wire(feeds(get_card("psnr")), [Path("gen/000.png")], Sources(references=refs))
     >>> samples[0].reference, real

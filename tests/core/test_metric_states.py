@@ -1,4 +1,4 @@
-"""genmetrics.metric_states: a metric reloaded without ``persistent(True)`` says so; with it, it computes the same value."""
+"""genmetrics.core.metric_states: a metric reloaded without ``persistent(True)`` says so; with it, it computes the same value."""
 
 from __future__ import annotations
 

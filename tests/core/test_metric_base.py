@@ -11,10 +11,11 @@ import torch
 
 import genmetrics as gm
 from genmetrics.backbones.provider import use_provider
-from genmetrics.registry import metric_class
+from genmetrics.core.registry import metric_class
 from genmetrics.testing import random_images, tiny_backbones, tiny_dino
+from tests.reliability.hostile import Cases
 
-PACKAGE = Path(__file__).resolve().parents[1] / "genmetrics"
+PACKAGE = Path(__file__).resolve().parents[2] / "genmetrics"
 PRIVATE = {
     "_defaults",
     "_update_count",
@@ -109,3 +110,26 @@ def test_private_use_checker_sees_both_forms(tmp_path):
     f = tmp_path / "x.py"
     f.write_text("a = m._update_count\nb = getattr(m, '_backbones', None)\nc = m.has_data()\n")
     assert len(_private_uses(f)) == 2
+
+
+# ------------------------------------------------------------------------------------ hostile inputs
+HOSTILE = Cases()
+case = HOSTILE.case
+
+
+@case(
+    "h-global-torch-threads-grad", "silent", "scoring leaves torch's grad mode and default dtype as they were"
+)
+def _(ctx):
+    import genmetrics as gm
+    from genmetrics.testing import random_images
+
+    ctx.freeze()
+    g, dt = torch.is_grad_enabled(), torch.get_default_dtype()
+    m = gm.create_metric("psnr")
+    m.update(reference=random_images(1, 16), candidates=random_images(1, 16, seed=1))
+    m.compute()
+    assert torch.is_grad_enabled() == g and torch.get_default_dtype() == dt
+
+
+test_hostile = HOSTILE.test()

@@ -1,9 +1,21 @@
 """The base class :class:`Metric`: genmetrics' update / compute contract on ``torchmetrics.Metric`` (see
-:mod:`genmetrics.metric` for the contract; import both classes from there).
+:mod:`genmetrics.core.metric` for the contract; import both classes from there).
 
 Argument handling around torchmetrics' per-instance ``update`` / ``compute``, the one-shot score,
 ``forward``, state merging, ``set_dtype``, ``state_dict``, pickling and deep copies that share the frozen
 backbones, plotting from the metric card, and the public introspection the leaderboard uses.
+
+Why ``update`` / ``compute`` are wrapped per instance (:meth:`Metric._wrap_entry_points`) and not once per
+class in ``__init_subclass__``: torchmetrics itself replaces ``update`` and ``compute`` on every instance
+(in ``Metric.__init__`` and again in ``__setstate__``) with wrappers that count updates, cache the computed
+value and synchronise across processes. genmetrics' argument handling must sit *outside* those wrappers:
+a bad input (a meta tensor, ``preds=`` on a metric that is not paired) is refused before torchmetrics counts
+an update, and the one-shot ``compute(reference, candidates, condition)`` must never reach the cached,
+synchronised ``compute()``. A class-level wrapper would sit inside them (torchmetrics wraps whatever the
+class defines). The only class-level alternative is to override torchmetrics' private ``_wrap_update`` /
+``_wrap_compute``, which adds private members to the list in :mod:`genmetrics.core._torchmetrics_compat`.
+What can be done once per class is: ``preds=`` / ``target=`` in a paired metric's ``update`` signature,
+the options section of its docstring and the facts read from its card (``__init_subclass__``).
 """
 
 from __future__ import annotations
@@ -23,16 +35,15 @@ from torch import nn
 from torchmetrics.utilities.exceptions import TorchMetricsUserError
 from torchmetrics.utilities.plot import plot_single_or_multi_val
 
-from genmetrics._torchmetrics_compat import (
+from genmetrics.core._torchmetrics_compat import (
     BackbonesFollowTo,
     is_synced,
     set_forward_cache,
     set_reported_dtype,
     set_update_count,
 )
-from genmetrics.errors import InputError
-from genmetrics.metric_batches import has_meta, meta_message
-from genmetrics.metric_states import (
+from genmetrics.core.metric_batches import has_meta, meta_message
+from genmetrics.core.metric_states import (
     IDENTITY_KEY,
     OPTIONS_STATE_PREFIX,
     REDUCTIONS,
@@ -47,9 +58,10 @@ from genmetrics.metric_states import (
     options_state_name,
     squeeze_scalars,
 )
-from genmetrics.options import COUNT_MAX
-from genmetrics.options import device as check_device
-from genmetrics.registry import TORCHMETRICS_OPTIONS, get_card
+from genmetrics.core.options import COUNT_MAX
+from genmetrics.core.options import device as check_device
+from genmetrics.core.registry import TORCHMETRICS_OPTIONS, MetricCard, card_facts, card_of_class, get_card
+from genmetrics.errors import InputError
 
 
 def _after_load(module: Metric, incompatible_keys: Any) -> None:
@@ -81,14 +93,40 @@ def _advertise_torchmetrics_keywords(cls: type) -> None:
     cls.update = update_with_aliases  # type: ignore[attr-defined]
 
 
+#: the plugin hooks' names before they were public (old, new); the old names work until the next release
+RENAMED_HOOKS = (
+    ("_prepare", "prepare"),
+    ("_score_batch", "score_batch"),
+    ("_compute_state", "compute_state"),
+)
+
+
+def _adopt_renamed_hooks(cls: type) -> None:
+    """A class that implements a hook under its old private name gets it under the public name too, with a
+    ``DeprecationWarning``; every hook is also reachable under its old name, so an older subclass's
+    ``super()._score_batch(batch)`` still finds its parent's ``score_batch``."""
+    for old, new in RENAMED_HOOKS:
+        own = cls.__dict__
+        if old in own and new not in own:
+            warnings.warn(
+                f"{cls.__qualname__} implements {old}(); the hook is public now: rename it to {new}() "
+                f"({old} is still called in this release, not after)",
+                DeprecationWarning,
+                stacklevel=4,
+            )
+            setattr(cls, new, own[old])
+        elif new in own and old not in own:
+            setattr(cls, old, own[new])
+
+
 def _document_options(cls: type) -> None:
-    """End a registered metric class's docstring with its options (:mod:`genmetrics.option_docs`, the table
+    """End a registered metric class's docstring with its options (:mod:`genmetrics.core.option_docs`, the table
     ``genmetrics info`` shows): names and defaults read from the source, never imported."""
     name = cls.__dict__.get("name")
     if not isinstance(name, str) or not cls.__doc__:
         return
-    from genmetrics.option_docs import options_section
-    from genmetrics.static_options import static_options
+    from genmetrics.core.option_docs import options_section
+    from genmetrics.core.static_options import static_options
 
     try:
         defaults = static_options(f"{cls.__module__}:{cls.__qualname__}")
@@ -127,9 +165,28 @@ class Metric(BackbonesFollowTo, torchmetrics.Metric):
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        if cls.paired:
+        _adopt_renamed_hooks(cls)
+        card = card_of_class(cls)
+        if card is not None:
+            cls._adopt_card(card)
+        elif cls.paired:
             _advertise_torchmetrics_keywords(cls)
         _document_options(cls)
+
+    @classmethod
+    def _adopt_card(cls, card: MetricCard) -> None:
+        """Set the facts the card declares (``name``, ``higher_is_better``, ``paired``) as class attributes; a
+        value the class body states itself must agree (the card is the one declaration)."""
+        for attr, value in card_facts(card).items():
+            own = cls.__dict__.get(attr, value)
+            if own != value:
+                raise TypeError(
+                    f"{cls.__qualname__}.{attr} = {own!r} but its metric card {card.name!r} says {value!r}; the "
+                    f"card is the one declaration: drop {attr} from the class"
+                )
+            setattr(cls, attr, value)
+        if cls.paired:
+            _advertise_torchmetrics_keywords(cls)
 
     def __init__(
         self, *, batch_size: int = 32, device: str | torch.device | None = None, **kwargs: Any
@@ -241,7 +298,7 @@ class Metric(BackbonesFollowTo, torchmetrics.Metric):
         candidates, condition)``: the value of just these inputs, the accumulated state left untouched
         (:meth:`score`)."""
         if reference is None and candidates is None and condition is None and not kwargs:
-            return self._compute_state()
+            return self.compute_state()
         return self.score(reference, candidates, condition, **kwargs)
 
     def score(
@@ -259,7 +316,7 @@ class Metric(BackbonesFollowTo, torchmetrics.Metric):
         args, kwargs = self._checked_inputs((reference, candidates, condition), kwargs)
         with self._aside():
             self._raw_update(args, kwargs)
-            return self._compute_state()
+            return self.compute_state()
 
     def _raw_update(self, args: tuple, kwargs: dict[str, Any]) -> None:
         """The class's own ``update`` (not torchmetrics' counting wrapper), with autograd on for a
@@ -328,7 +385,7 @@ class Metric(BackbonesFollowTo, torchmetrics.Metric):
             dist_sync_fn=self.dist_sync_fn, should_sync=self.dist_sync_on_step, should_unsync=True
         ):
             try:
-                value = self._compute_state()
+                value = self.compute_state()
             except InputError:
                 value = None
         return self._undefined_value() if value is None else squeeze_scalars(value)
@@ -461,7 +518,7 @@ class Metric(BackbonesFollowTo, torchmetrics.Metric):
 
     # ----------------------------------------------------------------- checks of incoming states
     def _identity(self) -> dict[str, Any]:
-        """The metric and options a state of this metric belongs to (:func:`~genmetrics.metric_states.identity`)."""
+        """The metric and options a state of this metric belongs to (:func:`~genmetrics.core.metric_states.identity`)."""
         return identity(type(self), self.name or type(self).__name__, self.options())
 
     def _identified_states(self, incoming: dict[str, Any], action: str, prefix: str = "") -> dict[str, Any]:
@@ -720,8 +777,16 @@ class Metric(BackbonesFollowTo, torchmetrics.Metric):
             legend_name=self.plot_legend_name,
         )
 
-    def _compute_state(self) -> Any:
-        raise NotImplementedError
+    def compute_state(self) -> Any:
+        """The hook that gives the value of the accumulated state (a set-level plugin implements it with
+        ``update``; :class:`~genmetrics.core.sample_metric.SampleMetric` implements it as the mean over
+        samples). ``compute()``, ``forward`` and the one-shot score all call it; it raises
+        :class:`~genmetrics.errors.InputError` when the state holds too little to define a value."""
+        raise NotImplementedError(
+            f"{type(self).__name__}: implement compute_state() (or subclass SampleMetric)"
+        )
+
+    _compute_state = compute_state  # the hook's old name (RENAMED_HOOKS)
 
     # ----------------------------------------------------------------- backbones
     def register_backbone(self, name: str, module: nn.Module, *, callers: bool = False) -> nn.Module:

@@ -7,10 +7,10 @@ import pytest
 import torch
 
 import genmetrics as gm
+from genmetrics.core.metric import SampleMetric
+from genmetrics.core.registry import MetricCard, register_metric, unregister_metric
+from genmetrics.core.sample_ids import drop_duplicate_ids
 from genmetrics.errors import InputError
-from genmetrics.metric import SampleMetric
-from genmetrics.registry import MetricCard, register_metric, unregister_metric
-from genmetrics.sample_ids import drop_duplicate_ids
 from genmetrics.testing import random_images
 
 
@@ -34,10 +34,10 @@ def test_unknown_names_suggest_close_matches():
 class _Plugin(SampleMetric):
     name = "plugin_mean"
 
-    def _prepare(self, reference, candidates, condition):
+    def prepare(self, reference, candidates, condition):
         return {"candidates": list(candidates)}
 
-    def _score_batch(self, batch):
+    def score_batch(self, batch):
         return torch.stack([torch.as_tensor(x, dtype=torch.float64).mean() for x in batch["candidates"]])
 
 

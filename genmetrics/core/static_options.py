@@ -4,7 +4,7 @@
 class to inspect its signature would import torch and torchmetrics (seconds of start-up); reading the
 source gives the same names and defaults (``ast.unparse`` of the default expression, which equals its
 ``repr`` for the literals used as defaults). The walk follows ``__init__`` up the base classes while an
-``__init__`` passes ``**kwargs`` on, as :func:`genmetrics.registry.metric_options` does; a base class it
+``__init__`` passes ``**kwargs`` on, as :func:`genmetrics.core.registry.metric_options` does; a base class it
 cannot find in genmetrics' own source (or any other surprise) returns None and the caller imports.
 """
 

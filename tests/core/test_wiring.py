@@ -18,10 +18,10 @@ import torch
 from PIL import Image
 
 import genmetrics as gm
-from genmetrics import registry
 from genmetrics.cli.main import main
+from genmetrics.core import registry
+from genmetrics.core.registry import ConditionKind, MetricCard, ReferenceKind, get_card
 from genmetrics.leaderboard import build_plan, load_config
-from genmetrics.registry import ConditionKind, MetricCard, ReferenceKind, get_card
 
 REPO = Path(__file__).resolve().parents[2]
 #: prose built to fool a planner that reads descriptions (the old one looked for "optional", "real",
@@ -243,8 +243,8 @@ PLUGIN = '''
 import torch
 
 from genmetrics.data.images import as_image_list, to_tensor
-from genmetrics.metric import SampleMetric, as_text_list
-from genmetrics.registry import ConditionKind, MetricCard, ReferenceKind
+from genmetrics.core.metric import SampleMetric, as_text_list
+from genmetrics.core.registry import ConditionKind, MetricCard, ReferenceKind
 
 
 class Gap(SampleMetric):
@@ -252,12 +252,12 @@ class Gap(SampleMetric):
 
     name = "demo_gap"
 
-    def _prepare(self, reference, candidates, condition):
+    def prepare(self, reference, candidates, condition):
         return {"reference": as_image_list(reference, name="reference"),
                 "candidates": as_image_list(candidates, name="candidates"),
                 "condition": as_text_list(condition)}
 
-    def _score_batch(self, batch):
+    def score_batch(self, batch):
         mean = lambda xs: torch.stack([to_tensor(x).double().mean() for x in xs])
         lens = torch.tensor([float(len(t)) for t in batch["condition"]], dtype=torch.float64)
         return 1000 * (mean(batch["candidates"]) - mean(batch["reference"])).abs() + lens
@@ -359,7 +359,7 @@ def test_planner_and_score_name_no_metric_and_parse_no_prose():
 
     names = set(gm.list_metrics())
     for rel in (
-        "genmetrics/leaderboard/wiring.py",
+        "genmetrics/core/wiring.py",
         "genmetrics/leaderboard/plan.py",
         "genmetrics/cli/score.py",
     ):

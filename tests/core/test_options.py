@@ -1,4 +1,4 @@
-"""genmetrics.options: the typed checks name the option, accept what they document and refuse the rest."""
+"""genmetrics.core.options: the typed checks name the option, accept what they document and refuse the rest."""
 
 from __future__ import annotations
 
@@ -6,7 +6,9 @@ import math
 
 import pytest
 
-from genmetrics import options
+from genmetrics import create_metric
+from genmetrics.core import options
+from genmetrics.core.options import integer, number
 from genmetrics.errors import InputError
 
 
@@ -111,3 +113,16 @@ def test_bootstrap_checks_before_allocating():
         paired_bootstrap([1.0, 2.0], [2.0, 1.0], n_boot=0)
     est, lo, hi = bootstrap_ci([1.0, 2.0, 4.0], n_boot=200)
     assert lo < est < hi and math.isclose(est, 7 / 3)
+
+
+HUGE = 10**400  # a JSON or Python integer that no float holds
+
+
+@pytest.mark.parametrize("value", [HUGE, -HUGE])
+def test_an_option_too_large_for_a_float_is_named(value):
+    with pytest.raises(InputError, match="option max_db: expected a finite number"):
+        create_metric("psnr", max_db=value)
+    with pytest.raises(InputError, match="option n: expected an integer"):
+        integer("n", value, lo=1)
+    with pytest.raises(InputError, match="option x"):
+        number("x", value)

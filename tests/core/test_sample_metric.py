@@ -1,0 +1,87 @@
+"""The public plugin hooks (``prepare``, ``score_batch``, ``compute_state``) and their old private names,
+which still work for one release with a ``DeprecationWarning``."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import genmetrics as gm
+from genmetrics.core.metric import Metric, SampleMetric
+from genmetrics.core.metric_base import RENAMED_HOOKS
+
+
+class NewStyle(SampleMetric):
+    def prepare(self, reference, candidates, condition):
+        return {"reference": list(reference), "candidates": list(candidates)}
+
+    def score_batch(self, batch):
+        r, c = torch.stack(batch["reference"]), torch.stack(batch["candidates"])
+        return (r - c).abs().flatten(1).mean(1).double()
+
+
+def _old_style() -> type:
+    class OldStyle(SampleMetric):
+        def _prepare(self, reference, candidates, condition):
+            return {"reference": list(reference), "candidates": list(candidates)}
+
+        def _score_batch(self, batch):
+            r, c = torch.stack(batch["reference"]), torch.stack(batch["candidates"])
+            return (r - c).abs().flatten(1).mean(1).double()
+
+    return OldStyle
+
+
+def test_old_hook_names_warn_once_per_class_and_score_the_same():
+    with pytest.warns(DeprecationWarning) as caught:
+        old = _old_style()
+    assert sorted(str(w.message).split()[2] for w in caught) == ["_prepare();", "_score_batch();"]
+    assert all("rename it to" in str(w.message) for w in caught)
+    g = torch.Generator().manual_seed(0)
+    ref, cand = torch.rand(5, 3, 4, 4, generator=g), torch.rand(5, 3, 4, 4, generator=g)
+    a, b = old(batch_size=2), NewStyle(batch_size=3)
+    a.update(ref, cand)
+    b.update(ref, cand)
+    assert torch.equal(a.per_sample()["scores"], b.per_sample()["scores"])
+    # the explicit second computation: mean absolute difference per sample
+    assert torch.equal(b.per_sample()["scores"], (ref - cand).abs().flatten(1).mean(1).double())
+
+
+def test_an_old_subclass_of_a_builtin_reaches_its_parent_under_the_old_name():
+    psnr_cls = type(gm.create_metric("psnr"))
+    with pytest.warns(DeprecationWarning, match="_score_batch"):
+
+        class Halved(psnr_cls):  # type: ignore[misc, valid-type]
+            def _score_batch(self, batch):
+                return super()._score_batch(batch) / 2
+
+    x = torch.full((2, 3, 8, 8), 0.5)
+    y = x + 0.1
+    assert torch.equal(Halved().score(x, y), psnr_cls().score(x, y) / 2)
+
+
+def test_an_old_set_level_compute_state_is_called():
+    with pytest.warns(DeprecationWarning, match="compute_state"):
+
+        class Count(Metric):
+            def __init__(self, **kw):
+                super().__init__(**kw)
+                self.add_state("n", default=torch.zeros((), dtype=torch.float64), dist_reduce_fx="sum")
+
+            def update(self, reference=None, candidates=None, condition=None, *, ids=None):
+                self.n += len(candidates)
+
+            def _compute_state(self):
+                return self.n * 1.0
+
+    m = Count()
+    m.update(candidates=[1, 2, 3])
+    m.update(candidates=[4])
+    assert float(m.compute()) == 4.0 and float(m.compute(candidates=[1, 2])) == 2.0
+
+
+def test_every_hook_is_public_on_the_base_classes():
+    for old, new in RENAMED_HOOKS:
+        owner = Metric if new == "compute_state" else SampleMetric
+        assert new in owner.__dict__ and owner.__dict__[new].__doc__, new
+        assert getattr(owner, old) is getattr(owner, new), old
