@@ -218,6 +218,8 @@ class SampleMetric(Metric):
         return drop_duplicate_ids(scores, ids)
 
     def compute_state(self) -> torch.Tensor:
+        """The value of the mean of the per-sample scores from the accumulated (synced) state (the
+        :meth:`~genmetrics.core.metric_base.Metric.compute_state` hook)."""
         scores, _ = self._gathered()
         return self._reduce(scores)
 

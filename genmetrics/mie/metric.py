@@ -175,6 +175,8 @@ class MIEMetric(SampleMetric):
 
     # ------------------------------------------------------------------ hooks
     def prepare(self, reference: Any, candidates: Any, condition: Any) -> dict[str, list[Any]]:
+        """Check and convert one batch of inputs into what :meth:`score_batch` of MIE (the ranking head's
+        score) reads (the :meth:`~genmetrics.core.sample_metric.SampleMetric.prepare` hook)."""
         if candidates is None:
             raise InputError("candidates: missing; mie scores generated images (pass candidates=)")
         cands = as_image_list(candidates, name="candidates")
@@ -196,6 +198,8 @@ class MIEMetric(SampleMetric):
         return {"reference": refs, "candidates": cands, "condition": prompts}
 
     def score_batch(self, batch: dict[str, list[Any]]) -> dict[str, torch.Tensor]:
+        """Per-sample MIE (the ranking head's score) of one prepared batch, ``[B]`` (the
+        :meth:`~genmetrics.core.sample_metric.SampleMetric.score_batch` hook)."""
         model = self.mie_model()
         with precision_autocast(self.precision, self.device):
             out = model.score(batch["reference"], batch["condition"], batch["candidates"])

@@ -268,6 +268,8 @@ class RAClipScore(_RAMixin, SampleMetric):
         self._init_backbone(backbone, tokenizer, weights, data_range, precision)
 
     def prepare(self, reference: Any, candidates: Any, condition: Any) -> dict[str, list[Any]]:
+        """Check and convert one batch of inputs into what :meth:`score_batch` of RA-CLIPScore reads (the
+        :meth:`~genmetrics.core.sample_metric.SampleMetric.prepare` hook)."""
         if reference is not None:
             raise InputError(
                 f"{self.name}: takes no reference images (it scores each candidate against text); "
@@ -292,6 +294,8 @@ class RAClipScore(_RAMixin, SampleMetric):
 
     @torch.no_grad()
     def score_batch(self, batch: dict[str, list[Any]]) -> torch.Tensor:
+        """Per-sample RA-CLIPScore of one prepared batch, ``[B]`` (the
+        :meth:`~genmetrics.core.sample_metric.SampleMetric.score_batch` hook)."""
         x = self._pixels(batch["candidates"], "candidates")
         if self.attributes is not None:
             return self._scorer()(x, self.attributes).score.double()
@@ -357,6 +361,8 @@ class CLIPScore(_ClipFamily, SampleMetric):
 
     @torch.no_grad()
     def score_batch(self, batch: dict[str, list[Any]]) -> torch.Tensor:
+        """Per-sample CLIPScore (100 x the image-text cosine, floored at 0) of one prepared batch, float64
+        ``[B]`` (the :meth:`~genmetrics.core.sample_metric.SampleMetric.score_batch` hook)."""
         img = self._image_embeddings(self._pixels(batch["candidates"], "candidates"))
         # each distinct prompt / attribute is encoded once per metric (cache keyed by the text)
         if self.attributes is not None:
@@ -451,6 +457,8 @@ class HCS(_ClipFamily, SampleMetric):
             super().update(candidates=candidates, ids=ids)
 
     def prepare(self, reference: Any, candidates: Any, condition: Any) -> dict[str, list[Any]]:
+        """Check and convert one batch of inputs into what :meth:`score_batch` of HCS reads (the
+        :meth:`~genmetrics.core.sample_metric.SampleMetric.prepare` hook)."""
         return {"candidates": _images(candidates, "candidates", self.data_range)}
 
     @torch.no_grad()
@@ -459,6 +467,8 @@ class HCS(_ClipFamily, SampleMetric):
         return self._image_embeddings(self._pixels(images, name)).double()
 
     def score_batch(self, batch: dict[str, list[Any]]) -> torch.Tensor:
+        """Per-sample HCS of one prepared batch, ``[B]`` (the
+        :meth:`~genmetrics.core.sample_metric.SampleMetric.score_batch` hook)."""
         return self._embed(batch["candidates"], "candidates")  # embeddings; HCS is formed at compute()
 
     def _centers(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -478,6 +488,8 @@ class HCS(_ClipFamily, SampleMetric):
         return c_img, t_attr, c_text
 
     def compute_state(self) -> torch.Tensor:
+        """The value of HCS from the accumulated (synced) state (the
+        :meth:`~genmetrics.core.metric_base.Metric.compute_state` hook)."""
         emb, _ = self._gathered()
         c_img, t_attr, c_text = self._centers()
         return hcs(emb, t_attr, c_img, c_text).mean(0)
@@ -855,6 +867,8 @@ class SaD(_KLDivergence):
     """
 
     def compute_state(self) -> dict[str, torch.Tensor]:
+        """The value of SaD from the accumulated (synced) state (the
+        :meth:`~genmetrics.core.metric_base.Metric.compute_state` hook)."""
         self._check_sets(2)
         if self._keep_rows:
             real, gen = self._rows()
@@ -895,6 +909,8 @@ class PaD(_KLDivergence):
             raise InputError("pad: needs at least 2 attributes to form a pair; pass two or more attributes")
 
     def compute_state(self) -> dict[str, torch.Tensor]:
+        """The value of PaD from the accumulated (synced) state (the
+        :meth:`~genmetrics.core.metric_base.Metric.compute_state` hook)."""
         self._check_sets(2)
         if self._keep_rows:
             real, gen = self._rows()
@@ -961,6 +977,8 @@ class RSaD(_SetDivergence):
             )
 
     def compute_state(self) -> dict[str, torch.Tensor]:
+        """The value of R-SaD from the accumulated (synced) state (the
+        :meth:`~genmetrics.core.metric_base.Metric.compute_state` hook)."""
         self._check_sets(1)
         m = self.real_maps / self.real_n - self.gen_maps / self.gen_n
         per = m.abs().mean(0)

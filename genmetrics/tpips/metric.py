@@ -206,6 +206,8 @@ class TPIPS(SampleMetric):
         return out
 
     def prepare(self, reference: Any, candidates: Any, condition: Any) -> dict[str, list[Any]]:
+        """Check and convert one batch of inputs into what :meth:`score_batch` of TPIPS similarity reads (the
+        :meth:`~genmetrics.core.sample_metric.SampleMetric.prepare` hook)."""
         if reference is None:
             raise InputError(
                 "tpips: reference images are required (each candidate is compared with its reference)"
@@ -262,6 +264,8 @@ class TPIPS(SampleMetric):
         return {"reference": ref, "candidates": cand, "condition": asp}
 
     def score_batch(self, batch: dict[str, list[Any]]) -> torch.Tensor:
+        """Per-sample TPIPS similarity of one prepared batch, ``[B]`` (the
+        :meth:`~genmetrics.core.sample_metric.SampleMetric.score_batch` hook)."""
         model = self.model()
         ref, cand, asp = batch["reference"], batch["candidates"], batch["condition"]
         # a caller's model under training is scored in eval mode, its mode kept
