@@ -110,7 +110,7 @@ def matmul_peaks(reps: int = 3, *, model_shapes: tuple = VIT_B16_GEMMS) -> dict[
     products take; ``torch.mm`` of bfloat16 is oneDNN too), at 2048^3 and at the model's own shapes
     ``(rows, in, out)``, float32 and, where oneDNN runs it, bfloat16. GFLOP/s per library and shape, and
     ``matmul_peak_{dtype}_gflop_per_s`` = the best of all of them."""
-    from genmetrics.backbones._torch_internals import (
+    from genmetrics.accel._torch_internals import (
         linear_pointwise,
         onednn_linear_available,
         reorder_linear_weight,
@@ -718,7 +718,7 @@ def bench_clipscore(args: argparse.Namespace) -> dict[str, Any]:
         m.update(candidates=imgs, condition=prompts)
         return m.per_sample()["scores"]
 
-    from genmetrics.backbones import clip_packed, fastpath
+    from genmetrics.accel import clip_packed, fastpath
     from genmetrics.backbones.clip_vision import vision_tower_flops
 
     # paid once per process and model (not per round): the per-machine micro-benchmark that decides whether

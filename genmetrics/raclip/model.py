@@ -29,9 +29,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from genmetrics.backbones._torch_internals import version_counter
-from genmetrics.backbones.clip_blocks import fused_mlp
-from genmetrics.backbones.clip_packed import packed_vision_blocks
+from genmetrics.accel._torch_internals import version_counter
+from genmetrics.accel.clip_blocks import fused_mlp
+from genmetrics.accel.clip_packed import packed_vision_blocks
 from genmetrics.backbones.clip_text import TextEmbeddingCache
 from genmetrics.data.device import check_precision, precision_autocast
 from genmetrics.errors import InputError

@@ -11,7 +11,7 @@ import pytest
 import torch
 from torchmetrics import MetricCollection
 
-from genmetrics.backbones.fastpath import forget_fast_path_choices
+from genmetrics.accel.fastpath import forget_fast_path_choices
 from genmetrics.metric import SampleMetric
 from genmetrics.testing import spawn_gloo
 from tests.contract import tester as T

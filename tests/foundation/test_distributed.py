@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import genmetrics as gm
-from genmetrics.backbones.fastpath import forget_fast_path_choices
+from genmetrics.accel.fastpath import forget_fast_path_choices
 from genmetrics.testing import random_images, spawn_gloo
 
 N = 7

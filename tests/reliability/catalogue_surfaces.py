@@ -2048,7 +2048,7 @@ def _(ctx: Ctx) -> Verdict:
 )
 def _(ctx: Ctx) -> Verdict:
     body = """
-from genmetrics.backbones import fastpath
+from genmetrics.accel import fastpath
 key = ("psnr_native", "float32", torch.get_num_threads())
 (HERE / "home" / "fast_paths.json").write_text(json.dumps({fastpath._machine_key(key): "native", "x": [1, 2]}))
 """
@@ -2063,7 +2063,7 @@ key = ("psnr_native", "float32", torch.get_num_threads())
 )
 def _(ctx: Ctx) -> Verdict:
     body = """
-from genmetrics.backbones import fastpath
+from genmetrics.accel import fastpath
 key = ("psnr_native", "float32", torch.get_num_threads())
 (HERE / "home" / "fast_paths.json").write_text(
     json.dumps({fastpath._machine_key(key): {"path": None, "speedups": "fast"}}))
@@ -2079,7 +2079,7 @@ key = ("psnr_native", "float32", torch.get_num_threads())
 )
 def _(ctx: Ctx) -> Verdict:
     body = """
-from genmetrics.backbones import fastpath
+from genmetrics.accel import fastpath
 key = ("psnr_native", "float32", torch.get_num_threads())
 (HERE / "home" / "fast_paths.json").write_text(json.dumps({fastpath._machine_key(key): {"path": "turbo"}}))
 """

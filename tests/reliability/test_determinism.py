@@ -51,7 +51,7 @@ def _one_machine_record():
     Each test here has its own GENMETRICS_HOME, so a choice this pytest process measured under an earlier
     test's home (kept in memory, recorded there) is dropped: the processes of this test then share one
     record, as every process on a user's machine does."""
-    from genmetrics.backbones.fastpath import forget_fast_path_choices
+    from genmetrics.accel.fastpath import forget_fast_path_choices
 
     forget_fast_path_choices()
     yield

@@ -5,7 +5,7 @@ Each use stays for a measured reason (docs/performance.md, "Fast paths chosen pe
 * ``torch.ops.mkldnn._reorder_linear_weight`` / ``torch.ops.mkldnn._linear_pointwise``: oneDNN's linear
   on weights reordered once into its blocked layout (the kernels ``torch.compile`` itself emits for CPU
   linears). No public API packs a weight once and reuses it across calls. Used only where a micro-benchmark
-  on the running machine measured it faster than ``F.linear`` (:mod:`genmetrics.backbones.fastpath`).
+  on the running machine measured it faster than ``F.linear`` (:mod:`genmetrics.accel.fastpath`).
 * ``Tensor._version``: the in-place version counter, so a packed copy of the weights is rebuilt after an
   optimizer step or ``load_state_dict`` (no public API tells an in-place change apart).
 

@@ -8,7 +8,7 @@ import warnings
 
 import pytest
 
-from genmetrics.backbones import fastpath
+from genmetrics.accel import fastpath
 from genmetrics.backbones.weights import genmetrics_home
 
 KEY = ("record_demo", "float32", 1)
@@ -37,7 +37,7 @@ def test_an_unusable_record_is_named_once_measured_again_and_rewritten(monkeypat
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            choice = fastpath.choose_path(KEY, lambda: cands, baseline="plain", repeats=2)
+            choice = fastpath.choose_path(KEY, lambda: cands, baseline="plain", exact=True, repeats=2)
     finally:
         fastpath.forget_fast_path_choices()
     said = [str(w.message) for w in caught if "fast-path record" in str(w.message)]
@@ -55,7 +55,7 @@ def test_a_usable_record_is_taken_without_a_word(monkeypatch):
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error")
-            choice = fastpath.choose_path(KEY, lambda: pytest.fail("measured"), baseline="plain")
+            choice = fastpath.choose_path(KEY, lambda: pytest.fail("measured"), baseline="plain", exact=True)
     finally:
         fastpath.forget_fast_path_choices()
     assert choice.path == "fast"
@@ -72,7 +72,7 @@ def test_no_record_yet_is_measured_and_written_without_a_word(monkeypatch):
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error")
-            choice = fastpath.choose_path(KEY, lambda: cands, baseline="plain", repeats=2)
+            choice = fastpath.choose_path(KEY, lambda: cands, baseline="plain", exact=True, repeats=2)
     finally:
         fastpath.forget_fast_path_choices()
     assert json.loads(store.read_text())[fastpath._machine_key(KEY)]["path"] == choice.path
