@@ -435,7 +435,8 @@ def bench_psnr_kernels(args: argparse.Namespace) -> dict[str, Any]:
     from torchmetrics.functional.image import peak_signal_noise_ratio
 
     import genmetrics
-    from genmetrics.baselines.pixel import native_psnr_path
+    from genmetrics.accel import pixel_native as N
+    from genmetrics.accel.pixel_native import native_psnr_path
     from genmetrics.functional import pixel as P
 
     g = torch.Generator().manual_seed(0)
@@ -480,7 +481,7 @@ def bench_psnr_kernels(args: argparse.Namespace) -> dict[str, Any]:
         "sub_norm": lambda: [P.squared_error_sums(cand[s], ref[s]) for s in chunks],
         "kernel": lambda: [P.squared_error_sums(cand[s], ref[s], with_range=True) for s in chunks],
         "native_kernel": lambda: [
-            P.squared_error_sums(cand[s], ref[s], with_range=True, native=True) for s in chunks
+            N.squared_error_sums(cand[s], ref[s], with_range=True, native=True) for s in chunks
         ],
         "metric": metric,
         "metric_update": metric_update,
@@ -502,7 +503,7 @@ def bench_psnr_kernels(args: argparse.Namespace) -> dict[str, Any]:
         "dtype": args.dtype,
         **MACHINE,
     }
-    line["native_built"] = P.native_available()
+    line["native_built"] = N.native_available()
     line["metric_path"] = "native" if native_psnr_path(cand[chunks[0]], ref[chunks[0]]) else "torch"
     line.update({f"{k}_cpu_ms": round(t * 1e3, 1) for k, t in CPU_TIMES.items()})
     line.update({f"{k}_floor_fraction": round(floor / t, 3) for k, t in CPU_TIMES.items() if k != "floor"})

@@ -106,6 +106,7 @@ def fast_paths_mode() -> tuple[str, frozenset[str]]:
     path), or ``("exact", {names})`` for a comma list of :data:`BIT_CHANGING` names taken besides the exact
     ones. An unknown name raises :class:`~genmetrics.errors.InputError` naming the variable.
 
+    >>> import os
     >>> from unittest import mock
     >>> with mock.patch.dict(os.environ, {FAST_PATHS_ENV: "psnr_native"}):
     ...     fast_paths_mode()
@@ -132,6 +133,7 @@ def fast_path_allowed(name: str, *, exact: bool) -> bool:
     unless :data:`FAST_PATHS_ENV` is ``off``; a bit-changing one only where that variable names it or says
     ``all``.
 
+    >>> import os
     >>> from unittest import mock
     >>> with mock.patch.dict(os.environ, {FAST_PATHS_ENV: ""}):
     ...     fast_path_allowed("psnr_native", exact=True), fast_path_allowed("psnr_native", exact=False)

