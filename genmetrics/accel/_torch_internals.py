@@ -11,7 +11,7 @@ Each use stays for a measured reason (docs/performance.md, "Fast paths"):
   optimizer step or ``load_state_dict`` (no public API tells an in-place change apart).
 
 Callers fall back to the public path whenever :func:`onednn_linear_available` is False, so a torch that
-renames or drops these ops costs speed, never correctness. ``tests/baselines/test_clip_torch_internals.py``
+renames or drops these ops costs speed, never correctness. ``tests/accel/test_torch_internals.py``
 fails with a message naming the op and this file when the installed torch changes them.
 """
 
