@@ -3,6 +3,9 @@
 from genmetrics.accel.fastpath import (
     BIT_CHANGING,
     FAST_PATHS_ENV,
+    LOCK_WAIT,
+    MARGIN,
+    STORE_NAME,
     PathChoice,
     choose_path,
     cpu_description,
@@ -19,6 +22,9 @@ from genmetrics.accel.fastpath import (
 __all__ = [
     "BIT_CHANGING",
     "FAST_PATHS_ENV",
+    "LOCK_WAIT",
+    "MARGIN",
+    "STORE_NAME",
     "PathChoice",
     "choose_path",
     "cpu_description",
