@@ -1,4 +1,4 @@
-"""The optional native kernel of psnr (genmetrics/functional/_native.c); everything else is in pyproject.toml.
+"""The optional native kernel of psnr (genmetrics/accel/_native.c); everything else is in pyproject.toml.
 
 ``optional=True``: on a machine without a C compiler the build skips the kernel and genmetrics takes its
 torch path (docs/performance.md, "psnr: the native kernel")."""
@@ -15,8 +15,8 @@ else:  # no fused multiply-add: the same sums on every CPU (ARM compilers fuse b
 setup(
     ext_modules=[
         Extension(
-            "genmetrics.functional._native",
-            ["genmetrics/functional/_native.c"],
+            "genmetrics.accel._native",
+            ["genmetrics/accel/_native.c"],
             extra_compile_args=ARGS,
             optional=True,
         )

@@ -110,7 +110,7 @@ def matmul_peaks(reps: int = 3, *, model_shapes: tuple = VIT_B16_GEMMS) -> dict[
     products take; ``torch.mm`` of bfloat16 is oneDNN too), at 2048^3 and at the model's own shapes
     ``(rows, in, out)``, float32 and, where oneDNN runs it, bfloat16. GFLOP/s per library and shape, and
     ``matmul_peak_{dtype}_gflop_per_s`` = the best of all of them."""
-    from genmetrics.backbones._torch_internals import (
+    from genmetrics.accel._torch_internals import (
         linear_pointwise,
         onednn_linear_available,
         reorder_linear_weight,
@@ -435,7 +435,8 @@ def bench_psnr_kernels(args: argparse.Namespace) -> dict[str, Any]:
     from torchmetrics.functional.image import peak_signal_noise_ratio
 
     import genmetrics
-    from genmetrics.baselines.pixel import native_psnr_path
+    from genmetrics.accel import pixel_native as N
+    from genmetrics.accel.pixel_native import native_psnr_path
     from genmetrics.functional import pixel as P
 
     g = torch.Generator().manual_seed(0)
@@ -480,7 +481,7 @@ def bench_psnr_kernels(args: argparse.Namespace) -> dict[str, Any]:
         "sub_norm": lambda: [P.squared_error_sums(cand[s], ref[s]) for s in chunks],
         "kernel": lambda: [P.squared_error_sums(cand[s], ref[s], with_range=True) for s in chunks],
         "native_kernel": lambda: [
-            P.squared_error_sums(cand[s], ref[s], with_range=True, native=True) for s in chunks
+            N.squared_error_sums(cand[s], ref[s], with_range=True, native=True) for s in chunks
         ],
         "metric": metric,
         "metric_update": metric_update,
@@ -502,7 +503,7 @@ def bench_psnr_kernels(args: argparse.Namespace) -> dict[str, Any]:
         "dtype": args.dtype,
         **MACHINE,
     }
-    line["native_built"] = P.native_available()
+    line["native_built"] = N.native_available()
     line["metric_path"] = "native" if native_psnr_path(cand[chunks[0]], ref[chunks[0]]) else "torch"
     line.update({f"{k}_cpu_ms": round(t * 1e3, 1) for k, t in CPU_TIMES.items()})
     line.update({f"{k}_floor_fraction": round(floor / t, 3) for k, t in CPU_TIMES.items() if k != "floor"})
@@ -718,7 +719,7 @@ def bench_clipscore(args: argparse.Namespace) -> dict[str, Any]:
         m.update(candidates=imgs, condition=prompts)
         return m.per_sample()["scores"]
 
-    from genmetrics.backbones import clip_packed, fastpath
+    from genmetrics.accel import clip_packed, fastpath
     from genmetrics.backbones.clip_vision import vision_tower_flops
 
     # paid once per process and model (not per round): the per-machine micro-benchmark that decides whether

@@ -62,7 +62,7 @@ def main() -> None:
 
     import open_clip
 
-    from genmetrics.backbones import clip_packed, fastpath
+    from genmetrics.accel import clip_packed, fastpath
     from genmetrics.backbones.clip_vision import encode_image, vision_tower_flops
     from genmetrics.raclip.model import RegionAttributeScorer, eq7_mask
 

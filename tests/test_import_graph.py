@@ -8,6 +8,9 @@ it only hides a loop from readers and linters):
 * the library never imports the command line (``genmetrics.cli``, a family's ``cli.py``, ``__main__``);
 * ``genmetrics.core`` (the contract: metric base, registry, options, wiring) imports no family, runner or
   command line: none of ``CORE_MAY_NOT_IMPORT``;
+* ``genmetrics.accel`` (the fast paths) sits under every user of a fast path: it imports torch and other
+  third-party packages, ``genmetrics.functional`` and the shared plumbing (``data``, ``errors``, ``options``,
+  ``core``), never a family, a backbone loader, a baseline or a runner;
 * no import loops between modules.
 
 ``KNOWN_VIOLATIONS`` lists the violations that exist today, each with the area that removes it; it may only
@@ -41,6 +44,16 @@ CORE_MAY_NOT_IMPORT = (
 #: what genmetrics.functional may import besides the standard library and itself
 FUNCTIONAL_MAY_IMPORT = ("torch", "numpy", "scipy")
 
+#: the genmetrics packages the fast paths may import (besides torch, third-party packages and the stdlib)
+ACCEL_MAY_IMPORT = (
+    "genmetrics.accel",
+    "genmetrics.functional",
+    "genmetrics.data",
+    "genmetrics.errors",
+    "genmetrics.options",
+    "genmetrics.core",
+)
+
 #: known violations; each entry is deleted when the fix of its area lands
 KNOWN_VIOLATIONS: dict[str, set] = {
     # an import that closes a loop between modules: (importer, imported)
@@ -51,6 +64,7 @@ KNOWN_VIOLATIONS: dict[str, set] = {
     "cli": set(),  # leaderboard.runner -> cli.common (progress moved to data/progress.py): fixed
     "families": set(),
     "functional": set(),
+    "accel": set(),
     "testing": set(),
     "core": set(),
 }
@@ -255,12 +269,15 @@ def violations() -> dict[str, set]:
                     found["functional"].add((name, target))
             if _within(name, "genmetrics.core") and _within(target, CORE_MAY_NOT_IMPORT):
                 found["core"].add((name, target))
+            if _within(name, "genmetrics.accel") and target.split(".")[0] == "genmetrics":
+                if not _within(target, ACCEL_MAY_IMPORT):
+                    found["accel"].add((name, target))
     graph = module_graph()
     found["loops"] = loop_edges(graph)
     found["layer_loops"] = layer_loop_edges(graph)
     # a `from pkg import name` adds pkg.name for a name that is not a module: keep real modules only
     # and `from pkg import sub` names pkg and pkg.sub: report the submodule only
-    for rule in ("testing", "families", "functional", "cli", "core"):
+    for rule in ("testing", "families", "functional", "accel", "cli", "core"):
         pairs = {(a, b) for a, b in found[rule] if b in mods or not any(b.startswith(m + ".") for m in mods)}
         found[rule] = {
             (a, b) for a, b in pairs if not any(x == a and y.startswith(b + ".") for x, y in pairs)
@@ -268,7 +285,7 @@ def violations() -> dict[str, set]:
     return dict(found)
 
 
-RULES = ("testing", "functional", "families", "cli", "core", "loops", "layer_loops")
+RULES = ("testing", "functional", "accel", "families", "cli", "core", "loops", "layer_loops")
 
 
 @pytest.fixture(scope="module")
@@ -283,6 +300,10 @@ def test_no_new_violation(rule, today):
         "testing": "take tiny backbones through genmetrics.backbones.provider (docs/contributing.md)",
         "functional": "functional/ is pure math: validate in the caller, raise ValueError, import only "
         + "/".join(FUNCTIONAL_MAY_IMPORT),
+        "accel": "the fast paths import only "
+        + ", ".join(ACCEL_MAY_IMPORT)
+        + " of genmetrics: pass what they "
+        "need in from the caller",
         "families": "families never import each other: move the shared code to backbones/ or data/",
         "cli": "the library never imports the command line: move the helper out of cli/",
         "core": "core/ is the contract: it reaches families only through the registry's cards (import "
@@ -364,6 +385,8 @@ def test_each_rule_catches_its_violation(tmp_path, monkeypatch):
             "core/registry.py": "def load():\n    import genmetrics.raclip\n",
             "core/wiring.py": "from genmetrics.leaderboard import runner\n",
             "core/options.py": "from genmetrics import errors\n",
+            "accel/__init__.py": "",
+            "accel/fast.py": "import torch\nfrom genmetrics.functional import math\ndef f():\n    import genmetrics.raclip\n",
         },
     )
     found = violations()
@@ -381,6 +404,16 @@ def test_each_rule_catches_its_violation(tmp_path, monkeypatch):
     # leaderboard -> cli and mie.cli -> cli, but nothing back: no loop of layers
     assert found["layer_loops"] == set()
     assert found["testing"] == {("genmetrics.mie.model", "genmetrics.testing")}
+    assert found["accel"] == {("genmetrics.accel.fast", "genmetrics.raclip")}
+
+
+def test_pixel_baselines_reach_their_fast_paths_without_the_backbones():
+    """psnr's CPU timing and native kernel come from ``genmetrics.accel``; ``baselines.pixel`` loads no backbone
+    code (weight-free metrics import no model loader)."""
+    mods = source_modules()
+    imported = imported_modules(mods["genmetrics.baselines.pixel"])
+    assert not [m for m in imported if _within(m, "genmetrics.backbones")]
+    assert "genmetrics.accel.pixel_native" in imported
 
 
 @pytest.mark.parametrize(

@@ -109,7 +109,7 @@ def test_import_scan_sees_nested_imports(tmp_path):
 def test_the_native_kernel_is_optional_at_build_time(tmp_path):
     """A machine without a C compiler (CC=/bin/false) still builds: setup.py's extension is optional, the
     build exits 0 with a warning and ships no kernel (psnr then takes its torch path:
-    tests/functional/test_pixel_native.py::test_without_the_extension_the_metric_takes_the_torch_path).
+    tests/accel/test_pixel_native.py::test_without_the_extension_the_metric_takes_the_torch_path).
     With the compiler the same command builds it (where this machine has one)."""
     import os
     import shutil
@@ -135,3 +135,4 @@ def test_the_native_kernel_is_optional_at_build_time(tmp_path):
     if shutil.which("cc") or shutil.which("gcc"):
         proc, built = build(None, tmp_path / "cc")
         assert proc.returncode == 0 and len(built) == 1, proc.stderr
+        assert built[0].parent.name == "accel", built  # genmetrics.accel._native, next to pixel_native.py

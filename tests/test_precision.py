@@ -299,8 +299,8 @@ def test_cli_option_precision(tmp_path, capsys):
 
 
 def _forced_packed(monkeypatch):
-    from genmetrics.backbones import clip_packed
-    from genmetrics.backbones._torch_internals import onednn_linear_available
+    from genmetrics.accel import clip_packed
+    from genmetrics.accel._torch_internals import onednn_linear_available
 
     if not onednn_linear_available():
         pytest.skip("this torch build has no oneDNN packed linear")
@@ -352,7 +352,7 @@ def test_packed_bf16_block_within_the_derived_bound_of_fp32(monkeypatch):
     through ``D = 6`` products (in-projection, two attention products, out-projection, c_fc, c_proj), each
     rounding its inputs to bfloat16, so its relative error (norm-wise) is at most ``2 * u * sqrt(D)`` (the
     module docstring's bound) and above float32's floor (bf16 did run)."""
-    from genmetrics.backbones.clip_blocks import sdpa_block
+    from genmetrics.accel.clip_blocks import sdpa_block
     from genmetrics.testing import tiny_clip
 
     clip_packed = _forced_packed(monkeypatch)

@@ -12,8 +12,8 @@ import torch.nn.functional as F
 from open_clip.transformer import text_global_pool
 from torch.func import functional_call
 
+from genmetrics.accel.clip_blocks import SdpaBlock, is_plain_block
 from genmetrics.backbones._openclip_compat import has_embeds, text_embeds
-from genmetrics.backbones.clip_blocks import SdpaBlock, is_plain_block
 from genmetrics.backbones.clip_preprocess import model_device
 from genmetrics.backbones.clip_tokens import pad_id, tokenize, trim_padding
 from genmetrics.data.text import as_text_list

@@ -1,6 +1,6 @@
 """The open_clip ViT image tower run block by block for inference: SDPA attention, a fused
 QuickGELU, only the class token's row through the last block, and the packed products where this machine
-runs them faster (:mod:`genmetrics.backbones.clip_packed`). Anything else calls ``model.encode_image``."""
+runs them faster (:mod:`genmetrics.accel.clip_packed`). Anything else calls ``model.encode_image``."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import torch
 from open_clip import model as oc_model
 from open_clip import transformer as oc_t
 
+from genmetrics.accel.clip_blocks import is_plain_block, sdpa_block
+from genmetrics.accel.clip_packed import packed_block, packed_vision_blocks
 from genmetrics.backbones._openclip_compat import has_embeds, vision_embeds
-from genmetrics.backbones.clip_blocks import is_plain_block, sdpa_block
-from genmetrics.backbones.clip_packed import packed_block, packed_vision_blocks
 
 
 def fast_vision_tower(model: Any) -> Any | None:

@@ -7,7 +7,7 @@ The helpers live in modules with one job each and are re-exported here (the name
 :mod:`~genmetrics.backbones.clip_preprocess` (``clip_image_batch``, ``clip_preprocess_cfg``),
 :mod:`~genmetrics.backbones.clip_tokens` (``tokenize``, ``trim_padding``),
 :mod:`~genmetrics.backbones.clip_text` (``encode_text_ids``, ``TextEmbeddingCache``),
-:mod:`~genmetrics.backbones.clip_vision` (``encode_image``), :mod:`~genmetrics.backbones.clip_packed`
+:mod:`~genmetrics.backbones.clip_vision` (``encode_image``), :mod:`~genmetrics.accel.clip_packed`
 (``PackedBlock``, ``packed_vision_blocks``, ``release_packed_weights``).
 """
 
@@ -23,7 +23,7 @@ from typing import Any
 import open_clip
 import torch
 
-from genmetrics.backbones.clip_packed import PackedBlock, packed_vision_blocks, release_packed_weights
+from genmetrics.accel.clip_packed import PackedBlock, packed_vision_blocks, release_packed_weights
 from genmetrics.backbones.clip_preprocess import (
     OPENAI_MEAN,
     OPENAI_STD,

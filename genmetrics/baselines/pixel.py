@@ -23,7 +23,8 @@ from typing import Any
 
 import torch
 
-from genmetrics.backbones.fastpath import STORE_NAME, choose_path
+from genmetrics.accel.pixel_native import native_psnr_path, squared_error_sums
+from genmetrics.accel.views import batch_view
 from genmetrics.core.metric import SampleMetric
 from genmetrics.core.options import choice, integer, number
 from genmetrics.data.images import ResizePolicy, as_image_list, check_same_size, load_image, to_tensor
@@ -121,7 +122,7 @@ def raw_batch(items: list[Any]) -> tuple[torch.Tensor, bool, bool] | None:
 
     if int(first.shape[1]) * int(first.shape[2]) > MAX_PIXELS:
         return None
-    view = _batch_view(items)  # consecutive rows of one tensor: one shape, dtype and device by construction
+    view = batch_view(items)  # consecutive rows of one tensor: one shape, dtype and device by construction
     copied = view is None
     shape, dtype, device = first.shape, first.dtype, first.device
     if copied and any(t.shape != shape or t.dtype != dtype or t.device != device for t in items):
@@ -166,29 +167,6 @@ def stack_images(items: list[Any], *, data_range: float, dtype: torch.dtype | No
     if lo < 0.0 or hi > data_range:
         y = y.clamp_(0.0, 1.0) if copied else y.clamp(0.0, 1.0)
     return y
-
-
-def _batch_view(items: list[torch.Tensor]) -> torch.Tensor | None:
-    """The caller's ``[B,3,H,W]`` tensor again when ``items`` are its consecutive rows (``as_image_list``
-    unbinds a batch tensor), so a batch is not copied just to be stacked back; else None."""
-    base = items[0]._base
-    if base is None or base.ndim != 4 or base.requires_grad:
-        return None
-    step, off0 = base.stride(0), items[0].storage_offset()
-    start = off0 - base.storage_offset()
-    if start % step:
-        return None
-    shape, strides = base.shape[1:], base.stride()[1:]
-    for i, t in enumerate(items):  # one pass (this runs for every batch of every update)
-        if (
-            t._base is not base
-            or t.storage_offset() != off0 + i * step
-            or t.shape != shape
-            or t.stride() != strides
-        ):
-            return None
-    i0 = start // step
-    return base.detach()[i0 : i0 + len(items)]
 
 
 def _decode(x: Any) -> Any:
@@ -299,49 +277,6 @@ class _PairedPixelMetric(SampleMetric):
         raise NotImplementedError
 
 
-#: bytes of each input the measurement of :func:`native_psnr_path` times (the first rows of the batch)
-NATIVE_PROBE_BYTES = 8 << 20
-
-
-def native_psnr_path(preds: torch.Tensor, target: torch.Tensor) -> bool:
-    """Whether psnr takes the native squared-error kernel for inputs like these: only where it was built
-    and where, timed on this machine against the torch path (the first rows of this batch, interleaved,
-    best of 3, on at most :data:`NATIVE_PROBE_BYTES` of rows; :func:`~genmetrics.backbones.fastpath.choose_path`), it was at least 5% faster. The choice
-    is made once per dtype and thread count and kept in ``GENMETRICS_HOME/fast_paths.json``, so every
-    process on the machine takes the same path (the two round differently in the last bits).
-    ``force_path("psnr_native", "torch")`` turns it off.
-
-    >>> from genmetrics.backbones.fastpath import force_path
-    >>> force_path("psnr_native", "torch")
-    >>> native_psnr_path(torch.zeros(2, 3, 8, 8), torch.zeros(2, 3, 8, 8))
-    False
-    >>> force_path("psnr_native", None)
-    """
-    if not P.native_available() or not P._native_ok(preds, target):
-        return False
-    key = ("psnr_native", str(preds.dtype).removeprefix("torch."), torch.get_num_threads())
-    w = preds.shape[
-        -1
-    ]  # the first rows of the batch, at most NATIVE_PROBE_BYTES (one huge image: part of it)
-    k = max(1, min(preds.numel() // w, NATIVE_PROBE_BYTES // (w * preds.element_size())))
-    p, t = preds.reshape(-1, w)[:k].unsqueeze(0), target.reshape(-1, w)[:k].unsqueeze(0)
-
-    def candidates() -> dict[str, Any]:
-        return {
-            "torch": lambda: P.squared_error_sums(p, t, with_range=True),
-            "native": lambda: P.squared_error_sums(p, t, with_range=True, native=True),
-        }
-
-    path = choose_path(key, candidates, baseline="torch").path
-    if path not in ("torch", "native"):  # a typo in force_path, or a record edited by hand
-        raise InputError(
-            f"psnr_native: fast path {path!r} (forced by force_path or recorded in GENMETRICS_HOME/"
-            f"{STORE_NAME}): expected 'torch' or 'native'; call force_path('psnr_native', 'torch'), "
-            "'native' or None, or delete that file"
-        )
-    return path == "native"
-
-
 class PSNR(_PairedPixelMetric):
     """PSNR in dB per image, ``10 log10(1 / MSE)`` on [0,1] images; identical images give ``max_db``.
 
@@ -376,8 +311,9 @@ class PSNR(_PairedPixelMetric):
         return (-10.0 * torch.log10(mse)).clamp(max=self.max_db)
 
     def _fn(self, preds: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        native = native_psnr_path(preds, target)  # the kernel of the one-pass path: the same bits either way
-        return P.psnr(preds, target, native=native).clamp(max=self.max_db)
+        sse, _ = squared_error_sums(preds, target, native=native_psnr_path(preds, target))
+        n = preds[0].numel() if preds.shape[0] else 1
+        return P.psnr_from_sse(sse, n).clamp(max=self.max_db)
 
     def score_batch(self, batch: dict[str, list[Any]]) -> torch.Tensor:
         """Per-sample PSNR in dB of one prepared batch, ``[B]`` (the
@@ -403,12 +339,12 @@ class PSNR(_PairedPixelMetric):
         if r.dtype == torch.uint8:
             if self._compute_dtype() not in (None, torch.float32):
                 return None
-            sse, _ = P.squared_error_sums(c, r, native=native_psnr_path(c, r))
+            sse, _ = squared_error_sums(c, r, native=native_psnr_path(c, r))
             return P.psnr_from_sse(sse, n, data_range=255.0).clamp(max=self.max_db)
         want = self._compute_dtype() or (torch.float64 if r.dtype == torch.float64 else torch.float32)
         if r.dtype != want:
             return None
-        sse, rng = P.squared_error_sums(c, r, with_range=True, native=native_psnr_path(c, r))
+        sse, rng = squared_error_sums(c, r, with_range=True, native=native_psnr_path(c, r))
         assert rng is not None  # with_range=True
         lo, hi = (float(v) for v in rng)
         if not (0.0 <= lo and hi <= self.data_range):  # also False for NaN

@@ -262,6 +262,12 @@ ENV_VARS: dict[str, EnvVar] = {
             lo=1,
         ),
         EnvVar(
+            "GENMETRICS_FAST_PATHS",
+            "text",
+            "unset/exact: only fast paths that give the reference bits; off: none; all, or a comma list of "
+            "names (psnr_native, onednn_packed_linear): those too, although they may change last bits",
+        ),
+        EnvVar(
             "GENMETRICS_BACKBONE_PROVIDER",
             "text",
             "'package.module:function' that supplies backbones (tests)",

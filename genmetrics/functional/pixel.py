@@ -15,16 +15,10 @@ contrast-sensitivity term of the valid region at every scale but the last, the S
 from __future__ import annotations
 
 import functools
-import threading
 from typing import Any
 
 import torch
 import torch.nn.functional as F
-
-try:  # optional: built from _native.c by setup.py where a C compiler was found (docs/performance.md)
-    from genmetrics.functional import _native
-except ImportError:  # pragma: no cover - depends on the build
-    _native = None
 
 
 def gaussian_window(
@@ -56,114 +50,8 @@ BLOCK_BYTES = 1 << 20
 _SAME_WIDTH_INT = {8: torch.int64, 4: torch.int32, 2: torch.int16}
 
 
-#: bytes of both inputs each thread of the native kernel gets at least (smaller batches run in one thread)
-NATIVE_BYTES_PER_THREAD = 4 << 20
-
-
-def native_available() -> bool:
-    """Whether the native squared-error kernel (``genmetrics/functional/_native.c``) was built here.
-
-    >>> isinstance(native_available(), bool)
-    True
-    """
-    return _native is not None
-
-
-def _native_ok(preds: torch.Tensor, target: torch.Tensor) -> bool:
-    """The inputs the native kernel reads: strided on the CPU, both float32 or both uint8, no autograd (other
-    layouts than the contiguous one are copied first: the bits must not depend on the layout)."""
-    return (
-        _native is not None
-        and preds.device.type == "cpu"
-        and target.device.type == "cpu"
-        and preds.dtype == target.dtype
-        and preds.dtype in (torch.float32, torch.uint8)
-        and preds.shape == target.shape
-        and preds.dim() >= 2
-        and preds.numel() > 0
-        and preds.layout == target.layout == torch.strided
-        and not (torch.is_grad_enabled() and (preds.requires_grad or target.requires_grad))
-    )
-
-
-def _native_sums(
-    preds: torch.Tensor, target: torch.Tensor, with_range: bool
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """:func:`squared_error_sums` by the native kernel: one read of each input. The rows are split into
-    contiguous parts, one per torch thread (at least :data:`NATIVE_BYTES_PER_THREAD` each); every row is
-    summed the same way whatever the split, so the sums do not depend on the thread count."""
-    assert _native is not None
-    # channels_last, a view, an expanded tensor: copied, so they get the bits of the same images contiguous
-    preds, target = preds.contiguous(), target.contiguous()
-    u8 = preds.dtype == torch.uint8
-    # uint8 sums are exact integers whatever the rows: one row per image (no per-row start-up and tail)
-    b, w = preds.shape[0], (preds[0].numel() if u8 else preds.shape[-1])
-    rows = preds.numel() // w
-    kind = 1 if u8 else 0
-    out = torch.empty(rows, dtype=torch.float64)
-    size = preds.element_size()
-    parts = max(1, min(torch.get_num_threads(), 2 * rows * w * size // NATIVE_BYTES_PER_THREAD, rows))
-    bounds = [rows * i // parts for i in range(parts + 1)]
-    pa, ta, oa = preds.data_ptr(), target.data_ptr(), out.data_ptr()
-
-    def run(i: int, got: list) -> None:
-        r0, r1 = bounds[i], bounds[i + 1]
-        got[i] = _native.sse_rows(kind, pa + r0 * w * size, ta + r0 * w * size, r1 - r0, w, oa + r0 * 8)
-
-    got: list = [None] * parts
-    go, stop, done = threading.Event(), threading.Event(), [threading.Event() for _ in range(parts)]
-
-    def work(i: int) -> None:
-        try:
-            go.wait()
-            if not stop.is_set():
-                run(i, got)
-        finally:
-            done[i].set()
-
-    # Ctrl-C must not return while a thread still reads the inputs or writes ``out`` (the caller frees
-    # them): the threads read nothing until all have started, and from then on each is waited for
-    workers = [threading.Thread(target=work, args=(i,), daemon=True) for i in range(1, parts)]
-    try:
-        for t in workers:
-            t.start()
-        go.set()
-        run(0, got)
-    finally:
-        if go.is_set():
-            _wait_all(done[1:])
-        else:  # interrupted while starting them: the started threads end without reading anything
-            stop.set()
-            go.set()
-    if any(g is None for g in got):  # a thread failed (its traceback was printed): its rows are unwritten
-        raise RuntimeError("squared_error_sums: a thread of the native kernel failed; native=False avoids it")
-    sse = out.view(b, -1).sum(1)
-    if not with_range:
-        return sse, None
-    if not bool(torch.isfinite(sse).all()) and not u8:  # NaN (or inf) in an input: the exact float range
-        return sse, _float_range(preds, target)
-    lo, hi = min(g[0] for g in got), max(g[1] for g in got)
-    return sse, torch.tensor([lo, hi], dtype=preds.dtype)
-
-
-def _wait_all(events: list[threading.Event]) -> None:
-    """Wait until every event is set, even through repeated Ctrl-C (re-raised after; only one landing inside
-    the ``except`` clause itself can still cut the wait short). Events, not ``Thread.join``: on Python 3.11
-    a join interrupted by Ctrl-C marks the thread stopped while it still runs (bpo-45274's fix)."""
-    interrupted: BaseException | None = None
-    while True:
-        try:
-            for e in events:
-                e.wait()
-            break
-        except BaseException as exc:  # KeyboardInterrupt, or an exception a signal handler raised
-            interrupted = interrupted or exc
-    if interrupted is not None:
-        raise interrupted
-
-
 def squared_error_sums(
-    preds: torch.Tensor, target: torch.Tensor, *, with_range: bool = False, native: bool = False
+    preds: torch.Tensor, target: torch.Tensor, *, with_range: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Per image ``sum((preds - target)^2)`` of ``[B,...,W]``, float64 ``[B]``; with ``with_range`` also the
     smallest and largest value of the two inputs (``[2]``, input dtype), else None.
@@ -179,14 +67,8 @@ def squared_error_sums(
     0..255) are converted block by block into the float32 buffer and never copied whole. Tensors autograd
     tracks take the plain expression, which keeps the graph.
 
-    ``native=True`` asks for the native kernel (:func:`native_available`; float32 or uint8 on the CPU, else
-    the path above; other layouts than the contiguous one are copied first, so the bits do not depend on
-    the layout): one read of each input, rows split across torch's threads. Its float32 row sums use 8
-    lanes (term ``i`` into lane ``i mod 8``) in blocks of 1024 terms, each block's lanes added into float64
-    lanes, those added as ``((0+4)+(1+5))+((2+6)+(3+7))``: relative error at most ``(min(W, 1024)/8 + 5)
-    eps``, i.e. within 7e-5 dB of the float64 PSNR for rows of any length, the same bits on every CPU
-    (AVX-512, AVX2, SSE2 and scalar builds); uint8 sums are exact integers.
-    The PSNR metric takes it where a measurement on the machine found it faster (baselines/pixel.py).
+    Integer inputs (uint8) give the exact integer sums on every path (squares summed in float64), the
+    bits of :mod:`genmetrics.accel.pixel_native`'s kernel, which gives the same sums in one read.
 
     ``preds`` and ``target`` of two shapes (no broadcasting) or with no image axis raise ValueError, as do
     images without pixels; an empty batch gives empty sums.
@@ -199,7 +81,7 @@ def squared_error_sums(
     >>> squared_error_sums(u, u - 3)[0].tolist()  # 48 px x 3^2, integer differences
     [432.0]
     """
-    # a negative-bit view (``z.conj().imag``) holds its values negated in memory: both paths read memory
+    # a negative-bit view (``z.conj().imag``) holds its values negated in memory: the blocks read memory
     preds, target = preds.resolve_neg(), target.resolve_neg()
     if preds.shape != target.shape or preds.dim() < 2:  # the row views below would pair other pixels
         raise ValueError(
@@ -210,8 +92,6 @@ def squared_error_sums(
         if with_range or preds.shape[0]:
             raise ValueError(f"squared_error_sums: no values in images of shape {tuple(preds.shape)}")
         return torch.zeros(0, dtype=torch.float64, device=preds.device), None
-    if native and _native_ok(preds, target):
-        return _native_sums(preds, target, with_range)
     b, w = preds.shape[0], preds.shape[-1]
     tracked = torch.is_grad_enabled() and (preds.requires_grad or target.requires_grad)
     u8 = preds.dtype == torch.uint8
@@ -225,11 +105,12 @@ def squared_error_sums(
         and target.is_contiguous()
     )
     if not blocked:
-        if not preds.is_floating_point():  # integers: exact differences (uint8 - uint8 would wrap)
-            preds = preds.to(torch.promote_types(preds.dtype, torch.float32))
+        if not preds.is_floating_point():  # integers: exact differences and sums (uint8 - uint8 would wrap)
+            d = preds.double() - target.double()
+            return d.mul_(d).reshape(b, -1).sum(1), (float_range(preds, target) if with_range else None)
         d = (preds - target).reshape(b, -1, w)
         sse = torch.linalg.vector_norm(d, dim=-1).double().square().sum(1)
-        return sse, (_float_range(preds, target) if with_range else None)
+        return sse, (float_range(preds, target) if with_range else None)
     pr, tr = preds.view(-1, w), target.view(-1, w)  # all rows of all images: a block may span two images
     k = max(1, BLOCK_BYTES // (w * 4 if u8 else w * preds.element_size()))
     buf = torch.empty((min(k, pr.shape[0]), w), dtype=torch.float32 if u8 else preds.dtype)
@@ -237,11 +118,15 @@ def squared_error_sums(
     ranges: list[torch.Tensor] = []
     aminmax, sub, norm = torch.aminmax, torch.sub, torch.linalg.vector_norm  # ~200 blocks per 256 images
     # the blocks as views made by one ``split`` each (slicing every block in Python cost ~10% of the loop)
+    # uint8: squares up to 255^2 are exact in float32; a row's sums stay exact integers in float32 while
+    # W * 255^2 < 2^24 (in any order: every partial sum is representable), else they are taken in float64
+    row_dtype = torch.float32 if w * 255 * 255 < 1 << 24 else torch.float64
     if u8:
         for p, t in zip(pr.split(k), tr.split(k)):
             d = buf if p.shape[0] == k else buf[: p.shape[0]]
             d.copy_(p)  # 0..255 exactly in float32; the subtraction converts the target block on the fly
-            norms.append(norm(sub(d, t, out=d), dim=-1))
+            sub(d, t, out=d)
+            norms.append(d.mul_(d).sum(-1, dtype=row_dtype))
             if with_range:
                 ranges += aminmax(p)
                 ranges += aminmax(t)
@@ -256,27 +141,26 @@ def squared_error_sums(
                 ranges += aminmax(pi)
                 ranges += aminmax(ti)
             norms.append(norm(d, dim=-1))
-    sse = torch.cat(norms).view(b, -1).double().square_().sum(1)
+    rows = torch.cat(norms).view(b, -1).double()
+    sse = (rows if u8 else rows.square_()).sum(1)
     if not with_range:
         return sse, None
     lo, hi = torch.stack(ranges[0::2]).min(), torch.stack(ranges[1::2]).max()
     if u8:
         return sse, torch.stack((lo, hi))
     if int(lo) < 0:  # a negative value or -0.0: the integer order no longer follows the float order
-        return sse, _float_range(preds, target)
+        return sse, float_range(preds, target)
     return sse, torch.stack((lo, hi)).view(preds.dtype)
 
 
-def _float_range(preds: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+def float_range(preds: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     """``[min, max]`` of the values of both tensors (input dtype; NaN when either holds one)."""
     lo_p, hi_p = torch.aminmax(preds.detach())
     lo_t, hi_t = torch.aminmax(target.detach())
     return torch.stack((torch.minimum(lo_p, lo_t), torch.maximum(hi_p, hi_t)))
 
 
-def psnr(
-    preds: torch.Tensor, target: torch.Tensor, *, data_range: float = 1.0, native: bool = False
-) -> torch.Tensor:
+def psnr(preds: torch.Tensor, target: torch.Tensor, *, data_range: float = 1.0) -> torch.Tensor:
     """``10 log10(data_range^2 / MSE)`` per image of ``[B,C,H,W]``, float64 ``[B]`` (inf for equal images).
 
     The squared errors come from :func:`squared_error_sums` (one pass over memory on the CPU).
@@ -285,7 +169,7 @@ def psnr(
     >>> [round(v, 4) for v in psnr(x, x + 0.1).tolist()], psnr(x, x).tolist()  # MSE 0.01 -> 20 dB; equal -> inf
     ([20.0, 20.0], [inf, inf])
     """
-    sse, _ = squared_error_sums(preds, target, native=native)
+    sse, _ = squared_error_sums(preds, target)
     return psnr_from_sse(sse, preds[0].numel() if preds.shape[0] else 1, data_range=data_range)
 
 

@@ -29,10 +29,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from genmetrics.accel._torch_internals import version_counter
+from genmetrics.accel.clip_blocks import fused_mlp
+from genmetrics.accel.clip_packed import packed_vision_blocks
 from genmetrics.backbones._openclip_compat import has_embeds, vision_embeds
-from genmetrics.backbones._torch_internals import version_counter
-from genmetrics.backbones.clip_blocks import fused_mlp
-from genmetrics.backbones.clip_packed import packed_vision_blocks
 from genmetrics.backbones.clip_text import TextEmbeddingCache
 from genmetrics.core.options import template
 from genmetrics.data.device import check_precision, precision_autocast

@@ -24,7 +24,7 @@ from pathlib import Path
 import huggingface_hub
 import pytest
 
-from genmetrics.backbones import fastpath
+from genmetrics.accel import fastpath
 from genmetrics.backbones import hub as hub_module
 from genmetrics.backbones.weights import genmetrics_home
 from genmetrics.cli.main import main
@@ -223,10 +223,10 @@ def test_fast_path_record_hostile_falls_back_with_one_warning(kind, tmp_path):
     code = textwrap.dedent(
         """
         import warnings
-        from genmetrics.backbones import fastpath
+        from genmetrics.accel import fastpath
         with warnings.catch_warnings(record=True) as w:
             warnings.simplefilter("always")
-            c = fastpath.choose_path(("demo", 1), lambda: {"plain": lambda: None, "alt": lambda: None}, baseline="plain")
+            c = fastpath.choose_path(("demo", 1), lambda: {"plain": lambda: None, "alt": lambda: None}, baseline="plain", exact=True)
         print(c.path, bool(c.times))
         for x in w:
             print("WARNING", x.message)
@@ -265,7 +265,10 @@ def test_fast_path_lock_held_by_a_stopped_process_gives_the_plain_path(monkeypat
         fastpath.forget_fast_path_choices()
         t0 = time.perf_counter()
         c = fastpath.choose_path(
-            ("demo-held", 1), lambda: {"plain": lambda: None, "alt": lambda: None}, baseline="plain"
+            ("demo-held", 1),
+            lambda: {"plain": lambda: None, "alt": lambda: None},
+            baseline="plain",
+            exact=True,
         )
         took = time.perf_counter() - t0
     finally:

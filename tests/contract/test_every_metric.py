@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import io
 import pickle
@@ -11,7 +10,6 @@ import pytest
 import torch
 from torchmetrics import MetricCollection
 
-from genmetrics.backbones.fastpath import forget_fast_path_choices
 from genmetrics.core.metric import SampleMetric
 from genmetrics.testing import spawn_gloo
 from tests.contract import tester as T
@@ -143,29 +141,11 @@ def test_metric_collection_compute_groups(name):
 
 
 # --------------------------------------------------------------------------- two gloo processes
-@contextlib.contextmanager
-def _one_machine_record(home):
-    """Processes agree on the CLIP fast path (packed oneDNN products or ``F.linear``, which round
-    differently) through the machine's record in ``GENMETRICS_HOME`` (backbones/fastpath.py). Each test has
-    its own home, so the choice this pytest process measured under an earlier test's home (kept in
-    memory) and the one the spawned processes measured under theirs could differ: per-sample values then
-    differed in the last bits (the bitwise per_sample check failed for the CLIP metrics) and the set
-    metrics amplified that past 1e-5. Here this process measures under ``home`` (the values the tests
-    compare with are computed again), and the processes started inside the block read that record, as
-    every process on a user's machine does."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("GENMETRICS_HOME", str(home))
-        forget_fast_path_choices()
-        T.reference.cache_clear()
-        for name in NAMES:
-            T.reference(name)
-        yield
-
-
 @pytest.fixture(scope="module")
-def ddp_results(tmp_path_factory):
-    with _one_machine_record(tmp_path_factory.mktemp("ddp-home")):
-        return spawn_gloo(T.ddp_worker, 2, (NAMES,))
+def ddp_results():
+    # no fast path that changes bits runs unless asked for, so the ranks and this process give the same
+    # bits whatever each measured (tests/accel/test_fastpath.py)
+    return spawn_gloo(T.ddp_worker, 2, (NAMES,))
 
 
 @pytest.mark.distributed
@@ -242,15 +222,14 @@ def _scalar_names():
 
 
 @pytest.fixture(scope="module")
-def lightning_results(tmp_path_factory):
+def lightning_results():
     pytest.importorskip("lightning")
     from tests.contract.lightning_module import validate
 
-    with _one_machine_record(tmp_path_factory.mktemp("lightning-home")):
-        return {
-            1: validate(NAMES, _scalar_names(), devices=1),
-            2: validate(NAMES, _scalar_names(), devices=2),
-        }
+    return {
+        1: validate(NAMES, _scalar_names(), devices=1),
+        2: validate(NAMES, _scalar_names(), devices=2),
+    }
 
 
 @pytest.mark.distributed

@@ -6,7 +6,6 @@ import pytest
 import torch
 
 import genmetrics as gm
-from genmetrics.backbones.fastpath import forget_fast_path_choices
 from genmetrics.testing import random_images, spawn_gloo
 
 N = 7
@@ -38,9 +37,6 @@ def _worker(rank, world_size, name):
 @pytest.mark.distributed
 @pytest.mark.parametrize("name", ["psnr", "ssim"])
 def test_two_processes_equal_one(name):
-    # measured in this test's GENMETRICS_HOME, which the ranks read: a choice kept from an earlier test's home
-    # would leave them to measure for themselves, and a timing could give them another psnr path (other bits)
-    forget_fast_path_choices()
     ref, cand, ids = _data()
     single = gm.create_metric(name)
     single.update(ref, cand, ids=ids)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from genmetrics.baselines import pixel as pixel_metrics
 from genmetrics.baselines.pixel import PSNR
 from genmetrics.errors import InputError
 from genmetrics.functional import pixel as P
@@ -183,13 +184,13 @@ def test_uint8_psnr_takes_the_one_pass_path_and_is_batch_invariant(monkeypatch):
     the same order whatever the block); precision='float64' takes the general path and agrees."""
     p, t = _u8_pair(6, 24, 24, seed=5)
     calls: list[torch.dtype] = []
-    real = P.squared_error_sums
+    real = pixel_metrics.squared_error_sums  # the sums psnr calls (the native kernel or the torch path)
 
     def spy(a, b, **kw):
         calls.append(a.dtype)
         return real(a, b, **kw)
 
-    monkeypatch.setattr(P, "squared_error_sums", spy)
+    monkeypatch.setattr(pixel_metrics, "squared_error_sums", spy)
     fast = _scores(PSNR(batch_size=4), t, p)
     assert calls and set(calls) == {torch.uint8}  # the raw uint8 batches, never a float copy
     mse = ((p.double() - t.double()) ** 2).mean((1, 2, 3))
@@ -208,3 +209,20 @@ def test_uint8_psnr_takes_the_one_pass_path_and_is_batch_invariant(monkeypatch):
     # the float path rounds each u/255 (eps/2 relative) before subtracting: a difference of 1/255 between
     # values near 1 carries up to 2 * 255 eps relative error, so its MSE up to 4 * 255 eps (+ rows' 26 eps)
     assert torch.allclose(as_float, fast, atol=10 / 2.302585 * (4 * 255 + 26) * EPS32, rtol=0)
+
+
+@pytest.mark.parametrize("w", [1, 256, 257, 258, 3001])
+@pytest.mark.parametrize("layout", ["contiguous", "channels_last"])
+def test_uint8_sums_are_exact_integers_at_the_float32_limit(w, layout):
+    """The largest squares (255^2) in rows around 2^24 / 255^2 = 258 terms, where float32 row sums stop
+    being exact: the sums equal an int64 recomputation on the blocked and the plain path."""
+    g = torch.Generator().manual_seed(w)
+    p = torch.randint(0, 2, (2, 3, 5, w), generator=g, dtype=torch.uint8) * 255
+    t = 255 - p
+    if layout == "channels_last":
+        p, t = (
+            p.contiguous(memory_format=torch.channels_last),
+            t.contiguous(memory_format=torch.channels_last),
+        )
+    exact = (p.long() - t.long()).pow(2).flatten(1).sum(1).double()
+    assert torch.equal(P.squared_error_sums(p, t)[0], exact)

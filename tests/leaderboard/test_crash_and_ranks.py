@@ -90,10 +90,6 @@ def test_sigkill_then_resume_equals_uninterrupted(tmp_path, monkeypatch, capsys)
 
 @pytest.mark.distributed
 def test_two_processes_equal_one(tmp_path):
-    # the fast paths measured in this test's GENMETRICS_HOME, which the ranks read (see the psnr DDP test)
-    from genmetrics.backbones.fastpath import forget_fast_path_choices
-
-    forget_fast_path_choices()
     root = make_set(tmp_path / "set", n=7, size=16)  # odd count: uneven shards
     cfg = toml_config(
         root,

@@ -280,9 +280,9 @@ def test_cpu_pass_uses_the_packed_products(clip, pixels):
     """On the CPU without autograd, where the packed oneDNN products are taken (forced here; normally where
     this machine measured them faster), the masked pass runs on the packed weights that encode_image uses;
     with autograd, the modules' own."""
-    from genmetrics.backbones import clip_packed
-    from genmetrics.backbones._torch_internals import onednn_linear_available
-    from genmetrics.backbones.fastpath import force_path
+    from genmetrics.accel import clip_packed
+    from genmetrics.accel._torch_internals import onednn_linear_available
+    from genmetrics.accel.fastpath import force_path
 
     if not onednn_linear_available():
         pytest.skip("this torch build has no oneDNN packed linear")

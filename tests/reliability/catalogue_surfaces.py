@@ -1914,10 +1914,10 @@ FAST_PRE = r"""
 import torch
 import genmetrics as gm
 from genmetrics.baselines import pixel
-def score():
+def score():  # uint8 images: the native kernel's automatic (exact) case, whose choice is recorded
     g = torch.Generator().manual_seed(0)
-    x = torch.rand(2, 3, 64, 64, generator=g)
-    return float(gm.create_metric("psnr").compute(x, (x + 0.05).clamp(0, 1)))
+    x = torch.randint(0, 240, (2, 3, 64, 64), generator=g, dtype=torch.uint8)
+    return float(gm.create_metric("psnr").compute(x, x + 13))
 """
 
 
@@ -2048,8 +2048,8 @@ def _(ctx: Ctx) -> Verdict:
 )
 def _(ctx: Ctx) -> Verdict:
     body = """
-from genmetrics.backbones import fastpath
-key = ("psnr_native", "float32", torch.get_num_threads())
+from genmetrics.accel import fastpath
+key = ("psnr_native", "uint8", torch.get_num_threads())
 (HERE / "home" / "fast_paths.json").write_text(json.dumps({fastpath._machine_key(key): "native", "x": [1, 2]}))
 """
     return _fallback(_fast(ctx, body))
@@ -2063,8 +2063,8 @@ key = ("psnr_native", "float32", torch.get_num_threads())
 )
 def _(ctx: Ctx) -> Verdict:
     body = """
-from genmetrics.backbones import fastpath
-key = ("psnr_native", "float32", torch.get_num_threads())
+from genmetrics.accel import fastpath
+key = ("psnr_native", "uint8", torch.get_num_threads())
 (HERE / "home" / "fast_paths.json").write_text(
     json.dumps({fastpath._machine_key(key): {"path": None, "speedups": "fast"}}))
 """
@@ -2079,8 +2079,8 @@ key = ("psnr_native", "float32", torch.get_num_threads())
 )
 def _(ctx: Ctx) -> Verdict:
     body = """
-from genmetrics.backbones import fastpath
-key = ("psnr_native", "float32", torch.get_num_threads())
+from genmetrics.accel import fastpath
+key = ("psnr_native", "uint8", torch.get_num_threads())
 (HERE / "home" / "fast_paths.json").write_text(json.dumps({fastpath._machine_key(key): {"path": "turbo"}}))
 """
     p = _fast(ctx, body)

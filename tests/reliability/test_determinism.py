@@ -45,19 +45,6 @@ def _equal(a, b, tol=0.0):
     return a == b
 
 
-@pytest.fixture(autouse=True)
-def _one_machine_record():
-    """Processes agree on the CLIP fast path through the machine's record in GENMETRICS_HOME (fastpath.py).
-    Each test here has its own GENMETRICS_HOME, so a choice this pytest process measured under an earlier
-    test's home (kept in memory, recorded there) is dropped: the processes of this test then share one
-    record, as every process on a user's machine does."""
-    from genmetrics.backbones.fastpath import forget_fast_path_choices
-
-    forget_fast_path_choices()
-    yield
-    forget_fast_path_choices()
-
-
 #: the intra-op thread count under which the bitwise claims hold (docs/performance.md)
 THREADS = 1
 

@@ -1,14 +1,17 @@
-"""The products of open_clip's plain vision blocks on oneDNN weights packed once, where this machine runs
-them faster than ``F.linear`` (used where measured faster on the machine).
+"""The products of open_clip's plain vision blocks on oneDNN weights packed once: a bit-changing fast path,
+taken only when asked for (``GENMETRICS_FAST_PATHS=onednn_packed_linear`` or ``all``;
+:mod:`genmetrics.accel.fastpath`), and then only where this machine runs it faster than ``F.linear``.
 
 Packing reorders each linear weight once into oneDNN's blocked layout (the kernels ``torch.compile`` emits
-for CPU linears; the private torch calls live in :mod:`genmetrics.backbones._torch_internals`). Whether that
+for CPU linears; the private torch calls live in :mod:`genmetrics.accel._torch_internals`). Whether that
 pays depends on the CPU and on the number of rows: 1.37x ``F.linear`` on ViT-B/16's products on an AMD EPYC
 with AVX-512, 0.93-1.05x on an Intel Xeon (AVX-512, AMX), and on an AMD EPYC Zen 3 (AVX2) about 1.2-1.3x at
 one image's 197 rows but 0.85-0.97x from about 1000 rows on. So :func:`packed_products_pay_off` times one
 block's four products both ways on the running machine at :data:`MEASURE_ROWS` rows (a batch's worth:
-:func:`genmetrics.backbones.fastpath.choose_path`, once per process, width and thread count) and the
-packed path is taken only where it measured at least 5% faster.
+:func:`genmetrics.accel.fastpath.choose_path`, once per process, width and thread count) and the
+packed path is taken only where it measured at least 5% faster. The two kernels round differently (about
+1e-6 relative in float32; bfloat16 weights rounded once when packed), so a score's last bits depend on
+whether it runs: hence off unless asked for.
 
 The choice does not depend on the batch being scored: the two kernels round differently, and an image's
 score must not depend on the rest of its batch. Rows of either kernel did not depend on the number of rows
@@ -26,16 +29,17 @@ import torch
 import torch.nn.functional as F
 from open_clip.transformer import QuickGELU
 
-from genmetrics.backbones._torch_internals import (
+from genmetrics.accel._torch_internals import (
     linear_pointwise,
     onednn_linear_available,
     reorder_linear_weight,
     version_counter,
 )
-from genmetrics.backbones.clip_blocks import QUICKGELU_ALPHA, is_plain_block
-from genmetrics.backbones.fastpath import choose_path
+from genmetrics.accel.clip_blocks import QUICKGELU_ALPHA, is_plain_block
+from genmetrics.accel.fastpath import choose_path
 
-#: the name under which the choice is kept (``fastpath.force_path(PACKED_LINEAR, "plain")`` turns it off)
+#: the name under which the choice is kept (``GENMETRICS_FAST_PATHS`` names it to allow the path;
+#: ``fastpath.force_path(PACKED_LINEAR, "packed")`` forces it)
 PACKED_LINEAR = "onednn_packed_linear"
 _PACK_HINT = 32 * 197  # rows the layout is chosen for (fixed, so every call uses the same packed weights)
 #: rows the choice is measured at: a batch's worth (both kernels are at their steady throughput from about
@@ -49,7 +53,7 @@ class PackedBlock:
     """The matrix products of one plain open_clip ``ResidualAttentionBlock`` (in-projection, out-projection,
     MLP) on oneDNN weights packed once; see :func:`packed_vision_blocks`. Inputs ``[..., D]``.
 
-    >>> from genmetrics.backbones._torch_internals import onednn_linear_available
+    >>> from genmetrics.accel._torch_internals import onednn_linear_available
     >>> from genmetrics.testing import tiny_clip
     >>> model, _ = tiny_clip()
     >>> blk = model.visual.transformer.resblocks[0]
@@ -103,12 +107,13 @@ def _pack_key(v: Any) -> tuple | None:
 
 
 def packed_products_pay_off(blk: Any, dtype: torch.dtype = torch.float32) -> bool:
-    """Whether the packed products of blocks shaped like ``blk`` measured at least 5% faster than
+    """Whether the packed products of blocks shaped like ``blk`` are allowed (a bit-changing fast path:
+    :func:`~genmetrics.accel.fastpath.fast_path_allowed`) and measured at least 5% faster than
     ``F.linear`` on this machine (one block's four products both ways on :data:`MEASURE_ROWS` random rows
     in ``dtype``, weights already in ``dtype`` on both sides, interleaved, best of three; measured once per
     process, width, thread count and dtype).
 
-    >>> from genmetrics.backbones.fastpath import force_path
+    >>> from genmetrics.accel.fastpath import force_path
     >>> from genmetrics.testing import tiny_clip
     >>> blk = tiny_clip()[0].visual.transformer.resblocks[0]
     >>> force_path(PACKED_LINEAR, "plain")  # e.g. to compare with the plain products
@@ -122,7 +127,9 @@ def packed_products_pay_off(blk: Any, dtype: torch.dtype = torch.float32) -> boo
         key = (*key, str(dtype))
     with torch.no_grad(), torch.autocast("cpu", enabled=False):
         return (
-            choose_path(key, lambda: _product_candidates(blk, MEASURE_ROWS, dtype), baseline="plain").path
+            choose_path(
+                key, lambda: _product_candidates(blk, MEASURE_ROWS, dtype), baseline="plain", exact=False
+            ).path
             == "packed"
         )
 
@@ -172,7 +179,7 @@ def packed_vision_blocks(visual: Any) -> list[PackedBlock] | None:
     products may run on packed oneDNN weights and that is faster here: float32 weights on the CPU, without
     autograd, outside autocast or under CPU bfloat16 autocast (:func:`packed_dtype`: the weights are then
     rounded to bfloat16 once, when packed, and the products take and return bfloat16, accumulating in
-    float32 inside oneDNN, as autocast's own products do), every block plain (:func:`~genmetrics.backbones.clip_blocks.is_plain_block`), a torch build with
+    float32 inside oneDNN, as autocast's own products do), every block plain (:func:`~genmetrics.accel.clip_blocks.is_plain_block`), a torch build with
     oneDNN's packed linear, and :func:`packed_products_pay_off` (measured on this machine; the same for
     every batch); else None (use the blocks' own modules).
 
@@ -230,7 +237,7 @@ def release_packed_weights() -> bool:
     """Free the packed copies (every precision) of the last open_clip vision tower run on the CPU (they are
     rebuilt on the next call); True when there was one.
 
-    >>> from genmetrics.backbones.fastpath import force_path
+    >>> from genmetrics.accel.fastpath import force_path
     >>> from genmetrics.backbones.clip_vision import encode_image
     >>> from genmetrics.testing import tiny_clip
     >>> model, _ = tiny_clip()
@@ -247,10 +254,10 @@ def release_packed_weights() -> bool:
 
 
 def packed_block(blk: Any, x: torch.Tensor, packed: PackedBlock) -> torch.Tensor:
-    """:func:`~genmetrics.backbones.clip_blocks.sdpa_block` (all rows, no mask) with the products on
+    """:func:`~genmetrics.accel.clip_blocks.sdpa_block` (all rows, no mask) with the products on
     packed oneDNN weights.
 
-    >>> from genmetrics.backbones.clip_blocks import sdpa_block
+    >>> from genmetrics.accel.clip_blocks import sdpa_block
     >>> from genmetrics.testing import tiny_clip
     >>> blk = tiny_clip()[0].visual.transformer.resblocks[0]
     >>> x = torch.randn(2, 5, 64, generator=torch.Generator().manual_seed(0))

@@ -1,4 +1,4 @@
-"""A hostile user's pass over psnr's native kernel (genmetrics/functional/_native.c).
+"""A hostile user's pass over psnr's native kernel (genmetrics/accel/_native.c).
 
 The kernel reads raw addresses in threads of its own, so the cases here are those where an address, a thread
 or a record can go wrong: Ctrl-C while the threads read, a thread that fails, tensors whose memory is not
@@ -20,11 +20,13 @@ import pytest
 import torch
 from PIL import Image
 
-from genmetrics.backbones import fastpath
-from genmetrics.baselines.pixel import PSNR, native_psnr_path
+from genmetrics.accel import fastpath
+from genmetrics.accel import pixel_native as N
+from genmetrics.accel.pixel_native import native_psnr_path
+from genmetrics.baselines.pixel import PSNR
 from genmetrics.errors import InputError
 from genmetrics.functional import pixel as P
-from tests.functional.test_pixel_native import EPS32, _pair, needs_native
+from tests.accel.test_pixel_native import EPS32, _pair, _psnr, needs_native
 
 
 @pytest.fixture
@@ -38,7 +40,7 @@ class _WorkerKernel:
     """The real kernel, with a hook run first in every worker thread (not in the calling thread)."""
 
     def __init__(self, hook):
-        self.real, self.hook = P._native, hook
+        self.real, self.hook = N._native, hook
         self.started = self.finished = 0
         self.lock = threading.Lock()
 
@@ -66,15 +68,15 @@ def test_ctrl_c_returns_only_after_every_kernel_thread_stopped_reading(monkeypat
         time.sleep(0.3)  # the main thread gets the signal while this worker still has its rows to do
 
     kernel = _WorkerKernel(interrupt_then_work)
-    monkeypatch.setattr(P, "_native", kernel)
-    monkeypatch.setattr(P, "NATIVE_BYTES_PER_THREAD", 1)
+    monkeypatch.setattr(N, "_native", kernel)
+    monkeypatch.setattr(N, "NATIVE_BYTES_PER_THREAD", 1)
     before = torch.get_num_threads()
     old = signal.signal(signal.SIGINT, signal.default_int_handler)
     p, t = _pair(4, 8, 8)
     try:
         torch.set_num_threads(4)
         with pytest.raises(KeyboardInterrupt):
-            P.squared_error_sums(p, t, native=True)
+            N.squared_error_sums(p, t, native=True)
             time.sleep(2)  # not interrupted inside the call: the signal is still on its way
         assert kernel.started >= 1 and kernel.finished == kernel.started
     finally:
@@ -87,8 +89,8 @@ def test_ctrl_c_while_the_kernel_threads_start_leaves_no_thread_reading(monkeypa
     """Ctrl-C landing in ``Thread.start`` (the thread exists, the start did not return): the started
     threads must end without reading the inputs the caller is about to free."""
     kernel = _WorkerKernel(lambda: None)
-    monkeypatch.setattr(P, "_native", kernel)
-    monkeypatch.setattr(P, "NATIVE_BYTES_PER_THREAD", 1)
+    monkeypatch.setattr(N, "_native", kernel)
+    monkeypatch.setattr(N, "NATIVE_BYTES_PER_THREAD", 1)
     real_start, calls = threading.Thread.start, []
 
     def start(self):
@@ -102,7 +104,7 @@ def test_ctrl_c_while_the_kernel_threads_start_leaves_no_thread_reading(monkeypa
     try:
         torch.set_num_threads(4)
         with pytest.raises(KeyboardInterrupt):
-            P.squared_error_sums(*_pair(4, 8, 8), native=True)
+            N.squared_error_sums(*_pair(4, 8, 8), native=True)
         for t in calls:
             t.join(10)
         assert len(calls) == 2 and kernel.started == 0
@@ -119,14 +121,14 @@ def test_a_kernel_thread_that_fails_raises_instead_of_returning_unwritten_sums(m
     def fail():
         raise MemoryError("planted")
 
-    monkeypatch.setattr(P, "_native", _WorkerKernel(fail))
-    monkeypatch.setattr(P, "NATIVE_BYTES_PER_THREAD", 1)
+    monkeypatch.setattr(N, "_native", _WorkerKernel(fail))
+    monkeypatch.setattr(N, "NATIVE_BYTES_PER_THREAD", 1)
     monkeypatch.setattr(threading, "excepthook", lambda args: None)  # the planted fault is expected
     before = torch.get_num_threads()
     try:
         torch.set_num_threads(3)
         with pytest.raises(RuntimeError, match="native"):
-            P.squared_error_sums(*_pair(3, 4, 8), with_range=with_range, native=True)
+            N.squared_error_sums(*_pair(3, 4, 8), with_range=with_range, native=True)
     finally:
         torch.set_num_threads(before)
 
@@ -139,11 +141,11 @@ def test_a_negative_bit_view_is_read_as_its_values():
     z = torch.complex(torch.zeros(1, 1, 1, 1), torch.full((1, 1, 1, 1), 0.25)).conj().imag
     assert z.is_neg() and z.is_contiguous() and float(z) == -0.25
     t = torch.full((1, 1, 1, 1), 0.25)
-    sse, rng = P.squared_error_sums(z, t, with_range=True, native=True)
+    sse, rng = N.squared_error_sums(z, t, with_range=True, native=True)
     assert sse.tolist() == [0.25] and rng.tolist() == [-0.25, 0.25]  # (-0.25 - 0.25)^2
-    assert P.squared_error_sums(t, z, native=True)[0].tolist() == [0.25]  # as the target
-    assert P.psnr(z, t, native=True).tolist() == P.psnr(z.resolve_neg(), t).tolist()
-    tsse, trng = P.squared_error_sums(z, t, with_range=True)  # the torch path: as its values too
+    assert N.squared_error_sums(t, z, native=True)[0].tolist() == [0.25]  # as the target
+    assert _psnr(z, t, native=True).tolist() == P.psnr(z.resolve_neg(), t).tolist()
+    tsse, trng = N.squared_error_sums(z, t, with_range=True)  # the torch path: as its values too
     assert torch.equal(tsse, sse) and torch.equal(trng, rng)
 
 
@@ -165,8 +167,8 @@ def test_the_native_sums_do_not_depend_on_the_memory_layout(dtype):
     if dtype == torch.uint8:
         p, t = (p * 255).round().to(dtype), (t * 255).round().to(dtype)
     for name, a, b in _layouts(p, t):
-        want = P.squared_error_sums(a.contiguous(), b.contiguous(), with_range=True, native=True)
-        got = P.squared_error_sums(a, b, with_range=True, native=True)
+        want = N.squared_error_sums(a.contiguous(), b.contiguous(), with_range=True, native=True)
+        got = N.squared_error_sums(a, b, with_range=True, native=True)
         assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1]), name
 
 
@@ -207,6 +209,7 @@ def test_a_tampered_record_takes_a_valid_path_or_measures_again(monkeypatch):
     the file."""
     from genmetrics.backbones.weights import genmetrics_home
 
+    monkeypatch.setenv(fastpath.FAST_PATHS_ENV, "psnr_native")  # float32: the record is read when asked for
     p, t = _pair(3, 8, 8)
     key = ("psnr_native", "float32", torch.get_num_threads())
     store = genmetrics_home() / fastpath.STORE_NAME
@@ -222,7 +225,7 @@ def test_a_tampered_record_takes_a_valid_path_or_measures_again(monkeypatch):
             native_psnr_path(p, t)
         fastpath.forget_fast_path_choices()
         store.write_text(json.dumps({fastpath._machine_key(key): {"path": "native"}}))
-        monkeypatch.setattr(P, "_native", None)
+        monkeypatch.setattr(N, "_native", None)
         assert native_psnr_path(p, t) is False
     finally:
         fastpath.forget_fast_path_choices()
@@ -232,7 +235,7 @@ def test_a_tampered_record_takes_a_valid_path_or_measures_again(monkeypatch):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.uint8])
 def test_thread_counts_above_the_rows_give_the_same_bits(monkeypatch, dtype):
     """1..8 threads on batches of 1 to 3 rows (fewer rows than threads) and on one wide row."""
-    monkeypatch.setattr(P, "NATIVE_BYTES_PER_THREAD", 1)
+    monkeypatch.setattr(N, "NATIVE_BYTES_PER_THREAD", 1)
     before = torch.get_num_threads()
     cases = [_pair(1, 1, 5, c=1), _pair(1, 3, 17, c=1), _pair(3, 1, 9, c=1), _pair(1, 1, 40001, c=1)]
     if dtype == torch.uint8:
@@ -240,10 +243,10 @@ def test_thread_counts_above_the_rows_give_the_same_bits(monkeypatch, dtype):
     try:
         for p, t in cases:
             torch.set_num_threads(1)
-            want = P.squared_error_sums(p, t, with_range=True, native=True)
+            want = N.squared_error_sums(p, t, with_range=True, native=True)
             for k in range(2, 9):
                 torch.set_num_threads(k)
-                got = P.squared_error_sums(p, t, with_range=True, native=True)
+                got = N.squared_error_sums(p, t, with_range=True, native=True)
                 assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1]), (p.shape, k)
     finally:
         torch.set_num_threads(before)
@@ -251,14 +254,14 @@ def test_thread_counts_above_the_rows_give_the_same_bits(monkeypatch, dtype):
 
 @needs_native
 def test_two_python_threads_scoring_at_once_get_their_own_sums(monkeypatch):
-    monkeypatch.setattr(P, "NATIVE_BYTES_PER_THREAD", 1)
+    monkeypatch.setattr(N, "NATIVE_BYTES_PER_THREAD", 1)
     pairs = [_pair(6, 16, 24, seed=s) for s in range(2)]
-    want = [P.squared_error_sums(p, t, with_range=True, native=True) for p, t in pairs]
+    want = [N.squared_error_sums(p, t, with_range=True, native=True) for p, t in pairs]
     got: list = [[], []]
 
     def score(i):
         for _ in range(20):
-            got[i].append(P.squared_error_sums(*pairs[i], with_range=True, native=True))
+            got[i].append(N.squared_error_sums(*pairs[i], with_range=True, native=True))
 
     threads = [threading.Thread(target=score, args=(i,)) for i in range(2)]
     for th in threads:
@@ -272,15 +275,15 @@ def test_two_python_threads_scoring_at_once_get_their_own_sums(monkeypatch):
 
 def _child_sums(queue) -> None:
     p, t = _pair(4, 8, 8)
-    queue.put(P.squared_error_sums(p, t, native=True)[0].tolist())
+    queue.put(N.squared_error_sums(p, t, native=True)[0].tolist())
 
 
 @needs_native
 @pytest.mark.skipif("fork" not in mp.get_all_start_methods(), reason="no fork on this platform")
 def test_a_fork_after_the_kernel_threads_ran_scores_the_same(monkeypatch):
-    monkeypatch.setattr(P, "NATIVE_BYTES_PER_THREAD", 1)
+    monkeypatch.setattr(N, "NATIVE_BYTES_PER_THREAD", 1)
     p, t = _pair(4, 8, 8)
-    want = P.squared_error_sums(p, t, native=True)[0].tolist()  # the kernel's threads ran here first
+    want = N.squared_error_sums(p, t, native=True)[0].tolist()  # the kernel's threads ran here first
     ctx = mp.get_context("fork")
     queue = ctx.SimpleQueue()
     child = ctx.Process(target=_child_sums, args=(queue,))
@@ -320,7 +323,7 @@ def test_wide_uint8_rows_are_exact_past_the_int32_partial_sums():
     p = torch.zeros(2, 1, 2, 70001, dtype=torch.uint8)
     t = torch.full_like(p, 255)
     t[1, 0, 1, -1] = 0
-    sse, rng = P.squared_error_sums(p, t, with_range=True, native=True)
+    sse, rng = N.squared_error_sums(p, t, with_range=True, native=True)
     assert sse.tolist() == [2 * 70001 * 255**2, (2 * 70001 - 1) * 255**2] and rng.tolist() == [0, 255]
 
 
@@ -373,9 +376,10 @@ def test_cli_scores_of_mixed_modes_and_sizes_agree_with_and_without_the_kernel(t
 
 
 @needs_native
-def test_the_per_machine_measurement_takes_a_channels_last_batch():
+def test_the_per_machine_measurement_takes_a_channels_last_batch(monkeypatch):
     """The first batch of a process is timed on both paths: a channels_last one too (its rows are not a
     view of its memory)."""
+    monkeypatch.setenv(fastpath.FAST_PATHS_ENV, "psnr_native")  # float32: measured only when asked for
     fastpath.forget_fast_path_choices()
     p, t = _pair(2, 8, 12)
     cl = torch.channels_last
@@ -398,11 +402,11 @@ def test_inputs_of_two_shapes_are_refused_not_mixed(native):
     for other in ((2, 3, 64, 1), (2, 3, 8, 1), (1, 3, 8, 8)):
         want = rf"\(2, 3, 8, 8\) and {re.escape(str(other))}"
         with pytest.raises(ValueError, match=want):
-            P.squared_error_sums(p, torch.rand(other), native=native)
+            N.squared_error_sums(p, torch.rand(other), native=native)
         with pytest.raises(ValueError, match=want):
-            P.psnr(p, torch.rand(other), native=native)
+            _psnr(p, torch.rand(other), native=native)
     with pytest.raises(ValueError, match=r"\[B,\.\.\.,W\].*\(5,\)"):
-        P.squared_error_sums(torch.rand(5), torch.rand(5), native=native)
+        N.squared_error_sums(torch.rand(5), torch.rand(5), native=native)
 
 
 @pytest.mark.parametrize("native", [False, True])
@@ -411,15 +415,15 @@ def test_an_empty_batch_scores_nothing_and_empty_images_are_refused(native):
     PSNR (0 / 0), a ValueError naming the shape, as a range of no values."""
     for dtype in (torch.float32, torch.uint8):
         x = torch.zeros(0, 3, 8, 8, dtype=dtype)
-        sse, rng = P.squared_error_sums(x, x, native=native)
+        sse, rng = N.squared_error_sums(x, x, native=native)
         assert sse.shape == (0,) and sse.dtype == torch.float64 and rng is None
-        assert P.psnr(x, x, native=native).shape == (0,)
+        assert _psnr(x, x, native=native).shape == (0,)
         with pytest.raises(ValueError, match=r"no values.*\(0, 3, 8, 8\)"):
-            P.squared_error_sums(x, x, with_range=True, native=native)
+            N.squared_error_sums(x, x, with_range=True, native=native)
     for shape in ((2, 3, 0, 8), (2, 3, 8, 0)):
         e = torch.zeros(shape)
         with pytest.raises(ValueError, match=r"no values.*" + re.escape(str(shape))):
-            P.squared_error_sums(e, e, native=native)
+            N.squared_error_sums(e, e, native=native)
 
 
 def _ddp_psnr_worker(rank: int, world_size: int) -> dict:
@@ -473,6 +477,6 @@ def test_uint8_batches_score_within_the_bound_with_and_without_the_kernel():
             fastpath.force_path("psnr_native", None)
     exact = ((p.long() - t.long()) ** 2).flatten(1).sum(1).double()
     want = P.psnr_from_sse(exact, p[0].numel(), data_range=255.0)
-    if P.native_available():
+    if N.native_available():
         assert torch.equal(got["native"], want)  # exact sums: the float64 PSNR of the exact MSE
     assert (got["torch"] - want).abs().max() <= 4.35 * (37 + 5) * EPS32

@@ -1,6 +1,6 @@
 /* One pass over two images' rows: per-row sums of squared differences and the range of the values.
  *
- * The optional native kernel of genmetrics.functional.pixel.squared_error_sums (psnr at the
+ * The optional native kernel of genmetrics.accel.pixel_native.squared_error_sums (psnr at the
  * machine's read bandwidth). torch has no fused "subtract, square, sum per row, min and max of both
  * inputs": with public ops the inputs are read by one op and re-read from the cache by three more. This
  * loop reads each input once.
@@ -19,7 +19,7 @@
  * row's sum NaN, which the caller sees), byte min/max for uint8.
  *
  * GM_NO_CLONES (one baseline build) and GM_NO_VECTOR (the scalar loop that compilers without vector
- * extensions build) exist for tests/functional/test_pixel_native.py, which checks all builds agree bitwise.
+ * extensions build) exist for tests/accel/test_pixel_native.py, which checks all builds agree bitwise.
  *
  * The entry points take addresses (torch's data_ptr()) and release the GIL, so the caller can split rows
  * across threads. Plain C, no torch headers: it builds against any torch.

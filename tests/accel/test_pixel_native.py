@@ -1,4 +1,4 @@
-"""psnr's native squared-error kernel (genmetrics/functional/_native.c: psnr at the read bandwidth).
+"""psnr's native squared-error kernel (genmetrics/accel/_native.c: psnr at the read bandwidth).
 
 * Bitwise parity with an explicit second computation of its documented summation order (8 float32 lanes, a
   fixed tree), done here with torch float32 ops: the sums are defined by their order, not by the CPU.
@@ -7,7 +7,7 @@
   NaN), and the metric's fallback to the general path still sees a bad value.
 * Rows split across threads give the same bits for any thread count and any split.
 * What it cannot read (float64, float16, autograd, mixed dtypes) takes the torch path (views and other
-  layouts are copied first: tests/functional/test_pixel_native_hostile.py).
+  layouts are copied first: tests/accel/test_pixel_native_hostile.py).
 * The per-machine choice: a native kernel measured slower is never taken; without the extension the metric
   takes the torch path; the choice is one per process and kept in GENMETRICS_HOME.
 """
@@ -21,16 +21,23 @@ import time
 import pytest
 import torch
 
-from genmetrics.backbones import fastpath
+from genmetrics.accel import fastpath
+from genmetrics.accel import pixel_native as N
+from genmetrics.accel.pixel_native import native_psnr_path
 from genmetrics.backbones.weights import genmetrics_home
-from genmetrics.baselines.pixel import PSNR, native_psnr_path
+from genmetrics.baselines.pixel import PSNR
 from genmetrics.errors import InputError
 from genmetrics.functional import pixel as P
+from tests.functional.test_pixel_psnr import range_cases
 
-from .test_pixel_psnr import range_cases
-
-needs_native = pytest.mark.skipif(not P.native_available(), reason="the native kernel was not built here")
+needs_native = pytest.mark.skipif(not N.native_available(), reason="the native kernel was not built here")
 EPS32 = 1.1920929e-07
+
+
+def _psnr(p: torch.Tensor, t: torch.Tensor, *, native: bool) -> torch.Tensor:
+    """PSNR per image from the sums of :func:`genmetrics.accel.pixel_native.squared_error_sums`."""
+    sse, _ = N.squared_error_sums(p, t, native=native)
+    return P.psnr_from_sse(sse, p[0].numel() if p.shape[0] else 1)
 
 
 def _pair(b: int, h: int, w: int, seed: int = 0, c: int = 3) -> tuple[torch.Tensor, torch.Tensor]:
@@ -76,7 +83,7 @@ def test_float32_sums_are_the_documented_lane_order_bitwise(shape):
     adds are below one eps32 together)."""
     b, c, h, w = shape
     p, t = _pair(b, h, w, c=c, seed=w)
-    sse, rng = P.squared_error_sums(p, t, with_range=True, native=True)
+    sse, rng = N.squared_error_sums(p, t, with_range=True, native=True)
     assert torch.equal(sse, lane_order_sums(p, t))
     exact = ((p.double() - t.double()) ** 2).sum((1, 2, 3))
     assert torch.all((sse - exact).abs() <= (min(w, 1024) / 8 + 5) * EPS32 * exact)
@@ -94,10 +101,10 @@ def test_uint8_sums_are_exact_integers():
     p[0, 0, 0, :] = 0
     t[0, 0, 0, :] = 255
     exact = ((p.long() - t.long()) ** 2).sum((1, 2, 3))
-    sse, rng = P.squared_error_sums(p, t, with_range=True, native=True)
+    sse, rng = N.squared_error_sums(p, t, with_range=True, native=True)
     assert sse.dtype == torch.float64 and torch.equal(sse, exact.double())
     assert rng.dtype == torch.uint8 and rng.tolist() == [0, 255]
-    _, rng = P.squared_error_sums(p.clamp(10, 200), t.clamp(20, 250), with_range=True, native=True)
+    _, rng = N.squared_error_sums(p.clamp(10, 200), t.clamp(20, 250), with_range=True, native=True)
     assert rng.tolist() == [10, 250]
 
 
@@ -109,13 +116,13 @@ def test_range_is_the_float_range_in_every_case():
     p, t = _pair(3, 8, 8)
     cases = range_cases(p, t)
     for name, (a, b) in cases.items():
-        _, rng = P.squared_error_sums(a, b, with_range=True, native=True)
+        _, rng = N.squared_error_sums(a, b, with_range=True, native=True)
         both = torch.cat((a.flatten(), b.flatten())).double()
         assert rng.double().tolist() == [float(both.min()), float(both.max())], name
     for side in (0, 1):
         q = [p.clone(), t.clone()]
         q[side][1, 0, 4, 4] = float("nan")
-        sse, rng = P.squared_error_sums(q[0], q[1], with_range=True, native=True)
+        sse, rng = N.squared_error_sums(q[0], q[1], with_range=True, native=True)
         assert sse[1].isnan() and rng.isnan().any(), side
 
 
@@ -147,13 +154,13 @@ def test_any_thread_count_and_split_gives_the_same_bits(monkeypatch, dtype):
     p, t = _pair(5, 7, 33)
     if dtype == torch.uint8:
         p, t = (p * 255).round().to(dtype), (t * 255).round().to(dtype)
-    monkeypatch.setattr(P, "NATIVE_BYTES_PER_THREAD", 1)  # as many parts as threads (and rows) allow
+    monkeypatch.setattr(N, "NATIVE_BYTES_PER_THREAD", 1)  # as many parts as threads (and rows) allow
     before = torch.get_num_threads()
     got = []
     try:
         for n in (1, 2, 3, 7):
             torch.set_num_threads(n)
-            got.append(P.squared_error_sums(p, t, with_range=True, native=True))
+            got.append(N.squared_error_sums(p, t, with_range=True, native=True))
     finally:
         torch.set_num_threads(before)
     for sse, rng in got[1:]:
@@ -163,8 +170,8 @@ def test_any_thread_count_and_split_gives_the_same_bits(monkeypatch, dtype):
 @needs_native
 def test_a_row_scored_in_a_batch_equals_it_scored_alone():
     p, t = _pair(6, 12, 20, seed=4)
-    whole, _ = P.squared_error_sums(p, t, native=True)
-    alone = torch.cat([P.squared_error_sums(p[i : i + 1], t[i : i + 1], native=True)[0] for i in range(6)])
+    whole, _ = N.squared_error_sums(p, t, native=True)
+    alone = torch.cat([N.squared_error_sums(p[i : i + 1], t[i : i + 1], native=True)[0] for i in range(6)])
     assert torch.equal(whole, alone)
 
 
@@ -180,8 +187,8 @@ def test_a_row_scored_in_a_batch_equals_it_scored_alone():
 )
 def test_what_the_kernel_cannot_read_takes_the_torch_path(make):
     p, t = make(*_pair(2, 8, 8))
-    a, ra = P.squared_error_sums(p, t, with_range=True, native=True)
-    b, rb = P.squared_error_sums(p, t, with_range=True)
+    a, ra = N.squared_error_sums(p, t, with_range=True, native=True)
+    b, rb = N.squared_error_sums(p, t, with_range=True)
     assert torch.equal(a, b) and torch.equal(ra, rb)
     if p.requires_grad:
         assert a.requires_grad  # the plain expression kept the graph
@@ -195,34 +202,35 @@ def _burn(seconds: float) -> None:
 
 def test_a_native_kernel_measured_slower_is_never_taken(monkeypatch):
     """Plant the fault: the native kernel made 30 ms slower per call. The measurement must keep the torch
-    path, and the metric's scores are then the torch path's bits."""
+    path, and the metric's scores are then the torch path's bits (float32: a path taken only when asked)."""
+    monkeypatch.setenv(fastpath.FAST_PATHS_ENV, "psnr_native")
     fastpath.forget_fast_path_choices()
-    real = P._native_sums
+    real = N.native_sums
 
     def slow(*a, **k):
         _burn(0.03)
         return real(*a, **k)
 
-    monkeypatch.setattr(P, "_native_sums", slow)
-    monkeypatch.setattr(P, "_native", P._native or object())  # present, even where it was not built
+    monkeypatch.setattr(N, "native_sums", slow)
+    monkeypatch.setattr(N, "_native", N._native or object())  # present, even where it was not built
     p, t = _pair(4, 32, 32)
     try:
         assert native_psnr_path(p, t) is False
         m = PSNR()
         m.update(reference=t, candidates=p)
-        plain = P.psnr_from_sse(P.squared_error_sums(p, t)[0], p[0].numel())
+        plain = P.psnr_from_sse(N.squared_error_sums(p, t)[0], p[0].numel())
         assert torch.equal(m.per_sample()["scores"], plain.clamp(max=m.max_db))
     finally:
         fastpath.forget_fast_path_choices()
 
 
 def test_without_the_extension_the_metric_takes_the_torch_path(monkeypatch):
-    monkeypatch.setattr(P, "_native", None)
+    monkeypatch.setattr(N, "_native", None)
     fastpath.forget_fast_path_choices()
     p, t = _pair(3, 16, 16)
-    assert not P.native_available() and native_psnr_path(p, t) is False
-    a, _ = P.squared_error_sums(p, t, native=True)  # asked for, not there: the torch path, no error
-    assert torch.equal(a, P.squared_error_sums(p, t)[0])
+    assert not N.native_available() and native_psnr_path(p, t) is False
+    a, _ = N.squared_error_sums(p, t, native=True)  # asked for, not there: the torch path, no error
+    assert torch.equal(a, N.squared_error_sums(p, t)[0])
     assert fastpath.fast_path_choices() == []  # nothing measured
 
 
@@ -231,15 +239,15 @@ def test_the_choice_is_measured_once_and_recorded_for_the_machine(monkeypatch):
     """The first batch measures (both candidates run); later batches and later processes (the record in
     GENMETRICS_HOME) reuse the choice without measuring."""
     fastpath.forget_fast_path_choices()
-    p, t = _pair(4, 32, 32)
+    p, t = (x.mul(255).round().to(torch.uint8) for x in _pair(4, 32, 32))  # uint8: an exact, automatic path
     calls = {"native": 0}
-    real = P._native_sums
+    real = N.native_sums
 
     def counted(*a, **k):
         calls["native"] += 1
         return real(*a, **k)
 
-    monkeypatch.setattr(P, "_native_sums", counted)
+    monkeypatch.setattr(N, "native_sums", counted)
     first = native_psnr_path(p, t)
     measured = calls["native"]
     assert measured >= 3  # best of 3 rounds
@@ -247,7 +255,7 @@ def test_the_choice_is_measured_once_and_recorded_for_the_machine(monkeypatch):
     fastpath.forget_fast_path_choices()  # as a new process: the record answers
     assert native_psnr_path(p, t) is first and calls["native"] == measured
     record = json.loads((genmetrics_home() / fastpath.STORE_NAME).read_text())
-    assert [k for k in record if "psnr_native" in k and "float32" in k]
+    assert [k for k in record if "psnr_native" in k and "uint8" in k]
     fastpath.forget_fast_path_choices()
 
 
@@ -265,12 +273,12 @@ def _build_variant(tmp_path, flags: list[str]):
     include = sysconfig.get_paths()["include"]
     if cc is None or not (Path(include) / "Python.h").exists():
         return None
-    src = Path(P.__file__).with_name("_native.c")
+    src = Path(N.__file__).with_name("_native.c")
     so = tmp_path / ("_native" + (sysconfig.get_config_var("EXT_SUFFIX") or ".so"))
     cmd = [cc, "-shared", "-fPIC", "-O3", "-ffp-contract=off", "-fno-math-errno", f"-I{include}", *flags]
     subprocess.run([*cmd, str(src), "-o", str(so)], check=True, capture_output=True)
-    loader = importlib.machinery.ExtensionFileLoader("genmetrics.functional._native", str(so))
-    spec = importlib.util.spec_from_file_location("genmetrics.functional._native", so, loader=loader)
+    loader = importlib.machinery.ExtensionFileLoader("genmetrics.accel._native", str(so))
+    spec = importlib.util.spec_from_file_location("genmetrics.accel._native", so, loader=loader)
     mod = importlib.util.module_from_spec(spec)
     loader.exec_module(mod)
     return mod
@@ -319,10 +327,10 @@ def test_every_build_of_the_kernel_gives_the_same_bits(monkeypatch, tmp_path, fl
     cases += [((p * 255).round().to(torch.uint8), (t * 255).round().to(torch.uint8)) for p, t in cases]
     cases.append(_pair(2, 4, 16, seed=9))
     cases[-1][0][1, 0, 2, 5] = float("nan")
-    installed = [P.squared_error_sums(p, t, with_range=True, native=True) for p, t in cases]
-    monkeypatch.setattr(P, "_native", mod)
+    installed = [N.squared_error_sums(p, t, with_range=True, native=True) for p, t in cases]
+    monkeypatch.setattr(N, "_native", mod)
     for (p, t), (sse, rng) in zip(cases, installed):
-        other, orng = P.squared_error_sums(p, t, with_range=True, native=True)
+        other, orng = N.squared_error_sums(p, t, with_range=True, native=True)
         assert torch.equal(other.nan_to_num(-1.0), sse.nan_to_num(-1.0)), (p.dtype, p.shape)
         assert torch.equal(orng.nan_to_num(-1.0), rng.nan_to_num(-1.0)), (p.dtype, p.shape)
 
@@ -335,9 +343,60 @@ def test_a_long_row_stays_within_its_block_bound():
     g = torch.Generator().manual_seed(22)
     t = torch.rand(1, 1, 1, 1 << 22, generator=g)
     p = (t + 0.05 * torch.randn(t.shape, generator=g)).clamp(0, 1)
-    sse, _ = P.squared_error_sums(p, t, native=True)
+    sse, _ = N.squared_error_sums(p, t, native=True)
     exact = ((p.double() - t.double()) ** 2).sum((1, 2, 3))
     rel = (128 + 5) * EPS32
     assert float((sse - exact).abs().max()) <= rel * float(exact.max())
-    db, db_exact = P.psnr(p, t, native=True), P.psnr_from_sse(exact, t[0].numel())
+    db, db_exact = _psnr(p, t, native=True), P.psnr_from_sse(exact, t[0].numel())
     assert float((db - db_exact).abs().max()) <= 10 / math.log(10) * rel / (1 - rel)
+
+
+@needs_native
+@pytest.mark.parametrize("shape", [(3, 3, 8, 8), (2, 3, 5, 3000), (2, 3, 100, 300)])
+@pytest.mark.parametrize("layout", ["contiguous", "channels_last"])
+def test_uint8_torch_sums_are_the_kernel_s_bits_so_the_kernel_may_be_chosen_by_timing(shape, layout):
+    """uint8: the torch path (blocked or plain) and the kernel both give the exact integer sums (checked
+    against an int64 recomputation), so which one a timing picks cannot change a score."""
+    g = torch.Generator().manual_seed(1)
+    p = torch.randint(0, 256, shape, generator=g, dtype=torch.uint8)
+    t = torch.randint(0, 256, shape, generator=g, dtype=torch.uint8)
+    if layout == "channels_last":
+        p, t = (
+            p.contiguous(memory_format=torch.channels_last),
+            t.contiguous(memory_format=torch.channels_last),
+        )
+    exact = (p.long() - t.long()).pow(2).flatten(1).sum(1).double()
+    torch_sums, torch_rng = P.squared_error_sums(p, t, with_range=True)
+    native_sums, native_rng = N.squared_error_sums(p, t, with_range=True, native=True)
+    assert torch.equal(torch_sums, exact) and torch.equal(native_sums, exact)
+    assert torch.equal(torch_rng, native_rng)
+    scores = []
+    for path in ("torch", "native"):
+        fastpath.force_path(N.PSNR_NATIVE, path)
+        try:
+            m = PSNR()
+            m.update(reference=list(t.contiguous()), candidates=list(p.contiguous()))
+            scores.append(m.per_sample()["scores"])
+        finally:
+            fastpath.force_path(N.PSNR_NATIVE, None)
+    assert torch.equal(scores[0], scores[1])
+
+
+def test_float32_kernel_is_taken_only_when_asked_for(monkeypatch):
+    """float32 sums of the kernel round differently from the torch path's: unless GENMETRICS_FAST_PATHS names
+    psnr_native (or says all) it is neither measured nor taken, even where it would measure faster."""
+    monkeypatch.setattr(N, "_native", N._native or object())
+    p, t = _pair(2, 8, 8)
+    fastpath.forget_fast_path_choices()
+    try:
+        for setting in ("", "exact", "off", "onednn_packed_linear"):
+            monkeypatch.setenv(fastpath.FAST_PATHS_ENV, setting)
+            assert native_psnr_path(p, t) is False and fastpath.fast_path_choices() == []
+        monkeypatch.setenv(fastpath.FAST_PATHS_ENV, "off")  # off: not even the exact uint8 path
+        u8 = p.mul(255).round().to(torch.uint8)
+        assert native_psnr_path(u8, u8) is False and fastpath.fast_path_choices() == []
+        monkeypatch.setenv(fastpath.FAST_PATHS_ENV, "psnr_natve")
+        with pytest.raises(InputError, match=r"GENMETRICS_FAST_PATHS.*psnr_natve.*psnr_native"):
+            native_psnr_path(p, t)
+    finally:
+        fastpath.forget_fast_path_choices()

@@ -1,16 +1,17 @@
 """Every private torch API genmetrics calls, in one place.
 
-Each use stays for a measured reason (docs/performance.md, "Fast paths chosen per machine"):
+Each use stays for a measured reason (docs/performance.md, "Fast paths"):
 
 * ``torch.ops.mkldnn._reorder_linear_weight`` / ``torch.ops.mkldnn._linear_pointwise``: oneDNN's linear
   on weights reordered once into its blocked layout (the kernels ``torch.compile`` itself emits for CPU
-  linears). No public API packs a weight once and reuses it across calls. Used only where a micro-benchmark
-  on the running machine measured it faster than ``F.linear`` (:mod:`genmetrics.backbones.fastpath`).
+  linears). No public API packs a weight once and reuses it across calls. Used only when asked for
+  (``GENMETRICS_FAST_PATHS``) and where a micro-benchmark
+  on the running machine measured it faster than ``F.linear`` (:mod:`genmetrics.accel.fastpath`).
 * ``Tensor._version``: the in-place version counter, so a packed copy of the weights is rebuilt after an
   optimizer step or ``load_state_dict`` (no public API tells an in-place change apart).
 
 Callers fall back to the public path whenever :func:`onednn_linear_available` is False, so a torch that
-renames or drops these ops costs speed, never correctness. ``tests/baselines/test_clip_torch_internals.py``
+renames or drops these ops costs speed, never correctness. ``tests/accel/test_torch_internals.py``
 fails with a message naming the op and this file when the installed torch changes them.
 """
 

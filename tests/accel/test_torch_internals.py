@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from genmetrics.backbones import _torch_internals as ti
+from genmetrics.accel import _torch_internals as ti
 
 PACKAGE = Path(__file__).resolve().parents[2] / "genmetrics"
 
@@ -17,7 +17,7 @@ def test_private_torch_apis_still_behave():
     problems = ti.check_private_apis()
     assert not problems, (
         f"torch {torch.__version__} changed private APIs genmetrics relies on: {problems}. Update "
-        "genmetrics/backbones/_torch_internals.py (until then the packed oneDNN path falls back to F.linear, "
+        "genmetrics/accel/_torch_internals.py (until then the packed oneDNN path falls back to F.linear, "
         "and packed weights are rebuilt on every call)"
     )
     if torch.backends.mkldnn.is_available():
@@ -49,4 +49,4 @@ def test_no_other_module_touches_these_private_apis():
                 node.attr in ("_version", "_reorder_linear_weight", "_linear_pointwise")
             ):
                 offenders.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno} .{node.attr}")
-    assert not offenders, f"private torch APIs outside backbones/_torch_internals.py: {offenders}"
+    assert not offenders, f"private torch APIs outside accel/_torch_internals.py: {offenders}"

@@ -1,6 +1,7 @@
-"""Fast paths are chosen per machine from a measured micro-benchmark: a path measured slower than
-the plain one -- or faster by less than the noise margin -- is never taken. Timings are injected here, so
-the tests say the same on every CPU."""
+"""The packed oneDNN products of the CLIP towers: a bit-changing fast path, never taken unless asked for
+(``GENMETRICS_FAST_PATHS``); asked for, it is chosen per machine from a measured micro-benchmark, and a path
+measured slower than the plain one -- or faster by less than the noise margin -- is never taken. Timings are
+injected here, so the tests say the same on every CPU."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from genmetrics.backbones import clip_packed, fastpath
-from genmetrics.backbones._torch_internals import onednn_linear_available
+from genmetrics.accel import clip_packed, fastpath
+from genmetrics.accel._torch_internals import onednn_linear_available
 from genmetrics.backbones.clip_vision import encode_image
 from genmetrics.raclip.model import dense_tokens
 from genmetrics.testing import tiny_clip
@@ -47,16 +48,19 @@ def test_choose_path_measures_interleaved_once_per_key():
 
     try:
         c = fastpath.choose_path(
-            ("t", 1), make, baseline="plain", repeats=3, timer=lambda: float(next(clock))
+            ("t", 1), make, baseline="plain", exact=True, repeats=3, timer=lambda: float(next(clock))
         )
         assert c.path == "packed" and c.speedups() == {"packed": 2.0}
         assert calls == ["plain", "packed", "packed", "plain", "plain", "packed"]  # order rotated per round
-        assert fastpath.choose_path(("t", 1), make, baseline="plain") is c and len(calls) == 6  # kept
+        assert (
+            fastpath.choose_path(("t", 1), make, baseline="plain", exact=True) is c and len(calls) == 6
+        )  # kept
         assert (
             fastpath.choose_path(
                 ("t", 2),
                 lambda: {"plain": run("plain", 2), "packed": run("packed", 2)},
                 baseline="plain",
+                exact=True,
                 timer=lambda: float(next(clock)),
             ).path
             == "plain"
@@ -92,6 +96,7 @@ class _FakeProducts:
 def fake(monkeypatch):
     if not onednn_linear_available():
         pytest.skip("no oneDNN packed linear in this torch build: the plain path is the only one")
+    monkeypatch.setenv(fastpath.FAST_PATHS_ENV, clip_packed.PACKED_LINEAR)  # asked for
     fastpath.forget_fast_path_choices()
     clip_packed.release_packed_weights()
     made = {}
@@ -141,6 +146,26 @@ def test_packed_products_only_where_measured_faster(fake, monkeypatch, plain, pa
     torch.testing.assert_close(z[:, 0], emb, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("setting", ["", "exact", "off", "psnr_native"])
+def test_not_asked_for_the_packed_products_never_run_even_where_measured_faster(fake, monkeypatch, setting):
+    """They round differently from ``F.linear``: unless GENMETRICS_FAST_PATHS names them (or says "all"),
+    nothing is measured, no packed product runs, and the tower gives the plain path's bits."""
+    f = fake(1.0, 0.1)  # a measurement would take them
+    monkeypatch.setenv(fastpath.FAST_PATHS_ENV, setting)
+    model = tiny_clip()[0]
+    x = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(0))
+    n = _count_packed_products(monkeypatch)
+    with torch.no_grad():
+        emb = encode_image(model, x)
+        fastpath.force_path(clip_packed.PACKED_LINEAR, "plain")
+        try:
+            plain = encode_image(model, x)
+        finally:
+            fastpath.force_path(clip_packed.PACKED_LINEAR, None)
+    assert f.measured == 0 and n[0] == 0 and clip_packed.packed_tower() is None
+    assert torch.equal(emb, plain) and fastpath.fast_path_choices() == []
+
+
 def test_one_choice_for_every_batch_so_rows_do_not_depend_on_the_batch(fake):
     """The two kernels round differently, so the choice must not depend on the batch being scored: it is
     made once per tower width and thread count (at MEASURE_ROWS rows), and every batch size uses it."""
@@ -170,10 +195,11 @@ def test_forced_path_overrides_the_measurement(fake):
     assert not clip_packed.packed_products_pay_off(blk) and f.measured == 1
 
 
-def test_real_measurement_runs_and_is_reported():
+def test_real_measurement_runs_and_is_reported(monkeypatch):
     """Without injection the micro-benchmark runs on this machine's kernels and its result is listed."""
     if not onednn_linear_available():
         pytest.skip("no oneDNN packed linear")
+    monkeypatch.setenv(fastpath.FAST_PATHS_ENV, "all")
     fastpath.forget_fast_path_choices()
     try:
         with torch.no_grad():
@@ -191,12 +217,14 @@ def test_a_measured_choice_is_kept_for_later_processes_on_the_machine(tmp_path, 
     GENMETRICS_HOME/fast_paths.json and later processes read it instead of measuring."""
     import json
 
-    from genmetrics.backbones import fastpath
+    from genmetrics.accel import fastpath
 
     monkeypatch.setenv("GENMETRICS_HOME", str(tmp_path))
     fastpath.forget_fast_path_choices()
     key = ("persist_demo", 7)
-    first = fastpath.choose_path(key, lambda: {"plain": lambda: None, "alt": lambda: None}, baseline="plain")
+    first = fastpath.choose_path(
+        key, lambda: {"plain": lambda: None, "alt": lambda: None}, baseline="plain", exact=True
+    )
     stored = json.loads((tmp_path / fastpath.STORE_NAME).read_text())
     assert [v["path"] for v in stored.values()] == [first.path]
     fastpath.forget_fast_path_choices()  # a new process
@@ -204,10 +232,10 @@ def test_a_measured_choice_is_kept_for_later_processes_on_the_machine(tmp_path, 
     def must_not_measure():
         raise AssertionError("measured again although the machine recorded its choice")
 
-    assert fastpath.choose_path(key, must_not_measure, baseline="plain").path == first.path
+    assert fastpath.choose_path(key, must_not_measure, baseline="plain", exact=True).path == first.path
     # a damaged record is ignored (measured again), never trusted
     (tmp_path / fastpath.STORE_NAME).write_text("{not json")
     fastpath.forget_fast_path_choices()
-    again = fastpath.choose_path(key, lambda: {"plain": lambda: None}, baseline="plain")
+    again = fastpath.choose_path(key, lambda: {"plain": lambda: None}, baseline="plain", exact=True)
     assert again.path == "plain" and again.times
     fastpath.forget_fast_path_choices()
