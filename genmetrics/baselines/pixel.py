@@ -316,7 +316,7 @@ class PSNR(_PairedPixelMetric):
         return P.psnr_from_sse(sse, n).clamp(max=self.max_db)
 
     def score_batch(self, batch: dict[str, list[Any]]) -> torch.Tensor:
-        """Per-sample PSNR in dB of one prepared batch, ``[B]`` (the
+        """Per-sample PSNR in dB of one prepared batch (the
         :meth:`~genmetrics.core.sample_metric.SampleMetric.score_batch` hook)."""
         fused = self._one_pass(batch)
         return super().score_batch(batch) if fused is None else fused

@@ -198,7 +198,7 @@ class MIEMetric(SampleMetric):
         return {"reference": refs, "candidates": cands, "condition": prompts}
 
     def score_batch(self, batch: dict[str, list[Any]]) -> dict[str, torch.Tensor]:
-        """Per-sample MIE (the ranking head's score) of one prepared batch, ``[B]`` (the
+        """Per-sample MIE (the ranking head's score) of one prepared batch (the
         :meth:`~genmetrics.core.sample_metric.SampleMetric.score_batch` hook)."""
         model = self.mie_model()
         with precision_autocast(self.precision, self.device):

@@ -294,7 +294,7 @@ class RAClipScore(_RAMixin, SampleMetric):
 
     @torch.no_grad()
     def score_batch(self, batch: dict[str, list[Any]]) -> torch.Tensor:
-        """Per-sample RA-CLIPScore of one prepared batch, ``[B]`` (the
+        """Per-sample RA-CLIPScore of one prepared batch (the
         :meth:`~genmetrics.core.sample_metric.SampleMetric.score_batch` hook)."""
         x = self._pixels(batch["candidates"], "candidates")
         if self.attributes is not None:
@@ -467,7 +467,7 @@ class HCS(_ClipFamily, SampleMetric):
         return self._image_embeddings(self._pixels(images, name)).double()
 
     def score_batch(self, batch: dict[str, list[Any]]) -> torch.Tensor:
-        """Per-sample HCS of one prepared batch, ``[B]`` (the
+        """Per-sample HCS of one prepared batch (the
         :meth:`~genmetrics.core.sample_metric.SampleMetric.score_batch` hook)."""
         return self._embed(batch["candidates"], "candidates")  # embeddings; HCS is formed at compute()
 

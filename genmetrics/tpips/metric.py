@@ -264,7 +264,7 @@ class TPIPS(SampleMetric):
         return {"reference": ref, "candidates": cand, "condition": asp}
 
     def score_batch(self, batch: dict[str, list[Any]]) -> torch.Tensor:
-        """Per-sample TPIPS similarity of one prepared batch, ``[B]`` (the
+        """Per-sample TPIPS similarity of one prepared batch (the
         :meth:`~genmetrics.core.sample_metric.SampleMetric.score_batch` hook)."""
         model = self.model()
         ref, cand, asp = batch["reference"], batch["candidates"], batch["condition"]
