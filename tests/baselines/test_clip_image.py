@@ -11,8 +11,8 @@ from open_clip.model import CLIP
 
 from genmetrics.accel import clip_packed
 from genmetrics.accel._torch_internals import onednn_linear_available
-from genmetrics.backbones.clip_vision import fast_vision_tower
 from genmetrics.accel.fastpath import force_path
+from genmetrics.backbones.clip_vision import fast_vision_tower
 from genmetrics.backbones.openclip import encode_image, load_open_clip, release_packed_weights
 from genmetrics.testing import tiny_clip, tiny_clip_resnet
 
