@@ -36,13 +36,6 @@ METRIC_METHODS = ["options", "has_data", "backbones", "per_sample", "state_snaps
 #: ``Class.method`` (qualified name, so an entry survives a module move) -> where it is defined; methods
 #: still without a docstring of their own (the list only shrinks)
 PENDING_DOCSTRINGS: dict[str, str] = {
-    "Metric.plot_lower_bound": "metric_base.py",
-    "Metric.plot_upper_bound": "metric_base.py",
-    "Metric.backbone": "metric_base.py",
-    "Metric.train": "metric_base.py",
-    "Metric.extra_repr": "metric_base.py",
-    "SdpaBlock.forward": "backbones/clip_blocks.py",
-    "PathChoice.speedup": "backbones/fastpath.py",
     "FeatureCache.put": "data/cache.py",
     "ResizePolicy.apply_one": "data/images.py",
     "OutputLock.release": "data/results.py",

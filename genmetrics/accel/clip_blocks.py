@@ -120,4 +120,5 @@ class SdpaBlock(torch.nn.Module):
         self.blk = blk
 
     def forward(self, x: torch.Tensor, attn_mask: Any = None) -> torch.Tensor:
+        """The wrapped residual attention block on ``x``, attention through fused SDPA (:func:`sdpa_block`)."""
         return sdpa_block(self.blk, x, attn_mask=attn_mask)

@@ -91,6 +91,7 @@ class PathChoice:
 
     @property
     def speedup(self) -> float:
+        """The chosen path's speed over the plain one (1.0 when the plain path was chosen)."""
         return 1.0 if self.path == self.baseline else self.speedups()[self.path]
 
 

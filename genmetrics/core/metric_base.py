@@ -742,10 +742,12 @@ class Metric(BackbonesFollowTo, torchmetrics.Metric):
     # ----------------------------------------------------------------- plotting
     @property
     def plot_lower_bound(self) -> float | None:
+        """The lower end of the card's ``range`` (``None``: unbounded), the y-axis floor of torchmetrics' ``plot``."""
         return self._card_range()[0]
 
     @property
     def plot_upper_bound(self) -> float | None:
+        """The upper end of the card's ``range`` (``None``: unbounded), the y-axis ceiling of torchmetrics' ``plot``."""
         return self._card_range()[1]
 
     def _card_range(self) -> tuple[float | None, float | None]:
@@ -810,6 +812,7 @@ class Metric(BackbonesFollowTo, torchmetrics.Metric):
         return module
 
     def backbone(self, name: str = "backbone") -> nn.Module:
+        """The backbone module the metric holds as ``name`` (``KeyError`` when it holds none by that name)."""
         return self._backbones[name]
 
     # ----------------------------------------------------------------- public introspection
@@ -900,6 +903,8 @@ class Metric(BackbonesFollowTo, torchmetrics.Metric):
         self._set_bookkeeping(book)
 
     def train(self, mode: bool = True) -> Metric:
+        """``nn.Module.train``, except that backbones the metric loaded itself stay in eval mode (a caller's
+        module keeps the mode its owner gave it); returns the metric."""
         super().train(mode)
         callers = self.__dict__.get("_callers_backbones", set())
         for name, module in self.__dict__.get("_backbones", {}).items():
@@ -908,4 +913,5 @@ class Metric(BackbonesFollowTo, torchmetrics.Metric):
         return self
 
     def extra_repr(self) -> str:
+        """The backbones held, as ``name=Type`` pairs, for ``repr(metric)``."""
         return ", ".join(f"{k}={type(v).__name__}" for k, v in self.__dict__.get("_backbones", {}).items())
