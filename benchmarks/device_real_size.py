@@ -86,7 +86,7 @@ def gib(x: float) -> float:
 
 
 def safe_batches(predict) -> dict[str, int]:
-    from genmetrics.data.batching import safe_batch_size
+    from genmetrics.data.io.batching import safe_batch_size
 
     return {f"{g}GiB": safe_batch_size(predict, memory=g * 2**30, max_batch_size=1024) for g in GPUS_GIB}
 

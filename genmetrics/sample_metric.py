@@ -12,7 +12,7 @@ from typing import Any, ClassVar, cast
 import torch
 
 from genmetrics._torchmetrics_compat import is_synced
-from genmetrics.data.batching import map_batches
+from genmetrics.data.io.batching import map_batches
 from genmetrics.errors import InputError
 from genmetrics.metric_base import Metric
 from genmetrics.metric_batches import batch_len, slice_batch
@@ -63,7 +63,7 @@ class SampleMetric(Metric):
         raise NotImplementedError
 
     def _peak_bytes(self, batch: dict[str, list[Any]]) -> Any:
-        """A memory model ``peak(b)`` for :func:`~genmetrics.data.batching.map_batches` (None: none)."""
+        """A memory model ``peak(b)`` for :func:`~genmetrics.data.io.batching.map_batches` (None: none)."""
         return None
 
     # -- update -----------------------------------------------------------------------

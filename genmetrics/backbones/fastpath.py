@@ -31,8 +31,9 @@ from typing import Any
 import torch
 
 from genmetrics.backbones.weights import genmetrics_home
-from genmetrics.data.homefile import HomeFileError, home_lock, read_json_record
-from genmetrics.data.results import atomic_write_json, destination
+from genmetrics.data.caches.homefile import HomeFileError, home_lock, read_json_record
+from genmetrics.data.output.atomic import atomic_write_json
+from genmetrics.data.output.write_rule import destination
 from genmetrics.errors import InputError
 
 #: required margin: the alternative must take at most 1/(1+MARGIN) of the plain path's time

@@ -23,9 +23,9 @@ from genmetrics.backbones.hub import hub_calls
 from genmetrics.backbones.openclip import clip_image_batch, encode_image, load_open_clip
 from genmetrics.backbones.provider import provide
 from genmetrics.backbones.weights import genmetrics_home, offline, weights_unavailable
-from genmetrics.data.cache import FeatureCache
+from genmetrics.data.caches.features import FeatureCache
 from genmetrics.data.device import check_precision, precision_autocast
-from genmetrics.data.images import ResizePolicy, as_image_list
+from genmetrics.data.io.images import ResizePolicy, as_image_list
 from genmetrics.errors import InputError
 from genmetrics.metric import SampleMetric
 from genmetrics.options import number
@@ -104,7 +104,7 @@ class _EmbeddingMetric(SampleMetric):
 
         A cached entry is used only when it is one finite vector of the model's size with unit norm (what
         this metric writes); anything else -- another model's entry, a truncated or altered file -- is
-        recomputed and overwritten, with one warning (:class:`~genmetrics.data.cache.FeatureCache`).
+        recomputed and overwritten, with one warning (:class:`~genmetrics.data.caches.features.FeatureCache`).
 
         >>> import tempfile
         >>> from genmetrics.testing import random_images, tiny_clip

@@ -6,7 +6,7 @@ import json
 
 import click
 
-from genmetrics.data.jsonable import jsonable
+from genmetrics.data.text.jsonable import jsonable
 from genmetrics.option_docs import describe_options
 from genmetrics.registry import list_metrics, metric_info, metric_options
 

@@ -19,11 +19,20 @@ import torch
 
 from genmetrics.backbones.provider import describe_provider
 from genmetrics.cli.common import echo_json, parse_options
-from genmetrics.data.images import check_image_header, list_images, stem_index, unused_references
-from genmetrics.data.pipeline import PATHS, DecodedCache, check_workers, decoded, decoded_chunks, transform_of
+from genmetrics.data.io.images import check_image_header, list_images, stem_index, unused_references
+from genmetrics.data.io.pipeline import (
+    PATHS,
+    DecodedCache,
+    check_workers,
+    decoded,
+    decoded_chunks,
+    transform_of,
+)
+from genmetrics.data.io.workers import workers_option
+from genmetrics.data.output.atomic import atomic_write_json, atomic_write_text
+from genmetrics.data.output.rows import dumps_line
 from genmetrics.data.progress import progress
-from genmetrics.data.results import atomic_write_json, atomic_write_text, dumps_line, jsonable
-from genmetrics.data.workers import workers_option
+from genmetrics.data.text.jsonable import jsonable
 from genmetrics.errors import InputError
 from genmetrics.leaderboard.notes import SMALL_SET, banner, small_sets
 from genmetrics.leaderboard.wiring import Feeds, Sample, Sources, WiringError, feeds, wire

@@ -129,8 +129,8 @@ def needs(metrics: tuple[str, ...] | list[str]) -> tuple[list[Need], list[str]]:
 
 def _read_manifest(home: Path) -> dict[str, Any]:
     """``weights.json`` (an empty manifest when there is none), read with bounded size and nesting
-    (:func:`~genmetrics.data.homefile.read_json_record`); anything unusable is one line, exit 1."""
-    from genmetrics.data.homefile import HomeFileError, read_json_record
+    (:func:`~genmetrics.data.caches.homefile.read_json_record`); anything unusable is one line, exit 1."""
+    from genmetrics.data.caches.homefile import HomeFileError, read_json_record
 
     p = home / MANIFEST
     try:
@@ -150,8 +150,8 @@ def _update_manifest(home: Path, weights: str, entry: dict[str, Any]) -> None:
     """Record ``entry`` for ``weights`` in ``weights.json``: read, changed and written whole (renamed into
     place) under ``weights.json.lock``, so downloads running at once into one GENMETRICS_HOME all stay
     recorded."""
-    from genmetrics.data.homefile import HomeFileError, home_lock
-    from genmetrics.data.results import atomic_write_json
+    from genmetrics.data.caches.homefile import HomeFileError, home_lock
+    from genmetrics.data.output.atomic import atomic_write_json
 
     try:
         with home_lock(home / LOCK):

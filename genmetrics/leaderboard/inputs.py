@@ -8,7 +8,7 @@ import hashlib
 import os
 from pathlib import Path
 
-from genmetrics.data.results import HashCache
+from genmetrics.data.output.hashes import HashCache
 from genmetrics.leaderboard.plan import SET_ID, Column, MetricPlan, Plan, Sample
 from genmetrics.registry import Granularity
 

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from genmetrics.backbones.weights import genmetrics_home
-from genmetrics.data.images import list_images, stem_index
+from genmetrics.data.io.images import list_images, stem_index
 from genmetrics.data.jsonl import iter_jsonl
 from genmetrics.errors import GenmetricsError, InputError
 from genmetrics.leaderboard.config import GeneratorSpec, KeyPath, LeaderboardConfig, MetricSpec, key_str

@@ -16,7 +16,7 @@ The module has three layers, so each can change on its own:
    escaping; :data:`CSS` holds the look), CSV (:func:`to_csv`, :func:`paired_csv`, pandas ``to_csv``).
 
 Text from the config or the data (generator names, labels, titles) is escaped for each format by
-:mod:`genmetrics.data.escape`: HTML (also through pandas' Styler), Markdown (:func:`md_escape`: shown
+:mod:`genmetrics.data.text.escape`: HTML (also through pandas' Styler), Markdown (:func:`md_escape`: shown
 as text, never a link, an image or a tag), CSV (:func:`csv_safe`: a cell starting with ``=``, ``+``, ``-``,
 ``@``, a tab or a carriage return gets a leading ``'``, so it is never run as a formula).
 """
@@ -31,8 +31,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from genmetrics.data.escape import csv_cell, html_text, md_text, visible_bidi
-from genmetrics.data.results import atomic_write_json, atomic_write_text
+from genmetrics.data.output.atomic import atomic_write_json, atomic_write_text
+from genmetrics.data.text.escape import csv_cell, html_text, md_text, visible_bidi
 from genmetrics.functional.bootstrap import bootstrap_ci, paired_bootstrap
 from genmetrics.leaderboard.gallery import write_galleries
 from genmetrics.leaderboard.notes import BANNER, notes
@@ -163,7 +163,7 @@ def summarize(plan: Plan, rows: list[dict[str, Any]], *, provider: str | None = 
     Recomputed from ``results.jsonl``, it equals the summary of the run:
 
     >>> import tempfile
-    >>> from genmetrics.data.results import read_results
+    >>> from genmetrics.data.output.rows import read_results
     >>> from genmetrics.leaderboard import build_plan, load_config, run_leaderboard
     >>> from genmetrics.testing import toy_leaderboard
     >>> with tempfile.TemporaryDirectory() as d:
@@ -229,7 +229,7 @@ def _split_notes(summary: dict[str, Any]) -> tuple[list[str], list[str]]:
 
 
 # ------------------------------------------------------------------------------------------ formatting
-#: Markdown text (one escaping module for every format: :mod:`genmetrics.data.escape`)
+#: Markdown text (one escaping module for every format: :mod:`genmetrics.data.text.escape`)
 md_escape = md_text
 #: a CSV cell never run as a formula
 csv_safe = csv_cell

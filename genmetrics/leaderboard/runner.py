@@ -38,8 +38,8 @@ from typing import Any
 import torch
 from accelerate import PartialState
 
-from genmetrics.data.images import list_images, unused_references
-from genmetrics.data.pipeline import (
+from genmetrics.data.io.images import list_images, unused_references
+from genmetrics.data.io.pipeline import (
     PATHS,
     DecodedCache,
     check_workers,
@@ -47,14 +47,11 @@ from genmetrics.data.pipeline import (
     decoded_chunks,
     transform_of,
 )
+from genmetrics.data.output.disk import disk_full_named
+from genmetrics.data.output.lock import lock_output_folder
+from genmetrics.data.output.merge import merge_results
+from genmetrics.data.output.rows import ResultsWriter, read_results
 from genmetrics.data.progress import progress
-from genmetrics.data.results import (
-    ResultsWriter,
-    disk_full_named,
-    lock_output_folder,
-    merge_results,
-    read_results,
-)
 from genmetrics.errors import GenmetricsError, InputError
 from genmetrics.leaderboard.config import LeaderboardConfig, load_config
 from genmetrics.leaderboard.inputs import HASHES, InputHashes

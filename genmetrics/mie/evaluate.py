@@ -43,9 +43,9 @@ from matplotlib.figure import Figure
 from PIL import Image
 from torchmetrics.functional.classification import binary_f1_score, binary_recall
 
-from genmetrics.data.escape import md_text
-from genmetrics.data.pipeline import DecodedCache, decoded_chunks
-from genmetrics.data.results import atomic_output, atomic_write_json, atomic_write_text
+from genmetrics.data.io.pipeline import DecodedCache, decoded_chunks
+from genmetrics.data.output.atomic import atomic_output, atomic_write_json, atomic_write_text
+from genmetrics.data.text.escape import md_text
 from genmetrics.errors import InputError
 from genmetrics.functional.bootstrap import bootstrap_ci
 from genmetrics.functional.ranking import pairwise_correct
@@ -754,7 +754,7 @@ def accuracy_plot(report: dict[str, Any], path: Any) -> None:
     ax.set_ylabel("pairwise accuracy vs humans")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    with atomic_output(path) as tmp:  # the write rule (genmetrics/data/results.py)
+    with atomic_output(path) as tmp:  # the write rule (genmetrics/data/output/)
         fig.savefig(tmp, dpi=120)
 
 

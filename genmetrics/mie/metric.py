@@ -25,9 +25,9 @@ from PIL import Image
 
 from genmetrics.backbones.memory_model import batch_peak_bytes, image_hw, real_config_from_model
 from genmetrics.backbones.qwen_vl import smart_resize
-from genmetrics.data.batching import device_memory
 from genmetrics.data.device import check_precision, precision_autocast
-from genmetrics.data.images import as_image_list
+from genmetrics.data.io.batching import device_memory
+from genmetrics.data.io.images import as_image_list
 from genmetrics.errors import InputError
 from genmetrics.metric import SampleMetric
 from genmetrics.mie.checkpoint import no_heads_error, resolve_heads

@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from genmetrics.data.workers import workers_option
+from genmetrics.data.io.workers import workers_option
 
 
 def _load_backbone(weights: str, device: str | None) -> tuple[Any, Any, str]:
@@ -106,7 +106,7 @@ def compare_cmd(
 ) -> None:
     """Compare real and generated images attribute by attribute: SaD, PaD and R-SaD (RA-CLIPScore)."""
     from genmetrics.cli.common import echo_json
-    from genmetrics.data.images import list_images
+    from genmetrics.data.io.images import list_images
     from genmetrics.errors import InputError
     from genmetrics.functional.bootstrap import check_n_boot
     from genmetrics.raclip.attributes import resolve_attributes
@@ -123,7 +123,7 @@ def compare_cmd(
             )
     attrs = resolve_attributes(attributes, name="--attributes")
     out = Path(out_dir)
-    from genmetrics.data.results import lock_output_folder
+    from genmetrics.data.output.lock import lock_output_folder
 
     lock = lock_output_folder(
         out
@@ -188,7 +188,8 @@ def _compare(
     import torch
 
     from genmetrics.cli.common import progress
-    from genmetrics.data.results import atomic_write_json, atomic_write_text, manifest
+    from genmetrics.data.output.atomic import atomic_write_json, atomic_write_text
+    from genmetrics.data.output.manifest import manifest
     from genmetrics.raclip import plots
     from genmetrics.raclip.model import RegionAttributeScorer
     from genmetrics.raclip.report import markdown_report, score_images, summarize

@@ -27,10 +27,10 @@ from genmetrics.backbones.openclip import (
     parse_clip_weights,
 )
 from genmetrics.backbones.provider import current_provider
-from genmetrics.data.batching import map_batches
 from genmetrics.data.device import check_precision, precision_autocast
-from genmetrics.data.images import as_image_list, to_tensor
-from genmetrics.data.text import as_text_list
+from genmetrics.data.io.batching import map_batches
+from genmetrics.data.io.images import as_image_list, to_tensor
+from genmetrics.data.text.inputs import as_text_list
 from genmetrics.errors import InputError
 from genmetrics.functional import divergence as D
 from genmetrics.metric import Metric, SampleMetric

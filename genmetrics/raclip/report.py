@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from genmetrics.backbones.clip_preprocess import clip_image_batch, clip_preprocess_cfg
-from genmetrics.data.pipeline import decoded
+from genmetrics.data.io.pipeline import decoded
 from genmetrics.errors import InputError
 from genmetrics.functional import divergence as D
 

@@ -21,7 +21,8 @@ from torch import nn
 from genmetrics.backbones.hf import load_peft_adapter, load_vlm, quiet_peft, unavailable_error
 from genmetrics.backbones.qwen_vl import resolve_folder
 from genmetrics.backbones.weights import load_state_dict
-from genmetrics.data.results import atomic_output, atomic_write_text, make_folder
+from genmetrics.data.output.atomic import atomic_output, atomic_write_text
+from genmetrics.data.output.write_rule import make_folder
 from genmetrics.errors import InputError, WeightsUnavailableError
 from genmetrics.tpips.common import CONFIG_NAME, DEFAULT_WEIGHTS, FORMAT, HEAD_NAME, TRIPLET_WEIGHTS, VARIANTS
 
@@ -78,7 +79,7 @@ def write_adapter(
     ...     sorted(p.name for p in out.iterdir()), read_adapter_config(out)["variant"]
     (['tpips.json', 'tpips_head.safetensors'], 'late')
     """
-    out = make_folder(path)  # the write rule (genmetrics/data/results.py)
+    out = make_folder(path)  # the write rule (genmetrics/data/output/)
     save_peft(backbone, out)
     with atomic_output(out / HEAD_NAME, root=out) as tmp:
         save_file(head or {"_empty": torch.zeros(1)}, str(tmp))

@@ -14,8 +14,9 @@ from typing import Any
 import click
 
 from genmetrics.cli.common import echo_json
-from genmetrics.data.results import atomic_write_json, lock_output_folder
-from genmetrics.data.workers import workers_option
+from genmetrics.data.io.workers import workers_option
+from genmetrics.data.output.atomic import atomic_write_json
+from genmetrics.data.output.lock import lock_output_folder
 from genmetrics.errors import InputError
 
 _VARIANTS = click.Choice(["late", "mid", "early"])
@@ -531,7 +532,7 @@ def index_cmd(
     workers: int | None,
 ) -> None:
     """Embed every image once per aspect and build one faiss index per aspect."""
-    from genmetrics.data.images import list_images
+    from genmetrics.data.io.images import list_images
     from genmetrics.tpips.common import check_aspects
     from genmetrics.tpips.retrieval import AspectIndex
 
@@ -622,7 +623,7 @@ def query_cmd(
     as_json: bool,
 ) -> None:
     """Top-k images of the index for a query image and aspect (or several, summed)."""
-    from genmetrics.data.images import load_image
+    from genmetrics.data.io.images import load_image
     from genmetrics.tpips.common import check_aspects
     from genmetrics.tpips.retrieval import AspectIndex, contact_sheet
 

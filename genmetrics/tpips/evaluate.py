@@ -45,10 +45,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from genmetrics.data.escape import md_text
+from genmetrics.data.io.pipeline import PATHS, DecodedCache, decoded_chunks, transform_of
 from genmetrics.data.jsonl import OddOneOutRecord, TwoAFCRecord, iter_jsonl, load_odd_one_out, load_two_afc
-from genmetrics.data.pipeline import PATHS, DecodedCache, decoded_chunks, transform_of
-from genmetrics.data.results import atomic_write_json, atomic_write_text, dumps_line, manifest
+from genmetrics.data.output.atomic import atomic_write_json, atomic_write_text
+from genmetrics.data.output.manifest import manifest
+from genmetrics.data.output.rows import dumps_line
+from genmetrics.data.text.escape import md_text
 from genmetrics.errors import InputError
 from genmetrics.functional.agreement import human_consensus_per_sample, mean_stderr, per_sample_agreement
 from genmetrics.registry import create_metric, metric_info

@@ -27,10 +27,10 @@ import torch
 
 from genmetrics.backbones.memory_model import batch_peak_bytes, image_hw, real_config_from_model
 from genmetrics.backbones.qwen_vl import IMAGE_MODES, mode_sensitive, official_rgb_uint8, qwen_image
-from genmetrics.data.batching import device_memory, map_batches
 from genmetrics.data.device import check_precision, precision_autocast
-from genmetrics.data.images import as_image_list, to_tensor
-from genmetrics.data.pipeline import rgb_uint8
+from genmetrics.data.io.batching import device_memory, map_batches
+from genmetrics.data.io.images import as_image_list, to_tensor
+from genmetrics.data.io.pipeline import rgb_uint8
 from genmetrics.errors import InputError
 from genmetrics.metric import SampleMetric, batch_len, eval_mode, hash_id, keep_index, slice_batch
 from genmetrics.options import integer, number

@@ -34,7 +34,7 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
-from genmetrics.data.results import atomic_output, atomic_write_text
+from genmetrics.data.output.atomic import atomic_output, atomic_write_text
 from genmetrics.errors import InputError
 from genmetrics.train.run_dir import LOOP_STATE
 

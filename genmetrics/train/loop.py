@@ -29,7 +29,9 @@ from accelerate.utils import DistributedDataParallelKwargs, broadcast_object_lis
 from tqdm.auto import tqdm
 from transformers import get_scheduler
 
-from genmetrics.data.results import atomic_write_json, destination, lock_output_folder
+from genmetrics.data.output.atomic import atomic_write_json
+from genmetrics.data.output.lock import lock_output_folder
+from genmetrics.data.output.write_rule import destination
 from genmetrics.errors import InputError
 from genmetrics.options import env
 from genmetrics.train import checkpoint as ck

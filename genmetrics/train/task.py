@@ -13,7 +13,7 @@ import torch
 from safetensors.torch import save_file
 from torch import nn
 
-from genmetrics.data.results import atomic_output
+from genmetrics.data.output.atomic import atomic_output
 
 __all__ = ["TrainTask", "fingerprint_examples"]
 

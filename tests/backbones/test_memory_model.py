@@ -8,7 +8,7 @@ import torch
 
 from genmetrics.backbones.memory_model import CUDA_OVERHEAD_BYTES, image_tokens, predict_memory
 from genmetrics.backbones.real_configs import RealConfig, count_parameters
-from genmetrics.data.batching import map_batches, safe_batch_size
+from genmetrics.data.io.batching import map_batches, safe_batch_size
 
 TOY_VL = RealConfig(
     name="toy-vl",
@@ -176,7 +176,7 @@ def test_safe_batch_size_is_the_largest_that_fits():
 
 
 def test_map_batches_starts_at_the_predicted_batch_on_a_fake_gpu(monkeypatch):
-    import genmetrics.data.batching as batching
+    import genmetrics.data.io.batching as batching
 
     def peak(b: int) -> float:
         return predict_memory(
@@ -206,7 +206,7 @@ BATCH_TOL = 1e-5
 
 def _fake_gpu(monkeypatch, memory: int) -> None:
     """Every module that asks for the device's memory gets ``memory`` (a CUDA device of that size)."""
-    import genmetrics.data.batching as batching
+    import genmetrics.data.io.batching as batching
     import genmetrics.mie.metric as mie_metric
     import genmetrics.tpips.metric as tpips_metric
 

@@ -3,8 +3,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from genmetrics.data.batching import map_batches, padding_efficiency, token_budget_batches
-from genmetrics.data.cache import FeatureCache, content_hash
+from genmetrics.data.caches.features import FeatureCache, content_hash
+from genmetrics.data.io.batching import map_batches, padding_efficiency, token_budget_batches
 
 
 class FakeModel:
@@ -88,8 +88,8 @@ def test_torn_cache_file_is_recomputed(tmp_path):
 def test_iter_decoded_in_workers_keeps_order_and_reports_bad_files(tmp_path):
     from PIL import Image
 
-    from genmetrics.data.batching import iter_decoded
-    from genmetrics.data.images import to_tensor
+    from genmetrics.data.io.batching import iter_decoded
+    from genmetrics.data.io.images import to_tensor
     from genmetrics.errors import InputError
 
     paths = []

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
-from genmetrics.data.images import (
+from genmetrics.data.io.images import (
     ResizePolicy,
     list_images,
     load_batch,
@@ -120,7 +120,7 @@ def test_bad_files(tmp_path):
 
 
 def test_decompression_bomb(tmp_path, monkeypatch):
-    import genmetrics.data.images as im
+    import genmetrics.data.io.images as im
 
     Image.new("RGB", (100, 100)).save(tmp_path / "big.png")
     monkeypatch.setattr(im, "MAX_PIXELS", 5000)
@@ -198,7 +198,7 @@ def test_size_mismatch_is_refused_from_the_header(tmp_path, no_decoding):
     """A 12000 x 12000 PNG of a few kB against a 32 x 32 reference: refused before anything is decoded
     (decoded, it would take 432 MB as RGB and 1.7 GB as a float tensor)."""
     import genmetrics as gm
-    from genmetrics.data.images import check_image_file, image_size
+    from genmetrics.data.io.images import check_image_file, image_size
 
     big = tmp_path / "big.png"
     Image.new("1", (12000, 12000)).save(big)  # writing encodes; nothing is decoded
@@ -215,7 +215,7 @@ def test_extreme_aspect_ratio_is_bounded(monkeypatch):
     the square (the full resize would be 16 x 1 600 000); ordinary images take the usual path unchanged."""
     import torch.nn.functional as F
 
-    from genmetrics.data import images as I
+    from genmetrics.data.io import images as I
 
     sizes = []
     real = I._resize
@@ -234,7 +234,7 @@ def test_pillow_globals_are_left_as_they_were(tmp_path):
     file is refused even when another library has turned LOAD_TRUNCATED_IMAGES on."""
     from PIL import ImageFile
 
-    from genmetrics.data.images import check_image_file, image_size
+    from genmetrics.data.io.images import check_image_file, image_size
 
     good, cut = tmp_path / "good.png", tmp_path / "cut.png"
     Image.effect_noise((64, 64), 50).convert("RGB").save(good)

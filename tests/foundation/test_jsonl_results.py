@@ -5,7 +5,8 @@ import json
 import pytest
 
 from genmetrics.data.jsonl import load_mib_pairs, load_odd_one_out, load_two_afc
-from genmetrics.data.results import ResultsWriter, atomic_write_json, read_results
+from genmetrics.data.output.atomic import atomic_write_json
+from genmetrics.data.output.rows import ResultsWriter, read_results
 from genmetrics.errors import InputError
 
 

@@ -11,8 +11,8 @@ from typing import Any
 import torch
 
 from genmetrics.baselines.pixel import PSNR
-from genmetrics.data.images import as_image_list, to_tensor
-from genmetrics.data.pipeline import PATHS
+from genmetrics.data.io.images import as_image_list, to_tensor
+from genmetrics.data.io.pipeline import PATHS
 from genmetrics.metric import Metric, SampleMetric, as_text_list
 from genmetrics.registry import MetricCard, register_metric
 

@@ -14,7 +14,7 @@ from lb_helpers import toml_config
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from genmetrics.data.results import read_results
+from genmetrics.data.output.rows import read_results
 from genmetrics.leaderboard import run_leaderboard
 from genmetrics.leaderboard.gallery import best_and_worst, write_galleries
 from genmetrics.leaderboard.numbers import MAX_DECIMALS, decimals, fmt_ci

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from lb_helpers import toml_config, write_images
 
-from genmetrics.data.results import read_results
+from genmetrics.data.output.rows import read_results
 from genmetrics.errors import InputError
 from genmetrics.functional.bootstrap import bootstrap_ci, paired_bootstrap
 from genmetrics.leaderboard import SET_ID, build_plan, load_config, run_leaderboard
@@ -297,7 +297,7 @@ def test_real_set_reference_and_conditional_condition(small_set, tmp_path):
     not filled when the option is set."""
     import torch
 
-    from genmetrics.data.images import to_tensor
+    from genmetrics.data.io.images import to_tensor
 
     metrics = (
         '[[metrics]]\nname = "_lb_center"\n\n[[metrics]]\nname = "_lb_attr"\nattributes = ["ab", "abcd"]\n'

@@ -2,7 +2,7 @@
 
 import torch
 
-from genmetrics.data.images import load_batch
+from genmetrics.data.io.images import load_batch
 from genmetrics.metric import SampleMetric
 
 

@@ -333,7 +333,7 @@ def _(ctx):
 
 @case("h-cache-entry-pickle", "pickle", "feature cache: an entry replaced by a pickle is a miss")
 def _(ctx):
-    from genmetrics.data.cache import FeatureCache
+    from genmetrics.data.caches.features import FeatureCache
 
     cache = FeatureCache("m", root=ctx.out)
     cache.put(b"img", {"embedding": torch.nn.functional.normalize(torch.ones(4), dim=0)})
@@ -347,7 +347,7 @@ def _(ctx):
 
 @case("h-results-jsonl-pickle", "pickle", "read_results: results.jsonl holds pickle bytes")
 def _(ctx):
-    from genmetrics.data.results import read_results
+    from genmetrics.data.output.rows import read_results
 
     p = ctx.payload(ctx.inp / "results.jsonl")
     with open(p, "ab") as f:  # a good row after it: the pickle is not a torn last line
@@ -392,41 +392,41 @@ def _link_refused(ctx: Ctx, name: str, target: Path | str, write: Callable[[Path
 
 
 def _lock(p: Path):
-    from genmetrics.data.results import lock_output_folder
+    from genmetrics.data.output.lock import lock_output_folder
 
     return lock_output_folder(p.parent)
 
 
 def _append(p: Path):
-    from genmetrics.data.results import open_append
+    from genmetrics.data.output.atomic import open_append
 
     with open_append(p, root=p.parent) as f:
         f.write("{}\n")
 
 
 def _atomic(p: Path):
-    from genmetrics.data.results import atomic_write_text
+    from genmetrics.data.output.atomic import atomic_write_text
 
     atomic_write_text(p, "x", root=p.parent)
 
 
 @case("h-link-lock-to-folder", "link", "the lock file is a link to a folder outside")
 def _(ctx):
-    from genmetrics.data.results import LOCK
+    from genmetrics.data.output.lock import LOCK
 
     _link_refused(ctx, LOCK, ctx.outside_dir, _lock)
 
 
 @case("h-link-lock-dangling", "link", "the lock file is a dangling link to a new file outside")
 def _(ctx):
-    from genmetrics.data.results import LOCK
+    from genmetrics.data.output.lock import LOCK
 
     _link_refused(ctx, LOCK, ctx.outside_dir / "new.txt", _lock)
 
 
 @case("h-link-lock-loop", "link", "the lock file is a link to itself")
 def _(ctx):
-    from genmetrics.data.results import LOCK
+    from genmetrics.data.output.lock import LOCK
 
     _link_refused(ctx, LOCK, LOCK, _lock)
 
@@ -463,7 +463,7 @@ def _(ctx):
 
 @case("h-link-subfolder", "link", "plots/ is a link to a folder outside: a.png is never created there")
 def _(ctx):
-    from genmetrics.data.results import destination
+    from genmetrics.data.output.write_rule import destination
 
     ctx.out.mkdir()
     _plant_link(ctx.out / "plots", ctx.outside_dir)
@@ -474,7 +474,7 @@ def _(ctx):
 
 @case("h-link-deep-subfolder", "link", "index/shards is a link: make_folder never creates through it")
 def _(ctx):
-    from genmetrics.data.results import make_folder
+    from genmetrics.data.output.write_rule import make_folder
 
     (ctx.out / "index").mkdir(parents=True)
     _plant_link(ctx.out / "index" / "shards", ctx.outside_dir)
@@ -484,7 +484,7 @@ def _(ctx):
 
 @case("h-link-dotdot", "link", "a destination ../escape.txt outside the chosen folder")
 def _(ctx):
-    from genmetrics.data.results import atomic_write_text
+    from genmetrics.data.output.atomic import atomic_write_text
 
     ctx.out.mkdir()
     ctx.freeze()
@@ -494,7 +494,7 @@ def _(ctx):
 
 @case("h-link-cache-shard", "link", "a feature-cache shard folder is a link to a folder outside")
 def _(ctx):
-    from genmetrics.data.cache import FeatureCache, content_hash
+    from genmetrics.data.caches.features import FeatureCache, content_hash
 
     cache = FeatureCache("m", root=ctx.out)
     shard = cache.dir / content_hash(b"img")[:2]
@@ -537,7 +537,7 @@ def _(ctx):
 
 @case("h-link-train-lock-loop", "link", "training: the lock file is a link loop")
 def _(ctx):
-    from genmetrics.data.results import LOCK
+    from genmetrics.data.output.lock import LOCK
 
     _fit_refused(ctx, LOCK, LOCK)
 
@@ -709,7 +709,7 @@ def _(ctx):
 
 
 def _cache_poison(ctx: Ctx, entry: dict[str, torch.Tensor]) -> None:
-    from genmetrics.data.cache import FeatureCache
+    from genmetrics.data.caches.features import FeatureCache
 
     cache = FeatureCache("m", root=ctx.out)
     cache.put(b"img", entry)
@@ -766,7 +766,7 @@ def _(ctx):
 
 @case("h-results-nan-score", "poison", "read_results: a row whose score is NaN text")
 def _(ctx):
-    from genmetrics.data.results import check_result_row, read_results
+    from genmetrics.data.output.rows import check_result_row, read_results
 
     p = ctx.inp / "results.jsonl"
     rows = [
@@ -855,7 +855,7 @@ def _png(path: Path, w: int, h: int) -> Path:
 def _(ctx):
     import tracemalloc
 
-    from genmetrics.data.images import load_image
+    from genmetrics.data.io.images import load_image
 
     p = _png(ctx.inp / "bomb.png", 30000, 30000)
     ctx.freeze()
@@ -887,7 +887,7 @@ def _(ctx):
 def _(ctx):
     import tracemalloc
 
-    from genmetrics.data.images import load_image
+    from genmetrics.data.io.images import load_image
 
     p = ctx.inp / "strip.png"
     Image.new("RGB", (100000, 1), (9, 9, 9)).save(p)
@@ -1100,7 +1100,7 @@ def _(ctx):
     "loading a truncated JPEG leaves PIL's LOAD_TRUNCATED_IMAGES as it was",
 )
 def _(ctx):
-    from genmetrics.data.images import load_image
+    from genmetrics.data.io.images import load_image
 
     buf = io.BytesIO()
     Image.fromarray(np.random.default_rng(0).integers(0, 255, (64, 64, 3), dtype=np.uint8)).save(buf, "JPEG")
@@ -1118,7 +1118,7 @@ def _(ctx):
 
 @case("h-global-max-pixels", "silent", "loading an image leaves PIL's MAX_IMAGE_PIXELS as it was")
 def _(ctx):
-    from genmetrics.data.images import load_image
+    from genmetrics.data.io.images import load_image
 
     p = _png(ctx.inp / "a.png", 8, 8)
     ctx.freeze()
@@ -1510,7 +1510,7 @@ def _(ctx):
 
 @case("h-readonly-feature-cache", "fault", "a feature cache on a read-only disk: served uncached, warned")
 def _(ctx):
-    from genmetrics.data.cache import FeatureCache
+    from genmetrics.data.caches.features import FeatureCache
 
     mnt = _read_only(ctx)
     try:
@@ -1568,7 +1568,7 @@ def _(ctx):
 def _(ctx):
     import yaml
 
-    from genmetrics.data.results import LOCK
+    from genmetrics.data.output.lock import LOCK
     from genmetrics.testing import toy_leaderboard
 
     cfg = ctx.inp / "board.yaml"

@@ -66,7 +66,7 @@ def test_large_finite_votes_still_load(tmp_path):
 def test_a_result_row_with_a_score_too_large_for_a_float_is_named(tmp_path, capsys):
     """``leaderboard --resume`` on a results.jsonl whose score is a 400-digit integer: one error line naming
     the file and line (it was an OverflowError traceback, exit 1)."""
-    from genmetrics.data.results import check_result_row
+    from genmetrics.data.output.rows import check_result_row
     from genmetrics.testing import toy_leaderboard
 
     row = {"generator": "g", "metric": "psnr", "id": "0"}

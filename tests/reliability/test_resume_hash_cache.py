@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from genmetrics.data import results as results_module
-from genmetrics.data.results import HashCache
+from genmetrics.data.output import hashes as results_module
+from genmetrics.data.output.hashes import HashCache
 from genmetrics.leaderboard import run_leaderboard
 from genmetrics.leaderboard.runner import HASHES
 

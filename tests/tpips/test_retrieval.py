@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from genmetrics.data.images import list_images
+from genmetrics.data.io.images import list_images
 from genmetrics.errors import InputError
 from genmetrics.testing.pil_counts import count_pil
 from genmetrics.tpips.retrieval import AspectIndex, contact_sheet
