@@ -228,8 +228,8 @@ def real_config_from_model(model: Any, *, name: str | None = None) -> RealConfig
     (a fine-tune or another size of the same architecture); ``None`` for an architecture the memory model
     does not know (then the batching keeps its plain back-off).
 
-    >>> from genmetrics.testing.real_models import build_model
-    >>> real = build_model("Qwen3.5-0.8B", device="meta")
+    >>> from genmetrics.testing.real_models import build_real_model
+    >>> real = build_real_model("Qwen3.5-0.8B", device="meta")
     >>> real_config_from_model(real).name
     'Qwen3.5-0.8B'
     >>> from genmetrics.testing import tiny_qwen3vl

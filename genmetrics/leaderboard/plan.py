@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from genmetrics.backbones.weights import genmetrics_home
+from genmetrics.data.device import available_devices
 from genmetrics.data.io.images import list_images, stem_index
 from genmetrics.data.jsonl import iter_jsonl
 from genmetrics.errors import GenmetricsError, InputError
@@ -185,20 +186,6 @@ def device_for_run(device: str, *, where: str = "--device") -> str:
                 'choose one of those, or "auto"'
             )
     return device
-
-
-def available_devices() -> list[str]:
-    """The devices torch can use here: ``cpu``, every ``cuda:N``, and ``mps`` on Apple silicon.
-
-    >>> available_devices()[0]
-    'cpu'
-    """
-    out = ["cpu"]
-    if torch.cuda.is_available():
-        out += [f"cuda:{i}" for i in range(torch.cuda.device_count())]
-    if torch.backends.mps.is_available():
-        out.append("mps")
-    return out
 
 
 @dataclass

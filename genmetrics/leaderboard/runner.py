@@ -220,10 +220,6 @@ def _local_per_sample(metric: Any) -> dict[str, Any]:
     return metric.per_sample()
 
 
-def _chunks(items: list[Any], n: int) -> list[list[Any]]:
-    return [items[i : i + n] for i in range(0, len(items), n)]
-
-
 class _Skipper:
     """``--on-error skip``: a batch that fails on bad input is retried one sample at a time; the bad
     samples are reported on stderr and in ``skipped.jsonl`` and the rest are scored."""

@@ -43,6 +43,7 @@ from matplotlib.figure import Figure
 from PIL import Image
 from torchmetrics.functional.classification import binary_f1_score, binary_recall
 
+from genmetrics.data.io.batching import chunk_slices
 from genmetrics.data.io.pipeline import DecodedCache, decoded_chunks
 from genmetrics.data.output.atomic import atomic_output, atomic_write_json, atomic_write_text
 from genmetrics.data.text.escape import md_text
@@ -112,10 +113,6 @@ def _blank(records: Sequence[Any]) -> list[list[Any]]:
     return [[Image.new("RGB", size(x), BLANK_GREY) for x in r.references] for r in records]
 
 
-def _chunks(n: int, size: int) -> list[slice]:
-    return [slice(i, min(n, i + size)) for i in range(0, n, size)]
-
-
 def score_pairs_mie(
     model: Any,
     records: Sequence[Any],
@@ -144,7 +141,7 @@ def score_pairs_mie(
     if len(refs) != len(records):
         raise InputError(f"references: {len(refs)} reference lists for {len(records)} pairs")
     sa, sb, da, db = [], [], [], []
-    chunks = _chunks(len(records), batch_pairs)
+    chunks = chunk_slices(len(records), batch_pairs)
     # image files (none when the pairs hold decoded images) decoded once each by the shared input pipeline,
     # a batch ahead of the model
     files = [
@@ -291,7 +288,7 @@ def score_pairs_metric(
     out = {}
     for side, col in (("a", 0), ("b", 1)):
         vals: list[float] = []
-        chunks = _chunks(len(records), batch_pairs)
+        chunks = chunk_slices(len(records), batch_pairs)
         for sl in (
             progress(chunks, desc=f"{name} ({side})", total=len(chunks), unit="batch") if progress else chunks
         ):
@@ -553,7 +550,7 @@ def evaluate_human(
         control_info["blank_references"] = {"scorer": CONTROLS["blank_references"], "grey": list(BLANK_GREY)}
     # every file decoded once, in worker processes, a chunk of pairs ahead of the scoring: each scorer scores
     # chunk by chunk, in batches of batch_pairs as it would score the whole set
-    spans = _chunks(len(records), batch_pairs * max(1, 64 // batch_pairs))
+    spans = chunk_slices(len(records), batch_pairs * max(1, 64 // batch_pairs))
     files = [
         [
             p

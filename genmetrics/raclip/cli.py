@@ -192,7 +192,7 @@ def _compare(
     from genmetrics.data.output.manifest import manifest
     from genmetrics.raclip import plots
     from genmetrics.raclip.model import RegionAttributeScorer
-    from genmetrics.raclip.report import markdown_report, score_images, summarize
+    from genmetrics.raclip.report import markdown_report, score_images, summarize_comparison
 
     model, tok, desc = _load_backbone(weights, device)
     scorer = RegionAttributeScorer(model, tok)
@@ -222,7 +222,9 @@ def _compare(
         progress=bar("generated", len(gen_files)),
         workers=workers,
     )
-    summary = summarize(real, gen, attrs, grid, direction=kl_direction, top_k=top_k, n_boot=n_boot, seed=seed)
+    summary = summarize_comparison(
+        real, gen, attrs, grid, direction=kl_direction, top_k=top_k, n_boot=n_boot, seed=seed
+    )
 
     # ---- plots
     from genmetrics.functional import divergence as D

@@ -266,7 +266,7 @@ def bootstrap_means(
 
 
 # ------------------------------------------------------------------------------------- summary
-def summarize(
+def summarize_comparison(
     real: ScoredSet,
     gen: ScoredSet,
     attributes: list[str],
@@ -284,7 +284,7 @@ def summarize(
     >>> real = ScoredSet(torch.randn(40, 3, generator=g, dtype=torch.float64), torch.zeros(16, 3))
     >>> gen = ScoredSet(torch.randn(40, 3, generator=g, dtype=torch.float64) + torch.tensor([0.0, 0.0, 2.0]),
     ...                 torch.zeros(16, 3))  # attribute 2 shifted in the generated set
-    >>> s = summarize(real, gen, ["smiling", "wearing hat", "a red car"], (4, 4), n_boot=50)
+    >>> s = summarize_comparison(real, gen, ["smiling", "wearing hat", "a red car"], (4, 4), n_boot=50)
     >>> s["n_real"], s["kl_direction"], s["sad"]["per_attribute"][0]["attribute"]  # sorted, largest SaD first
     (40, 'gen||real', 'a red car')
     """
@@ -372,7 +372,7 @@ def markdown_report(
     >>> real = ScoredSet(torch.randn(40, 3, generator=g, dtype=torch.float64), torch.zeros(16, 3))
     >>> gen = ScoredSet(torch.randn(40, 3, generator=g, dtype=torch.float64) + torch.tensor([0.0, 0.0, 2.0]),
     ...                 torch.zeros(16, 3))  # attribute 2 shifted in the generated set
-    >>> s = summarize(real, gen, ["smiling", "wearing hat", "a red car"], (4, 4), n_boot=50)
+    >>> s = summarize_comparison(real, gen, ["smiling", "wearing hat", "a red car"], (4, 4), n_boot=50)
     >>> print("\\n".join(markdown_report(s, {}, real="real/", generated="gen/", weights="ViT-B-32").splitlines()[:3]))
     # RA-CLIPScore comparison
     <BLANKLINE>

@@ -236,10 +236,10 @@ def _memory_for(peak, batch: int) -> int:
 def test_real_config_from_model_matches_the_entry_or_builds_one():
     from genmetrics.backbones.memory_model import real_config_from_model
     from genmetrics.testing import tiny_qwen3vl
-    from genmetrics.testing.real_models import build_model
+    from genmetrics.testing.real_models import build_real_model
 
     for name in ("Qwen3-VL-Embedding-2B", "Qwen3.5-0.8B"):
-        assert real_config_from_model(build_model(name, device="meta")).name == name
+        assert real_config_from_model(build_real_model(name, device="meta")).name == name
     tiny = tiny_qwen3vl()
     e = real_config_from_model(tiny)
     assert e is not None and e.kind == "qwen3_vl"

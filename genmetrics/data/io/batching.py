@@ -139,6 +139,18 @@ def fixed_batches(items: Sequence[T], batch_size: int) -> Iterator[list[T]]:
         yield list(items[i : i + batch_size])
 
 
+def chunk_slices(n: int, size: int) -> list[slice]:
+    """The slices of consecutive chunks of ``size`` over ``n`` items (the last may be smaller): the chunks of
+    :func:`fixed_batches`, as slices, for indexing several aligned sequences at once.
+
+    >>> chunk_slices(5, 2)
+    [slice(0, 2, None), slice(2, 4, None), slice(4, 5, None)]
+    >>> [list("abcde")[s] for s in chunk_slices(5, 2)] == list(fixed_batches("abcde", 2))
+    True
+    """
+    return [slice(i, min(n, i + size)) for i in range(0, n, size)]
+
+
 def token_budget_batches(
     costs: Sequence[int], budget: int, *, max_batch_size: int | None = None, sort: bool = True
 ) -> list[list[int]]:
