@@ -1,3 +1,5 @@
+"""The JSONL datasets (genmetrics.data.jsonl): each format parses, malformed lines are named by file and line."""
+
 from __future__ import annotations
 
 import json
@@ -5,8 +7,6 @@ import json
 import pytest
 
 from genmetrics.data.jsonl import load_mib_pairs, load_odd_one_out, load_two_afc
-from genmetrics.data.output.atomic import atomic_write_json
-from genmetrics.data.output.rows import ResultsWriter, read_results
 from genmetrics.errors import InputError
 
 
@@ -89,24 +89,6 @@ def test_duplicate_ids_and_empty_file(tmp_path):
         load_odd_one_out(tmp_path / "missing.jsonl")
 
 
-def test_results_writer_resume_and_torn_line(tmp_path):
-    p = tmp_path / "results.jsonl"
-    with ResultsWriter(p) as w:
-        assert w.write([{"generator": "g", "metric": "m", "id": str(i), "score": i} for i in range(3)]) == 3
-    with open(p, "a") as f:
-        f.write('{"generator": "g", "metric": "m", "id": "3", "sco')  # torn by a kill
-    with ResultsWriter(p, resume=True) as w:
-        assert w.n_done == 3
-        assert w.done({"generator": "g", "metric": "m", "id": "2"})
-        assert (
-            w.write([{"generator": "g", "metric": "m", "id": str(i), "score": i} for i in range(2, 5)]) == 2
-        )
-    rows = read_results(p)
-    assert [r["id"] for r in rows] == ["0", "1", "2", "3", "4"]
-    atomic_write_json(tmp_path / "s.json", {"x": float("nan")})
-    assert json.loads((tmp_path / "s.json").read_text()) == {"x": None}
-
-
 # ------------------------------------------------------------------------------ malformed files
 @pytest.mark.parametrize(
     "content, fragment",
@@ -132,25 +114,3 @@ def test_bom_and_crlf_are_fine(tmp_path):
     f = tmp_path / "ok.jsonl"
     f.write_bytes(b'\xef\xbb\xbf{"id": "a"}\r\n{"id": "b"}\r\n')
     assert [o["id"] for _, o in iter_jsonl(f)] == ["a", "b"]
-
-
-def test_malformed_results_lines_name_the_line(tmp_path):
-    """A results line that is not UTF-8 (or JSON) is refused naming the file and line unless it is the last
-    line (torn by a kill, possibly inside a multi-byte character): then it is dropped."""
-    good = b'{"generator":"g","metric":"m","id":"1","score":1.0}\n'
-    f = tmp_path / "results.jsonl"
-    f.write_bytes(good + b'{"generator":"g\xff"}\n' + good)
-    with pytest.raises(InputError, match=r"results\.jsonl:2: corrupt results line .*not UTF-8"):
-        read_results(f)
-    f.write_bytes(good + '{"generator":"é'.encode()[:-1])  # torn inside the two bytes of é
-    assert len(read_results(f)) == 1
-
-
-def test_malformed_manifest_is_named(tmp_path):
-    from genmetrics.leaderboard.manifest import read_manifest
-
-    (tmp_path / "manifest.json").write_bytes(b'{"metrics": {"psnr": \xff}}')
-    why = read_manifest(tmp_path)
-    assert isinstance(why, str) and "manifest.json cannot be read (not UTF-8 text at byte 21)" in why
-    (tmp_path / "manifest.json").write_text('{"metrics": {"psnr": ')
-    assert "cannot be read (JSONDecodeError: line 1, column 22)" in read_manifest(tmp_path)
