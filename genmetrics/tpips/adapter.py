@@ -338,3 +338,24 @@ def finish_loading(model: Any, folder: Path, device: Any) -> Any:
     if device is not None:
         model.to(device)
     return model.eval()
+
+
+def adapter_base_weights(adapter: str | os.PathLike | None) -> str | None:
+    """The base weights an adapter folder's ``tpips.json`` names (``None`` without an adapter, without the
+    file, or when it cannot be read): for labels and records only, loading checks the file itself.
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     _ = (Path(d) / CONFIG_NAME).write_text('{"base_weights": "Qwen/Qwen3-VL-Embedding-2B"}')
+    ...     adapter_base_weights(d), adapter_base_weights(Path(d) / "missing"), adapter_base_weights(None)
+    ('Qwen/Qwen3-VL-Embedding-2B', None, None)
+    """
+    if not adapter:
+        return None
+    p = Path(adapter) / CONFIG_NAME
+    if p.is_file():
+        try:
+            return json.loads(p.read_text()).get("base_weights")
+        except (ValueError, OSError):
+            return None
+    return None
