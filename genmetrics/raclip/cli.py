@@ -192,7 +192,7 @@ def _compare(
     from genmetrics.data.output.manifest import manifest
     from genmetrics.raclip import plots
     from genmetrics.raclip.model import RegionAttributeScorer
-    from genmetrics.raclip.report import markdown_report, score_images, summarize_comparison
+    from genmetrics.raclip.report import kl_metrics, markdown_report, score_images, summarize_comparison
 
     model, tok, desc = _load_backbone(weights, device)
     scorer = RegionAttributeScorer(model, tok)
@@ -222,20 +222,22 @@ def _compare(
         progress=bar("generated", len(gen_files)),
         workers=workers,
     )
+    # SaD and PaD: the registered metrics on the scores of this one pass
+    sad_metric, pad_metric = kl_metrics(
+        attrs, real, gen, direction=kl_direction, backbone=model, tokenizer=tok
+    )
     summary = summarize_comparison(
-        real, gen, attrs, grid, direction=kl_direction, top_k=top_k, n_boot=n_boot, seed=seed
+        real, gen, attrs, grid, sad=sad_metric, pad=pad_metric, top_k=top_k, n_boot=n_boot, seed=seed
     )
 
     # ---- plots
-    from genmetrics.functional import divergence as D
-
     images: dict[str, str] = {}
-    sad = D.sad(real.scores, gen.scores, direction=kl_direction)
+    sad = sad_metric.compute()["per_attribute"].cpu().reshape(-1)
     images["sad_bar"] = plots.sad_bar(attrs, sad, out / "sad_bar.png", top=top_k).name
-    if len(attrs) >= 2:
+    if pad_metric is not None:
         from itertools import combinations
 
-        pad = D.pad(real.scores, gen.scores, direction=kl_direction)
+        pad = pad_metric.compute()["per_pair"].cpu().reshape(-1)
         images["pad_bar"] = plots.pad_bar(
             list(combinations(attrs, 2)), pad, out / "pad_bar.png", top=top_k
         ).name
