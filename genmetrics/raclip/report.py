@@ -480,3 +480,124 @@ def markdown_report(
 
 def _ci(ci: list[float] | None) -> str:
     return "n/a" if not ci else f"[{_fmt(ci[0])}, {_fmt(ci[1])}]"
+
+
+# ------------------------------------------------------------------------------------- the command's files
+def write_comparison(
+    real_files: list[Any],
+    gen_files: list[Any],
+    attrs: list[str],
+    out: Path,
+    *,
+    backbone: Any,
+    tokenizer: Any,
+    weights: str,
+    batch_size: int = 32,
+    kl_direction: str = "gen||real",
+    top_k: int = 10,
+    n_boot: int = 200,
+    seed: int = 0,
+    examples: int = 4,
+    recursive: bool = False,
+    real_dir: str = "",
+    gen_dir: str = "",
+    workers: int | None = None,
+) -> dict[str, Any]:
+    """What ``genmetrics compare`` writes into ``out`` (locked by the caller): both sets scored once with
+    ``backbone`` (:func:`score_images`), SaD / PaD from the registered metrics (:func:`kl_metrics`),
+    ``summary.json`` (returned), ``report.md``, ``manifest.json`` and the plots. ``weights`` describes the
+    backbone in the files; ``real_dir`` / ``gen_dir`` name the folders."""
+    from genmetrics.data.output.atomic import atomic_write_json, atomic_write_text
+    from genmetrics.data.output.manifest import manifest
+    from genmetrics.data.progress import progress
+    from genmetrics.raclip import plots
+    from genmetrics.raclip.model import RegionAttributeScorer
+
+    scorer = RegionAttributeScorer(backbone, tokenizer)
+    grid = scorer.grid
+
+    def bar(role: str, n: int):
+        total = (n + batch_size - 1) // batch_size
+        return lambda it: progress(it, desc=f"scoring {role}", total=total, unit="batch")
+
+    real = score_images(
+        scorer,
+        real_files,
+        attrs,
+        role="real",
+        batch_size=batch_size,
+        keep_examples=max(examples, 4),
+        progress=bar("real", len(real_files)),
+        workers=workers,
+    )
+    gen = score_images(
+        scorer,
+        gen_files,
+        attrs,
+        role="generated",
+        batch_size=batch_size,
+        keep_examples=examples,
+        progress=bar("generated", len(gen_files)),
+        workers=workers,
+    )
+    # SaD and PaD: the registered metrics on the scores of this one pass
+    sad_metric, pad_metric = kl_metrics(
+        attrs, real, gen, direction=kl_direction, backbone=backbone, tokenizer=tokenizer
+    )
+    summary = summarize_comparison(
+        real, gen, attrs, grid, sad=sad_metric, pad=pad_metric, top_k=top_k, n_boot=n_boot, seed=seed
+    )
+
+    # ---- plots
+    images: dict[str, str] = {}
+    sad = sad_metric.compute()["per_attribute"].cpu().reshape(-1)
+    images["sad_bar"] = plots.sad_bar(attrs, sad, out / "sad_bar.png", top=top_k).name
+    if pad_metric is not None:
+        from itertools import combinations
+
+        pad = pad_metric.compute()["per_pair"].cpu().reshape(-1)
+        images["pad_bar"] = plots.pad_bar(
+            list(combinations(attrs, 2)), pad, out / "pad_bar.png", top=top_k
+        ).name
+    rmap = real.map_mean - gen.map_mean
+    images["rsad_heatmaps"] = plots.rsad_heatmaps(
+        rmap, grid, attrs, out / "rsad_heatmaps.png", top=min(top_k, 8)
+    ).name
+    pool = real.examples
+    best = (
+        torch.stack([e.score for e in pool]).argmax(0).tolist()
+    )  # per attribute, the best-scoring kept real image
+    images["rsad_overlay"] = plots.rsad_overlay(
+        rmap, grid, attrs, [pool[b].image for b in best], out / "rsad_overlay.png", top=min(top_k, 8)
+    ).name
+    shown = real.examples[:examples] + gen.examples[:examples]
+    cols = torch.argsort(sad, descending=True)[:4].tolist()
+    images["attribute_maps"] = plots.attribute_maps(
+        shown, attrs, grid, out / "attribute_maps.png", columns=cols
+    ).name
+
+    summary["files"] = {"report": "report.md", **{k: v for k, v in images.items()}}
+    summary["real"], summary["generated"], summary["weights"] = str(real_dir), str(gen_dir), weights
+    atomic_write_json(out / "summary.json", summary)
+    atomic_write_text(
+        out / "report.md",
+        markdown_report(
+            summary, images, real=str(real_dir), generated=str(gen_dir), weights=weights, top_k=top_k
+        ),
+    )
+    atomic_write_json(
+        out / "manifest.json",
+        manifest(
+            weights=weights,
+            attributes=attrs,
+            options={
+                "batch_size": batch_size,
+                "kl_direction": kl_direction,
+                "n_boot": n_boot,
+                "seed": seed,
+                "top": top_k,
+                "recursive": recursive,
+            },
+        ),
+    )
+    return summary
