@@ -34,7 +34,7 @@ their de-duplication), ``metric_states`` (option-state names, the agreed gather,
 
 from __future__ import annotations
 
-# as_text_list is re-exported: the text contract lives in data/text.py, below metric and backbones
+# as_text_list is re-exported: the text contract lives in data/text/inputs.py, below metric and backbones
 from genmetrics.data.text.inputs import as_text_list
 from genmetrics.metric_base import Metric
 from genmetrics.metric_batches import batch_len, eval_mode, slice_batch

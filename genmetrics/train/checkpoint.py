@@ -353,7 +353,7 @@ def save_training_state(folder: Path, parts: TrainingParts, *, main: bool) -> No
     """
     if main:
         trainable = {k: v.detach().cpu().contiguous() for k, v in parts.trainable.items()}
-        with atomic_output(folder / TRAINABLE) as tmp:  # the write rule (data/results.py)
+        with atomic_output(folder / TRAINABLE) as tmp:  # the write rule (data/output/)
             save_file(trainable, str(tmp))
         tensors, rest = _optimizer_parts(parts.optimizer)
         with atomic_output(folder / OPTIMIZER_TENSORS) as tmp:

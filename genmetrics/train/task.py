@@ -68,7 +68,7 @@ class TrainTask:
         )
 
     def save(self, module: nn.Module, path: Path) -> None:
-        with atomic_output(Path(path) / "trainable.safetensors") as tmp:  # the write rule (data/results.py)
+        with atomic_output(Path(path) / "trainable.safetensors") as tmp:  # the write rule (data/output/)
             save_file(
                 {n: p.detach().cpu().contiguous() for n, p in module.named_parameters() if p.requires_grad},
                 str(tmp),

@@ -6,7 +6,7 @@
    ``save_pretrained``, ``save_state``, ``os.replace`` / ``rename`` / ``shutil.move`` / ``copy``) and fails on
    one whose destination did not come from the rule: a name bound by ``with atomic_output(...) as name``,
    a path returned by ``destination()`` / ``make_folder()`` (directly, or a name assigned from one), or an
-   in-memory buffer (``io.BytesIO``). ``data/results.py`` itself is where the rule lives.
+   in-memory buffer (``io.BytesIO``). ``data/output/`` itself is where the rule lives.
 2. The rule's guarantees, with links planted in output folders: the file a link points to stays
    byte-identical, a folder that resolves outside the chosen one is refused, and nothing is left behind.
 """
