@@ -506,7 +506,18 @@ def write_comparison(
     """What ``genmetrics compare`` writes into ``out`` (locked by the caller): both sets scored once with
     ``backbone`` (:func:`score_images`), SaD / PaD from the registered metrics (:func:`kl_metrics`),
     ``summary.json`` (returned), ``report.md``, ``manifest.json`` and the plots. ``weights`` describes the
-    backbone in the files; ``real_dir`` / ``gen_dir`` name the folders."""
+    backbone in the files; ``real_dir`` / ``gen_dir`` name the folders.
+
+    >>> import tempfile
+    >>> from genmetrics.testing import random_images, tiny_clip, write_images
+    >>> model, tok = tiny_clip()
+    >>> with tempfile.TemporaryDirectory() as d, tempfile.TemporaryDirectory() as e:
+    ...     real, gen = write_images(d, random_images(4, 32, seed=1)), write_images(e, random_images(4, 32, seed=2))
+    ...     s = write_comparison(real, gen, ["smiling", "wearing hat"], Path(d) / "out", backbone=model,
+    ...                          tokenizer=tok, weights="tiny", n_boot=20, workers=0)
+    ...     sorted(p.name for p in (Path(d) / "out").glob("*.json")), s["n_real"], len(s["sad"]["per_attribute"])
+    (['manifest.json', 'summary.json'], 4, 2)
+    """
     from genmetrics.data.output.atomic import atomic_write_json, atomic_write_text
     from genmetrics.data.output.manifest import manifest
     from genmetrics.data.progress import progress

@@ -29,7 +29,18 @@ def _within(path: str, root: str) -> bool:
 
 
 def refuse_link(p: Path, name: str) -> None:
-    """Refuse ``p`` (named ``name`` in the error) when it is a symbolic link: genmetrics never writes through one."""
+    """Refuse ``p`` (named ``name`` in the error) when it is a symbolic link: genmetrics never writes through one.
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     (Path(d) / "link").symlink_to(Path(d) / "target")
+    ...     refuse_link(Path(d) / "plain.txt", "--out")  # not a link: nothing happens
+    ...     try:
+    ...         refuse_link(Path(d) / "link", "--out")
+    ...     except InputError as e:
+    ...         print("is a symbolic link" in str(e))
+    True
+    """
     if p.is_symlink():
         raise InputError(
             f"{name}: {str(p)!r} is a symbolic link (to {os.readlink(p)!r}); genmetrics never writes through "
