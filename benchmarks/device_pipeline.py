@@ -5,7 +5,7 @@
     python benchmarks/device_pipeline.py --dry-run            # CPU, tiny CLIP, a few 64 px files: it runs
 
 Files are written to a temporary folder (smooth random content, 512x512, PNG and JPEG). Workers only
-decode (:func:`genmetrics.data.batching.iter_decoded` with :func:`genmetrics.data.images.decode_uint8`);
+decode (:func:`genmetrics.data.io.batching.iter_decoded` with :func:`genmetrics.data.io.images.decode_uint8`);
 the batch is pinned, copied with ``non_blocking`` and preprocessed on the GPU
 (:func:`~genmetrics.backbones.clip_preprocess.clip_image_batch`: resize, crop, normalise there), then
 embedded (:func:`~genmetrics.backbones.clip_vision.encode_image`). One JSON line per measurement:
@@ -36,8 +36,8 @@ sys.path[:0] = [_HERE, os.path.dirname(_HERE)]  # genmetrics from a source check
 
 from genmetrics.backbones.clip_preprocess import clip_image_batch  # noqa: E402
 from genmetrics.backbones.clip_vision import encode_image  # noqa: E402
-from genmetrics.data.batching import iter_decoded  # noqa: E402
-from genmetrics.data.images import decode_uint8  # noqa: E402
+from genmetrics.data.io.batching import iter_decoded  # noqa: E402
+from genmetrics.data.io.images import decode_uint8  # noqa: E402
 
 
 def emit(row: dict) -> None:

@@ -86,7 +86,7 @@ def gib(x: float) -> float:
 
 
 def safe_batches(predict) -> dict[str, int]:
-    from genmetrics.data.batching import safe_batch_size
+    from genmetrics.data.io.batching import safe_batch_size
 
     return {f"{g}GiB": safe_batch_size(predict, memory=g * 2**30, max_batch_size=1024) for g in GPUS_GIB}
 
@@ -118,7 +118,7 @@ def run_raclip(args, dev, dtype) -> None:
     from genmetrics.raclip.attributes import load_attribute_set
     from genmetrics.raclip.model import RegionAttributeScorer
     from genmetrics.testing import random_images
-    from genmetrics.testing.real_models import build_model, processor_for
+    from genmetrics.testing.real_models import build_real_model, processor_for
 
     attrs = load_attribute_set("celeba-20")[: args.attributes]
     batch = 8 if args.tiny else args.raclip_batch
@@ -126,7 +126,9 @@ def run_raclip(args, dev, dtype) -> None:
     for name in ("ViT-B-16-quickgelu", "ViT-L-14-quickgelu"):
         try:
             tok = processor_for(name)
-            model = build_model(name, reduced=args.tiny, device=dev)  # float32 first: the reference scores
+            model = build_real_model(
+                name, reduced=args.tiny, device=dev
+            )  # float32 first: the reference scores
             size = model.visual.image_size
             size = tuple(size) if isinstance(size, (tuple, list)) else (size, size)
             imgs = random_images(batch, int(size[1]), seed=0, height=int(size[0]))
@@ -181,7 +183,7 @@ def run_raclip(args, dev, dtype) -> None:
 def run_tpips(args, dev, dtype) -> None:
     from genmetrics.backbones.memory_model import image_tokens, predict_memory
     from genmetrics.testing import random_images
-    from genmetrics.testing.real_models import build_model, processor_for
+    from genmetrics.testing.real_models import build_real_model, processor_for
     from genmetrics.tpips.model import TPIPSModel
 
     name = "Qwen3-VL-Embedding-2B"
@@ -191,7 +193,7 @@ def run_tpips(args, dev, dtype) -> None:
     imgs = random_images(2 * n, w, seed=1, height=h)
     a, b = list(imgs[:n]), list(imgs[n:])
     aspects = [f"aspect number {i}" for i in range(n)]
-    backbone = [build_model(name, reduced=args.tiny, device=dev)]  # float32 first: the reference scores
+    backbone = [build_real_model(name, reduced=args.tiny, device=dev)]  # float32 first: the reference scores
     k = 2
 
     def model(variant: str) -> TPIPSModel:
@@ -299,7 +301,7 @@ def run_mie(args, dev, dtype) -> None:
     from genmetrics.backbones.memory_model import image_tokens, predict_memory
     from genmetrics.mie.model import MIEModel
     from genmetrics.testing import random_images
-    from genmetrics.testing.real_models import build_model, processor_for
+    from genmetrics.testing.real_models import build_real_model, processor_for
 
     name = "Qwen3.5-0.8B"
     proc = processor_for(name)
@@ -309,7 +311,7 @@ def run_mie(args, dev, dtype) -> None:
     cands = random_images(2 * n, side, seed=3)
     ca, cb = list(cands[:n]), list(cands[n:])
     prompts = ["a man, a dog and a bicycle in front of a red door"] * n
-    vlm = build_model(name, reduced=args.tiny, device=dev)
+    vlm = build_real_model(name, reduced=args.tiny, device=dev)
     torch.manual_seed(0)
     model = MIEModel(vlm, proc, image_size=None, vision_cache_size=0).to(dev).eval()
     ref = model.score_pairs(refs[:1], prompts[:1], ca[:1], cb[:1])

@@ -50,7 +50,7 @@ def naive_scores(model, refs, prompts, cands):
     """One plain transformers forward per candidate (pixel values in, last-token read-out)."""
     import torch
 
-    from genmetrics.data.images import to_pil
+    from genmetrics.data.io.images import to_pil
 
     scores = []
     proc = model.processor

@@ -34,14 +34,14 @@ def main() -> None:
 
     from genmetrics.mie.model import MIEModel
     from genmetrics.testing import random_images, tiny_qwen35, tiny_qwen35_processor
-    from genmetrics.testing.real_models import build_model, processor_for
+    from genmetrics.testing.real_models import build_real_model, processor_for
 
     dev = torch.device(args.device)
     if args.size == "tiny":
         vlm, proc, ref_px, cand_px = tiny_qwen35(0), tiny_qwen35_processor(), 64, 64
     else:  # the released architecture (typed config), random weights, built in place on the device
         dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
-        vlm = build_model("Qwen3.5-0.8B", seed=0, dtype=dtype, device=dev)
+        vlm = build_real_model("Qwen3.5-0.8B", seed=0, dtype=dtype, device=dev)
         proc = processor_for("Qwen3.5-0.8B")
         ref_px, cand_px = 512, 1024
     model = (

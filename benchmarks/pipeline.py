@@ -81,7 +81,7 @@ def child(args: argparse.Namespace) -> None:
     # start-up (imports, building the metrics once) is not the pipeline's cost: done before the clock starts
     import genmetrics as gm
     import genmetrics.cli.main  # noqa: F401
-    import genmetrics.data.pipeline  # noqa: F401
+    import genmetrics.data.io.pipeline  # noqa: F401
     import genmetrics.leaderboard  # noqa: F401
 
     for name in args.metrics.split(","):
@@ -100,12 +100,12 @@ def child(args: argparse.Namespace) -> None:
             workers=args.workers,
         )
     elif args.child == "decode":
-        from genmetrics.data.pipeline import decoded
+        from genmetrics.data.io.pipeline import decoded
 
         for _ in decoded(files, workers=args.workers, batch_size=32):
             pass
     elif args.child in ("compute", "compute_clip"):
-        from genmetrics.data.pipeline import decoded
+        from genmetrics.data.io.pipeline import decoded
 
         data = {str(p): o[0] for b in decoded(files, workers=0) for p, o in b}
         t0, c0 = time.perf_counter(), time.process_time()  # compute only: decoding is not timed

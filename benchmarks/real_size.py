@@ -138,14 +138,14 @@ def run_raclip(args) -> None:
     from genmetrics.raclip.attributes import load_attribute_set
     from genmetrics.raclip.model import RegionAttributeScorer
     from genmetrics.testing import random_images
-    from genmetrics.testing.real_models import build_model, processor_for
+    from genmetrics.testing.real_models import build_real_model, processor_for
 
     attrs = load_attribute_set("celeba-20")
     n = args.clip_images
     for name in args.clip_model or CLIP_MODELS:
         tok = processor_for(name)  # imports open_clip and loads its tokenizer before the baseline
         base = rss()
-        model = build_model(name, reduced=args.reduced)
+        model = build_real_model(name, reduced=args.reduced)
         n_params = sum(p.numel() for p in model.parameters())
         size = model.visual.image_size
         size = tuple(size) if isinstance(size, (tuple, list)) else (size, size)
@@ -162,7 +162,7 @@ def run_raclip(args) -> None:
         two = scorer(x[:2], attrs).score
         # bfloat16: a bf16 copy of the same weights on the first k images
         k = min(args.bf16_items, n)
-        bf = build_model(name, reduced=args.reduced, dtype=torch.bfloat16)
+        bf = build_real_model(name, reduced=args.reduced, dtype=torch.bfloat16)
         with Clock() as cb:
             s_bf = RegionAttributeScorer(bf, tok)(x[:k].to(torch.bfloat16), attrs).score
         del bf
@@ -302,17 +302,17 @@ def run_tpips(args) -> None:
     from genmetrics.backbones.qwen_vl import smart_resize
     from genmetrics.backbones.real_configs import count_parameters
     from genmetrics.testing import random_images
-    from genmetrics.testing.real_models import build_model, processor_for
+    from genmetrics.testing.real_models import build_real_model, processor_for
     from genmetrics.tpips.common import prompt_for
     from genmetrics.tpips.model import TPIPSModel
     from tests.backbones._references import official_embeddings
 
     name = "Qwen3-VL-Embedding-2B"
     proc = processor_for(name)  # imports transformers, trains the offline tokenizer: before the baseline
-    build_model(name, device="meta")
+    build_real_model(name, device="meta")
     base = rss()
     with Clock() as cbuild:
-        vlm = build_model(name, reduced=args.reduced)
+        vlm = build_real_model(name, reduced=args.reduced)
     n_params = sum(p.numel() for p in vlm.parameters())
     h, w = (192, 256) if args.reduced else (768, 1024)
     pairs = args.pairs
@@ -374,14 +374,14 @@ def run_mie(args) -> None:
     from genmetrics.backbones.real_configs import count_parameters
     from genmetrics.mie.model import MIEModel
     from genmetrics.testing import random_images
-    from genmetrics.testing.real_models import build_model, processor_for
+    from genmetrics.testing.real_models import build_real_model, processor_for
 
     name = "Qwen3.5-0.8B"
     proc = processor_for(name)
-    build_model(name, device="meta")
+    build_real_model(name, device="meta")
     base = rss()
     with Clock() as cbuild:
-        vlm = build_model(name, reduced=args.reduced)
+        vlm = build_real_model(name, reduced=args.reduced)
     n_params = sum(p.numel() for p in vlm.parameters())
     side = 256 if args.reduced else 1024
     pairs, k = args.pairs, 3
@@ -497,14 +497,14 @@ def run_precision(args, family: str) -> None:
     import genmetrics as gm
     from genmetrics.mie.model import MIEModel
     from genmetrics.testing import random_images
-    from genmetrics.testing.real_models import build_model, processor_for
+    from genmetrics.testing.real_models import build_real_model, processor_for
     from genmetrics.tpips.model import TPIPSModel
 
     name = {"tpips": "Qwen3-VL-Embedding-2B", "mie": "Qwen3.5-0.8B"}[family]
     proc = processor_for(name)
     base = rss()
     with Clock() as cbuild:
-        vlm = build_model(name, reduced=args.reduced).requires_grad_(False)
+        vlm = build_real_model(name, reduced=args.reduced).requires_grad_(False)
     side = 64 if args.reduced else args.precision_side
     rec: dict = {
         "benchmark": "real_size_precision",

@@ -69,7 +69,7 @@ def _progress(desc: str):
 
 
 def ffhq_table(args, model, tok) -> dict:
-    from genmetrics.data.images import list_images
+    from genmetrics.data.io.images import list_images
     from genmetrics.functional import pad, sad
     from genmetrics.raclip.attributes import resolve_attributes
     from genmetrics.raclip.model import RegionAttributeScorer

@@ -197,7 +197,7 @@ def test_the_walk_sees_the_documented_surface(api):
         "genmetrics.leaderboard.run_leaderboard",
         "genmetrics.wrappers.BootStrapper",
         "genmetrics.testing.tiny_clip",
-        "genmetrics.data.images.load_image",
+        "genmetrics.data.images.load_image",  # the documented path, walked before data.io.images
         "genmetrics.raclip.model.eq7_mask",
     ]:
         assert name in api, name

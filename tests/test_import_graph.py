@@ -421,3 +421,43 @@ def test_pixel_baselines_reach_their_fast_paths_without_the_backbones():
 )
 def test_testing_modules_are_exempt(module):
     assert _is_testing(module)
+
+
+#: the concerns of genmetrics.data (data/__init__.py) and the other parts of data each may import: text is at the
+#: bottom, result files use text and the JSONL reader, caches write through result files, image input is apart
+DATA_CONCERNS: dict[str, tuple[str, ...]] = {
+    "genmetrics.data.text": (),
+    "genmetrics.data.output": ("genmetrics.data.text", "genmetrics.data.jsonl"),
+    "genmetrics.data.caches": ("genmetrics.data.output", "genmetrics.data.text"),
+    "genmetrics.data.io": ("genmetrics.data.text", "genmetrics.data.device", "genmetrics.data.progress"),
+}
+
+
+def data_concern_edges(graph: dict[str, set[str]]) -> set[tuple[str, str]]:
+    """Imports from one concern of ``genmetrics.data`` into a part of data it may not use."""
+    bad = set()
+    for module, imports in graph.items():
+        for concern, allowed in DATA_CONCERNS.items():
+            if not _within(module, concern):
+                continue
+            for imp in imports:
+                if _within(imp, "genmetrics.data") and imp != "genmetrics.data":
+                    if not _within(imp, (concern, *allowed)):
+                        bad.add((module, imp))
+    return bad
+
+
+def test_data_concerns_stay_apart():
+    bad = data_concern_edges(module_graph())
+    assert not bad, "imports across the concerns of genmetrics.data (see DATA_CONCERNS):\n" + "\n".join(
+        f"  {a} -> {b}" for a, b in sorted(bad)
+    )
+
+
+def test_the_data_rule_sees_a_crossing():
+    graph = {
+        "genmetrics.data.text.escape": {"genmetrics.data.io.images", "genmetrics.errors"},
+        "genmetrics.data.caches.features": {"genmetrics.data.output.atomic"},
+        "genmetrics.data.images": {"genmetrics.data.io.images"},  # an old path re-exporting: no concern
+    }
+    assert data_concern_edges(graph) == {("genmetrics.data.text.escape", "genmetrics.data.io.images")}

@@ -1,7 +1,7 @@
 """open_clip image preprocessing on tensors: any image of the image contract -> the model's input batch.
 
 Resizing follows the model's own ``preprocess_cfg`` (open_clip's ``preprocess`` does the same on PIL
-images); normalisation uses its mean/std. Images come through :func:`genmetrics.data.images.load_batch`
+images); normalisation uses its mean/std. Images come through :func:`genmetrics.data.io.images.load_batch`
 (every PIL mode, file, uint8 or float tensor), one at a time, so each row of a batch is the image alone.
 
 Everything after decoding runs on the model's device: a tensor image is moved there first (a uint8 image
@@ -17,7 +17,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from genmetrics.data.images import as_image_list, load_batch
+from genmetrics.data.io.images import as_image_list, load_batch
 
 OPENAI_MEAN = (0.48145466, 0.4578275, 0.40821073)
 OPENAI_STD = (0.26862954, 0.26130258, 0.27577711)
@@ -115,7 +115,7 @@ def normalisation(mean: Any, std: Any, device: Any) -> tuple[torch.Tensor, torch
 def load_on_device(
     images: Any, device: Any, *, data_range: float = 1.0, name: str = "images"
 ) -> list[torch.Tensor]:
-    """:func:`~genmetrics.data.images.load_batch` on ``device``: tensor images are moved there as they came
+    """:func:`~genmetrics.data.io.images.load_batch` on ``device``: tensor images are moved there as they came
     (uint8 stays uint8: a quarter of the bytes of float32) and converted to float32 in [0, 1] there; files
     and PIL images are decoded on the CPU and their float tensor moved.
 

@@ -16,7 +16,7 @@ from genmetrics.accel.clip_blocks import SdpaBlock, is_plain_block
 from genmetrics.backbones._openclip_compat import has_embeds, text_embeds
 from genmetrics.backbones.clip_preprocess import model_device
 from genmetrics.backbones.clip_tokens import pad_id, tokenize, trim_padding
-from genmetrics.data.text import as_text_list
+from genmetrics.data.text.inputs import as_text_list
 
 
 def causal_text_tower(model: Any) -> tuple[Any, str, int | None] | None:

@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from genmetrics.data.text import as_text_list
+from genmetrics.data.text.inputs import as_text_list
 
 
 def _token_count(tokenizer: Any, text: str) -> int | None:

@@ -20,7 +20,7 @@
 
 Attention never materialises ``S x S`` weights without a mask (flash / memory-efficient SDPA on CPU and
 GPU). The model is checked against measured CPU peaks (RSS increments) by ``benchmarks/real_size.py``
-(docs/performance.md, "Real size") and gives :func:`genmetrics.data.batching.safe_batch_size` its
+(docs/performance.md, "Real size") and gives :func:`genmetrics.data.io.batching.safe_batch_size` its
 predictions.
 
 Late-fusion TPIPS on the 2B model, one 1024 x 768 image per sequence (768 merged tokens), batch 8, bfloat16:
@@ -230,8 +230,8 @@ def real_config_from_model(model: Any, *, name: str | None = None) -> RealConfig
     (a fine-tune or another size of the same architecture); ``None`` for an architecture the memory model
     does not know (then the batching keeps its plain back-off).
 
-    >>> from genmetrics.testing.real_models import build_model
-    >>> real = build_model("Qwen3.5-0.8B", device="meta")
+    >>> from genmetrics.testing.real_models import build_real_model
+    >>> real = build_real_model("Qwen3.5-0.8B", device="meta")
     >>> real_config_from_model(real).name
     'Qwen3.5-0.8B'
     >>> from genmetrics.testing import tiny_qwen3vl
@@ -302,8 +302,8 @@ def batch_peak_bytes(
     device: str = "cuda",
 ) -> Callable[[int], float]:
     """``peak(b)``: the predicted peak bytes of scoring ``b`` items, for
-    :func:`genmetrics.data.batching.map_batches` (``peak_bytes=``) and
-    :func:`~genmetrics.data.batching.safe_batch_size`. Every image is sized as the largest (by area) of
+    :func:`genmetrics.data.io.batching.map_batches` (``peak_bytes=``) and
+    :func:`~genmetrics.data.io.batching.safe_batch_size`. Every image is sized as the largest (by area) of
     ``image_sizes`` (the sizes the vision tower sees, after the model's resize), so the batch chosen fits
     whichever items it takes; an item is ``sequences_per_item`` sequences of ``images_per_item`` images.
 

@@ -49,8 +49,8 @@ from genmetrics.backbones.hf import hf_cache_dir, unavailable_error
 from genmetrics.backbones.hub import hub_calls
 from genmetrics.backbones.weights import offline
 from genmetrics.data.device import autocast_scope
-from genmetrics.data.images import ResizePolicy, load_image, pil_to_tensor, to_tensor
-from genmetrics.data.pipeline import rgb_uint8
+from genmetrics.data.io.images import ResizePolicy, load_image, pil_to_tensor, to_tensor
+from genmetrics.data.io.pipeline import rgb_uint8
 from genmetrics.errors import InputError
 
 __all__ = [
@@ -409,9 +409,9 @@ def qwen_image(
     """One image (path, PIL, uint8 or float tensor) -> float ``[3,H,W]`` in [0,1], converting PIL modes by
     ``image_modes``: ``"official"`` (:func:`official_rgb`, the Qwen3-VL-Embedding embedder's conversion) or
     ``"genmetrics"`` (the project's image contract: alpha composited on white, 16/32-bit and float images
-    scaled by their sample type; :func:`genmetrics.data.images.to_rgb`). The two differ only for LA / PA
+    scaled by their sample type; :func:`genmetrics.data.io.images.to_rgb`). The two differ only for LA / PA
     images, palette images with transparency and 16/32-bit / float images; files are checked and
-    EXIF-rotated by :func:`genmetrics.data.images.load_image` under both. A warning names what the official
+    EXIF-rotated by :func:`genmetrics.data.io.images.load_image` under both. A warning names what the official
     conversion loses when it loses something (alpha below 255, values outside 0..255).
 
     >>> la = Image.new("LA", (2, 2), (100, 0))  # grey 100, fully transparent

@@ -15,7 +15,7 @@ name                       family        built as              published size (p
 * :data:`REAL_CONFIGS` holds the typed numbers; each entry names its source. The Qwen checkpoints could not
   be read from this machine (no network), so their ``config.json`` numbers were typed from public mirrors of
   those files and cross-checked against the published parameter counts, which they reproduce exactly.
-* :func:`genmetrics.testing.real_models.build_model` builds the architecture with seeded random weights
+* :func:`genmetrics.testing.real_models.build_real_model` builds the architecture with seeded random weights
   (``device="meta"`` builds it without memory, for counting), and
   :func:`genmetrics.testing.real_models.processor_for` gives the offline processor with the real image
   preprocessing around the tiny tokenizer: they live under ``genmetrics.testing`` because they use the

@@ -25,9 +25,9 @@ from genmetrics.backbones.provider import provide
 from genmetrics.backbones.weights import genmetrics_home, offline, weights_unavailable
 from genmetrics.core.metric import SampleMetric
 from genmetrics.core.options import number
-from genmetrics.data.cache import FeatureCache
+from genmetrics.data.caches.features import FeatureCache
 from genmetrics.data.device import check_precision, precision_autocast
-from genmetrics.data.images import ResizePolicy, as_image_list
+from genmetrics.data.io.images import ResizePolicy, as_image_list
 from genmetrics.errors import InputError
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -103,7 +103,7 @@ class _EmbeddingMetric(SampleMetric):
 
         A cached entry is used only when it is one finite vector of the model's size with unit norm (what
         this metric writes); anything else -- another model's entry, a truncated or altered file -- is
-        recomputed and overwritten, with one warning (:class:`~genmetrics.data.cache.FeatureCache`).
+        recomputed and overwritten, with one warning (:class:`~genmetrics.data.caches.features.FeatureCache`).
 
         >>> import tempfile
         >>> from genmetrics.testing import random_images, tiny_clip

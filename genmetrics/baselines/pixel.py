@@ -27,12 +27,13 @@ from genmetrics.accel.pixel_native import native_psnr_path, squared_error_sums
 from genmetrics.accel.views import batch_view
 from genmetrics.core.metric import SampleMetric
 from genmetrics.core.options import choice, integer, number
-from genmetrics.data.images import ResizePolicy, as_image_list, check_same_size, load_image, to_tensor
-from genmetrics.data.pipeline import rgb_uint8
+from genmetrics.data.io.images import ResizePolicy, as_image_list, check_same_size, load_image, to_tensor
+from genmetrics.data.io.pipeline import rgb_uint8
+from genmetrics.backbones.fastpath import STORE_NAME, choose_path
 from genmetrics.errors import InputError
 from genmetrics.functional import pixel as P
 
-_RANGE_TOL = 1e-3  # as genmetrics.data.images: relative tolerance on the declared float range
+_RANGE_TOL = 1e-3  # as genmetrics.data.io.images: relative tolerance on the declared float range
 PRECISIONS = ("auto", "float32", "float64")
 #: SSIM / MS-SSIM work on at most this many input elements per call: their windowed statistics keep about
 #: ten maps of the input's size alive, so a 32-image batch of 256 px held ~10x its inputs;
@@ -100,7 +101,7 @@ def raw_batch(items: list[Any]) -> tuple[torch.Tensor, bool, bool] | None:
             return None
         if not (x.dtype == torch.uint8 or x.is_floating_point()):
             return None
-        from genmetrics.data.images import MAX_PIXELS
+        from genmetrics.data.io.images import MAX_PIXELS
 
         if int(x.shape[2]) * int(x.shape[3]) > MAX_PIXELS:
             return None
@@ -118,7 +119,7 @@ def raw_batch(items: list[Any]) -> tuple[torch.Tensor, bool, bool] | None:
         or not (first.dtype == torch.uint8 or first.is_floating_point())
     ):
         return None
-    from genmetrics.data.images import MAX_PIXELS
+    from genmetrics.data.io.images import MAX_PIXELS
 
     if int(first.shape[1]) * int(first.shape[2]) > MAX_PIXELS:
         return None

@@ -8,7 +8,7 @@ import click
 
 from genmetrics.core.option_docs import describe_options
 from genmetrics.core.registry import list_metrics, metric_info, metric_options
-from genmetrics.data.jsonable import jsonable
+from genmetrics.data.text.jsonable import jsonable
 
 
 @click.command("list")

@@ -11,7 +11,7 @@ from typing import Any
 import click
 
 from genmetrics.data.progress import progress
-from genmetrics.data.results import jsonable
+from genmetrics.data.text.jsonable import jsonable
 from genmetrics.errors import InputError
 
 __all__ = ["echo_json", "parse_options", "progress"]

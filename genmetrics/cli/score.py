@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,24 @@ import torch
 from genmetrics.backbones.precheck import check_metric_weights
 from genmetrics.backbones.provider import describe_provider
 from genmetrics.cli.common import echo_json, parse_options
+from genmetrics.data.io.batching import fixed_batches
+from genmetrics.data.io.images import check_image_header, list_images, stem_index, unused_references
+from genmetrics.data.io.pipeline import (
+    PATHS,
+    DecodedCache,
+    check_workers,
+    decoded,
+    decoded_chunks,
+    transform_of,
+)
+from genmetrics.data.io.workers import workers_option
+from genmetrics.data.output.atomic import atomic_write_json, atomic_write_text
+from genmetrics.data.output.rows import dumps_line
+from genmetrics.data.progress import progress
+from genmetrics.data.text.jsonable import jsonable
+from genmetrics.errors import InputError
+from genmetrics.leaderboard.notes import SMALL_SET, banner, small_sets
+from genmetrics.core.wiring import Feeds, Sample, Sources, WiringError, feeds, wire
 from genmetrics.core.registry import (
     Granularity,
     MetricCard,
@@ -151,10 +168,6 @@ def rounded(value: Any, card: MetricCard) -> Any:
     if math.isfinite(lo) and math.isfinite(hi) and hi > lo:
         return round(value, max(0, DISPLAY_DIGITS - math.ceil(math.log10(hi - lo))))
     return float(f"{value:.{DISPLAY_DIGITS}g}")
-
-
-def _chunks(items: Sequence[Any], n: int) -> list[Sequence[Any]]:
-    return [items[i : i + n] for i in range(0, len(items), n)]
 
 
 @click.command("score")
@@ -385,7 +398,7 @@ def _run(
                     fed += len(good)
         if real is not None and not fed:
             raise InputError("every reference was a bad file; nothing left to score")
-        chunks = _chunks(samples, bs)
+        chunks = list(fixed_batches(samples, bs))
         files = [[f for s in chunk for f in (s.candidate, *_references(s))] for chunk in chunks]
         caches = decoded_chunks(files, transforms, batch_size=bs, workers=workers, device=device)
         with contextlib.closing(caches):

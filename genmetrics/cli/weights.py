@@ -34,7 +34,7 @@ _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 
 @dataclass
-class Need:
+class NeededWeights:
     """One set of weights: which metrics use it, where it comes from and where it goes."""
 
     weights: str
@@ -64,7 +64,7 @@ def metric_weights(name: str) -> list[str]:
     return [card.default_weights] if card.default_weights else []
 
 
-def resolve(weights: str) -> Need:
+def resolve(weights: str) -> NeededWeights:
     """Where ``weights`` come from: an open_clip ``MODEL/TAG`` or ``hf-hub:`` id, else a transformers hub id."""
     home = _home()
     if weights.startswith("hf-hub:") or "/" in weights:
@@ -87,10 +87,10 @@ def resolve(weights: str) -> Need:
             safe = safetensors_alternatives(filename)
             files = f"{safe[0]} (else {filename})" if safe else filename
             cache = home / "open_clip"
-            return Need(weights, "open_clip-hub", repo, files, _hub_folder(cache, repo), cfg=cfg)
+            return NeededWeights(weights, "open_clip-hub", repo, files, _hub_folder(cache, repo), cfg=cfg)
         if cfg.get("url"):
             url = cfg["url"]
-            return Need(
+            return NeededWeights(
                 weights,
                 "open_clip-url",
                 url,
@@ -103,17 +103,19 @@ def resolve(weights: str) -> Need:
             f"weights {weights!r}: expected an open_clip MODEL/TAG or a hub id ORG/NAME; a local path needs "
             "no download"
         )
-    return Need(weights, "hf", weights, "snapshot: " + ", ".join(HF_ALLOW), _hub_folder(home / "hf", weights))
+    return NeededWeights(
+        weights, "hf", weights, "snapshot: " + ", ".join(HF_ALLOW), _hub_folder(home / "hf", weights)
+    )
 
 
-def needs(metrics: tuple[str, ...] | list[str]) -> tuple[list[Need], list[str]]:
+def needs(metrics: tuple[str, ...] | list[str]) -> tuple[list[NeededWeights], list[str]]:
     """The weights of ``metrics`` (every registered metric when empty; an item with a ``/`` names weights
     directly: ``ViT-B-16/openai``, ``Qwen/Qwen3.5-0.8B``), one entry per weights, and the metrics that need
     none."""
     from genmetrics.core.registry import alias_of, list_metrics
 
     names = list(metrics) or [n for n in list_metrics() if alias_of(n) is None]
-    out: dict[str, Need] = {}
+    out: dict[str, NeededWeights] = {}
     none: list[str] = []
     for name in names:
         direct = "/" in name or name.startswith("hf-hub:")  # weights named directly (no metric has a "/")
@@ -130,8 +132,8 @@ def needs(metrics: tuple[str, ...] | list[str]) -> tuple[list[Need], list[str]]:
 
 def _read_manifest(home: Path) -> dict[str, Any]:
     """``weights.json`` (an empty manifest when there is none), read with bounded size and nesting
-    (:func:`~genmetrics.data.homefile.read_json_record`); anything unusable is one line, exit 1."""
-    from genmetrics.data.homefile import HomeFileError, read_json_record
+    (:func:`~genmetrics.data.caches.homefile.read_json_record`); anything unusable is one line, exit 1."""
+    from genmetrics.data.caches.homefile import HomeFileError, read_json_record
 
     p = home / MANIFEST
     try:
@@ -151,8 +153,8 @@ def _update_manifest(home: Path, weights: str, entry: dict[str, Any]) -> None:
     """Record ``entry`` for ``weights`` in ``weights.json``: read, changed and written whole (renamed into
     place) under ``weights.json.lock``, so downloads running at once into one GENMETRICS_HOME all stay
     recorded."""
-    from genmetrics.data.homefile import HomeFileError, home_lock
-    from genmetrics.data.results import atomic_write_json
+    from genmetrics.data.caches.homefile import HomeFileError, home_lock
+    from genmetrics.data.output.atomic import atomic_write_json
 
     try:
         with home_lock(home / LOCK):
@@ -187,7 +189,7 @@ def _record(path: Path, home: Path) -> dict[str, Any]:
     }
 
 
-def _download(need: Need, home: Path) -> list[Path]:
+def _download(need: NeededWeights, home: Path) -> list[Path]:
     if need.source == "hf":
         import huggingface_hub
         from huggingface_hub import utils as hf_utils
@@ -222,7 +224,7 @@ def _download(need: Need, home: Path) -> list[Path]:
     return [Path(got)]
 
 
-def _fetch(need: Need, home: Path, again: str) -> list[dict[str, Any]]:
+def _fetch(need: NeededWeights, home: Path, again: str) -> list[dict[str, Any]]:
     """Download ``need`` and describe its files; any failure (the hub cannot be reached, a connection dropped
     mid-file, a listing the library cannot read, a corrupt file) is one :class:`WeightsUnavailableError` and
     nothing of this attempt is recorded. ``again``: the command to run again."""
@@ -262,7 +264,7 @@ def _check_online() -> None:
         )
 
 
-def _copy_note(found: list[Need], home: Path) -> list[str]:
+def _copy_note(found: list[NeededWeights], home: Path) -> list[str]:
     lines = ["To use these weights without network, copy to the same places under GENMETRICS_HOME there:"]
     for need in found:
         lines.append(f"  {need.dest.relative_to(home).as_posix()}")
@@ -286,7 +288,7 @@ _metrics_arg = click.argument("metrics", nargs=-1)
 @weights_group.command("list")
 @_metrics_arg
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def list_cmd(metrics: tuple[str, ...], as_json: bool) -> None:
+def weights_list_cmd(metrics: tuple[str, ...], as_json: bool) -> None:
     """Show every file METRICS (default: all) need, where it goes under GENMETRICS_HOME, and whether it is there."""
     home = _home()
     found, none = needs(metrics)

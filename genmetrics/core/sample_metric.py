@@ -15,7 +15,7 @@ from genmetrics.core._torchmetrics_compat import is_synced
 from genmetrics.core.metric_base import Metric
 from genmetrics.core.metric_batches import batch_len, slice_batch
 from genmetrics.core.sample_ids import collision_message, conflicting_ids, drop_duplicate_ids, hash_ids
-from genmetrics.data.batching import map_batches
+from genmetrics.data.io.batching import map_batches
 from genmetrics.errors import InputError
 
 
@@ -73,7 +73,7 @@ class SampleMetric(Metric):
         )
 
     def _peak_bytes(self, batch: dict[str, list[Any]]) -> Any:
-        """A memory model ``peak(b)`` for :func:`~genmetrics.data.batching.map_batches` (None: none)."""
+        """A memory model ``peak(b)`` for :func:`~genmetrics.data.io.batching.map_batches` (None: none)."""
         return None
 
     # -- update -----------------------------------------------------------------------

@@ -160,6 +160,21 @@ def autocast_scope(device: torch.device | str) -> str:
     return f"+autocast:{torch.get_autocast_dtype(kind)}"
 
 
+def available_devices() -> list[str]:
+    """The devices torch can use here: ``cpu``, every ``cuda:N``, and ``mps`` on Apple silicon (as a
+    configuration names them: leaderboard ``devices``, the training ``device``).
+
+    >>> available_devices()[0]
+    'cpu'
+    """
+    found = ["cpu"]
+    if torch.cuda.is_available():
+        found += [f"cuda:{i}" for i in range(torch.cuda.device_count())]
+    if torch.backends.mps.is_available():
+        found.append("mps")
+    return found
+
+
 def module_device(module: torch.nn.Module) -> torch.device:
     """The device of a module's first parameter (or buffer); CPU for a module with neither.
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 from accelerate import PartialState
 
-from genmetrics.data.workers import workers_option
+from genmetrics.data.io.workers import workers_option
 from genmetrics.leaderboard.notes import notes
 from genmetrics.leaderboard.runner import run_leaderboard
 

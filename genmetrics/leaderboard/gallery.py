@@ -10,9 +10,9 @@ value; for the RA-CLIPScore family the generator's per-attribute bars and R-SaD 
 :mod:`genmetrics.leaderboard.plots`) are embedded.
 
 The data comes from the plan (which files a sample compares) and the results rows; every page is written
-through the project's write rule (:func:`genmetrics.data.results.atomic_write_text`). Names, ids, captions
+through the project's write rule (:func:`genmetrics.data.output.atomic.atomic_write_text`). Names, ids, captions
 and paths are HTML-escaped and page names made from generator names are short, stable and distinct
-(:mod:`genmetrics.data.escape`). The page uses the window's whole width.
+(:mod:`genmetrics.data.text.escape`). The page uses the window's whole width.
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from genmetrics.core.registry import Granularity
-from genmetrics.data.escape import html_text
-from genmetrics.data.images import load_image
-from genmetrics.data.results import atomic_write_text
+from genmetrics.data.text.escape import html_text
+from genmetrics.data.io.images import load_image
+from genmetrics.data.output.atomic import atomic_write_text
 from genmetrics.errors import InputError
 from genmetrics.leaderboard.notes import notes
 from genmetrics.leaderboard.numbers import fmt, fmt_ci, unit_suffix
@@ -282,7 +282,7 @@ def write_galleries(
     ``(generator, relative href)`` pairs for the leaderboard's links.
 
     >>> import tempfile
-    >>> from genmetrics.data.results import read_results
+    >>> from genmetrics.data.output.rows import read_results
     >>> from genmetrics.leaderboard import build_plan, load_config, run_leaderboard
     >>> from genmetrics.testing import toy_leaderboard
     >>> with tempfile.TemporaryDirectory() as d:

@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 
 from genmetrics.core.registry import Granularity
-from genmetrics.data.results import HashCache
+from genmetrics.data.output.hashes import HashCache
 from genmetrics.leaderboard.plan import SET_ID, Column, MetricPlan, Plan, Sample
 
 #: the run folder's cache of file hashes (path, size, mtime, ctime, inode -> sha256); safe to delete

@@ -18,15 +18,9 @@ import torch
 
 from genmetrics.backbones.provider import describe_provider
 from genmetrics.backbones.weights import sha256_file
-from genmetrics.data.results import (
-    RowCheck,
-    atomic_write_json,
-    atomic_write_text,
-    check_result_row,
-    dumps_line,
-    manifest,
-    read_results,
-)
+from genmetrics.data.output.atomic import atomic_write_json, atomic_write_text
+from genmetrics.data.output.manifest import manifest
+from genmetrics.data.output.rows import RowCheck, check_result_row, dumps_line, read_results
 from genmetrics.errors import InputError
 from genmetrics.leaderboard.config import LeaderboardConfig
 from genmetrics.leaderboard.inputs import InputHashes

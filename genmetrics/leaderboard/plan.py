@@ -20,11 +20,11 @@ import torch
 
 from genmetrics.backbones.precheck import check_metric_weights
 from genmetrics.backbones.weights import genmetrics_home
-from genmetrics.core.options import device as check_device
-from genmetrics.core.options import expand_user
+from genmetrics.core.options import device as check_device, expand_user
 from genmetrics.core.registry import Granularity, MetricCard, create_metric, get_card, metric_options
 from genmetrics.core.wiring import Feeds, Sample, Sources, WiringError, feeds, wire
-from genmetrics.data.images import list_images, stem_index
+from genmetrics.data.io.images import list_images, stem_index
+from genmetrics.data.device import available_devices
 from genmetrics.data.jsonl import iter_jsonl
 from genmetrics.errors import GenmetricsError, InputError
 from genmetrics.leaderboard.config import GeneratorSpec, KeyPath, LeaderboardConfig, MetricSpec, key_str
@@ -191,20 +191,6 @@ def device_for_run(device: str, *, where: str = "--device") -> str:
                 'choose one of those, or "auto"'
             )
     return device
-
-
-def available_devices() -> list[str]:
-    """The devices torch can use here: ``cpu``, every ``cuda:N``, and ``mps`` on Apple silicon.
-
-    >>> available_devices()[0]
-    'cpu'
-    """
-    out = ["cpu"]
-    if torch.cuda.is_available():
-        out += [f"cuda:{i}" for i in range(torch.cuda.device_count())]
-    if torch.backends.mps.is_available():
-        out.append("mps")
-    return out
 
 
 @dataclass

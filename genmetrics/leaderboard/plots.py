@@ -10,8 +10,8 @@
   absolute value, signed colours (red = more present in the real set, blue = more in the generated set).
 
 The data comes only from the results rows (``value``, ``labels``, ``grid``), never from a family's code.
-Names and labels are drawn literally (:func:`genmetrics.data.escape.mpl_text`: no mathtext) and file
-names come from :func:`genmetrics.data.escape.file_stem` (short, stable, distinct).
+Names and labels are drawn literally (:func:`genmetrics.data.text.escape.mpl_text`: no mathtext) and file
+names come from :func:`genmetrics.data.text.escape.file_stem` (short, stable, distinct).
 """
 
 from __future__ import annotations
@@ -26,8 +26,9 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from genmetrics.data.escape import file_stem, html_text, mpl_text
-from genmetrics.data.results import atomic_output, make_folder
+from genmetrics.data.output.atomic import atomic_output
+from genmetrics.data.output.write_rule import make_folder
+from genmetrics.data.text.escape import file_stem, html_text, mpl_text
 
 COLOR = "#4C72B0"
 TOP_ATTRIBUTES = 20
@@ -35,7 +36,7 @@ TOP_MAPS = 4
 
 
 def safe_name(name: str) -> str:
-    """``name`` as a file-name part (:func:`genmetrics.data.escape.file_stem`).
+    """``name`` as a file-name part (:func:`genmetrics.data.text.escape.file_stem`).
 
     >>> safe_name("ssim / b=2"), safe_name("***")
     ('ssim_b_2', 'plot')

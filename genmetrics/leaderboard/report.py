@@ -12,11 +12,11 @@ The module has three layers, so each can change on its own:
    DataFrame of CSS classes per cell (``l`` text, ``sig`` an interval that excludes 0); headers carry the
    column's unit (from its metric card), an estimate and its interval share their decimals
    (:mod:`genmetrics.leaderboard.numbers`);
-3. **renderers**: Markdown (:func:`to_markdown`), HTML (:func:`to_html`, pandas' ``Styler`` with HTML
+3. **renderers**: Markdown (:func:`leaderboard_markdown`), HTML (:func:`to_html`, pandas' ``Styler`` with HTML
    escaping; :data:`CSS` holds the look), CSV (:func:`to_csv`, :func:`paired_csv`, pandas ``to_csv``).
 
 Text from the config or the data (generator names, labels, titles) is escaped for each format by
-:mod:`genmetrics.data.escape`: HTML (also through pandas' Styler), Markdown (:func:`md_escape`: shown
+:mod:`genmetrics.data.text.escape`: HTML (also through pandas' Styler), Markdown (:func:`md_escape`: shown
 as text, never a link, an image or a tag), CSV (:func:`csv_safe`: a cell starting with ``=``, ``+``, ``-``,
 ``@``, a tab or a carriage return gets a leading ``'``, so it is never run as a formula).
 """
@@ -32,8 +32,8 @@ import numpy as np
 import pandas as pd
 
 from genmetrics.core.registry import Granularity
-from genmetrics.data.escape import csv_cell, html_text, md_text, visible_bidi
-from genmetrics.data.results import atomic_write_json, atomic_write_text
+from genmetrics.data.text.escape import csv_cell, html_text, md_text, visible_bidi
+from genmetrics.data.output.atomic import atomic_write_json, atomic_write_text
 from genmetrics.functional.bootstrap import bootstrap_ci, paired_bootstrap
 from genmetrics.leaderboard.gallery import write_galleries
 from genmetrics.leaderboard.notes import BANNER, notes
@@ -59,7 +59,7 @@ __all__ = [
     "summarize",
     "to_csv",
     "to_html",
-    "to_markdown",
+    "leaderboard_markdown",
     "write_reports",
 ]
 
@@ -163,7 +163,7 @@ def summarize(plan: Plan, rows: list[dict[str, Any]], *, provider: str | None = 
     Recomputed from ``results.jsonl``, it equals the summary of the run:
 
     >>> import tempfile
-    >>> from genmetrics.data.results import read_results
+    >>> from genmetrics.data.output.rows import read_results
     >>> from genmetrics.leaderboard import build_plan, load_config, run_leaderboard
     >>> from genmetrics.testing import toy_leaderboard
     >>> with tempfile.TemporaryDirectory() as d:
@@ -229,7 +229,7 @@ def _split_notes(summary: dict[str, Any]) -> tuple[list[str], list[str]]:
 
 
 # ------------------------------------------------------------------------------------------ formatting
-#: Markdown text (one escaping module for every format: :mod:`genmetrics.data.escape`)
+#: Markdown text (one escaping module for every format: :mod:`genmetrics.data.text.escape`)
 md_escape = md_text
 #: a CSV cell never run as a formula
 csv_safe = csv_cell
@@ -438,7 +438,7 @@ def _md_table(t: Table) -> list[str]:
     return [line(cells[0]), sep, *(line(r) for r in cells[1:])]
 
 
-def to_markdown(
+def leaderboard_markdown(
     summary: dict[str, Any], plots: list[tuple[str, str]], galleries: list[tuple[str, str]] | None = None
 ) -> str:
     """``leaderboard.md``: the notes, the ranking table (mean [CI] per column), paired comparisons, plots and
@@ -449,7 +449,7 @@ def to_markdown(
     >>> from genmetrics.testing import toy_leaderboard
     >>> with tempfile.TemporaryDirectory() as d:
     ...     summary = run_leaderboard(toy_leaderboard(d), Path(d) / "out", base_dir=d, plots=False).summary
-    >>> print("\\n".join(to_markdown(summary, []).splitlines()[4:7]))
+    >>> print("\\n".join(leaderboard_markdown(summary, []).splitlines()[4:7]))
     | rank | generator | images |          psnr (dB) ↑ |
     |-----:|:----------|-------:|---------------------:|
     |    1 | copy      |      3 | 100.0 [100.0, 100.0] |
@@ -678,7 +678,9 @@ def write_reports(
     galleries = write_galleries(out_dir, plan, summary, rows, figures) if plots and rows is not None else []
     return [
         atomic_write_json(out_dir / "summary.json", summary, root=out_dir),
-        atomic_write_text(out_dir / "leaderboard.md", to_markdown(summary, made, galleries), root=out_dir),
+        atomic_write_text(
+            out_dir / "leaderboard.md", leaderboard_markdown(summary, made, galleries), root=out_dir
+        ),
         atomic_write_text(out_dir / "leaderboard.csv", to_csv(summary), root=out_dir),
         atomic_write_text(out_dir / "paired.csv", paired_csv(summary), root=out_dir),
         atomic_write_text(out_dir / "leaderboard.html", to_html(summary, figures, galleries), root=out_dir),

@@ -41,8 +41,8 @@ from accelerate import PartialState
 from genmetrics.core.options import COUNT_MAX, check_environment, integer
 from genmetrics.core.options import seed as check_seed
 from genmetrics.core.registry import Granularity, create_metric, metric_options
-from genmetrics.data.images import list_images, unused_references
-from genmetrics.data.pipeline import (
+from genmetrics.data.io.images import list_images, unused_references
+from genmetrics.data.io.pipeline import (
     PATHS,
     DecodedCache,
     check_workers,
@@ -50,14 +50,11 @@ from genmetrics.data.pipeline import (
     decoded_chunks,
     transform_of,
 )
+from genmetrics.data.output.disk import disk_full_named
+from genmetrics.data.output.lock import lock_output_folder
+from genmetrics.data.output.merge import merge_results
+from genmetrics.data.output.rows import ResultsWriter, read_results
 from genmetrics.data.progress import progress
-from genmetrics.data.results import (
-    ResultsWriter,
-    disk_full_named,
-    lock_output_folder,
-    merge_results,
-    read_results,
-)
 from genmetrics.errors import GenmetricsError, InputError
 from genmetrics.leaderboard.config import LeaderboardConfig, load_config
 from genmetrics.leaderboard.inputs import HASHES, InputHashes
@@ -222,10 +219,6 @@ def _local_per_sample(metric: Any) -> dict[str, Any]:
     if "sync" in inspect.signature(metric.per_sample).parameters:
         return metric.per_sample(sync=False)
     return metric.per_sample()
-
-
-def _chunks(items: list[Any], n: int) -> list[list[Any]]:
-    return [items[i : i + n] for i in range(0, len(items), n)]
 
 
 class _Skipper:

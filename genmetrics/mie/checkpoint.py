@@ -38,7 +38,8 @@ from safetensors.torch import save_file
 from genmetrics.backbones.hf import hf_cache_dir
 from genmetrics.backbones.hub import hub_calls
 from genmetrics.backbones.weights import load_state_dict, offline, weights_unavailable
-from genmetrics.data.results import atomic_output, atomic_write_json, make_folder
+from genmetrics.data.output.atomic import atomic_output, atomic_write_json
+from genmetrics.data.output.write_rule import make_folder
 from genmetrics.errors import InputError, WeightsUnavailableError
 from genmetrics.mie.common import LORA_TARGETS, PROMPT_TEMPLATE, build_backbone, canonical_name
 
@@ -406,7 +407,7 @@ def _weights(model: Any) -> dict[str, torch.Tensor]:
 
 
 def _write_json(path: Path, obj: Any) -> None:
-    """Written last and atomically, under the write rule (genmetrics/data/results.py): a folder holding the
+    """Written last and atomically, under the write rule (genmetrics/data/output/): a folder holding the
     config holds every file it names."""
     atomic_write_json(path, obj, root=path.parent)
 

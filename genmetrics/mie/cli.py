@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from genmetrics.data.workers import MAX_WORKERS, workers_option
+from genmetrics.data.io.workers import MAX_WORKERS, workers_option
 from genmetrics.errors import InputError
 
 
@@ -271,7 +271,7 @@ def evaluate_cmd(
 
     check_n_boot(n_boot, "--n-boot")
     seen = _split(seen_generators)
-    from genmetrics.data.results import lock_output_folder
+    from genmetrics.data.output.lock import lock_output_folder
 
     lock = lock_output_folder(out)  # a second evaluation writing this --out refuses here
     try:
@@ -506,7 +506,7 @@ def rank_cmd(
     result = rank_generators(ga, gb, sa, sb, outcome=outcome, n_boot=n_boot, prior=prior, on_error=on_error)
     result["by"] = "human" if human else metric
     if out:
-        from genmetrics.data.results import atomic_write_json, atomic_write_text
+        from genmetrics.data.output.atomic import atomic_write_json, atomic_write_text
 
         folder = Path(out)
         folder.mkdir(parents=True, exist_ok=True)

@@ -44,9 +44,10 @@ from PIL import Image
 from torchmetrics.functional.classification import binary_f1_score, binary_recall
 
 from genmetrics.core.registry import create_metric, metric_info
-from genmetrics.data.escape import md_text
-from genmetrics.data.pipeline import DecodedCache, decoded_chunks
-from genmetrics.data.results import atomic_output, atomic_write_json, atomic_write_text
+from genmetrics.data.text.escape import md_text
+from genmetrics.data.io.pipeline import DecodedCache, decoded_chunks
+from genmetrics.data.output.atomic import atomic_output, atomic_write_json, atomic_write_text
+from genmetrics.data.io.batching import chunk_slices
 from genmetrics.errors import InputError
 from genmetrics.functional.bootstrap import bootstrap_ci
 from genmetrics.functional.ranking import pairwise_correct
@@ -112,10 +113,6 @@ def _blank(records: Sequence[Any]) -> list[list[Any]]:
     return [[Image.new("RGB", size(x), BLANK_GREY) for x in r.references] for r in records]
 
 
-def _chunks(n: int, size: int) -> list[slice]:
-    return [slice(i, min(n, i + size)) for i in range(0, n, size)]
-
-
 def score_pairs_mie(
     model: Any,
     records: Sequence[Any],
@@ -144,7 +141,7 @@ def score_pairs_mie(
     if len(refs) != len(records):
         raise InputError(f"references: {len(refs)} reference lists for {len(records)} pairs")
     sa, sb, da, db = [], [], [], []
-    chunks = _chunks(len(records), batch_pairs)
+    chunks = chunk_slices(len(records), batch_pairs)
     # image files (none when the pairs hold decoded images) decoded once each by the shared input pipeline,
     # a batch ahead of the model
     files = [
@@ -291,7 +288,7 @@ def score_pairs_metric(
     out = {}
     for side, col in (("a", 0), ("b", 1)):
         vals: list[float] = []
-        chunks = _chunks(len(records), batch_pairs)
+        chunks = chunk_slices(len(records), batch_pairs)
         for sl in (
             progress(chunks, desc=f"{name} ({side})", total=len(chunks), unit="batch") if progress else chunks
         ):
@@ -553,7 +550,7 @@ def evaluate_human(
         control_info["blank_references"] = {"scorer": CONTROLS["blank_references"], "grey": list(BLANK_GREY)}
     # every file decoded once, in worker processes, a chunk of pairs ahead of the scoring: each scorer scores
     # chunk by chunk, in batches of batch_pairs as it would score the whole set
-    spans = _chunks(len(records), batch_pairs * max(1, 64 // batch_pairs))
+    spans = chunk_slices(len(records), batch_pairs * max(1, 64 // batch_pairs))
     files = [
         [
             p
@@ -754,7 +751,7 @@ def accuracy_plot(report: dict[str, Any], path: Any) -> None:
     ax.set_ylabel("pairwise accuracy vs humans")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    with atomic_output(path) as tmp:  # the write rule (genmetrics/data/results.py)
+    with atomic_output(path) as tmp:  # the write rule (genmetrics/data/output/)
         fig.savefig(tmp, dpi=120)
 
 

@@ -30,7 +30,8 @@ from genmetrics.core.options import integer
 from genmetrics.core.sample_ids import drop_duplicate_ids
 from genmetrics.data.batching import device_memory
 from genmetrics.data.device import check_precision, precision_autocast
-from genmetrics.data.images import as_image_list
+from genmetrics.data.io.batching import device_memory
+from genmetrics.data.io.images import as_image_list
 from genmetrics.errors import InputError
 from genmetrics.mie.checkpoint import no_heads_error, resolve_heads
 from genmetrics.mie.common import (

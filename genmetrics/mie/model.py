@@ -45,8 +45,8 @@ from genmetrics.backbones.qwen_vl import (
     mm_encoder_outputs,
 )
 from genmetrics.core.metric import as_text_list
-from genmetrics.data.batching import map_batches
-from genmetrics.data.images import as_image_list, to_pil
+from genmetrics.data.io.batching import map_batches
+from genmetrics.data.io.images import as_image_list, to_pil
 from genmetrics.errors import InputError
 from genmetrics.mie.checkpoint import FORMAT_VERSION, load_checkpoint, save_checkpoint
 from genmetrics.mie.common import (

@@ -18,8 +18,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from genmetrics.core.options import choice, integer, number
-from genmetrics.data.escape import md_text, mpl_text
-from genmetrics.data.results import atomic_output
+from genmetrics.data.text.escape import md_text, mpl_text
+from genmetrics.data.output.atomic import atomic_output
 from genmetrics.errors import InputError
 from genmetrics.functional.bootstrap import MAX_N_BOOT, bootstrap_ci
 from genmetrics.functional.ranking import (
@@ -210,7 +210,7 @@ def rank_generators(
 
 def ranking_markdown(result: dict[str, Any], *, title: str = "Generator ranking") -> str:
     """A Markdown table (best first) plus the win-rate matrix; generator names shown as text
-    (:func:`genmetrics.data.escape.md_text`).
+    (:func:`genmetrics.data.text.escape.md_text`).
 
     >>> res = rank_generators(["a", "a", "b"], ["b", "c", "c"], [0.9, 0.8, 0.7], [0.1, 0.2, 0.3], n_boot=50)
     >>> print("\\n".join(ranking_markdown(res).splitlines()[:3]))
@@ -278,5 +278,5 @@ def ranking_plot(result: dict[str, Any], path: Any) -> None:
     ax.set_ylabel("Bradley-Terry rating (Elo scale)")
     ax.axhline(1000.0, color="gray", lw=0.8)
     fig.tight_layout()
-    with atomic_output(path) as tmp:  # the write rule (genmetrics/data/results.py)
+    with atomic_output(path) as tmp:  # the write rule (genmetrics/data/output/)
         fig.savefig(tmp, dpi=120)

@@ -30,9 +30,9 @@ from typing import Any
 import torch
 
 from genmetrics.core.options import choice
+from genmetrics.data.io.workers import check_workers
 from genmetrics.data.jsonl import load_mib_pairs
-from genmetrics.data.results import atomic_write_text
-from genmetrics.data.workers import check_workers
+from genmetrics.data.output.atomic import atomic_write_text
 from genmetrics.errors import InputError
 from genmetrics.mie.checkpoint import recorded_backbone
 from genmetrics.mie.common import TUNING_MODES, build_backbone, image_size_option, resolve_backbone_name

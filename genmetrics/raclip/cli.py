@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from genmetrics.data.workers import workers_option
+from genmetrics.data.io.workers import workers_option
 
 
 def _load_backbone(weights: str, device: str | None) -> tuple[Any, Any, str]:
@@ -106,7 +106,7 @@ def compare_cmd(
 ) -> None:
     """Compare real and generated images attribute by attribute: SaD, PaD and R-SaD (RA-CLIPScore)."""
     from genmetrics.cli.common import echo_json
-    from genmetrics.data.images import list_images
+    from genmetrics.data.io.images import list_images
     from genmetrics.errors import InputError
     from genmetrics.functional.bootstrap import check_n_boot
     from genmetrics.raclip.attributes import resolve_attributes
@@ -123,7 +123,7 @@ def compare_cmd(
             )
     attrs = resolve_attributes(attributes, name="--attributes")
     out = Path(out_dir)
-    from genmetrics.data.results import lock_output_folder
+    from genmetrics.data.output.lock import lock_output_folder
 
     lock = lock_output_folder(
         out
@@ -184,97 +184,25 @@ def _compare(
     current_provider()  # a bad GENMETRICS_BACKBONE_PROVIDER fails here, before any image is read
     parse_clip_weights(weights)
 
-    # ---- score
-    import torch
-
-    from genmetrics.cli.common import progress
-    from genmetrics.data.results import atomic_write_json, atomic_write_text, manifest
-    from genmetrics.raclip import plots
-    from genmetrics.raclip.model import RegionAttributeScorer
-    from genmetrics.raclip.report import markdown_report, score_images, summarize
+    from genmetrics.raclip.report import write_comparison
 
     model, tok, desc = _load_backbone(weights, device)
-    scorer = RegionAttributeScorer(model, tok)
-    grid = scorer.grid
-
-    def bar(role: str, n: int):
-        total = (n + batch_size - 1) // batch_size
-        return lambda it: progress(it, desc=f"scoring {role}", total=total, unit="batch")
-
-    real = score_images(
-        scorer,
+    return write_comparison(
         real_files,
-        attrs,
-        role="real",
-        batch_size=batch_size,
-        keep_examples=max(examples, 4),
-        progress=bar("real", len(real_files)),
-        workers=workers,
-    )
-    gen = score_images(
-        scorer,
         gen_files,
         attrs,
-        role="generated",
+        out,
+        backbone=model,
+        tokenizer=tok,
+        weights=desc,
         batch_size=batch_size,
-        keep_examples=examples,
-        progress=bar("generated", len(gen_files)),
+        kl_direction=kl_direction,
+        top_k=top_k,
+        n_boot=n_boot,
+        seed=seed,
+        examples=examples,
+        recursive=recursive,
+        real_dir=real_dir,
+        gen_dir=gen_dir,
         workers=workers,
     )
-    summary = summarize(real, gen, attrs, grid, direction=kl_direction, top_k=top_k, n_boot=n_boot, seed=seed)
-
-    # ---- plots
-    from genmetrics.functional import divergence as D
-
-    images: dict[str, str] = {}
-    sad = D.sad(real.scores, gen.scores, direction=kl_direction)
-    images["sad_bar"] = plots.sad_bar(attrs, sad, out / "sad_bar.png", top=top_k).name
-    if len(attrs) >= 2:
-        from itertools import combinations
-
-        pad = D.pad(real.scores, gen.scores, direction=kl_direction)
-        images["pad_bar"] = plots.pad_bar(
-            list(combinations(attrs, 2)), pad, out / "pad_bar.png", top=top_k
-        ).name
-    rmap = real.map_mean - gen.map_mean
-    images["rsad_heatmaps"] = plots.rsad_heatmaps(
-        rmap, grid, attrs, out / "rsad_heatmaps.png", top=min(top_k, 8)
-    ).name
-    pool = real.examples
-    best = (
-        torch.stack([e.score for e in pool]).argmax(0).tolist()
-    )  # per attribute, the best-scoring kept real image
-    images["rsad_overlay"] = plots.rsad_overlay(
-        rmap, grid, attrs, [pool[b].image for b in best], out / "rsad_overlay.png", top=min(top_k, 8)
-    ).name
-    shown = real.examples[:examples] + gen.examples[:examples]
-    cols = torch.argsort(sad, descending=True)[:4].tolist()
-    images["attribute_maps"] = plots.attribute_maps(
-        shown, attrs, grid, out / "attribute_maps.png", columns=cols
-    ).name
-
-    summary["files"] = {"report": "report.md", **{k: v for k, v in images.items()}}
-    summary["real"], summary["generated"], summary["weights"] = str(real_dir), str(gen_dir), desc
-    atomic_write_json(out / "summary.json", summary)
-    atomic_write_text(
-        out / "report.md",
-        markdown_report(
-            summary, images, real=str(real_dir), generated=str(gen_dir), weights=desc, top_k=top_k
-        ),
-    )
-    atomic_write_json(
-        out / "manifest.json",
-        manifest(
-            weights=desc,
-            attributes=attrs,
-            options={
-                "batch_size": batch_size,
-                "kl_direction": kl_direction,
-                "n_boot": n_boot,
-                "seed": seed,
-                "top": top_k,
-                "recursive": recursive,
-            },
-        ),
-    )
-    return summary

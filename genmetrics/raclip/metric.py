@@ -18,6 +18,8 @@ import open_clip
 import torch
 import torch.nn.functional as F
 
+from genmetrics import options as O
+from genmetrics._torchmetrics_compat import set_update_count
 from genmetrics.backbones.openclip import (
     TextEmbeddingCache,
     clip_image_batch,
@@ -31,8 +33,9 @@ from genmetrics.core.metric import Metric, SampleMetric
 from genmetrics.core.options import choice, number, template
 from genmetrics.data.batching import map_batches
 from genmetrics.data.device import check_precision, precision_autocast
-from genmetrics.data.images import as_image_list, to_tensor
-from genmetrics.data.text import as_text_list
+from genmetrics.data.io.batching import map_batches
+from genmetrics.data.io.images import as_image_list, to_tensor
+from genmetrics.data.text.inputs import as_text_list
 from genmetrics.errors import InputError
 from genmetrics.functional import divergence as D
 from genmetrics.raclip import report
@@ -824,12 +827,37 @@ class _KLDivergence(_SetDivergence):
         """Attribute pairs in PaD order (``itertools.combinations``)."""
         return list(combinations(self.attributes, 2))
 
-    def bootstrap_ci(self, *, n_boot: int = 200, alpha: float = 0.05, seed: int = 0) -> list[float] | None:
-        """Bootstrap interval of the true mean divergence (both sets resampled independently; a bootstrap test
-        inverted along a path of Gaussian fits, docs/bootstrap.md: it starts at 0 when the two sets are no
-        further apart than two samples of one distribution, and holds the bias-corrected estimate), from
-        the per-image scores kept with ``keep_scores=True`` (or the rows kept by hcs / kde modes);
-        ``None`` for the KDE mode or when no rows are kept. Synchronised across processes like ``compute()``."""
+    def update_scores(self, reference: Any = None, candidates: Any = None) -> None:
+        """Accumulate per-image scores computed elsewhere with this metric's scorer: ``[N, C]`` rows, one per
+        image, columns in :attr:`attributes` order (the ``score`` of a
+        :class:`~genmetrics.raclip.model.RegionAttributeScorer` with the same options and backbone). For a
+        caller that scores each image once and feeds several set metrics (``genmetrics compare`` feeds ``sad``
+        and ``pad``); the value is then the one :meth:`update` on the images gives. Not for ``score='hcs'``,
+        whose rows are image embeddings."""
+        if self.score_kind == "hcs":
+            raise InputError(
+                f"{self.name}: update_scores takes per-image attribute scores; with score='hcs' the metric "
+                "keeps image embeddings: pass the images to update()"
+            )
+        c = len(self.attributes)
+        for s, rows, name in (("real", reference, "reference"), ("gen", candidates, "candidates")):
+            if rows is None:
+                continue
+            x = torch.as_tensor(rows)
+            if x.ndim != 2 or x.shape[1] != c or not x.is_floating_point():
+                raise InputError(
+                    f"{self.name}: update_scores({name}=...): expected float scores [N, {c}] (one column per "
+                    f"attribute), got {x.dtype} {tuple(x.shape)}; pass the scorer's per-image scores"
+                )
+            if not bool(torch.isfinite(x).all()):
+                raise InputError(f"{self.name}: update_scores({name}=...): the scores hold NaN or inf values")
+            self._accumulate(s, {"score": x.double()})
+        set_update_count(self, self.update_count + 1)  # the state changed outside update(): one more update
+
+    def bootstrap(self, *, n_boot: int = 200, alpha: float = 0.05, seed: int = 0) -> dict[str, Any] | None:
+        """The bootstrap of the mean divergence: ``ci`` (the ``1 - alpha`` interval of :meth:`bootstrap_ci`),
+        ``estimate`` (the bias-corrected number to show with it), ``plugin`` (the paper's plug-in number),
+        ``method``, ``n_boot``, ``level``, ``seed``; ``None`` where :meth:`bootstrap_ci` is ``None``."""
         if not self._keep_rows or self.divergence != "gaussian":
             return None
         # torchmetrics' public ``sync_on_compute``: what its private ``_to_sync`` holds outside ``forward``
@@ -847,7 +875,23 @@ class _KLDivergence(_SetDivergence):
             alpha=alpha,
             pad_budget=2e11 if self.name == "pad" else 0.0,
         )
-        return boot["pad" if self.name == "pad" else "sad"]
+        key = "pad" if self.name == "pad" else "sad"
+        return {
+            "ci": boot[key],
+            "estimate": boot.get(f"{key}_estimate"),
+            "plugin": boot.get(f"{key}_plugin"),
+            "method": boot.get(f"{key}_method"),
+            **{k: boot[k] for k in ("n_boot", "level", "seed")},
+        }
+
+    def bootstrap_ci(self, *, n_boot: int = 200, alpha: float = 0.05, seed: int = 0) -> list[float] | None:
+        """Bootstrap interval of the true mean divergence (both sets resampled independently; a bootstrap test
+        inverted along a path of Gaussian fits, docs/bootstrap.md: it starts at 0 when the two sets are no
+        further apart than two samples of one distribution, and holds the bias-corrected estimate), from
+        the per-image scores kept with ``keep_scores=True`` (or the rows kept by hcs / kde modes);
+        ``None`` for the KDE mode or when no rows are kept. Synchronised across processes like ``compute()``."""
+        boot = self.bootstrap(n_boot=n_boot, alpha=alpha, seed=seed)
+        return None if boot is None else boot["ci"]
 
 
 class SaD(_KLDivergence):

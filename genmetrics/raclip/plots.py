@@ -17,7 +17,7 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from genmetrics.data.results import atomic_output
+from genmetrics.data.output.atomic import atomic_output
 
 
 def _figure(w: float, h: float, layout: Literal["constrained"] | None = None):
@@ -33,7 +33,7 @@ def _figure(w: float, h: float, layout: Literal["constrained"] | None = None):
 
 def _save(fig: Any, path: str | Path) -> Path:
     p = Path(path)
-    with atomic_output(p) as tmp:  # the write rule (genmetrics/data/results.py)
+    with atomic_output(p) as tmp:  # the write rule (genmetrics/data/output/)
         fig.savefig(tmp, bbox_inches="tight")
     return p
 

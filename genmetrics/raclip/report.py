@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from genmetrics.backbones.clip_preprocess import clip_image_batch, clip_preprocess_cfg
-from genmetrics.data.pipeline import decoded
+from genmetrics.data.io.pipeline import decoded
 from genmetrics.errors import InputError
 from genmetrics.functional import divergence as D
 
@@ -266,68 +266,102 @@ def bootstrap_means(
 
 
 # ------------------------------------------------------------------------------------- summary
-def summarize(
+def kl_metrics(
+    attributes: list[str], real: ScoredSet, gen: ScoredSet, *, direction: str = "gen||real", **options: Any
+) -> tuple[Any, Any]:
+    """The registered ``sad`` and ``pad`` metrics (``pad`` is ``None`` below two attributes) fed with the
+    per-image scores of both sets (:meth:`~genmetrics.raclip.metric.SaD.update_scores`, rows kept for the
+    bootstrap): their ``compute()`` is the value ``update`` on the same images gives. ``options`` go to
+    :func:`~genmetrics.create_metric` (``backbone`` / ``tokenizer`` or ``weights``: the scorer's).
+
+    >>> g = torch.Generator().manual_seed(0)
+    >>> real = ScoredSet(torch.rand(8, 2, generator=g, dtype=torch.float64), torch.zeros(16, 2))
+    >>> gen = ScoredSet(torch.rand(8, 2, generator=g, dtype=torch.float64), torch.zeros(16, 2))
+    >>> sad, pad = kl_metrics(["smiling", "wearing hat"], real, gen, weights="ViT-B-32-quickgelu/openai")
+    >>> torch.equal(sad.compute()["per_attribute"], D.sad(real.scores, gen.scores)), pad.pairs
+    (True, [('smiling', 'wearing hat')])
+    """
+    from genmetrics.registry import create_metric
+
+    names = ("sad", "pad") if len(attributes) >= 2 else ("sad",)
+    made = []
+    for name in names:
+        m = create_metric(
+            name, attributes=list(attributes), kl_direction=direction, keep_scores=True, **options
+        )
+        m.update_scores(reference=real.scores, candidates=gen.scores)
+        made.append(m)
+    return made[0], (made[1] if len(made) > 1 else None)
+
+
+def summarize_comparison(
     real: ScoredSet,
     gen: ScoredSet,
     attributes: list[str],
     grid: tuple[int, int],
     *,
-    direction: str = "gen||real",
-    eps: float = D.DEFAULT_EPS,
+    sad: Any,
+    pad: Any = None,
     top_k: int = 10,
     n_boot: int = 200,
     seed: int = 0,
 ) -> dict[str, Any]:
-    """Everything ``summary.json`` holds (plain Python types).
+    """Everything ``summary.json`` holds (plain Python types). SaD and PaD, their intervals and estimates are
+    the ``compute()`` and ``bootstrap()`` of the metrics ``sad`` and ``pad`` (:func:`kl_metrics`); R-SaD is
+    the difference of the sets' mean refined patch maps.
 
     >>> g = torch.Generator().manual_seed(0)
     >>> real = ScoredSet(torch.randn(40, 3, generator=g, dtype=torch.float64), torch.zeros(16, 3))
     >>> gen = ScoredSet(torch.randn(40, 3, generator=g, dtype=torch.float64) + torch.tensor([0.0, 0.0, 2.0]),
     ...                 torch.zeros(16, 3))  # attribute 2 shifted in the generated set
-    >>> s = summarize(real, gen, ["smiling", "wearing hat", "a red car"], (4, 4), n_boot=50)
+    >>> attrs = ["smiling", "wearing hat", "a red car"]
+    >>> sad, pad = kl_metrics(attrs, real, gen, weights="ViT-B-32-quickgelu/openai")
+    >>> s = summarize_comparison(real, gen, attrs, (4, 4), sad=sad, pad=pad, n_boot=50)
     >>> s["n_real"], s["kl_direction"], s["sad"]["per_attribute"][0]["attribute"]  # sorted, largest SaD first
     (40, 'gen||real', 'a red car')
     """
-    sad = D.sad(real.scores, gen.scores, direction=direction, eps=eps)
+    value = sad.compute()
+    per = value["per_attribute"].cpu().reshape(-1)  # compute() gives one attribute as a scalar
     mr, mg = real.scores.mean(0), gen.scores.mean(0)
-    order = torch.argsort(sad, descending=True).tolist()
+    order = torch.argsort(per, descending=True).tolist()
     out: dict[str, Any] = {
         "attributes": list(attributes),
         "n_real": real.n,
         "n_generated": gen.n,
-        "kl_direction": direction,
-        "variance_ridge": eps,
+        "kl_direction": sad.kl_direction,
+        "variance_ridge": sad.eps,
         "units": "nats (x1000 columns match the paper's x10^-3 tables)",
     }
-    boot = bootstrap_means(real.scores, gen.scores, n_boot=n_boot, seed=seed, direction=direction, eps=eps)
+    boot = sad.bootstrap(n_boot=n_boot, seed=seed)
     out["sad"] = {
-        "mean": float(sad.mean()),
-        "mean_x1000": 1000 * float(sad.mean()),
-        "ci95": boot["sad"],
-        "estimate": boot["sad_estimate"],
+        "mean": float(value["mean"]),
+        "mean_x1000": 1000 * float(value["mean"]),
+        "ci95": boot["ci"],
+        "estimate": boot["estimate"],
         "per_attribute": [
             {
                 "attribute": attributes[i],
-                "sad": float(sad[i]),
+                "sad": float(per[i]),
                 "mean_real": float(mr[i]),
                 "mean_generated": float(mg[i]),
             }
             for i in order
         ],
     }
-    if len(attributes) >= 2:
-        pad = D.pad(real.scores, gen.scores, direction=direction, eps=eps)
+    if pad is not None:
+        pvalue = pad.compute()
+        pp = pvalue["per_pair"].cpu().reshape(-1)
         pairs = list(combinations(range(len(attributes)), 2))
-        k = min(top_k, pad.numel())
-        top = torch.topk(pad, k).indices.tolist()
+        k = min(top_k, pp.numel())
+        top = torch.topk(pp, k).indices.tolist()
+        pboot = pad.bootstrap(n_boot=n_boot, seed=seed)
         out["pad"] = {
-            "mean": float(pad.mean()),
-            "mean_x1000": 1000 * float(pad.mean()),
-            "ci95": boot["pad"],
-            "estimate": boot.get("pad_estimate"),
+            "mean": float(pvalue["mean"]),
+            "mean_x1000": 1000 * float(pvalue["mean"]),
+            "ci95": pboot["ci"],
+            "estimate": pboot["estimate"],
             "top_pairs": [
-                {"pair": [attributes[pairs[i][0]], attributes[pairs[i][1]]], "pad": float(pad[i])}
-                for i in top
+                {"pair": [attributes[pairs[i][0]], attributes[pairs[i][1]]], "pad": float(pp[i])} for i in top
             ],
         }
     else:
@@ -347,7 +381,7 @@ def summarize(
             for i in torch.argsort(rank, descending=True).tolist()
         ],
     }
-    out["bootstrap"] = {k: boot[k] for k in ("n_boot", "level", "seed") if k in boot}
+    out["bootstrap"] = {k: boot[k] for k in ("n_boot", "level", "seed")}
     return out
 
 
@@ -372,7 +406,9 @@ def markdown_report(
     >>> real = ScoredSet(torch.randn(40, 3, generator=g, dtype=torch.float64), torch.zeros(16, 3))
     >>> gen = ScoredSet(torch.randn(40, 3, generator=g, dtype=torch.float64) + torch.tensor([0.0, 0.0, 2.0]),
     ...                 torch.zeros(16, 3))  # attribute 2 shifted in the generated set
-    >>> s = summarize(real, gen, ["smiling", "wearing hat", "a red car"], (4, 4), n_boot=50)
+    >>> attrs = ["smiling", "wearing hat", "a red car"]
+    >>> sad, pad = kl_metrics(attrs, real, gen, weights="ViT-B-32-quickgelu/openai")
+    >>> s = summarize_comparison(real, gen, attrs, (4, 4), sad=sad, pad=pad, n_boot=50)
     >>> print("\\n".join(markdown_report(s, {}, real="real/", generated="gen/", weights="ViT-B-32").splitlines()[:3]))
     # RA-CLIPScore comparison
     <BLANKLINE>
@@ -444,3 +480,135 @@ def markdown_report(
 
 def _ci(ci: list[float] | None) -> str:
     return "n/a" if not ci else f"[{_fmt(ci[0])}, {_fmt(ci[1])}]"
+
+
+# ------------------------------------------------------------------------------------- the command's files
+def write_comparison(
+    real_files: list[Any],
+    gen_files: list[Any],
+    attrs: list[str],
+    out: Path,
+    *,
+    backbone: Any,
+    tokenizer: Any,
+    weights: str,
+    batch_size: int = 32,
+    kl_direction: str = "gen||real",
+    top_k: int = 10,
+    n_boot: int = 200,
+    seed: int = 0,
+    examples: int = 4,
+    recursive: bool = False,
+    real_dir: str = "",
+    gen_dir: str = "",
+    workers: int | None = None,
+) -> dict[str, Any]:
+    """What ``genmetrics compare`` writes into ``out`` (locked by the caller): both sets scored once with
+    ``backbone`` (:func:`score_images`), SaD / PaD from the registered metrics (:func:`kl_metrics`),
+    ``summary.json`` (returned), ``report.md``, ``manifest.json`` and the plots. ``weights`` describes the
+    backbone in the files; ``real_dir`` / ``gen_dir`` name the folders.
+
+    >>> import tempfile
+    >>> from genmetrics.testing import random_images, tiny_clip, write_images
+    >>> model, tok = tiny_clip()
+    >>> with tempfile.TemporaryDirectory() as d, tempfile.TemporaryDirectory() as e:
+    ...     real, gen = write_images(d, random_images(4, 32, seed=1)), write_images(e, random_images(4, 32, seed=2))
+    ...     s = write_comparison(real, gen, ["smiling", "wearing hat"], Path(d) / "out", backbone=model,
+    ...                          tokenizer=tok, weights="tiny", n_boot=20, workers=0)
+    ...     sorted(p.name for p in (Path(d) / "out").glob("*.json")), s["n_real"], len(s["sad"]["per_attribute"])
+    (['manifest.json', 'summary.json'], 4, 2)
+    """
+    from genmetrics.data.output.atomic import atomic_write_json, atomic_write_text
+    from genmetrics.data.output.manifest import manifest
+    from genmetrics.data.progress import progress
+    from genmetrics.raclip import plots
+    from genmetrics.raclip.model import RegionAttributeScorer
+
+    scorer = RegionAttributeScorer(backbone, tokenizer)
+    grid = scorer.grid
+
+    def bar(role: str, n: int):
+        total = (n + batch_size - 1) // batch_size
+        return lambda it: progress(it, desc=f"scoring {role}", total=total, unit="batch")
+
+    real = score_images(
+        scorer,
+        real_files,
+        attrs,
+        role="real",
+        batch_size=batch_size,
+        keep_examples=max(examples, 4),
+        progress=bar("real", len(real_files)),
+        workers=workers,
+    )
+    gen = score_images(
+        scorer,
+        gen_files,
+        attrs,
+        role="generated",
+        batch_size=batch_size,
+        keep_examples=examples,
+        progress=bar("generated", len(gen_files)),
+        workers=workers,
+    )
+    # SaD and PaD: the registered metrics on the scores of this one pass
+    sad_metric, pad_metric = kl_metrics(
+        attrs, real, gen, direction=kl_direction, backbone=backbone, tokenizer=tokenizer
+    )
+    summary = summarize_comparison(
+        real, gen, attrs, grid, sad=sad_metric, pad=pad_metric, top_k=top_k, n_boot=n_boot, seed=seed
+    )
+
+    # ---- plots
+    images: dict[str, str] = {}
+    sad = sad_metric.compute()["per_attribute"].cpu().reshape(-1)
+    images["sad_bar"] = plots.sad_bar(attrs, sad, out / "sad_bar.png", top=top_k).name
+    if pad_metric is not None:
+        from itertools import combinations
+
+        pad = pad_metric.compute()["per_pair"].cpu().reshape(-1)
+        images["pad_bar"] = plots.pad_bar(
+            list(combinations(attrs, 2)), pad, out / "pad_bar.png", top=top_k
+        ).name
+    rmap = real.map_mean - gen.map_mean
+    images["rsad_heatmaps"] = plots.rsad_heatmaps(
+        rmap, grid, attrs, out / "rsad_heatmaps.png", top=min(top_k, 8)
+    ).name
+    pool = real.examples
+    best = (
+        torch.stack([e.score for e in pool]).argmax(0).tolist()
+    )  # per attribute, the best-scoring kept real image
+    images["rsad_overlay"] = plots.rsad_overlay(
+        rmap, grid, attrs, [pool[b].image for b in best], out / "rsad_overlay.png", top=min(top_k, 8)
+    ).name
+    shown = real.examples[:examples] + gen.examples[:examples]
+    cols = torch.argsort(sad, descending=True)[:4].tolist()
+    images["attribute_maps"] = plots.attribute_maps(
+        shown, attrs, grid, out / "attribute_maps.png", columns=cols
+    ).name
+
+    summary["files"] = {"report": "report.md", **{k: v for k, v in images.items()}}
+    summary["real"], summary["generated"], summary["weights"] = str(real_dir), str(gen_dir), weights
+    atomic_write_json(out / "summary.json", summary)
+    atomic_write_text(
+        out / "report.md",
+        markdown_report(
+            summary, images, real=str(real_dir), generated=str(gen_dir), weights=weights, top_k=top_k
+        ),
+    )
+    atomic_write_json(
+        out / "manifest.json",
+        manifest(
+            weights=weights,
+            attributes=attrs,
+            options={
+                "batch_size": batch_size,
+                "kl_direction": kl_direction,
+                "n_boot": n_boot,
+                "seed": seed,
+                "top": top_k,
+                "recursive": recursive,
+            },
+        ),
+    )
+    return summary

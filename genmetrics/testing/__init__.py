@@ -27,7 +27,7 @@ from open_clip.tokenizer import SimpleTokenizer
 from PIL import Image
 from transformers import Dinov2Config, Dinov2Model
 
-from genmetrics.data.results import atomic_output, atomic_write_text
+from genmetrics.data.output.atomic import atomic_output, atomic_write_text
 from genmetrics.testing.tiny_vlm import (  # the VLM builders live in a module of their own; re-exported here
     tiny_qwen3vl,
     tiny_qwen3vl_config,
@@ -180,7 +180,7 @@ def write_images(folder: str | Path, images: torch.Tensor) -> list[Path]:
     returns the paths in order.
 
     >>> import tempfile
-    >>> from genmetrics.data.images import load_image, pil_to_tensor
+    >>> from genmetrics.data.io.images import load_image, pil_to_tensor
     >>> with tempfile.TemporaryDirectory() as d:
     ...     paths = write_images(Path(d) / "imgs", random_images(2, 16))
     ...     [p.name for p in paths], torch.equal(pil_to_tensor(load_image(paths[1])), random_images(2, 16)[1] / 255)
@@ -190,7 +190,7 @@ def write_images(folder: str | Path, images: torch.Tensor) -> list[Path]:
     folder.mkdir(parents=True, exist_ok=True)
     paths = [folder / f"{i:03d}.png" for i in range(len(images))]
     for img, path in zip(images, paths):
-        with atomic_output(path) as tmp:  # the write rule (genmetrics/data/results.py)
+        with atomic_output(path) as tmp:  # the write rule (genmetrics/data/output/)
             Image.fromarray(img.permute(1, 2, 0).numpy()).save(tmp)
     return paths
 

@@ -2,7 +2,7 @@
 
 The architectures are :data:`genmetrics.backbones.real_configs.REAL_CONFIGS`; this module builds them.
 
-* :func:`build_model` builds the architecture with seeded random weights (``device="meta"`` builds it
+* :func:`build_real_model` builds the architecture with seeded random weights (``device="meta"`` builds it
   without memory, for counting). The Qwen special-token ids default to the offline tiny tokenizer's
   (``token_ids="tiny"``, :mod:`genmetrics.testing.tiny_vlm`): they index rows of the same embedding, so the
   architecture and the parameter count do not change; ``token_ids="real"`` keeps the published ids.
@@ -26,7 +26,7 @@ from genmetrics.testing.tiny_vlm import (
     tiny_qwen3vl_processor,
 )
 
-__all__ = ["build_model", "hf_config", "processor_for"]
+__all__ = ["build_real_model", "hf_config", "processor_for"]
 
 
 def _tiny_ids() -> dict[str, int]:
@@ -47,7 +47,7 @@ def hf_config(name: str | RealConfig, *, reduced: bool = False, token_ids: str =
     """
     e = real_config(name)
     if e.kind == "open_clip":
-        raise InputError(f"{e.name} is an open_clip model; build it with build_model({e.name!r})")
+        raise InputError(f"{e.name} is an open_clip model; build it with build_real_model({e.name!r})")
     cfg = reduced_config(e) if reduced else copy.deepcopy(dict(e.config))
     if token_ids == "tiny":
         cfg.update(_tiny_ids())
@@ -63,7 +63,7 @@ def hf_config(name: str | RealConfig, *, reduced: bool = False, token_ids: str =
     return Qwen3_5Config(**cfg, attn_implementation="sdpa")
 
 
-def build_model(
+def build_real_model(
     name: str | RealConfig,
     *,
     seed: int = 0,
@@ -79,10 +79,10 @@ def build_model(
     (``device="meta"``: no memory, for counting). The caller's RNG is not advanced.
 
     >>> from genmetrics.backbones.real_configs import count_parameters
-    >>> m = build_model("Qwen3-VL-Embedding-2B", device="meta")
+    >>> m = build_real_model("Qwen3-VL-Embedding-2B", device="meta")
     >>> type(m).__name__, sum(p.numel() for p in m.parameters()) == count_parameters("Qwen3-VL-Embedding-2B")
     ('Qwen3VLModel', True)
-    >>> r = build_model("Qwen3.5-0.8B", reduced=True)
+    >>> r = build_real_model("Qwen3.5-0.8B", reduced=True)
     >>> len(r.language_model.layers), len(r.visual.blocks)
     (24, 12)
     """

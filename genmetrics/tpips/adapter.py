@@ -21,7 +21,8 @@ from torch import nn
 from genmetrics.backbones.hf import load_peft_adapter, load_vlm, quiet_peft, unavailable_error
 from genmetrics.backbones.qwen_vl import resolve_folder
 from genmetrics.backbones.weights import load_state_dict
-from genmetrics.data.results import atomic_output, atomic_write_text, make_folder
+from genmetrics.data.output.atomic import atomic_output, atomic_write_text
+from genmetrics.data.output.write_rule import make_folder
 from genmetrics.errors import InputError, WeightsUnavailableError
 from genmetrics.tpips.common import CONFIG_NAME, DEFAULT_WEIGHTS, FORMAT, HEAD_NAME, TRIPLET_WEIGHTS, VARIANTS
 
@@ -78,7 +79,7 @@ def write_adapter(
     ...     sorted(p.name for p in out.iterdir()), read_adapter_config(out)["variant"]
     (['tpips.json', 'tpips_head.safetensors'], 'late')
     """
-    out = make_folder(path)  # the write rule (genmetrics/data/results.py)
+    out = make_folder(path)  # the write rule (genmetrics/data/output/)
     save_peft(backbone, out)
     with atomic_output(out / HEAD_NAME, root=out) as tmp:
         save_file(head or {"_empty": torch.zeros(1)}, str(tmp))
@@ -337,3 +338,24 @@ def finish_loading(model: Any, folder: Path, device: Any) -> Any:
     if device is not None:
         model.to(device)
     return model.eval()
+
+
+def adapter_base_weights(adapter: str | os.PathLike | None) -> str | None:
+    """The base weights an adapter folder's ``tpips.json`` names (``None`` without an adapter, without the
+    file, or when it cannot be read): for labels and records only, loading checks the file itself.
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     _ = (Path(d) / CONFIG_NAME).write_text('{"base_weights": "Qwen/Qwen3-VL-Embedding-2B"}')
+    ...     adapter_base_weights(d), adapter_base_weights(Path(d) / "missing"), adapter_base_weights(None)
+    ('Qwen/Qwen3-VL-Embedding-2B', None, None)
+    """
+    if not adapter:
+        return None
+    p = Path(adapter) / CONFIG_NAME
+    if p.is_file():
+        try:
+            return json.loads(p.read_text()).get("base_weights")
+        except (ValueError, OSError):
+            return None
+    return None

@@ -32,8 +32,8 @@ from genmetrics.backbones.qwen_vl import (
     scatter_features,
     token_ids,
 )
-from genmetrics.data.images import as_image_list
-from genmetrics.data.pipeline import rgb_uint8
+from genmetrics.data.io.images import as_image_list
+from genmetrics.data.io.pipeline import rgb_uint8
 from genmetrics.errors import InputError
 from genmetrics.tpips.common import DEFAULT_IMAGE_SIZE, MAX_ASPECT_TOKENS, check_aspects
 

@@ -14,8 +14,9 @@ from typing import Any
 import click
 
 from genmetrics.cli.common import echo_json
-from genmetrics.data.results import atomic_write_json, lock_output_folder
-from genmetrics.data.workers import workers_option
+from genmetrics.data.io.workers import workers_option
+from genmetrics.data.output.atomic import atomic_write_json
+from genmetrics.data.output.lock import lock_output_folder
 from genmetrics.errors import InputError
 
 _VARIANTS = click.Choice(["late", "mid", "early"])
@@ -309,6 +310,7 @@ def evaluate_cmd(
 ) -> None:
     """Agreement with human votes (odd-one-out, 2AFC, BAPPS, NIGHTS) laid out like the paper's Table 3."""
     from genmetrics.tpips.evaluate import (
+        build_scorers,
         check_images_exist,
         evaluate_human,
         load_human_data,
@@ -372,120 +374,6 @@ def evaluate_cmd(
         click.echo(to_markdown(res), nl=False)
 
 
-def build_scorers(
-    *,
-    adapter: str | None,
-    variant: str | None,
-    weights: str | None,
-    baselines: tuple[str, ...] | list[str],
-    generative_weights: str,
-    include_model: bool = True,
-    label: str | None = None,
-    image_size: int | None = None,
-    batch_size: int = 16,
-) -> list[Any]:
-    """The table rows for ``evaluate-human``: the TPIPS model, then the requested baselines."""
-    from genmetrics.backbones.hf import load_vlm
-    from genmetrics.tpips.baselines import PairwiseScoreModel
-    from genmetrics.tpips.common import DEFAULT_WEIGHTS, PROMPTS
-    from genmetrics.tpips.evaluate import MetricScorer, SimilarityScorer, TripletScorer, size_of
-    from genmetrics.tpips.loading import load_tpips
-    from genmetrics.tpips.triplet import TPIPSTripletModel
-
-    scorers: list[Any] = []
-    if include_model:
-        model = _load_model(adapter, weights, variant, image_size)
-        v = getattr(model, "variant", "late")
-        typ = "Triplet" if v == "triplet" else f"{v.capitalize()} Fusion"
-        fam = label or ("Ours" if adapter else "Qwen3-VL-Emb (zero-shot)")
-        size = size_of(weights or _adapter_base(adapter) or DEFAULT_WEIGHTS)
-        if v == "triplet":
-            scorers.append(
-                TripletScorer(
-                    name=fam,
-                    type=typ,
-                    family=fam,
-                    size=size,
-                    batch_size=batch_size,
-                    model=model,
-                    two_afc_ok=not adapter,
-                )
-            )
-        else:
-            scorers.append(
-                SimilarityScorer(
-                    name=fam, type=typ, family=fam, size=size, batch_size=batch_size, fn=model.similarity
-                )
-            )
-    gen_model = None
-    for b in baselines:
-        if b == "embedding":
-            m = load_tpips(
-                None,
-                weights=weights or DEFAULT_WEIGHTS,
-                variant="late",
-                image_size=image_size,
-                prompts=PROMPTS["embedding_baseline"],
-            )
-            w = weights or DEFAULT_WEIGHTS
-            scorers.append(
-                SimilarityScorer(
-                    name=f"embedding:{w}",
-                    type="Late Fusion",
-                    family="Qwen3-VL-Emb",
-                    size=size_of(w),
-                    batch_size=batch_size,
-                    fn=m.similarity,
-                )
-            )
-        elif b in ("pairwise", "triplet"):
-            if gen_model is None:
-                gen_model = load_vlm(generative_weights, for_generation=True)
-            bb, proc = gen_model
-            if b == "pairwise":
-                pm = PairwiseScoreModel(bb, proc, image_size=image_size)
-                scorers.append(
-                    SimilarityScorer(
-                        name=f"pairwise:{generative_weights}",
-                        type="Early Fusion",
-                        family="Qwen3-VL (0-10 score)",
-                        size=size_of(generative_weights),
-                        batch_size=batch_size,
-                        fn=pm.score,
-                    )
-                )
-            else:
-                tm = TPIPSTripletModel(bb, proc, image_size=image_size)
-                scorers.append(
-                    TripletScorer(
-                        name=f"triplet:{generative_weights}",
-                        type="Triplet",
-                        family="Qwen3-VL (triplet prompt)",
-                        size=size_of(generative_weights),
-                        batch_size=batch_size,
-                        model=tm,
-                    )
-                )
-        else:
-            name = b.split(":", 1)[1]
-            scorers.append(
-                MetricScorer(name=b, type="Classic", family=name, batch_size=batch_size, metric_name=name)
-            )
-    return scorers
-
-
-def _adapter_base(adapter: str | None) -> str | None:
-    if not adapter:
-        return None
-    p = Path(adapter) / "tpips.json"
-    if p.is_file():
-        try:
-            return json.loads(p.read_text()).get("base_weights")
-        except (ValueError, OSError):
-            return None
-    return None
-
-
 # --------------------------------------------------------------------------------------------- retrieve
 @click.group("retrieve")
 def retrieve_cmd() -> None:
@@ -531,7 +419,8 @@ def index_cmd(
     workers: int | None,
 ) -> None:
     """Embed every image once per aspect and build one faiss index per aspect."""
-    from genmetrics.data.images import list_images
+    from genmetrics.data.io.images import list_images
+    from genmetrics.tpips.adapter import adapter_base_weights
     from genmetrics.tpips.common import check_aspects
     from genmetrics.tpips.retrieval import AspectIndex
 
@@ -556,7 +445,7 @@ def index_cmd(
             workers=workers,
             model_info={
                 "adapter": _portable(adapter),
-                "weights": _portable(weights or _adapter_base(adapter)),
+                "weights": _portable(weights or adapter_base_weights(adapter)),
                 "image_size": model.image_size,
                 "resize": model.resize.mode,
             },
@@ -622,7 +511,7 @@ def query_cmd(
     as_json: bool,
 ) -> None:
     """Top-k images of the index for a query image and aspect (or several, summed)."""
-    from genmetrics.data.images import load_image
+    from genmetrics.data.io.images import load_image
     from genmetrics.tpips.common import check_aspects
     from genmetrics.tpips.retrieval import AspectIndex, contact_sheet
 

@@ -47,9 +47,12 @@ import torch
 
 from genmetrics.core.registry import create_metric, metric_info
 from genmetrics.data.escape import md_text
+from genmetrics.data.io.pipeline import PATHS, DecodedCache, decoded_chunks, transform_of
 from genmetrics.data.jsonl import OddOneOutRecord, TwoAFCRecord, iter_jsonl, load_odd_one_out, load_two_afc
-from genmetrics.data.pipeline import PATHS, DecodedCache, decoded_chunks, transform_of
-from genmetrics.data.results import atomic_write_json, atomic_write_text, dumps_line, manifest
+from genmetrics.data.output.atomic import atomic_write_json, atomic_write_text
+from genmetrics.data.output.manifest import manifest
+from genmetrics.data.output.rows import dumps_line
+from genmetrics.data.text.escape import md_text
 from genmetrics.errors import InputError
 from genmetrics.functional.agreement import human_consensus_per_sample, mean_stderr, per_sample_agreement
 from genmetrics.tpips.common import is_overall
@@ -874,3 +877,113 @@ def write_report(res: dict[str, Any], out_dir: str | os.PathLike, **manifest_ext
 def size_of(weights: str | None) -> str:
     m = re.search(r"(\d+(?:\.\d+)?)\s*[Bb]\b", weights or "")
     return f"{m.group(1)}B" if m else "–"
+
+
+def build_scorers(
+    *,
+    adapter: str | None,
+    variant: str | None,
+    weights: str | None,
+    baselines: tuple[str, ...] | list[str],
+    generative_weights: str,
+    include_model: bool = True,
+    label: str | None = None,
+    image_size: int | None = None,
+    batch_size: int = 16,
+) -> list[Any]:
+    """The scorers (table rows) of ``evaluate-human``: the TPIPS model (unless ``include_model=False``), then
+    each of ``baselines`` in order: ``embedding`` (zero-shot late fusion of ``weights``), ``pairwise`` /
+    ``triplet`` (the generative VLM ``generative_weights`` prompted for a 0-10 score / the odd one out) and
+    ``metric:NAME`` (a registered metric). ``label`` names the model's row.
+
+    >>> [(s.name, s.type) for s in build_scorers(adapter=None, variant=None, weights=None,
+    ...     baselines=["metric:psnr"], generative_weights="unused", include_model=False)]
+    [('metric:psnr', 'Classic')]
+    """
+    from genmetrics.backbones.hf import load_vlm
+    from genmetrics.tpips.adapter import adapter_base_weights
+    from genmetrics.tpips.baselines import PairwiseScoreModel
+    from genmetrics.tpips.common import DEFAULT_WEIGHTS, PROMPTS
+    from genmetrics.tpips.loading import load_tpips
+    from genmetrics.tpips.triplet import TPIPSTripletModel
+
+    scorers: list[Any] = []
+    if include_model:
+        model = load_tpips(adapter, weights=weights, variant=variant, image_size=image_size)
+        v = getattr(model, "variant", "late")
+        typ = "Triplet" if v == "triplet" else f"{v.capitalize()} Fusion"
+        fam = label or ("Ours" if adapter else "Qwen3-VL-Emb (zero-shot)")
+        size = size_of(weights or adapter_base_weights(adapter) or DEFAULT_WEIGHTS)
+        if v == "triplet":
+            scorers.append(
+                TripletScorer(
+                    name=fam,
+                    type=typ,
+                    family=fam,
+                    size=size,
+                    batch_size=batch_size,
+                    model=model,
+                    two_afc_ok=not adapter,
+                )
+            )
+        else:
+            scorers.append(
+                SimilarityScorer(
+                    name=fam, type=typ, family=fam, size=size, batch_size=batch_size, fn=model.similarity
+                )
+            )
+    gen_model = None
+    for b in baselines:
+        if b == "embedding":
+            m = load_tpips(
+                None,
+                weights=weights or DEFAULT_WEIGHTS,
+                variant="late",
+                image_size=image_size,
+                prompts=PROMPTS["embedding_baseline"],
+            )
+            w = weights or DEFAULT_WEIGHTS
+            scorers.append(
+                SimilarityScorer(
+                    name=f"embedding:{w}",
+                    type="Late Fusion",
+                    family="Qwen3-VL-Emb",
+                    size=size_of(w),
+                    batch_size=batch_size,
+                    fn=m.similarity,
+                )
+            )
+        elif b in ("pairwise", "triplet"):
+            if gen_model is None:
+                gen_model = load_vlm(generative_weights, for_generation=True)
+            bb, proc = gen_model
+            if b == "pairwise":
+                pm = PairwiseScoreModel(bb, proc, image_size=image_size)
+                scorers.append(
+                    SimilarityScorer(
+                        name=f"pairwise:{generative_weights}",
+                        type="Early Fusion",
+                        family="Qwen3-VL (0-10 score)",
+                        size=size_of(generative_weights),
+                        batch_size=batch_size,
+                        fn=pm.score,
+                    )
+                )
+            else:
+                tm = TPIPSTripletModel(bb, proc, image_size=image_size)
+                scorers.append(
+                    TripletScorer(
+                        name=f"triplet:{generative_weights}",
+                        type="Triplet",
+                        family="Qwen3-VL (triplet prompt)",
+                        size=size_of(generative_weights),
+                        batch_size=batch_size,
+                        model=tm,
+                    )
+                )
+        else:
+            name = b.split(":", 1)[1]
+            scorers.append(
+                MetricScorer(name=b, type="Classic", family=name, batch_size=batch_size, metric_name=name)
+            )
+    return scorers

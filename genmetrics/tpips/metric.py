@@ -31,8 +31,9 @@ from genmetrics.core.metric import SampleMetric, batch_len, eval_mode, hash_id, 
 from genmetrics.core.options import integer, number
 from genmetrics.data.batching import device_memory, map_batches
 from genmetrics.data.device import check_precision, precision_autocast
-from genmetrics.data.images import as_image_list, to_tensor
-from genmetrics.data.pipeline import rgb_uint8
+from genmetrics.data.io.batching import device_memory, map_batches
+from genmetrics.data.io.images import as_image_list, to_tensor
+from genmetrics.data.io.pipeline import rgb_uint8
 from genmetrics.errors import InputError
 from genmetrics.tpips.common import DEFAULT_WEIGHTS, VARIANTS, check_aspects
 from genmetrics.tpips.loading import load_tpips

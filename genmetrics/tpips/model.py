@@ -11,7 +11,7 @@
   are the constants of :mod:`genmetrics.tpips.common`. Loading a saved adapter of any variant:
   :func:`genmetrics.tpips.load_tpips`.
 
-Images: anything :func:`genmetrics.data.images.load_batch` accepts. Default ``resize="smart"``: each image
+Images: anything :func:`genmetrics.data.io.images.load_batch` accepts. Default ``resize="smart"``: each image
 is brought to its official Qwen3-VL-Embedding size (:func:`genmetrics.backbones.qwen_vl.smart_resize`,
 aspect kept); mid and early fusion, which compare two images token by token, bring both images of a pair to
 one shared size. ``resize="square"`` (or ``image_size=S``) is the older fixed ``S x S`` policy.

@@ -36,10 +36,11 @@ import torch
 from PIL import Image, ImageDraw
 from tqdm.auto import tqdm
 
-from genmetrics.data.images import list_images, to_pil
-from genmetrics.data.pipeline import decoded
-from genmetrics.data.results import atomic_output, atomic_write_json, destination
-from genmetrics.data.workers import check_workers
+from genmetrics.data.io.images import list_images, to_pil
+from genmetrics.data.io.pipeline import decoded
+from genmetrics.data.io.workers import check_workers
+from genmetrics.data.output.atomic import atomic_output, atomic_write_json
+from genmetrics.data.output.write_rule import destination
 from genmetrics.errors import InputError, MissingDependencyError
 from genmetrics.tpips.common import check_aspects, is_overall
 
@@ -498,7 +499,7 @@ def _write_faiss(emb: np.ndarray, factory: str, path: Path) -> None:
         index.train(sample)
     for s in range(0, len(emb), _CHUNK_ROWS):
         index.add(np.ascontiguousarray(emb[s : s + _CHUNK_ROWS], dtype=np.float32))
-    with atomic_output(path) as tmp:  # the write rule (genmetrics/data/results.py)
+    with atomic_output(path) as tmp:  # the write rule (genmetrics/data/output/)
         faiss.write_index(index, str(tmp))
 
 
@@ -630,6 +631,6 @@ def contact_sheet(
             f"#{h.rank}  {h.score:.3f}",
             (120, 120, 120),
         )
-    with atomic_output(out) as tmp:  # the write rule (genmetrics/data/results.py)
+    with atomic_output(out) as tmp:  # the write rule (genmetrics/data/output/)
         sheet.save(tmp, format="PNG")
     return out

@@ -51,7 +51,7 @@ __all__ = [
     "LORA_TARGETS",
     "TPIPSTrainTask",
     "TrainConfig",
-    "TrainResult",
+    "TPIPSTrainResult",
     "build_model",
     "soft_cross_entropy",
     "train_tpips",
@@ -143,13 +143,13 @@ class TrainConfig:
 
 
 @dataclass
-class TrainResult:
+class TPIPSTrainResult:
     """What :func:`train_tpips` returns: the run folder, the trained adapter folder (``OUT/final``; load it
     with :func:`~genmetrics.tpips.load_tpips`), the optimizer steps, the training losses, the validation
     rows and the trained model (see :func:`train_tpips` for a run).
 
     >>> import dataclasses
-    >>> [f.name for f in dataclasses.fields(TrainResult)][:4]
+    >>> [f.name for f in dataclasses.fields(TPIPSTrainResult)][:4]
     ['out_dir', 'adapter_dir', 'steps', 'losses']
     """
 
@@ -411,7 +411,7 @@ def train_tpips(
     resume: bool = False,
     overwrite: bool = False,
     progress: bool = True,
-) -> TrainResult:
+) -> TPIPSTrainResult:
     """Train TPIPS on odd-one-out records (a JSONL path or a list of ``OddOneOutRecord``).
 
     Inputs are validated before any weights load. ``backbone``/``processor``: a Qwen3-VL model and its
@@ -465,7 +465,7 @@ def train_tpips(
     val = [{k: v for k, v in r.items() if k != "kind"} for r in res.history if r.get("kind") == "eval"]
     trained = res.module if res.module is not None else model
     trained.eval()
-    return TrainResult(
+    return TPIPSTrainResult(
         out_dir=out,
         adapter_dir=res.final_dir,
         steps=res.steps,

@@ -34,7 +34,7 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
-from genmetrics.data.results import atomic_output, atomic_write_text
+from genmetrics.data.output.atomic import atomic_output, atomic_write_text
 from genmetrics.errors import InputError
 from genmetrics.train.run_dir import LOOP_STATE
 
@@ -356,7 +356,7 @@ def save_training_state(folder: Path, parts: TrainingParts, *, main: bool) -> No
     """
     if main:
         trainable = {k: v.detach().cpu().contiguous() for k, v in parts.trainable.items()}
-        with atomic_output(folder / TRAINABLE) as tmp:  # the write rule (data/results.py)
+        with atomic_output(folder / TRAINABLE) as tmp:  # the write rule (data/output/)
             save_file(trainable, str(tmp))
         tensors, rest = _optimizer_parts(parts.optimizer)
         with atomic_output(folder / OPTIMIZER_TENSORS) as tmp:

@@ -9,8 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
-
 import genmetrics.core.options as opt
+import genmetrics.options as opt
+from genmetrics.data.device import available_devices
 from genmetrics.errors import GenmetricsError, InputError
 
 __all__ = ["DeviceUnavailableError", "TrainLoopConfig", "SCHEDULERS", "RESUME_FREE", "available_devices"]
@@ -40,20 +41,6 @@ class DeviceUnavailableError(GenmetricsError, RuntimeError):
     >>> issubclass(DeviceUnavailableError, RuntimeError), issubclass(DeviceUnavailableError, ValueError)
     (True, False)
     """
-
-
-def available_devices() -> list[str]:
-    """The devices torch can use here, as a configuration names them.
-
-    >>> available_devices()[0]
-    'cpu'
-    """
-    found = ["cpu"]
-    if torch.cuda.is_available():
-        found += [f"cuda:{i}" for i in range(torch.cuda.device_count())]
-    if torch.backends.mps.is_available():
-        found.append("mps")
-    return found
 
 
 def _training_device(value: Any) -> str | None:

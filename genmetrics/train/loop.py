@@ -30,7 +30,9 @@ from tqdm.auto import tqdm
 from transformers import get_scheduler
 
 from genmetrics.core.options import env
-from genmetrics.data.results import atomic_write_json, destination, lock_output_folder
+from genmetrics.data.output.atomic import atomic_write_json
+from genmetrics.data.output.write_rule import destination
+from genmetrics.data.output.lock import lock_output_folder
 from genmetrics.errors import InputError
 from genmetrics.train import checkpoint as ck
 from genmetrics.train import run_dir as rd

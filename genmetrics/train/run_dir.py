@@ -15,14 +15,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from genmetrics.data.results import (  # DiskFullError and describe_disk: re-exported for callers
-    DiskFullError,
-    atomic_write_text,
-    describe_disk,
-    destination,
-    is_disk_full,
-    open_append,
-)
+from genmetrics.data.output.atomic import atomic_write_text, open_append
+from genmetrics.data.output.disk import DiskFullError, describe_disk, is_disk_full
+from genmetrics.data.output.write_rule import destination
 from genmetrics.errors import InputError
 
 CHECKPOINTS = "checkpoints"
@@ -194,7 +189,7 @@ def append_metrics(out: Path, row: dict[str, Any]) -> None:
     ...     len(read_metrics(Path(d), upto_step=10))
     2
     """
-    with open_append(out / METRICS, root=out) as f:  # the write rule (genmetrics/data/results.py)
+    with open_append(out / METRICS, root=out) as f:  # the write rule (genmetrics/data/output/)
         f.write(json.dumps(row) + "\n")
         f.flush()
 
@@ -233,7 +228,7 @@ def writing(out: Path, path: Path) -> Iterator[None]:
     ...         raise OSError(errno.ENOSPC, "No space left on device")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
         ...
-    genmetrics.data.results.DiskFullError: no space left on the disk ... while writing .../metrics.jsonl; ...
+    genmetrics.data.output.disk.DiskFullError: no space left on the disk ... while writing .../metrics.jsonl; ...
     """
     try:
         yield

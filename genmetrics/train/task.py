@@ -13,7 +13,7 @@ import torch
 from safetensors.torch import save_file
 from torch import nn
 
-from genmetrics.data.results import atomic_output
+from genmetrics.data.output.atomic import atomic_output
 
 __all__ = ["TrainTask", "fingerprint_examples"]
 
@@ -74,7 +74,7 @@ class TrainTask:
     def save(self, module: nn.Module, path: Path) -> None:
         """Write the trainable parameters of ``module`` (those with ``requires_grad``) to
         ``path/trainable.safetensors``, atomically."""
-        with atomic_output(Path(path) / "trainable.safetensors") as tmp:  # the write rule (data/results.py)
+        with atomic_output(Path(path) / "trainable.safetensors") as tmp:  # the write rule (data/output/)
             save_file(
                 {n: p.detach().cpu().contiguous() for n, p in module.named_parameters() if p.requires_grad},
                 str(tmp),

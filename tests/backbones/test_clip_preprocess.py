@@ -137,7 +137,7 @@ def test_normalisation_is_made_once_per_device():
 
 def test_dino_preprocessing_matches_written_out():
     from genmetrics.baselines.embedding import IMAGENET_MEAN, IMAGENET_STD, DINOSimilarity
-    from genmetrics.data.images import ResizePolicy
+    from genmetrics.data.io.images import ResizePolicy
     from genmetrics.testing import tiny_dino
 
     model = tiny_dino()

@@ -8,7 +8,7 @@ import torch
 
 from genmetrics.backbones.memory_model import CUDA_OVERHEAD_BYTES, image_tokens, predict_memory
 from genmetrics.backbones.real_configs import RealConfig, count_parameters
-from genmetrics.data.batching import map_batches, safe_batch_size
+from genmetrics.data.io.batching import map_batches, safe_batch_size
 
 TOY_VL = RealConfig(
     name="toy-vl",
@@ -176,7 +176,7 @@ def test_safe_batch_size_is_the_largest_that_fits():
 
 
 def test_map_batches_starts_at_the_predicted_batch_on_a_fake_gpu(monkeypatch):
-    import genmetrics.data.batching as batching
+    import genmetrics.data.io.batching as batching
 
     def peak(b: int) -> float:
         return predict_memory(
@@ -206,7 +206,7 @@ BATCH_TOL = 1e-5
 
 def _fake_gpu(monkeypatch, memory: int) -> None:
     """Every module that asks for the device's memory gets ``memory`` (a CUDA device of that size)."""
-    import genmetrics.data.batching as batching
+    import genmetrics.data.io.batching as batching
     import genmetrics.mie.metric as mie_metric
     import genmetrics.tpips.metric as tpips_metric
 
@@ -236,10 +236,10 @@ def _memory_for(peak, batch: int) -> int:
 def test_real_config_from_model_matches_the_entry_or_builds_one():
     from genmetrics.backbones.memory_model import real_config_from_model
     from genmetrics.testing import tiny_qwen3vl
-    from genmetrics.testing.real_models import build_model
+    from genmetrics.testing.real_models import build_real_model
 
     for name in ("Qwen3-VL-Embedding-2B", "Qwen3.5-0.8B"):
-        assert real_config_from_model(build_model(name, device="meta")).name == name
+        assert real_config_from_model(build_real_model(name, device="meta")).name == name
     tiny = tiny_qwen3vl()
     e = real_config_from_model(tiny)
     assert e is not None and e.kind == "qwen3_vl"

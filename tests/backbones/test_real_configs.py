@@ -78,7 +78,7 @@ def test_typed_configs_equal_the_numbers_in_the_docs():
 
 @pytest.mark.parametrize("name", list(rc.REAL_CONFIGS))
 def test_analytic_count_equals_a_build_and_the_published_size(name):
-    built = rm.build_model(name, device="meta")
+    built = rm.build_real_model(name, device="meta")
     n = rc.count_parameters(name)
     assert _n_params(built) == n
     published = rc.REAL_CONFIGS[name].published_params
@@ -89,14 +89,14 @@ def test_analytic_count_equals_a_build_and_the_published_size(name):
 @pytest.mark.parametrize("name", list(rc.REAL_CONFIGS))
 def test_reduced_count_equals_a_cpu_build(name):
     # a real build (weights in memory), so the formulas are checked against materialised modules too
-    assert _n_params(rm.build_model(name, reduced=True)) == rc.count_parameters(name, reduced=True)
+    assert _n_params(rm.build_real_model(name, reduced=True)) == rc.count_parameters(name, reduced=True)
 
 
 def test_qwen_counts_are_exact_and_the_components_add_up():
     # the Qwen checkpoints' published sizes are exact element counts: no tolerance needed
     assert rc.count_parameters("Qwen3-VL-Embedding-2B") == 2_127_532_032
     assert rc.count_parameters("Qwen3.5-0.8B") == 852_985_920
-    m = rm.build_model("Qwen3-VL-Embedding-2B", device="meta")
+    m = rm.build_real_model("Qwen3-VL-Embedding-2B", device="meta")
     vision = _n_params(m.visual)
     # the published split of the 2B checkpoint: 406,957,056 vision + 1,720,574,976 language
     assert (vision, _n_params(m.language_model)) == (406_957_056, 1_720_574_976)
@@ -142,9 +142,9 @@ def test_builds_are_seeded_and_leave_the_callers_rng_alone():
     torch.manual_seed(123)
     before = torch.rand(1)
     torch.manual_seed(123)
-    a = rm.build_model("ViT-B-32-quickgelu", reduced=True, seed=1)
+    a = rm.build_real_model("ViT-B-32-quickgelu", reduced=True, seed=1)
     after = torch.rand(1)
-    b = rm.build_model("ViT-B-32-quickgelu", reduced=True, seed=1)
+    b = rm.build_real_model("ViT-B-32-quickgelu", reduced=True, seed=1)
     assert torch.equal(before, after)
     assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
 

@@ -39,9 +39,11 @@ def test_official_smart_resize_agrees_with_genmetrics():
 
 @pytest.fixture(scope="module")
 def reduced_2b():
-    from genmetrics.testing.real_models import build_model, processor_for
+    from genmetrics.testing.real_models import build_real_model, processor_for
 
-    return build_model("Qwen3-VL-Embedding-2B", reduced=True, seed=3), processor_for("Qwen3-VL-Embedding-2B")
+    return build_real_model("Qwen3-VL-Embedding-2B", reduced=True, seed=3), processor_for(
+        "Qwen3-VL-Embedding-2B"
+    )
 
 
 def test_tpips_late_matches_the_official_embedder_at_reduced_size(reduced_2b):
@@ -62,9 +64,9 @@ def test_tpips_late_matches_the_official_embedder_at_reduced_size(reduced_2b):
 
 def test_mie_matches_the_authors_forward_at_reduced_size():
     from genmetrics.mie.model import MIEModel
-    from genmetrics.testing.real_models import build_model, processor_for
+    from genmetrics.testing.real_models import build_real_model, processor_for
 
-    vlm, proc = build_model("Qwen3.5-0.8B", reduced=True, seed=4), processor_for("Qwen3.5-0.8B")
+    vlm, proc = build_real_model("Qwen3.5-0.8B", reduced=True, seed=4), processor_for("Qwen3.5-0.8B")
     model = MIEModel(vlm, proc, image_size=None).eval()  # the default context limit: the tokenizer's
     with torch.no_grad():  # heads away from their init so every weight matters
         for p in (*model.score_head.parameters(), *model.classification_head.parameters()):

@@ -12,7 +12,7 @@ import torch
 from safetensors.torch import save_file
 
 import genmetrics as gm
-from genmetrics.data.cache import FeatureCache, content_hash
+from genmetrics.data.caches.features import FeatureCache, content_hash
 from genmetrics.testing import random_images, tiny_clip, tiny_dino
 
 

@@ -137,7 +137,7 @@ def test_results_do_not_depend_on_input_form_or_batch_size():
     from_u8 = _scores("ssim", u8r, u8c)
     assert torch.allclose(from_u8, _scores("ssim", u8r.float() / 255, u8c.float() / 255), atol=0, rtol=0)
     # mixed forms (a PIL image among tensors) take the one-by-one path and agree
-    from genmetrics.data.images import to_pil
+    from genmetrics.data.io.images import to_pil
 
     mixed = [to_pil(u8c[0])] + list(u8c[1:])
     assert torch.allclose(_scores("ssim", u8r, mixed), from_u8, atol=1e-12)

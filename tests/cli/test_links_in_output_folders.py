@@ -14,7 +14,7 @@ import yaml
 
 from genmetrics.backbones.provider import use_provider
 from genmetrics.cli.main import main
-from genmetrics.data.results import LOCK
+from genmetrics.data.output.lock import LOCK
 from genmetrics.errors import InputError
 from genmetrics.testing import random_images, tiny_backbones, toy_leaderboard, toy_mib_pairs, write_images
 

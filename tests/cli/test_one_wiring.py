@@ -110,8 +110,8 @@ def _config(root: Path, entry: str) -> Path:
 def _files_by_pixels(root: Path) -> dict[bytes, str]:
     """Every image under ``root`` by its decoded pixels: the input pipeline feeds metrics decoded images, and
     this names the file each one came from."""
-    from genmetrics.data.images import load_image
-    from genmetrics.data.pipeline import rgb_uint8
+    from genmetrics.data.io.images import load_image
+    from genmetrics.data.io.pipeline import rgb_uint8
 
     return {rgb_uint8(load_image(p), str(p)).numpy().tobytes(): str(p) for p in sorted(root.rglob("*.png"))}
 

@@ -28,7 +28,7 @@ from genmetrics.accel import fastpath
 from genmetrics.backbones import hub as hub_module
 from genmetrics.backbones.weights import genmetrics_home
 from genmetrics.cli.main import main
-from genmetrics.data import homefile
+from genmetrics.data.caches import homefile
 
 ROOT = Path(__file__).resolve().parents[2]
 DINO = "facebook/dinov2-base"

@@ -1,5 +1,5 @@
 """Decoding is all an input worker has to do: every metric given the decoded uint8 tensors
-(:func:`genmetrics.data.images.decode_uint8`) computes exactly what it computes from the files, because
+(:func:`genmetrics.data.io.images.decode_uint8`) computes exactly what it computes from the files, because
 resizing, cropping and normalising happen inside the metric (on its device)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import torch
 
-from genmetrics.data.images import decode_uint8
+from genmetrics.data.io.images import decode_uint8
 from genmetrics.testing import write_images
 from tests.contract import tester as T
 

@@ -176,7 +176,7 @@ def test_cuda_compute_synchronises_a_fixed_number_of_times(name):
 def test_float_image_check_reads_once():
     """A float image's range and finiteness check reads the device once (uint8: never); NaN, inf and
     out-of-range values are still refused."""
-    from genmetrics.data.images import to_tensor
+    from genmetrics.data.io.images import to_tensor
     from genmetrics.errors import InputError
 
     with counting_reads() as seen:

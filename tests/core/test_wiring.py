@@ -242,7 +242,7 @@ def test_score_feeds_a_real_set_reference_as_a_set(data, capsys):
 PLUGIN = '''
 import torch
 
-from genmetrics.data.images import as_image_list, to_tensor
+from genmetrics.data.io.images import as_image_list, to_tensor
 from genmetrics.core.metric import SampleMetric, as_text_list
 from genmetrics.core.registry import ConditionKind, MetricCard, ReferenceKind
 

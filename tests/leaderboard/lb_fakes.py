@@ -13,8 +13,8 @@ import torch
 from genmetrics.baselines.pixel import PSNR
 from genmetrics.core.metric import Metric, SampleMetric, as_text_list
 from genmetrics.core.registry import MetricCard, register_metric
-from genmetrics.data.images import as_image_list, to_tensor
-from genmetrics.data.pipeline import PATHS
+from genmetrics.data.io.images import as_image_list, to_tensor
+from genmetrics.data.io.pipeline import PATHS
 
 _PAIR = {"reference": "reference images [B]", "candidates": "generated images [B]"}
 CALLS: dict[str, Any] = {

@@ -16,7 +16,7 @@ import torch.multiprocessing as mp
 from lb_helpers import HERE, REPO, make_set, toml_config
 
 from genmetrics.cli.main import main
-from genmetrics.data.results import read_results
+from genmetrics.data.output.rows import read_results
 from genmetrics.leaderboard import run_leaderboard
 
 # The CLI in a subprocess, with the test metrics registered (the slow one sleeps per chunk).

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-import genmetrics.data.results as R
+import genmetrics.data.output.atomic as A
 from genmetrics.cli.main import main
-from genmetrics.data.results import DiskFullError, read_results
+from genmetrics.data.output.disk import DiskFullError
+from genmetrics.data.output.rows import ResultsWriter, read_results
 from genmetrics.leaderboard.runner import run_leaderboard
 from genmetrics.testing import toy_leaderboard
 
@@ -54,7 +55,7 @@ def test_full_disk_while_rows_are_appended(reference, tmp_path, monkeypatch):
     root, cfg, expected = reference
     out = tmp_path / "out"
     calls = {"n": 0}
-    write = R.ResultsWriter.write
+    write = ResultsWriter.write
 
     def filling(self, rows):
         calls["n"] += 1
@@ -62,13 +63,13 @@ def test_full_disk_while_rows_are_appended(reference, tmp_path, monkeypatch):
             raise OSError(errno.ENOSPC, "No space left on device")
         return write(self, rows)
 
-    monkeypatch.setattr(R.ResultsWriter, "write", filling)
+    monkeypatch.setattr(ResultsWriter, "write", filling)
     with pytest.raises(DiskFullError) as e:
         run_leaderboard(cfg, out, plots=False)
     _one_line(e.value, out)
     kept = _rows(out)
     assert kept and set(kept) < set(expected)  # the finished rows are there, as scored
-    monkeypatch.setattr(R.ResultsWriter, "write", write)
+    monkeypatch.setattr(ResultsWriter, "write", write)
     run_leaderboard(cfg, out, resume=True, plots=False)
     assert _rows(out) == expected
 
@@ -76,21 +77,21 @@ def test_full_disk_while_rows_are_appended(reference, tmp_path, monkeypatch):
 def test_full_disk_while_a_report_is_written(reference, tmp_path, monkeypatch):
     root, cfg, expected = reference
     out = tmp_path / "out"
-    fsync = R._fsync
+    fsync = A._fsync
 
     def full_for_reports(path):
         if Path(path).name.startswith(".summary.json"):
             raise OSError(errno.ENOSPC, "No space left on device")
         return fsync(path)
 
-    monkeypatch.setattr(R, "_fsync", full_for_reports)
+    monkeypatch.setattr(A, "_fsync", full_for_reports)
     with pytest.raises(DiskFullError) as e:
         run_leaderboard(cfg, out, plots=False)
     msg = _one_line(e.value, out)
     assert "summary.json" in msg
     assert not list(out.glob(".summary.json*"))  # no temporary file left behind
     assert _rows(out) == expected  # every row was written before the reports
-    monkeypatch.setattr(R, "_fsync", fsync)
+    monkeypatch.setattr(A, "_fsync", fsync)
     run_leaderboard(cfg, out, resume=True, plots=False)
     assert json.loads((out / "summary.json").read_text())
 
@@ -102,7 +103,7 @@ def test_the_command_line_prints_one_line_and_exits_1(reference, tmp_path, monke
     def full(self, rows):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(R.ResultsWriter, "write", full)
+    monkeypatch.setattr(ResultsWriter, "write", full)
     assert main(["leaderboard", str(cfg), "--out", str(out), "--no-plots"]) == 1
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: no space left on the disk") and "\n" not in err and "--resume" in err

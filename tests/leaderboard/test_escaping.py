@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from genmetrics.data.escape import MAX_STEM, csv_cell, file_stem, html_text, md_text, mpl_text
+from genmetrics.data.text.escape import MAX_STEM, csv_cell, file_stem, html_text, md_text, mpl_text
 
 markdown_it = pytest.importorskip("markdown_it")
 

@@ -7,7 +7,7 @@ import json
 from lb_helpers import make_set, toml_config
 
 from genmetrics.cli.main import main
-from genmetrics.data.results import read_results
+from genmetrics.data.output.rows import read_results
 
 PSNR = '[[metrics]]\nname = "psnr"\n'
 

@@ -15,7 +15,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from genmetrics.core.registry import alias_of
-from genmetrics.data.results import read_results
+from genmetrics.data.output.rows import read_results
 from genmetrics.leaderboard import run_leaderboard
 from genmetrics.leaderboard.gallery import best_and_worst, write_galleries
 from genmetrics.leaderboard.numbers import MAX_DECIMALS, decimals, fmt_ci

@@ -13,7 +13,8 @@ from lb_helpers import toml_config
 from PIL import Image
 
 from genmetrics.cli.main import main
-from genmetrics.data.results import OutputLock, read_results
+from genmetrics.data.output.lock import OutputLock
+from genmetrics.data.output.rows import read_results
 from genmetrics.errors import InputError
 from genmetrics.leaderboard import run_leaderboard
 
@@ -169,7 +170,7 @@ def test_lock_is_held_by_another_process(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
     code = (
-        "import sys,time; from genmetrics.data.results import OutputLock; "
+        "import sys,time; from genmetrics.data.output.lock import OutputLock; "
         f"l = OutputLock(__import__('pathlib').Path({str(out)!r})); print('held', flush=True); time.sleep(30)"
     )
     p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)

@@ -15,8 +15,9 @@ import torch
 from lb_helpers import toml_config, write_images
 from PIL import Image
 
-from genmetrics.data import results as results_module
-from genmetrics.data.results import HashCache, read_results
+from genmetrics.data.output import hashes as results_module
+from genmetrics.data.output.hashes import HashCache
+from genmetrics.data.output.rows import read_results
 from genmetrics.errors import InputError
 from genmetrics.functional.bootstrap import bootstrap_ci, paired_bootstrap
 from genmetrics.leaderboard import SET_ID, build_plan, load_config, run_leaderboard
@@ -301,7 +302,7 @@ def test_real_set_reference_and_conditional_condition(small_set, tmp_path):
     across chunks and generators; a condition needed only without an option (raclip's attributes=) is
     not filled when the option is set."""
 
-    from genmetrics.data.images import to_tensor
+    from genmetrics.data.io.images import to_tensor
 
     metrics = (
         '[[metrics]]\nname = "_lb_center"\n\n[[metrics]]\nname = "_lb_attr"\nattributes = ["ab", "abcd"]\n'

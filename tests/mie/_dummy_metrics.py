@@ -3,7 +3,7 @@
 import torch
 
 from genmetrics.core.metric import SampleMetric
-from genmetrics.data.images import load_batch
+from genmetrics.data.io.images import load_batch
 
 
 class Brightness(SampleMetric):

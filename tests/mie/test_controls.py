@@ -53,7 +53,7 @@ def _flat(calls):
 
 def _names(records):
     """Each image as the model is given it (decoded by the input pipeline) -> the file it came from."""
-    from genmetrics.data.pipeline import decoded
+    from genmetrics.data.io.pipeline import decoded
 
     files = sorted({str(p) for r in records for p in (*r.references, *r.candidates)})
     table = [(p, out[0]) for batch in decoded(files, workers=0) for p, out in batch]

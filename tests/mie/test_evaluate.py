@@ -136,7 +136,7 @@ def test_evaluate_human_with_mie_and_registered_metrics(pairs_file, make_model, 
     assert m["test_brightness"]["accuracy"]["overall"]["value"] == 1.0
     assert m["test_dark"]["accuracy"]["overall"]["value"] == 0.0
     # the reference metric averages over every reference of the pair
-    from genmetrics.data.images import to_tensor
+    from genmetrics.data.io.images import to_tensor
 
     r0 = recs[0]
     want = -np.mean(

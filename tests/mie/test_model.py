@@ -44,7 +44,7 @@ def test_layout_references_first_candidate_last(make_model, imgs):
 def test_readout_is_the_last_token_of_a_plain_forward(proc, imgs):
     """Score = head(final hidden state at the last token) of an ordinary forward with pixel values, on a
     Qwen3-VL backbone (DeepStack features passed back too)."""
-    from genmetrics.data.images import to_pil
+    from genmetrics.data.io.images import to_pil
     from genmetrics.mie.model import MIEModel
     from genmetrics.testing import tiny_qwen3vl, tiny_qwen3vl_processor
 

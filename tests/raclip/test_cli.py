@@ -135,3 +135,52 @@ def test_compare_input_errors_before_weights(folders, capsys, monkeypatch, case,
     )
     assert rc == 2
     assert err.startswith("error:") and needle in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("direction, batch", [("gen||real", 2), ("real||gen", 3)])
+def test_compare_numbers_are_the_registered_metrics_on_the_same_images(
+    folders, capsys, monkeypatch, direction, batch
+):
+    """summary.json's SaD, PaD (values, intervals, estimates) and R-SaD are what ``sad``, ``pad`` and ``rsad``
+    give when they score the same files themselves (``update`` on the images, tiny backbone, same batches)."""
+    import genmetrics as gm
+    from genmetrics.testing import tiny_clip
+
+    monkeypatch.setenv("GENMETRICS_BACKBONE_PROVIDER", "genmetrics.testing:tiny_backbones")
+    attrs = ["smiling", "wearing hat", "a red car"]
+    out = folders / "out"
+    argv = ["compare", "--real", str(folders / "real"), "--generated", str(folders / "gen")]
+    argv += ["--attributes", ",".join(attrs), "--out", str(out), "--kl-direction", direction]
+    argv += ["--n-boot", "40", "--seed", "5", "--batch-size", str(batch)]
+    rc, _, err = run(argv, capsys)
+    assert rc == 0, err
+    summary = json.loads((out / "summary.json").read_text())
+
+    model, tok = tiny_clip()
+    real, gen = sorted((folders / "real").iterdir()), sorted((folders / "gen").iterdir())
+    opts = dict(attributes=attrs, backbone=model, tokenizer=tok, batch_size=batch)
+    sad = gm.create_metric("sad", kl_direction=direction, keep_scores=True, **opts)
+    pad = gm.create_metric("pad", kl_direction=direction, keep_scores=True, **opts)
+    rsad = gm.create_metric("rsad", **opts)
+    for m in (sad, pad, rsad):
+        m.update(reference=real, candidates=gen)
+
+    # float64 statistics of float32 scores: the same images in the same batches give the same bits
+    s = sad.compute()
+    got = {r["attribute"]: r["sad"] for r in summary["sad"]["per_attribute"]}
+    assert got == {a: float(v) for a, v in zip(attrs, s["per_attribute"])}
+    assert summary["sad"]["mean"] == float(s["mean"])
+    boot = sad.bootstrap(n_boot=40, seed=5)
+    assert summary["sad"]["ci95"] == boot["ci"] and summary["sad"]["estimate"] == boot["estimate"]
+
+    p = pad.compute()
+    by_pair = {tuple(pr): float(v) for pr, v in zip(pad.pairs, p["per_pair"])}
+    assert summary["pad"]["mean"] == float(p["mean"])
+    assert {tuple(r["pair"]): r["pad"] for r in summary["pad"]["top_pairs"]} == by_pair
+    pboot = pad.bootstrap(n_boot=40, seed=5)
+    assert summary["pad"]["ci95"] == pboot["ci"] and summary["pad"]["estimate"] == pboot["estimate"]
+
+    r = rsad.compute()
+    ranking = {row["attribute"]: row["mean_abs_rsad"] for row in summary["rsad"]["ranking"]}
+    assert ranking == {a: float(v) for a, v in zip(attrs, r["per_attribute"])}
+    assert summary["rsad"]["mean"] == float(r["mean"])

@@ -537,3 +537,35 @@ def test_rsad_refuses_the_divergence_options(clip):
     _make("pad", clip, divergence="kde", kde_points=100, kde_range=(0.0, 1.0))
     _make("sad", clip, eps=1e-4, keep_scores=True, temperature=0.5, negative_template="no {} at all")
     _make("sad", clip, compat="hcs2024", kde_points=100)
+
+
+def test_update_scores_equals_update_and_refuses_other_rows():
+    """Scores fed with ``update_scores`` give the value ``update`` on the images gives; rows of the wrong
+    width, non-finite rows and the hcs mode (whose rows are embeddings) are refused, naming the input."""
+    import genmetrics as gm
+    from genmetrics.backbones.clip_preprocess import clip_image_batch
+    from genmetrics.raclip.model import RegionAttributeScorer
+    from genmetrics.testing import random_images, tiny_clip
+
+    model, tok = tiny_clip()
+    attrs = ["smiling", "wearing hat", "a red car"]
+    real, gen = random_images(5, seed=1), random_images(4, seed=2) // 2
+    scorer = RegionAttributeScorer(model, tok)
+    for name in ("sad", "pad"):
+        direct = gm.create_metric(name, attributes=attrs, backbone=model, tokenizer=tok, batch_size=8)
+        direct.update(reference=real, candidates=gen)
+        fed = gm.create_metric(name, attributes=attrs, backbone=model, tokenizer=tok)
+        fed.update_scores(
+            reference=scorer(clip_image_batch(list(real), model), attrs).score,
+            candidates=scorer(clip_image_batch(list(gen), model), attrs).score,
+        )
+        a, b = direct.compute(), fed.compute()
+        assert all(torch.equal(a[k], b[k]) for k in a)
+    m = gm.create_metric("sad", attributes=attrs, backbone=model, tokenizer=tok)
+    with pytest.raises(InputError, match=r"update_scores\(reference=...\): expected float scores \[N, 3\]"):
+        m.update_scores(reference=torch.zeros(4, 2))
+    with pytest.raises(InputError, match=r"update_scores\(candidates=...\): the scores hold NaN"):
+        m.update_scores(candidates=torch.full((4, 3), float("nan")))
+    hcs = gm.create_metric("sad", attributes=attrs, backbone=model, tokenizer=tok, score="hcs")
+    with pytest.raises(InputError, match="score='hcs'"):
+        hcs.update_scores(reference=torch.zeros(4, 3))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import tempfile
 from typing import Any
 
-from genmetrics.data.results import make_folder
+from genmetrics.data.output.write_rule import make_folder
 
 
 def tiny_backbone(seed: int = 0) -> Any:
@@ -51,7 +51,7 @@ def tiny_heads_dir(seed: int = 0, *, tuning: str = "lora_layer", unfreeze_layers
             if "lora_B" in n:
                 p.copy_(torch.randn(p.shape, generator=g) * 0.05)
     folder = tempfile.mkdtemp(prefix="genmetrics-mie-tiny-")
-    model.save_pretrained(make_folder(folder))  # the write rule (genmetrics/data/results.py)
+    model.save_pretrained(make_folder(folder))  # the write rule (genmetrics/data/output/)
     return folder
 
 

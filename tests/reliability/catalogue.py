@@ -231,7 +231,7 @@ def _pixels(ws: Path, name: str, expect: float, warns: str | None = None) -> Non
     """A documented conversion: the file reads as the uniform gray ``expect`` (0..255), within rounding."""
     import warnings
 
-    from genmetrics.data.images import load_image
+    from genmetrics.data.io.images import load_image
 
     with warnings.catch_warnings(record=True) as w:
         warnings.simplefilter("always")
@@ -297,13 +297,13 @@ def _rescored(ws: Path) -> None:
 
 
 def _read(out: Path) -> list[dict]:
-    from genmetrics.data.results import read_results
+    from genmetrics.data.output.rows import read_results
 
     return read_results(out / "results.jsonl")
 
 
 def _locked(ws: Path, cli: bool = False) -> Any:
-    from genmetrics.data.results import OutputLock
+    from genmetrics.data.output.lock import OutputLock
 
     out = ws / ("locked_cli" if cli else "locked_api")
     out.mkdir(exist_ok=True)
@@ -355,7 +355,7 @@ def _resolve(path: str) -> Any:
 
 
 def _check_row(row: dict, fragment: str) -> None:
-    from genmetrics.data.results import check_result_row
+    from genmetrics.data.output.rows import check_result_row
 
     why = check_result_row(row)
     assert why is not None and fragment in why, why
@@ -364,7 +364,7 @@ def _check_row(row: dict, fragment: str) -> None:
 def _readonly_cache(ws: Path) -> None:
     import warnings
 
-    from genmetrics.data.cache import FeatureCache
+    from genmetrics.data.caches.features import FeatureCache
 
     (ws / "not_a_folder").write_text("x")
     cache = FeatureCache("m", root=ws / "not_a_folder")
@@ -1117,7 +1117,7 @@ CASES: list[Case] = [
         "match_by_stem refuses a shared stem on the candidate side as on the reference side",
         InputError,
         "candidates: two images share the stem",
-        api=lambda ws: __import__("genmetrics.data.images", fromlist=["x"]).match_by_stem(
+        api=lambda ws: __import__("genmetrics.data.io.images", fromlist=["x"]).match_by_stem(
             sorted((ws / "ref").iterdir()), sorted((ws / "dupstem").iterdir())
         ),
     ),
@@ -1552,7 +1552,7 @@ def _hidden_files(ws: Path) -> list[str]:
 
 
 def _compare_locked(ws: Path) -> list[str]:
-    from genmetrics.data.results import OutputLock
+    from genmetrics.data.output.lock import OutputLock
 
     out = ws / "compare_locked"
     out.mkdir(exist_ok=True)
@@ -1573,7 +1573,7 @@ def _compare_locked(ws: Path) -> list[str]:
 
 
 def _index_locked(ws: Path) -> list[str]:
-    from genmetrics.data.results import OutputLock
+    from genmetrics.data.output.lock import OutputLock
 
     index = ws / "index_locked"
     index.mkdir(exist_ok=True)
@@ -1599,7 +1599,7 @@ def _index_update_drops(ws: Path) -> None:
 
 
 def _exif_rotated(ws: Path) -> None:
-    from genmetrics.data.images import load_image
+    from genmetrics.data.io.images import load_image
 
     p = ws / "exif6.jpg"
     exif = Image.Exif()
@@ -1824,7 +1824,7 @@ CASES += [
 
 
 def _train_locked(ws: Path) -> Any:
-    from genmetrics.data.results import OutputLock
+    from genmetrics.data.output.lock import OutputLock
 
     out = ws / "train" / "locked"
     out.mkdir(parents=True, exist_ok=True)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from genmetrics.data.escape import file_stem
+from genmetrics.data.text.escape import file_stem
 
 from . import catalogue_surfaces as cs
 
@@ -120,7 +120,7 @@ def test_scan_reports_judges_markdown_as_a_real_renderer_shows_it(tmp_path, name
     markdown_it = pytest.importorskip("markdown_it")
     from html.parser import HTMLParser
 
-    from genmetrics.data.escape import md_text
+    from genmetrics.data.text.escape import md_text
 
     page = markdown_it.MarkdownIt("commonmark").enable("table").render(_board_md(name, md_text))
     tags: list[str] = []

@@ -202,3 +202,31 @@ def test_a_reference_that_is_not_a_file_is_named_for_what_it_is(tmp_path, which)
         check_images_exist(ds)
     said = "is a folder, not an image file" if which == "folder" else "does not exist"
     assert str(e.value).endswith(f"image file {str(reference)!r} {said}")
+
+
+def test_cli_table_is_the_family_evaluation_of_the_flags(tmp_path, files, capsys):
+    """``evaluate-human tpips`` only parses flags: its table is ``to_markdown(evaluate_human(datasets,
+    build_scorers(...)))`` computed here through the tpips family, and the CLI module builds no scorer."""
+    import genmetrics.tpips.cli as tpips_cli
+    from genmetrics.cli.main import main
+    from genmetrics.tpips.evaluate import build_scorers
+
+    assert not hasattr(tpips_cli, "build_scorers")
+    ooo, afc = files
+    rc = main(
+        ["evaluate-human", "tpips", "--data", str(ooo), "--data", str(afc), "--no-model"]
+        + ["--baseline", "metric:psnr", "--baseline", "metric:ssim", "--batch-size", "3"]
+    )
+    assert rc == 0
+    shown = capsys.readouterr().out
+    scorers = build_scorers(
+        adapter=None,
+        variant=None,
+        weights=None,
+        baselines=["metric:psnr", "metric:ssim"],
+        generative_weights="unused",
+        include_model=False,
+        batch_size=3,
+    )
+    datasets = [load_human_data(ooo), load_human_data(afc)]
+    assert shown == to_markdown(evaluate_human(datasets, scorers))

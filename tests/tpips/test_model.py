@@ -182,7 +182,7 @@ def test_bad_inputs(models, vlm, processor, images):
 
 def test_different_sizes_are_resized_by_policy(models, images):
     """Images of other sizes are resized to image_size x image_size (bicubic, aspect not kept)."""
-    from genmetrics.data.images import ResizePolicy
+    from genmetrics.data.io.images import ResizePolicy
 
     m = models["early"]
     wide = torch.randint(0, 256, (3, 48, 100), dtype=torch.uint8, generator=torch.Generator().manual_seed(3))

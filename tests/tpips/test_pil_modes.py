@@ -15,7 +15,7 @@ import pytest
 import torch
 from PIL import Image
 
-from genmetrics.data.images import to_rgb
+from genmetrics.data.io.images import to_rgb
 from genmetrics.errors import InputError
 from genmetrics.testing import tiny_qwen3vl, tiny_qwen3vl_processor
 from genmetrics.tpips.common import PROMPTS, prompt_for

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from genmetrics.data.images import list_images
+from genmetrics.data.io.images import list_images
 from genmetrics.errors import GenmetricsError, InputError, MissingDependencyError
 from genmetrics.testing.pil_counts import count_pil
 from genmetrics.tpips.retrieval import AspectIndex, contact_sheet

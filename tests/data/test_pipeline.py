@@ -19,8 +19,8 @@ from PIL import Image
 
 import genmetrics as gm
 from genmetrics.cli.main import cli
-from genmetrics.data.images import load_image, pil_to_tensor
-from genmetrics.data.pipeline import decoded, decoded_chunks, rgb_uint8
+from genmetrics.data.io.images import load_image, pil_to_tensor
+from genmetrics.data.io.pipeline import decoded, decoded_chunks, rgb_uint8
 from genmetrics.errors import InputError
 from genmetrics.leaderboard import run_leaderboard
 from genmetrics.testing import random_images
@@ -186,7 +186,7 @@ def test_no_worker_left_behind(tmp_path, how):
         f"""
         import os, sys, time
         from pathlib import Path
-        from genmetrics.data.pipeline import decoded
+        from genmetrics.data.io.pipeline import decoded
         files = sorted(Path({str(tmp_path / "refs")!r}).iterdir()) * 200
         def slow(im, name):
             if {how!r} == "worker_error":
@@ -289,7 +289,7 @@ def test_every_metric_bitwise_equal_for_any_workers_and_batch(name, data, tmp_pa
 def test_workers_beyond_the_cap_refused_on_every_command(command):
     """``--workers 10000`` would start (or silently cap) ten thousand processes: every command that reads
     files refuses it at parse time, naming the flag and its range (exit 2)."""
-    from genmetrics.data.workers import MAX_WORKERS, check_workers
+    from genmetrics.data.io.workers import MAX_WORKERS, check_workers
 
     res = CliRunner().invoke(cli, [command, "--workers", str(MAX_WORKERS + 1)])
     assert res.exit_code == 2, res.output

@@ -3,8 +3,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from genmetrics.data.batching import map_batches, padding_efficiency, token_budget_batches
-from genmetrics.data.cache import FeatureCache, content_hash
+from genmetrics.data.io.batching import (
+    chunk_slices,
+    fixed_batches,
+    map_batches,
+    padding_efficiency,
+    token_budget_batches,
+)
 
 
 class FakeModel:
@@ -55,41 +60,11 @@ def test_token_budget_batches_cover_every_sample_once():
     assert token_budget_batches([5000], budget=100) == [[0]]
 
 
-def test_cache_round_trip_and_invalidation(tmp_path):
-    from PIL import Image
-
-    img = tmp_path / "a.png"
-    Image.new("RGB", (8, 8), (1, 2, 3)).save(img)
-    cache = FeatureCache("model-x", tmp_path / "cache")
-    assert cache.get(img) is None
-    emb = torch.randn(5)
-    cache.put(img, {"embedding": emb})
-    assert torch.equal(cache.get(img)["embedding"], emb)
-    assert len(cache) == 1
-    # another model identity does not see it
-    assert FeatureCache("model-y", tmp_path / "cache").get(img) is None
-    # changing the bytes changes the key
-    Image.new("RGB", (8, 8), (1, 2, 4)).save(img)
-    assert cache.get(img) is None
-    # tensors hash by content
-    t = torch.zeros(3, 4, 4, dtype=torch.uint8)
-    assert content_hash(t) == content_hash(t.clone()) != content_hash(t + 1)
-
-
-def test_torn_cache_file_is_recomputed(tmp_path):
-    cache = FeatureCache("m", tmp_path)
-    x = torch.ones(3, 2, 2)
-    cache.put(x, {"e": torch.ones(2)})
-    path = next(tmp_path.rglob("*.safetensors"))
-    path.write_bytes(path.read_bytes()[:10])
-    assert cache.get(x) is None
-
-
 def test_iter_decoded_in_workers_keeps_order_and_reports_bad_files(tmp_path):
     from PIL import Image
 
-    from genmetrics.data.batching import iter_decoded
-    from genmetrics.data.images import to_tensor
+    from genmetrics.data.io.batching import iter_decoded
+    from genmetrics.data.io.images import to_tensor
     from genmetrics.errors import InputError
 
     paths = []
@@ -102,3 +77,15 @@ def test_iter_decoded_in_workers_keeps_order_and_reports_bad_files(tmp_path):
     assert [i for i, _ in got] == list(range(5))
     assert isinstance(got[2][1], InputError) and "2.png" in str(got[2][1])
     assert torch.allclose(got[4][1], torch.full((3, 4, 4), 4 / 255))
+
+
+@pytest.mark.parametrize("n", [0, 1, 5, 16, 17])
+@pytest.mark.parametrize("size", [1, 2, 4, 16, 64])
+def test_chunk_slices_are_the_chunks_of_fixed_batches(n, size):
+    """Every item once, in order, in chunks of ``size`` (the last smaller): the same chunks as fixed_batches."""
+    items = list(range(n))
+    slices = chunk_slices(n, size)
+    assert [items[s] for s in slices] == list(fixed_batches(items, size))
+    assert [i for s in slices for i in items[s]] == items
+    assert all(s.stop - s.start == size for s in slices[:-1])
+    assert all(0 <= s.start < s.stop <= n for s in slices)  # never past the end

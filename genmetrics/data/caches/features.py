@@ -23,7 +23,7 @@ from PIL import Image
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from genmetrics.data.results import atomic_output
+from genmetrics.data.output.atomic import atomic_output
 from genmetrics.errors import InputError
 
 
@@ -175,7 +175,7 @@ class FeatureCache:
             return
         p = self._path(key or content_hash(image))
         try:
-            with atomic_output(p, root=self.root) as tmp:  # the write rule (genmetrics/data/results.py)
+            with atomic_output(p, root=self.root) as tmp:  # the write rule (genmetrics/data/output/)
                 save_file(
                     {k: v.detach().cpu().contiguous() for k, v in tensors.items()},
                     str(tmp),

@@ -1,0 +1,1 @@
+"""Image input: the image contract, the decoding pipeline, batching and decoding workers."""

@@ -1,0 +1,1 @@
+"""Result files: everything genmetrics writes, one concern per module (see :mod:`genmetrics.data`)."""
