@@ -40,7 +40,7 @@ from typing import Any
 
 import torch
 
-from genmetrics.data.homefile import HomeFileError, home_lock, read_json_record
+from genmetrics.data.caches.homefile import HomeFileError, home_lock, read_json_record
 from genmetrics.data.results import atomic_write_json, destination
 from genmetrics.errors import InputError
 from genmetrics.options import env

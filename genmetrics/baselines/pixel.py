@@ -29,7 +29,6 @@ from genmetrics.core.metric import SampleMetric
 from genmetrics.core.options import choice, integer, number
 from genmetrics.data.io.images import ResizePolicy, as_image_list, check_same_size, load_image, to_tensor
 from genmetrics.data.io.pipeline import rgb_uint8
-from genmetrics.backbones.fastpath import STORE_NAME, choose_path
 from genmetrics.errors import InputError
 from genmetrics.functional import pixel as P
 

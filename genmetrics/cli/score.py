@@ -19,6 +19,15 @@ import torch
 from genmetrics.backbones.precheck import check_metric_weights
 from genmetrics.backbones.provider import describe_provider
 from genmetrics.cli.common import echo_json, parse_options
+from genmetrics.core.registry import (
+    Granularity,
+    MetricCard,
+    ReferenceKind,
+    create_metric,
+    get_card,
+    metric_options,
+)
+from genmetrics.core.wiring import Feeds, Sample, Sources, WiringError, feeds, wire
 from genmetrics.data.io.batching import fixed_batches
 from genmetrics.data.io.images import check_image_header, list_images, stem_index, unused_references
 from genmetrics.data.io.pipeline import (
@@ -34,23 +43,6 @@ from genmetrics.data.output.atomic import atomic_write_json, atomic_write_text
 from genmetrics.data.output.rows import dumps_line
 from genmetrics.data.progress import progress
 from genmetrics.data.text.jsonable import jsonable
-from genmetrics.errors import InputError
-from genmetrics.leaderboard.notes import SMALL_SET, banner, small_sets
-from genmetrics.core.wiring import Feeds, Sample, Sources, WiringError, feeds, wire
-from genmetrics.core.registry import (
-    Granularity,
-    MetricCard,
-    ReferenceKind,
-    create_metric,
-    get_card,
-    metric_options,
-)
-from genmetrics.core.wiring import Feeds, Sample, Sources, WiringError, feeds, wire
-from genmetrics.data.images import check_image_header, list_images, stem_index, unused_references
-from genmetrics.data.pipeline import PATHS, DecodedCache, check_workers, decoded, decoded_chunks, transform_of
-from genmetrics.data.progress import progress
-from genmetrics.data.results import atomic_write_json, atomic_write_text, dumps_line, jsonable
-from genmetrics.data.workers import workers_option
 from genmetrics.errors import InputError
 from genmetrics.leaderboard.notes import SMALL_SET, banner, small_sets
 

@@ -41,7 +41,7 @@ from genmetrics.core.sample_ids import UNNAMED_ID, hash_id, keep_index
 from genmetrics.core.sample_metric import SampleMetric
 
 # as_text_list is re-exported: the text contract lives in data/text.py, below metric and backbones
-from genmetrics.data.text import as_text_list
+from genmetrics.data.text.inputs import as_text_list
 
 __all__ = [
     "OPTIONS_STATE_PREFIX",

@@ -25,9 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from genmetrics.core.registry import Granularity
-from genmetrics.data.text.escape import html_text
 from genmetrics.data.io.images import load_image
 from genmetrics.data.output.atomic import atomic_write_text
+from genmetrics.data.text.escape import html_text
 from genmetrics.errors import InputError
 from genmetrics.leaderboard.notes import notes
 from genmetrics.leaderboard.numbers import fmt, fmt_ci, unit_suffix

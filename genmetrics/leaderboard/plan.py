@@ -20,11 +20,12 @@ import torch
 
 from genmetrics.backbones.precheck import check_metric_weights
 from genmetrics.backbones.weights import genmetrics_home
-from genmetrics.core.options import device as check_device, expand_user
+from genmetrics.core.options import device as check_device
+from genmetrics.core.options import expand_user
 from genmetrics.core.registry import Granularity, MetricCard, create_metric, get_card, metric_options
 from genmetrics.core.wiring import Feeds, Sample, Sources, WiringError, feeds, wire
-from genmetrics.data.io.images import list_images, stem_index
 from genmetrics.data.device import available_devices
+from genmetrics.data.io.images import list_images, stem_index
 from genmetrics.data.jsonl import iter_jsonl
 from genmetrics.errors import GenmetricsError, InputError
 from genmetrics.leaderboard.config import GeneratorSpec, KeyPath, LeaderboardConfig, MetricSpec, key_str

@@ -32,8 +32,8 @@ import numpy as np
 import pandas as pd
 
 from genmetrics.core.registry import Granularity
-from genmetrics.data.text.escape import csv_cell, html_text, md_text, visible_bidi
 from genmetrics.data.output.atomic import atomic_write_json, atomic_write_text
+from genmetrics.data.text.escape import csv_cell, html_text, md_text, visible_bidi
 from genmetrics.functional.bootstrap import bootstrap_ci, paired_bootstrap
 from genmetrics.leaderboard.gallery import write_galleries
 from genmetrics.leaderboard.notes import BANNER, notes

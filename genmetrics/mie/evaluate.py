@@ -44,10 +44,10 @@ from PIL import Image
 from torchmetrics.functional.classification import binary_f1_score, binary_recall
 
 from genmetrics.core.registry import create_metric, metric_info
-from genmetrics.data.text.escape import md_text
+from genmetrics.data.io.batching import chunk_slices
 from genmetrics.data.io.pipeline import DecodedCache, decoded_chunks
 from genmetrics.data.output.atomic import atomic_output, atomic_write_json, atomic_write_text
-from genmetrics.data.io.batching import chunk_slices
+from genmetrics.data.text.escape import md_text
 from genmetrics.errors import InputError
 from genmetrics.functional.bootstrap import bootstrap_ci
 from genmetrics.functional.ranking import pairwise_correct

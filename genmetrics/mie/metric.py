@@ -28,7 +28,6 @@ from genmetrics.backbones.qwen_vl import smart_resize
 from genmetrics.core.metric import SampleMetric
 from genmetrics.core.options import integer
 from genmetrics.core.sample_ids import drop_duplicate_ids
-from genmetrics.data.batching import device_memory
 from genmetrics.data.device import check_precision, precision_autocast
 from genmetrics.data.io.batching import device_memory
 from genmetrics.data.io.images import as_image_list

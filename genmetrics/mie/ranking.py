@@ -18,8 +18,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from genmetrics.core.options import choice, integer, number
-from genmetrics.data.text.escape import md_text, mpl_text
 from genmetrics.data.output.atomic import atomic_output
+from genmetrics.data.text.escape import md_text, mpl_text
 from genmetrics.errors import InputError
 from genmetrics.functional.bootstrap import MAX_N_BOOT, bootstrap_ci
 from genmetrics.functional.ranking import (

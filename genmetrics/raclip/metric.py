@@ -18,8 +18,6 @@ import open_clip
 import torch
 import torch.nn.functional as F
 
-from genmetrics import options as O
-from genmetrics._torchmetrics_compat import set_update_count
 from genmetrics.backbones.openclip import (
     TextEmbeddingCache,
     clip_image_batch,
@@ -29,9 +27,9 @@ from genmetrics.backbones.openclip import (
 )
 from genmetrics.backbones.provider import current_provider
 from genmetrics.core import options as O
+from genmetrics.core._torchmetrics_compat import set_update_count
 from genmetrics.core.metric import Metric, SampleMetric
 from genmetrics.core.options import choice, number, template
-from genmetrics.data.batching import map_batches
 from genmetrics.data.device import check_precision, precision_autocast
 from genmetrics.data.io.batching import map_batches
 from genmetrics.data.io.images import as_image_list, to_tensor

@@ -46,7 +46,6 @@ import numpy as np
 import torch
 
 from genmetrics.core.registry import create_metric, metric_info
-from genmetrics.data.escape import md_text
 from genmetrics.data.io.pipeline import PATHS, DecodedCache, decoded_chunks, transform_of
 from genmetrics.data.jsonl import OddOneOutRecord, TwoAFCRecord, iter_jsonl, load_odd_one_out, load_two_afc
 from genmetrics.data.output.atomic import atomic_write_json, atomic_write_text

@@ -29,7 +29,6 @@ from genmetrics.backbones.memory_model import batch_peak_bytes, image_hw, real_c
 from genmetrics.backbones.qwen_vl import IMAGE_MODES, mode_sensitive, official_rgb_uint8, qwen_image
 from genmetrics.core.metric import SampleMetric, batch_len, eval_mode, hash_id, keep_index, slice_batch
 from genmetrics.core.options import integer, number
-from genmetrics.data.batching import device_memory, map_batches
 from genmetrics.data.device import check_precision, precision_autocast
 from genmetrics.data.io.batching import device_memory, map_batches
 from genmetrics.data.io.images import as_image_list, to_tensor

@@ -8,9 +8,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import torch
 import genmetrics.core.options as opt
-import genmetrics.options as opt
 from genmetrics.data.device import available_devices
 from genmetrics.errors import GenmetricsError, InputError
 

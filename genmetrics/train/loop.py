@@ -31,8 +31,8 @@ from transformers import get_scheduler
 
 from genmetrics.core.options import env
 from genmetrics.data.output.atomic import atomic_write_json
-from genmetrics.data.output.write_rule import destination
 from genmetrics.data.output.lock import lock_output_folder
+from genmetrics.data.output.write_rule import destination
 from genmetrics.errors import InputError
 from genmetrics.train import checkpoint as ck
 from genmetrics.train import run_dir as rd

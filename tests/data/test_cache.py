@@ -1,4 +1,4 @@
-"""genmetrics.data.cache: feature-cache entries that are pickles, of another shape or dtype, NaN, behind links or on a
+"""genmetrics.data.caches.features: feature-cache entries that are pickles, of another shape or dtype, NaN, behind links or on a
 read-only disk are misses (or refused), never scores."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ case = HOSTILE.case
 
 @case("h-cache-entry-pickle", "pickle", "feature cache: an entry replaced by a pickle is a miss")
 def _(ctx):
-    from genmetrics.data.cache import FeatureCache
+    from genmetrics.data.caches.features import FeatureCache
 
     cache = FeatureCache("m", root=ctx.out)
     cache.put(b"img", {"embedding": torch.nn.functional.normalize(torch.ones(4), dim=0)})
@@ -32,7 +32,7 @@ def _(ctx):
 
 @case("h-link-cache-shard", "link", "a feature-cache shard folder is a link to a folder outside")
 def _(ctx):
-    from genmetrics.data.cache import FeatureCache, content_hash
+    from genmetrics.data.caches.features import FeatureCache, content_hash
 
     cache = FeatureCache("m", root=ctx.out)
     shard = cache.dir / content_hash(b"img")[:2]
@@ -46,7 +46,7 @@ def _(ctx):
 
 
 def _cache_poison(ctx: Ctx, entry: dict[str, torch.Tensor]) -> None:
-    from genmetrics.data.cache import FeatureCache
+    from genmetrics.data.caches.features import FeatureCache
 
     cache = FeatureCache("m", root=ctx.out)
     cache.put(b"img", entry)
@@ -80,7 +80,7 @@ def _(ctx):
 
 @case("h-readonly-feature-cache", "fault", "a feature cache on a read-only disk: served uncached, warned")
 def _(ctx):
-    from genmetrics.data.cache import FeatureCache
+    from genmetrics.data.caches.features import FeatureCache
 
     mnt = _read_only(ctx)
     try:
