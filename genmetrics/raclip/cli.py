@@ -122,6 +122,10 @@ def compare_cmd(
                 "fit a Gaussian per set and need at least 2 images in each folder"
             )
     attrs = resolve_attributes(attributes, name="--attributes")
+    from genmetrics.backbones.precheck import check_weights_available
+
+    # offline, or an unreachable hub: weights in no cache are reported before open_clip loads or OUT is locked
+    check_weights_available(weights)
     out = Path(out_dir)
     from genmetrics.data.output.lock import lock_output_folder
 

@@ -41,7 +41,7 @@ def empty_home(monkeypatch, tmp_path):
 
 
 def test_every_judged_metric_fails_without_importing_a_model_library(tmp_path):
-    """One fresh interpreter scores each judged metric, then runs a leaderboard, against an unreachable hub with
+    """One fresh interpreter scores each judged metric, then runs compare and a leaderboard, against an unreachable hub with
     empty caches: each exits 1 naming its weights, and no model library was imported (what made a failing
     command take 6-9 s)."""
     env = {
@@ -74,6 +74,11 @@ def test_every_judged_metric_fails_without_importing_a_model_library(tmp_path):
             out[name] = [rc, err.getvalue()]
         err = io.StringIO()
         with contextlib.redirect_stderr(err):
+            rc = main(["compare", "--real", {str(data / "refs")!r}, "--generated", {str(data / "gen" / "blur")!r},
+                       "--attributes", "celeba-20", "--out", {str(tmp_path / "cmp")!r}])
+        out["compare"] = [rc, err.getvalue()]
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
             rc = main(["leaderboard", {str(tmp_path / "board.toml")!r}, "--out", {str(tmp_path / "board")!r}])
         out["leaderboard"] = [rc, err.getvalue()]
         out["imported"] = sorted(m for m in sys.modules if m.startswith({HEAVY!r}))
@@ -86,6 +91,9 @@ def test_every_judged_metric_fails_without_importing_a_model_library(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     got = json.loads(r.stdout.strip().splitlines()[-1])
     assert got.pop("imported") == []
+    rc, err = got.pop("compare")
+    assert rc == 1 and "'ViT-B-32-quickgelu/openai' are not available" in err, err
+    assert not (tmp_path / "cmp").exists()  # nothing locked or written
     rc, err = got.pop("leaderboard")
     assert rc == 1 and "metrics[0]" in err and "'facebook/dinov2-base' are not available" in err, err
     for name, (rc, err) in got.items():
