@@ -42,8 +42,9 @@ from genmetrics.data.io.workers import workers_option
 from genmetrics.data.output.atomic import atomic_write_json, atomic_write_text
 from genmetrics.data.output.rows import dumps_line
 from genmetrics.data.progress import progress
+from genmetrics.data.text.inputs import as_text_list
 from genmetrics.data.text.jsonable import jsonable
-from genmetrics.errors import InputError
+from genmetrics.errors import InputError, WeightsUnavailableError
 from genmetrics.leaderboard.notes import SMALL_SET, banner, small_sets
 
 #: what ``--reference`` is, by the input the card needs
@@ -236,8 +237,14 @@ def score_cmd(
     same_size = get_card(name).reference is ReferenceKind.MATCHED and _keeps_size(name, kwargs)
     samples, real = _drop_bad_files(samples, real, on_error, same_size=same_size)
 
-    # offline, or an unreachable hub: weights in no cache are reported before open_clip / transformers load
-    check_metric_weights(card.default_weights, card.factory, kwargs)
+    # offline, or an unreachable hub: weights in no cache are reported before open_clip / transformers load,
+    # after the inputs the metric would have refused first (an empty --condition)
+    try:
+        check_metric_weights(card.default_weights, card.factory, kwargs)
+    except WeightsUnavailableError:
+        if condition:
+            as_text_list(list(condition), name="--condition")
+        raise
     metric = create_metric(name, **kwargs)
     value, per, n = _run(metric, name, feed, samples, real, workers=n_workers, on_error=on_error)
     result: dict[str, Any] = {"metric": name, "n": n, "value": value}

@@ -22,6 +22,7 @@ import hashlib
 import importlib
 import os
 import pickle
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -183,6 +184,8 @@ def all_cases() -> list[Hostile]:
         if "HOSTILE = Cases()" not in path.read_text(encoding="utf-8"):
             continue
         name = ".".join(("tests", *path.relative_to(tests).with_suffix("").parts))
+        if str(path.parent) not in sys.path:  # its helpers (lb_fakes, _data) import as pytest finds them
+            sys.path.insert(0, str(path.parent))
         found += importlib.import_module(name).HOSTILE
     return found
 
