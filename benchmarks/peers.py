@@ -481,7 +481,7 @@ def bench_psnr_kernels(args: argparse.Namespace) -> dict[str, Any]:
         "sub_norm": lambda: [P.squared_error_sums(cand[s], ref[s]) for s in chunks],
         "kernel": lambda: [P.squared_error_sums(cand[s], ref[s], with_range=True) for s in chunks],
         "native_kernel": lambda: [
-            N.squared_error_sums(cand[s], ref[s], with_range=True, native=True) for s in chunks
+            N.squared_error_sums_by(cand[s], ref[s], with_range=True, native=True) for s in chunks
         ],
         "metric": metric,
         "metric_update": metric_update,

@@ -68,11 +68,11 @@ def version_counter(t: torch.Tensor) -> int:
     return int(t._version)
 
 
-def check_private_apis() -> dict[str, str]:
+def check_torch_private_apis() -> dict[str, str]:
     """``{private name: what went wrong}`` for each private API that is missing or behaves differently in
     the installed torch (empty when all work). The oneDNN ops are only checked where oneDNN is built in.
 
-    >>> isinstance(check_private_apis(), dict)
+    >>> isinstance(check_torch_private_apis(), dict)
     True
     """
     problems: dict[str, str] = {}
@@ -117,5 +117,5 @@ def onednn_linear_available() -> bool:
     if not torch.backends.mkldnn.is_available():
         return False
     with torch.autocast("cpu", enabled=False):  # the float32 reference products, whatever the caller's state
-        problems = check_private_apis()
+        problems = check_torch_private_apis()
     return PRIVATE_APIS[0] not in problems and PRIVATE_APIS[1] not in problems

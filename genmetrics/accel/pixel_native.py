@@ -68,7 +68,7 @@ def native_ok(preds: torch.Tensor, target: torch.Tensor) -> bool:
 def native_sums(
     preds: torch.Tensor, target: torch.Tensor, with_range: bool
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """:func:`squared_error_sums` by the native kernel (inputs that :func:`native_ok` accepts): one read of each
+    """:func:`~genmetrics.functional.pixel.squared_error_sums` by the native kernel (inputs that :func:`native_ok` accepts): one read of each
     input. The rows are split into contiguous parts, one per torch thread (at least
     :data:`NATIVE_BYTES_PER_THREAD` each); every row is summed the same way whatever the split, so the sums
     do not depend on the thread count.
@@ -147,14 +147,14 @@ def _wait_all(events: list[threading.Event]) -> None:
         raise interrupted
 
 
-def squared_error_sums(
+def squared_error_sums_by(
     preds: torch.Tensor, target: torch.Tensor, *, with_range: bool = False, native: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """:func:`genmetrics.functional.pixel.squared_error_sums`, by the native kernel when ``native`` and
     :func:`native_ok` (its documented order: the same bits for uint8, float32 rounding otherwise).
 
     >>> u = torch.full((1, 3, 4, 4), 200, dtype=torch.uint8)
-    >>> squared_error_sums(u, u - 3, native=True)[0].tolist() == P.squared_error_sums(u, u - 3)[0].tolist()
+    >>> squared_error_sums_by(u, u - 3, native=True)[0].tolist() == P.squared_error_sums(u, u - 3)[0].tolist()
     True
     """
     # a negative-bit view (``z.conj().imag``) holds its values negated in memory: the kernel reads memory
@@ -196,8 +196,8 @@ def native_psnr_path(preds: torch.Tensor, target: torch.Tensor) -> bool:
 
     def candidates() -> dict[str, Any]:
         return {
-            "torch": lambda: squared_error_sums(p, t, with_range=True),
-            "native": lambda: squared_error_sums(p, t, with_range=True, native=True),
+            "torch": lambda: squared_error_sums_by(p, t, with_range=True),
+            "native": lambda: squared_error_sums_by(p, t, with_range=True, native=True),
         }
 
     exact = preds.dtype == torch.uint8  # exact integer sums on both paths

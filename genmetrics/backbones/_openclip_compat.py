@@ -13,7 +13,7 @@
 open_clip has no public equivalent of any of them. A tower without ``_embeds`` (:func:`has_embeds` is
 False) takes the public ``encode_image`` / ``encode_text`` path: slower, same score. Calling a wrapper on
 an open_clip that dropped the member raises :class:`~genmetrics.errors.DependencyChanged`, naming the member and the installed
-version; ``tests/backbones/test_openclip_compat.py`` runs :func:`check_private_apis` on the installed
+version; ``tests/backbones/test_openclip_compat.py`` runs :func:`check_openclip_private_apis` on the installed
 open_clip.
 """
 
@@ -98,11 +98,11 @@ def safetensors_alternatives(filename: str) -> list[str]:
     return list(fn(filename))
 
 
-def check_private_apis() -> None:
+def check_openclip_private_apis() -> None:
     """Raise :class:`~genmetrics.errors.DependencyChanged` naming the first member of :data:`PRIVATE_APIS` the installed
     open_clip lacks.
 
-    >>> check_private_apis()
+    >>> check_openclip_private_apis()
     """
     import open_clip.pretrained as ocp
     import open_clip.transformer as oct

@@ -7,7 +7,7 @@
 
 On a transformers that dropped it, :func:`attn_implementation_of` raises :class:`~genmetrics.errors.DependencyChanged`
 naming the member and the installed version; ``tests/backbones/test_transformers_compat.py`` runs
-:func:`check_private_apis` on the installed transformers.
+:func:`check_transformers_private_apis` on the installed transformers.
 """
 
 from __future__ import annotations
@@ -43,11 +43,11 @@ def attn_implementation_of(config: Any) -> str | None:
     return None if impl is None else str(impl)
 
 
-def check_private_apis() -> None:
+def check_transformers_private_apis() -> None:
     """Raise :class:`~genmetrics.errors.DependencyChanged` naming the first member of :data:`PRIVATE_APIS` the installed
     transformers lacks.
 
-    >>> check_private_apis()
+    >>> check_transformers_private_apis()
     """
     from transformers import PretrainedConfig
 

@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from genmetrics.accel.pixel_native import native_psnr_path, squared_error_sums
+from genmetrics.accel.pixel_native import native_psnr_path, squared_error_sums_by
 from genmetrics.accel.views import batch_view
 from genmetrics.core.metric import SampleMetric
 from genmetrics.core.options import choice, integer, number
@@ -311,7 +311,7 @@ class PSNR(_PairedPixelMetric):
         return (-10.0 * torch.log10(mse)).clamp(max=self.max_db)
 
     def _fn(self, preds: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        sse, _ = squared_error_sums(preds, target, native=native_psnr_path(preds, target))
+        sse, _ = squared_error_sums_by(preds, target, native=native_psnr_path(preds, target))
         n = preds[0].numel() if preds.shape[0] else 1
         return P.psnr_from_sse(sse, n).clamp(max=self.max_db)
 
@@ -339,12 +339,12 @@ class PSNR(_PairedPixelMetric):
         if r.dtype == torch.uint8:
             if self._compute_dtype() not in (None, torch.float32):
                 return None
-            sse, _ = squared_error_sums(c, r, native=native_psnr_path(c, r))
+            sse, _ = squared_error_sums_by(c, r, native=native_psnr_path(c, r))
             return P.psnr_from_sse(sse, n, data_range=255.0).clamp(max=self.max_db)
         want = self._compute_dtype() or (torch.float64 if r.dtype == torch.float64 else torch.float32)
         if r.dtype != want:
             return None
-        sse, rng = squared_error_sums(c, r, with_range=True, native=native_psnr_path(c, r))
+        sse, rng = squared_error_sums_by(c, r, with_range=True, native=native_psnr_path(c, r))
         assert rng is not None  # with_range=True
         lo, hi = (float(v) for v in rng)
         if not (0.0 <= lo and hi <= self.data_range):  # also False for NaN

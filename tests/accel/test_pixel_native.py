@@ -35,8 +35,8 @@ EPS32 = 1.1920929e-07
 
 
 def _psnr(p: torch.Tensor, t: torch.Tensor, *, native: bool) -> torch.Tensor:
-    """PSNR per image from the sums of :func:`genmetrics.accel.pixel_native.squared_error_sums`."""
-    sse, _ = N.squared_error_sums(p, t, native=native)
+    """PSNR per image from the sums of :func:`genmetrics.accel.pixel_native.squared_error_sums_by`."""
+    sse, _ = N.squared_error_sums_by(p, t, native=native)
     return P.psnr_from_sse(sse, p[0].numel() if p.shape[0] else 1)
 
 
@@ -83,7 +83,7 @@ def test_float32_sums_are_the_documented_lane_order_bitwise(shape):
     adds are below one eps32 together)."""
     b, c, h, w = shape
     p, t = _pair(b, h, w, c=c, seed=w)
-    sse, rng = N.squared_error_sums(p, t, with_range=True, native=True)
+    sse, rng = N.squared_error_sums_by(p, t, with_range=True, native=True)
     assert torch.equal(sse, lane_order_sums(p, t))
     exact = ((p.double() - t.double()) ** 2).sum((1, 2, 3))
     assert torch.all((sse - exact).abs() <= (min(w, 1024) / 8 + 5) * EPS32 * exact)
@@ -101,10 +101,10 @@ def test_uint8_sums_are_exact_integers():
     p[0, 0, 0, :] = 0
     t[0, 0, 0, :] = 255
     exact = ((p.long() - t.long()) ** 2).sum((1, 2, 3))
-    sse, rng = N.squared_error_sums(p, t, with_range=True, native=True)
+    sse, rng = N.squared_error_sums_by(p, t, with_range=True, native=True)
     assert sse.dtype == torch.float64 and torch.equal(sse, exact.double())
     assert rng.dtype == torch.uint8 and rng.tolist() == [0, 255]
-    _, rng = N.squared_error_sums(p.clamp(10, 200), t.clamp(20, 250), with_range=True, native=True)
+    _, rng = N.squared_error_sums_by(p.clamp(10, 200), t.clamp(20, 250), with_range=True, native=True)
     assert rng.tolist() == [10, 250]
 
 
@@ -116,13 +116,13 @@ def test_range_is_the_float_range_in_every_case():
     p, t = _pair(3, 8, 8)
     cases = range_cases(p, t)
     for name, (a, b) in cases.items():
-        _, rng = N.squared_error_sums(a, b, with_range=True, native=True)
+        _, rng = N.squared_error_sums_by(a, b, with_range=True, native=True)
         both = torch.cat((a.flatten(), b.flatten())).double()
         assert rng.double().tolist() == [float(both.min()), float(both.max())], name
     for side in (0, 1):
         q = [p.clone(), t.clone()]
         q[side][1, 0, 4, 4] = float("nan")
-        sse, rng = N.squared_error_sums(q[0], q[1], with_range=True, native=True)
+        sse, rng = N.squared_error_sums_by(q[0], q[1], with_range=True, native=True)
         assert sse[1].isnan() and rng.isnan().any(), side
 
 
@@ -160,7 +160,7 @@ def test_any_thread_count_and_split_gives_the_same_bits(monkeypatch, dtype):
     try:
         for n in (1, 2, 3, 7):
             torch.set_num_threads(n)
-            got.append(N.squared_error_sums(p, t, with_range=True, native=True))
+            got.append(N.squared_error_sums_by(p, t, with_range=True, native=True))
     finally:
         torch.set_num_threads(before)
     for sse, rng in got[1:]:
@@ -170,8 +170,8 @@ def test_any_thread_count_and_split_gives_the_same_bits(monkeypatch, dtype):
 @needs_native
 def test_a_row_scored_in_a_batch_equals_it_scored_alone():
     p, t = _pair(6, 12, 20, seed=4)
-    whole, _ = N.squared_error_sums(p, t, native=True)
-    alone = torch.cat([N.squared_error_sums(p[i : i + 1], t[i : i + 1], native=True)[0] for i in range(6)])
+    whole, _ = N.squared_error_sums_by(p, t, native=True)
+    alone = torch.cat([N.squared_error_sums_by(p[i : i + 1], t[i : i + 1], native=True)[0] for i in range(6)])
     assert torch.equal(whole, alone)
 
 
@@ -187,8 +187,8 @@ def test_a_row_scored_in_a_batch_equals_it_scored_alone():
 )
 def test_what_the_kernel_cannot_read_takes_the_torch_path(make):
     p, t = make(*_pair(2, 8, 8))
-    a, ra = N.squared_error_sums(p, t, with_range=True, native=True)
-    b, rb = N.squared_error_sums(p, t, with_range=True)
+    a, ra = N.squared_error_sums_by(p, t, with_range=True, native=True)
+    b, rb = N.squared_error_sums_by(p, t, with_range=True)
     assert torch.equal(a, b) and torch.equal(ra, rb)
     if p.requires_grad:
         assert a.requires_grad  # the plain expression kept the graph
@@ -218,7 +218,7 @@ def test_a_native_kernel_measured_slower_is_never_taken(monkeypatch):
         assert native_psnr_path(p, t) is False
         m = PSNR()
         m.update(reference=t, candidates=p)
-        plain = P.psnr_from_sse(N.squared_error_sums(p, t)[0], p[0].numel())
+        plain = P.psnr_from_sse(N.squared_error_sums_by(p, t)[0], p[0].numel())
         assert torch.equal(m.per_sample()["scores"], plain.clamp(max=m.max_db))
     finally:
         fastpath.forget_fast_path_choices()
@@ -229,8 +229,8 @@ def test_without_the_extension_the_metric_takes_the_torch_path(monkeypatch):
     fastpath.forget_fast_path_choices()
     p, t = _pair(3, 16, 16)
     assert not N.native_available() and native_psnr_path(p, t) is False
-    a, _ = N.squared_error_sums(p, t, native=True)  # asked for, not there: the torch path, no error
-    assert torch.equal(a, N.squared_error_sums(p, t)[0])
+    a, _ = N.squared_error_sums_by(p, t, native=True)  # asked for, not there: the torch path, no error
+    assert torch.equal(a, N.squared_error_sums_by(p, t)[0])
     assert fastpath.fast_path_choices() == []  # nothing measured
 
 
@@ -327,10 +327,10 @@ def test_every_build_of_the_kernel_gives_the_same_bits(monkeypatch, tmp_path, fl
     cases += [((p * 255).round().to(torch.uint8), (t * 255).round().to(torch.uint8)) for p, t in cases]
     cases.append(_pair(2, 4, 16, seed=9))
     cases[-1][0][1, 0, 2, 5] = float("nan")
-    installed = [N.squared_error_sums(p, t, with_range=True, native=True) for p, t in cases]
+    installed = [N.squared_error_sums_by(p, t, with_range=True, native=True) for p, t in cases]
     monkeypatch.setattr(N, "_native", mod)
     for (p, t), (sse, rng) in zip(cases, installed):
-        other, orng = N.squared_error_sums(p, t, with_range=True, native=True)
+        other, orng = N.squared_error_sums_by(p, t, with_range=True, native=True)
         assert torch.equal(other.nan_to_num(-1.0), sse.nan_to_num(-1.0)), (p.dtype, p.shape)
         assert torch.equal(orng.nan_to_num(-1.0), rng.nan_to_num(-1.0)), (p.dtype, p.shape)
 
@@ -343,7 +343,7 @@ def test_a_long_row_stays_within_its_block_bound():
     g = torch.Generator().manual_seed(22)
     t = torch.rand(1, 1, 1, 1 << 22, generator=g)
     p = (t + 0.05 * torch.randn(t.shape, generator=g)).clamp(0, 1)
-    sse, _ = N.squared_error_sums(p, t, native=True)
+    sse, _ = N.squared_error_sums_by(p, t, native=True)
     exact = ((p.double() - t.double()) ** 2).sum((1, 2, 3))
     rel = (128 + 5) * EPS32
     assert float((sse - exact).abs().max()) <= rel * float(exact.max())
@@ -367,7 +367,7 @@ def test_uint8_torch_sums_are_the_kernel_s_bits_so_the_kernel_may_be_chosen_by_t
         )
     exact = (p.long() - t.long()).pow(2).flatten(1).sum(1).double()
     torch_sums, torch_rng = P.squared_error_sums(p, t, with_range=True)
-    native_sums, native_rng = N.squared_error_sums(p, t, with_range=True, native=True)
+    native_sums, native_rng = N.squared_error_sums_by(p, t, with_range=True, native=True)
     assert torch.equal(torch_sums, exact) and torch.equal(native_sums, exact)
     assert torch.equal(torch_rng, native_rng)
     scores = []

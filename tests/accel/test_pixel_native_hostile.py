@@ -76,7 +76,7 @@ def test_ctrl_c_returns_only_after_every_kernel_thread_stopped_reading(monkeypat
     try:
         torch.set_num_threads(4)
         with pytest.raises(KeyboardInterrupt):
-            N.squared_error_sums(p, t, native=True)
+            N.squared_error_sums_by(p, t, native=True)
             time.sleep(2)  # not interrupted inside the call: the signal is still on its way
         assert kernel.started >= 1 and kernel.finished == kernel.started
     finally:
@@ -104,7 +104,7 @@ def test_ctrl_c_while_the_kernel_threads_start_leaves_no_thread_reading(monkeypa
     try:
         torch.set_num_threads(4)
         with pytest.raises(KeyboardInterrupt):
-            N.squared_error_sums(*_pair(4, 8, 8), native=True)
+            N.squared_error_sums_by(*_pair(4, 8, 8), native=True)
         for t in calls:
             t.join(10)
         assert len(calls) == 2 and kernel.started == 0
@@ -128,7 +128,7 @@ def test_a_kernel_thread_that_fails_raises_instead_of_returning_unwritten_sums(m
     try:
         torch.set_num_threads(3)
         with pytest.raises(RuntimeError, match="native"):
-            N.squared_error_sums(*_pair(3, 4, 8), with_range=with_range, native=True)
+            N.squared_error_sums_by(*_pair(3, 4, 8), with_range=with_range, native=True)
     finally:
         torch.set_num_threads(before)
 
@@ -141,11 +141,11 @@ def test_a_negative_bit_view_is_read_as_its_values():
     z = torch.complex(torch.zeros(1, 1, 1, 1), torch.full((1, 1, 1, 1), 0.25)).conj().imag
     assert z.is_neg() and z.is_contiguous() and float(z) == -0.25
     t = torch.full((1, 1, 1, 1), 0.25)
-    sse, rng = N.squared_error_sums(z, t, with_range=True, native=True)
+    sse, rng = N.squared_error_sums_by(z, t, with_range=True, native=True)
     assert sse.tolist() == [0.25] and rng.tolist() == [-0.25, 0.25]  # (-0.25 - 0.25)^2
-    assert N.squared_error_sums(t, z, native=True)[0].tolist() == [0.25]  # as the target
+    assert N.squared_error_sums_by(t, z, native=True)[0].tolist() == [0.25]  # as the target
     assert _psnr(z, t, native=True).tolist() == P.psnr(z.resolve_neg(), t).tolist()
-    tsse, trng = N.squared_error_sums(z, t, with_range=True)  # the torch path: as its values too
+    tsse, trng = N.squared_error_sums_by(z, t, with_range=True)  # the torch path: as its values too
     assert torch.equal(tsse, sse) and torch.equal(trng, rng)
 
 
@@ -167,8 +167,8 @@ def test_the_native_sums_do_not_depend_on_the_memory_layout(dtype):
     if dtype == torch.uint8:
         p, t = (p * 255).round().to(dtype), (t * 255).round().to(dtype)
     for name, a, b in _layouts(p, t):
-        want = N.squared_error_sums(a.contiguous(), b.contiguous(), with_range=True, native=True)
-        got = N.squared_error_sums(a, b, with_range=True, native=True)
+        want = N.squared_error_sums_by(a.contiguous(), b.contiguous(), with_range=True, native=True)
+        got = N.squared_error_sums_by(a, b, with_range=True, native=True)
         assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1]), name
 
 
@@ -243,10 +243,10 @@ def test_thread_counts_above_the_rows_give_the_same_bits(monkeypatch, dtype):
     try:
         for p, t in cases:
             torch.set_num_threads(1)
-            want = N.squared_error_sums(p, t, with_range=True, native=True)
+            want = N.squared_error_sums_by(p, t, with_range=True, native=True)
             for k in range(2, 9):
                 torch.set_num_threads(k)
-                got = N.squared_error_sums(p, t, with_range=True, native=True)
+                got = N.squared_error_sums_by(p, t, with_range=True, native=True)
                 assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1]), (p.shape, k)
     finally:
         torch.set_num_threads(before)
@@ -256,12 +256,12 @@ def test_thread_counts_above_the_rows_give_the_same_bits(monkeypatch, dtype):
 def test_two_python_threads_scoring_at_once_get_their_own_sums(monkeypatch):
     monkeypatch.setattr(N, "NATIVE_BYTES_PER_THREAD", 1)
     pairs = [_pair(6, 16, 24, seed=s) for s in range(2)]
-    want = [N.squared_error_sums(p, t, with_range=True, native=True) for p, t in pairs]
+    want = [N.squared_error_sums_by(p, t, with_range=True, native=True) for p, t in pairs]
     got: list = [[], []]
 
     def score(i):
         for _ in range(20):
-            got[i].append(N.squared_error_sums(*pairs[i], with_range=True, native=True))
+            got[i].append(N.squared_error_sums_by(*pairs[i], with_range=True, native=True))
 
     threads = [threading.Thread(target=score, args=(i,)) for i in range(2)]
     for th in threads:
@@ -275,7 +275,7 @@ def test_two_python_threads_scoring_at_once_get_their_own_sums(monkeypatch):
 
 def _child_sums(queue) -> None:
     p, t = _pair(4, 8, 8)
-    queue.put(N.squared_error_sums(p, t, native=True)[0].tolist())
+    queue.put(N.squared_error_sums_by(p, t, native=True)[0].tolist())
 
 
 @needs_native
@@ -283,7 +283,7 @@ def _child_sums(queue) -> None:
 def test_a_fork_after_the_kernel_threads_ran_scores_the_same(monkeypatch):
     monkeypatch.setattr(N, "NATIVE_BYTES_PER_THREAD", 1)
     p, t = _pair(4, 8, 8)
-    want = N.squared_error_sums(p, t, native=True)[0].tolist()  # the kernel's threads ran here first
+    want = N.squared_error_sums_by(p, t, native=True)[0].tolist()  # the kernel's threads ran here first
     ctx = mp.get_context("fork")
     queue = ctx.SimpleQueue()
     child = ctx.Process(target=_child_sums, args=(queue,))
@@ -323,7 +323,7 @@ def test_wide_uint8_rows_are_exact_past_the_int32_partial_sums():
     p = torch.zeros(2, 1, 2, 70001, dtype=torch.uint8)
     t = torch.full_like(p, 255)
     t[1, 0, 1, -1] = 0
-    sse, rng = N.squared_error_sums(p, t, with_range=True, native=True)
+    sse, rng = N.squared_error_sums_by(p, t, with_range=True, native=True)
     assert sse.tolist() == [2 * 70001 * 255**2, (2 * 70001 - 1) * 255**2] and rng.tolist() == [0, 255]
 
 
@@ -402,11 +402,11 @@ def test_inputs_of_two_shapes_are_refused_not_mixed(native):
     for other in ((2, 3, 64, 1), (2, 3, 8, 1), (1, 3, 8, 8)):
         want = rf"\(2, 3, 8, 8\) and {re.escape(str(other))}"
         with pytest.raises(ValueError, match=want):
-            N.squared_error_sums(p, torch.rand(other), native=native)
+            N.squared_error_sums_by(p, torch.rand(other), native=native)
         with pytest.raises(ValueError, match=want):
             _psnr(p, torch.rand(other), native=native)
     with pytest.raises(ValueError, match=r"\[B,\.\.\.,W\].*\(5,\)"):
-        N.squared_error_sums(torch.rand(5), torch.rand(5), native=native)
+        N.squared_error_sums_by(torch.rand(5), torch.rand(5), native=native)
 
 
 @pytest.mark.parametrize("native", [False, True])
@@ -415,15 +415,15 @@ def test_an_empty_batch_scores_nothing_and_empty_images_are_refused(native):
     PSNR (0 / 0), a ValueError naming the shape, as a range of no values."""
     for dtype in (torch.float32, torch.uint8):
         x = torch.zeros(0, 3, 8, 8, dtype=dtype)
-        sse, rng = N.squared_error_sums(x, x, native=native)
+        sse, rng = N.squared_error_sums_by(x, x, native=native)
         assert sse.shape == (0,) and sse.dtype == torch.float64 and rng is None
         assert _psnr(x, x, native=native).shape == (0,)
         with pytest.raises(ValueError, match=r"no values.*\(0, 3, 8, 8\)"):
-            N.squared_error_sums(x, x, with_range=True, native=native)
+            N.squared_error_sums_by(x, x, with_range=True, native=native)
     for shape in ((2, 3, 0, 8), (2, 3, 8, 0)):
         e = torch.zeros(shape)
         with pytest.raises(ValueError, match=r"no values.*" + re.escape(str(shape))):
-            N.squared_error_sums(e, e, native=native)
+            N.squared_error_sums_by(e, e, native=native)
 
 
 def _ddp_psnr_worker(rank: int, world_size: int) -> dict:

@@ -14,7 +14,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "genmetrics"
 
 
 def test_private_torch_apis_still_behave():
-    problems = ti.check_private_apis()
+    problems = ti.check_torch_private_apis()
     assert not problems, (
         f"torch {torch.__version__} changed private APIs genmetrics relies on: {problems}. Update "
         "genmetrics/accel/_torch_internals.py (until then the packed oneDNN path falls back to F.linear, "
@@ -29,13 +29,13 @@ def test_the_checker_sees_a_broken_op(monkeypatch):
     if not torch.backends.mkldnn.is_available():
         return
     monkeypatch.setattr(ti, "linear_pointwise", lambda x, w, b, act="none": torch.zeros(2, 2))
-    assert "torch.ops.mkldnn._linear_pointwise" in ti.check_private_apis()
+    assert "torch.ops.mkldnn._linear_pointwise" in ti.check_torch_private_apis()
 
     def gone(*a, **k):
         raise AttributeError("_reorder_linear_weight")
 
     monkeypatch.setattr(ti, "reorder_linear_weight", gone)
-    assert "torch.ops.mkldnn._reorder_linear_weight" in ti.check_private_apis()
+    assert "torch.ops.mkldnn._reorder_linear_weight" in ti.check_torch_private_apis()
 
 
 def test_no_other_module_touches_these_private_apis():

@@ -15,7 +15,7 @@ from genmetrics.testing import tiny_qwen3vl_config
 
 
 def test_the_installed_transformers_has_every_member():
-    compat.check_private_apis()
+    compat.check_transformers_private_apis()
 
 
 @pytest.mark.parametrize("impl", ["eager", "sdpa"])
@@ -29,6 +29,6 @@ def test_a_release_without_the_member_fails_naming_it_and_the_version(monkeypatc
     config = tiny_qwen3vl_config()
     monkeypatch.delattr(PretrainedConfig, "_attn_implementation")
     version = installed_version("transformers")
-    for call in (compat.check_private_apis, lambda: compat.attn_implementation_of(config)):
+    for call in (compat.check_transformers_private_apis, lambda: compat.attn_implementation_of(config)):
         with pytest.raises(DependencyChanged, match=rf"transformers {version} has no .*_attn_implementation"):
             call()
