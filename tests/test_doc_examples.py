@@ -35,18 +35,7 @@ PENDING: dict[str, str] = {}
 METRIC_METHODS = ["options", "has_data", "backbones", "per_sample", "state_snapshot"]
 #: ``Class.method`` (qualified name, so an entry survives a module move) -> where it is defined; methods
 #: still without a docstring of their own (the list only shrinks)
-PENDING_DOCSTRINGS: dict[str, str] = {
-    "FeatureCache.put": "data/cache.py",
-    "ResizePolicy.apply_one": "data/images.py",
-    "OutputLock.release": "data/results.py",
-    "ResultsWriter.key": "data/results.py",
-    "ResultsWriter.done": "data/results.py",
-    "ResultsWriter.n_done": "data/results.py",
-    "ResultsWriter.write": "data/results.py",
-    "ResultsWriter.close": "data/results.py",
-    "ScoredSet.n": "raclip/report.py",
-    "ScoredSet.map_mean": "raclip/report.py",
-}
+PENDING_DOCSTRINGS: dict[str, str] = {}
 
 
 def _modules() -> list[str]:

@@ -57,10 +57,12 @@ class ScoredSet:
 
     @property
     def n(self) -> int:
+        """The number of images scored."""
         return int(self.scores.shape[0])
 
     @property
     def map_mean(self) -> torch.Tensor:
+        """The mean refined patch map ``[P,C]`` over the images (zeros for an empty set)."""
         return self.map_sum / max(self.n, 1)
 
 

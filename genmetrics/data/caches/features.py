@@ -171,6 +171,8 @@ class FeatureCache:
             )
 
     def put(self, image: Any, tensors: dict[str, torch.Tensor], *, key: str | None = None) -> None:
+        """Store ``tensors`` (safetensors, atomically) under ``key`` or the image's content hash; a cache that
+        cannot be written warns once and is turned off, never failing the run."""
         if self.read_only:
             return
         p = self._path(key or content_hash(image))

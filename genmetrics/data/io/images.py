@@ -548,6 +548,8 @@ class ResizePolicy:
             raise InputError(f"resize policy {self.name!r} needs a positive size, got {self.size!r}")
 
     def apply_one(self, x: torch.Tensor, target: tuple[int, int] | None = None) -> torch.Tensor:
+        """One image ``[C,H,W]`` under this policy (``target``: the size ``to_first`` resizes to); returned
+        unchanged when it already has the size the policy asks for."""
         h, w = int(x.shape[-2]), int(x.shape[-1])
         if self.name == "none":
             return x

@@ -67,6 +67,8 @@ class OutputLock:
         return text or "another process"
 
     def release(self) -> None:
+        """Release the lock; a folder the run wrote nothing into is left as it was found (no lock file, and
+        no folder when the lock created it)."""
         if self._lock.is_locked:
             self._lock.release()
             folder = self.path.parent

@@ -146,17 +146,22 @@ class ResultsWriter:
             atomic_write_text(self.path, "".join(dumps_line(r) + "\n" for r in rows), root=self.root)
 
     def key(self, row: dict[str, Any]) -> tuple:
+        """The key of ``row``: its ``key_fields`` as strings."""
         return tuple(str(row.get(k)) for k in self.key_fields)
 
     def done(self, row_or_key: dict[str, Any] | tuple) -> bool:
+        """Whether a row with this key is already in the file (written now or by an earlier run)."""
         k = row_or_key if isinstance(row_or_key, tuple) else self.key(row_or_key)
         return k in self._done
 
     @property
     def n_done(self) -> int:
+        """How many distinct keys the file holds."""
         return len(self._done)
 
     def write(self, rows: Iterable[dict[str, Any]]) -> int:
+        """Append the rows whose key is not in the file yet, flushed and fsynced in one write; returns how
+        many were written. A full disk is one error naming the folder, the rows already there kept."""
         lines, n = [], 0
         for r in rows:
             k = self.key(r)
@@ -178,6 +183,7 @@ class ResultsWriter:
         return n
 
     def close(self) -> None:
+        """Close the file (a full disk at close leaves the rows as they are)."""
         if not self._f.closed:
             try:
                 self._f.close()
