@@ -10,7 +10,8 @@ each line has images/s, CPU seconds (the process and its worker children:
 
 Cases: ``leaderboard`` (psnr + ssim + ms_ssim over 3 generators x N PNG/JPEG files against N references),
 ``clip`` (``score clip_i`` and ``clipscore`` with a random open_clip ViT-B-16; weights are random, nothing
-downloads).
+downloads), ``raclip`` (``compare``: SaD, PaD and R-SaD of N generated against N real images, the same random
+ViT-B-16; compute-only is the ``sad`` metric fed the decoded tensors).
 
     python benchmarks/pipeline.py --images 200 --size 512 --workers 1
     python benchmarks/pipeline.py --large --images 20000 --size 64   # kill at ~50%, resume, compare
@@ -139,6 +140,47 @@ def child(args: argparse.Namespace) -> None:
                         m.update(reference=r, candidates=c)
                     else:
                         m.update(candidates=c, condition=["a photo"] * len(c))
+    elif args.child == "compute_sad":
+        from genmetrics.backbones.provider import use_provider
+        from genmetrics.data.pipeline import decoded
+
+        data = {str(p): o[0] for b in decoded(files, workers=0) for p, o in b}
+        t0, c0 = time.perf_counter(), time.process_time()  # compute only: decoding is not timed
+        import genmetrics as gm
+
+        refs = [data[str(p)] for p in sorted((root / "refs").iterdir())]
+        gens = [data[str(p)] for p in sorted((root / "g0").iterdir())]
+        with use_provider(random_b16), torch.inference_mode():
+            m = gm.create_metric("sad", attributes="celeba-20")
+            for i in range(0, len(refs), 32):
+                m.update(reference=refs[i : i + 32])
+            for i in range(0, len(gens), 32):
+                m.update(candidates=gens[i : i + 32])
+            m.compute()
+    elif args.child == "compare":
+        from genmetrics.backbones.provider import use_provider
+        from genmetrics.cli.main import cli
+
+        with use_provider(random_b16):
+            try:
+                cli.main(
+                    [
+                        "compare",
+                        "--real",
+                        str(root / "refs"),
+                        "--generated",
+                        str(root / "g0"),
+                        "--attributes",
+                        "celeba-20",
+                        "--out",
+                        args.out,
+                        "--workers",
+                        str(args.workers),
+                    ],
+                    standalone_mode=False,
+                )
+            except SystemExit:
+                pass
     elif args.child == "score":
         from genmetrics.backbones.provider import use_provider
         from genmetrics.cli.main import cli
@@ -193,15 +235,16 @@ def measure(kind: str, root: Path, args: argparse.Namespace, metrics: str, **ext
 def bench(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory() as d:
         root = Path(d)
-        make_data(root, args.images, args.size, generators=1 if args.case == "clip" else 3)
-        cases = (
-            [("leaderboard", ",".join(METRICS), "leaderboard", "compute")]
-            if args.case == "leaderboard"
-            else [
+        make_data(root, args.images, args.size, generators=3 if args.case == "leaderboard" else 1)
+        cases = {
+            "leaderboard": [("leaderboard", ",".join(METRICS), "leaderboard", "compute")],
+            "clip": [
                 ("score clip_i", "clip_i", "score", "compute_clip"),
                 ("clipscore", "clipscore", "score", "compute_clip"),
-            ]
-        )
+            ],
+            # compare scores every real and generated image once (SaD, PaD and R-SaD from the same scores)
+            "raclip": [("compare (SaD/PaD/R-SaD)", "sad", "compare", "compute_sad")],
+        }[args.case]
         for name, metrics, run_kind, compute_kind in cases:
             runs: dict[str, list[dict]] = {"run": [], "decode": [], "compute": []}
             for _ in range(args.rounds):  # interleaved rounds
@@ -210,7 +253,9 @@ def bench(args: argparse.Namespace) -> None:
                 runs["compute"].append(measure(compute_kind, root, args, metrics))
             best = {k: min(v, key=lambda r: r["wall"]) for k, v in runs.items()}
             cpu = {k: min(r["cpu"] for r in v) for k, v in runs.items()}
-            n_images = best["run"]["n_files"] if args.case == "leaderboard" else args.images
+            n_images = {"leaderboard": best["run"]["n_files"], "raclip": 2 * args.images}.get(
+                args.case, args.images
+            )
             decode_n = best["decode"]["n_files"]
             bound_ips = min(decode_n / best["decode"]["wall"], n_images / best["compute"]["wall"])
             line = {
@@ -329,7 +374,7 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--rounds", type=int, default=1)
-    ap.add_argument("--case", choices=["leaderboard", "clip"], default="leaderboard")
+    ap.add_argument("--case", choices=["leaderboard", "clip", "raclip"], default="leaderboard")
     ap.add_argument("--large", action="store_true")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--root", help=argparse.SUPPRESS)
