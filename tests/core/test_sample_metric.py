@@ -85,3 +85,69 @@ def test_every_hook_is_public_on_the_base_classes():
         owner = Metric if new == "compute_state" else SampleMetric
         assert new in owner.__dict__ and owner.__dict__[new].__doc__, new
         assert getattr(owner, old) is getattr(owner, new), old
+
+
+def _returning(result) -> SampleMetric:
+    """A metric whose ``score_batch`` gives ``result(b)`` for a chunk of ``b`` samples."""
+
+    class Plugin(NewStyle):
+        sample_states = ("extra",)
+
+        def __init__(self, **kw):
+            super().__init__(**kw)
+            self.add_state("extra", default=[], dist_reduce_fx="cat")
+
+        def score_batch(self, batch):
+            return result(len(batch["reference"]))
+
+    return Plugin(batch_size=2)
+
+
+@pytest.mark.parametrize(
+    "result, arrived",
+    [
+        (lambda b: torch.zeros(b + 1), "shape (3,) for 2 samples"),  # one score too many
+        (lambda b: torch.zeros(b, 2, 2), "shape (2, 2, 2) for 2 samples"),  # a map, not [b] or [b, C]
+        (lambda b: torch.tensor(0.5), "shape () for 2 samples"),  # a mean, not per sample
+        (lambda b: [0.5] * b, "as list for 2 samples"),
+        (lambda b: {"value": torch.zeros(b)}, "without 'score'"),
+        (lambda b: torch.zeros(b, dtype=torch.complex64), "as torch.complex64"),  # imaginary part dropped
+        (lambda b: {"score": torch.zeros(b), "extra": torch.zeros(7)}, "extra 'extra' of shape (7,)"),
+    ],
+)
+def test_a_score_batch_of_the_wrong_kind_is_one_error_naming_the_hook_and_the_fix(result, arrived):
+    """Each of these used to be a deep torch error, a silently wrong score or a state with rows that do not
+    match its ids; the error names ``Plugin.score_batch``, what arrived and what to return."""
+    metric = _returning(result)
+    x = torch.rand(4, 3, 4, 4)
+    with pytest.raises(TypeError, match="Plugin.score_batch returned") as e:
+        metric.update(x, x.flip(0))
+    assert arrived in str(e.value) and "return a real tensor [b] or [b, C]" in str(e.value)
+    assert not metric.has_data()
+
+
+def test_nan_scores_are_refused_and_the_accepted_kinds_score_as_float64():
+    x = torch.rand(3, 3, 4, 4)
+    nan = _returning(lambda b: torch.full((b,), float("nan")))
+    with pytest.raises(gm.InputError, match=r"Plugin.score_batch returned NaN for 3 score\(s\)"):
+        nan.update(x, x)
+    # integer and [b, C] scores are numbers: kept as float64, the mean per column as documented
+    ints = _returning(lambda b: torch.arange(b, dtype=torch.int64))
+    ints.update(x, x)
+    assert ints.per_sample()["scores"].tolist() == [0.0, 1.0, 0.0]  # chunks of batch_size=2
+    cols = _returning(lambda b: torch.ones(b, 2) * torch.tensor([1.0, 3.0]))
+    cols.update(x, x)
+    assert cols.compute().tolist() == [1.0, 3.0]
+
+
+@pytest.mark.parametrize("prepared", [None, [1, 2], ("reference", "candidates")])
+def test_prepare_must_return_a_dict(prepared):
+    class Plugin(NewStyle):
+        def prepare(self, reference, candidates, condition):
+            return prepared
+
+    x = torch.rand(2, 3, 4, 4)
+    with pytest.raises(
+        TypeError, match=rf"Plugin.prepare returned {type(prepared).__name__}; it must return a dict"
+    ):
+        Plugin().update(x, x)
