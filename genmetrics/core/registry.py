@@ -333,9 +333,12 @@ def metric_class(name: str) -> type:
     module_name, _, attr = card.factory.partition(":")
     cls = getattr(importlib.import_module(module_name), attr)
     adopt = getattr(cls, "_adopt_card", None)
-    if adopt is not None and card_of_class(cls) is card:
-        # a class defined before its card was registered takes (or checks) its facts now; a class that
-        # several cards name (registered again under other names) keeps the facts it states itself
+    # the cards naming this class where it is defined or by the path that just reached it (a re-export such
+    # as "pkg:Cls" of pkg.metric.Cls): a class defined before its card was registered, or reached through a
+    # re-export, takes (or checks) its facts now; a class that several cards name (registered again under
+    # other names) keeps the facts it states itself
+    paths = {card.factory, f"{cls.__module__}:{cls.__qualname__}"}
+    if adopt is not None and [c for c in _CARDS.values() if c.factory in paths] == [card]:
         adopt(card)
     return cls
 
