@@ -117,6 +117,14 @@ def _adopt_renamed_hooks(cls: type) -> None:
             setattr(cls, new, own[old])
         elif new in own and old not in own:
             setattr(cls, old, own[new])
+        elif new in own and own[old] is not own[new]:
+            warnings.warn(
+                f"{cls.__qualname__} implements both {old}() and {new}(); only {new}() is called: move what "
+                f"{old}() does into {new}() and delete {old}()",
+                DeprecationWarning,
+                stacklevel=4,
+            )
+            setattr(cls, old, own[new])
 
 
 def _document_options(cls: type) -> None:

@@ -151,3 +151,31 @@ def test_prepare_must_return_a_dict(prepared):
         TypeError, match=rf"Plugin.prepare returned {type(prepared).__name__}; it must return a dict"
     ):
         Plugin().update(x, x)
+
+
+def test_a_class_with_both_hook_names_is_told_which_one_runs():
+    """Half-way through the rename, ``_score_batch`` next to ``score_batch`` was silently never called."""
+    with pytest.warns(
+        DeprecationWarning, match=r"implements both _score_batch\(\) and score_batch\(\); only "
+    ):
+
+        class Both(NewStyle):
+            def _score_batch(self, batch):
+                return torch.zeros(len(batch["reference"]), dtype=torch.float64)
+
+            def score_batch(self, batch):
+                return super().score_batch(batch)
+
+    assert Both._score_batch is Both.score_batch  # the old name reaches the one that runs, as for NewStyle
+    x = torch.rand(2, 3, 4, 4)
+    assert torch.equal(Both()(x, x + 0.5), NewStyle()(x, x + 0.5))
+
+
+def test_an_alias_of_the_public_hook_under_the_old_name_is_not_warned_about(recwarn):
+    class Aliased(NewStyle):
+        def score_batch(self, batch):
+            return super().score_batch(batch)
+
+        _score_batch = score_batch
+
+    assert not [w for w in recwarn if issubclass(w.category, DeprecationWarning)]
