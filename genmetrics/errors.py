@@ -51,6 +51,16 @@ class MissingDependencyError(GenmetricsError, ImportError):
     """
 
 
+class PluginError(GenmetricsError, TypeError):
+    """A metric class breaks the contract of docs/plugins.md: a hook returned something it must not, or the
+    class states a fact its card declares. The message names the class, what arrived and the fix; the
+    command-line tools exit 1 with it (one line, no traceback).
+
+    >>> issubclass(PluginError, TypeError), issubclass(PluginError, ValueError)
+    (True, False)
+    """
+
+
 class WorkerDiedError(GenmetricsError, RuntimeError):
     """A decoding worker process ended before its work was handed over (killed, out of memory); the
     command-line tools exit 1 with this message, and ``--resume`` continues from the finished results.

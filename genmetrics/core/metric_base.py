@@ -61,7 +61,7 @@ from genmetrics.core.metric_states import (
 from genmetrics.core.options import COUNT_MAX
 from genmetrics.core.options import device as check_device
 from genmetrics.core.registry import TORCHMETRICS_OPTIONS, MetricCard, card_facts, card_of_class, get_card
-from genmetrics.errors import InputError
+from genmetrics.errors import InputError, PluginError
 
 
 def _after_load(module: Metric, incompatible_keys: Any) -> None:
@@ -188,7 +188,7 @@ class Metric(BackbonesFollowTo, torchmetrics.Metric):
         for attr, value in card_facts(card).items():
             own = cls.__dict__.get(attr, value)
             if own != value:
-                raise TypeError(
+                raise PluginError(
                     f"{cls.__qualname__}.{attr} = {own!r} but its metric card {card.name!r} says {value!r}; the "
                     f"card is the one declaration: drop {attr} from the class"
                 )

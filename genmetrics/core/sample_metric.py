@@ -16,7 +16,7 @@ from genmetrics.core.metric_base import Metric
 from genmetrics.core.metric_batches import batch_len, slice_batch
 from genmetrics.core.sample_ids import collision_message, conflicting_ids, drop_duplicate_ids, hash_ids
 from genmetrics.data.batching import map_batches
-from genmetrics.errors import InputError
+from genmetrics.errors import InputError, PluginError
 
 
 class SampleMetric(Metric):
@@ -73,24 +73,24 @@ class SampleMetric(Metric):
         )
 
     def _checked_result(self, result: Any, b: int) -> Any:
-        """``result`` of :meth:`score_batch` for a chunk of ``b`` samples, or a ``TypeError`` naming the
+        """``result`` of :meth:`score_batch` for a chunk of ``b`` samples, or a :class:`~genmetrics.errors.PluginError` naming the
         class, what arrived and the fix: a real tensor ``[b]`` or ``[b, C]`` (or a dict with ``"score"`` that
         is one and per-sample extras kept as states, of ``b`` rows)."""
         where = f"{type(self).__name__}.score_batch"
         fix = "return a real tensor [b] or [b, C], or a dict whose 'score' is one (docs/plugins.md)"
         parts = result if isinstance(result, dict) else {"score": result}
         if "score" not in parts:
-            raise TypeError(f"{where} returned a dict without 'score' (keys {sorted(parts)}); {fix}")
+            raise PluginError(f"{where} returned a dict without 'score' (keys {sorted(parts)}); {fix}")
         for k, v in parts.items():
             if k != "score" and k not in self._state_specs:
                 continue  # not kept
             what = "scores" if k == "score" else f"extra {k!r}"
             if not isinstance(v, torch.Tensor):
-                raise TypeError(f"{where} returned {what} as {type(v).__name__} for {b} samples; {fix}")
+                raise PluginError(f"{where} returned {what} as {type(v).__name__} for {b} samples; {fix}")
             if v.is_complex():
-                raise TypeError(f"{where} returned {what} as {v.dtype}; {fix}")
+                raise PluginError(f"{where} returned {what} as {v.dtype}; {fix}")
             if k == "score" and v.ndim not in (1, 2) or v.ndim == 0 or v.shape[0] != b:
-                raise TypeError(f"{where} returned {what} of shape {tuple(v.shape)} for {b} samples; {fix}")
+                raise PluginError(f"{where} returned {what} of shape {tuple(v.shape)} for {b} samples; {fix}")
         return result
 
     def _peak_bytes(self, batch: dict[str, list[Any]]) -> Any:
@@ -106,7 +106,7 @@ class SampleMetric(Metric):
         update is an error; an id this metric already scored in this process is dropped with a warning."""
         batch = self.prepare(reference, candidates, condition)
         if not isinstance(batch, dict):
-            raise TypeError(
+            raise PluginError(
                 f"{type(self).__name__}.prepare returned {type(batch).__name__}; it must return a dict of "
                 "equal-length lists, one entry per candidate (docs/plugins.md): return {'candidates': [...], ...}"
             )

@@ -179,3 +179,57 @@ def test_an_alias_of_the_public_hook_under_the_old_name_is_not_warned_about(recw
         _score_batch = score_batch
 
     assert not [w for w in recwarn if issubclass(w.category, DeprecationWarning)]
+
+
+def test_a_plugin_breaking_the_contract_is_one_cli_line_exit_1(tmp_path, monkeypatch, capsys):
+    """A class contradicting its card, or a ``score_batch`` of the wrong shape, used to end ``genmetrics
+    score`` in a ``TypeError`` traceback (the CLI maps only genmetrics' own errors to one line)."""
+    import sys
+    import types
+
+    from genmetrics.cli.main import main
+    from genmetrics.core.registry import MetricCard, ReferenceKind, register_metric, unregister_metric
+    from genmetrics.errors import PluginError
+    from genmetrics.testing import random_images, write_images
+
+    assert issubclass(PluginError, TypeError)  # what a plugin's own tests may catch
+    mod = types.ModuleType("_gm_cli_plugin")
+
+    class Flat(SampleMetric):
+        def prepare(self, reference, candidates, condition):
+            return {"candidates": list(candidates)}
+
+        def score_batch(self, batch):
+            return torch.zeros(1)  # one score per chunk, not per sample
+
+    Flat.__module__, Flat.__qualname__ = mod.__name__, "Flat"
+    mod.Flat = Flat  # type: ignore[attr-defined]
+    mod.Contra = type(  # type: ignore[attr-defined]
+        "Contra", (Flat,), {"__module__": mod.__name__, "__qualname__": "Contra", "higher_is_better": True}
+    )
+    monkeypatch.setitem(sys.modules, mod.__name__, mod)
+    for name in ("Flat", "Contra"):
+        register_metric(
+            MetricCard(
+                name=f"_gm_{name.lower()}",
+                factory=f"{mod.__name__}:{name}",
+                family="t",
+                summary="s",
+                inputs={"candidates": "images"},
+                higher_is_better=False,
+                range=None,
+                reference=ReferenceKind.NONE,
+            )
+        )
+    files = write_images(tmp_path / "c", random_images(3, 8))
+    try:
+        for name, said in (
+            ("_gm_flat", "Flat.score_batch returned scores of shape (1,) for 3 samples"),
+            ("_gm_contra", "Contra.higher_is_better = True but its metric card"),
+        ):
+            rc = main(["score", name, "--candidates", str(files[0].parent), "--batch-size", "4"])
+            err = capsys.readouterr().err
+            assert rc == 1 and err.startswith(f"error: {said}") and err.count("\n") == 1, err
+    finally:
+        unregister_metric("_gm_flat")
+        unregister_metric("_gm_contra")
