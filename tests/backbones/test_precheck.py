@@ -182,3 +182,16 @@ def test_a_cache_folder_that_cannot_be_listed_leaves_it_to_the_loader(dead_hub, 
 
     monkeypatch.setattr(os, "scandir", unlistable)
     check_weights_available("ViT-B-32-quickgelu/openai")  # returns: the loader decides
+
+
+def test_a_stray_lock_file_is_no_cached_weights(dead_hub, empty_home):
+    """A ``.lock`` left by an interrupted download made the check hand over to the loader (seconds of
+    open_clip import for the same error); any other file still does."""
+    folder = empty_home / "open_clip" / ".locks" / "models--x"
+    folder.mkdir(parents=True)
+    (empty_home / "open_clip" / "w.lock").touch()
+    (folder / "abc.lock").touch()
+    with pytest.raises(WeightsUnavailableError, match="ViT-B-32-quickgelu/openai"):
+        check_weights_available("ViT-B-32-quickgelu/openai")
+    (folder.parent / "partial.incomplete").touch()
+    check_weights_available("ViT-B-32-quickgelu/openai")  # the loader decides
