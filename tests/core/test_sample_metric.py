@@ -233,3 +233,39 @@ def test_a_plugin_breaking_the_contract_is_one_cli_line_exit_1(tmp_path, monkeyp
     finally:
         unregister_metric("_gm_flat")
         unregister_metric("_gm_contra")
+
+
+@pytest.mark.parametrize(
+    "value, said",
+    [
+        (None, "returned NoneType"),
+        ([1.0], "returned list"),
+        ("0.5", "returned str"),
+        (torch.tensor(1 + 2j), "returned Tensor torch.complex64"),
+        ({"mean": [1.0]}, "returned list under 'mean'"),
+    ],
+)
+def test_a_set_level_compute_state_of_the_wrong_kind_is_refused(value, said):
+    """These used to come back from ``compute()`` as the metric's value (``None``, a list, text)."""
+    from genmetrics.errors import PluginError
+
+    class SetLevel(Metric):
+        def __init__(self, **kw):
+            super().__init__(**kw)
+            self.add_state("n", default=torch.zeros(()), dist_reduce_fx="sum")
+
+        def update(self, reference=None, candidates=None, condition=None, *, ids=None):
+            self.n += len(candidates)
+
+        def compute_state(self):
+            return value
+
+    m = SetLevel()
+    m.update(candidates=torch.rand(2, 3, 4, 4))
+    for call in (m.compute, lambda: m.score(candidates=torch.rand(2, 3, 4, 4))):
+        with pytest.raises(PluginError, match=f"SetLevel.compute_state {said}; return a real tensor"):
+            call()
+    ok = {"mean": torch.tensor(0.5), "n": 2}  # tensors and numbers pass as they are
+    value = ok
+    got = m.compute()
+    assert got.keys() == ok.keys() and got["n"] == 2 and float(got["mean"]) == 0.5
