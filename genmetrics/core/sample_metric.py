@@ -140,12 +140,6 @@ class SampleMetric(Metric):
             device=self.device,
         )
         score = torch.cat([r["score"] if isinstance(r, dict) else r for r in results], 0)
-        if bool(torch.isnan(score).any()):
-            raise InputError(
-                f"{type(self).__name__}.score_batch returned NaN for {int(torch.isnan(score).sum())} score(s) of "
-                f"this update of {n} sample(s); a score must be a number: raise InputError naming the input it "
-                "cannot score instead"
-            )
         # score_batch returns dicts for every slice or for none
         extras = {
             k: torch.cat([cast(dict, r)[k] for r in results], 0)
