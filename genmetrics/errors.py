@@ -51,13 +51,45 @@ class MissingDependencyError(GenmetricsError, ImportError):
     """
 
 
+class PluginError(GenmetricsError, TypeError):
+    """A metric class breaks the contract of docs/plugins.md: a hook returned something it must not, or the
+    class states a fact its card declares. The message names the class, what arrived and the fix; the
+    command-line tools exit 1 with it (one line, no traceback).
+
+    >>> issubclass(PluginError, TypeError), issubclass(PluginError, ValueError)
+    (True, False)
+    """
+
+
 class WorkerDiedError(GenmetricsError, RuntimeError):
     """A decoding worker process ended before its work was handed over (killed, out of memory); the
     command-line tools exit 1 with this message, and ``--resume`` continues from the finished results.
 
     >>> issubclass(WorkerDiedError, RuntimeError), issubclass(WorkerDiedError, KeyboardInterrupt)
     (True, False)
+    >>> str(WorkerDiedError.of(RuntimeError("DataLoader worker (pid 7) is killed by signal: Killed.")))[:60]
+    'a decoding worker process ended (DataLoader worker (pid 7) i'
+    >>> WorkerDiedError.of(RuntimeError("CUDA error")) is None
+    True
     """
+
+    @classmethod
+    def of(cls, e: BaseException, *, handing_over: bool = False) -> WorkerDiedError | None:
+        """The dead worker that ``e`` reports, or ``None``: torch's ``RuntimeError`` "DataLoader worker (pid
+        N) ..." (raised by its SIGCHLD handler or watchdog, wherever the main process is), or, while a batch is
+        handed over (``handing_over``), the ``EOFError`` / refused connection of the shared-memory transfer."""
+        if isinstance(e, cls):
+            return e
+        torch_says = isinstance(e, RuntimeError) and str(e).startswith("DataLoader worker (pid")
+        if not (torch_says or (handing_over and isinstance(e, (EOFError, ConnectionError)))):
+            return None
+        what = str(e) if torch_says else f"while handing over a batch: {type(e).__name__}: {e}"
+        died = cls(
+            f"a decoding worker process ended ({what.strip()}); run the command again (`leaderboard --resume` "
+            "continues from the finished results; --workers 0 decodes in the main process)"
+        )
+        died.__cause__ = e
+        return died
 
 
 class DependencyChanged(GenmetricsError, RuntimeError):

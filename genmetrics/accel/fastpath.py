@@ -119,7 +119,15 @@ def fast_paths_mode() -> tuple[str, frozenset[str]]:
     raw = str(env(FAST_PATHS_ENV, "exact")).strip().lower()
     if raw in ("exact", "off", "all"):
         return raw, frozenset()
-    names = frozenset(n.strip() for n in raw.split(",") if n.strip())
+    # "exact" in a list is the default it always is; "off" and "all" are whole settings
+    names = frozenset(n.strip() for n in raw.split(",") if n.strip()) - {"exact"}
+    whole = sorted(names & {"off", "all"})
+    if whole:
+        raise InputError(
+            f"environment variable {FAST_PATHS_ENV}={raw!r}: {whole[0]!r} is a setting of its own and cannot be "
+            f"listed with fast path names; set {FAST_PATHS_ENV}={whole[0]}, or list only names of "
+            f"{sorted(BIT_CHANGING)}"
+        )
     unknown = sorted(names - set(BIT_CHANGING))
     if unknown:
         raise InputError(

@@ -272,7 +272,10 @@ def _load_open_clip(spec: str | ClipWeights | None, *, device: Any, precision: s
     )
     if local:
         if not Path(w.pretrained).exists():
-            raise weights_unavailable(str(w), w.pretrained, _CLIP_OPTION)
+            # named as the user spelt it (MODEL:PATH), not as MODEL/PATH
+            raise weights_unavailable(
+                f"{w.model}:{w.pretrained}", w.pretrained, _CLIP_OPTION, why="no such file or folder"
+            )
         looked = [w.pretrained]
         check_weights_file(w.pretrained)
     url = None if local else _download_url(w)

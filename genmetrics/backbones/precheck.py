@@ -94,12 +94,19 @@ def weights_kind(weights: str) -> str | None:
     return "hf"
 
 
+def _raise(e: OSError) -> None:
+    raise e
+
+
 def _holds_a_file(folder: Path) -> bool:
-    """Whether ``folder`` holds any file at any depth (stops at the first)."""
+    """Whether ``folder`` holds any file but a ``.lock`` at any depth (stops at the first). A folder that cannot be listed
+    (no read permission: the loader may still open the files it names) counts as holding one."""
     try:
-        for _root, _dirs, files in os.walk(folder):
-            if files:
+        for _root, _dirs, files in os.walk(folder, onerror=_raise):  # os.walk skips unlistable folders
+            if any(not f.endswith(".lock") for f in files):  # a lock left by a download holds no weights
                 return True
+    except FileNotFoundError:
+        return False  # no such folder: nothing in it
     except OSError:
         return True  # cannot tell: the loader decides
     return False

@@ -244,6 +244,16 @@ class DINOSimilarity(_ImagePairMetric):
             return
         why: str | None = None
         local = Path(str(self.weights)).expanduser().exists()
+        spelt = str(self.weights)
+        if not local and (spelt.startswith(("/", "./", "../", "~", "\\")) or spelt.count("/") > 1):
+            # a path that does not exist (a hub id is ORG/NAME): neither a folder nor the hub can give it,
+            # so the hub is not asked (and not blamed)
+            raise weights_unavailable(
+                str(self.weights),
+                str(Path(str(self.weights)).expanduser()),
+                "--weights /local/dir (command line) or weights=/local/dir (Python)",
+                why="no such file or folder",
+            )
         try:
             with hub_calls(offline=offline(), network=not local) as why:
                 model = AutoModel.from_pretrained(self.weights, cache_dir=str(genmetrics_home() / "hf"))

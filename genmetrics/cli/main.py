@@ -22,7 +22,7 @@ from typing import Any
 import click
 
 from genmetrics.core.options import check_environment
-from genmetrics.errors import GenmetricsError, InputError
+from genmetrics.errors import GenmetricsError, InputError, WorkerDiedError
 
 # command name -> "module:attribute" (a click.Command or click.Group)
 LAZY_COMMANDS: dict[str, str] = {
@@ -343,7 +343,8 @@ def main(argv: list[str] | None = None) -> int:
     except (GenmetricsError, OSError, RuntimeError, MemoryError) as e:
         if debug:
             traceback.print_exc()
-        click.echo(f"error: {_first_line(e)}", err=True)
+        # torch reports a killed decoding worker from its signal handler, wherever the main process was
+        click.echo(f"error: {_first_line(WorkerDiedError.of(e) or e)}", err=True)
         return 1
 
 

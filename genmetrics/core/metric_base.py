@@ -61,7 +61,7 @@ from genmetrics.core.metric_states import (
 from genmetrics.core.options import COUNT_MAX
 from genmetrics.core.options import device as check_device
 from genmetrics.core.registry import TORCHMETRICS_OPTIONS, MetricCard, card_facts, card_of_class, get_card
-from genmetrics.errors import InputError
+from genmetrics.errors import InputError, PluginError
 
 
 def _after_load(module: Metric, incompatible_keys: Any) -> None:
@@ -116,6 +116,14 @@ def _adopt_renamed_hooks(cls: type) -> None:
             )
             setattr(cls, new, own[old])
         elif new in own and old not in own:
+            setattr(cls, old, own[new])
+        elif new in own and own[old] is not own[new]:
+            warnings.warn(
+                f"{cls.__qualname__} implements both {old}() and {new}(); only {new}() is called: move what "
+                f"{old}() does into {new}() and delete {old}()",
+                DeprecationWarning,
+                stacklevel=4,
+            )
             setattr(cls, old, own[new])
 
 
@@ -180,7 +188,7 @@ class Metric(BackbonesFollowTo, torchmetrics.Metric):
         for attr, value in card_facts(card).items():
             own = cls.__dict__.get(attr, value)
             if own != value:
-                raise TypeError(
+                raise PluginError(
                     f"{cls.__qualname__}.{attr} = {own!r} but its metric card {card.name!r} says {value!r}; the "
                     f"card is the one declaration: drop {attr} from the class"
                 )
@@ -298,7 +306,7 @@ class Metric(BackbonesFollowTo, torchmetrics.Metric):
         candidates, condition)``: the value of just these inputs, the accumulated state left untouched
         (:meth:`score`)."""
         if reference is None and candidates is None and condition is None and not kwargs:
-            return self.compute_state()
+            return self._state_value()
         return self.score(reference, candidates, condition, **kwargs)
 
     def score(
@@ -316,7 +324,7 @@ class Metric(BackbonesFollowTo, torchmetrics.Metric):
         args, kwargs = self._checked_inputs((reference, candidates, condition), kwargs)
         with self._aside():
             self._raw_update(args, kwargs)
-            return self.compute_state()
+            return self._state_value()
 
     def _raw_update(self, args: tuple, kwargs: dict[str, Any]) -> None:
         """The class's own ``update`` (not torchmetrics' counting wrapper), with autograd on for a
@@ -385,7 +393,7 @@ class Metric(BackbonesFollowTo, torchmetrics.Metric):
             dist_sync_fn=self.dist_sync_fn, should_sync=self.dist_sync_on_step, should_unsync=True
         ):
             try:
-                value = self.compute_state()
+                value = self._state_value()
             except InputError:
                 value = None
         return self._undefined_value() if value is None else squeeze_scalars(value)
@@ -789,6 +797,25 @@ class Metric(BackbonesFollowTo, torchmetrics.Metric):
         )
 
     _compute_state = compute_state  # the hook's old name (RENAMED_HOOKS)
+
+    def _state_value(self) -> Any:
+        """:meth:`compute_state`'s value, or a :class:`~genmetrics.errors.PluginError` naming the class, what
+        arrived and the fix: a real tensor, a number, or a dict of names to those (``None``, text, lists and
+        complex values used to come back as the metric's value)."""
+        value = self.compute_state()
+        parts = value.items() if isinstance(value, dict) else [("", value)]
+        for k, v in parts:
+            real = isinstance(v, torch.Tensor) and not v.is_complex()
+            number = isinstance(v, (int, float)) and not isinstance(v, bool)
+            if not (real or number) or not isinstance(k, str):
+                what = f"{type(v).__name__}" + (f" {v.dtype}" if isinstance(v, torch.Tensor) else "")
+                where = f" under {k!r}" if k else ""
+                raise PluginError(
+                    f"{type(self).__name__}.compute_state returned {what}{where}; return a real tensor (or a "
+                    "number), or a dict of names to those (docs/plugins.md); raise InputError when the state "
+                    "holds too little to define a value"
+                )
+        return value
 
     # ----------------------------------------------------------------- backbones
     def register_backbone(self, name: str, module: nn.Module, *, callers: bool = False) -> nn.Module:

@@ -12,6 +12,7 @@ import difflib
 import fnmatch
 import importlib
 import inspect
+import warnings
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Any
@@ -188,6 +189,8 @@ class MetricCard:
 _CARDS: dict[str, MetricCard] = {}
 _ALIASES: dict[str, str] = {}  # alias -> name of the card
 _LOADED = False
+#: entry point name -> why its plugin could not be registered (it is skipped; asking for it raises this)
+_BROKEN: dict[str, str] = {}
 
 
 def register_metric(card: MetricCard, *, overwrite: bool = False) -> MetricCard:
@@ -272,11 +275,34 @@ def _load_all() -> None:
     from importlib.metadata import entry_points
 
     for ep in entry_points(group=ENTRY_POINT_GROUP):
+        _load_plugin(ep)
+
+
+def _load_plugin(ep: Any) -> None:
+    """Register the card(s) of one ``genmetrics.metrics`` entry point. A plugin that fails (raises when
+    imported or called, names something that is neither a card nor a function, or takes a registered name)
+    is skipped with one warning naming it and the fix, so it cannot break the other metrics; asking for it
+    by name raises that message (:func:`get_card`)."""
+    dist = getattr(ep, "dist", None)
+    where = f"{ep.name} = {ep.value!r}" + (f" of package {dist.name!r}" if dist is not None else "")
+    fix = (
+        f"fix the plugin or uninstall it (pip uninstall {dist.name})"
+        if dist is not None
+        else "fix the plugin"
+    )
+    try:
         obj = ep.load()
         if isinstance(obj, MetricCard):
             register_metric(obj)
         elif callable(obj):
             obj()
+        else:
+            raise TypeError(
+                f"it names a {type(obj).__name__}; expected a MetricCard or a function that registers one"
+            )
+    except Exception as e:  # noqa: BLE001 - any failure of third-party code: reported, the others still load
+        _BROKEN[ep.name] = f"metric plugin {where} could not be registered: {type(e).__name__}: {e}; {fix}"
+        warnings.warn(_BROKEN[ep.name] + "; it is skipped", RuntimeWarning, stacklevel=2)
 
 
 def _close_matches(word: str, options: list[str]) -> str:
@@ -293,6 +319,8 @@ def get_card(name: str) -> MetricCard:
     _load_all()
     if isinstance(name, str) and name in _ALIASES:
         name = _ALIASES[name]
+    if isinstance(name, str) and name not in _CARDS and name in _BROKEN:
+        raise ValueError(_BROKEN[name])
     if not isinstance(name, str) or name not in _CARDS:
         names = sorted([*_CARDS, *_ALIASES])
         raise ValueError(
@@ -333,9 +361,12 @@ def metric_class(name: str) -> type:
     module_name, _, attr = card.factory.partition(":")
     cls = getattr(importlib.import_module(module_name), attr)
     adopt = getattr(cls, "_adopt_card", None)
-    if adopt is not None and card_of_class(cls) is card:
-        # a class defined before its card was registered takes (or checks) its facts now; a class that
-        # several cards name (registered again under other names) keeps the facts it states itself
+    # the cards naming this class where it is defined or by the path that just reached it (a re-export such
+    # as "pkg:Cls" of pkg.metric.Cls): a class defined before its card was registered, or reached through a
+    # re-export, takes (or checks) its facts now; a class that several cards name (registered again under
+    # other names) keeps the facts it states itself
+    paths = {card.factory, f"{cls.__module__}:{cls.__qualname__}"}
+    if adopt is not None and [c for c in _CARDS.values() if c.factory in paths] == [card]:
         adopt(card)
     return cls
 

@@ -16,7 +16,7 @@ from genmetrics.core.metric_base import Metric
 from genmetrics.core.metric_batches import batch_len, slice_batch
 from genmetrics.core.sample_ids import collision_message, conflicting_ids, drop_duplicate_ids, hash_ids
 from genmetrics.data.io.batching import map_batches
-from genmetrics.errors import InputError
+from genmetrics.errors import InputError, PluginError
 
 
 class SampleMetric(Metric):
@@ -72,6 +72,27 @@ class SampleMetric(Metric):
             f"{type(self).__name__}: implement score_batch(batch) -> tensor [b] or [b, C]"
         )
 
+    def _checked_result(self, result: Any, b: int) -> Any:
+        """``result`` of :meth:`score_batch` for a chunk of ``b`` samples, or a :class:`~genmetrics.errors.PluginError` naming the
+        class, what arrived and the fix: a real tensor ``[b]`` or ``[b, C]`` (or a dict with ``"score"`` that
+        is one and per-sample extras kept as states, of ``b`` rows)."""
+        where = f"{type(self).__name__}.score_batch"
+        fix = "return a real tensor [b] or [b, C], or a dict whose 'score' is one (docs/plugins.md)"
+        parts = result if isinstance(result, dict) else {"score": result}
+        if "score" not in parts:
+            raise PluginError(f"{where} returned a dict without 'score' (keys {sorted(parts)}); {fix}")
+        for k, v in parts.items():
+            if k != "score" and k not in self._state_specs:
+                continue  # not kept
+            what = "scores" if k == "score" else f"extra {k!r}"
+            if not isinstance(v, torch.Tensor):
+                raise PluginError(f"{where} returned {what} as {type(v).__name__} for {b} samples; {fix}")
+            if v.is_complex():
+                raise PluginError(f"{where} returned {what} as {v.dtype}; {fix}")
+            if k == "score" and v.ndim not in (1, 2) or v.ndim == 0 or v.shape[0] != b:
+                raise PluginError(f"{where} returned {what} of shape {tuple(v.shape)} for {b} samples; {fix}")
+        return result
+
     def _peak_bytes(self, batch: dict[str, list[Any]]) -> Any:
         """A memory model ``peak(b)`` for :func:`~genmetrics.data.io.batching.map_batches` (None: none)."""
         return None
@@ -84,6 +105,11 @@ class SampleMetric(Metric):
         samples: a DistributedSampler's padded copies are then counted once. An id repeated within the
         update is an error; an id this metric already scored in this process is dropped with a warning."""
         batch = self.prepare(reference, candidates, condition)
+        if not isinstance(batch, dict):
+            raise PluginError(
+                f"{type(self).__name__}.prepare returned {type(batch).__name__}; it must return a dict of "
+                "equal-length lists, one entry per candidate (docs/plugins.md): return {'candidates': [...], ...}"
+            )
         n = batch_len(batch)
         hashed, labels = hash_ids(ids, n)
         seen = self._seen_ids
@@ -107,17 +133,13 @@ class SampleMetric(Metric):
             batch = {k: (None if v is None else [v[j] for j in keep]) for k, v in batch.items()}
             hashed, labels, n = [hashed[j] for j in keep], [labels[j] for j in keep], len(keep)
         results = map_batches(
-            lambda sl: self.score_batch(slice_batch(batch, sl)),
+            lambda sl: self._checked_result(self.score_batch(slice_batch(batch, sl)), sl.stop - sl.start),
             n,
             self.batch_size,
             peak_bytes=self._peak_bytes(batch),
             device=self.device,
         )
         score = torch.cat([r["score"] if isinstance(r, dict) else r for r in results], 0)
-        if score.shape[0] != n:
-            raise RuntimeError(
-                f"{type(self).__name__}.score_batch returned {score.shape[0]} scores for {n} samples"
-            )
         # score_batch returns dicts for every slice or for none
         extras = {
             k: torch.cat([cast(dict, r)[k] for r in results], 0)

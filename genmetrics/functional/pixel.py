@@ -261,6 +261,16 @@ def _image_mean(x: torch.Tensor) -> torch.Tensor:
 SSIM_CHUNK_BYTES = 2 << 20
 
 
+def _check_pair(name: str, preds: torch.Tensor, target: torch.Tensor) -> None:
+    """``preds`` and ``target`` are image batches ``[B,C,H,W]`` of one shape (chunks of a mismatched pair
+    would score only the images both have)."""
+    if preds.shape != target.shape or preds.dim() != 4:
+        raise ValueError(
+            f"{name}: expected preds and target of one shape [B,C,H,W], got {tuple(preds.shape)} and "
+            f"{tuple(target.shape)}; pass one target image per prediction, of its size"
+        )
+
+
 def _cpu_chunks(
     fn: Any, preds: torch.Tensor, target: torch.Tensor, kernel_size: int, **kw: Any
 ) -> torch.Tensor | None:
@@ -297,6 +307,7 @@ def ssim(
     ([1.0, 1.0], True)
     """
     kw = {"sigma": sigma, "k1": k1, "k2": k2, "data_range": data_range}
+    _check_pair("ssim", preds, target)
     chunked = _cpu_chunks(ssim, preds, target, kernel_size, **kw)
     if chunked is not None:
         return chunked
@@ -329,6 +340,7 @@ def ms_ssim(
     ([1.0], True)
     """
     kw = {"sigma": sigma, "betas": betas, "k1": k1, "k2": k2, "data_range": data_range}
+    _check_pair("ms_ssim", preds, target)
     chunked = _cpu_chunks(ms_ssim, preds, target, kernel_size, **kw)
     if chunked is not None:
         return chunked

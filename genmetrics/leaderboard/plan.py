@@ -27,7 +27,7 @@ from genmetrics.core.wiring import Feeds, Sample, Sources, WiringError, feeds, w
 from genmetrics.data.device import available_devices
 from genmetrics.data.io.images import list_images, stem_index
 from genmetrics.data.jsonl import iter_jsonl
-from genmetrics.errors import GenmetricsError, InputError
+from genmetrics.errors import GenmetricsError, InputError, PluginError
 from genmetrics.leaderboard.config import GeneratorSpec, KeyPath, LeaderboardConfig, MetricSpec, key_str
 
 SET_ID = "__set__"  #: the ``id`` of the one results row a set-level metric writes per generator
@@ -396,6 +396,8 @@ def _metric_plan(
         try:
             check_metric_weights(card.default_weights, card.factory, kwargs)  # before open_clip loads
             create_metric(spec.name, **kwargs)
+        except PluginError as e:  # the metric's class is at fault, not the options the config gives it
+            raise PluginError(f"{cfg.where(key)}: {e}") from None
         except (InputError, ValueError, TypeError) as e:
             raise cfg.error(key, f"metric {spec.name!r} rejects its options: {e}") from None
         except GenmetricsError as e:  # e.g. weights that are not there: same type, with the config key

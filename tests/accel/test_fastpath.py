@@ -155,3 +155,36 @@ def test_no_score_depends_on_a_timing_or_a_recorded_choice(tmp_path, monkeypatch
         assert got.keys() == first.keys()
         for k in first:
             torch.testing.assert_close(got[k], first[k], rtol=0, atol=0, equal_nan=True, msg=f"{how}: {k}")
+
+
+@pytest.mark.parametrize(
+    "value, expected",
+    [
+        (" ALL ", ("all", frozenset())),
+        ("", ("exact", frozenset())),
+        ("psnr_native, ", ("exact", frozenset({"psnr_native"}))),
+        # 'exact' is the default that always holds: listing it beside names used to be refused as unknown
+        # by a message that in the same breath listed 'exact' as expected
+        ("exact,psnr_native", ("exact", frozenset({"psnr_native"}))),
+        ("Exact", ("exact", frozenset())),
+    ],
+)
+def test_fast_paths_spellings(monkeypatch, value, expected):
+    monkeypatch.setenv(fastpath.FAST_PATHS_ENV, value)
+    assert fastpath.fast_paths_mode() == expected
+
+
+@pytest.mark.parametrize(
+    "value, said",
+    [
+        ("fast", "unknown fast path(s) ['fast']"),
+        ("psnr_native,typo", "unknown fast path(s) ['typo']"),
+        ("off,psnr_native", "'off' is a setting of its own"),
+        ("all,psnr_native", "'all' is a setting of its own"),
+    ],
+)
+def test_bad_fast_paths_values_name_the_variable_and_the_fix(monkeypatch, value, said):
+    monkeypatch.setenv(fastpath.FAST_PATHS_ENV, value)
+    with pytest.raises(InputError, match=fastpath.FAST_PATHS_ENV) as e:
+        fastpath.fast_paths_mode()
+    assert said in str(e.value)

@@ -36,3 +36,16 @@ def _(ctx):
 
 
 test_hostile = HOSTILE.test()
+
+
+def test_a_missing_model_path_checkpoint_is_named_as_spelt(tmp_path):
+    """``--weights ViT-B-32:/no/such.safetensors`` was reported as 'ViT-B-32//no/such.safetensors'."""
+    import pytest
+
+    from genmetrics.backbones.openclip import load_open_clip
+    from genmetrics.errors import WeightsUnavailableError
+
+    path = tmp_path / "no-such.safetensors"
+    with pytest.raises(WeightsUnavailableError) as e:
+        load_open_clip(f"ViT-B-32:{path}")
+    assert f"weights 'ViT-B-32:{path}' are not available (no such file or folder)" in str(e.value)

@@ -171,3 +171,35 @@ def test_a_misspelt_option_offline_is_reported_as_the_option(dead_hub, capsys):
     rc = main([*_score_args("dino"), "--option", "wieghts=x"])
     err = capsys.readouterr().err
     assert rc == 2 and "wieghts" in err and "not available" not in err
+
+
+def test_a_cache_folder_that_cannot_be_listed_leaves_it_to_the_loader(dead_hub, empty_home, monkeypatch):
+    """An ``open_clip`` folder without read permission (``chmod 311``: its files can still be opened by the
+    path the loader builds) was walked as empty (``os.walk`` skips what it cannot list) and the weights were
+    refused; a folder that does not exist is still empty."""
+    with pytest.raises(WeightsUnavailableError):
+        check_weights_available("ViT-B-32-quickgelu/openai")  # no open_clip folder at all
+    folder = empty_home / "open_clip"
+    (folder / "sub").mkdir(parents=True)
+    real = os.scandir
+
+    def unlistable(path="."):
+        if Path(path) == folder / "sub":
+            raise PermissionError(13, "Permission denied", str(path))
+        return real(path)
+
+    monkeypatch.setattr(os, "scandir", unlistable)
+    check_weights_available("ViT-B-32-quickgelu/openai")  # returns: the loader decides
+
+
+def test_a_stray_lock_file_is_no_cached_weights(dead_hub, empty_home):
+    """A ``.lock`` left by an interrupted download made the check hand over to the loader (seconds of
+    open_clip import for the same error); any other file still does."""
+    folder = empty_home / "open_clip" / ".locks" / "models--x"
+    folder.mkdir(parents=True)
+    (empty_home / "open_clip" / "w.lock").touch()
+    (folder / "abc.lock").touch()
+    with pytest.raises(WeightsUnavailableError, match="ViT-B-32-quickgelu/openai"):
+        check_weights_available("ViT-B-32-quickgelu/openai")
+    (folder.parent / "partial.incomplete").touch()
+    check_weights_available("ViT-B-32-quickgelu/openai")  # the loader decides

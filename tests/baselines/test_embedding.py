@@ -38,3 +38,24 @@ def _(ctx):
 
 
 test_hostile = HOSTILE.test()
+
+
+def test_dino_with_a_local_path_that_does_not_exist_says_so_and_never_blames_the_hub(tmp_path, monkeypatch):
+    """``--weights /no/such/dir`` used to be tried as a hub id: 'the hub ... cannot be reached' without a
+    network, which sends the user after the wrong cause. A hub id (ORG/NAME) still goes to the hub."""
+    import pytest
+
+    from genmetrics.backbones import hub
+    from genmetrics.baselines.embedding import DINOSimilarity
+    from genmetrics.errors import WeightsUnavailableError
+
+    monkeypatch.setenv("GENMETRICS_HOME", str(tmp_path / "home"))
+    asked: list[bool] = []
+    monkeypatch.setattr(
+        hub, "unreachable", lambda *a, **k: asked.append(True) or "the hub cannot be reached: test"
+    )
+    for spelling in (str(tmp_path / "no" / "such"), "./no/such", "~/no-such-weights-dir", "a/b/c"):
+        with pytest.raises(WeightsUnavailableError, match="no such file or folder") as e:
+            DINOSimilarity(weights=spelling)._load_default()
+        assert repr(spelling) in str(e.value) and "cannot be reached" not in str(e.value)
+    assert not asked

@@ -175,3 +175,27 @@ def test_card_direction_is_what_the_metric_does(name):
     assert card.higher_is_better is not None, name
     sign = 1.0 if card.higher_is_better else -1.0
     assert sign * (best - other) > 0, (name, card.higher_is_better, best, other)
+
+
+def test_a_card_naming_a_re_export_of_its_class_gives_it_its_facts():
+    """``factory="pkg:Cls"`` where ``pkg/__init__.py`` re-exports ``pkg.metric.Cls``: the class used to keep
+    ``name = ""`` and the direction it stated itself, contradicting its card, with no error."""
+    pkg, impl = types.ModuleType("_facts_pkg"), types.ModuleType("_facts_pkg.metric")
+    impl._Re = type("_Re", (_Gap,), {"__module__": impl.__name__, "__qualname__": "_Re"})  # type: ignore[attr-defined]
+    pkg._Re = impl._Re  # type: ignore[attr-defined]
+    impl._Contra = type(  # type: ignore[attr-defined]
+        "_Contra", (_Gap,), {"__module__": impl.__name__, "__qualname__": "_Contra", "higher_is_better": True}
+    )
+    pkg._Contra = impl._Contra  # type: ignore[attr-defined]
+    sys.modules.update({pkg.__name__: pkg, impl.__name__: impl})
+    card = register_metric(_card("_facts_re", f"{pkg.__name__}:_Re", False))
+    register_metric(_card("_facts_contra", f"{pkg.__name__}:_Contra", False))
+    try:
+        metric = gm.create_metric("_facts_re")
+        assert {k: getattr(metric, k) for k in FACTS} == card_facts(card)
+        with pytest.raises(TypeError, match="higher_is_better = True but its metric card '_facts_contra'"):
+            metric_class("_facts_contra")
+    finally:
+        unregister_metric("_facts_re")
+        unregister_metric("_facts_contra")
+        del sys.modules[pkg.__name__], sys.modules[impl.__name__]

@@ -125,3 +125,47 @@ def test_backbone_outside_state_dict_and_moves_with_to():
     assert not model.training
     m.to(torch.float64)
     assert next(model.parameters()).dtype == torch.float64
+
+
+def test_a_broken_plugin_is_skipped_with_one_warning_and_named_when_asked_for(monkeypatch, tmp_path):
+    """Entry points that raise at import, take a built-in's name or name neither a card nor a function used
+    to raise from ``_load_all`` (every command, built-ins included, ended in a traceback, and the plugins after
+    it were never registered): each is now one warning naming it and the fix, and the good plugin loads."""
+    from importlib import metadata
+
+    from genmetrics.core import registry
+
+    (tmp_path / "_gm_raises.py").write_text("import _no_such_dependency_xyz\n")
+    (tmp_path / "_gm_plugins.py").write_text(
+        "from genmetrics.core.registry import MetricCard, ReferenceKind\n"
+        "def card(name):\n"
+        "    return MetricCard(name=name, factory='x:Y', family='t', summary='s',\n"
+        "                      inputs={'reference': 'i', 'candidates': 'i'},\n"
+        "                      higher_is_better=True, range=None, reference=ReferenceKind.MATCHED)\n"
+        "TAKEN, GOOD, NOT_A_CARD = card('psnr'), card('_gm_good'), 3\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    eps = [
+        metadata.EntryPoint("_gm_raises", "_gm_raises:CARD", registry.ENTRY_POINT_GROUP),
+        metadata.EntryPoint("psnr_again", "_gm_plugins:TAKEN", registry.ENTRY_POINT_GROUP),
+        metadata.EntryPoint("_gm_three", "_gm_plugins:NOT_A_CARD", registry.ENTRY_POINT_GROUP),
+        metadata.EntryPoint("_gm_good", "_gm_plugins:GOOD", registry.ENTRY_POINT_GROUP),
+    ]
+    monkeypatch.setattr(
+        metadata, "entry_points", lambda group: eps if group == registry.ENTRY_POINT_GROUP else []
+    )
+    monkeypatch.setattr(registry, "_LOADED", False)
+    monkeypatch.setattr(registry, "_BROKEN", {})
+    try:
+        with pytest.warns(RuntimeWarning) as caught:
+            registry._load_all()  # the built-ins, then the plugins
+        assert registry.get_card("psnr").factory == "genmetrics.baselines.pixel:PSNR"
+        assert registry.get_card("_gm_good").factory == "x:Y"
+        said = [str(w.message) for w in caught]
+        assert len(said) == 3 and all("fix the plugin" in m and m.endswith("it is skipped") for m in said)
+        assert "_gm_raises = '_gm_raises:CARD'" in said[0] and "_no_such_dependency_xyz" in said[0]
+        assert "'psnr' is already registered" in said[1] and "expected a MetricCard" in said[2]
+        with pytest.raises(ValueError, match="metric plugin _gm_raises .* could not be registered"):
+            gm.create_metric("_gm_raises")
+    finally:
+        unregister_metric("_gm_good")

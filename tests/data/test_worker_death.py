@@ -99,3 +99,42 @@ def test_an_abort_from_end_of_input_is_not_called_a_ctrl_c(monkeypatch, capsys):
     monkeypatch.setattr("genmetrics.cli.main.check_environment", ctrl_c)
     assert main(["list"]) == 130
     assert "interrupted" in capsys.readouterr().err
+
+
+#: what torch raises for a worker killed while decoding: from the loader's wait, or from its SIGCHLD handler
+#: wherever the main process is (then it reaches the CLI without passing through the loader)
+TORCH_DEATH = RuntimeError("DataLoader worker (pid 4242) is killed by signal: Killed. ")
+
+
+def test_torch_s_own_report_of_a_killed_worker_names_it_and_the_resume(tmp_path, monkeypatch, capsys):
+    """A worker SIGKILLed while decoding (the common case) used to reach the user as torch's bare message,
+    without saying that finished results were kept or how to continue."""
+    files = _images(tmp_path / "imgs")
+    monkeypatch.setattr(
+        torch.utils.data,
+        "DataLoader",
+        lambda ds, batch_sampler, **kw: _LoaderThatLosesAWorker(ds, batch_sampler, TORCH_DEATH),
+    )
+    with pytest.raises(
+        WorkerDiedError,
+        match=r"\(pid 4242\) is killed by signal: Killed.\); run the command again \(`leaderboard --resume`",
+    ) as info:
+        list(decoded(files, batch_size=2, workers=2))
+    assert info.value.__cause__ is TORCH_DEATH
+    other = RuntimeError("DataLoader timed out")  # not a death: raised as it came
+    monkeypatch.setattr(
+        torch.utils.data,
+        "DataLoader",
+        lambda ds, batch_sampler, **kw: _LoaderThatLosesAWorker(ds, batch_sampler, other),
+    )
+    with pytest.raises(RuntimeError) as info2:
+        list(decoded(files, batch_size=2, workers=2))
+    assert info2.value is other
+
+    def killed_anywhere(*a, **k):  # the signal handler's exception, raised outside the loader
+        raise TORCH_DEATH
+
+    monkeypatch.setattr("genmetrics.cli.main.check_environment", killed_anywhere)
+    assert main(["list"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "(pid 4242)" in err and "leaderboard --resume" in err

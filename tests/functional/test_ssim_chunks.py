@@ -67,3 +67,24 @@ def test_gradients_flow_through_the_chunks(monkeypatch):
     monkeypatch.setattr(pixel, "SSIM_CHUNK_BYTES", 1 << 62)
     (g_whole,) = torch.autograd.grad(ssim(x, y).sum(), x)
     assert torch.equal(g_chunked, g_whole)
+
+
+@pytest.mark.parametrize("fn", [ssim, ms_ssim])
+@pytest.mark.parametrize(
+    "pshape, tshape",
+    [
+        ((4, 1, 161, 161), (3, 1, 161, 161)),
+        ((4, 1, 161, 161), (1, 1, 161, 161)),
+        ((1, 161, 161), (1, 161, 161)),
+    ],
+)
+def test_a_mismatched_pair_is_one_error_whatever_the_chunking(monkeypatch, fn, pshape, tshape):
+    """Chunks of a pair with different batch sizes used to score only the images both had (4 predictions
+    against 1 target: one score, no error), while one chunk raised a reshape error from inside."""
+    x, y = torch.rand(pshape), torch.rand(tshape)
+    for budget in (1, 1 << 62):  # one image per chunk; the batch at once
+        monkeypatch.setattr(pixel, "SSIM_CHUNK_BYTES", budget)
+        with pytest.raises(
+            ValueError, match=rf"{fn.__name__}: expected preds and target of one shape \[B,C,H,W\]"
+        ):
+            fn(x, y)

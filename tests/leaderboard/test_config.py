@@ -378,3 +378,25 @@ def _(ctx):
 
 
 test_hostile = HOSTILE.test()
+
+
+def test_a_metric_class_that_contradicts_its_card_is_not_blamed_on_the_options(
+    small_set, tmp_path, capsys, monkeypatch
+):
+    """A plugin class stating the opposite direction of its card is refused as the metric is first built
+    (its module imported by ``create_metric``); that was reported as 'metric ... rejects its options' (exit
+    2), sending the user to the config; it is the class's error (exit 1), with the config key."""
+    from genmetrics.errors import PluginError
+    from genmetrics.leaderboard import plan
+
+    said = "Contra.higher_is_better = True but its metric card 'psnr' says False"
+
+    def refused(name, **kwargs):
+        raise PluginError(said)
+
+    monkeypatch.setattr(plan, "create_metric", refused)
+    cfg = toml_config(small_set, '[[metrics]]\nname = "psnr"\n')
+    assert main(["leaderboard", str(cfg), "--out", str(tmp_path / "out")]) == 1
+    err = capsys.readouterr().err
+    assert f"metrics[0]: {said}" in err and "rejects its options" not in err and err.count("\n") == 1
+    assert not (tmp_path / "out").exists()

@@ -185,17 +185,17 @@ def _handed_over(batches: Iterator[Any]) -> Iterator[Any]:
     """The loader's batches; a worker that dies while handing a batch over (its shared-memory file
     descriptors are fetched from the worker, so the transfer ends in ``EOFError`` or a refused connection)
     is reported as the dead worker it is, never as an end of input or a Ctrl-C (click maps ``EOFError`` to
-    an abort)."""
+    an abort); so is torch's own report of a worker that died while decoding (``RuntimeError``)."""
     while True:
         try:
             raw = next(batches)
         except StopIteration:
             return
-        except (EOFError, ConnectionError) as e:
-            raise WorkerDiedError(
-                f"a decoding worker process ended while handing over a batch ({type(e).__name__}: {e}); finished "
-                "results were kept: rerun with --resume (--workers 0 decodes in the main process)"
-            ) from e
+        except (EOFError, ConnectionError, RuntimeError) as e:
+            died = WorkerDiedError.of(e, handing_over=True)
+            if died is None:
+                raise
+            raise died from e
         yield raw
 
 
