@@ -184,13 +184,13 @@ def test_uint8_psnr_takes_the_one_pass_path_and_is_batch_invariant(monkeypatch):
     the same order whatever the block); precision='float64' takes the general path and agrees."""
     p, t = _u8_pair(6, 24, 24, seed=5)
     calls: list[torch.dtype] = []
-    real = pixel_metrics.squared_error_sums  # the sums psnr calls (the native kernel or the torch path)
+    real = pixel_metrics.squared_error_sums_by  # the sums psnr calls (the native kernel or the torch path)
 
     def spy(a, b, **kw):
         calls.append(a.dtype)
         return real(a, b, **kw)
 
-    monkeypatch.setattr(pixel_metrics, "squared_error_sums", spy)
+    monkeypatch.setattr(pixel_metrics, "squared_error_sums_by", spy)
     fast = _scores(PSNR(batch_size=4), t, p)
     assert calls and set(calls) == {torch.uint8}  # the raw uint8 batches, never a float copy
     mse = ((p.double() - t.double()) ** 2).mean((1, 2, 3))
