@@ -217,6 +217,55 @@ def test_no_worker_left_behind(tmp_path, how):
     assert out.split() == [], "no process still reads the files"
 
 
+def test_ctrl_c_while_workers_start_is_an_interrupt_not_a_dead_worker(tmp_path):
+    """Ctrl-C to the process group in the window between a worker's fork and its ignoring SIGINT (the worker's
+    start-up, widened here to 1.5 s): the worker holds the signal until it ignores it, so the main process
+    alone is interrupted (KeyboardInterrupt), no worker is reported dead, and none is left behind."""
+    _folders(tmp_path, n=4)
+    script = textwrap.dedent(
+        f"""
+        import sys, time
+        from pathlib import Path
+        import torch.utils.data._utils.worker as W
+        import genmetrics.data.io.pipeline as P
+        loop = W._worker_loop  # what a forked worker runs first: its start-up, before any handler is set
+        def late_loop(*args, **kwargs):
+            time.sleep(1.5)
+            return loop(*args, **kwargs)
+        W._worker_loop = late_loop
+        files = sorted(Path({str(tmp_path / "refs")!r}).iterdir()) * 50
+        print("ready", flush=True)
+        try:
+            for batch in P.decoded(files, batch_size=2, workers=2):
+                pass
+            print("END")
+        except KeyboardInterrupt:
+            print("INTERRUPTED")
+        except BaseException as e:
+            print("OTHER", type(e).__name__, e)
+        """
+    )
+    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        start_new_session=True,
+    )
+    assert proc.stdout is not None and proc.stdout.readline().strip() == b"ready"
+    deadline = time.time() + 30
+    while len(_children(proc.pid)) < 2 and time.time() < deadline:
+        time.sleep(0.05)
+    assert len(_children(proc.pid)) >= 2, "the workers started"
+    os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C: the whole process group, workers still in their start-up
+    out, err = proc.communicate(timeout=60)
+    assert out.decode().strip() == "INTERRUPTED", (out, err[-2000:])
+    assert b"Traceback" not in err, err[-2000:]
+    time.sleep(0.5)
+    assert _children(proc.pid) == []
+
+
 @pytest.mark.parametrize("workers", ["0", "2"])
 def test_compare_decodes_each_file_once_and_is_worker_independent(tmp_path, monkeypatch, workers):
     monkeypatch.setenv("GENMETRICS_BACKBONE_PROVIDER", "genmetrics.testing:tiny_backbones")

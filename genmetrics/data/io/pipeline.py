@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import threading
 import warnings
 from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass
@@ -170,7 +171,8 @@ def decoded(
         persistent_workers=False,
         worker_init_fn=ignore_interrupts,
     )
-    it = iter(loader)
+    with _interrupts_held():  # the workers start here: a Ctrl-C waits until they ignore it
+        it = iter(loader)
     try:
         for raw in _handed_over(it):
             batch = _reraise_warnings(raw)
@@ -199,9 +201,30 @@ def _handed_over(batches: Iterator[Any]) -> Iterator[Any]:
         yield raw
 
 
+#: whether signal masks exist here (POSIX): Ctrl-C is held while workers start, and released in each
+_CAN_HOLD = hasattr(signal, "pthread_sigmask")
+
+
+@contextlib.contextmanager
+def _interrupts_held() -> Iterator[None]:
+    """Block SIGINT in the calling thread while the body runs (the workers are forked there and inherit the
+    mask): a Ctrl-C in that window stays pending, reaches the main process when the body ends, and never
+    kills a worker that has not yet set :func:`ignore_interrupts` (which reported a dead worker, or raised
+    its error inside the handling of the Ctrl-C, instead of "interrupted")."""
+    if not _CAN_HOLD or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
+
+
 def ignore_interrupts(worker_id: int) -> None:
     """A decoding worker ignores Ctrl-C (SIGINT goes to the whole process group): the main process alone
     stops the run, says "interrupted" and shuts the workers down, instead of reporting a worker that died.
+    A worker starts with SIGINT blocked (:func:`_interrupts_held`); it is unblocked once ignored.
 
     >>> import signal
     >>> before = signal.getsignal(signal.SIGINT)
@@ -210,6 +233,8 @@ def ignore_interrupts(worker_id: int) -> None:
     >>> _ = signal.signal(signal.SIGINT, before)
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if _CAN_HOLD:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
 class DecodedCache:
