@@ -86,7 +86,7 @@ def child(args: argparse.Namespace) -> None:
     import genmetrics.leaderboard  # noqa: F401
 
     for name in args.metrics.split(","):
-        if name not in ("clip_i", "clipscore"):
+        if name not in ("clip_i", "clipscore", "sad"):  # built later, with their backbone and attributes
             gm.create_metric(name)
     t0, c0 = time.perf_counter(), time.process_time()
     if args.child == "leaderboard":
