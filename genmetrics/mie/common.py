@@ -13,10 +13,10 @@ from torch import nn
 
 from genmetrics.backbones.hf import load_vlm
 from genmetrics.core.options import integer
+from genmetrics.data.jsonl import MAX_REFERENCES as MAX_REFERENCES  # one limit: pair files and model
 from genmetrics.errors import InputError
 
 DIMENSIONS = ("existence", "appearance", "interaction")
-MAX_REFERENCES = 8
 MIN_REFERENCES = 1
 TUNING_MODES = ("layer_only", "lora_layer")
 DEFAULT_TUNING = "layer_only"  # Appendix E, Table "Training Hyperparameters": layer-only unfreezing (top 4)

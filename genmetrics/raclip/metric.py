@@ -36,7 +36,7 @@ from genmetrics.data.io.images import as_image_list, to_tensor
 from genmetrics.data.text.inputs import as_text_list
 from genmetrics.errors import InputError
 from genmetrics.functional import divergence as D
-from genmetrics.raclip import report
+from genmetrics.raclip import DEFAULT_WEIGHTS, report
 from genmetrics.raclip.attributes import resolve_attributes
 from genmetrics.raclip.model import (
     HCS_TEMPLATE,
@@ -48,7 +48,6 @@ from genmetrics.raclip.model import (
     scorer_options,
 )
 
-DEFAULT_WEIGHTS = "ViT-B-32-quickgelu/openai"
 SCORES = ("raclip", "clipscore", "hcs")
 #: ``compat="hcs2024"``: what the 2024 SaD/PaD/HCS code (Kim et al., github.com/notou10/sadpad) does
 HCS2024: dict[str, Any] = dict(
