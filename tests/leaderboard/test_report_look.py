@@ -9,7 +9,6 @@ import re
 
 import numpy as np
 import pytest
-import torch
 from lb_helpers import toml_config
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
@@ -21,8 +20,6 @@ from genmetrics.leaderboard.gallery import best_and_worst, write_galleries
 from genmetrics.leaderboard.numbers import MAX_DECIMALS, decimals, fmt_ci
 from genmetrics.leaderboard.plots import _points, unit
 from genmetrics.leaderboard.report import _intro, cell, paired_tables, ranking_table, winner
-from genmetrics.raclip import plots as raclip_plots
-from genmetrics.raclip.report import Example
 
 PSNR_SSIM = '[[metrics]]\nname = "psnr"\n\n[[metrics]]\nname = "ssim"\n'
 
@@ -265,33 +262,3 @@ def _plan(res):
 
 
 # ------------------------------------------------------------------------------------------ RA-CLIPScore figures
-def _overlaps(a, b) -> bool:
-    return a.x0 < b.x1 and b.x0 < a.x1 and a.y0 < b.y1 and b.y0 < a.y1
-
-
-def test_rsad_colour_bar_labels_stay_out_of_the_next_panel():
-    torch.manual_seed(0)
-    m = torch.randn(49, 6) * 3e-4 + torch.linspace(-1e-3, 1e-3, 6)
-    fig = raclip_plots._rsad_figure(m, (7, 7), [f"attribute {i}" for i in range(6)], 8)
-    r = fig.canvas.get_renderer()
-    fig.canvas.draw()
-    images = [ax for ax in fig.axes if ax.images]
-    bars = [ax for ax in fig.axes if not ax.images]
-    assert len(images) == len(bars) == 6
-    for cb in bars:
-        box = cb.get_tightbbox(r)  # the bar with its tick labels and offset text
-        assert not any(_overlaps(box, ax.get_window_extent(r)) for ax in images)
-
-
-def test_attribute_maps_have_a_colour_scale_per_column():
-    ex = [
-        Example(r, f"{r}.png", torch.rand(3, 32, 32), torch.rand(3), torch.rand(16, 3) * s)
-        for r, s in (("real", 1.0), ("generated", 2.0))
-    ]
-    fig = raclip_plots._maps_figure(ex, ["a", "b", "c"], (4, 4), [0, 2], 0.5)
-    bars = [ax for ax in fig.axes if ax.get_label() == "<colorbar>"]
-    assert len(bars) == 2
-    # each scale runs from 0 to the largest patch score of its column over all examples
-    for cb, i in zip(bars, [0, 2]):
-        top = max(float(e.patch_scores[:, i].max()) for e in ex)
-        assert cb.get_xlim() == pytest.approx((0.0, top))
