@@ -1,6 +1,6 @@
-"""How the reports look: paired differences coloured by who wins, plots scaled to the values with units,
-the "(set) columns" note only where there are such columns, the per-generator galleries (best and worst
-samples, linked, sortable, self-contained) and the RA-CLIPScore figures' colour scales."""
+"""How the reports look: paired differences coloured by who wins, units in the headers, aligned Markdown
+tables, plots in a grid, the "(set) columns" note only where there are such columns. (The plots, the
+galleries and the number formats are tested in test_plots.py, test_gallery.py and test_numbers.py.)"""
 
 from __future__ import annotations
 
