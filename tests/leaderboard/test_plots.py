@@ -94,15 +94,17 @@ def test_per_pair_values_are_labelled_with_the_pairs(saved, tmp_path):
 
 def test_heatmaps_draw_the_strongest_maps_on_the_grid_with_one_symmetric_scale(saved, tmp_path):
     rng = np.random.default_rng(4)
-    m = rng.normal(0, 1, (6, 5)) * np.array([1.0, 4.0, 0.1, 2.0, 3.0])
-    result = {"value": {"map": m.tolist()}, "grid": [2, 3], "labels": list("abcde")}
+    m = rng.normal(0, 1, (16, 5)) * np.array([2.0, 4.0, 0.0, 3.0, 5.0])
+    m[7, 2] = 20.0  # the weakest map on average (not drawn) holds the largest value: it sets no scale
+    result = {"value": {"map": m.tolist()}, "grid": [4, 4], "labels": list("abcde")}
     assert plots.heatmaps("rsad", "g", result, tmp_path / "h.png")
     images = [ax for ax in saved[0].axes if ax.images]
     top = np.argsort(-np.abs(m).mean(0), kind="stable")[: plots.TOP_MAPS]
+    assert 2 not in top  # the premise: the spiked map is not among the drawn ones
     assert [ax.get_title() for ax in images] == [list("abcde")[j] for j in top]
     vmax = float(np.abs(m[:, top]).max())
     for ax, j in zip(images, top):
-        assert np.array_equal(np.asarray(ax.images[0].get_array()), m[:, j].reshape(2, 3))
+        assert np.array_equal(np.asarray(ax.images[0].get_array()), m[:, j].reshape(4, 4))
         assert ax.images[0].get_clim() == (-vmax, vmax)
     # a map that fits no grid is not drawn
     assert not plots.heatmaps("rsad", "g", {"value": {"map": m[:5].tolist()}}, tmp_path / "x.png")
