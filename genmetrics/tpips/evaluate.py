@@ -330,12 +330,18 @@ class Scorer:
     batch_size: int = 16
 
     def odd_one_out(self, records: Sequence[OddOneOutRecord]) -> torch.Tensor:
+        """``[N,3]`` predictions for odd-one-out ``records``: per record, a higher value for the image more
+        likely to be the odd one (its argmax is the row's choice). Subclasses implement it."""
         raise NotImplementedError
 
     def two_afc(self, records: Sequence[TwoAFCRecord]) -> torch.Tensor:
+        """``[N,2]`` predictions for 2AFC ``records``: per record, a higher value for the candidate more
+        similar to the reference. Subclasses implement it."""
         raise NotImplementedError
 
     def supports(self, kind: str) -> bool:
+        """Whether this row scores records of ``kind`` (``"odd_one_out"`` or ``"two_afc"``); a row that does not
+        has no result for datasets of that kind. All kinds unless a subclass says otherwise."""
         return True
 
     def input_transform(self) -> Any:

@@ -20,7 +20,7 @@ The vision tower is frozen and aspect-independent: its output (merged tokens and
 computed once per distinct image and reused across aspects, pairs and calls
 (:class:`genmetrics.backbones.qwen_vl.VisionEncoder`); the language tower is then called with
 ``inputs_embeds``, explicit M-RoPE positions and the DeepStack features at the image positions, which
-reproduces the standard ``Qwen3VLModel`` forward exactly (``tests/tpips/test_model.py``).
+reproduces the standard ``Qwen3VLModel`` forward exactly (``tests/tpips/test_late.py``).
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ from lb_helpers import toml_config, write_images
 
 from genmetrics.cli.main import main
 from genmetrics.errors import InputError
-from genmetrics.leaderboard import build_plan, load_config, run_leaderboard
+from genmetrics.leaderboard import load_config, run_leaderboard
 from genmetrics.leaderboard.config import toml_lines, yaml_lines
 from tests.reliability.hostile import Cases, Ctx
 
@@ -242,30 +242,6 @@ def test_inputs_each_metric_needs(small_set, tmp_path):
     _fails(
         cfg, tmp_path / "out", r"set\.toml:4: metrics\[0\]: '_lb_set' is a set-level metric .* set data\.real"
     )
-
-
-def test_prompts_file_errors_name_file_line(small_set):
-    (small_set / "p.jsonl").write_text('{"id": "s00", "prompt": "a"}\n{"id": "s00", "prompt": "b"}\n')
-    cfg = toml_config(small_set, SPY, extra='prompts = "p.jsonl"\n')
-    with pytest.raises(
-        InputError, match=r"config\.toml:3: data\.prompts: p\.jsonl:2: id 's00' repeats line 1"
-    ):
-        build_plan(load_config(cfg))
-    (small_set / "p.jsonl").write_text('{"id": "s00", "prompt": "a", "references": ["refs/nope.png"]}\n')
-    cfg = toml_config(small_set, '[[metrics]]\nname = "_lb_refsets"\n', extra='prompts = "p.jsonl"\n')
-    write_images(small_set / "gen" / "one", ["s00"])
-    cfg.write_text(
-        cfg.read_text()
-        .replace('images = "gen/mid"', 'images = "gen/one"')
-        .replace(
-            '[[generators]]\nname = "bad"\nimages = "gen/bad"\n\n[[generators]]\nname = "good"\nimages = "gen/good"\n\n',
-            "",
-        )
-    )
-    with pytest.raises(
-        InputError, match=r"data\.prompts: p\.jsonl:1: reference image .*nope\.png.* does not exist"
-    ):
-        build_plan(load_config(cfg))
 
 
 def test_cli_bad_config_exit_2_one_line(small_set, tmp_path, capsys):

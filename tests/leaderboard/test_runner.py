@@ -20,7 +20,7 @@ from genmetrics.data.output.hashes import HashCache
 from genmetrics.data.output.rows import read_results
 from genmetrics.errors import InputError
 from genmetrics.functional.bootstrap import bootstrap_ci, paired_bootstrap
-from genmetrics.leaderboard import SET_ID, build_plan, load_config, run_leaderboard
+from genmetrics.leaderboard import SET_ID, run_leaderboard
 from genmetrics.leaderboard.runner import HASHES
 from tests.reliability.hostile import Cases, _plant_link
 
@@ -277,24 +277,6 @@ def test_set_value_scores():
     assert score == 0.25 and full == {"mean": 0.25, "per_attribute": pytest.approx([0.2, 0.3])}
     with pytest.raises(TypeError):
         set_value_score("x")
-
-
-def test_cache_folder_and_path_options(small_set, tmp_path, monkeypatch):
-    monkeypatch.setenv("GENMETRICS_HOME", str(tmp_path / "home"))
-    (small_set / "weights").mkdir()
-    metric = '[[metrics]]\nname = "_lb_vector"\n'
-    build_plan(load_config(toml_config(small_set, metric + 'path = "weights"\n')), check_construct=True)
-    assert lb_fakes.CALLS["cache_dir"] == str(tmp_path / "home" / "features")  # default: the shared cache
-    assert lb_fakes.CALLS["path"] == str((small_set / "weights").resolve())  # relative to the config
-    build_plan(
-        load_config(toml_config(small_set, metric + 'path = "org/model"\n', extra="[run]\ncache = false\n"))
-    )
-    assert lb_fakes.CALLS["cache_dir"] is None and lb_fakes.CALLS["path"] == "org/model"  # a hub id stays
-    build_plan(
-        load_config(toml_config(small_set, metric + 'path = "./new"\n', extra='[run]\ncache = "feats"\n'))
-    )
-    assert lb_fakes.CALLS["cache_dir"] == str(small_set.resolve() / "feats")
-    assert lb_fakes.CALLS["path"] == str((small_set / "new").resolve())
 
 
 def test_real_set_reference_and_conditional_condition(small_set, tmp_path):

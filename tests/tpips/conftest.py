@@ -104,3 +104,16 @@ def tiny_folder(tmp_path_factory, vlm, processor):
     vlm.save_pretrained(d)
     processor.save_pretrained(d)
     return d
+
+
+@pytest.fixture(scope="module")
+def gen_model():
+    from genmetrics.testing import tiny_qwen3vl_for_generation
+
+    return tiny_qwen3vl_for_generation(seed=0)
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    root = tmp_path_factory.mktemp("eval")
+    return make_triplets(root, n=6, sources=None), make_two_afc(root, n=8)

@@ -1,5 +1,5 @@
 """Human-agreement harness: statistics equal an explicit computation, Table-3 layout, loaders (JSONL,
-BAPPS, NIGHTS), zero-shot baselines in the same harness, and the CLI."""
+BAPPS, NIGHTS), zero-shot baselines in the same harness (the command line: test_cli.py)."""
 
 from __future__ import annotations
 
@@ -22,13 +22,7 @@ from genmetrics.tpips.evaluate import (
     to_markdown,
 )
 
-from .conftest import SIZE, make_triplets, make_two_afc, write_png
-
-
-@pytest.fixture(scope="module")
-def files(tmp_path_factory):
-    root = tmp_path_factory.mktemp("eval")
-    return make_triplets(root, n=6, sources=None), make_two_afc(root, n=8)
+from .conftest import SIZE, write_png
 
 
 def _value(path) -> float:
@@ -141,53 +135,6 @@ def test_zero_shot_baselines_in_harness(files, vlm, processor):
             assert 0.0 <= m["results"][ds]["overall"]["mean"] <= 1.0
 
 
-def test_cli_evaluate(tmp_path, files, tiny_folder):
-    from genmetrics.cli.main import main
-
-    ooo, afc = files
-    out = tmp_path / "report"
-    rc = main(
-        [
-            "evaluate-human",
-            "tpips",
-            "--data",
-            str(ooo),
-            "--data",
-            str(afc),
-            "--weights",
-            str(tiny_folder),
-            "--image-size",
-            str(SIZE),
-            "--baseline",
-            "embedding",
-            "--baseline",
-            "triplet",
-            "--baseline",
-            "metric:ssim",
-            "--generative-weights",
-            str(tiny_folder),
-            "--out",
-            str(out),
-            "--limit",
-            "4",
-        ]
-    )
-    assert rc == 0
-    res = json.loads((out / "results.json").read_text())
-    assert [m["family"] for m in res["models"]] == [
-        "Qwen3-VL-Emb (zero-shot)",
-        "Qwen3-VL-Emb",
-        "Qwen3-VL (triplet prompt)",
-        "ssim",
-    ]
-    assert res["datasets"][0]["n"] == 4
-    table = (out / "table.md").read_text()
-    assert "| Human | consensus |" in table and "Total" in table
-    assert (out / "per_sample.jsonl").read_text().count("\n") == 4 * (4 + 4)
-    assert main(["evaluate-human", "tpips", "--data", str(ooo), "--baseline", "lpips-ish"]) == 2
-    assert main(["evaluate-human", "tpips", "--data", str(tmp_path / "missing.jsonl")]) == 2
-
-
 # -------------------------------------------------------------------------------------- records naming folders
 # A human-judgement record whose image path names a folder is told so (it read "does not exist", sending the
 # user to look for a missing file that is there); a missing file still reads "does not exist".
@@ -202,31 +149,3 @@ def test_a_reference_that_is_not_a_file_is_named_for_what_it_is(tmp_path, which)
         check_images_exist(ds)
     said = "is a folder, not an image file" if which == "folder" else "does not exist"
     assert str(e.value).endswith(f"image file {str(reference)!r} {said}")
-
-
-def test_cli_table_is_the_family_evaluation_of_the_flags(tmp_path, files, capsys):
-    """``evaluate-human tpips`` only parses flags: its table is ``to_markdown(evaluate_human(datasets,
-    build_scorers(...)))`` computed here through the tpips family, and the CLI module builds no scorer."""
-    import genmetrics.tpips.cli as tpips_cli
-    from genmetrics.cli.main import main
-    from genmetrics.tpips.evaluate import build_scorers
-
-    assert not hasattr(tpips_cli, "build_scorers")
-    ooo, afc = files
-    rc = main(
-        ["evaluate-human", "tpips", "--data", str(ooo), "--data", str(afc), "--no-model"]
-        + ["--baseline", "metric:psnr", "--baseline", "metric:ssim", "--batch-size", "3"]
-    )
-    assert rc == 0
-    shown = capsys.readouterr().out
-    scorers = build_scorers(
-        adapter=None,
-        variant=None,
-        weights=None,
-        baselines=["metric:psnr", "metric:ssim"],
-        generative_weights="unused",
-        include_model=False,
-        batch_size=3,
-    )
-    datasets = [load_human_data(ooo), load_human_data(afc)]
-    assert shown == to_markdown(evaluate_human(datasets, scorers))

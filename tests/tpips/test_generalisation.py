@@ -25,42 +25,6 @@ def bench():
     return mod
 
 
-def _in(v: float, intervals: list[tuple[float, float]]) -> bool:
-    return any(lo <= v < hi for lo, hi in intervals)
-
-
-def test_held_out_values_are_disjoint_from_training_values():
-    from genmetrics.tpips.synthetic import split_intervals, value_triplets
-
-    train, test = split_intervals("train", 8), split_intervals("test", 8)
-    assert not any(_in(lo, test) or _in(hi - 1e-9, test) for lo, hi in train)  # no shared interval
-    for split, own in (("train", train), ("test", test)):
-        for t in value_triplets(12, PAIR, split=split, seed=5, size=32):
-            for v in t.values:
-                for a in PAIR:  # every tested value comes from its split's intervals
-                    assert _in(v[a], own), (split, a, v[a])
-
-
-def test_task_defeats_aspect_blind_metrics():
-    """The two aspects name different candidates for the same reference, so any metric that ignores the aspect
-    text (here pixel L2) is right on exactly one of a triplet's two 2AFC records: mean 0.5, both 0."""
-    from genmetrics.functional.agreement import per_sample_agreement
-    from genmetrics.tpips.synthetic import value_triplets
-
-    triplets = value_triplets(40, PAIR, split="test", seed=7, size=32)
-    recs = [r for t in triplets for r in t.two_afc()]
-    for t in triplets:
-        a, b = t.two_afc()
-        assert a.reference is b.reference and a.candidates == b.candidates and a.votes == b.votes[::-1]
-
-    def l2(x: torch.Tensor, y: torch.Tensor) -> float:
-        return -float((x.float() - y.float()).norm())
-
-    sims = torch.tensor([[l2(r.reference, c) for c in r.candidates] for r in recs], dtype=torch.float64)
-    right = per_sample_agreement(sims, torch.tensor([r.votes for r in recs])).view(-1, 2)
-    assert torch.equal(right.sum(1), torch.ones(len(triplets), dtype=right.dtype))
-
-
 def test_by_construction_controls_of_the_benchmark(bench):
     """``summarise`` reads per-aspect, mean and both-right from ``[N, 2]`` agreement: closed forms."""
     right = torch.tensor([[1.0, 0.0], [1.0, 1.0], [0.0, 0.0], [0.5, 0.5]])
@@ -212,39 +176,6 @@ def test_ceiling_of_an_unencoded_aspect_is_at_chance(bench):
     assert x["ceiling"] >= 0.95 and x["pair_tokens"] >= 0.95 and x["ceiling_above_chance"], x
     assert y["ceiling"] <= 0.5 + 3.5 * 0.03125 and not y["ceiling_above_chance"], y
     assert y["pair_signed_tokens"] >= 0.95, y  # the artefact the constraint removes, kept as a diagnostic
-
-
-def test_scene_generator_sets_colour_and_brightness_independently():
-    """The default pair is not confounded by construction: in the rendered pixels, the background grey (pixels
-    with chroma < 0.1) follows the brightness value and not the hue, and the object's hue (pixels with chroma >
-    0.3) follows the hue value and not the brightness. 64 triplets (192 images): a correlation of independent
-    values has standard error 1 / sqrt(192) = 0.072, so |r| <= 0.3 is a 4-standard-error band."""
-    import math
-
-    from genmetrics.tpips.synthetic import value_triplets
-
-    grey, hue_err, bright, hue, hue_meas = [], [], [], [], []
-    for t in value_triplets(64, PAIR, split="test", seed=3, size=64):
-        for img, v in zip(t.images, t.values):
-            x = img.double() / 255
-            chroma = x.max(0).values - x.min(0).values
-            grey.append(float(x.mean(0)[chroma < 0.1].mean()))
-            obj = x[:, chroma > 0.3].mean(1)
-            r, gg, b = obj.tolist()  # the hue of the object's mean colour (the HSV hue formula)
-            h = math.atan2(math.sqrt(3) * (gg - b), 2 * r - gg - b) / (2 * math.pi) % 1
-            hue_meas.append(h)
-            hue_err.append(min(abs(h - v["color"]), 1 - abs(h - v["color"])))
-            bright.append(v["brightness"])
-            hue.append(v["color"])
-
-    def corr(a: list[float], b: list[float]) -> float:
-        return float(torch.corrcoef(torch.tensor([a, b], dtype=torch.float64))[0, 1])
-
-    assert corr(grey, bright) >= 0.95
-    assert max(hue_err) <= 0.05, max(hue_err)  # the object's hue is the colour value (within 18 degrees)
-    for k in (math.cos, math.sin):  # hue (circular) against brightness, both ways round
-        assert abs(corr([k(2 * math.pi * h) for h in hue], grey)) <= 0.3
-        assert abs(corr([k(2 * math.pi * h) for h in hue_meas], bright)) <= 0.3
 
 
 def test_pair_option_names_two_scene_aspects(bench, capsys):
