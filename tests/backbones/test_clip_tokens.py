@@ -85,3 +85,9 @@ def test_trim_padding_drops_only_columns_of_padding(seed):
     keep = max(max(lengths), 1)  # the written rule: up to the longest row, at least one column
     assert torch.equal(out, ids[:, :keep])
     assert trim_padding(ids, None) is ids
+
+
+def test_an_all_padding_batch_keeps_one_column():
+    ids = torch.zeros(3, 5, dtype=torch.long)
+    assert torch.equal(trim_padding(ids, 0), ids[:, :1])
+    assert trim_padding(torch.zeros(2, 0, dtype=torch.long), 0).shape == (2, 0)
