@@ -182,5 +182,3 @@ def test_weights_download_fails_in_seconds_exit_1(dead_hub, capsys):
     line = _one_error_line(err)
     assert rc == 1 and took < LIMIT_S and dead_hub in line
     assert "`genmetrics weights download clipscore dino`" in line and "GENMETRICS_HOME" in line
-
-
