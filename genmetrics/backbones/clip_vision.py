@@ -77,7 +77,7 @@ def encode_image(model: Any, pixels: torch.Tensor) -> torch.Tensor:
     with class-token pooling -- the last block only for the class token (layer norm, MLP and attention
     rows are per token, so no other output feeds the pooled one). On the CPU, in float32 or under bfloat16
     autocast, the products run on packed oneDNN weights where that measured faster on this machine. Equal to ``model.encode_image`` up
-    to float32 rounding (the bound is derived in tests/baselines/test_clip_image.py); anything else, or
+    to float32 rounding (the bound is derived in tests/backbones/test_clip_vision.py); anything else, or
     with gradients enabled, calls ``model.encode_image``. The model itself is not modified.
 
     >>> from genmetrics.testing import random_images, tiny_clip

@@ -3,7 +3,7 @@
 Exit codes: 0 success; 2 bad input or usage (one line ``error: ...`` naming the input); 1 environment
 (missing weights, out of memory, ...). ``--debug`` shows tracebacks. Subcommands live with their
 family (``genmetrics/<family>/cli.py``) and are imported only when called: ``genmetrics --help`` lists
-them from :data:`COMMAND_HELP` without importing any (``tests/cli/test_startup.py`` checks the two agree).
+them from :data:`COMMAND_HELP` without importing any (``tests/cli/test_main.py`` checks the two agree).
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ EXPORT_COMMANDS = {"mie": "genmetrics.mie.cli:export_cmd"}
 #: commands that start without running torchmetrics' package ``__init__`` (:func:`defer_torchmetrics_init`)
 DEFERRED_TORCHMETRICS = frozenset({"score"})
 #: what ``--help`` shows for each lazy command: the first paragraph of its docstring, kept here so that help
-#: imports no command module (tests/cli/test_startup.py checks that the two agree)
+#: imports no command module (tests/cli/test_main.py checks that the two agree)
 COMMAND_HELP = {
     "list": "List registered metrics and aliases (optionally matching an fnmatch PATTERN).",
     "info": "Show a metric's card: inputs, direction, range, paper, default weights and options.",
@@ -202,6 +202,9 @@ def _defer_plot_module(package_path: list[str]) -> None:
 
 
 class LazyGroup(click.Group):
+    """A click group whose commands are imported only when called (``lazy``: name -> ``"module:attribute"``);
+    ``--help`` lists them with the lines of ``helps``."""
+
     def __init__(
         self,
         *args: Any,
@@ -214,6 +217,8 @@ class LazyGroup(click.Group):
         self.helps = dict(helps or {})
 
     def list_commands(self, ctx: click.Context) -> list[str]:
+        """The names of the group's commands, sorted: those defined on the group and the lazy ones (named in
+        ``lazy``, not imported)."""
         return sorted(set(super().list_commands(ctx)) | set(self.lazy))
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
@@ -237,6 +242,8 @@ class LazyGroup(click.Group):
         return super().resolve_command(ctx, args)
 
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        """The command ``name``: a lazy one is imported from its ``"module:attribute"`` now (a command module
+        that cannot be imported is a ``UsageError`` naming the command); ``None`` for an unknown name."""
         if name in self.lazy:
             if name in DEFERRED_TORCHMETRICS and self.name == "cli":
                 defer_torchmetrics_init()

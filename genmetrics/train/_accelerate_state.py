@@ -5,7 +5,7 @@ accelerate keeps one process-wide ``AcceleratorState`` and refuses an ``Accelera
 public way to start over; its own test utilities (``accelerate.test_utils.testing.AccelerateTestCase``)
 call ``AcceleratorState._reset_state()`` between tests, as this module does. Several fits in one process
 with different precisions (tests, notebooks) need it. Only that refusal triggers the reset, and the process
-group (``PartialState``) is kept. ``tests/train/test_loop_structure.py`` fails loudly when accelerate
+group (``PartialState``) is kept. ``tests/train/test_accelerate_state.py`` fails loudly when accelerate
 renames the method or rewords the refusal.
 """
 

@@ -28,7 +28,7 @@ from genmetrics.backbones.weights import genmetrics_home
 from genmetrics.baselines.pixel import PSNR
 from genmetrics.errors import InputError
 from genmetrics.functional import pixel as P
-from tests.functional.test_pixel_psnr import range_cases
+from tests.functional.test_pixel import range_cases
 
 needs_native = pytest.mark.skipif(not N.native_available(), reason="the native kernel was not built here")
 EPS32 = 1.1920929e-07

@@ -14,7 +14,7 @@ import genmetrics as gm
 from genmetrics.backbones.clip_text import causal_text_tower
 from genmetrics.backbones.openclip import TextEmbeddingCache, encode_text_ids, trim_padding
 from genmetrics.testing import tiny_clip
-from tests.baselines.test_clip_image import EPS32, float32_bound, relative_error
+from tests.backbones.test_clip_vision import EPS32, float32_bound, relative_error
 
 TEXTS = ["a dog", "a photo of a red car on the street", "x"]
 
@@ -119,7 +119,7 @@ def _scores(img: torch.Tensor, txt: torch.Tensor) -> torch.Tensor:
 
 
 def _text_bound(model) -> float:
-    """Norm-wise relative float32 error of a text embedding (see ``float32_bound`` in baselines/test_clip_image.py):
+    """Norm-wise relative float32 error of a text embedding (see ``float32_bound`` in backbones/test_clip_vision.py):
     4 products per block plus the text projection, K = the MLP's hidden width (2048 for ViT-B/16's text
     tower, 49 products: 4 * eps * sqrt(49 * 2048) = 1.5e-4)."""
     found = causal_text_tower(model)

@@ -13,7 +13,10 @@ from torchmetrics.functional.image import (
 )
 
 import genmetrics as gm
+from genmetrics.baselines import pixel as pixel_metrics
+from genmetrics.baselines.pixel import PSNR
 from genmetrics.errors import InputError
+from tests.functional.test_pixel import EPS32, _pair, _u8_pair
 
 
 def _pairs(n=4, size=48, seed=0, noise=0.08):
@@ -229,3 +232,72 @@ def test_batch_tensors_score_as_their_images_do_in_every_slicing(name, dtype):
     m = gm.create_metric(name, batch_size=3)
     m.update(reference=ref[1::2], candidates=cand[1::2])  # every other image
     assert torch.equal(m.per_sample()["scores"], want[1::2])
+
+
+# ------------------------------------------------------------------------------ PSNR's one-pass path
+def _psnr_scores(metric: PSNR, ref: torch.Tensor, cand: torch.Tensor) -> torch.Tensor:
+    metric.update(reference=ref, candidates=cand)
+    return metric.per_sample()["scores"]
+
+
+def test_metric_fused_path_equals_the_general_path():
+    """The one-pass path (float32 tensors in range) against precision='float64' (the general path: stack,
+    validate, convert) and the per-image float64 formula."""
+    p, t = _pair(7, 24, 24, seed=3)
+    fast = _psnr_scores(PSNR(batch_size=4), t, p)
+    slow = _psnr_scores(PSNR(batch_size=4, precision="float64"), t, p)
+    mse = ((p.double() - t.double()) ** 2).mean((1, 2, 3))
+    exact = 10 * torch.log10(1 / mse)
+    # relative MSE error (24 + 2) eps -> 10/ln10 * 26 eps dB
+    tol = 10 / 2.302585 * 26 * EPS32
+    assert torch.allclose(fast.double(), exact, atol=tol, rtol=0)
+    assert torch.allclose(slow.double(), exact, atol=1e-9, rtol=0)
+
+
+def test_metric_data_range_and_tolerated_overshoot_fall_back_correctly():
+    p, t = _pair(3, 16, 16, seed=1)
+    base = _psnr_scores(PSNR(), t, p)
+    scaled = _psnr_scores(PSNR(data_range=255.0), t * 255, p * 255)
+    assert torch.allclose(scaled, base, atol=1e-4)
+    over = p.clone()
+    over[0, 0, 0, 0] = 1.0005  # inside the 1e-3 tolerance: clamped to 1, as the general path does
+    clamped = p.clone()
+    clamped[0, 0, 0, 0] = 1.0
+    assert torch.equal(_psnr_scores(PSNR(), t, over), _psnr_scores(PSNR(), t, clamped))
+    bad = p.clone()
+    bad[2, 1, 2, 3] = float("nan")
+    with pytest.raises(InputError, match=r"candidates\[2\]"):
+        PSNR().score(t, bad)
+
+
+def test_uint8_psnr_takes_the_one_pass_path_and_is_batch_invariant(monkeypatch):
+    """PSNR on uint8 batches: the squared errors of the raw 8-bit values in one pass (no float copy of
+    the batch), 10 log10(255^2 / MSE); the same scores for any batch size (rows are summed per image in
+    the same order whatever the block); precision='float64' takes the general path and agrees."""
+    p, t = _u8_pair(6, 24, 24, seed=5)
+    calls: list[torch.dtype] = []
+    real = pixel_metrics.squared_error_sums_by  # the sums psnr calls (the native kernel or the torch path)
+
+    def spy(a, b, **kw):
+        calls.append(a.dtype)
+        return real(a, b, **kw)
+
+    monkeypatch.setattr(pixel_metrics, "squared_error_sums_by", spy)
+    fast = _psnr_scores(PSNR(batch_size=4), t, p)
+    assert calls and set(calls) == {torch.uint8}  # the raw uint8 batches, never a float copy
+    mse = ((p.double() - t.double()) ** 2).mean((1, 2, 3))
+    exact = 10 * torch.log10(255.0**2 / mse)
+    # relative MSE error (24 + 2) eps -> 10/ln10 * 26 eps dB
+    assert torch.allclose(fast, exact, atol=10 / 2.302585 * 26 * EPS32, rtol=0)
+    assert torch.equal(_psnr_scores(PSNR(batch_size=1), t, p), fast)
+    assert torch.equal(_psnr_scores(PSNR(batch_size=32), t, p), fast)
+    calls.clear()
+    slow = _psnr_scores(PSNR(batch_size=4, precision="float64"), t, p)
+    assert torch.uint8 not in calls  # general path: converted to float64 [0,1] first
+    assert torch.allclose(slow, exact, atol=1e-9, rtol=0)
+    # identical images: max_db, and the one-pass uint8 path agrees with the float path on u8 / 255
+    assert _psnr_scores(PSNR(), t, t).tolist() == [100.0] * 6
+    as_float = _psnr_scores(PSNR(), t.float() / 255, p.float() / 255)
+    # the float path rounds each u/255 (eps/2 relative) before subtracting: a difference of 1/255 between
+    # values near 1 carries up to 2 * 255 eps relative error, so its MSE up to 4 * 255 eps (+ rows' 26 eps)
+    assert torch.allclose(as_float, fast, atol=10 / 2.302585 * (4 * 255 + 26) * EPS32, rtol=0)

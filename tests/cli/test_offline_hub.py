@@ -10,11 +10,9 @@ tries, 50-80 s per command, with its retry notices on stderr.
 
 from __future__ import annotations
 
-import http.server
 import importlib
 import shlex
 import socket
-import threading
 import time
 from pathlib import Path
 
@@ -184,52 +182,3 @@ def test_weights_download_fails_in_seconds_exit_1(dead_hub, capsys):
     line = _one_error_line(err)
     assert rc == 1 and took < LIMIT_S and dead_hub in line
     assert "`genmetrics weights download clipscore dino`" in line and "GENMETRICS_HOME" in line
-
-
-class _Always503(http.server.BaseHTTPRequestHandler):
-    seen: list[str] = []
-
-    def _answer(self) -> None:
-        type(self).seen.append(f"{self.command} {self.path}")
-        self.send_response(503)
-        self.send_header("Content-Length", "0")
-        self.end_headers()
-
-    do_HEAD = do_GET = _answer
-
-    def log_message(self, *args) -> None:  # quiet
-        pass
-
-
-def test_the_first_failed_request_decides(monkeypatch, tmp_path, capsys):
-    """A hub that accepts connections but fails (HTTP 503): huggingface_hub's retry loop (``http_backoff``, 5
-    retries sleeping 1 + 2 + 4 + 8 + 8 s) ends after its first failed attempt, and later loads of the process
-    ask the hub nothing."""
-    from huggingface_hub import hf_hub_download
-    from huggingface_hub.utils import http_backoff
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Always503)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{server.server_address[1]}"
-    monkeypatch.setattr(hf_constants, "ENDPOINT", url)
-    monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", False)
-    hub.forget()
-    _Always503.seen.clear()
-    try:
-        t0 = time.perf_counter()
-        with hub.hub_calls() as why, pytest.raises(ConnectionError):  # the retry is refused: offline now
-            http_backoff("HEAD", f"{url}/org/model/resolve/main/config.json")
-        assert why is None  # the connection itself worked
-        assert time.perf_counter() - t0 < LIMIT_S
-        assert _Always503.seen == ["HEAD /org/model/resolve/main/config.json"]
-        assert "503" in str(hub.unreachable())
-        assert not hf_constants.HF_HUB_OFFLINE  # restored after the block
-        with hub.hub_calls() as why_later:  # a later load of the process asks nothing
-            assert why_later is not None and "503" in why_later
-            with pytest.raises(Exception):  # noqa: B017 - the library's own error type
-                hf_hub_download("org/model", "other.json", cache_dir=str(tmp_path))
-        assert len(_Always503.seen) == 1, _Always503.seen
-        assert capsys.readouterr().err == ""  # the library's retry notices stay out of the terminal
-    finally:
-        server.shutdown()
-        hub.forget()

@@ -1,14 +1,11 @@
 """A smoke run says so everywhere; small sets are noted; a typo in a metric name is
 named as an unknown metric; ``--resume`` says what it kept and what is left; scores print at the metric's
-precision; progress without a terminal is a line every ~30 s; GENMETRICS_PROGRESS takes yes/no words."""
+precision."""
 
 from __future__ import annotations
 
-import io
 import json
-import os
 import re
-from unittest import mock
 
 import pandas as pd
 import pytest
@@ -16,7 +13,6 @@ import yaml
 
 from genmetrics.backbones.provider import use_provider
 from genmetrics.cli.main import main
-from genmetrics.data import progress as P
 from genmetrics.testing import tiny_backbones, toy_leaderboard
 
 BANNER = "random backbones (backbone provider genmetrics.testing:tiny_backbones): scores are not meaningful"
@@ -110,45 +106,3 @@ def test_scores_print_at_the_metrics_precision(tmp_path, capsys):
     shown = re.fullmatch(r"psnr: (\S+)  \(n=3\)\n", text)
     assert shown and float(shown[1]) == round(full, 4) and len(shown[1].split(".")[1]) <= 4
     assert full != round(full, 4)  # the JSON value has more digits than the line shows
-
-
-def test_progress_without_a_terminal_is_a_line_every_interval(monkeypatch):
-    err = io.StringIO()  # not a terminal
-    monkeypatch.setattr(P.sys, "stderr", err)
-    monkeypatch.setattr(P, "LINE_INTERVAL_S", 0.0)
-    with mock.patch.dict(os.environ, {"GENMETRICS_PROGRESS": ""}):
-        assert P.progress_mode() == "lines"
-        assert list(P.progress(range(3), desc="psnr | model-a", total=3, unit="batch")) == [0, 1, 2]
-    lines = err.getvalue().splitlines()
-    assert [ln.split(" [")[0] for ln in lines] == [f"psnr | model-a: {i}/3 batch" for i in (1, 2, 3)]
-    monkeypatch.setattr(P, "LINE_INTERVAL_S", 30.0)  # short work: no line at all
-    err.truncate(0)
-    err.seek(0)
-    with mock.patch.dict(os.environ, {"GENMETRICS_PROGRESS": ""}):
-        list(P.progress(range(100), desc="x", total=100))
-    assert err.getvalue() == ""
-
-
-@pytest.mark.parametrize(
-    "value, mode",
-    [
-        ("1", "bar"),
-        ("yes", "bar"),
-        ("true", "bar"),
-        ("On", "bar"),
-        ("0", "off"),
-        ("no", "off"),
-        ("false", "off"),
-    ],
-)
-def test_progress_setting_takes_words(value, mode, capsys):
-    with mock.patch.dict(os.environ, {"GENMETRICS_PROGRESS": value}):
-        assert P.progress_mode() == mode
-        assert main(["list", "psnr"]) == 0
-    capsys.readouterr()
-
-
-def test_a_bad_progress_setting_is_named(capsys):
-    with mock.patch.dict(os.environ, {"GENMETRICS_PROGRESS": "maybe"}):
-        rc, _, err = _run(["list"], capsys)
-    assert rc == 2 and "environment variable GENMETRICS_PROGRESS: expected true or false, got 'maybe'" in err

@@ -1,5 +1,7 @@
-"""The public plugin hooks (``prepare``, ``score_batch``, ``compute_state``) and their old private names,
-which still work for one release with a ``DeprecationWarning``."""
+"""Sample metrics (genmetrics.core.sample_metric): the public plugin hooks (``prepare``, ``score_batch``,
+``compute_state``) and their old private names, which still work for one release with a
+``DeprecationWarning``; two gloo processes with uneven shards and sampler padding give the one-process
+result."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import torch
 import genmetrics as gm
 from genmetrics.core.metric import Metric, SampleMetric
 from genmetrics.core.metric_base import RENAMED_HOOKS
+from genmetrics.testing import random_images, spawn_gloo
 
 
 class NewStyle(SampleMetric):
@@ -271,3 +274,49 @@ def test_a_set_level_compute_state_of_the_wrong_kind_is_refused(value, said):
     value = ok
     got = m.compute()
     assert got.keys() == ok.keys() and got["n"] == 2 and float(got["mean"]) == 0.5
+
+
+# ------------------------------------------------------------------ two processes, uneven shards
+N_GLOO = 7
+
+
+def _gloo_data():
+    return (
+        random_images(N_GLOO, 16, seed=1),
+        random_images(N_GLOO, 16, seed=2),
+        [f"img{i}" for i in range(N_GLOO)],
+    )
+
+
+def _gloo_shard(rank, world_size):
+    # DistributedSampler-style: pad by repeating the first samples so every rank has ceil(N/W)
+    per = -(-N_GLOO // world_size)
+    order = list(range(N_GLOO)) + list(range(per * world_size - N_GLOO))
+    return order[rank::world_size]
+
+
+def _gloo_worker(rank, world_size, name):
+    ref, cand, ids = _gloo_data()
+    idx = _gloo_shard(rank, world_size)
+    m = gm.create_metric(name, batch_size=2)
+    for part in (idx[:1], idx[1:]):  # uneven update calls
+        if part:
+            m.update(ref[part], cand[part], ids=[ids[i] for i in part])
+    value = m.compute()
+    per = m.per_sample()
+    return value.item(), per["scores"].tolist(), per["ids"]
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("name", ["psnr", "ssim"])
+def test_two_processes_equal_one(name):
+    ref, cand, ids = _gloo_data()
+    single = gm.create_metric(name)
+    single.update(ref, cand, ids=ids)
+    expected = single.compute().item()
+    results = spawn_gloo(_gloo_worker, 2, (name,))
+    for value, per, names in results:
+        assert value == pytest.approx(expected, abs=1e-9)
+        assert len(per) == N_GLOO and sorted(names) == sorted(ids)
+    assert sorted(results[0][1]) == pytest.approx(sorted(single.per_sample()["scores"].tolist()))
+    assert torch.isfinite(torch.tensor(expected))

@@ -7,7 +7,7 @@ Why it holds: every image is decoded and resized on its own (``clip_image_batch`
 towers are per-row computations, the packed/plain choice is made once per tower and not per batch, and the
 per-row products of the last block run one image at a time. On a CPU whose kernels give a row the same bits
 in any batch (both AMD EPYC CPUs measured) the scores are equal; elsewhere they differ by float32 rounding,
-orders of magnitude below the 1e-5 asked here (see tests/baselines/test_clip_image.py for the bound).
+orders of magnitude below the 1e-5 asked here (see tests/backbones/test_clip_vision.py for the bound).
 """
 
 from __future__ import annotations

@@ -267,7 +267,7 @@ def test_hcs_text_center_bare_is_the_2024_code(clip, sets):
     m = gm.create_metric("hcs", backbone=model, tokenizer=tok, attributes=ATTRS, text_center="bare")
     m.update(reference=real, candidates=gen)
     # core/hcs.py of the 2024 code, in float64 (text: untrimmed float64 tower), on the metric's image tower
-    # (the fast tower equals encode_image within float32 rounding, tests/baselines/test_clip_image.py; the
+    # (the fast tower equals encode_image within float32 rounding, tests/backbones/test_clip_vision.py; the
     # centring amplifies that rounding, so a 1e-6 comparison must use the same tower)
     with torch.no_grad():
         c_img = encode_image(model, clip_image_batch(real, model)).double().mean(0)

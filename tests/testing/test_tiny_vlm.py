@@ -1,19 +1,15 @@
-"""Tiny random Qwen3-VL / Qwen3.5 models, the offline processor, and the transformers/peft loading code.
+"""Tiny random Qwen3-VL / Qwen3.5 models and the offline processor (genmetrics.testing.tiny_vlm).
 
 CPU only, no network: every model is built in code (genmetrics.testing.tiny_vlm) in well under a second.
 """
 
 from __future__ import annotations
 
-import socket
-
 import numpy as np
 import pytest
 import torch
 from PIL import Image
 
-from genmetrics.backbones.hf import add_lora, load_peft_adapter, load_vlm, resolve_dtype_device
-from genmetrics.errors import InputError, WeightsUnavailableError
 from genmetrics.testing import tiny_vlm as tv
 
 PAIR_TEXT = (
@@ -299,136 +295,3 @@ def test_right_padding_batch_matches_single(processor):
     n = single.input_ids.shape[1]
     assert batch.attention_mask[1, n:].sum() == 0
     assert torch.allclose(hb[1, :n], hs[0], atol=1e-5, rtol=0)
-
-
-# ----------------------------------------------------------------------------------------------- loading
-
-
-def test_resolve_dtype_device_defaults():
-    dtype, dev = resolve_dtype_device(None, "cpu")
-    assert dtype == torch.float32 and dev.type == "cpu"
-    assert resolve_dtype_device("bf16", "cpu")[0] == torch.bfloat16
-    with pytest.raises(InputError):
-        resolve_dtype_device("int3", "cpu")
-
-
-def test_load_vlm_missing_local_path(tmp_path):
-    missing = tmp_path / "no" / "such" / "checkpoint"
-    with pytest.raises(WeightsUnavailableError) as ei:
-        load_vlm(missing)
-    msg = str(ei.value)
-    assert str(missing) in msg
-    assert "--weights" in msg or "backbone=" in msg
-    assert isinstance(ei.value, OSError)
-
-
-def test_load_vlm_folder_without_config(tmp_path):
-    with pytest.raises(WeightsUnavailableError, match="config.json"):
-        load_vlm(tmp_path)
-
-
-def test_load_vlm_offline_unknown_hub_id_makes_no_request(tmp_path, monkeypatch):
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("GENMETRICS_HOME", str(tmp_path / "home"))
-
-    def no_network(*args, **kwargs):
-        raise AssertionError("a network connection was attempted")
-
-    monkeypatch.setattr(socket.socket, "connect", no_network)
-    monkeypatch.setattr(socket, "create_connection", no_network)
-    with pytest.raises(WeightsUnavailableError) as ei:
-        load_vlm("genmetrics-test-org/does-not-exist-vlm")
-    msg = str(ei.value)
-    assert "genmetrics-test-org/does-not-exist-vlm" in msg
-    assert str(tmp_path / "home" / "hf") in msg
-    assert "hf download genmetrics-test-org/does-not-exist-vlm" in msg
-    assert "offline" in msg
-    with pytest.raises(WeightsUnavailableError):
-        load_peft_adapter(tv.tiny_qwen3vl(), "genmetrics-test-org/does-not-exist-adapter")
-
-
-def test_load_vlm_roundtrip_local_folder(tmp_path, pair_inputs):
-    model, proc = tv.tiny_qwen3vl(seed=3), tv.tiny_qwen3vl_processor()
-    model.save_pretrained(tmp_path)
-    proc.save_pretrained(tmp_path)
-    loaded, lproc = load_vlm(tmp_path, device="cpu")
-    assert type(loaded).__name__ == "Qwen3VLModel" and not loaded.training
-    assert loaded.dtype == torch.float32
-    assert loaded.config._attn_implementation == "sdpa"
-    assert lproc.image_processor.patch_size == 16 and list(lproc.image_processor.image_mean) == [0.5] * 3
-    x = lproc(images=_images(2), text=[PAIR_TEXT], return_tensors="pt")
-    assert torch.equal(x.input_ids, pair_inputs.input_ids)
-    with torch.no_grad():
-        a = model(**x, use_cache=False).last_hidden_state
-        b = loaded(**x, use_cache=False).last_hidden_state
-    assert torch.equal(a, b)
-    with pytest.raises(InputError):
-        load_vlm(tmp_path, kind="qwen3_5")
-
-
-def test_load_vlm_detects_qwen35(tmp_path):
-    tv.tiny_qwen35().save_pretrained(tmp_path)
-    tv.tiny_qwen35_processor().save_pretrained(tmp_path)
-    model, _ = load_vlm(tmp_path, kind=None, device="cpu")
-    assert type(model).__name__ == "Qwen3_5Model"
-
-
-# ----------------------------------------------------------------------------------------------- LoRA
-
-
-def test_add_lora_freezes_vision_tower(model_and_kind):
-    model, _ = model_and_kind
-    peft_model = add_lora(model)
-    trainable = [n for n, p in peft_model.named_parameters() if p.requires_grad]
-    assert trainable and all("lora_" in n for n in trainable)
-    assert not any("visual" in n for n in trainable)
-    assert all(not p.requires_grad for n, p in peft_model.named_parameters() if "visual" in n)
-    assert not any("lora_" in n for n, _ in peft_model.named_parameters() if "visual" in n)
-    cfg = peft_model.peft_config["default"]
-    assert (cfg.r, cfg.lora_alpha, cfg.lora_dropout) == (16, 32, 0.05)
-    # language tower linear layers are adapted (attention + MLP)
-    assert any("language_model" in n and "mlp" in n and "lora_A" in n for n in trainable)
-
-
-@torch.no_grad()
-def test_add_lora_starts_as_identity(pair_inputs):
-    ref = tv.tiny_qwen3vl()(**pair_inputs, use_cache=False).last_hidden_state
-    peft_model = add_lora(tv.tiny_qwen3vl()).eval()
-    got = peft_model(**pair_inputs, use_cache=False).last_hidden_state
-    assert torch.allclose(got, ref, atol=1e-6, rtol=0)
-
-
-@pytest.mark.parametrize("kind", ["qwen3vl", "qwen3_5"])
-def test_lora_save_and_load_peft_adapter_roundtrip(tmp_path, pair_inputs, kind):
-    build = tv.tiny_qwen3vl if kind == "qwen3vl" else tv.tiny_qwen35
-    peft_model = add_lora(build(seed=0), r=4)
-    gen = torch.Generator().manual_seed(0)
-    with torch.no_grad():  # make the adapter non-trivial (lora_B starts at zero)
-        for n, p in peft_model.named_parameters():
-            if "lora_B" in n:
-                p.copy_(torch.randn(p.shape, generator=gen) * 0.05)
-    peft_model.eval()
-    with torch.no_grad():
-        want = peft_model(**pair_inputs, use_cache=False).last_hidden_state
-        base = build(seed=0)(**pair_inputs, use_cache=False).last_hidden_state
-    assert not torch.allclose(want, base, atol=1e-4)
-    peft_model.save_pretrained(tmp_path / "adapter")
-    assert (tmp_path / "adapter" / "adapter_config.json").is_file()
-
-    loaded = load_peft_adapter(build(seed=0), tmp_path / "adapter")
-    assert not any(p.requires_grad for p in loaded.parameters())
-    with torch.no_grad():
-        got = loaded.eval()(**pair_inputs, use_cache=False).last_hidden_state
-    assert torch.equal(got, want)
-
-    trainable = load_peft_adapter(build(seed=0), tmp_path / "adapter", is_trainable=True)
-    names = [n for n, p in trainable.named_parameters() if p.requires_grad]
-    assert names and all("lora_" in n for n in names)
-
-
-def test_load_peft_adapter_missing_path(tmp_path):
-    with pytest.raises(WeightsUnavailableError, match="adapter_config.json"):
-        load_peft_adapter(tv.tiny_qwen3vl(), tmp_path)
-    with pytest.raises(WeightsUnavailableError) as ei:
-        load_peft_adapter(tv.tiny_qwen3vl(), tmp_path / "missing" / "adapter")
-    assert str(tmp_path / "missing" / "adapter") in str(ei.value)

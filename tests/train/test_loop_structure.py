@@ -1,6 +1,5 @@
 """The loop's structure holds: small named steps, no function-level imports, accelerate's
-state left clean by public calls, and the one private accelerate use (the precision reset) still works with
-the installed accelerate."""
+state left clean by public calls."""
 
 from __future__ import annotations
 
@@ -9,10 +8,9 @@ from pathlib import Path
 
 import pytest
 from accelerate import Accelerator
-from accelerate.state import AcceleratorState, GradientState
+from accelerate.state import GradientState
 
 from genmetrics.train import TrainLoopConfig, fit
-from genmetrics.train._accelerate_state import new_accelerator
 
 from .toy import Toy, make_data
 
@@ -39,17 +37,6 @@ def test_functions_are_small_and_import_nothing():
                 lazy.append(f"{path.name}:{fn.name}")
     assert not too_long, f"functions over {MAX_BODY_LINES} lines: {too_long}"
     assert not lazy, f"function-level imports: {lazy}"
-
-
-def test_accelerate_precision_reset_still_works():
-    """accelerate refuses a second precision in one process; the isolated reset (the one private name the
-    loop uses) must still exist and be triggered by that refusal's wording. Red when accelerate changes."""
-    assert callable(getattr(AcceleratorState, "_reset_state", None))
-    assert new_accelerator(mixed_precision="no", cpu=True).mixed_precision == "no"
-    with pytest.raises(ValueError, match="already been initialized.*mixed_precision"):
-        Accelerator(mixed_precision="bf16", cpu=True)
-    assert new_accelerator(mixed_precision="bf16", cpu=True).mixed_precision == "bf16"
-    assert new_accelerator(mixed_precision="no", cpu=True).mixed_precision == "no"
 
 
 @pytest.mark.parametrize("kill_at", [None, 3])

@@ -33,6 +33,7 @@ import numpy as np
 import torch
 from PIL import Image
 
+from genmetrics.data.io._torch_loader import shutdown_loader_workers
 from genmetrics.data.io.images import load_image, to_rgb
 from genmetrics.data.io.workers import check_workers
 from genmetrics.errors import WorkerDiedError
@@ -177,10 +178,8 @@ def decoded(
         for raw in _handed_over(it):
             batch = _reraise_warnings(raw)
             yield [(p, _to_device(o, dev)) for p, o in batch] if dev is not None and cuda else batch
-    finally:
-        shutdown = getattr(it, "_shutdown_workers", None)
-        if shutdown is not None:  # a generator closed early, an error or Ctrl-C: no worker is left behind
-            shutdown()
+    finally:  # a generator closed early, an error or Ctrl-C: no worker is left behind
+        shutdown_loader_workers(it)
 
 
 def _handed_over(batches: Iterator[Any]) -> Iterator[Any]:

@@ -21,6 +21,7 @@ import pytest
 
 from genmetrics.data import results as R
 from genmetrics.errors import InputError
+from tests.reliability.hostile import Cases, _plant_link
 
 PKG = Path(__file__).resolve().parents[2] / "genmetrics"
 RULE = {"atomic_output", "destination", "make_folder"}
@@ -304,3 +305,32 @@ def test_failed_writes_leave_the_old_file_and_no_temporary(tmp_path):
         "adapter",
         "summary.json",
     ]
+
+
+# ------------------------------------------------------------------------------------ hostile inputs
+HOSTILE = Cases()
+case = HOSTILE.case
+
+
+@case("h-link-subfolder", "link", "plots/ is a link to a folder outside: a.png is never created there")
+def _(ctx):
+    from genmetrics.data.output.write_rule import destination
+
+    ctx.out.mkdir()
+    _plant_link(ctx.out / "plots", ctx.outside_dir)
+    ctx.freeze()
+    ctx.refused(lambda: destination(ctx.out / "plots" / "a.png", root=ctx.out), "plots")
+    assert sorted(os.listdir(ctx.outside_dir)) == ["precious.txt"]
+
+
+@case("h-link-deep-subfolder", "link", "index/shards is a link: make_folder never creates through it")
+def _(ctx):
+    from genmetrics.data.output.write_rule import make_folder
+
+    (ctx.out / "index").mkdir(parents=True)
+    _plant_link(ctx.out / "index" / "shards", ctx.outside_dir)
+    ctx.freeze()
+    ctx.refused(lambda: make_folder(ctx.out / "index" / "shards" / "x", root=ctx.out), "shards")
+
+
+test_hostile = HOSTILE.test()

@@ -1,5 +1,6 @@
-"""The block-by-block open_clip image tower: equal to ``model.encode_image`` up to float32
-rounding on every ViT shape it accepts, and ``encode_image`` itself for anything else."""
+"""The block-by-block open_clip image tower (genmetrics.backbones.clip_vision): equal to ``model.encode_image`` up
+to float32 rounding on every ViT shape it accepts, and ``encode_image`` itself for anything else; its FLOP
+count is the sum of its products."""
 
 from __future__ import annotations
 
@@ -270,3 +271,22 @@ def test_weights_loaded_lazily_inside_inference_mode_are_cached(packed_path):
         release_packed_weights()
         encode_image(model, _images())
         assert clip_packed.packed_tower() is model.visual
+
+
+@pytest.mark.parametrize("layers", [1, 3])
+def test_vision_tower_flops_counts_every_product(layers):
+    """A second computation: FLOPs of each product from the tower's own modules' shapes (patch embedding,
+    qkv, attention out, the two MLP layers, the two attention products), against the closed form."""
+    from genmetrics.backbones.clip_vision import vision_tower_flops
+
+    v = _vit(layers=layers).visual
+    n = v.grid_size[0] * v.grid_size[1] + 1
+    conv = v.conv1
+    total = 2 * (n - 1) * conv.in_channels * conv.kernel_size[0] * conv.kernel_size[1] * conv.out_channels
+    for blk in v.transformer.resblocks:
+        attn, mlp = blk.attn, blk.mlp
+        for weight in (attn.in_proj_weight, attn.out_proj.weight, mlp.c_fc.weight, mlp.c_proj.weight):
+            total += 2 * n * weight.shape[0] * weight.shape[1]
+        total += 2 * 2 * n * n * attn.embed_dim  # scores and weighted values
+    total += 2 * v.proj.shape[0] * v.proj.shape[1]
+    assert vision_tower_flops(v) == total

@@ -1,15 +1,16 @@
-"""psnr's one-pass squared errors: parity with an explicit float64 computation across block
-boundaries, the fused range check, the fused path of the PSNR metric against its general path, gradients."""
+"""Pixel math (genmetrics.functional.pixel): psnr's one-pass squared errors match an explicit float64 (or exact
+integer) computation across block boundaries, the fused range check gives the float range, psnr's closed form
+and gradient; SSIM and MS-SSIM on the CPU run in chunks of images sized to the cache, and the values do not
+depend on the chunking, bit for bit, for any batch, size, dtype and chunk budget, with gradients flowing
+through."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from genmetrics.baselines import pixel as pixel_metrics
-from genmetrics.baselines.pixel import PSNR
-from genmetrics.errors import InputError
 from genmetrics.functional import pixel as P
+from genmetrics.functional.pixel import ms_ssim, ssim
 
 EPS32 = 1.1920929e-07
 
@@ -109,41 +110,6 @@ def test_psnr_closed_form_and_gradient():
     assert float(x.grad[0, 0, 0, 0]) == pytest.approx(float(expect), rel=1e-4)
 
 
-def _scores(metric: PSNR, ref: torch.Tensor, cand: torch.Tensor) -> torch.Tensor:
-    metric.update(reference=ref, candidates=cand)
-    return metric.per_sample()["scores"]
-
-
-def test_metric_fused_path_equals_the_general_path():
-    """The one-pass path (float32 tensors in range) against precision='float64' (the general path: stack,
-    validate, convert) and the per-image float64 formula."""
-    p, t = _pair(7, 24, 24, seed=3)
-    fast = _scores(PSNR(batch_size=4), t, p)
-    slow = _scores(PSNR(batch_size=4, precision="float64"), t, p)
-    mse = ((p.double() - t.double()) ** 2).mean((1, 2, 3))
-    exact = 10 * torch.log10(1 / mse)
-    # relative MSE error (24 + 2) eps -> 10/ln10 * 26 eps dB
-    tol = 10 / 2.302585 * 26 * EPS32
-    assert torch.allclose(fast.double(), exact, atol=tol, rtol=0)
-    assert torch.allclose(slow.double(), exact, atol=1e-9, rtol=0)
-
-
-def test_metric_data_range_and_tolerated_overshoot_fall_back_correctly():
-    p, t = _pair(3, 16, 16, seed=1)
-    base = _scores(PSNR(), t, p)
-    scaled = _scores(PSNR(data_range=255.0), t * 255, p * 255)
-    assert torch.allclose(scaled, base, atol=1e-4)
-    over = p.clone()
-    over[0, 0, 0, 0] = 1.0005  # inside the 1e-3 tolerance: clamped to 1, as the general path does
-    clamped = p.clone()
-    clamped[0, 0, 0, 0] = 1.0
-    assert torch.equal(_scores(PSNR(), t, over), _scores(PSNR(), t, clamped))
-    bad = p.clone()
-    bad[2, 1, 2, 3] = float("nan")
-    with pytest.raises(InputError, match=r"candidates\[2\]"):
-        PSNR().score(t, bad)
-
-
 def _u8_pair(b: int, h: int, w: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """uint8 images with every difference from -255 to 255 possible (independent values, plus the
     extremes 0 against 255 both ways, where uint8 arithmetic would wrap)."""
@@ -178,39 +144,6 @@ def test_uint8_squared_error_sums_are_the_integer_sums(monkeypatch, block):
     assert torch.all((plain - exact).abs() <= (16 + 2) * EPS32 * exact)
 
 
-def test_uint8_psnr_takes_the_one_pass_path_and_is_batch_invariant(monkeypatch):
-    """PSNR on uint8 batches: the squared errors of the raw 8-bit values in one pass (no float copy of
-    the batch), 10 log10(255^2 / MSE); the same scores for any batch size (rows are summed per image in
-    the same order whatever the block); precision='float64' takes the general path and agrees."""
-    p, t = _u8_pair(6, 24, 24, seed=5)
-    calls: list[torch.dtype] = []
-    real = pixel_metrics.squared_error_sums_by  # the sums psnr calls (the native kernel or the torch path)
-
-    def spy(a, b, **kw):
-        calls.append(a.dtype)
-        return real(a, b, **kw)
-
-    monkeypatch.setattr(pixel_metrics, "squared_error_sums_by", spy)
-    fast = _scores(PSNR(batch_size=4), t, p)
-    assert calls and set(calls) == {torch.uint8}  # the raw uint8 batches, never a float copy
-    mse = ((p.double() - t.double()) ** 2).mean((1, 2, 3))
-    exact = 10 * torch.log10(255.0**2 / mse)
-    # relative MSE error (24 + 2) eps -> 10/ln10 * 26 eps dB
-    assert torch.allclose(fast, exact, atol=10 / 2.302585 * 26 * EPS32, rtol=0)
-    assert torch.equal(_scores(PSNR(batch_size=1), t, p), fast)
-    assert torch.equal(_scores(PSNR(batch_size=32), t, p), fast)
-    calls.clear()
-    slow = _scores(PSNR(batch_size=4, precision="float64"), t, p)
-    assert torch.uint8 not in calls  # general path: converted to float64 [0,1] first
-    assert torch.allclose(slow, exact, atol=1e-9, rtol=0)
-    # identical images: max_db, and the one-pass uint8 path agrees with the float path on u8 / 255
-    assert _scores(PSNR(), t, t).tolist() == [100.0] * 6
-    as_float = _scores(PSNR(), t.float() / 255, p.float() / 255)
-    # the float path rounds each u/255 (eps/2 relative) before subtracting: a difference of 1/255 between
-    # values near 1 carries up to 2 * 255 eps relative error, so its MSE up to 4 * 255 eps (+ rows' 26 eps)
-    assert torch.allclose(as_float, fast, atol=10 / 2.302585 * (4 * 255 + 26) * EPS32, rtol=0)
-
-
 @pytest.mark.parametrize("w", [1, 256, 257, 258, 3001])
 @pytest.mark.parametrize("layout", ["contiguous", "channels_last"])
 def test_uint8_sums_are_exact_integers_at_the_float32_limit(w, layout):
@@ -226,3 +159,86 @@ def test_uint8_sums_are_exact_integers_at_the_float32_limit(w, layout):
         )
     exact = (p.long() - t.long()).pow(2).flatten(1).sum(1).double()
     assert torch.equal(P.squared_error_sums(p, t)[0], exact)
+
+
+# ------------------------------------------------------------------------------ SSIM / MS-SSIM chunks
+
+
+def _chunk_pair(b, c, h, w, dtype, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.rand(b, c, h, w, generator=g, dtype=dtype)
+    y = (x + 0.1 * torch.rand(b, c, h, w, generator=g, dtype=dtype)).clamp(0, 1)
+    return x, y
+
+
+CASES = [
+    (ssim, 13, 3, 64, 64),
+    (ssim, 7, 1, 33, 47),  # odd sizes, one channel
+    (ssim, 5, 3, 130, 96),
+    (ms_ssim, 5, 3, 176, 176),
+    (ms_ssim, 3, 1, 161, 200),
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("fn,b,c,h,w", CASES, ids=lambda v: getattr(v, "__name__", str(v)))
+def test_values_do_not_depend_on_the_chunking(monkeypatch, fn, b, c, h, w, dtype):
+    x, y = _chunk_pair(b, c, h, w, dtype)
+    opts = {"sigma": 1.3, "k1": 0.02, "k2": 0.04, "data_range": 1.5}  # every option reaches every chunk
+    monkeypatch.setattr(P, "SSIM_CHUNK_BYTES", 1 << 62)  # one chunk: the batch at once
+    whole = fn(x, y, **opts)
+    assert not torch.equal(whole, fn(x, y))
+    alone = torch.cat([fn(x[i : i + 1], y[i : i + 1], **opts) for i in range(b)])
+    for budget in (1, 300_000, 1 << 20, 3 << 20):
+        monkeypatch.setattr(P, "SSIM_CHUNK_BYTES", budget)
+        got = fn(x, y, **opts)
+        assert got.dtype == torch.float64 and got.shape == (b,)
+        assert torch.equal(got, whole), (budget, (got - whole).abs().max())
+    assert torch.equal(alone, whole)
+
+
+def test_the_default_budget_splits_a_batch_of_small_images(monkeypatch):
+    """A 32-image batch of 64x64 RGB is scored in chunks (the speed-up), each a slice of the batch."""
+    x, y = _chunk_pair(32, 3, 64, 64, torch.float32)
+    seen = []
+    real = P._ssim_terms
+
+    def spy(p, *a, **k):
+        seen.append(p.shape[0])
+        return real(p, *a, **k)
+
+    monkeypatch.setattr(P, "_ssim_terms", spy)
+    ssim(x, y)
+    per_image = 5 * 3 * 74 * 74 * 4
+    assert len(seen) > 1 and sum(seen) == 32 and max(seen) == max(1, P.SSIM_CHUNK_BYTES // per_image)
+
+
+def test_gradients_flow_through_the_chunks(monkeypatch):
+    x, y = _chunk_pair(6, 3, 40, 40, torch.float64)
+    x.requires_grad_(True)
+    monkeypatch.setattr(P, "SSIM_CHUNK_BYTES", 1)
+    (g_chunked,) = torch.autograd.grad(ssim(x, y).sum(), x)
+    monkeypatch.setattr(P, "SSIM_CHUNK_BYTES", 1 << 62)
+    (g_whole,) = torch.autograd.grad(ssim(x, y).sum(), x)
+    assert torch.equal(g_chunked, g_whole)
+
+
+@pytest.mark.parametrize("fn", [ssim, ms_ssim])
+@pytest.mark.parametrize(
+    "pshape, tshape",
+    [
+        ((4, 1, 161, 161), (3, 1, 161, 161)),
+        ((4, 1, 161, 161), (1, 1, 161, 161)),
+        ((1, 161, 161), (1, 161, 161)),
+    ],
+)
+def test_a_mismatched_pair_is_one_error_whatever_the_chunking(monkeypatch, fn, pshape, tshape):
+    """Chunks of a pair with different batch sizes used to score only the images both had (4 predictions
+    against 1 target: one score, no error), while one chunk raised a reshape error from inside."""
+    x, y = torch.rand(pshape), torch.rand(tshape)
+    for budget in (1, 1 << 62):  # one image per chunk; the batch at once
+        monkeypatch.setattr(P, "SSIM_CHUNK_BYTES", budget)
+        with pytest.raises(
+            ValueError, match=rf"{fn.__name__}: expected preds and target of one shape \[B,C,H,W\]"
+        ):
+            fn(x, y)
