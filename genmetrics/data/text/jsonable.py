@@ -18,6 +18,9 @@ def jsonable(x: Any) -> Any:
     >>> import math
     >>> jsonable({"p": Path("a.png"), "v": (1, float("nan")), 2: math.inf})
     {'p': 'a.png', 'v': [1, None], '2': 1e+308}
+    >>> import numpy as np
+    >>> jsonable(np.array([[0.5, np.nan]], dtype=np.float32))
+    [[0.5, None]]
     """
     torch = sys.modules.get("torch")  # a tensor can only exist if torch is imported; never import it here
     if torch is not None and isinstance(x, torch.Tensor):
@@ -33,6 +36,8 @@ def jsonable(x: Any) -> Any:
             return jsonable(x.item())
         except (ValueError, TypeError):
             pass
+    if hasattr(x, "tolist") and callable(x.tolist) and hasattr(x, "shape"):  # a numpy array
+        return jsonable(x.tolist())
     if isinstance(x, Path):
         return str(x)
     return x

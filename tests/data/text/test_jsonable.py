@@ -59,3 +59,16 @@ def test_jsonable_never_imports_torch():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int64])
+def test_a_numpy_array_becomes_nested_lists_like_its_tensor(dtype):
+    """An ndarray (not only a numpy scalar) is a JSON value, equal to what the same tensor gives; NaN in it
+    becomes null as anywhere else."""
+    a = np.arange(6, dtype=dtype).reshape(2, 3)
+    if np.issubdtype(dtype, np.floating):
+        a[1, 2] = np.nan
+    got = jsonable({"a": a})
+    assert got == jsonable({"a": torch.from_numpy(a)})
+    assert json.loads(json.dumps(got, allow_nan=False)) == got
+    assert jsonable(np.array(2.5)) == 2.5  # a 0-d array is its one value
