@@ -41,8 +41,6 @@ LAZY_COMMANDS: dict[str, str] = {
 TRAIN_COMMANDS = {"tpips": "genmetrics.tpips.cli:train_cmd", "mie": "genmetrics.mie.cli:train_cmd"}
 EVALUATE_COMMANDS = {"tpips": "genmetrics.tpips.cli:evaluate_cmd", "mie": "genmetrics.mie.cli:evaluate_cmd"}
 EXPORT_COMMANDS = {"mie": "genmetrics.mie.cli:export_cmd"}
-#: commands that start without running torchmetrics' package ``__init__`` (:func:`defer_torchmetrics_init`)
-DEFERRED_TORCHMETRICS = frozenset({"score"})
 #: what ``--help`` shows for each lazy command: the first paragraph of its docstring, kept here so that help
 #: imports no command module (tests/cli/test_startup.py checks that the two agree)
 COMMAND_HELP = {
@@ -238,8 +236,6 @@ class LazyGroup(click.Group):
 
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
         if name in self.lazy:
-            if name in DEFERRED_TORCHMETRICS and self.name == "cli":
-                defer_torchmetrics_init()
             module, _, attr = self.lazy[name].partition(":")
             try:
                 return getattr(importlib.import_module(module), attr)
