@@ -30,7 +30,17 @@ WEIGHTS_METRICS = [n for n in list_metrics() if alias_of(n) is None and metric_w
 #: metrics whose weights the check judges: built from a name, no heads or adapter folder naming its own base
 JUDGED = [n for n in WEIGHTS_METRICS if get_card(n).family != "mie"]
 #: what a command that cannot have its weights never imports (torch: its import was most of the 3 CPU s left)
-HEAVY = ("torch", "open_clip", "transformers.models", "peft", "matplotlib", "pandas", "accelerate", "PIL")
+HEAVY = (
+    "torch",
+    "open_clip",
+    "transformers.models",
+    "peft",
+    "matplotlib",
+    "pandas",
+    "accelerate",
+    "PIL",
+    "scipy",
+)
 
 
 @pytest.fixture(autouse=True)
