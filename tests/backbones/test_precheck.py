@@ -235,6 +235,18 @@ def test_flags_and_folders_are_named_before_the_weights(extra, fragment, dead_hu
     assert rc == 2 and fragment in err and "not available" not in err, err
 
 
+def test_mie_without_heads_names_the_training_path_not_the_backbone(dead_hub, capsys):
+    """No MIE heads are published: offline, `score mie` without --heads says how to train them (what it says
+    with network) instead of asking for the backbone's weights, which alone score nothing."""
+    data = ROOT / "examples" / "quickstart" / "data"
+    refs = sorted((data / "refs").iterdir())[:2]
+    argv = ["score", "mie", "-c", str(data / "gen" / "blur"), "--condition", "a photo"]
+    rc = main([*argv, *(f"--reference={r}" for r in refs)])
+    line = capsys.readouterr().err.strip()
+    assert rc == 1 and line.startswith("error: the mie metric needs trained heads"), line
+    assert "`genmetrics train mie" in line and "Qwen/Qwen3.5-4B" not in line and "\n" not in line
+
+
 def test_a_cache_folder_that_cannot_be_listed_leaves_it_to_the_loader(dead_hub, empty_home, monkeypatch):
     """An ``open_clip`` folder without read permission (``chmod 311``: its files can still be opened by the
     path the loader builds) was walked as empty (``os.walk`` skips what it cannot list) and the weights were
