@@ -42,6 +42,10 @@ BUILT_MODEL_OPTIONS = ("backbone", "model")
 #: options that may change which weights load (an adapter or heads folder names its own base model): the
 #: loader decides
 OWN_WEIGHTS_OPTIONS = ("adapter", "heads")
+#: options a metric cannot score without unless a built model is passed (MIE's trained heads, none of which
+#: is published): without them ``create_metric`` names what is missing and how to train it, which a missing
+#: backbone would only hide
+REQUIRED_OWN_WEIGHTS = ("heads",)
 
 #: a Hugging Face model id, ``org/name``
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
@@ -167,7 +171,8 @@ def check_metric_weights(default: str | None, factory: str, options: Mapping[str
     """:func:`check_weights_available` for a metric built by ``factory`` (``"module:Class"``) with ``options``,
     its card's ``default`` weights unless ``options`` name others. Only when every option is one the metric
     accepts (read from its source, :mod:`genmetrics.core.static_options`): a misspelt option is reported by
-    ``create_metric`` first, as it would be on a machine with network.
+    ``create_metric`` first, as it would be on a machine with network, and so is a metric that needs trained
+    heads (:data:`REQUIRED_OWN_WEIGHTS`) which ``options`` do not give.
 
     >>> check_metric_weights("ViT-B-32-quickgelu/openai", "genmetrics.baselines.embedding:CLIPImageSimilarity", {"wieghts": "x"})
     """
@@ -178,4 +183,6 @@ def check_metric_weights(default: str | None, factory: str, options: Mapping[str
         return
     if any(options.get(k) is not None for k in OWN_WEIGHTS_OPTIONS):
         return
+    if any(k in known for k in REQUIRED_OWN_WEIGHTS):
+        return  # none given (above): create_metric says so, unless a built model is passed
     check_weights_available(requested_weights(default, options))

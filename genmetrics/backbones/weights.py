@@ -15,12 +15,13 @@ import re
 import shlex
 import warnings
 from pathlib import Path
-
-import torch
-from safetensors.torch import load_file
+from typing import TYPE_CHECKING
 
 from genmetrics.core.options import env
 from genmetrics.errors import InputError, WeightsUnavailableError
+
+if TYPE_CHECKING:  # torch is imported where a checkpoint is read: the offline pre-check imports this module
+    import torch
 
 _SAFE_FORMATS = (
     "re-save it as a .safetensors file (safetensors.torch.save_file) or as a plain dict of tensors "
@@ -182,7 +183,7 @@ def load_state_dict(path: str | os.PathLike) -> dict[str, torch.Tensor]:
     (zip or legacy format). A pickle holding anything else (code, objects) or a file that is not a dict of
     tensors is refused with one line naming the file and the safe format; nothing is unpickled with code.
 
-    >>> import tempfile
+    >>> import tempfile, torch
     >>> from safetensors.torch import save_file
     >>> with tempfile.TemporaryDirectory() as d:
     ...     save_file({"w": torch.ones(2)}, f"{d}/m.safetensors")
@@ -196,6 +197,9 @@ def load_state_dict(path: str | os.PathLike) -> dict[str, torch.Tensor]:
         ...
     genmetrics.errors.InputError: checkpoint '...obj.pt' is a pickle of objects other than tensors (...); genmetrics never unpickles such files (never arbitrary pickles): re-save it ...
     """
+    import torch
+    from safetensors.torch import load_file
+
     p = Path(path)
     if not p.exists():
         raise weights_unavailable(str(p), str(p), "a correct path")

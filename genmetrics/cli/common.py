@@ -24,11 +24,13 @@ def echo_json(obj: Any) -> None:
 
 def parse_options(pairs: Iterable[str]) -> dict[str, Any]:
     """``KEY=VALUE`` strings -> dict; values parsed as JSON when possible (numbers, booleans, lists), else as a
-    Python literal (a tuple such as ``(0.0448, 0.2856)``, ``None``, ``True``: the spelling messages use; never
-    evaluated as code), else kept as text.
+    Python literal (a tuple such as ``(0.0448, 0.2856)``, ``None``, ``True``, ``'to_first'``: the spelling
+    messages use; never evaluated as code), else kept as text.
 
     >>> parse_options(["batch_size=16", "betas=(0.0448, 0.2856)", "betas2=[1, 2]", "weights=ViT-B-32/openai"])
     {'batch_size': 16, 'betas': (0.0448, 0.2856), 'betas2': [1, 2], 'weights': 'ViT-B-32/openai'}
+    >>> parse_options(["resize='to_first'", 'resize2="to_first"', "resize3=to_first"])  # quoted or not: one value
+    {'resize': 'to_first', 'resize2': 'to_first', 'resize3': 'to_first'}
     >>> parse_options(["max_db=("])  # not a value: the metric names it as text
     {'max_db': '('}
     """
@@ -52,4 +54,4 @@ def _literal(value: str) -> Any:
         parsed = ast.literal_eval(value.strip())
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
         return value
-    return parsed if isinstance(parsed, (tuple, list, dict, bool, int, float, type(None))) else value
+    return parsed if isinstance(parsed, (str, tuple, list, dict, bool, int, float, type(None))) else value

@@ -41,8 +41,6 @@ LAZY_COMMANDS: dict[str, str] = {
 TRAIN_COMMANDS = {"tpips": "genmetrics.tpips.cli:train_cmd", "mie": "genmetrics.mie.cli:train_cmd"}
 EVALUATE_COMMANDS = {"tpips": "genmetrics.tpips.cli:evaluate_cmd", "mie": "genmetrics.mie.cli:evaluate_cmd"}
 EXPORT_COMMANDS = {"mie": "genmetrics.mie.cli:export_cmd"}
-#: commands that start without running torchmetrics' package ``__init__`` (:func:`defer_torchmetrics_init`)
-DEFERRED_TORCHMETRICS = frozenset({"score"})
 #: what ``--help`` shows for each lazy command: the first paragraph of its docstring, kept here so that help
 #: imports no command module (tests/cli/test_main.py checks that the two agree)
 COMMAND_HELP = {
@@ -245,8 +243,6 @@ class LazyGroup(click.Group):
         """The command ``name``: a lazy one is imported from its ``"module:attribute"`` now (a command module
         that cannot be imported is a ``UsageError`` naming the command); ``None`` for an unknown name."""
         if name in self.lazy:
-            if name in DEFERRED_TORCHMETRICS and self.name == "cli":
-                defer_torchmetrics_init()
             module, _, attr = self.lazy[name].partition(":")
             try:
                 return getattr(importlib.import_module(module), attr)

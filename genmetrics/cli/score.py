@@ -11,14 +11,14 @@ import contextlib
 import json
 import math
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-import torch
 
 from genmetrics.backbones.precheck import check_metric_weights
 from genmetrics.backbones.provider import describe_provider
 from genmetrics.cli.common import echo_json, parse_options
+from genmetrics.cli.main import defer_torchmetrics_init
 from genmetrics.core.registry import (
     Granularity,
     MetricCard,
@@ -28,17 +28,8 @@ from genmetrics.core.registry import (
     metric_options,
 )
 from genmetrics.core.wiring import Feeds, Sample, Sources, WiringError, feeds, wire
-from genmetrics.data.io.batching import fixed_batches
-from genmetrics.data.io.images import check_image_header, list_images, stem_index, unused_references
-from genmetrics.data.io.pipeline import (
-    PATHS,
-    DecodedCache,
-    check_workers,
-    decoded,
-    decoded_chunks,
-    transform_of,
-)
-from genmetrics.data.io.workers import workers_option
+from genmetrics.data.io.files import list_images, stem_index, unused_references
+from genmetrics.data.io.workers import check_workers, workers_option
 from genmetrics.data.output.atomic import atomic_write_json, atomic_write_text
 from genmetrics.data.output.rows import dumps_line
 from genmetrics.data.progress import progress
@@ -46,6 +37,13 @@ from genmetrics.data.text.inputs import as_text_list
 from genmetrics.data.text.jsonable import jsonable
 from genmetrics.errors import InputError, WeightsUnavailableError
 from genmetrics.leaderboard.notes import SMALL_SET, banner, small_sets
+
+if TYPE_CHECKING:
+    from genmetrics.data.io.pipeline import DecodedCache
+
+# torch and the image pipeline (data.io.images / pipeline / batching import torch) are imported where image
+# files are read: everything before the weights pre-check in ``score_cmd`` runs without them, so a metric
+# whose weights cannot be had fails after the interpreter's start-up alone
 
 #: what ``--reference`` is, by the input the card needs
 _REFERENCE_NEEDS = {
@@ -96,6 +94,8 @@ def _bad_files(files: list[Path], sizes: dict[Path, tuple[int, int]] | None = No
     """Check every image from its header before any weights load (format, size against the bomb limit);
     returns {path: error message} for unreadable files. Pixel data is decoded once, while scoring: a file
     whose data turns out corrupt then is reported per ``--on-error`` too."""
+    from genmetrics.data.io.images import check_image_header
+
     bad: dict[Path, str] = {}
     for f in dict.fromkeys(files):
         try:
@@ -234,17 +234,18 @@ def score_cmd(
         click.echo(
             f"warning: --reference is not used ({name} is built with an option that replaces it)", err=True
         )
-    same_size = get_card(name).reference is ReferenceKind.MATCHED and _keeps_size(name, kwargs)
-    samples, real = _drop_bad_files(samples, real, on_error, same_size=same_size)
-
-    # offline, or an unreachable hub: weights in no cache are reported before open_clip / transformers load,
-    # after the inputs the metric would have refused first (an empty --condition)
+    # offline, or an unreachable hub: weights in no cache are reported before torch, open_clip or
+    # transformers is imported (the image files are read after it), after the flags and folders the metric
+    # would have refused first (a misspelt --option, an empty --condition, a missing folder)
     try:
         check_metric_weights(card.default_weights, card.factory, kwargs)
     except WeightsUnavailableError:
         if condition:
             as_text_list(list(condition), name="--condition")
         raise
+    defer_torchmetrics_init()  # before anything imports torchmetrics (the metric's module does)
+    same_size = get_card(name).reference is ReferenceKind.MATCHED and _keeps_size(name, kwargs)
+    samples, real = _drop_bad_files(samples, real, on_error, same_size=same_size)
     metric = create_metric(name, **kwargs)
     value, per, n = _run(metric, name, feed, samples, real, workers=n_workers, on_error=on_error)
     result: dict[str, Any] = {"metric": name, "n": n, "value": value}
@@ -381,6 +382,11 @@ def _run(
 ) -> tuple[Any, dict[str, Any] | None, int]:
     """Feed the metric (the real set first, then the candidates, in chunks of its batch size), each file
     decoded once by the input pipeline; returns the value, the per-sample results and the samples scored."""
+    import torch
+
+    from genmetrics.data.io.batching import fixed_batches
+    from genmetrics.data.io.pipeline import PATHS, DecodedCache, decoded, decoded_chunks, transform_of
+
     bs = max(1, int(getattr(metric, "batch_size", 32) or 32))
     transform, device = transform_of(metric), getattr(metric, "device", None)
     paths = transform == PATHS  # the metric reads the files itself

@@ -65,26 +65,40 @@ def metric_weights(name: str) -> list[str]:
 
 
 def resolve(weights: str) -> NeededWeights:
-    """Where ``weights`` come from: an open_clip ``MODEL/TAG`` or ``hf-hub:`` id, else a transformers hub id."""
+    """Where ``weights`` come from: an open_clip ``MODEL/TAG`` or ``hf-hub:`` id, else a transformers hub id.
+
+    A metric's default weights (recorded in :mod:`genmetrics.backbones.pretrained`) and a transformers hub
+    id are resolved without importing open_clip; other open_clip weights ask open_clip."""
+    from genmetrics.backbones.precheck import weights_kind
+    from genmetrics.backbones.pretrained import HF_WEIGHTS_NAME, SAFE_ALTERNATIVES, open_clip_record
+
     home = _home()
-    if weights.startswith("hf-hub:") or "/" in weights:
-        import open_clip.pretrained as ocp
-
-        from genmetrics.backbones._openclip_compat import safetensors_alternatives
-        from genmetrics.backbones.openclip import parse_clip_weights
-
-        w = parse_clip_weights(weights)
+    record = open_clip_record(weights)
+    hf_id = record is None and not weights.startswith("hf-hub:") and weights_kind(weights) == "hf"
+    if not hf_id and (weights.startswith("hf-hub:") or "/" in weights):
         cfg: dict[str, Any] = {}
         if weights.startswith("hf-hub:"):
             cfg = {"hf_hub": weights[len("hf-hub:") :].rstrip("/") + "/"}
-        elif w.pretrained:
-            cfg = dict(ocp.get_pretrained_cfg(w.model, w.pretrained))
+        elif record is not None:
+            cfg = record
+        else:
+            import open_clip.pretrained as ocp
+
+            from genmetrics.backbones.openclip import parse_clip_weights
+
+            w = parse_clip_weights(weights)
+            cfg = dict(ocp.get_pretrained_cfg(w.model, w.pretrained)) if w.pretrained else {}
         if cfg.get("hf_hub"):
             repo, filename = cfg["hf_hub"].rstrip("/"), ""
             if not cfg["hf_hub"].endswith("/"):
                 repo, filename = cfg["hf_hub"].rsplit("/", 1)
-            filename = filename or ocp.HF_WEIGHTS_NAME
-            safe = safetensors_alternatives(filename)
+            filename = filename or HF_WEIGHTS_NAME
+            if filename in SAFE_ALTERNATIVES:
+                safe = list(SAFE_ALTERNATIVES[filename])
+            else:
+                from genmetrics.backbones._openclip_compat import safetensors_alternatives
+
+                safe = safetensors_alternatives(filename)
             files = f"{safe[0]} (else {filename})" if safe else filename
             cache = home / "open_clip"
             return NeededWeights(weights, "open_clip-hub", repo, files, _hub_folder(cache, repo), cfg=cfg)

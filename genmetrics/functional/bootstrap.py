@@ -26,7 +26,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from scipy.stats import bootstrap
+
+# scipy.stats (1.5 s of import) is imported where an interval is drawn: checking an option (check_n_boot)
+# comes before any weights load, and offline before torch is imported
 
 #: most bootstrap resamples accepted (1e5 already gives a percentile interval to ~0.1% of its width)
 MAX_N_BOOT = 100_000
@@ -106,6 +108,8 @@ def _scipy_interval(
     paired: bool = False,
     batch: int | None = None,
 ) -> Interval:
+    from scipy.stats import bootstrap
+
     est = float(statistic(*data, axis=-1) if vectorized else statistic(*data))
     with warnings.catch_warnings():
         # scipy warns (DegenerateDataWarning) and returns nan when BCa cannot be computed: fall back below
@@ -141,6 +145,8 @@ def _studentized(x: np.ndarray, *, n_boot: int, alpha: float, seed: int) -> Inte
     each resample's own), ``[mean - q(1 - alpha/2) se, mean - q(alpha/2) se]``. ``None`` where a resample
     has no spread (``se* = 0``: t is infinite; binary data with a rare class at small n), so the caller
     falls back to BCa. The resamples are scipy's (the same draws as ``method="BCa"`` with this seed)."""
+    from scipy.stats import bootstrap
+
     n = x.size
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)

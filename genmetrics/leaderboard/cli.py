@@ -3,11 +3,41 @@
 from __future__ import annotations
 
 import click
-from accelerate import PartialState
 
 from genmetrics.data.io.workers import workers_option
 from genmetrics.leaderboard.notes import notes
-from genmetrics.leaderboard.runner import run_leaderboard
+
+# the runner (torch, accelerate, the image pipeline) is imported after the weights pre-check: a metric whose
+# weights cannot be had fails after the interpreter's start-up alone
+
+
+def _weights_first(config: str, out: str | None) -> None:
+    """Offline, or an unreachable hub: a metric of ``config`` built from its card's default weights, which no
+    cache holds, is reported (with its config key, as the run's plan reports it) before torch is imported.
+    A config the run would refuse, no output folder, or a metric given its own weights (a path resolved
+    against the config's folder), a model, heads or an adapter is left to the run. The run would have
+    named an image folder or another metric's option values first (checked there with torch imported)."""
+    from genmetrics.backbones.precheck import BUILT_MODEL_OPTIONS, OWN_WEIGHTS_OPTIONS, check_metric_weights
+    from genmetrics.core.registry import get_card
+    from genmetrics.errors import GenmetricsError, WeightsUnavailableError
+    from genmetrics.leaderboard.config import load_config
+
+    try:
+        cfg = load_config(config)
+    except (GenmetricsError, ValueError, OSError):
+        return  # named by the run, as before
+    if out is None and cfg.run.out is None:
+        return  # the run names the missing --out first
+    for spec in cfg.metrics:
+        if any(k in spec.options for k in ("weights", *BUILT_MODEL_OPTIONS, *OWN_WEIGHTS_OPTIONS)):
+            continue
+        try:
+            card = get_card(spec.name)
+            check_metric_weights(card.default_weights, card.factory, spec.options)
+        except WeightsUnavailableError as e:
+            raise type(e)(f"{cfg.where(spec.key)}: {e}") from None
+        except (GenmetricsError, ValueError):
+            return  # an unknown metric: the run names it with its config key
 
 
 @click.command("leaderboard")
@@ -58,6 +88,11 @@ def leaderboard_cmd(
     Under `torchrun --nproc_per_node N -m genmetrics leaderboard ...` each rank scores its shard of
     the images and rank 0 merges the results and writes the reports.
     """
+    _weights_first(config, out)
+    from accelerate import PartialState
+
+    from genmetrics.leaderboard.runner import run_leaderboard
+
     result = run_leaderboard(
         config,
         out,

@@ -105,8 +105,9 @@ def compare_cmd(
     workers: int | None,
 ) -> None:
     """Compare real and generated images attribute by attribute: SaD, PaD and R-SaD (RA-CLIPScore)."""
+    from genmetrics.backbones.precheck import check_weights_available
     from genmetrics.cli.common import echo_json
-    from genmetrics.data.io.images import list_images
+    from genmetrics.data.io.files import list_images
     from genmetrics.errors import InputError
     from genmetrics.functional.bootstrap import check_n_boot
     from genmetrics.raclip.attributes import resolve_attributes
@@ -122,9 +123,8 @@ def compare_cmd(
                 "fit a Gaussian per set and need at least 2 images in each folder"
             )
     attrs = resolve_attributes(attributes, name="--attributes")
-    from genmetrics.backbones.precheck import check_weights_available
-
-    # offline, or an unreachable hub: weights in no cache are reported before open_clip loads or OUT is locked
+    # offline, or an unreachable hub: weights in no cache are reported before torch or open_clip is imported
+    # and before OUT is locked (the image folders are listed with no torch: genmetrics.data.io.files)
     check_weights_available(weights)
     out = Path(out_dir)
     from genmetrics.data.output.lock import lock_output_folder

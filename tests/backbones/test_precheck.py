@@ -29,7 +29,18 @@ ROOT = Path(__file__).resolve().parents[2]
 WEIGHTS_METRICS = [n for n in list_metrics() if alias_of(n) is None and metric_weights(n)]
 #: metrics whose weights the check judges: built from a name, no heads or adapter folder naming its own base
 JUDGED = [n for n in WEIGHTS_METRICS if get_card(n).family != "mie"]
-HEAVY = ("open_clip", "transformers.models", "peft", "matplotlib", "pandas")
+#: what a command that cannot have its weights never imports (torch: its import was most of the 3 CPU s left)
+HEAVY = (
+    "torch",
+    "open_clip",
+    "transformers.models",
+    "peft",
+    "matplotlib",
+    "pandas",
+    "accelerate",
+    "PIL",
+    "scipy",
+)
 
 
 @pytest.fixture(autouse=True)
@@ -40,10 +51,9 @@ def empty_home(monkeypatch, tmp_path):
     return tmp_path / "home"
 
 
-def test_every_judged_metric_fails_without_importing_a_model_library(tmp_path):
-    """One fresh interpreter scores each judged metric, then runs compare and a leaderboard, against an unreachable hub with
-    empty caches: each exits 1 naming its weights, and no model library was imported (what made a failing
-    command take 6-9 s)."""
+def offline_env(tmp_path: Path) -> dict[str, str]:
+    """The environment of a fresh interpreter with empty caches in ``tmp_path`` and the hub at a closed local
+    port (no GENMETRICS_, HF_ or TRANSFORMERS_ setting of this process)."""
     env = {
         k: v
         for k, v in os.environ.items()
@@ -55,6 +65,15 @@ def test_every_judged_metric_fails_without_importing_a_model_library(tmp_path):
         HF_ENDPOINT=f"http://127.0.0.1:{_closed_port()}",
         PYTHONPATH=str(ROOT),
     )
+    return env
+
+
+def test_every_judged_metric_fails_without_importing_a_model_library(tmp_path):
+    """One fresh interpreter scores each judged metric, then runs compare, a leaderboard and `weights download`,
+    against an unreachable hub with empty caches: each exits 1 with one line naming its weights (the
+    check's own words), and neither torch nor a model library was imported (what made a failing command
+    take 6-9 s, then 3 CPU s of torch's import)."""
+    env = offline_env(tmp_path)
     data = ROOT / "examples" / "quickstart" / "data"
     (tmp_path / "board.toml").write_text(
         f'[data]\nreferences = "{data / "refs"}"\n[[generators]]\nname = "blur"\nimages = "{data / "gen" / "blur"}"\n'
@@ -81,7 +100,20 @@ def test_every_judged_metric_fails_without_importing_a_model_library(tmp_path):
         with contextlib.redirect_stderr(err):
             rc = main(["leaderboard", {str(tmp_path / "board.toml")!r}, "--out", {str(tmp_path / "board")!r}])
         out["leaderboard"] = [rc, err.getvalue()]
-        out["imported"] = sorted(m for m in sys.modules if m.startswith({HEAVY!r}))
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            rc = main(["weights", "download", "clipscore", "dino"])
+        out["weights download"] = [rc, err.getvalue()]
+        out["imported"] = sorted(m for m in sys.modules if m.split(".")[0] in {HEAVY!r} or m.startswith({HEAVY!r}))
+        # the line each printed, as the check itself words it (computed now: still nothing heavy imported)
+        from genmetrics.backbones.precheck import check_weights_available
+        from genmetrics.errors import WeightsUnavailableError
+        out["said"] = {{}}
+        for w in ("ViT-B-32-quickgelu/openai", "facebook/dinov2-base", "Qwen/Qwen3-VL-Embedding-2B"):
+            try:
+                check_weights_available(w)
+            except WeightsUnavailableError as e:
+                out["said"][w] = str(e)
         print(json.dumps(out))
         """
     )
@@ -91,17 +123,20 @@ def test_every_judged_metric_fails_without_importing_a_model_library(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     got = json.loads(r.stdout.strip().splitlines()[-1])
     assert got.pop("imported") == []
+    said = got.pop("said")
     rc, err = got.pop("compare")
-    assert rc == 1 and "'ViT-B-32-quickgelu/openai' are not available" in err, err
+    assert rc == 1 and err == f"error: {said['ViT-B-32-quickgelu/openai']}\n", err
     assert not (tmp_path / "cmp").exists()  # nothing locked or written
     rc, err = got.pop("leaderboard")
-    assert rc == 1 and "metrics[0]" in err and "'facebook/dinov2-base' are not available" in err, err
+    assert rc == 1 and err.startswith(f"error: {tmp_path / 'board.toml'}:6: metrics[0]: "), err
+    assert err.endswith(f": {said['facebook/dinov2-base']}\n") and err.count("\n") == 1, err
+    rc, err = got.pop("weights download")
+    assert rc == 1 and err.startswith("error: cannot download ViT-B-32-quickgelu/openai: the hub "), err
+    assert "cannot be reached" in err and err.count("\n") == 1, err
     for name, (rc, err) in got.items():
         (weights,) = metric_weights(name)
-        assert rc == 1 and f"weights {weights!r} are not available" in err and "cannot be reached" in err, (
-            name,
-            err,
-        )
+        assert rc == 1 and err == f"error: {said[weights]}\n", (name, err)  # one line, the check's words
+        assert "cannot be reached" in err
 
 
 @pytest.mark.parametrize("name", JUDGED)
@@ -171,6 +206,45 @@ def test_a_misspelt_option_offline_is_reported_as_the_option(dead_hub, capsys):
     rc = main([*_score_args("dino"), "--option", "wieghts=x"])
     err = capsys.readouterr().err
     assert rc == 2 and "wieghts" in err and "not available" not in err
+
+
+@pytest.mark.parametrize(
+    "extra, fragment",
+    [
+        (["--condition", " "], "--condition[0]: the text is empty"),
+        (["--condition", "a photo", "--candidates", "/no/such/folder"], "does not exist"),
+        (["--condition", "a photo", "--workers", "-1"], "--workers"),
+        (["--condition", "a photo", "--option", "wieghts=x"], "wieghts"),
+        ([], "--condition is required"),
+    ],
+    ids=["empty-condition", "missing-folder", "bad-workers", "misspelt-option", "no-condition"],
+)
+def test_flags_and_folders_are_named_before_the_weights(extra, fragment, dead_hub, capsys):
+    """`score clipscore` offline: what the command refused before the check moved ahead of torch's import
+    it still names first (exit 2), not the missing weights (exit 1)."""
+    rc = main(
+        [
+            "score",
+            "clipscore",
+            "--candidates",
+            str(ROOT / "examples" / "quickstart" / "data" / "gen" / "blur"),
+            *extra,
+        ]
+    )
+    err = capsys.readouterr().err
+    assert rc == 2 and fragment in err and "not available" not in err, err
+
+
+def test_mie_without_heads_names_the_training_path_not_the_backbone(dead_hub, capsys):
+    """No MIE heads are published: offline, `score mie` without --heads says how to train them (what it says
+    with network) instead of asking for the backbone's weights, which alone score nothing."""
+    data = ROOT / "examples" / "quickstart" / "data"
+    refs = sorted((data / "refs").iterdir())[:2]
+    argv = ["score", "mie", "-c", str(data / "gen" / "blur"), "--condition", "a photo"]
+    rc = main([*argv, *(f"--reference={r}" for r in refs)])
+    line = capsys.readouterr().err.strip()
+    assert rc == 1 and line.startswith("error: the mie metric needs trained heads"), line
+    assert "`genmetrics train mie" in line and "Qwen/Qwen3.5-4B" not in line and "\n" not in line
 
 
 def test_a_cache_folder_that_cannot_be_listed_leaves_it_to_the_loader(dead_hub, empty_home, monkeypatch):
