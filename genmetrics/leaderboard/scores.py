@@ -104,8 +104,8 @@ class ScoreTable:
             self._set_rows[pos] = row
             return
         s = row.get("score")
-        if _finite(s):
-            self.values[pos], self.state[pos] = float(s)  # type: ignore[arg-type]  # _finite: a number, FINITE
+        if isinstance(s, (int, float)) and _finite(s):
+            self.values[pos], self.state[pos] = float(s), FINITE
         else:
             self.values[pos], self.state[pos] = np.nan, NOT_FINITE
 
