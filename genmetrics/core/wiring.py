@@ -230,7 +230,9 @@ def wire(feed: Feeds, candidates: Sequence[Path], sources: Sources) -> tuple[lis
     >>> samples[0].reference, real
     (PosixPath('refs/000.png'), None)
     """
-    samples = [Sample(id=Path(f).stem, candidate=Path(f)) for f in candidates]
+    # the caller's Path objects, not copies: the metrics of a run share them (memory of a large run)
+    paths = [f if isinstance(f, Path) else Path(f) for f in candidates]
+    samples = [Sample(id=p.stem, candidate=p) for p in paths]
     real: list[Path] | None = None
     if feed.reference is ReferenceKind.REAL_SET:
         if not sources.real:

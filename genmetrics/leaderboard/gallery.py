@@ -20,9 +20,11 @@ from __future__ import annotations
 import base64
 import io
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from genmetrics.core.registry import Granularity
 from genmetrics.data.io.images import load_image
@@ -33,6 +35,7 @@ from genmetrics.leaderboard.notes import notes
 from genmetrics.leaderboard.numbers import fmt, fmt_ci, unit_suffix
 from genmetrics.leaderboard.plan import Plan
 from genmetrics.leaderboard.plots import figure, safe_name
+from genmetrics.leaderboard.scores import ScoreTable
 
 #: samples shown per end (best, worst) of each column
 K = 4
@@ -140,32 +143,37 @@ def _sample_columns(plan: Plan) -> list[tuple[str, Any]]:
     return [(c.name, mp) for mp in plan.metrics if mp.level is not Granularity.SET for c in mp.columns]
 
 
-def _scores(rows: list[dict[str, Any]], g: str) -> dict[str, dict[str, float]]:
-    """``column -> {id: score}`` of generator ``g`` (finite scores only)."""
-    out: dict[str, dict[str, float]] = {}
-    for r in rows:
-        if str(r.get("generator")) == g and _finite(r.get("score")):
-            out.setdefault(str(r.get("metric")), {})[str(r.get("id"))] = float(r["score"])
-    return out
+def _top(table: ScoreTable, name: str, g: str, hib: bool | None, k: int) -> tuple[list[str], list[str], int]:
+    """:func:`best_and_worst` of column ``name`` for ``g`` from the table's arrays (``2 k`` ids sorted, never a
+    dict of every score), and how many finite scores there are."""
+    ids, values = table.finite(name, g)
+    sign = -1.0 if hib in (True, None) else 1.0
+    # ties by id: rank the ids once (sorted order), then sort by (sign * score, id rank)
+    rank = np.empty(len(ids), dtype=np.int64)
+    rank[np.argsort(np.array(ids, dtype=object), kind="stable")] = np.arange(len(ids))
+    ranked = np.lexsort((rank, sign * values))
+    best = [ids[i] for i in ranked[:k]]
+    rest = ranked[len(best) :]
+    worst = [ids[i] for i in rest[::-1][:k]]
+    return best, worst, len(ids)
 
 
 def _section(
     name: str,
     mp: Any,
     g: str,
-    scores: dict[str, dict[str, float]],
+    table: ScoreTable,
     columns: list[str],
     summary: dict[str, Any],
     thumbs: _Thumbs,
 ) -> str:
     e = html_text
-    col = scores.get(name, {})
     entry = summary["columns"][name]
     hib = entry["higher_is_better"]
     arrow = {True: " ↑", False: " ↓", None: ""}[hib]
-    if not col:
+    best, worst, n = _top(table, name, g, hib, K)
+    if not n:
         return f'<h2 id="{e(safe_name(name))}">{e(name)}{arrow}</h2><p class="note">no finite scores.</p>'
-    best, worst = best_and_worst(col, hib, K)
     samples = {s.id: s for s in mp.samples.get(g, [])}
     refs = any(s.reference is not None for s in samples.values())
     conds = any(s.condition for s in samples.values())
@@ -175,7 +183,7 @@ def _section(
     head += [f"{name}{units[name]}{arrow}"] + [f"{c}{units[c]}" for c in others]
     out = [
         f'<h2 id="{e(safe_name(name))}">{e(name)}{arrow}</h2>',
-        f'<p class="note">The {len(best)} best and {len(worst)} worst of {len(col)} samples '
+        f'<p class="note">The {len(best)} best and {len(worst)} worst of {n} samples '
         f"({'higher' if hib in (True, None) else 'lower'} is better{'' if hib is not None else ': no direction, highest first'}); "
         "click a header to sort.</p>",
         '<table class="sortable"><thead><tr>'
@@ -203,7 +211,7 @@ def _section(
                 cond = s.condition if s is not None and s.condition else ""
                 cells.append(f'<td class="cond" data-v="{e(cond)}">{e(cond)}</td>')
             for c in [name, *others]:
-                v = scores.get(c, {}).get(i)
+                v = table.value(c, g, i)
                 cells.append(f'<td data-v="{v if v is not None else ""}">{fmt(v)}</td>')
             out.append("<tr>" + "".join(cells) + "</tr>")
     out.append("</tbody></table>")
@@ -238,14 +246,14 @@ def page(
     g: str,
     plan: Plan,
     summary: dict[str, Any],
-    rows: list[dict[str, Any]],
+    rows: ScoreTable | Iterable[dict[str, Any]],
     plots: list[tuple[str, Path]],
     thumbs: _Thumbs | None = None,
 ) -> str:
     """The gallery page of generator ``g`` (HTML text)."""
     e = html_text
     thumbs = thumbs or _Thumbs()
-    scores = _scores(rows, g)
+    table = rows if isinstance(rows, ScoreTable) else ScoreTable.from_rows(plan, rows)
     sample_cols = _sample_columns(plan)
     names = [n for n, _ in sample_cols]
     set_cols = [n for n, en in summary["columns"].items() if en["level"] == "set"]
@@ -264,7 +272,7 @@ def page(
     ]
     out += [f'<p class="banner">{e(n)}</p>' for n in notes(summary) if n.startswith("random backbones")]
     for name, mp in sample_cols:
-        out.append(_section(name, mp, g, scores, names, summary, thumbs))
+        out.append(_section(name, mp, g, table, names, summary, thumbs))
     for name in set_cols:
         out.append(_set_section(name, summary["columns"][name], g, plots))
     out.append(f"<script>{SCRIPT}</script></body></html>")
@@ -275,7 +283,7 @@ def write_galleries(
     out_dir: Path,
     plan: Plan,
     summary: dict[str, Any],
-    rows: list[dict[str, Any]],
+    rows: ScoreTable | Iterable[dict[str, Any]],
     plots: Sequence[tuple[str, Path]] = (),
 ) -> list[tuple[str, str]]:
     """Write ``gallery/<generator>.html`` for every generator under ``out_dir`` (the write rule); returns
@@ -294,6 +302,7 @@ def write_galleries(
     ([('copy', 'gallery/copy.html'), ('noisy', 'gallery/noisy.html')], 6)
     """
     thumbs = _Thumbs()
+    table = rows if isinstance(rows, ScoreTable) else ScoreTable.from_rows(plan, rows)
     made, used = [], set()
     for g in summary["generators"]:
         stem, k = safe_name(g), 1
@@ -302,6 +311,6 @@ def write_galleries(
             stem = f"{safe_name(g)}-{k}"
         used.add(stem)
         path = out_dir / "gallery" / f"{stem}.html"
-        atomic_write_text(path, page(g, plan, summary, rows, list(plots), thumbs), root=out_dir)
+        atomic_write_text(path, page(g, plan, summary, table, list(plots), thumbs), root=out_dir)
         made.append((g, f"gallery/{stem}.html"))
     return made

@@ -24,6 +24,7 @@ as text, never a link, an image or a tag), CSV (:func:`csv_safe`: a cell startin
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,7 @@ from genmetrics.leaderboard.notes import BANNER, notes
 from genmetrics.leaderboard.numbers import fmt, fmt_ci, fmt_p, unit_suffix
 from genmetrics.leaderboard.plan import SET_ID, Plan
 from genmetrics.leaderboard.plots import figure, make_plots
+from genmetrics.leaderboard.scores import ScoreTable
 
 ARROW = {True: "↑", False: "↓", None: ""}
 MAX_PAIRS_MD = 15  # above this many pairs the Markdown shows neighbours in the ranking only
@@ -68,32 +70,19 @@ def _finite(x: Any) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
-def _interval(values: list[float], run: Any) -> tuple[float, float, float]:
+def _interval(values: np.ndarray, run: Any) -> tuple[float, float, float]:
     """``(mean, low, high)`` of a per-sample column (studentized bootstrap of the mean)."""
     est, lo, hi = bootstrap_ci(values, n_boot=run.n_boot, alpha=1.0 - run.ci, seed=run.seed)
     return est, lo, hi
 
 
-def _paired(a: list[float], b: list[float], run: Any) -> dict[str, Any]:
+def _paired(a: np.ndarray, b: np.ndarray, run: Any) -> dict[str, Any]:
     """The paired comparison of two generators on the ids both have: ``diff``, ``low``, ``high``,
     ``p_value``, ``n``."""
     return paired_bootstrap(a, b, n_boot=run.n_boot, alpha=1.0 - run.ci, seed=run.seed)
 
 
 # ------------------------------------------------------------------------------------------ statistics
-def _rows_by_column(
-    plan: Plan, rows: list[dict[str, Any]]
-) -> dict[tuple[str, str], dict[str, dict[str, Any]]]:
-    """``(column, generator) -> {id: row}`` for the planned keys (foreign rows are left out)."""
-    planned = set(plan.keys())
-    data: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
-    for r in rows:
-        k = (str(r.get("generator")), str(r.get("metric")), str(r.get("id")))
-        if k in planned:
-            data.setdefault((k[1], k[0]), {})[k[2]] = r
-    return data
-
-
 def _set_entry(sr: dict[str, Any] | None) -> dict[str, Any]:
     ci = sr.get("ci") if sr else None
     entry = {
@@ -109,20 +98,21 @@ def _set_entry(sr: dict[str, Any] | None) -> dict[str, Any]:
     return entry
 
 
-def _sample_entry(d: dict[str, dict[str, Any]], expected: list[str], run: Any) -> dict[str, Any]:
-    vals = [float(d[i]["score"]) for i in expected if i in d and _finite(d[i].get("score"))]
+def _sample_entry(table: ScoreTable, column: str, g: str, run: Any) -> dict[str, Any]:
+    _, vals = table.finite(column, g)  # the finite scores in the plan's sample order
+    n, n_invalid, n_expected = table.counts(column, g)
     entry: dict[str, Any] = {
         "mean": None,
         "low": None,
         "high": None,
         "std": None,
-        "n": len(vals),
-        "n_expected": len(expected),
-        "n_invalid": sum(1 for i in expected if i in d and not _finite(d[i].get("score"))),
+        "n": n,
+        "n_expected": n_expected,
+        "n_invalid": n_invalid,
     }
-    if vals:
+    if n:
         est, lo, hi = _interval(vals, run)
-        entry.update(mean=est, low=lo, high=hi, std=float(np.std(vals, ddof=1)) if len(vals) > 1 else 0.0)
+        entry.update(mean=est, low=lo, high=hi, std=float(np.std(vals, ddof=1)) if n > 1 else 0.0)
     return entry
 
 
@@ -140,25 +130,24 @@ def _order(columns: dict[str, dict[str, Any]], gens: list[str], rank_by: str | N
     return sorted(gens, key=key)
 
 
-def _pairs(d: dict[str, dict[str, dict[str, Any]]], order: list[str], run: Any) -> list[dict[str, Any]]:
+def _pairs(table: ScoreTable, column: str, order: list[str], run: Any) -> list[dict[str, Any]]:
     """Every pair of generators (ranking order) compared on the ids both scored with a finite value."""
     pairs = []
     for i, a in enumerate(order):
         for b in order[i + 1 :]:
-            shared = sorted(
-                k
-                for k in d[a]
-                if k in d[b] and _finite(d[a][k].get("score")) and _finite(d[b][k].get("score"))
-            )
-            if shared:
-                diff = _paired([d[a][k]["score"] for k in shared], [d[b][k]["score"] for k in shared], run)
-                pairs.append({"a": a, "b": b, **diff})
+            va, vb = table.paired(column, a, b)
+            if va.size:
+                pairs.append({"a": a, "b": b, **_paired(va, vb, run)})
     return pairs
 
 
-def summarize(plan: Plan, rows: list[dict[str, Any]], *, provider: str | None = None) -> dict[str, Any]:
-    """The content of ``summary.json`` from the results rows of the planned keys; ``provider`` names the
-    backbone provider the scores came from (``None``: real weights), for the reports' banner.
+def summarize(
+    plan: Plan, rows: ScoreTable | Iterable[dict[str, Any]], *, provider: str | None = None
+) -> dict[str, Any]:
+    """The content of ``summary.json`` from the results rows of the planned keys (any iterable of rows, or
+    the run's :class:`~genmetrics.leaderboard.scores.ScoreTable`: memory of float64 scores, never the rows);
+    ``provider`` names the backbone provider the scores came from (``None``: real weights), for the reports'
+    banner.
 
     Recomputed from ``results.jsonl``, it equals the summary of the run:
 
@@ -173,18 +162,15 @@ def summarize(plan: Plan, rows: list[dict[str, Any]], *, provider: str | None = 
     (True, ['copy', 'noisy'])
     """
     run = plan.config.run
-    data = _rows_by_column(plan, rows)
+    table = rows if isinstance(rows, ScoreTable) else ScoreTable.from_rows(plan, rows)
     gens = [g.name for g in plan.generators]
     columns: dict[str, dict[str, Any]] = {}
     for mp in plan.metrics:
         for col in mp.columns:
             if mp.level is Granularity.SET:
-                res = {g: _set_entry(data.get((col.name, g), {}).get(SET_ID)) for g in gens}
+                res = {g: _set_entry(table.set_row(col.name, g)) for g in gens}
             else:
-                res = {
-                    g: _sample_entry(data.get((col.name, g), {}), [s.id for s in mp.samples[g]], run)
-                    for g in gens
-                }
+                res = {g: _sample_entry(table, col.name, g, run) for g in gens}
             columns[col.name] = {
                 "metric": mp.spec.name,
                 "label": mp.spec.label,
@@ -198,8 +184,7 @@ def summarize(plan: Plan, rows: list[dict[str, Any]], *, provider: str | None = 
     rank_by = run.rank_by or next((c for c, e in columns.items() if e["higher_is_better"] is not None), None)
     order = _order(columns, gens, rank_by)
     for name, entry in columns.items():
-        by_gen = {g: data.get((name, g), {}) for g in gens}
-        entry["paired"] = [] if entry["level"] == "set" else _pairs(by_gen, order, run)
+        entry["paired"] = [] if entry["level"] == "set" else _pairs(table, name, order, run)
     ranking = []
     for i, g in enumerate(order):
         item: dict[str, Any] = {"rank": i + 1, "generator": g, "images": len(plan.images[g])}
@@ -656,12 +641,13 @@ def write_reports(
     summary: dict[str, Any],
     *,
     plots: bool = True,
-    rows: list[dict[str, Any]] | None = None,
+    rows: ScoreTable | Iterable[dict[str, Any]] | None = None,
 ) -> list[Path]:
     """Write summary.json, the reports and (optionally) the plots, each atomically and under the write rule
     (inside ``out_dir``, never through a link); with ``plots`` and the results ``rows`` also a gallery page
     per generator (``gallery/<generator>.html``, :mod:`genmetrics.leaderboard.gallery`), linked from
-    ``leaderboard.html``; returns the paths.
+    ``leaderboard.html`` (``rows``: any iterable of rows, or the run's
+    :class:`~genmetrics.leaderboard.scores.ScoreTable`); returns the paths.
 
     >>> import tempfile
     >>> from genmetrics.leaderboard import build_plan, load_config, run_leaderboard

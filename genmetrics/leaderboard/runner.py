@@ -52,7 +52,7 @@ from genmetrics.data.io.pipeline import (
 )
 from genmetrics.data.output.disk import disk_full_named
 from genmetrics.data.output.lock import lock_output_folder
-from genmetrics.data.output.merge import merge_results
+from genmetrics.data.output.merge import merge_in_order
 from genmetrics.data.output.rows import ResultsWriter, read_results
 from genmetrics.data.progress import progress
 from genmetrics.errors import GenmetricsError, InputError
@@ -76,6 +76,7 @@ from genmetrics.leaderboard.manifest import (
     write_manifest,
 )
 from genmetrics.leaderboard.plan import SET_ID, MetricPlan, Plan, Sample, build_plan, device_for_run
+from genmetrics.leaderboard.scores import ScoreTable
 
 __all__ = [
     "HASHES",
@@ -776,15 +777,11 @@ class _Run:
         return written + self._release(active)
 
     def _finish(self, *, plots: bool) -> dict[str, Any]:
-        order = {k: i for i, k in enumerate(self.plan.keys())}
-        big = len(order)
-        rows = merge_results(
-            self._sources(),
-            self.out / RESULTS,
-            sort_key=lambda r: order.get(
-                (str(r.get("generator")), str(r.get("metric")), str(r.get("id"))), big
-            ),
-            root=self.out,
+        """Merge the results into ``results.jsonl`` in canonical order and write the summary and reports,
+        streamed: the rows are read one at a time into a :class:`ScoreTable` (float64 scores), never held."""
+        table = ScoreTable(self.plan)
+        merge_in_order(
+            self._sources(), self.out / RESULTS, table.position, table.size, visit=table.put, root=self.out
         )
         shutil.rmtree(self.out / SHARDS, ignore_errors=True)
         provider = next(
@@ -794,8 +791,8 @@ class _Run:
         # not for a run that stops at its plan (a missing file, weights that are not there)
         from genmetrics.leaderboard.report import summarize, write_reports
 
-        summary = summarize(self.plan, rows, provider=provider)
-        write_reports(self.out, self.plan, summary, plots=plots, rows=rows)
+        summary = summarize(self.plan, table, provider=provider)
+        write_reports(self.out, self.plan, summary, plots=plots, rows=table)
         return summary
 
 

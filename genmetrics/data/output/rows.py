@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -72,33 +72,52 @@ def read_results(path: str | os.PathLike, *, check: RowCheck | None = None) -> l
 
     With ``check`` (e.g. :func:`check_result_row`), a line that parses but is not an acceptable row is
     refused with :class:`~genmetrics.errors.InputError` naming the file and line; it is never used."""
+    return [row for row, _ in iter_results(path, check=check)]
+
+
+def iter_results(path: str | os.PathLike, *, check: RowCheck | None = None) -> Iterator[tuple[Any, int]]:
+    """:func:`read_results` one row at a time: ``(row, byte offset of its line)``, reading the file line by line
+    (memory of one line, whatever the size of the file), with the same rules for a torn last line and
+    ``check``.
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     _ = (Path(d) / "r.jsonl").write_text('{"id": "a"}\\n\\n{"id": "b"}\\n{"id"')
+    ...     list(iter_results(Path(d) / "r.jsonl"))
+    [({'id': 'a'}, 0), ({'id': 'b'}, 13)]
+    """
     p = Path(path)
     if not p.exists():
-        return []
-    rows = []
+        return
     with open(p, "rb") as f:
-        lines = f.read().split(b"\n")
-    for i, raw in enumerate(lines):
-        if not raw.strip():
-            continue
-        try:
-            row = parse_line(decode_line(raw, p, i + 1), p, i + 1)
-        except InputError as e:
-            if i >= len(lines) - 2:  # the last line (possibly torn by a kill, even inside a character)
-                break
-            raise InputError(
-                f"{p}:{i + 1}: corrupt results line (not the last one: {str(e).split(': ', 1)[-1]}); fix or "
-                "delete the line, or run without --resume to start afresh"
-            ) from None
-        if check is not None:
-            why = check(row)
-            if why:
-                raise InputError(
-                    f"{p}:{i + 1}: not a result row of this run ({why}); fix or delete the line, or run "
-                    "without --resume to start afresh"
-                )
-        rows.append(row)
-    return rows
+        offset, n = 0, 0
+        cur = f.readline()
+        while cur:
+            nxt = f.readline()
+            n += 1
+            raw = cur[:-1] if cur.endswith(b"\n") else cur
+            if raw.strip():
+                try:
+                    row = parse_line(decode_line(raw, p, n), p, n)
+                except InputError as e:
+                    # the last line, or the one before an unterminated last line (possibly torn by a kill, even
+                    # inside a character): the end of the rows
+                    if not nxt or not nxt.endswith(b"\n"):
+                        return
+                    raise InputError(
+                        f"{p}:{n}: corrupt results line (not the last one: {str(e).split(': ', 1)[-1]}); fix or "
+                        "delete the line, or run without --resume to start afresh"
+                    ) from None
+                if check is not None:
+                    why = check(row)
+                    if why:
+                        raise InputError(
+                            f"{p}:{n}: not a result row of this run ({why}); fix or delete the line, or run "
+                            "without --resume to start afresh"
+                        )
+                yield row, offset
+            offset += len(cur)
+            cur = nxt
 
 
 class ResultsWriter:
