@@ -37,7 +37,6 @@ COMPAT_MODULES = {
 PUBLIC_UNDERSCORE = {"_asdict", "_replace", "_fields", "_make", "_field_defaults"}  # namedtuple
 #: (file name, member) -> the area that removes it; may only shrink (an entry no longer found fails)
 PENDING_PRIVATE = {
-    ("clip_blocks.py", "_modules"): "nn.Module._modules in the SDPA block check: moves with the fast paths",
     ("pipeline.py", "_shutdown_workers"): "DataLoader iterator shutdown: moves with the data/ split",
 }
 
