@@ -16,9 +16,11 @@ from PIL import Image
 HEAVY = (
     "torchvision",
     "torch._dynamo",
-    "scipy.signal",
+    "scipy",
     "transformers",
-    "torchmetrics.functional.text",
+    "open_clip",
+    "pandas",
+    "torchmetrics.functional",  # torchmetrics' full package init
     "matplotlib",
 )
 
