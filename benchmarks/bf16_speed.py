@@ -1,22 +1,42 @@
 """bf16 against float32 on a random ViT-B/16 (open_clip): genmetrics' encode_image in float32 and under
 CPU autocast bfloat16, open_clip's own encode_image under autocast, and the metrics clipscore, clip_i and
-raclip (RA-CLIPScore) with ``precision="fp32"`` / ``"bf16"``; with ``--torchmetrics``, torchmetrics'
+raclip (RA-CLIPScore) with ``precision="fp32"`` / ``"bf16"``, and dino on a random DINOv2-base
+(transformers ``Dinov2Model``, 224 px); with ``--torchmetrics``, torchmetrics'
 CLIPScore on a random transformers CLIPModel of ViT-B/16's sizes (other random weights: transformers cannot
 load open_clip's) wrapped in ``torch.autocast``. One JSON line (CPU seconds, median of interleaved rounds);
 the speed goal (bf16 >= 1.8x float32) applies to CPUs with bf16 units (``cpu_has_avx512_bf16``, or AMX).
 
+Which fast paths run is ``GENMETRICS_FAST_PATHS``'s (the line's ``fast_paths``): measure the default and
+``GENMETRICS_FAST_PATHS=all`` in two runs.
+
 Usage: python benchmarks/bf16_speed.py [--images 8] [--rounds 3] [--threads 1] [--torchmetrics]
+       [--metrics clipscore,clip_i,raclip,dino]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import time
 from typing import Any
 
 import torch
+
+
+def median_cpu_s(tools: dict[str, Any], rounds: int) -> dict[str, float]:
+    """Each tool called once (warm-up: packing, primitive creation), then ``rounds`` interleaved rounds: the
+    median CPU seconds per tool."""
+    for f in tools.values():
+        f()
+    cpu: dict[str, list[float]] = {k: [] for k in tools}
+    for _ in range(rounds):
+        for k, f in tools.items():
+            c0 = time.process_time()
+            f()
+            cpu[k].append(time.process_time() - c0)
+    return {k: statistics.median(v) for k, v in cpu.items()}
 
 
 def main() -> None:
@@ -25,6 +45,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--torchmetrics", action="store_true", help="also torchmetrics' CLIPScore under autocast")
+    ap.add_argument("--metrics", default="clipscore,clip_i,raclip,dino", help="the metrics timed")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
 
@@ -45,9 +66,20 @@ def main() -> None:
     prompts = [f"a photo of a red dog number {i}" for i in range(args.images)]
     attributes = ["red", "dog", "snow"]
 
+    names = [n for n in args.metrics.split(",") if n]
+    dino = None
+    if "dino" in names:
+        from transformers import Dinov2Config, Dinov2Model
+
+        torch.manual_seed(0)
+        dino = Dinov2Model(Dinov2Config()).eval()  # DINOv2-base's sizes: width 768, 12 layers, patch 14
+
     def metric(name: str, precision: str) -> Any:
         kw: dict[str, Any] = {"backbone": oc, "precision": precision, "batch_size": args.images}
-        if name == "clip_i":
+        if name == "dino":
+            m = gm.create_metric(name, **{**kw, "backbone": dino})
+            m.update(reference=refs, candidates=imgs)
+        elif name == "clip_i":
             m = gm.create_metric(name, **kw)
             m.update(reference=refs, candidates=imgs)
         elif name == "clipscore":
@@ -67,7 +99,7 @@ def main() -> None:
         "bf16": lambda: run(lambda v: encode_image(oc, v), True),
         "open_clip_autocast_bf16": lambda: run(oc.encode_image, True),
     }
-    for name in ("clipscore", "clip_i", "raclip"):
+    for name in names:
         for p in ("fp32", "bf16"):
             tools[f"{name}_{p}"] = lambda name=name, p=p: metric(name, p)
     if args.torchmetrics:
@@ -89,15 +121,7 @@ def main() -> None:
 
         tools["torchmetrics_clipscore_fp32"] = lambda: tmf(False)
         tools["torchmetrics_clipscore_autocast_bf16"] = lambda: tmf(True)
-    for f in tools.values():
-        f()  # warm-up: packing, primitive creation
-    cpu: dict[str, list[float]] = {k: [] for k in tools}
-    for _ in range(args.rounds):
-        for k, f in tools.items():
-            c0 = time.process_time()
-            f()
-            cpu[k].append(time.process_time() - c0)
-    med = {k: statistics.median(v) for k, v in cpu.items()}
+    med = median_cpu_s(tools, args.rounds)
     try:
         flags = open("/proc/cpuinfo").read()
     except OSError:
@@ -111,10 +135,7 @@ def main() -> None:
         **{f"{k}_cpu_s": round(v, 3) for k, v in med.items()},
         "bf16_over_fp32": round(med["fp32"] / med["bf16"], 3),
         "open_clip_autocast_bf16_over_fp32": round(med["fp32"] / med["open_clip_autocast_bf16"], 3),
-        **{
-            f"{n}_bf16_over_fp32": round(med[f"{n}_fp32"] / med[f"{n}_bf16"], 3)
-            for n in ("clipscore", "clip_i", "raclip")
-        },
+        **{f"{n}_bf16_over_fp32": round(med[f"{n}_fp32"] / med[f"{n}_bf16"], 3) for n in names},
         "goal_bf16_over_fp32": 1.8,
         **(
             {
@@ -128,6 +149,7 @@ def main() -> None:
             if args.torchmetrics
             else {}
         ),
+        "fast_paths": os.environ.get("GENMETRICS_FAST_PATHS", "exact (default)"),
         "cpu_has_avx512_bf16": "avx512_bf16" in flags,
         "cpu_has_amx_bf16": "amx_bf16" in flags,
     }

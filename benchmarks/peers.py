@@ -16,6 +16,12 @@ Rounds are interleaved (every tool once per round, order rotated), speeds are me
 ratio to each, the largest per-image difference to each, and genmetrics' largest difference to an
 explicit float64 computation (torchmetrics' functional code on float64 tensors).
 
+Every line comes from fresh processes, one per allocator state (``--allocator both``, the default): glibc's
+default, which returns freed memory to the OS so that a tool pays minor page faults when it takes it back,
+and ``no_trim`` (:data:`NO_TRIM_ENV`: freed memory kept in the process: page-fault-free rounds). Both states
+hold for every tool of a line; the line gives each ratio per state (``_default``, ``_no_trim``), each tool's
+minor page faults per round per state, and as the headline ratio the lower of the two.
+
     python benchmarks/peers.py                         # full workload: 256 pairs of 256x256, 5 rounds
     python benchmarks/peers.py --pairs 32 --rounds 3   # quick look
     python benchmarks/peers.py --metrics psnr --dtype uint8   # decoded 8-bit images, as files give them
@@ -193,7 +199,8 @@ def _float64_reference(metric: str, ref: torch.Tensor, cand: torch.Tensor) -> to
     )
 
     out = []
-    for sl in _chunks(ref.shape[0], 32):
+    # float64 convolutions go through im2col on the CPU: 32 ssim pairs of 256 px at once asked for 10 GB
+    for sl in _chunks(ref.shape[0], 32 if metric == "psnr" else 2):
         p, t = cand[sl].double(), ref[sl].double()
         if ref.dtype == torch.uint8:  # the exact [0,1] values of 8-bit images
             p, t = p / 255.0, t / 255.0
@@ -323,11 +330,82 @@ CPU_BEST: dict[str, float] = {}
 MINOR_FAULTS: dict[str, float] = {}
 #: glibc settings under which freed memory stays in the process (no page faults from re-mapping it):
 #: ``--allocator no_trim`` runs the whole benchmark under them, in a fresh process, for every tool alike
+#: (``MALLOC_MMAP_MAX_=0`` would keep every block off mmap, but the heap then fragments: 17 GB for ssim)
 NO_TRIM_ENV = {
     "MALLOC_TRIM_THRESHOLD_": str(1 << 40),
     "MALLOC_MMAP_THRESHOLD_": str(1 << 40),
     "MALLOC_TOP_PAD_": str(1 << 28),
 }
+#: the data-segment limit of each fresh process of ``--allocator both`` (GB)
+MEMORY_LIMIT_GB = 8.0
+#: the allocator states every peer line is measured in (``--allocator both``: one fresh process each)
+ALLOCATORS = ("default", "no_trim")
+#: the keys of a line that compare genmetrics with a peer (headline: the lower of the two states)
+_RATIO_PREFIXES = ("cpu_ratio_vs_", "ratio_vs_", "ratio_text_")
+
+
+def fair_line(lines: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """One peer line from the same metric measured in fresh processes under each allocator state of
+    :data:`ALLOCATORS` (``{state: line}``): the page-fault-free (``no_trim``) line's fields, every ratio
+    to a peer as ``<ratio>_<state>`` per state and ``<ratio>`` = the lower of them (the headline), and each
+    tool's minor page faults per round per state.
+
+    >>> a = {"metric": "psnr", "cpu_ratio_vs_tm": 4.0, "tm_minor_faults_per_round": 9.0}
+    >>> b = {"metric": "psnr", "cpu_ratio_vs_tm": 2.5, "tm_minor_faults_per_round": 0.0}
+    >>> line = fair_line({"default": a, "no_trim": b})
+    >>> line["cpu_ratio_vs_tm"], line["cpu_ratio_vs_tm_default"], line["tm_minor_faults_per_round_default"]
+    (2.5, 4.0, 9.0)
+    """
+    base = lines.get("no_trim") or next(iter(lines.values()))
+    out: dict[str, Any] = {k: v for k, v in base.items() if k != "allocator"}
+    out["allocator"] = "+".join(lines)
+    for key in base:
+        per = {state: line.get(key) for state, line in lines.items()}
+        numeric = [v for v in per.values() if isinstance(v, (int, float)) and not isinstance(v, bool)]
+        if key.startswith(_RATIO_PREFIXES) and len(numeric) == len(lines):
+            out[key] = min(numeric)
+            out.update({f"{key}_{state}": v for state, v in per.items()})
+        elif key.endswith("_minor_faults_per_round") or key.endswith("_per_cpu_s"):
+            out.update({f"{key}_{state}": v for state, v in per.items()})
+            out.pop(key, None)
+    return out
+
+
+def run_fair(metrics: list[str], argv: list[str]) -> None:
+    """Each metric of ``metrics`` in one fresh process per allocator state (this script with
+    ``--metrics M --allocator STATE``, the other options as given), printed as :func:`fair_line`."""
+    import subprocess
+
+    rest, skip = [], False
+    for a in argv:  # the caller's options without --metrics / --allocator
+        if skip:
+            skip = False
+            continue
+        if a in ("--metrics", "--allocator"):
+            skip = True
+            continue
+        if not a.startswith(("--metrics=", "--allocator=")):
+            rest.append(a)
+    import resource
+
+    def limit() -> None:  # a run whose heap grows without bound fails alone instead of meeting the OOM killer
+        cap = int(MEMORY_LIMIT_GB * 2**30)
+        resource.setrlimit(resource.RLIMIT_DATA, (cap, cap))
+
+    for metric in metrics:
+        lines: dict[str, dict[str, Any]] = {}
+        failed: dict[str, str] = {}
+        single = metric in ("startup", "limits", "psnr_kernels")  # no peer: one state is the figure
+        for state in ALLOCATORS[:1] if single else ALLOCATORS:
+            cmd = [sys.executable, __file__, *rest, "--metrics", metric, "--allocator", state]
+            run = subprocess.run(cmd, capture_output=True, text=True, preexec_fn=limit)
+            if run.returncode == 0:
+                lines[state] = json.loads(run.stdout.strip().splitlines()[-1])
+            else:
+                failed[state] = f"exit {run.returncode}: {run.stderr.strip().splitlines()[-1:] or ''}"
+        line = fair_line(lines) if len(lines) > 1 else next(iter(lines.values()), {"metric": metric})
+        line.update({f"failed_{state}": why for state, why in failed.items()})
+        print(json.dumps(line), flush=True)
 
 
 def _minflt() -> int:
@@ -821,7 +899,10 @@ def bench_startup(args: argparse.Namespace) -> dict[str, Any]:
     cmds["import_torch"] = None  # the floor: every command imports torch
     times: dict[str, list[float]] = {k: [] for k in cmds}
     cpus: dict[str, list[float]] = {k: [] for k in cmds}
-    for _ in range(args.rounds):
+    # bytecode cached, as an installed package has it (pip compiles at install): a first untimed round
+    # writes the .pyc files that PYTHONDONTWRITEBYTECODE would keep every round compiling from source
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    for r in range(args.rounds + 1):
         for k, c in cmds.items():
             code = (
                 ["-c", f"import {k.removeprefix('import_')}"]
@@ -829,7 +910,9 @@ def bench_startup(args: argparse.Namespace) -> dict[str, Any]:
                 else ["-c", "from genmetrics.cli.main import entry; entry()", *c]
             )
             t0, c0 = time.perf_counter(), cpu()
-            subprocess.run([sys.executable, *code], check=True, capture_output=True)
+            subprocess.run([sys.executable, *code], check=True, capture_output=True, env=env)
+            if r == 0:
+                continue
             times[k].append(time.perf_counter() - t0)
             cpus[k].append(cpu() - c0)
     t0 = time.perf_counter()
@@ -870,12 +953,16 @@ def main() -> None:
     )
     ap.add_argument(
         "--allocator",
-        default="default",
-        choices=("default", "no_trim"),
-        help="glibc's default (memory returned to the OS, page faults when it is taken again) or no_trim "
-        "(NO_TRIM_ENV, set for a fresh process: page-fault-free rounds); the same for every tool of a line",
+        default="both",
+        choices=("both", *ALLOCATORS),
+        help="both (default): every line from fresh processes in each state, ratios per state and the lower "
+        "as headline; default: glibc's (memory returned to the OS, page faults when it is taken again); "
+        "no_trim: NO_TRIM_ENV, set for a fresh process (page-fault-free rounds). The same for every tool",
     )
     args = ap.parse_args()
+    if args.allocator == "both":
+        run_fair(args.metrics.split(","), sys.argv[1:])
+        return
     if args.allocator == "no_trim" and any(os.environ.get(k) != v for k, v in NO_TRIM_ENV.items()):
         os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **NO_TRIM_ENV})
     MACHINE["allocator"] = args.allocator

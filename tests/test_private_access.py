@@ -37,9 +37,7 @@ COMPAT_MODULES = {
 #: names with a leading underscore that are documented public API of the standard library
 PUBLIC_UNDERSCORE = {"_asdict", "_replace", "_fields", "_make", "_field_defaults"}  # namedtuple
 #: (file name, member) -> the area that removes it; may only shrink (an entry no longer found fails)
-PENDING_PRIVATE = {
-    ("clip_blocks.py", "_modules"): "nn.Module._modules in the SDPA block check: moves with the fast paths",
-}
+PENDING_PRIVATE: dict[tuple[str, str], str] = {}
 
 
 def _own_names(trees: dict[Path, ast.Module]) -> set[str]:

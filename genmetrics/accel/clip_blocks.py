@@ -36,7 +36,7 @@ def is_plain_block(blk: Any) -> bool:
         or attn.in_proj_weight is None
         or attn.bias_k is not None
         or attn.add_zero_attn
-        or list(blk.mlp._modules) != ["c_fc", "gelu", "c_proj"]
+        or [name for name, _ in blk.mlp.named_children()] != ["c_fc", "gelu", "c_proj"]
     )
 
 

@@ -41,7 +41,6 @@ from typing import Any
 import torch
 
 from genmetrics.data.caches.homefile import HomeFileError, home_lock, read_json_record
-from genmetrics.data.results import atomic_write_json, destination
 from genmetrics.errors import InputError
 from genmetrics.options import env
 
@@ -227,6 +226,8 @@ class _machine_lock:
     held: bool = True
 
     def __enter__(self) -> _machine_lock:
+        from genmetrics.data.results import destination  # here: output locking only when a choice is measured
+
         self._ctx: Any = None
         try:
             path = destination(_home() / "fast_paths.lock", root=_home())
@@ -248,6 +249,8 @@ class _machine_lock:
 def _record(key: tuple, choice: PathChoice) -> None:
     """Best effort: a read-only GENMETRICS_HOME (or a link planted there) only costs the next process a
     measurement."""
+    from genmetrics.data.results import atomic_write_json
+
     data = _recorded()
     data[_machine_key(key)] = {"path": choice.path, "speedups": choice.speedups()}
     try:

@@ -24,9 +24,11 @@ from genmetrics.errors import InputError
 HEAVY = (
     "torchvision",
     "torch._dynamo",
-    "scipy.signal",
+    "scipy",
     "transformers",
-    "torchmetrics.functional.text",
+    "open_clip",
+    "pandas",
+    "torchmetrics.functional",  # torchmetrics' full package init
     "matplotlib",
 )
 

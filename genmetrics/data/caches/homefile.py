@@ -18,8 +18,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from filelock import FileLock, Timeout
-
 __all__ = ["LOCK_WAIT", "MAX_BYTES", "MAX_DEPTH", "HomeFileError", "home_lock", "read_json_record"]
 
 #: the largest record read (a weights manifest of every metric is a few hundred kB)
@@ -164,6 +162,8 @@ def home_lock(path: str | os.PathLike, *, wait: float | None = None) -> Iterator
         st = os.lstat(p)
         if not stat.S_ISREG(st.st_mode):
             raise HomeFileError(f"{p}: the lock file is {_kind(st.st_mode)}; delete it")
+    from filelock import FileLock, Timeout  # here: most commands never write a home file (a light start-up)
+
     lock = FileLock(str(p), thread_local=False, is_singleton=False)
     try:
         lock.acquire(timeout=seconds)

@@ -131,7 +131,8 @@ def decoded(
     value per transform, or is the exception that names the file (unreadable, missing, too large).
 
     ``batches``: the batches as lists of indices into ``paths`` (default: consecutive runs of ``batch_size``).
-    ``workers``: decoding processes (``None``: :func:`~genmetrics.data.io.workers.default_workers`); ``prefetch``: batches decoded ahead
+    ``workers``: decoding processes (``None``: :func:`~genmetrics.data.io.workers.default_workers`; a single
+    batch is always decoded in the calling process, which would only wait for it); ``prefetch``: batches decoded ahead
     per worker; ``device``: a CUDA device puts tensors there (pinned memory, ``non_blocking`` copies).
 
     >>> import tempfile
@@ -156,7 +157,9 @@ def decoded(
     ds = _Files(paths, _Decode(tuple(transforms)))
     if not batches:
         return
-    if n_workers == 0:
+    if (
+        n_workers == 0 or len(batches) == 1
+    ):  # one batch: no model step to overlap, a worker only adds its start-up
         for idx in batches:
             batch = _reraise_warnings([ds[j] for j in idx])
             yield [(p, _to_device(o, dev)) for p, o in batch] if cuda else batch  # type: ignore[arg-type]

@@ -151,6 +151,26 @@ def test_decoded_keeps_order_names_bad_files_and_matches_load_image(tmp_path):
     )
 
 
+def test_a_single_batch_is_decoded_without_worker_processes(tmp_path, monkeypatch):
+    """One batch leaves nothing to overlap: it is decoded in the calling process (a worker's start-up was most
+    of `score psnr`'s own CPU time on a few pairs); two batches still go to the workers."""
+    files = _folders(tmp_path)[:4]
+    want = [item for batch in decoded(files, batch_size=4, workers=0) for item in batch]
+    loaders: list[int] = []
+    real = torch.utils.data.DataLoader
+
+    def spy(*a, **k):
+        loaders.append(k["num_workers"])
+        return real(*a, **k)
+
+    monkeypatch.setattr(torch.utils.data, "DataLoader", spy)
+    got = [item for batch in decoded(files, batch_size=4, workers=2) for item in batch]
+    assert loaders == []
+    assert [p for p, _ in got] == [p for p, _ in want]
+    assert all(torch.equal(a[0], b[0]) for (_, a), (_, b) in zip(got, want))
+    assert len([b for b in decoded(files, batch_size=2, workers=2)]) == 2 and loaders == [2]
+
+
 def test_decoded_chunks_serve_every_chunk_its_files(tmp_path):
     files = _folders(tmp_path)[:6]
     chunks = [files[0:3], files[2:5], [files[0], files[5]]]
