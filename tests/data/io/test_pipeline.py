@@ -194,6 +194,10 @@ def test_bad_file_in_leaderboard_named_and_skipped(tmp_path):
     assert len(_rows(res.out)) == 3 * 6 - 1
 
 
+# A test run started as a background job (``cmd &`` in a script, nohup) inherits SIGINT ignored, and so would
+# the scripts the Ctrl-C tests start: each restores Python's KeyboardInterrupt handler, as a terminal has it.
+
+
 def _children(pid: int) -> list[int]:
     out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
     return [int(x) for x in out.split()]
@@ -205,9 +209,10 @@ def test_no_worker_left_behind(tmp_path, how):
     _folders(tmp_path, n=4)
     script = textwrap.dedent(
         f"""
-        import os, sys, time
+        import os, signal, sys, time
         from pathlib import Path
         from genmetrics.data.io.pipeline import decoded
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal
         files = sorted(Path({str(tmp_path / "refs")!r}).iterdir()) * 200
         def slow(im, name):
             if {how!r} == "worker_error":
@@ -245,8 +250,9 @@ def test_ctrl_c_while_workers_start_is_an_interrupt_not_a_dead_worker(tmp_path):
     _folders(tmp_path, n=4)
     script = textwrap.dedent(
         f"""
-        import sys, time
+        import signal, sys, time
         from pathlib import Path
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal
         import torch.utils.data._utils.worker as W
         import genmetrics.data.io.pipeline as P
         loop = W._worker_loop  # what a forked worker runs first: its start-up, before any handler is set
