@@ -203,6 +203,7 @@ class Zygote:
             stdout=subprocess.PIPE,
             text=True,
             bufsize=1,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # as in spawn()
         )
         self.lock = threading.Lock()
         self.children: dict[str, Child] = {}
@@ -337,6 +338,8 @@ class Ctx:
             return z.spawn(argv[1:], env or self.env(), cwd or self.root, rlimit_as, out, err)
 
         def pre() -> None:
+            # Ctrl-C as in a terminal: a test run started as a background job inherits SIGINT ignored
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
             if rlimit_as:
                 resource.setrlimit(resource.RLIMIT_AS, (rlimit_as, rlimit_as))
 

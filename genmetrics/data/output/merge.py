@@ -107,10 +107,12 @@ def merge_in_order(
                 visit(pos, row)
     kept = np.flatnonzero(src >= 0)
     with contextlib.ExitStack() as stack, atomic_output(dest, root=root) as tmp:
-        files = [stack.enter_context(open(p, "rb")) for p in paths]
+        # a source that does not exist gave no rows (iter_results), so no kept row points into it
+        files = [stack.enter_context(open(p, "rb")) if p.exists() else None for p in paths]
         out = stack.enter_context(open(tmp, "w", encoding="utf-8", newline="\n"))
         for k, off in _locations(src, offset, kept, outside):
             f = files[k]
+            assert f is not None  # a kept row was read from this file
             f.seek(off)
             # parsed and written again as merge_results does (a BOM on a first line dropped)
             out.write(dumps_line(json.loads(f.readline().decode("utf-8-sig"))) + "\n")

@@ -119,3 +119,16 @@ def test_iter_results_refuses_a_bad_line_before_the_end(tmp_path, text):
         list(iter_results(p))
     with pytest.raises(InputError):
         _whole_file(p)
+
+
+def test_a_source_that_does_not_exist_gives_no_rows(tmp_path):
+    """A rank's shard or a results.jsonl not written yet (a DDP run's first finish) is a source without rows,
+    as merge_results reads it, not an error."""
+    a = tmp_path / "a.jsonl"
+    a.write_text('{"k": "1", "score": 1}\n{"k": "0", "score": 0}\n', encoding="utf-8")
+    missing = tmp_path / "missing.jsonl"
+    order = {("0",): 0, ("1",): 1}
+    n = merge_in_order([missing, a], tmp_path / "out.jsonl", order.get, 2, key=("k",), root=tmp_path)
+    assert n == 2
+    got = [json.loads(x)["k"] for x in (tmp_path / "out.jsonl").read_text().splitlines()]
+    assert got == ["0", "1"]
