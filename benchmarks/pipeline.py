@@ -15,6 +15,7 @@ ViT-B-16; compute-only is the same comparison, report and plots included, on ima
 
     python benchmarks/pipeline.py --images 200 --size 512 --workers 1
     python benchmarks/pipeline.py --large --images 20000 --size 64   # kill at ~50%, resume, compare
+    python benchmarks/pipeline.py --memory --images 2000 --case clip  # peak RSS of the run at N/10 and N
 """
 
 from __future__ import annotations
@@ -377,6 +378,36 @@ def large(args: argparse.Namespace) -> None:
             save(line, args)
 
 
+# ------------------------------------------------------------------------------ --memory
+def memory(args: argparse.Namespace) -> None:
+    """Peak RSS of the end-to-end run (no bounds) at N/10 and N images, the same case, size and workers: the
+    goal is a ratio within 1.10 (memory set by batches and prefetch depth, not by the number of files). Peak
+    RSS does not depend on the machine's load, so this mode can run beside other work."""
+    kinds = {
+        "leaderboard": [("leaderboard", ",".join(METRICS), "leaderboard")],
+        "clip": [("score clip_i", "clip_i", "score"), ("clipscore", "clipscore", "score")],
+        "raclip": [("compare (SaD/PaD/R-SaD)", "sad", "compare")],
+    }[args.case]
+    for name, metrics, run_kind in kinds:
+        rss = {}
+        for n in (max(1, args.images // 10), args.images):
+            with tempfile.TemporaryDirectory() as d:
+                make_data(Path(d), n, args.size, generators=3 if args.case == "leaderboard" else 1)
+                rss[n] = measure(run_kind, Path(d), args, metrics)["rss_mb"]
+        small, big = sorted(rss)
+        line = {
+            "memory": name,
+            "size": args.size,
+            "workers": args.workers,
+            "images": [small, big],
+            "peak_rss_mb": [round(rss[small], 1), round(rss[big], 1)],
+            "rss_ratio": round(rss[big] / rss[small], 3),
+            "goal_rss_ratio": 1.10,
+        }
+        print(json.dumps(line), flush=True)
+        save(line, args)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--images", type=int, default=200)
@@ -386,6 +417,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--case", choices=["leaderboard", "clip", "raclip"], default="leaderboard")
     ap.add_argument("--large", action="store_true")
+    ap.add_argument("--memory", action="store_true", help="peak RSS of the run at N/10 and N only")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--root", help=argparse.SUPPRESS)
     ap.add_argument("--out", help=argparse.SUPPRESS)
@@ -395,6 +427,8 @@ def main() -> None:
         child(args)
     elif args.large:
         large(args)
+    elif args.memory:
+        memory(args)
     else:
         bench(args)
 
