@@ -9,8 +9,6 @@ from __future__ import annotations
 import json
 import os
 import socket
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -24,6 +22,7 @@ from genmetrics.cli.weights import metric_weights
 from genmetrics.core.registry import alias_of, get_card, list_metrics
 from genmetrics.errors import WeightsUnavailableError
 from tests.cli.test_offline_hub import _closed_port, _score_args, dead_hub  # noqa: F401 - a fixture
+from tests.helpers import run_python
 
 ROOT = Path(__file__).resolve().parents[2]
 WEIGHTS_METRICS = [n for n in list_metrics() if alias_of(n) is None and metric_weights(n)]
@@ -66,6 +65,14 @@ def offline_env(tmp_path: Path) -> dict[str, str]:
         PYTHONPATH=str(ROOT),
     )
     return env
+
+
+def _nothing_heavy(code: str, env: dict[str, str]) -> dict:
+    """Run ``code`` in a fresh interpreter; it prints one JSON object whose ``imported`` lists the heavy
+    modules it imported, which must be none. Returns the rest of the object."""
+    got = json.loads(run_python(code, env=env, cwd=ROOT, timeout=600).strip().splitlines()[-1])
+    assert got.pop("imported") == []
+    return got
 
 
 def test_every_judged_metric_fails_without_importing_a_model_library(tmp_path):
@@ -117,12 +124,7 @@ def test_every_judged_metric_fails_without_importing_a_model_library(tmp_path):
         print(json.dumps(out))
         """
     )
-    r = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT, timeout=600
-    )
-    assert r.returncode == 0, r.stderr[-3000:]
-    got = json.loads(r.stdout.strip().splitlines()[-1])
-    assert got.pop("imported") == []
+    got = _nothing_heavy(code, env)
     said = got.pop("said")
     rc, err = got.pop("compare")
     assert rc == 1 and err == f"error: {said['ViT-B-32-quickgelu/openai']}\n", err
@@ -191,12 +193,7 @@ def test_trained_weights_that_cannot_be_had_fail_without_importing_torch(tmp_pat
         print(json.dumps(out))
         """
     )
-    r = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT, timeout=600
-    )
-    assert r.returncode == 0, r.stderr[-3000:]
-    got = json.loads(r.stdout.strip().splitlines()[-1])
-    assert got.pop("imported") == []
+    got = _nothing_heavy(code, env)
     said = got.pop("said")
     assert sorted(said) == sorted(k for k in commands if k != "leaderboard")  # each check raised
     rc, err = got.pop("leaderboard")

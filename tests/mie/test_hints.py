@@ -9,28 +9,17 @@ from __future__ import annotations
 import pytest
 
 from genmetrics.backbones.precheck import check_metric
+from genmetrics.backbones.weights import hf_cache_dir
 from genmetrics.core.registry import create_metric, get_card
-from genmetrics.errors import WeightsUnavailableError
 from genmetrics.mie.checkpoint import resolve_heads
 from genmetrics.mie.hints import TRAIN_HINT, precheck
 from tests.cli.test_offline_hub import dead_hub  # noqa: F401 - a fixture
-
-
-@pytest.fixture(autouse=True)
-def empty_home(monkeypatch, tmp_path):
-    monkeypatch.setenv("GENMETRICS_HOME", str(tmp_path / "home"))
-    return tmp_path / "home"
-
-
-def _raised(call) -> str:
-    with pytest.raises(WeightsUnavailableError) as info:
-        call()
-    return str(info.value)
+from tests.helpers import raised
 
 
 def test_no_heads_is_what_the_metric_says():
-    said = _raised(lambda: check_metric(get_card("mie"), {"batch_size": 2}))
-    assert said == _raised(lambda: create_metric("mie", batch_size=2))
+    said = raised(lambda: check_metric(get_card("mie"), {"batch_size": 2}))
+    assert said == raised(lambda: create_metric("mie", batch_size=2))
     assert said.startswith("the mie metric needs trained heads") and said.endswith(TRAIN_HINT)
 
 
@@ -38,8 +27,8 @@ def test_no_heads_is_what_the_metric_says():
 def test_heads_that_cannot_be_had_are_what_the_loader_says(heads, dead_hub):
     """A hub id no cache holds with the hub unreachable, and local paths that do not exist: the pre-check's
     words equal resolve_heads' (the loader the metric calls)."""
-    said = _raised(lambda: precheck({"heads": heads}))
-    assert said == _raised(lambda: resolve_heads(heads))
+    said = raised(lambda: precheck({"heads": heads}))
+    assert said == raised(lambda: resolve_heads(heads))
     assert said.endswith(TRAIN_HINT) and heads in said
 
 
@@ -47,20 +36,20 @@ def test_offline_a_hub_id_is_refused_with_the_loaders_words_but_the_cause(monkey
     """Downloads off: the loader adds the cache's own exception in parentheses, the pre-check (which asked
     nothing) says offline mode; the rest is the same."""
     monkeypatch.setenv("GENMETRICS_OFFLINE", "1")
-    said = _raised(lambda: precheck({"heads": "org/missing-heads"}))
-    loader = _raised(lambda: resolve_heads("org/missing-heads"))
+    said = raised(lambda: precheck({"heads": "org/missing-heads"}))
+    loader = raised(lambda: resolve_heads("org/missing-heads"))
     head = "weights 'MIE heads org/missing-heads' are not available"
     assert said.startswith(f"{head}. Looked in: ") and loader.startswith(f"{head} (")
     assert said.split(". Looked in: ", 1)[1] == loader.split(". Looked in: ", 1)[1]
     assert "offline mode" in said
 
 
-def test_what_may_load_is_left_to_the_metric(dead_hub, empty_home, tmp_path):
+def test_what_may_load_is_left_to_the_metric(dead_hub, tmp_path):
     """A folder that exists (even a bad one: the loader names what is wrong with it), a hub id in the cache,
     and a built model (heads are not read) pass; so does a hub that answers (tests/backbones/test_precheck.py)."""
     (tmp_path / "run").mkdir()
     precheck({"heads": str(tmp_path / "run")})
-    (empty_home / "hf" / "models--org--cached").mkdir(parents=True)
+    (hf_cache_dir() / "models--org--cached").mkdir(parents=True)
     precheck({"heads": "org/cached"})
     precheck({"model": object()})
     precheck({"model": object(), "heads": "org/missing-heads"})

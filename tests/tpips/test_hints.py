@@ -9,42 +9,31 @@ from __future__ import annotations
 import pytest
 
 from genmetrics.backbones.precheck import check_metric
+from genmetrics.backbones.weights import hf_cache_dir
 from genmetrics.core.registry import get_card
-from genmetrics.errors import WeightsUnavailableError
 from genmetrics.tpips.adapter import adapter_folder
 from genmetrics.tpips.hints import ADAPTER_HINT, precheck
 from tests.cli.test_offline_hub import dead_hub  # noqa: F401 - a fixture
-
-
-@pytest.fixture(autouse=True)
-def empty_home(monkeypatch, tmp_path):
-    monkeypatch.setenv("GENMETRICS_HOME", str(tmp_path / "home"))
-    return tmp_path / "home"
-
-
-def _raised(call) -> str:
-    with pytest.raises(WeightsUnavailableError) as info:
-        call()
-    return str(info.value)
+from tests.helpers import raised
 
 
 @pytest.mark.parametrize("adapter", ["org/missing-adapter", "./no/such/adapter", "/no/such", "runs/a/final"])
 def test_adapters_that_cannot_be_had_are_what_the_loader_says(adapter, dead_hub):
-    said = _raised(lambda: check_metric(get_card("tpips"), {"adapter": adapter}))
-    assert said == _raised(lambda: adapter_folder(adapter))
+    said = raised(lambda: check_metric(get_card("tpips"), {"adapter": adapter}))
+    assert said == raised(lambda: adapter_folder(adapter))
     assert said.endswith(ADAPTER_HINT)
 
 
 def test_a_file_is_no_adapter_folder(dead_hub, tmp_path):
     (tmp_path / "adapter.safetensors").write_bytes(b"")
     path = str(tmp_path / "adapter.safetensors")
-    assert _raised(lambda: precheck({"adapter": path})) == _raised(lambda: adapter_folder(path))
+    assert raised(lambda: precheck({"adapter": path})) == raised(lambda: adapter_folder(path))
 
 
-def test_what_may_load_is_left_to_the_metric(dead_hub, empty_home, tmp_path):
+def test_what_may_load_is_left_to_the_metric(dead_hub, tmp_path):
     """No adapter, a folder that exists, a hub id in the cache and a built model (the adapter is not read)."""
     precheck({})
     precheck({"adapter": str(tmp_path)})
-    (empty_home / "hf" / "models--org--cached").mkdir(parents=True)
+    (hf_cache_dir() / "models--org--cached").mkdir(parents=True)
     precheck({"adapter": "org/cached"})
     precheck({"adapter": "org/missing-adapter", "backbone": object()})
