@@ -63,7 +63,12 @@ def no_such_heads(value: str) -> WeightsUnavailableError:
 def heads_unavailable(
     value: str, looked: list[str], cause: BaseException | None = None, *, why: str | None = None
 ) -> WeightsUnavailableError:
-    """Heads given as a hub id that no cache holds and the hub did not give."""
+    """Heads given as a hub id that no cache holds and the hub did not give.
+
+    >>> e = heads_unavailable("org/heads", ["/home/me/.cache/genmetrics/hf", "the Hugging Face Hub"], why="hub down")
+    >>> str(e).startswith("weights 'MIE heads org/heads' are not available (hub down)."), str(e).endswith(TRAIN_HINT)
+    (True, True)
+    """
     err = weights_unavailable(f"MIE heads {value}", looked, HEADS_OPTION, cause, why=why)
     return WeightsUnavailableError(f"{err} {TRAIN_HINT}")
 
