@@ -15,7 +15,12 @@ from pathlib import Path
 import pytest
 
 from genmetrics.backbones import hub
-from genmetrics.backbones.precheck import check_metric_weights, check_weights_available, weights_kind
+from genmetrics.backbones.precheck import (
+    check_metric_weights,
+    check_weights_available,
+    hub_folder_missing,
+    weights_kind,
+)
 from genmetrics.backbones.provider import use_provider
 from genmetrics.cli.main import main
 from genmetrics.cli.weights import metric_weights
@@ -246,6 +251,7 @@ def test_a_hub_that_answers_leaves_it_to_the_loader(monkeypatch, dead_hub):
     hub.forget()
     try:
         check_weights_available("facebook/dinov2-base")
+        assert hub_folder_missing("org/mie-heads") is None  # a trained folder's hub id too
     finally:
         server.close()
         hub.forget()
