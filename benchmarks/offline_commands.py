@@ -35,6 +35,20 @@ def _closed_port() -> int:
 
 def commands(board: Path, out: Path) -> dict[str, list[str]]:
     ref, gen = str(DATA / "refs"), str(DATA / "gen" / "blur")
+    subjects = [f"--reference={p}" for p in sorted((DATA / "refs").iterdir())[:2]]  # MIE: subjects per image
+    mie = ["score", "mie", "-c", gen, "--condition", "a photo", *subjects]
+    tpips_adapter = [
+        "score",
+        "tpips",
+        "-r",
+        ref,
+        "-c",
+        gen,
+        "--condition",
+        "color",
+        "--adapter",
+        "org/missing",
+    ]
     return {
         "floor: score psnr": ["score", "psnr", "-r", ref, "-c", gen, "--json"],
         "score clipscore": ["score", "clipscore", "-c", gen, "--condition", "a photo"],
@@ -43,6 +57,9 @@ def commands(board: Path, out: Path) -> dict[str, list[str]]:
         "score raclip": ["score", "raclip", "-c", gen, "--attributes", "celeba-20"],
         "score sad": ["score", "sad", "-r", ref, "-c", gen, "--attributes", "celeba-20"],
         "score tpips": ["score", "tpips", "-r", ref, "-c", gen, "--condition", "color"],
+        "score tpips --adapter org/missing": tpips_adapter,
+        "score mie (no heads)": mie,
+        "score mie --heads org/missing": [*mie, "--heads", "org/missing"],
         "compare": [
             "compare",
             "--real",

@@ -74,7 +74,7 @@ def _count(model, x, aspects) -> int:
 
 
 def main() -> None:
-    from genmetrics.testing import random_images, tiny_qwen3vl_processor
+    from genmetrics.testing import ASPECTS8, random_images, tiny_qwen3vl_processor
     from genmetrics.tpips.model import TPIPSModel
 
     scale = int(os.environ.get("SCALE", 16))
@@ -82,16 +82,7 @@ def main() -> None:
     size = 448
     backbone = scaled_2b(scale)
     proc = tiny_qwen3vl_processor(size)
-    aspects = [
-        "lighting",
-        "color",
-        "pose of the cat",
-        "texture",
-        "background",
-        "overall",
-        "camera angle",
-        "style",
-    ]
+    aspects = list(ASPECTS8)
     img = random_images(1, size, seed=0)
     cached = TPIPSModel(backbone, proc, "late", image_size=size, vision_cache_size=0, batch_size=8)
     plain = TPIPSModel(backbone, proc, "late", image_size=size, vision_cache_size=0, batch_size=8)

@@ -35,9 +35,10 @@ from safetensors import safe_open
 from genmetrics.backbones.hub import hub_calls, unreachable
 from genmetrics.backbones.precheck import HUB_ID
 from genmetrics.backbones.provider import provide
-from genmetrics.backbones.weights import cause_text, genmetrics_home, offline
+from genmetrics.backbones.weights import FIX_OPTION as _FIX_OPTION
+from genmetrics.backbones.weights import hf_cache_dir, offline, unavailable_error
 from genmetrics.core.options import expand_user
-from genmetrics.errors import InputError, WeightsUnavailableError
+from genmetrics.errors import InputError
 
 __all__ = [
     "VLM_KINDS",
@@ -58,19 +59,6 @@ VLM_KINDS: dict[str, tuple[str, str, str]] = {
 }
 _KIND_ALIASES = {"qwen3_vl": "qwen3vl", "qwen3-vl": "qwen3vl", "qwen3.5": "qwen3_5", "qwen35": "qwen3_5"}
 _HUB_ID = HUB_ID
-_FIX_OPTION = "backbone= (Python) or --weights (command line)"
-
-
-def hf_cache_dir() -> Path:
-    """Where genmetrics caches transformers / peft downloads: ``genmetrics_home() / "hf"``.
-
-    >>> import os
-    >>> from unittest import mock
-    >>> with mock.patch.dict(os.environ, {"GENMETRICS_HOME": "/data/gm"}):
-    ...     hf_cache_dir().as_posix()
-    '/data/gm/hf'
-    """
-    return genmetrics_home() / "hf"
 
 
 def resolve_dtype_device(dtype: Any = None, device: Any = None) -> tuple[Any, Any]:
@@ -113,41 +101,6 @@ def _looks_like_path(s: str) -> bool:
         or bool(re.match(r"^[A-Za-z]:[\\/]", s))
         or s.count("/") > 1
         or not _HUB_ID.match(s)
-    )
-
-
-def _install_hint(model_id: str) -> str:
-    return (
-        f"Fix: pass a local folder with {_FIX_OPTION}; or set GENMETRICS_HOME to a folder whose hf/ cache holds "
-        f"the weights; or pre-download them on a machine with network access with "
-        f"`genmetrics weights download {model_id}` (or `hf download {model_id} --cache-dir {hf_cache_dir()}`) "
-        "and copy the folder here (`genmetrics weights --help`)."
-    )
-
-
-def unavailable_error(
-    what: str,
-    looked: list[str],
-    *,
-    cause: BaseException | None = None,
-    hint: str | None = None,
-    why: str | None = None,
-) -> WeightsUnavailableError:
-    """The error for a model or adapter that cannot be had: what, where it looked, why (``cause``), and
-    ``hint`` (default: how to point at local files or pre-download them); ``why`` replaces the cause's text
-    (the hub cannot be reached: :func:`genmetrics.backbones.hub.unreachable`).
-
-    >>> from unittest import mock
-    >>> with mock.patch.dict(os.environ, {"GENMETRICS_OFFLINE": "1"}):
-    ...     e = unavailable_error("runs/a", ["/work/runs/a"], hint="Fix: train an adapter first.")
-    >>> print(e)
-    weights 'runs/a' are not available. Looked in: /work/runs/a. Downloads are disabled (offline mode: HF_HUB_OFFLINE / GENMETRICS_OFFLINE). Fix: train an adapter first.
-    """
-    why = f" ({why})" if why else f" ({cause_text(cause)})" if cause is not None else ""
-    mode = " Downloads are disabled (offline mode: HF_HUB_OFFLINE / GENMETRICS_OFFLINE)." if offline() else ""
-    return WeightsUnavailableError(
-        f"weights {what!r} are not available{why}. Looked in: {', '.join(looked)}.{mode} "
-        + (hint if hint is not None else _install_hint(what))
     )
 
 

@@ -5,7 +5,10 @@ command that needs weights imports them before its loader finds out that the wei
 downloads are off (``GENMETRICS_OFFLINE``, ``HF_HUB_OFFLINE``) or the hub cannot be reached
 (:func:`genmetrics.backbones.hub.unreachable`: one TCP connection, once per process), and no cache can hold
 the named weights, the loader's answer is already known: :func:`check_weights_available` raises the
-:class:`~genmetrics.errors.WeightsUnavailableError` the loader would, with nothing heavy imported.
+:class:`~genmetrics.errors.WeightsUnavailableError` the loader would, with nothing heavy imported. A metric's
+own trained weights (MIE's ``heads``, a TPIPS ``adapter``) are judged by its family: the card's ``precheck``
+names a function, in a module that imports no torch, that :func:`check_metric` calls with the options
+(:func:`hub_folder_missing` answers for a hub id).
 
 It is a shortcut, never a second opinion: whenever a cache might hold the weights (any file in the
 open_clip cache; the model's folder in a Hugging Face cache), the hub answers, a backbone provider is
@@ -21,14 +24,21 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from genmetrics.core.registry import MetricCard
+    from genmetrics.errors import WeightsUnavailableError
 
 __all__ = [
     "CLIP_OPTION",
     "HF_OPTION",
     "HUB_ID",
+    "check_metric",
     "check_metric_weights",
     "check_weights_available",
+    "hub_folder_missing",
+    "missing_folder",
     "requested_weights",
     "weights_kind",
 ]
@@ -171,8 +181,9 @@ def check_metric_weights(default: str | None, factory: str, options: Mapping[str
     """:func:`check_weights_available` for a metric built by ``factory`` (``"module:Class"``) with ``options``,
     its card's ``default`` weights unless ``options`` name others. Only when every option is one the metric
     accepts (read from its source, :mod:`genmetrics.core.static_options`): a misspelt option is reported by
-    ``create_metric`` first, as it would be on a machine with network, and so is a metric that needs trained
-    heads (:data:`REQUIRED_OWN_WEIGHTS`) which ``options`` do not give.
+    ``create_metric`` first, as it would be on a machine with network, and a metric that needs trained heads
+    (:data:`REQUIRED_OWN_WEIGHTS`) which ``options`` do not give is left to its card's ``precheck``
+    (:func:`check_metric`) or ``create_metric``: a missing backbone would only hide what is missing.
 
     >>> check_metric_weights("ViT-B-32-quickgelu/openai", "genmetrics.baselines.embedding:CLIPImageSimilarity", {"wieghts": "x"})
     """
@@ -186,3 +197,73 @@ def check_metric_weights(default: str | None, factory: str, options: Mapping[str
     if any(k in known for k in REQUIRED_OWN_WEIGHTS):
         return  # none given (above): create_metric says so, unless a built model is passed
     check_weights_available(requested_weights(default, options))
+
+
+def hub_folder_missing(value: str) -> tuple[list[str], str | None] | None:
+    """For a hub id ``org/name`` of a trained folder (MIE heads, a TPIPS adapter) that is no local path:
+    ``(places looked, why)`` when no cache holds it and it cannot be downloaded (``why``: the hub's reason, None
+    when downloads are off); None when the loader decides (a local path, a cached id, a hub that answers).
+
+    >>> import tempfile
+    >>> from unittest import mock
+    >>> with tempfile.TemporaryDirectory() as home, mock.patch.dict(os.environ, {"GENMETRICS_HOME": home, "GENMETRICS_OFFLINE": "1"}):
+    ...     looked, why = hub_folder_missing("org/heads")
+    ...     (Path(home) / "hf" / "models--org--heads").mkdir(parents=True)
+    ...     looked[1:], why, hub_folder_missing("org/heads"), hub_folder_missing("./runs/a")
+    (['the Hugging Face Hub'], None, None, None)
+    """
+    if not HUB_ID.match(value) or os.path.exists(os.path.expanduser(value)):
+        return None
+    from genmetrics.backbones import hub
+    from genmetrics.backbones.weights import hf_cache_dir, offline
+
+    folder = hf_cache_dir()  # where the loaders download a trained folder (snapshot_download's cache_dir)
+    if (folder / ("models--" + value.replace("/", "--"))).exists():
+        return None
+    looked = [str(folder), "the Hugging Face Hub"]
+    if offline():
+        return looked, None
+    why = hub.unreachable()
+    return None if why is None else (looked, why)
+
+
+def missing_folder(value: str, *, what: str, hint: str) -> WeightsUnavailableError | None:
+    """The error for a trained folder (``what``: "TPIPS adapter") named by a path that is no folder, or by a
+    spelling that is no hub id (``org/name``); None for an existing folder or a hub id (the loader decides).
+
+    >>> print(missing_folder("./runs/a", what="TPIPS adapter", hint="Fix: train one."))  # doctest: +ELLIPSIS
+    weights 'runs/a' are not available. Looked in: runs/a. ...No such TPIPS adapter folder. Fix: train one.
+    >>> missing_folder("org/adapter", what="TPIPS adapter", hint="")  # a hub id
+    """
+    from genmetrics.backbones.weights import unavailable_error
+
+    p = Path(value).expanduser()
+    if p.is_dir():
+        return None
+    if p.exists() or value.startswith((".", "/", "~")) or value.count("/") != 1:
+        return unavailable_error(str(p), [str(p)], hint=f"No such {what} folder. {hint}")
+    return None
+
+
+def check_metric(card: MetricCard, options: Mapping[str, Any]) -> None:
+    """What the metric of ``card`` built with ``options`` would refuse for want of weights, raised before its
+    module is imported: first the card's ``precheck`` (``"module:function"``, called with ``options``: the
+    family's judgement of its own trained weights, e.g. MIE without heads), then
+    :func:`check_metric_weights`. A misspelt option is left to ``create_metric``, as there.
+
+    >>> from genmetrics.core.registry import get_card
+    >>> check_metric(get_card("mie"), {"hedas": "runs/mie"})  # misspelt: create_metric names it
+    >>> check_metric(get_card("mie"), {})  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+        ...
+    genmetrics.errors.WeightsUnavailableError: the mie metric needs trained heads ...
+    """
+    from genmetrics.core.static_options import static_options
+
+    known = static_options(card.factory)
+    if known is None or any(k not in known for k in options):
+        return
+    if card.precheck:
+        module, _, function = card.precheck.partition(":")
+        getattr(importlib.import_module(module), function)(options)
+    check_metric_weights(card.default_weights, card.factory, options)

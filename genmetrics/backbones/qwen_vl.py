@@ -47,6 +47,7 @@ from transformers.models.qwen3_vl.modeling_qwen3_vl import BaseModelOutputWithDe
 from genmetrics.backbones._transformers_compat import attn_implementation_of
 from genmetrics.backbones.hf import hf_cache_dir, unavailable_error
 from genmetrics.backbones.hub import hub_calls
+from genmetrics.backbones.precheck import missing_folder
 from genmetrics.backbones.weights import offline
 from genmetrics.data.device import autocast_scope
 from genmetrics.data.io.images import ResizePolicy, load_image, pil_to_tensor, to_tensor
@@ -864,8 +865,9 @@ def resolve_folder(path_or_id: str | os.PathLike, marker: str, *, what: str, hin
         if not (p / marker).is_file():
             raise unavailable_error(str(p), [str(p)], hint=f"The folder has no {marker}. {hint}")
         return p.resolve()
-    if p.exists() or s.startswith((".", "/", "~")) or s.count("/") != 1:
-        raise unavailable_error(str(p), [str(p)], hint=f"No such {what} folder. {hint}")
+    missing = missing_folder(s, what=what, hint=hint)
+    if missing is not None:
+        raise missing
     why: str | None = None
     try:
         with hub_calls(offline=offline()) as why:

@@ -127,6 +127,57 @@ def weights_unavailable(
     )
 
 
+#: how a user points a transformers backbone at a local folder
+FIX_OPTION = "backbone= (Python) or --weights (command line)"
+
+
+def hf_cache_dir() -> Path:
+    """Where genmetrics caches transformers / peft downloads: ``genmetrics_home() / "hf"``.
+
+    >>> import os
+    >>> from unittest import mock
+    >>> with mock.patch.dict(os.environ, {"GENMETRICS_HOME": "/data/gm"}):
+    ...     hf_cache_dir().as_posix()
+    '/data/gm/hf'
+    """
+    return genmetrics_home() / "hf"
+
+
+def _install_hint(model_id: str) -> str:
+    return (
+        f"Fix: pass a local folder with {FIX_OPTION}; or set GENMETRICS_HOME to a folder whose hf/ cache holds "
+        f"the weights; or pre-download them on a machine with network access with "
+        f"`genmetrics weights download {model_id}` (or `hf download {model_id} --cache-dir {hf_cache_dir()}`) "
+        "and copy the folder here (`genmetrics weights --help`)."
+    )
+
+
+def unavailable_error(
+    what: str,
+    looked: list[str],
+    *,
+    cause: BaseException | None = None,
+    hint: str | None = None,
+    why: str | None = None,
+) -> WeightsUnavailableError:
+    """The error for a model or adapter that cannot be had: what, where it looked, why (``cause``), and
+    ``hint`` (default: how to point at local files or pre-download them); ``why`` replaces the cause's text
+    (the hub cannot be reached: :func:`genmetrics.backbones.hub.unreachable`).
+
+    >>> from unittest import mock
+    >>> with mock.patch.dict(os.environ, {"GENMETRICS_OFFLINE": "1"}):
+    ...     e = unavailable_error("runs/a", ["/work/runs/a"], hint="Fix: train an adapter first.")
+    >>> print(e)
+    weights 'runs/a' are not available. Looked in: /work/runs/a. Downloads are disabled (offline mode: HF_HUB_OFFLINE / GENMETRICS_OFFLINE). Fix: train an adapter first.
+    """
+    why = f" ({why})" if why else f" ({cause_text(cause)})" if cause is not None else ""
+    mode = " Downloads are disabled (offline mode: HF_HUB_OFFLINE / GENMETRICS_OFFLINE)." if offline() else ""
+    return WeightsUnavailableError(
+        f"weights {what!r} are not available{why}. Looked in: {', '.join(looked)}.{mode} "
+        + (hint if hint is not None else _install_hint(what))
+    )
+
+
 def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
     """The sha256 of a file, read in chunks (large checkpoints never sit in memory whole).
 

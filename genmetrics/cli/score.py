@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from genmetrics.backbones.precheck import check_metric_weights
+from genmetrics.backbones.precheck import check_metric
 from genmetrics.backbones.provider import describe_provider
 from genmetrics.cli.common import echo_json, parse_options
 from genmetrics.cli.main import defer_torchmetrics_init
@@ -238,7 +238,7 @@ def score_cmd(
     # transformers is imported (the image files are read after it), after the flags and folders the metric
     # would have refused first (a misspelt --option, an empty --condition, a missing folder)
     try:
-        check_metric_weights(card.default_weights, card.factory, kwargs)
+        check_metric(card, kwargs)
     except WeightsUnavailableError:
         if condition:
             as_text_list(list(condition), name="--condition")

@@ -95,7 +95,8 @@ class MetricCard:
 
     A card that describes a ``reference`` (or ``condition``) role in ``inputs`` but leaves its kind at
     ``NONE`` gets ``MATCHED`` (``PROMPT``); a kind other than ``NONE`` needs its role described. Strings are accepted for the
-    enums (``reference="real_set"``). ``aliases`` are other names of the same metric.
+    enums (``reference="real_set"``). ``aliases`` are other names of the same metric. ``precheck`` names the
+    family's check of the metric's own trained weights (see :func:`genmetrics.backbones.precheck.check_metric`).
 
     >>> card = get_card("psnr")
     >>> card.reference, card.condition, card.level
@@ -122,6 +123,10 @@ class MetricCard:
     condition_need: Need = Need.REQUIRED
     condition_option: str | None = None
     aliases: tuple[str, ...] = ()
+    #: ``"module:function"`` in a module that imports no torch, called with the options before the metric is
+    #: built: it raises what the metric would for its own trained weights when that is known without loading
+    #: anything (MIE without ``heads``; a hub id offline), so the command line reports it in start-up time
+    precheck: str | None = None
 
     def __post_init__(self) -> None:
         put = object.__setattr__

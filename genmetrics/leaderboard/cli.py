@@ -13,11 +13,12 @@ from genmetrics.leaderboard.notes import notes
 
 def _weights_first(config: str, out: str | None) -> None:
     """Offline, or an unreachable hub: a metric of ``config`` built from its card's default weights, which no
-    cache holds, is reported (with its config key, as the run's plan reports it) before torch is imported.
+    cache holds, or MIE without heads, is reported (with its config key, as the run's plan reports it) before
+    torch is imported.
     A config the run would refuse, no output folder, or a metric given its own weights (a path resolved
     against the config's folder), a model, heads or an adapter is left to the run. The run would have
     named an image folder or another metric's option values first (checked there with torch imported)."""
-    from genmetrics.backbones.precheck import BUILT_MODEL_OPTIONS, OWN_WEIGHTS_OPTIONS, check_metric_weights
+    from genmetrics.backbones.precheck import BUILT_MODEL_OPTIONS, OWN_WEIGHTS_OPTIONS, check_metric
     from genmetrics.core.registry import get_card
     from genmetrics.errors import GenmetricsError, WeightsUnavailableError
     from genmetrics.leaderboard.config import load_config
@@ -33,7 +34,7 @@ def _weights_first(config: str, out: str | None) -> None:
             continue
         try:
             card = get_card(spec.name)
-            check_metric_weights(card.default_weights, card.factory, spec.options)
+            check_metric(card, spec.options)
         except WeightsUnavailableError as e:
             raise type(e)(f"{cfg.where(spec.key)}: {e}") from None
         except (GenmetricsError, ValueError):

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from genmetrics.backbones.precheck import check_metric_weights
+from genmetrics.backbones.precheck import check_metric
 from genmetrics.backbones.weights import genmetrics_home
 from genmetrics.core.options import device as check_device
 from genmetrics.core.options import expand_user
@@ -394,7 +394,7 @@ def _metric_plan(
     kwargs = _metric_kwargs(cfg, spec, given, device)
     if check_construct:
         try:
-            check_metric_weights(card.default_weights, card.factory, kwargs)  # before open_clip loads
+            check_metric(card, kwargs)  # before open_clip loads
             create_metric(spec.name, **kwargs)
         except PluginError as e:  # the metric's class is at fault, not the options the config gives it
             raise PluginError(f"{cfg.where(key)}: {e}") from None

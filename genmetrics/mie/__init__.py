@@ -25,6 +25,7 @@ register_metric(
         reference=ReferenceKind.IMAGE_LIST,
         condition=ConditionKind.PROMPT,
         factory="genmetrics.mie.metric:MIEMetric",
+        precheck="genmetrics.mie.hints:precheck",  # its trained weights judged before torch is imported
         family="mie",
         summary="Multi-subject binding score of a generated image given its reference subjects and prompt "
         "(learned dual-head Qwen3.5 evaluator: rank score + existence/appearance/interaction logits).",

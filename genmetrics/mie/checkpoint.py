@@ -37,11 +37,12 @@ from safetensors.torch import save_file
 
 from genmetrics.backbones.hf import hf_cache_dir
 from genmetrics.backbones.hub import hub_calls
-from genmetrics.backbones.weights import load_state_dict, offline, weights_unavailable
+from genmetrics.backbones.weights import load_state_dict, offline
 from genmetrics.data.output.atomic import atomic_output, atomic_write_json
 from genmetrics.data.output.write_rule import make_folder
 from genmetrics.errors import InputError, WeightsUnavailableError
 from genmetrics.mie.common import LORA_TARGETS, PROMPT_TEMPLATE, build_backbone, canonical_name
+from genmetrics.mie.hints import TRAIN_HINT, heads_unavailable, is_hub_id, no_such_heads
 
 log = logging.getLogger(__name__)
 
@@ -60,12 +61,6 @@ AUTHOR_MODES = {
     "lora": ("lora_layer", True, False),
 }
 
-_TRAIN_HINT = (
-    "None are published on a hub: train a small evaluator on your own preference pairs, "
-    "`genmetrics train mie --data pairs.jsonl --out runs/mie --backbone 0.8b` (one MIB pair per line; "
-    "`genmetrics train mie --help`), then score with --heads runs/mie (Python: heads='runs/mie'). A checkpoint "
-    "folder in the authors' released layout loads the same way."
-)
 #: the loadable checkpoints of a training run's folder, in order of preference (train_mie's "checkpoint")
 RUN_CHECKPOINTS = ("best", "final")
 
@@ -114,35 +109,16 @@ def resolve_heads(path_or_id: str | os.PathLike) -> Path:
         raise WeightsUnavailableError(
             f"MIE heads {s!r}: expected a checkpoint folder holding mie_config.json (genmetrics' format or the "
             f"authors' layout, also lens_config.json) or a training run's --out folder (with best/ or "
-            f"final/). {_TRAIN_HINT}"
+            f"final/). {TRAIN_HINT}"
         )
-    if not re.match(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$", s) or s.startswith((".", "/", "~")):
-        raise WeightsUnavailableError(f"MIE heads {s!r}: no such folder. {_TRAIN_HINT}")
+    if not is_hub_id(s):
+        raise no_such_heads(s)
     why: str | None = None
     try:
         with hub_calls(offline=offline()) as why:
             return Path(snapshot_download(s, cache_dir=str(hf_cache_dir()), local_files_only=offline()))
     except Exception as e:  # noqa: BLE001 - any hub failure becomes one clear error
-        err = weights_unavailable(
-            f"MIE heads {s}",
-            [str(hf_cache_dir()), "the Hugging Face Hub"],
-            "--heads DIR (command line) or heads=DIR (Python)",
-            e,
-            why=why,
-        )
-        raise WeightsUnavailableError(f"{err} {_TRAIN_HINT}") from None
-
-
-def no_heads_error() -> WeightsUnavailableError:
-    """The error for an ``mie`` metric created without trained heads (it says how to train them).
-
-    >>> str(no_heads_error()).startswith("the mie metric needs trained heads")
-    True
-    """
-    return WeightsUnavailableError(
-        "the mie metric needs trained heads (score + diagnostic heads and their trained layers) and none are "
-        "bundled. " + _TRAIN_HINT
-    )
+        raise heads_unavailable(s, [str(hf_cache_dir()), "the Hugging Face Hub"], e, why=why) from None
 
 
 def read_config(folder: Path) -> tuple[dict[str, Any], str]:
@@ -157,7 +133,7 @@ def read_config(folder: Path) -> tuple[dict[str, Any], str]:
     p = _pick(folder, CONFIG_NAMES)
     if p is None:
         raise WeightsUnavailableError(
-            f"MIE checkpoint {str(folder)!r} holds neither of {CONFIG_NAMES}. {_TRAIN_HINT}"
+            f"MIE checkpoint {str(folder)!r} holds neither of {CONFIG_NAMES}. {TRAIN_HINT}"
         )
     try:
         cfg = json.loads(p.read_text(encoding="utf-8"))
@@ -644,7 +620,7 @@ def _load_own(
     kwargs.update(overrides)
     model = cls(backbone, processor, **kwargs)
     if not (folder / WEIGHTS_NAME).is_file():
-        raise InputError(f"MIE checkpoint {str(folder)!r}: {WEIGHTS_NAME} is missing. {_TRAIN_HINT}")
+        raise InputError(f"MIE checkpoint {str(folder)!r}: {WEIGHTS_NAME} is missing. {TRAIN_HINT}")
     weights_p = folder / WEIGHTS_NAME
     sd = _check_tensors(load_state_dict(weights_p), f"MIE checkpoint {str(weights_p)!r}")
     extra = sorted(k for k in sd if not k.startswith(_OWN_PREFIXES))

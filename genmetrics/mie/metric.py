@@ -32,7 +32,7 @@ from genmetrics.data.device import check_precision, precision_autocast
 from genmetrics.data.io.batching import device_memory
 from genmetrics.data.io.images import as_image_list
 from genmetrics.errors import InputError
-from genmetrics.mie.checkpoint import no_heads_error, resolve_heads
+from genmetrics.mie.checkpoint import resolve_heads
 from genmetrics.mie.common import (
     DIMENSIONS,
     FROM_CHECKPOINT,
@@ -40,6 +40,7 @@ from genmetrics.mie.common import (
     build_backbone,
     image_size_option,
 )
+from genmetrics.mie.hints import no_heads_error
 from genmetrics.mie.model import MIEModel, validate_inputs
 
 

@@ -42,6 +42,7 @@ from genmetrics.testing.tiny_vlm import (  # the VLM builders live in a module o
 from genmetrics.tpips import TPIPSModel
 
 __all__ = [
+    "ASPECTS8",
     "random_images",
     "spawn_gloo",
     "tiny_backbones",
@@ -63,6 +64,19 @@ __all__ = [
     "tiny_tokenizer",
     "tiny_tpips",
 ]
+
+
+#: eight aspect texts of one pair, as a TPIPS batch scores them (tests and benchmarks of the vision cache)
+ASPECTS8 = (
+    "lighting",
+    "color",
+    "pose of the cat",
+    "texture",
+    "background",
+    "overall",
+    "camera angle",
+    "style",
+)
 
 
 def tiny_clip(

@@ -16,6 +16,7 @@ register_metric(
         reference=ReferenceKind.MATCHED,
         condition=ConditionKind.ASPECTS,
         factory="genmetrics.tpips.metric:TPIPS",
+        precheck="genmetrics.tpips.hints:precheck",  # its trained weights judged before torch is imported
         family="tpips",
         summary="Text-prompted image perceptual similarity: how similar each candidate is to its reference with "
         "respect to an aspect given as text (late/mid/early fusion on Qwen3-VL-Embedding).",

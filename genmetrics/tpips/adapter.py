@@ -25,6 +25,7 @@ from genmetrics.data.output.atomic import atomic_output, atomic_write_text
 from genmetrics.data.output.write_rule import make_folder
 from genmetrics.errors import InputError, WeightsUnavailableError
 from genmetrics.tpips.common import CONFIG_NAME, DEFAULT_WEIGHTS, FORMAT, HEAD_NAME, TRIPLET_WEIGHTS, VARIANTS
+from genmetrics.tpips.hints import ADAPTER_HINT
 
 __all__ = [
     "adapter_backbone",
@@ -41,10 +42,6 @@ __all__ = [
 ]
 
 _PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl")
-ADAPTER_HINT = (
-    "Fix: pass the folder written by `genmetrics train tpips` (OUT/final) or TPIPSModel.save_pretrained "
-    "(adapter=... / --adapter), or a hub id of a published TPIPS adapter."
-)
 
 
 def save_peft(backbone: Any, out: Path) -> None:

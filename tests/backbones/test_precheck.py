@@ -9,21 +9,25 @@ from __future__ import annotations
 import json
 import os
 import socket
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 
 from genmetrics.backbones import hub
-from genmetrics.backbones.precheck import check_metric_weights, check_weights_available, weights_kind
+from genmetrics.backbones.precheck import (
+    check_metric_weights,
+    check_weights_available,
+    hub_folder_missing,
+    weights_kind,
+)
 from genmetrics.backbones.provider import use_provider
 from genmetrics.cli.main import main
 from genmetrics.cli.weights import metric_weights
 from genmetrics.core.registry import alias_of, get_card, list_metrics
 from genmetrics.errors import WeightsUnavailableError
 from tests.cli.test_offline_hub import _closed_port, _score_args, dead_hub  # noqa: F401 - a fixture
+from tests.helpers import run_python
 
 ROOT = Path(__file__).resolve().parents[2]
 WEIGHTS_METRICS = [n for n in list_metrics() if alias_of(n) is None and metric_weights(n)]
@@ -66,6 +70,14 @@ def offline_env(tmp_path: Path) -> dict[str, str]:
         PYTHONPATH=str(ROOT),
     )
     return env
+
+
+def _nothing_heavy(code: str, env: dict[str, str]) -> dict:
+    """Run ``code`` in a fresh interpreter; it prints one JSON object whose ``imported`` lists the heavy
+    modules it imported, which must be none. Returns the rest of the object."""
+    got = json.loads(run_python(code, env=env, cwd=ROOT, timeout=600).strip().splitlines()[-1])
+    assert got.pop("imported") == []
+    return got
 
 
 def test_every_judged_metric_fails_without_importing_a_model_library(tmp_path):
@@ -117,12 +129,7 @@ def test_every_judged_metric_fails_without_importing_a_model_library(tmp_path):
         print(json.dumps(out))
         """
     )
-    r = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT, timeout=600
-    )
-    assert r.returncode == 0, r.stderr[-3000:]
-    got = json.loads(r.stdout.strip().splitlines()[-1])
-    assert got.pop("imported") == []
+    got = _nothing_heavy(code, env)
     said = got.pop("said")
     rc, err = got.pop("compare")
     assert rc == 1 and err == f"error: {said['ViT-B-32-quickgelu/openai']}\n", err
@@ -137,6 +144,72 @@ def test_every_judged_metric_fails_without_importing_a_model_library(tmp_path):
         (weights,) = metric_weights(name)
         assert rc == 1 and err == f"error: {said[weights]}\n", (name, err)  # one line, the check's words
         assert "cannot be reached" in err
+
+
+def test_trained_weights_that_cannot_be_had_fail_without_importing_torch(tmp_path):
+    """MIE without heads, MIE heads and a TPIPS adapter given as a hub id no cache holds or a folder that does
+    not exist, and a leaderboard scoring MIE without heads, against an unreachable hub with empty caches:
+    each exits 1 with one line, the pre-check's words (equal to the loader's: tests/mie/test_hints.py,
+    tests/tpips/test_hints.py), and torch was never imported (it took 8-15 s: torch, transformers, peft)."""
+    env = offline_env(tmp_path)
+    data = ROOT / "examples" / "quickstart" / "data"
+    mie = _score_args("mie")
+    at = mie.index("--heads")
+    del mie[at : at + 2]  # without `--heads someorg/mie-heads`
+    tpips = _score_args("tpips")
+    (tmp_path / "board.toml").write_text(
+        f'[data]\nreferences = "{data / "refs"}"\n[[generators]]\nname = "blur"\nimages = "{data / "gen" / "blur"}"\n'
+        '[[metrics]]\nname = "psnr"\n[[metrics]]\nname = "mie"\n',
+        encoding="utf-8",
+    )
+    commands = {
+        "mie": mie,
+        "mie org/missing": [*mie, "--heads", "org/missing"],
+        "mie ./no/such": [*mie, "--heads", "./no/such"],
+        "tpips org/missing": [*tpips, "--adapter", "org/missing"],
+        "tpips ./no/such": [*tpips, "--adapter", "./no/such"],
+        "leaderboard": ["leaderboard", str(tmp_path / "board.toml"), "--out", str(tmp_path / "board")],
+    }
+    code = textwrap.dedent(
+        f"""
+        import contextlib, io, json, sys
+        from genmetrics.cli.main import main
+        out = {{}}
+        for name, argv in {commands!r}.items():
+            err = io.StringIO()
+            with contextlib.redirect_stderr(err):
+                rc = main(argv)
+            out[name] = [rc, err.getvalue()]
+        out["imported"] = sorted(m for m in sys.modules if m.split(".")[0] in {HEAVY!r} or m.startswith({HEAVY!r}))
+        from genmetrics.errors import WeightsUnavailableError
+        from genmetrics.mie.hints import precheck as mie
+        from genmetrics.tpips.hints import precheck as tpips
+        said = {{}}
+        for name, check, options in [
+            ("mie", mie, {{}}), ("mie org/missing", mie, {{"heads": "org/missing"}}),
+            ("mie ./no/such", mie, {{"heads": "./no/such"}}), ("tpips org/missing", tpips, {{"adapter": "org/missing"}}),
+            ("tpips ./no/such", tpips, {{"adapter": "./no/such"}}),
+        ]:
+            try:
+                check(options)
+            except WeightsUnavailableError as e:
+                said[name] = str(e)
+        out["said"] = said
+        print(json.dumps(out))
+        """
+    )
+    got = _nothing_heavy(code, env)
+    said = got.pop("said")
+    assert sorted(said) == sorted(k for k in commands if k != "leaderboard")  # each check raised
+    rc, err = got.pop("leaderboard")
+    assert rc == 1 and err.startswith(f"error: {tmp_path / 'board.toml'}:") and ": metrics[1]: " in err, err
+    assert err.endswith(f": {said['mie']}\n") and err.count("\n") == 1, err
+    assert not (tmp_path / "board").exists()
+    for name, (rc, err) in got.items():
+        assert rc == 1 and err == f"error: {said[name]}\n", (name, err)
+    assert (
+        "cannot be reached" in said["mie org/missing"] and "`genmetrics train mie" in said["mie org/missing"]
+    )
 
 
 @pytest.mark.parametrize("name", JUDGED)
@@ -178,6 +251,7 @@ def test_a_hub_that_answers_leaves_it_to_the_loader(monkeypatch, dead_hub):
     hub.forget()
     try:
         check_weights_available("facebook/dinov2-base")
+        assert hub_folder_missing("org/mie-heads") is None  # a trained folder's hub id too
     finally:
         server.close()
         hub.forget()

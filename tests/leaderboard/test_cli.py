@@ -22,6 +22,7 @@ from genmetrics.leaderboard import cli as lb_cli
 from genmetrics.leaderboard.cli import _weights_first
 from genmetrics.leaderboard.config import load_config
 from genmetrics.leaderboard.notes import notes
+from genmetrics.mie.hints import no_heads_error
 from tests.cli.test_offline_hub import dead_hub  # noqa: F401 - a fixture
 
 PSNR_SSIM = '[[metrics]]\nname = "psnr"\n\n[[metrics]]\nname = "ssim"\n'
@@ -92,6 +93,18 @@ def test_default_weights_are_named_with_their_config_key(empty_caches, dead_hub,
     where = loaded.where(loaded.metrics[1].key)  # the prefix the run's plan gives (file:line: key)
     assert where.startswith(f"{cfg}:") and where.endswith(": metrics[1]")
     assert str(info.value).startswith(f"{where}: weights 'facebook/dinov2-base' are not available")
+
+
+def test_mie_without_heads_is_named_with_its_config_key(empty_caches, dead_hub, tmp_path):
+    """No MIE heads are published: a config scoring MIE without heads fails before torch with what the metric
+    says (how to train them), not with the backbone's weights; heads given are left to the run (a folder
+    next to the config)."""
+    cfg = _board(tmp_path, 'name = "mie"')
+    with pytest.raises(WeightsUnavailableError) as info:
+        _weights_first(str(cfg), str(tmp_path / "out"))
+    loaded = load_config(cfg)
+    assert str(info.value) == f"{loaded.where(loaded.metrics[1].key)}: {no_heads_error()}"
+    _weights_first(str(_board(tmp_path, 'name = "mie"\nheads = "runs/mie"')), str(tmp_path / "out"))
 
 
 def test_weights_named_by_the_config_are_left_to_the_run(empty_caches, dead_hub, tmp_path):

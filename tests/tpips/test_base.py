@@ -6,23 +6,12 @@ from __future__ import annotations
 import pytest
 import torch
 
+from genmetrics.testing import ASPECTS8
 from genmetrics.tpips.model import TPIPSModel
 
 from .conftest import SIZE
 
 VARIANTS = ["late", "mid", "early"]
-
-
-ASPECTS8 = [
-    "lighting",
-    "color",
-    "pose of the cat",
-    "texture",
-    "background",
-    "overall",
-    "camera angle",
-    "style",
-]
 
 
 @pytest.mark.parametrize("variant", VARIANTS)

@@ -7,13 +7,12 @@ from __future__ import annotations
 import json
 import os
 import random
-import subprocess
-import sys
 import time
 
 import pytest
 
 from genmetrics.data.caches.homefile import HomeFileError, home_lock, nesting_depth, read_json_record
+from tests.helpers import held_by_child
 
 FIX = "delete it (genmetrics writes it again)"
 
@@ -88,17 +87,12 @@ def test_home_lock_serialises_and_names_a_holder_that_does_not_let_go(tmp_path):
         "import time; from genmetrics.data.caches.homefile import home_lock\n"
         f"with home_lock({str(lock)!r}):\n    print('held', flush=True); time.sleep(30)"
     )
-    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
-    try:
-        assert p.stdout.readline().strip() == "held"
+    with held_by_child(code):
         start = time.monotonic()
         with pytest.raises(HomeFileError, match=r"r\.lock: held by another process for more than 0\.3 s"):
             with home_lock(lock, wait=0.3):
                 pass
         assert time.monotonic() - start >= 0.3  # it did wait
-    finally:
-        p.kill()
-        p.wait()
     with home_lock(lock, wait=5):  # the holder ended: the OS released its lock
         pass
 

@@ -107,16 +107,6 @@ HOSTILE = Cases()
 case = HOSTILE.case
 
 
-def _link_refused(ctx: Ctx, name: str, target: Path | str, write: Callable[[Path], Any]) -> None:
-    ctx.out.mkdir(exist_ok=True)
-    _plant_link(ctx.out / name, target)
-    ctx.freeze()
-    before = ctx.outside.read_bytes()
-    ctx.refused(lambda: write(ctx.out / name), name)
-    assert ctx.outside.read_bytes() == before
-    assert sorted(os.listdir(ctx.outside_dir)) == ["precious.txt"]
-
-
 def _append(p: Path):
     from genmetrics.data.output.atomic import open_append
 
@@ -130,34 +120,71 @@ def _atomic(p: Path):
     atomic_write_text(p, "x", root=p.parent)
 
 
-@case("h-link-append-file", "link", "results.jsonl (append) is a link to a file outside")
-def _(ctx):
-    _link_refused(ctx, "results.jsonl", ctx.outside, _append)
+def _link_refused(
+    name: str, target: Callable[[Ctx], Path | str], write: Callable[[Path], Any]
+) -> Callable[[Ctx], None]:
+    """The case: ``name`` in the output folder is a link to ``target(ctx)``; ``write`` on it is refused, naming
+    it, and nothing outside changes."""
+
+    def run(ctx: Ctx) -> None:
+        ctx.out.mkdir(exist_ok=True)
+        _plant_link(ctx.out / name, target(ctx))
+        ctx.freeze()
+        before = ctx.outside.read_bytes()
+        ctx.refused(lambda: write(ctx.out / name), name)
+        assert ctx.outside.read_bytes() == before
+        assert sorted(os.listdir(ctx.outside_dir)) == ["precious.txt"]
+
+    return run
 
 
-@case("h-link-append-dangling", "link", "results.jsonl (append) is a dangling link")
-def _(ctx):
-    _link_refused(ctx, "results.jsonl", ctx.outside_dir / "new.jsonl", _append)
-
-
-@case("h-link-append-loop", "link", "metrics.jsonl (append) is a link loop")
-def _(ctx):
-    _link_refused(ctx, "metrics.jsonl", "metrics.jsonl", _append)
-
-
-@case("h-link-atomic-to-folder", "link", "report.md (atomic write) is a link to a folder outside")
-def _(ctx):
-    _link_refused(ctx, "report.md", ctx.outside_dir, _atomic)
-
-
-@case("h-link-atomic-dangling", "link", "summary.json (atomic write) is a dangling link")
-def _(ctx):
-    _link_refused(ctx, "summary.json", ctx.outside_dir / "summary.json", _atomic)
-
-
-@case("h-link-atomic-file", "link", "leaderboard.csv (atomic write) is a link to a file outside")
-def _(ctx):
-    _link_refused(ctx, "leaderboard.csv", ctx.outside, _atomic)
+#: (case id, what it is, the file in the output folder, where its link points, the writer)
+_LINKS: list[tuple[str, str, str, Callable[[Ctx], Path | str], Callable[[Path], Any]]] = [
+    (
+        "h-link-append-file",
+        "results.jsonl (append) is a link to a file outside",
+        "results.jsonl",
+        lambda ctx: ctx.outside,
+        _append,
+    ),
+    (
+        "h-link-append-dangling",
+        "results.jsonl (append) is a dangling link",
+        "results.jsonl",
+        lambda ctx: ctx.outside_dir / "new.jsonl",
+        _append,
+    ),
+    (
+        "h-link-append-loop",
+        "metrics.jsonl (append) is a link loop",
+        "metrics.jsonl",
+        lambda ctx: "metrics.jsonl",
+        _append,
+    ),
+    (
+        "h-link-atomic-to-folder",
+        "report.md (atomic write) is a link to a folder outside",
+        "report.md",
+        lambda ctx: ctx.outside_dir,
+        _atomic,
+    ),
+    (
+        "h-link-atomic-dangling",
+        "summary.json (atomic write) is a dangling link",
+        "summary.json",
+        lambda ctx: ctx.outside_dir / "summary.json",
+        _atomic,
+    ),
+    (
+        "h-link-atomic-file",
+        "leaderboard.csv (atomic write) is a link to a file outside",
+        "leaderboard.csv",
+        lambda ctx: ctx.outside,
+        _atomic,
+    ),
+]
+for _id, _what, _name, _target, _write in _LINKS:
+    case(_id, "link", _what)(_link_refused(_name, _target, _write))
 
 
 @case("h-link-dotdot", "link", "a destination ../escape.txt outside the chosen folder")

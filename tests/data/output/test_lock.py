@@ -5,9 +5,8 @@ never a link planted in its place."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -15,7 +14,8 @@ import pytest
 from genmetrics.data.output.lock import LOCK, OutputLock, lock_output_folder
 from genmetrics.errors import InputError
 from tests.data.output.test_atomic import _link_refused
-from tests.reliability.hostile import Cases
+from tests.helpers import held_by_child
+from tests.reliability.hostile import Cases, Ctx
 
 
 def test_a_second_lock_names_the_holder_and_the_flag(tmp_path):
@@ -63,14 +63,9 @@ def test_lock_is_held_by_another_process(tmp_path):
         "import sys,time; from genmetrics.data.output.lock import OutputLock; "
         f"l = OutputLock(__import__('pathlib').Path({str(out)!r})); print('held', flush=True); time.sleep(30)"
     )
-    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
-    try:
-        assert p.stdout.readline().strip() == "held"
+    with held_by_child(code) as p:
         with pytest.raises(InputError, match=rf"in use by another run \(pid {p.pid} "):
             OutputLock(out)
-    finally:
-        p.kill()
-        p.wait()
     time.sleep(0.1)
     OutputLock(out).release()  # the dead process left no stale lock
 
@@ -86,25 +81,18 @@ def _lock(p: Path):
     return lock_output_folder(p.parent)
 
 
-@case("h-link-lock-to-folder", "link", "the lock file is a link to a folder outside")
-def _(ctx):
-    from genmetrics.data.output.lock import LOCK
-
-    _link_refused(ctx, LOCK, ctx.outside_dir, _lock)
-
-
-@case("h-link-lock-dangling", "link", "the lock file is a dangling link to a new file outside")
-def _(ctx):
-    from genmetrics.data.output.lock import LOCK
-
-    _link_refused(ctx, LOCK, ctx.outside_dir / "new.txt", _lock)
-
-
-@case("h-link-lock-loop", "link", "the lock file is a link to itself")
-def _(ctx):
-    from genmetrics.data.output.lock import LOCK
-
-    _link_refused(ctx, LOCK, LOCK, _lock)
+#: (case id, what it is, where the lock file's link points)
+_LINKS: list[tuple[str, str, Callable[[Ctx], Path | str]]] = [
+    ("h-link-lock-to-folder", "the lock file is a link to a folder outside", lambda ctx: ctx.outside_dir),
+    (
+        "h-link-lock-dangling",
+        "the lock file is a dangling link to a new file outside",
+        lambda ctx: ctx.outside_dir / "new.txt",
+    ),
+    ("h-link-lock-loop", "the lock file is a link to itself", lambda ctx: LOCK),
+]
+for _id, _what, _target in _LINKS:
+    case(_id, "link", _what)(_link_refused(LOCK, _target, _lock))
 
 
 test_hostile = HOSTILE.test()
