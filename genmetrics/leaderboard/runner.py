@@ -75,7 +75,15 @@ from genmetrics.leaderboard.manifest import (
     weights_info,
     write_manifest,
 )
-from genmetrics.leaderboard.plan import SET_ID, MetricPlan, Plan, Sample, build_plan, device_for_run
+from genmetrics.leaderboard.plan import (
+    SET_ID,
+    MetricPlan,
+    Plan,
+    Sample,
+    build_plan,
+    check_plan_weights,
+    device_for_run,
+)
 from genmetrics.leaderboard.scores import ScoreTable
 
 __all__ = [
@@ -354,7 +362,8 @@ def run_leaderboard(
         device or cfg.run.device, where="--device" if device else cfg.where(("run", "device"))
     )
     n_workers = check_workers(workers, flag="--workers")
-    plan = build_plan(cfg, metric_kwargs=metric_kwargs, device=dev)
+    # a resumed run checks the weights of the metrics it still has to score only, once it knows which
+    plan = build_plan(cfg, metric_kwargs=metric_kwargs, device=dev, check_weights=not resume)
     return _Run(plan, out_dir, dev, resume=resume, on_error=on_error, workers=n_workers).execute(plots=plots)
 
 
@@ -423,6 +432,8 @@ class _Run:
             self.state.wait_for_everyone()
             self.hashes = InputHashes(self.plan, cache_file=self.out / HASHES, root=self.out)
             self._finished_keys()
+            if self.resume:  # weights no cache holds stop the run before it scores, unless nothing needs them
+                check_plan_weights(self.plan, {k[1] for k in self.plan.keys() if k not in self.done})
             scored = self._score_all()
             self.state.wait_for_everyone()
             summary = None
