@@ -56,7 +56,7 @@ from genmetrics.data.output.merge import merge_in_order
 from genmetrics.data.output.rows import ResultsWriter, read_results
 from genmetrics.data.progress import progress
 from genmetrics.errors import GenmetricsError, InputError
-from genmetrics.leaderboard.config import LeaderboardConfig, load_config
+from genmetrics.leaderboard.config import KeyPath, LeaderboardConfig, load_config
 from genmetrics.leaderboard.inputs import HASHES, InputHashes
 from genmetrics.leaderboard.manifest import (
     MANIFEST,
@@ -358,6 +358,7 @@ def run_leaderboard(
         raise InputError("no output folder: pass --out DIR (or set run.out in the config)")
     if out_dir.exists() and not out_dir.is_dir():
         raise InputError(f"--out {str(out_dir)!r} is a file; expected a folder (it is created if missing)")
+    _check_out_outside_inputs(cfg, out_dir)
     dev = device_for_run(
         device or cfg.run.device, where="--device" if device else cfg.where(("run", "device"))
     )
@@ -365,6 +366,31 @@ def run_leaderboard(
     # a resumed run checks the weights of the metrics it still has to score only, once it knows which
     plan = build_plan(cfg, metric_kwargs=metric_kwargs, device=dev, check_weights=not resume)
     return _Run(plan, out_dir, dev, resume=resume, on_error=on_error, workers=n_workers).execute(plots=plots)
+
+
+def _check_out_outside_inputs(cfg: LeaderboardConfig, out_dir: Path) -> None:
+    """With ``data.recursive``, an output folder inside an image folder would have the run's own plots and
+    gallery read as images by the next run: refused, naming the image folder's config key."""
+    if not cfg.data.recursive:
+        return
+    out = out_dir.resolve()
+    folders: list[tuple[KeyPath, Path | None]] = [
+        (("data", "references"), cfg.data.references),
+        (("data", "real"), cfg.data.real),
+    ]
+    for g in cfg.generators:
+        folders += [
+            (("generators", g.index, "images"), g.images),
+            (("generators", g.index, "references"), g.references),
+        ]
+    for key, folder in folders:
+        if folder is not None and (out == folder.resolve() or folder.resolve() in out.parents):
+            raise cfg.error(
+                key,
+                f"the output folder --out {str(out_dir)!r} is inside this image folder {str(folder)!r}, and "
+                "data.recursive = true reads its sub-folders: the run's plots and galleries would be scored as "
+                "images by the next run. Fix: choose an --out outside the image folders",
+            )
 
 
 class _Run:

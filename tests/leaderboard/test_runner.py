@@ -478,3 +478,22 @@ def test_a_resume_needs_the_weights_of_unfinished_metrics_only(
     assert "weights 'ViT-B-32-quickgelu/openai' are not available" in err and "metrics[0]" in err, err
     assert read_results(out / "results.jsonl") == kept
     hub.forget()
+
+
+def test_an_output_folder_inside_an_image_folder_with_recursive_is_refused(small_set, tmp_path):
+    """With data.recursive = true, --out inside a generator's folder had the run's plots read as images by the
+    next run ('1 image(s) have no reference ... psnr.png'). Red before: the first run went ahead. Now it stops
+    before anything is written, naming the folder's config key; without recursive the same --out is fine."""
+    metrics = '[[metrics]]\nname = "psnr"\n'
+    cfg = toml_config(small_set, metrics, extra="recursive = true\n[run]\nn_boot = 20\n")
+    for out, key in (
+        (small_set / "gen" / "mid" / "out", "generators[0].images"),
+        (small_set / "refs", "data.references"),
+    ):
+        with pytest.raises(InputError, match=rf"{re.escape(key)}: the output folder --out .* is inside") as e:
+            run_leaderboard(cfg, out, plots=False, workers=0)
+        assert "outside the image folders" in str(e.value)
+    assert not (small_set / "gen" / "mid" / "out").exists()
+    flat = toml_config(small_set, metrics, extra="[run]\nn_boot = 20\n", name="flat.toml")
+    res = run_leaderboard(flat, small_set / "gen" / "mid" / "out", plots=False, workers=0)
+    assert res.summary["generators"] == ["good", "mid", "bad"]
