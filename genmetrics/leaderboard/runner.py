@@ -464,7 +464,14 @@ class _Run:
             self.state.wait_for_everyone()
             summary = None
             if self.rank == 0:
-                summary = self._finish(plots=plots)
+                try:
+                    summary = self._finish(plots=plots)
+                except GenmetricsError as e:  # a report that cannot be written: every row is scored and kept
+                    kept = (
+                        f"every row is scored and kept in {str(self.out / RESULTS)!r}; after the fix, run the "
+                        "same command with --resume: it scores nothing again and writes the reports"
+                    )
+                    raise _with_context(e, f"{e} [{kept}]") from e
                 self.manifest("complete")
             self.state.wait_for_everyone()
             return RunResult(

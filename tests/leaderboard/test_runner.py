@@ -497,3 +497,23 @@ def test_an_output_folder_inside_an_image_folder_with_recursive_is_refused(small
     flat = toml_config(small_set, metrics, extra="[run]\nn_boot = 20\n", name="flat.toml")
     res = run_leaderboard(flat, small_set / "gen" / "mid" / "out", plots=False, workers=0)
     assert res.summary["generators"] == ["good", "mid", "bad"]
+
+
+def test_a_report_that_cannot_be_written_says_the_rows_are_kept_and_to_resume(small_set, tmp_path):
+    """A `gallery` link planted in the output folder is refused when the reports are written, after every row
+    is scored. The error named only the link, so a user reran without --resume and scored everything again;
+    it now says the rows are kept and that --resume writes the reports (red before), which it does, scoring
+    nothing, and the link's target stays empty."""
+    cfg = toml_config(small_set, '[[metrics]]\nname = "psnr"\n', extra="[run]\nn_boot = 20\n")
+    out, elsewhere = tmp_path / "out", tmp_path / "elsewhere"
+    out.mkdir()
+    elsewhere.mkdir()
+    (out / "gallery").symlink_to(elsewhere, target_is_directory=True)
+    with pytest.raises(InputError, match="symbolic link") as e:
+        run_leaderboard(cfg, out, workers=0)
+    assert f"kept in {str(out / 'results.jsonl')!r}" in str(e.value) and "with --resume" in str(e.value)
+    rows = read_results(out / "results.jsonl")
+    assert len(rows) == 3 * 6 and not any(elsewhere.iterdir())
+    (out / "gallery").unlink()
+    again = run_leaderboard(cfg, out, workers=0, resume=True)
+    assert again.scored == 0 and read_results(again.results) == rows and (out / "leaderboard.md").is_file()
