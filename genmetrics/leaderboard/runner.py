@@ -53,7 +53,7 @@ from genmetrics.data.io.pipeline import (
 from genmetrics.data.output.disk import disk_full_named
 from genmetrics.data.output.lock import lock_output_folder
 from genmetrics.data.output.merge import merge_in_order
-from genmetrics.data.output.rows import ResultsWriter, read_results
+from genmetrics.data.output.rows import ResultsWriter, iter_results
 from genmetrics.data.progress import progress
 from genmetrics.errors import GenmetricsError, InputError
 from genmetrics.leaderboard.config import KeyPath, LeaderboardConfig, load_config
@@ -365,7 +365,26 @@ def run_leaderboard(
     n_workers = check_workers(workers, flag="--workers")
     # a resumed run checks the weights of the metrics it still has to score only, once it knows which
     plan = build_plan(cfg, metric_kwargs=metric_kwargs, device=dev, check_weights=not resume)
+    if resume:  # weights no cache holds stop the run before anything is written, unless nothing needs them
+        done = _finished_keys_in(out_dir)
+        check_plan_weights(plan, {k[1] for k in plan.keys() if k not in done})
     return _Run(plan, out_dir, dev, resume=resume, on_error=on_error, workers=n_workers).execute(plots=plots)
+
+
+def _result_sources(out_dir: Path) -> list[Path]:
+    """The results files of a run folder: ``results.jsonl``, then the shards of its ranks."""
+    return [out_dir / RESULTS, *sorted((out_dir / SHARDS).glob("*.jsonl"))]
+
+
+def _finished_keys_in(out_dir: Path) -> set[tuple[str, str, str]]:
+    """The ``(generator, column, id)`` of every row in the results files of ``out_dir`` (read one row at a
+    time; none when it has none)."""
+    return {
+        (str(r.get("generator")), str(r.get("metric")), str(r.get("id")))
+        for src in _result_sources(out_dir)
+        for r, _ in iter_results(src)
+        if isinstance(r, dict)  # a line that is no row is refused with its file and line by the row check
+    }
 
 
 def _check_out_outside_inputs(cfg: LeaderboardConfig, out_dir: Path) -> None:
@@ -458,8 +477,6 @@ class _Run:
             self.state.wait_for_everyone()
             self.hashes = InputHashes(self.plan, cache_file=self.out / HASHES, root=self.out)
             self._finished_keys()
-            if self.resume:  # weights no cache holds stop the run before it scores, unless nothing needs them
-                check_plan_weights(self.plan, {k[1] for k in self.plan.keys() if k not in self.done})
             scored = self._score_all()
             self.state.wait_for_everyone()
             summary = None
@@ -511,7 +528,7 @@ class _Run:
         self.manifest("running")
 
     def _sources(self) -> list[Path]:
-        return [self.out / RESULTS, *sorted((self.out / SHARDS).glob("*.jsonl"))]
+        return _result_sources(self.out)
 
     def _finished_keys(self) -> None:
         """Rank 0 refuses rows that are not this run's and drops rows whose inputs changed; then every rank
@@ -523,11 +540,7 @@ class _Run:
             )
             self.hashes.save()
         self.state.wait_for_everyone()
-        self.done = {
-            (str(r.get("generator")), str(r.get("metric")), str(r.get("id")))
-            for s in self._sources()
-            for r in read_results(s)
-        }
+        self.done = _finished_keys_in(self.out)
         if self.rank == 0 and self.resume:
             print(resume_note(self.plan, self.done), file=sys.stderr)
         self.state.wait_for_everyone()

@@ -477,6 +477,10 @@ def test_a_resume_needs_the_weights_of_unfinished_metrics_only(
     err = capsys.readouterr().err
     assert "weights 'ViT-B-32-quickgelu/openai' are not available" in err and "metrics[0]" in err, err
     assert read_results(out / "results.jsonl") == kept
+    # --resume into a folder that holds no run yet: the same error, and nothing is created
+    hub.forget()
+    fresh = [*args[:3], str(tmp_path / "fresh"), *args[4:]]
+    assert main(fresh) == 1 and built == [] and not (tmp_path / "fresh").exists()
     hub.forget()
 
 
