@@ -373,7 +373,12 @@ def run_leaderboard(
 
 def _result_sources(out_dir: Path) -> list[Path]:
     """The results files of a run folder: ``results.jsonl``, then the shards of its ranks."""
-    return [out_dir / RESULTS, *sorted((out_dir / SHARDS).glob("*.jsonl"))]
+    return [out_dir / RESULTS, *sorted((out_dir / SHARDS).glob("rank-*.jsonl"))]
+
+
+def _skipped_sources(out_dir: Path) -> list[Path]:
+    """The skipped-images files of a run folder: ``skipped.jsonl``, then the shards of its ranks."""
+    return [out_dir / SKIPPED, *sorted((out_dir / SHARDS).glob("skipped-rank-*.jsonl"))]
 
 
 def _finished_keys_in(out_dir: Path) -> set[tuple[str, str, str]]:
@@ -839,6 +844,10 @@ class _Run:
         table = ScoreTable(self.plan)
         merge_in_order(
             self._sources(), self.out / RESULTS, table.position, table.size, visit=table.put, root=self.out
+        )
+        # the ranks' skipped images too (in the same canonical order), before their shards go
+        merge_in_order(
+            _skipped_sources(self.out), self.out / SKIPPED, table.position, table.size, root=self.out
         )
         shutil.rmtree(self.out / SHARDS, ignore_errors=True)
         provider = next(
