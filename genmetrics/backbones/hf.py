@@ -45,6 +45,7 @@ __all__ = [
     "add_lora",
     "check_adapter_file",
     "hf_cache_dir",
+    "load_auto_model",
     "load_peft_adapter",
     "load_vlm",
     "quiet_peft",
@@ -172,6 +173,23 @@ def _resolve(
         raise unavailable_error(s, looked, why=down)
     looked.append("the Hugging Face Hub (download)")
     return s, {"cache_dir": str(ours), "local_files_only": False}, looked
+
+
+def load_auto_model(model_id_or_path: str | os.PathLike) -> Any:
+    """A transformers ``AutoModel`` from where :func:`load_vlm` looks, in its order: a local folder holding
+    ``config.json``, ``GENMETRICS_HOME``'s ``hf/`` cache, the Hugging Face cache (``HF_HOME``, where
+    weights used before by other programs are), then a download into ``GENMETRICS_HOME`` unless offline.
+    Weights that none of them gives raise one :class:`~genmetrics.errors.WeightsUnavailableError` naming every
+    place looked (a folder without ``config.json`` says so)."""
+    from transformers import AutoModel
+
+    name, kw, looked = _resolve(model_id_or_path, marker="config.json", local_files_only=None, revision=None)
+    why: str | None = None
+    try:
+        with _hub(kw) as why:
+            return AutoModel.from_pretrained(name, **kw)
+    except OSError as e:
+        raise unavailable_error(os.fspath(model_id_or_path), looked, cause=e, why=why) from None
 
 
 def load_vlm(

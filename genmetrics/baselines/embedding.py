@@ -11,18 +11,15 @@ from __future__ import annotations
 
 import hashlib
 import os
-from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
-from transformers import AutoModel
 
 from genmetrics.backbones.clip_preprocess import load_on_device, normalisation
-from genmetrics.backbones.hub import hub_calls
+from genmetrics.backbones.hf import load_auto_model
 from genmetrics.backbones.openclip import clip_image_batch, encode_image, load_open_clip
 from genmetrics.backbones.provider import provide
-from genmetrics.backbones.weights import genmetrics_home, offline, weights_unavailable
 from genmetrics.core.metric import SampleMetric
 from genmetrics.core.options import number
 from genmetrics.data.caches.features import FeatureCache
@@ -242,29 +239,9 @@ class DINOSimilarity(_ImagePairMetric):
         if provided is not None:
             self._set_backbone(provided)
             return
-        why: str | None = None
-        local = Path(str(self.weights)).expanduser().exists()
-        spelt = str(self.weights)
-        if not local and (spelt.startswith(("/", "./", "../", "~", "\\")) or spelt.count("/") > 1):
-            # a path that does not exist (a hub id is ORG/NAME): neither a folder nor the hub can give it,
-            # so the hub is not asked (and not blamed)
-            raise weights_unavailable(
-                str(self.weights),
-                str(Path(str(self.weights)).expanduser()),
-                "--weights /local/dir (command line) or weights=/local/dir (Python)",
-                why="no such file or folder",
-            )
-        try:
-            with hub_calls(offline=offline(), network=not local) as why:
-                model = AutoModel.from_pretrained(self.weights, cache_dir=str(genmetrics_home() / "hf"))
-        except OSError as e:
-            raise weights_unavailable(
-                str(self.weights),
-                str(genmetrics_home() / "hf"),
-                "--weights /local/dir (command line) or weights=/local/dir (Python)",
-                e,
-                why=why,
-            ) from None
+        # the loader of every transformers backbone: a local folder, GENMETRICS_HOME, the Hugging Face cache,
+        # then a download (the cache of HF_HOME counts: weights there are local)
+        model = load_auto_model(str(self.weights))
         self._set_backbone(model)
 
     def _embed_dim(self, model: Any) -> int | None:

@@ -33,16 +33,26 @@ def parse_options(pairs: Iterable[str]) -> dict[str, Any]:
     {'resize': 'to_first', 'resize2': 'to_first', 'resize3': 'to_first'}
     >>> parse_options(["max_db=("])  # not a value: the metric names it as text
     {'max_db': '('}
+
+    A key given twice is refused (one of the two values would be dropped without a word).
     """
     out: dict[str, Any] = {}
+    given: dict[str, str] = {}
     for item in pairs:
         key, sep, value = item.partition("=")
+        key = key.strip()
         if not sep or not key:
             raise InputError(f"--option {item!r}: expected KEY=VALUE, e.g. --option batch_size=16")
+        if key in given:
+            raise InputError(
+                f"--option {key}: given twice ({given[key]!r} and {item!r}); expected each key once. "
+                f"Fix: keep the one --option {key}=... you mean"
+            )
+        given[key] = item
         try:
-            out[key.strip()] = json.loads(value)
+            out[key] = json.loads(value)
         except json.JSONDecodeError:
-            out[key.strip()] = _literal(value)
+            out[key] = _literal(value)
     return out
 
 

@@ -289,6 +289,7 @@ def _metric_options(
                 f"{name}: --attributes is not an input of this metric (it takes "
                 f"{card.condition.value} as its condition); drop --attributes"
             )
+        _one_spelling(kwargs, card.condition_option, "--attributes")
         kwargs[card.condition_option] = attributes
     flags = {
         "weights": weights,
@@ -297,8 +298,19 @@ def _metric_options(
         "batch_size": batch_size,
         "device": device,
     }
-    kwargs.update({k: v for k, v in flags.items() if v is not None})
+    for k, v in flags.items():
+        if v is not None:
+            _one_spelling(kwargs, k, f"--{k.replace('_', '-')}")
+            kwargs[k] = v
     return kwargs
+
+
+def _one_spelling(kwargs: dict[str, Any], key: str, flag: str) -> None:
+    """Refuse an option given both as ``--option KEY=...`` and as its own flag (one value would be dropped)."""
+    if key in kwargs:
+        raise InputError(
+            f"--option {key}={kwargs[key]!r} and {flag} both set {key}; expected one of them. Fix: drop one"
+        )
 
 
 def _check_out(out: str | None, name: str, card: MetricCard) -> None:

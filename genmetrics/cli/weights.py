@@ -290,6 +290,17 @@ def _copy_note(found: list[NeededWeights], home: Path) -> list[str]:
     return lines
 
 
+def _in_hf_cache(need: NeededWeights) -> str | None:
+    """The folder of ``need`` (transformers weights) in the Hugging Face cache (``HF_HOME``), which the loader
+    reads after ``GENMETRICS_HOME``; ``None`` when it is not there (or the weights are open_clip's)."""
+    if need.source != "hf":
+        return None
+    from huggingface_hub import constants
+
+    folder = _hub_folder(Path(constants.HF_HUB_CACHE), need.repo)
+    return str(folder) if (folder / "snapshots").is_dir() else None
+
+
 @click.group("weights")
 def weights_group() -> None:
     """List, download and verify the weights files of metrics (for machines without network)."""
@@ -316,6 +327,7 @@ def weights_list_cmd(metrics: tuple[str, ...], as_json: bool) -> None:
             "files": n.files,
             "dest": str(n.dest),
             "downloaded": n.weights in recorded,
+            "hf_cache": _in_hf_cache(n),
         }
         for n in found
     ]
@@ -325,6 +337,8 @@ def weights_list_cmd(metrics: tuple[str, ...], as_json: bool) -> None:
     click.echo(f"GENMETRICS_HOME: {home}")
     for r in rows:
         state = "downloaded" if r["downloaded"] else "not downloaded"
+        if not r["downloaded"] and r["hf_cache"]:  # what the loader reads too: no download needed here
+            state += f"; in the Hugging Face cache {r['hf_cache']}, loaded from there"
         used = f"{', '.join(r['metrics'])}; " if r["metrics"] else ""
         click.echo(f"{r['weights']}  ({used}{state})")
         click.echo(f"  from {r['source']} {r['from']}: {r['files']}")

@@ -11,13 +11,17 @@ from genmetrics.leaderboard.notes import notes
 # weights cannot be had fails after the interpreter's start-up alone
 
 
-def _weights_first(config: str, out: str | None) -> None:
+def _weights_first(config: str, out: str | None, resume: bool = False) -> None:
     """Offline, or an unreachable hub: a metric of ``config`` built from its card's default weights, which no
     cache holds, or MIE without heads, is reported (with its config key, as the run's plan reports it) before
     torch is imported.
     A config the run would refuse, no output folder, or a metric given its own weights (a path resolved
     against the config's folder), a model, heads or an adapter is left to the run. The run would have
-    named an image folder or another metric's option values first (checked there with torch imported)."""
+    named an image folder or another metric's option values first (checked there with torch imported).
+    With ``resume`` the run decides, once it knows which metrics still have rows to score (a resumed run
+    whose model-based metrics are finished needs none of their weights)."""
+    if resume:
+        return
     from genmetrics.backbones.precheck import BUILT_MODEL_OPTIONS, OWN_WEIGHTS_OPTIONS, check_metric
     from genmetrics.core.registry import get_card
     from genmetrics.errors import GenmetricsError, WeightsUnavailableError
@@ -89,7 +93,7 @@ def leaderboard_cmd(
     Under `torchrun --nproc_per_node N -m genmetrics leaderboard ...` each rank scores its shard of
     the images and rank 0 merges the results and writes the reports.
     """
-    _weights_first(config, out)
+    _weights_first(config, out, resume)
     from accelerate import PartialState
 
     from genmetrics.leaderboard.runner import run_leaderboard

@@ -306,10 +306,12 @@ def write_galleries(
     made, used = [], set()
     for g in summary["generators"]:
         stem, k = safe_name(g), 1
-        while stem in used:  # distinct names may sanitise to one file name
+        # distinct names may sanitise to one file name, or to names that differ in case only (one file on a
+        # case-insensitive file system: macOS, Windows)
+        while stem.casefold() in used:
             k += 1
             stem = f"{safe_name(g)}-{k}"
-        used.add(stem)
+        used.add(stem.casefold())
         path = out_dir / "gallery" / f"{stem}.html"
         atomic_write_text(path, page(g, plan, summary, table, list(plots), thumbs), root=out_dir)
         made.append((g, f"gallery/{stem}.html"))

@@ -307,10 +307,13 @@ def build_plan(
     metric_kwargs: dict[str, dict[str, Any]] | None = None,
     device: str | None = None,
     check_construct: bool = True,
+    check_weights: bool = True,
 ) -> Plan:
     """Check everything a run needs and list the work. Raises :class:`InputError` naming the config
     key and line; nothing is scored and no weights load here (metrics are constructed once to check
-    their options, which by the house rules loads no weights).
+    their options, which by the house rules loads no weights). ``check_weights=False`` leaves weights that
+    cannot be had to the run (a resumed run checks only the metrics it still has to score:
+    :func:`check_plan_weights`).
 
     Inputs are wired from the metric cards' typed fields (psnr: a reference matched by file stem):
 
@@ -332,7 +335,9 @@ def build_plan(
         )
     inp = _read_inputs(cfg)
     plans = [
-        _metric_plan(cfg, spec, inp, metric_kwargs.get(spec.label, {}), device, check_construct)
+        _metric_plan(
+            cfg, spec, inp, metric_kwargs.get(spec.label, {}), device, check_construct, check_weights
+        )
         for spec in cfg.metrics
     ]
     if cfg.run.rank_by is not None:
@@ -378,6 +383,25 @@ def _metric_kwargs(
     return kwargs
 
 
+def _check_weights(
+    cfg: LeaderboardConfig, spec: MetricSpec, card: MetricCard, kwargs: dict[str, Any]
+) -> None:
+    """Weights of a metric that no cache holds and no download can fetch, or trained weights its family needs
+    and ``kwargs`` do not give (the card's ``precheck``), named with the metric's config key."""
+    try:
+        check_metric(card, kwargs)
+    except GenmetricsError as e:  # same type, with the config key
+        raise type(e)(f"{cfg.where(spec.key)}: {e}") from None
+
+
+def check_plan_weights(plan: Plan, left: set[str]) -> None:
+    """:func:`build_plan`'s weights check (``check_weights=True``) for the metrics that own a column of
+    ``left`` only: a resumed run whose model-based metrics are finished needs none of their weights."""
+    for mp in plan.metrics:
+        if any(c.name in left for c in mp.columns):
+            _check_weights(plan.config, mp.spec, mp.card, mp.kwargs)
+
+
 def _metric_plan(
     cfg: LeaderboardConfig,
     spec: MetricSpec,
@@ -385,6 +409,7 @@ def _metric_plan(
     given: dict[str, Any],
     device: str | None,
     check_construct: bool,
+    check_weights: bool = True,
 ) -> MetricPlan:
     key = spec.key
     try:
@@ -393,8 +418,9 @@ def _metric_plan(
         raise cfg.error((*key, "name"), str(e)) from None
     kwargs = _metric_kwargs(cfg, spec, given, device)
     if check_construct:
+        if check_weights:
+            _check_weights(cfg, spec, card, kwargs)  # before open_clip loads
         try:
-            check_metric(card, kwargs)  # before open_clip loads
             create_metric(spec.name, **kwargs)
         except PluginError as e:  # the metric's class is at fault, not the options the config gives it
             raise PluginError(f"{cfg.where(key)}: {e}") from None

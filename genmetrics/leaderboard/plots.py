@@ -277,12 +277,12 @@ def make_plots(out_dir: Path, summary: dict[str, Any]) -> list[tuple[str, str]]:
     made: list[tuple[str, str]] = []
     used: set[str] = set()
 
-    def path(stem: str) -> Path:  # distinct column names may sanitise to one file name
+    def path(stem: str) -> Path:  # distinct column names may sanitise to one file name (or one but for case)
         name, k = stem, 1
-        while name in used:
+        while name.casefold() in used:
             k += 1
             name = f"{stem}-{k}"
-        used.add(name)
+        used.add(name.casefold())
         return plots / f"{name}.png"
 
     order = summary["generators"]

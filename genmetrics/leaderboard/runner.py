@@ -53,10 +53,10 @@ from genmetrics.data.io.pipeline import (
 from genmetrics.data.output.disk import disk_full_named
 from genmetrics.data.output.lock import lock_output_folder
 from genmetrics.data.output.merge import merge_in_order
-from genmetrics.data.output.rows import ResultsWriter, read_results
+from genmetrics.data.output.rows import ResultsWriter, iter_results
 from genmetrics.data.progress import progress
 from genmetrics.errors import GenmetricsError, InputError
-from genmetrics.leaderboard.config import LeaderboardConfig, load_config
+from genmetrics.leaderboard.config import KeyPath, LeaderboardConfig, load_config
 from genmetrics.leaderboard.inputs import HASHES, InputHashes
 from genmetrics.leaderboard.manifest import (
     MANIFEST,
@@ -75,7 +75,15 @@ from genmetrics.leaderboard.manifest import (
     weights_info,
     write_manifest,
 )
-from genmetrics.leaderboard.plan import SET_ID, MetricPlan, Plan, Sample, build_plan, device_for_run
+from genmetrics.leaderboard.plan import (
+    SET_ID,
+    MetricPlan,
+    Plan,
+    Sample,
+    build_plan,
+    check_plan_weights,
+    device_for_run,
+)
 from genmetrics.leaderboard.scores import ScoreTable
 
 __all__ = [
@@ -350,12 +358,63 @@ def run_leaderboard(
         raise InputError("no output folder: pass --out DIR (or set run.out in the config)")
     if out_dir.exists() and not out_dir.is_dir():
         raise InputError(f"--out {str(out_dir)!r} is a file; expected a folder (it is created if missing)")
+    _check_out_outside_inputs(cfg, out_dir)
     dev = device_for_run(
         device or cfg.run.device, where="--device" if device else cfg.where(("run", "device"))
     )
     n_workers = check_workers(workers, flag="--workers")
-    plan = build_plan(cfg, metric_kwargs=metric_kwargs, device=dev)
+    # a resumed run checks the weights of the metrics it still has to score only, once it knows which
+    plan = build_plan(cfg, metric_kwargs=metric_kwargs, device=dev, check_weights=not resume)
+    if resume:  # weights no cache holds stop the run before anything is written, unless nothing needs them
+        done = _finished_keys_in(out_dir)
+        check_plan_weights(plan, {k[1] for k in plan.keys() if k not in done})
     return _Run(plan, out_dir, dev, resume=resume, on_error=on_error, workers=n_workers).execute(plots=plots)
+
+
+def _result_sources(out_dir: Path) -> list[Path]:
+    """The results files of a run folder: ``results.jsonl``, then the shards of its ranks."""
+    return [out_dir / RESULTS, *sorted((out_dir / SHARDS).glob("rank-*.jsonl"))]
+
+
+def _skipped_sources(out_dir: Path) -> list[Path]:
+    """The skipped-images files of a run folder: ``skipped.jsonl``, then the shards of its ranks."""
+    return [out_dir / SKIPPED, *sorted((out_dir / SHARDS).glob("skipped-rank-*.jsonl"))]
+
+
+def _finished_keys_in(out_dir: Path) -> set[tuple[str, str, str]]:
+    """The ``(generator, column, id)`` of every row in the results files of ``out_dir`` (read one row at a
+    time; none when it has none)."""
+    return {
+        (str(r.get("generator")), str(r.get("metric")), str(r.get("id")))
+        for src in _result_sources(out_dir)
+        for r, _ in iter_results(src)
+        if isinstance(r, dict)  # a line that is no row is refused with its file and line by the row check
+    }
+
+
+def _check_out_outside_inputs(cfg: LeaderboardConfig, out_dir: Path) -> None:
+    """With ``data.recursive``, an output folder inside an image folder would have the run's own plots and
+    gallery read as images by the next run: refused, naming the image folder's config key."""
+    if not cfg.data.recursive:
+        return
+    out = out_dir.resolve()
+    folders: list[tuple[KeyPath, Path | None]] = [
+        (("data", "references"), cfg.data.references),
+        (("data", "real"), cfg.data.real),
+    ]
+    for g in cfg.generators:
+        folders += [
+            (("generators", g.index, "images"), g.images),
+            (("generators", g.index, "references"), g.references),
+        ]
+    for key, folder in folders:
+        if folder is not None and (out == folder.resolve() or folder.resolve() in out.parents):
+            raise cfg.error(
+                key,
+                f"the output folder --out {str(out_dir)!r} is inside this image folder {str(folder)!r}, and "
+                "data.recursive = true reads its sub-folders: the run's plots and galleries would be scored as "
+                "images by the next run. Fix: choose an --out outside the image folders",
+            )
 
 
 class _Run:
@@ -427,7 +486,14 @@ class _Run:
             self.state.wait_for_everyone()
             summary = None
             if self.rank == 0:
-                summary = self._finish(plots=plots)
+                try:
+                    summary = self._finish(plots=plots)
+                except GenmetricsError as e:  # a report that cannot be written: every row is scored and kept
+                    kept = (
+                        f"every row is scored and kept in {str(self.out / RESULTS)!r}; after the fix, run the "
+                        "same command with --resume: it scores nothing again and writes the reports"
+                    )
+                    raise _with_context(e, f"{e} [{kept}]") from e
                 self.manifest("complete")
             self.state.wait_for_everyone()
             return RunResult(
@@ -467,7 +533,7 @@ class _Run:
         self.manifest("running")
 
     def _sources(self) -> list[Path]:
-        return [self.out / RESULTS, *sorted((self.out / SHARDS).glob("*.jsonl"))]
+        return _result_sources(self.out)
 
     def _finished_keys(self) -> None:
         """Rank 0 refuses rows that are not this run's and drops rows whose inputs changed; then every rank
@@ -479,11 +545,7 @@ class _Run:
             )
             self.hashes.save()
         self.state.wait_for_everyone()
-        self.done = {
-            (str(r.get("generator")), str(r.get("metric")), str(r.get("id")))
-            for s in self._sources()
-            for r in read_results(s)
-        }
+        self.done = _finished_keys_in(self.out)
         if self.rank == 0 and self.resume:
             print(resume_note(self.plan, self.done), file=sys.stderr)
         self.state.wait_for_everyone()
@@ -782,6 +844,10 @@ class _Run:
         table = ScoreTable(self.plan)
         merge_in_order(
             self._sources(), self.out / RESULTS, table.position, table.size, visit=table.put, root=self.out
+        )
+        # the ranks' skipped images too (in the same canonical order), before their shards go
+        merge_in_order(
+            _skipped_sources(self.out), self.out / SKIPPED, table.position, table.size, root=self.out
         )
         shutil.rmtree(self.out / SHARDS, ignore_errors=True)
         provider = next(

@@ -106,3 +106,13 @@ def test_echo_json_prints_what_json_reads_back(capsys):
     echo_json({"path": Path("a/b.png"), "t": torch.tensor([1.0, 2.0]), "nan": math.nan, 3: (1, 2)})
     got = json.loads(capsys.readouterr().out)
     assert got == {"path": str(Path("a/b.png")), "t": [1.0, 2.0], "nan": None, "3": [1, 2]}
+
+
+@pytest.mark.parametrize("pairs", [["max_db=20", "max_db=60"], ["max_db=20", " max_db =20"]])
+def test_parse_options_refuses_a_key_given_twice(pairs):
+    """Red before: the last value won and the other was dropped without a word (even a conflicting one)."""
+    with pytest.raises(InputError) as info:
+        parse_options(pairs)
+    msg = str(info.value)
+    assert "--option max_db: given twice" in msg and all(repr(p) in msg for p in pairs)
+    assert parse_options(pairs[:1]) == {"max_db": 20}  # once: as before

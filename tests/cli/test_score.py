@@ -189,3 +189,28 @@ def _(ctx):
 
 
 test_hostile = HOSTILE.test()
+
+
+def test_an_option_given_twice_is_refused_before_scoring():
+    """`--option KEY=...` twice, or with the flag of the same option: one value was dropped without a word (red
+    before: exit 0 with the last value). Now exit 2 with one line naming both spellings."""
+    import pytest
+
+    from genmetrics.cli.score import _metric_options
+    from genmetrics.core.registry import get_card
+    from genmetrics.errors import InputError
+
+    card = get_card("psnr")
+    args = dict(attributes=None, weights=None, heads=None, adapter=None, batch_size=None, device=None)
+    assert _metric_options("psnr", card, ("batch_size=16",), **args) == {"batch_size": 16}
+    with pytest.raises(InputError, match=r"--option batch_size=16 and --batch-size both set batch_size"):
+        _metric_options("psnr", card, ("batch_size=16",), **{**args, "batch_size": 8})
+    with pytest.raises(InputError, match=r"--option device='cpu' and --device both set device"):
+        _metric_options("psnr", card, ("device=cpu",), **{**args, "device": "cpu"})
+    with pytest.raises(InputError, match=r"--option max_db: given twice"):
+        _metric_options("psnr", card, ("max_db=20", "max_db=60"), **args)
+    raclip = get_card("raclip")
+    with pytest.raises(InputError, match=rf"--option {raclip.condition_option}=.* and --attributes"):
+        _metric_options(
+            "raclip", raclip, (f"{raclip.condition_option}=a,b",), **{**args, "attributes": "c,d"}
+        )

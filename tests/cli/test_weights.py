@@ -155,6 +155,24 @@ def test_list_text_alias_and_weights_named_directly(capsys):
     assert "no weights needed: psnr" in out
 
 
+def test_list_names_transformers_weights_the_hugging_face_cache_holds(capsys, monkeypatch, tmp_path):
+    """dino loads facebook/dinov2-base from the Hugging Face cache when GENMETRICS_HOME has none; `weights list`
+    said only 'not downloaded' (red before), as if dino could not run here. open_clip weights, which the
+    loader never reads from there, get no such line."""
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hf-cache"))
+    folder = Path(_lay_out("facebook/dinov2-base", "config.json", str(tmp_path / "hf-cache"))).parents[2]
+    _lay_out(CLIP_REPO, ocp.HF_SAFE_WEIGHTS_NAME, str(tmp_path / "hf-cache"))
+    rc, out, _ = run(["weights", "list", "dino", "clip_i", "--json"], capsys)
+    rows = {r["weights"]: r for r in json.loads(out)["weights"]}
+    assert (
+        rc == 0 and rows["facebook/dinov2-base"]["hf_cache"] == str(folder) and rows[CLIP]["hf_cache"] is None
+    )
+    rc, out, _ = run(["weights", "list", "dino"], capsys)
+    assert f"(dino; not downloaded; in the Hugging Face cache {folder}, loaded from there)" in out
+    rc, out, _ = run(["weights", "list", "facebook/dinov2-large"], capsys)
+    assert "facebook/dinov2-large  (not downloaded)" in out
+
+
 def test_list_unknown_metric_is_one_error_line(capsys):
     rc, out, err = run(["weights", "list", "clipp_t"], capsys)
     assert rc == 2 and out == ""

@@ -110,3 +110,31 @@ def test_two_processes_equal_one(tmp_path):
     assert not (two / "shards").exists()
     m = json.loads((two / "manifest.json").read_text())
     assert m["world_size"] == 2 and m["status"] == "complete"
+
+
+@pytest.mark.distributed
+def test_two_processes_with_skipped_images_equal_one(tmp_path):
+    """--on-error skip on two processes: the ranks' skipped-images shards were read as results shards (rows
+    without a score in results.jsonl, which a --resume then refused: 'no score') and skipped.jsonl was never
+    written (red before). Now results.jsonl and the reports equal a one-process run's, skipped.jsonl holds
+    the same rows, and a --resume scores nothing again."""
+    root = make_set(tmp_path / "set", n=5, size=16)
+    for stem in ("s01", "s04"):  # one bad image per rank
+        (root / "gen" / "bad" / f"{stem}.png").write_bytes(b"not an image")
+    cfg = toml_config(root, '[[metrics]]\nname = "psnr"\n', extra="[run]\nn_boot = 50\n")
+    one = run_leaderboard(cfg, tmp_path / "one", plots=False, on_error="skip", workers=0)
+    kwargs = {"plots": False, "on_error": "skip", "workers": 0}
+    mp.spawn(lb_fakes.dist_worker, args=(2, _free_port(), str(cfg), str(tmp_path / "two"), kwargs), nprocs=2)
+    two = tmp_path / "two"
+    for f in REPORTS:
+        assert (two / f).read_bytes() == (one.out / f).read_bytes(), f
+    skipped = read_results(two / "skipped.jsonl")
+    assert sorted(map(json.dumps, skipped)) == sorted(
+        map(json.dumps, read_results(one.out / "skipped.jsonl"))
+    )
+    assert {(r["generator"], r["id"]) for r in skipped} == {("bad", "s01"), ("bad", "s04")}
+    assert not (two / "shards").exists()
+    again = run_leaderboard(cfg, two, plots=False, on_error="skip", workers=0, resume=True)
+    assert (
+        again.scored == 0 and (two / "results.jsonl").read_bytes() == (one.out / "results.jsonl").read_bytes()
+    )

@@ -47,20 +47,39 @@ def test_gallery_pages(board):
 
 
 def test_gallery_escapes_names_and_keeps_file_names_apart(board, tmp_path):
+    summary, links = _renamed_galleries(
+        board, {"good": "<i>a/b", "mid": "<i>a?b", "bad": "bad"}, tmp_path / "o"
+    )
+    assert len({h for _, h in links}) == 3  # "<i>a/b" and "<i>a?b" sanitise alike: still two files
+    for g, h in links:
+        text = (tmp_path / "o" / h).read_text()
+        assert "<i>" not in text and html_lib.escape(g) in text
+
+
+def test_gallery_file_names_differ_by_more_than_case(board, tmp_path):
+    """Generators "Model" and "model" got gallery/Model.html and gallery/model.html: one file on a
+    case-insensitive file system (macOS, Windows), where the second page replaced the first and both links
+    opened it (red before). Every page name now differs from the others after casefold."""
+    summary, links = _renamed_galleries(
+        board, {"good": "Model", "mid": "model", "bad": "MODEL"}, tmp_path / "o"
+    )
+    assert len({h.casefold() for _, h in links}) == 3
+    for g, h in links:
+        title = f"<title>{html_lib.escape(summary['title'])}: {g}</title>"
+        assert title in (tmp_path / "o" / h).read_text()  # each link opens its own generator's page
+
+
+def _renamed_galleries(board, rename, out):
+    """The galleries of ``board`` with its generators renamed: ``(summary, links)``."""
     res, rows = board
     plan = _plan(res)
     summary = {**res.summary}
-    rename = {"good": "<i>a/b", "mid": "<i>a?b", "bad": "bad"}
     summary["generators"] = [rename[g] for g in res.summary["generators"]]
     summary["ranking"] = [{**it, "generator": rename[it["generator"]]} for it in res.summary["ranking"]]
     rows2 = [{**r, "generator": rename[r["generator"]]} for r in rows]
     for mp in plan.metrics:
         mp.samples = {rename[g]: v for g, v in mp.samples.items()}
-    links = write_galleries(tmp_path / "o", plan, summary, rows2)
-    assert len({h for _, h in links}) == 3  # "<i>a/b" and "<i>a?b" sanitise alike: still two files
-    for g, h in links:
-        text = (tmp_path / "o" / h).read_text()
-        assert "<i>" not in text and html_lib.escape(g) in text
+    return summary, write_galleries(out, plan, summary, rows2)
 
 
 def _plan(res):

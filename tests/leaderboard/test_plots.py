@@ -110,10 +110,12 @@ def test_heatmaps_draw_the_strongest_maps_on_the_grid_with_one_symmetric_scale(s
     assert not plots.heatmaps("rsad", "g", {"value": {"map": m[:5].tolist()}}, tmp_path / "x.png")
 
 
-def test_make_plots_keeps_columns_that_sanitise_alike_in_two_files(tmp_path):
+@pytest.mark.parametrize("names", [("m/1", "m?1"), ("psnr", "PSNR")])
+def test_make_plots_keeps_columns_that_sanitise_alike_in_two_files(tmp_path, names):
+    """Also two labels that differ in case only: one file on a case-insensitive file system (red before)."""
     g = {"a": {"mean": 1.0, "low": 0.5, "high": 1.5}}
     col = {"higher_is_better": True, "level": "sample", "generators": g}
-    summary = {"generators": ["a"], "ci": 0.95, "columns": {"m/1": col, "m?1": col}}
+    summary = {"generators": ["a"], "ci": 0.95, "columns": dict.fromkeys(names, col)}
     made = plots.make_plots(tmp_path, summary)
-    assert [t for t, _ in made] == ["m/1", "m?1"]
-    assert len({p for _, p in made}) == 2 and all((tmp_path / p).is_file() for _, p in made)
+    assert [t for t, _ in made] == list(names)
+    assert len({p.casefold() for _, p in made}) == 2 and all((tmp_path / p).is_file() for _, p in made)

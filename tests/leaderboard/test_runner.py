@@ -21,7 +21,9 @@ from genmetrics.data.output.rows import read_results
 from genmetrics.errors import InputError
 from genmetrics.functional.bootstrap import bootstrap_ci, paired_bootstrap
 from genmetrics.leaderboard import SET_ID, run_leaderboard
+from genmetrics.leaderboard import runner as runner_module
 from genmetrics.leaderboard.runner import HASHES
+from tests.cli.test_offline_hub import dead_hub  # noqa: F401 - a fixture
 from tests.reliability.hostile import Cases, _plant_link
 
 SPY_SET = '[[metrics]]\nname = "_lb_spy"\n\n[[metrics]]\nname = "_lb_set"\n'
@@ -425,3 +427,97 @@ def test_the_cache_answers_the_same_as_hashing(tmp_path, reads):
     c.save()
     again = HashCache(tmp_path / "h.json")(f)
     assert first == again == hashlib.sha256(f.read_bytes()).hexdigest()[:16] and reads == ["img.bin"]
+
+
+def test_a_resume_needs_the_weights_of_unfinished_metrics_only(
+    small_set,
+    tmp_path,
+    monkeypatch,
+    capsys,
+    dead_hub,  # noqa: F811 - the fixture imported above
+):
+    """A run scored clip_i where its weights were; --resume on a machine where they are not (empty caches, the
+    hub unreachable) that adds psnr scores psnr and keeps clip_i's rows, and fails before scoring, naming the
+    weights, only while clip_i has rows left. Red before the fix: the weights pre-check of the plan (and of
+    the command line) refused every resume that named clip_i, finished or not."""
+    from genmetrics.backbones import hub
+    from genmetrics.backbones.provider import use_provider
+    from genmetrics.cli.main import main
+    from genmetrics.testing import tiny_backbones
+
+    monkeypatch.setenv("GENMETRICS_HOME", str(tmp_path / "home"))
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path / "hf-cache"))
+    clip = '[[metrics]]\nname = "clip_i"\n'
+    extra = "[run]\nn_boot = 20\ncache = false\n"
+    out = tmp_path / "out"
+    with use_provider(tiny_backbones):  # stands in for the real weights of the first machine
+        run_leaderboard(toml_config(small_set, clip, extra=extra), out, plots=False, workers=0)
+    manifest = json.loads((out / "manifest.json").read_text())
+    for m in manifest["metrics"].values():  # as a run on real weights records it
+        m["identity"]["backbone_provider"] = None
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    finished = read_results(out / "results.jsonl")
+    both = toml_config(small_set, clip + '\n[[metrics]]\nname = "psnr"\n', extra=extra, name="both.toml")
+    args = ["leaderboard", str(both), "--out", str(out), "--resume", "--no-plots", "--workers", "0"]
+    capsys.readouterr()
+    assert main(args) == 0, capsys.readouterr().err
+    rows = read_results(out / "results.jsonl")
+    assert [r for r in rows if r["metric"] == "clip_i"] == finished
+    assert len([r for r in rows if r["metric"] == "psnr"]) == len(finished)
+    # a clip_i row and a psnr row missing: clip_i's weights are needed and cannot be had; the run stops
+    # before it scores anything, the rows are kept
+    kept = rows[1:-1]
+    (out / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in kept))
+    hub.forget()
+    built = []
+    monkeypatch.setattr(runner_module._Run, "_build", lambda self, mp, **kw: built.append(mp) or 1 / 0)
+    capsys.readouterr()
+    assert main(args) == 1
+    assert built == []  # stopped before any metric was built or any image decoded
+    err = capsys.readouterr().err
+    assert "weights 'ViT-B-32-quickgelu/openai' are not available" in err and "metrics[0]" in err, err
+    assert read_results(out / "results.jsonl") == kept
+    # --resume into a folder that holds no run yet: the same error, and nothing is created
+    hub.forget()
+    fresh = [*args[:3], str(tmp_path / "fresh"), *args[4:]]
+    assert main(fresh) == 1 and built == [] and not (tmp_path / "fresh").exists()
+    hub.forget()
+
+
+def test_an_output_folder_inside_an_image_folder_with_recursive_is_refused(small_set, tmp_path):
+    """With data.recursive = true, --out inside a generator's folder had the run's plots read as images by the
+    next run ('1 image(s) have no reference ... psnr.png'). Red before: the first run went ahead. Now it stops
+    before anything is written, naming the folder's config key; without recursive the same --out is fine."""
+    metrics = '[[metrics]]\nname = "psnr"\n'
+    cfg = toml_config(small_set, metrics, extra="recursive = true\n[run]\nn_boot = 20\n")
+    for out, key in (
+        (small_set / "gen" / "mid" / "out", "generators[0].images"),
+        (small_set / "refs", "data.references"),
+    ):
+        with pytest.raises(InputError, match=rf"{re.escape(key)}: the output folder --out .* is inside") as e:
+            run_leaderboard(cfg, out, plots=False, workers=0)
+        assert "outside the image folders" in str(e.value)
+    assert not (small_set / "gen" / "mid" / "out").exists()
+    flat = toml_config(small_set, metrics, extra="[run]\nn_boot = 20\n", name="flat.toml")
+    res = run_leaderboard(flat, small_set / "gen" / "mid" / "out", plots=False, workers=0)
+    assert res.summary["generators"] == ["good", "mid", "bad"]
+
+
+def test_a_report_that_cannot_be_written_says_the_rows_are_kept_and_to_resume(small_set, tmp_path):
+    """A `gallery` link planted in the output folder is refused when the reports are written, after every row
+    is scored. The error named only the link, so a user reran without --resume and scored everything again;
+    it now says the rows are kept and that --resume writes the reports (red before), which it does, scoring
+    nothing, and the link's target stays empty."""
+    cfg = toml_config(small_set, '[[metrics]]\nname = "psnr"\n', extra="[run]\nn_boot = 20\n")
+    out, elsewhere = tmp_path / "out", tmp_path / "elsewhere"
+    out.mkdir()
+    elsewhere.mkdir()
+    (out / "gallery").symlink_to(elsewhere, target_is_directory=True)
+    with pytest.raises(InputError, match="symbolic link") as e:
+        run_leaderboard(cfg, out, workers=0)
+    assert f"kept in {str(out / 'results.jsonl')!r}" in str(e.value) and "with --resume" in str(e.value)
+    rows = read_results(out / "results.jsonl")
+    assert len(rows) == 3 * 6 and not any(elsewhere.iterdir())
+    (out / "gallery").unlink()
+    again = run_leaderboard(cfg, out, workers=0, resume=True)
+    assert again.scored == 0 and read_results(again.results) == rows and (out / "leaderboard.md").is_file()

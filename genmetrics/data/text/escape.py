@@ -21,7 +21,16 @@ import html
 import re
 from typing import Any
 
-__all__ = ["MAX_STEM", "csv_cell", "file_stem", "html_text", "md_text", "mpl_text", "visible_bidi"]
+__all__ = [
+    "MAX_STEM",
+    "WINDOWS_DEVICES",
+    "csv_cell",
+    "file_stem",
+    "html_text",
+    "md_text",
+    "mpl_text",
+    "visible_bidi",
+]
 
 #: the longest file-name part :func:`file_stem` returns (well under the 255 bytes most file systems allow,
 #: leaving room for a prefix, a suffix and an extension)
@@ -104,18 +113,28 @@ def mpl_text(text: Any) -> str:
     return visible_bidi(str(text).replace("$", r"\$"))
 
 
+#: names Windows keeps for devices, whatever the extension (``CON.html`` opens the console, not a file)
+WINDOWS_DEVICES = frozenset(
+    ["CON", "PRN", "AUX", "NUL", *(f"COM{i}" for i in range(1, 10)), *(f"LPT{i}" for i in range(1, 10))]
+)
+
+
 def file_stem(name: Any, default: str = "plot") -> str:
     """``name`` as a portable file-name part: letters, digits, ``._-`` (any other run becomes ``_``), no
-    leading dot; a result longer than :data:`MAX_STEM` is cut and ends with a hash of the whole name, so it
-    is the same on every run and distinct long names stay distinct.
+    leading dot, never a Windows device name before its first dot (``CON`` becomes ``CON_``); a result
+    longer than :data:`MAX_STEM` is cut and ends with a hash of the whole name, so it is the same on every
+    run and distinct long names stay distinct.
 
-    >>> file_stem("ssim / b=2"), file_stem("***"), file_stem("..")
-    ('ssim_b_2', 'plot', 'plot')
+    >>> file_stem("ssim / b=2"), file_stem("***"), file_stem(".."), file_stem("con"), file_stem("Nul.x")
+    ('ssim_b_2', 'plot', 'plot', 'con_', 'Nul_.x')
     >>> s = file_stem("g" * 240); len(s), s == file_stem("g" * 240), s != file_stem("g" * 239)
     (80, True, True)
     """
     raw = str(name)
     stem = re.sub(r"[^A-Za-z0-9._-]+", "_", raw).rstrip("_").lstrip(".") or default
+    first, dot, rest = stem.partition(".")
+    if first.upper() in WINDOWS_DEVICES:
+        stem = f"{first}_{dot}{rest}"
     if len(stem) > MAX_STEM:
         digest = hashlib.sha256(raw.encode("utf-8", "surrogatepass")).hexdigest()[:_HASH]
         stem = f"{stem[: MAX_STEM - _HASH - 1]}-{digest}"

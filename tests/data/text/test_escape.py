@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import pytest
+
+from genmetrics.data.text.escape import WINDOWS_DEVICES, file_stem
 from tests.reliability.hostile import Cases
 
 # ------------------------------------------------------------------------------------ hostile inputs
@@ -30,3 +33,15 @@ def _(ctx):
 
 
 test_hostile = HOSTILE.test()
+
+
+@pytest.mark.parametrize("name", ["CON", "con", "Prn", "aux", "NUL", "com1", "LPT9", "nul.tar", "CON.x.y"])
+def test_file_stem_is_never_a_windows_device_name(name):
+    """A generator named CON got gallery/CON.html: on Windows that name is the console, whatever the extension
+    (red before). The part before the first dot is never a device name; the rest is kept."""
+    stem = file_stem(name)
+    first, _, rest = stem.partition(".")
+    assert first.upper() not in WINDOWS_DEVICES and first == name.partition(".")[0] + "_"
+    assert rest == name.partition(".")[2] and file_stem(name) == stem
+    for other in ("CONSOLE", "com10", "lpt", "a.con"):  # not device names: as before
+        assert file_stem(other) == other
