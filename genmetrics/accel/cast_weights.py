@@ -57,7 +57,15 @@ def cast_cache_enabled() -> bool:
 
 
 def set_cast_cache(enabled: bool | None) -> None:
-    """Keep cast copies (True), cast at every call (False), or follow ``GENMETRICS_CAST_CACHE`` (None)."""
+    """Keep cast copies (True), cast at every call (False), or follow ``GENMETRICS_CAST_CACHE`` (None).
+
+    >>> set_cast_cache(False)
+    >>> w = torch.nn.Linear(3, 2).weight
+    >>> with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+    ...     autocast_weight(w) is w  # left to autocast, which casts it at the product
+    True
+    >>> set_cast_cache(None)
+    """
     _enabled[0] = enabled
 
 
@@ -126,7 +134,14 @@ def cast_weights_kept() -> int:
 
 
 def release_cast_weights() -> None:
-    """Free every kept cast copy (they are made again at the next call)."""
+    """Free every kept cast copy (they are made again at the next call).
+
+    >>> w = torch.nn.Linear(3, 2).weight
+    >>> with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+    ...     _ = autocast_weight(w)
+    >>> release_cast_weights(); cast_weights_kept()
+    0
+    """
     _copies.clear()
 
 
