@@ -69,16 +69,23 @@ def set_cast_cache(enabled: bool | None) -> None:
     _enabled[0] = enabled
 
 
+def _bf16_autocast_kept() -> bool:
+    """Whether CPU bfloat16 autocast is on and the copies are kept."""
+    return (
+        torch.is_autocast_enabled("cpu")
+        and torch.get_autocast_dtype("cpu") == torch.bfloat16
+        and cast_cache_enabled()
+    )
+
+
 def _autocast_target(t: torch.Tensor) -> torch.dtype | None:
     """The dtype CPU autocast would cast ``t`` to in a product now, when a kept copy may stand for it."""
     if (
         t.dtype != torch.float32
         or t.device.type != "cpu"
-        or not torch.is_autocast_enabled("cpu")
-        or torch.get_autocast_dtype("cpu") != torch.bfloat16
         or (t.requires_grad and torch.is_grad_enabled())
         or t.is_inference()
-        or not cast_cache_enabled()
+        or not _bf16_autocast_kept()
     ):
         return None
     return torch.bfloat16
@@ -196,10 +203,13 @@ def cached_weight_scope(*modules: Any) -> Iterator[None]:
     (True, torch.float32)
     """
     handles = []
-    if cast_cache_enabled():
+    # no hooks at all outside CPU bfloat16 autocast (a float32 pass pays nothing), nor on weights that
+    # autocast would not cast (another dtype or device)
+    if _bf16_autocast_kept():
         for root in modules:
             for m in root.modules() if isinstance(root, torch.nn.Module) else ():
-                if _stock(m) and (m._parameters.get("weight") is not None):
+                w = m._parameters.get("weight") if _stock(m) else None
+                if w is not None and w.dtype == torch.float32 and w.device.type == "cpu":
                     handles.append(m.register_forward_pre_hook(_swap_in))
                     handles.append(m.register_forward_hook(_swap_out, always_call=True))
     try:

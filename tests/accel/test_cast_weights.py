@@ -152,8 +152,10 @@ def test_scope_swaps_only_stock_products_under_autocast():
     CW.set_cast_cache(False)
     plain = _bf16(head, x)
     CW.set_cast_cache(True)
+    with CW.cached_weight_scope(head):  # no autocast: no hooks, a float32 pass pays nothing
+        assert not head.inner._forward_pre_hooks
     inside: list[torch.dtype] = []
-    with CW.cached_weight_scope(head, None, "not a module"):
+    with torch.autocast("cpu", dtype=torch.bfloat16), CW.cached_weight_scope(head, None, "not a module"):
         hook = head.inner.register_forward_pre_hook(lambda m, a: inside.append(m.weight.dtype))  # after ours
         kept = _bf16(head, x)
         hook.remove()
