@@ -7,7 +7,8 @@ load open_clip's) wrapped in ``torch.autocast``. One JSON line (CPU seconds, med
 the speed goal (bf16 >= 1.8x float32) applies to CPUs with bf16 units (``cpu_has_avx512_bf16``, or AMX).
 
 Which fast paths run is ``GENMETRICS_FAST_PATHS``'s (the line's ``fast_paths``): measure the default and
-``GENMETRICS_FAST_PATHS=all`` in two runs.
+``GENMETRICS_FAST_PATHS=all`` in two runs. Each metric also runs in bf16 with the kept bfloat16 weights
+switched off (``<metric>_bf16_uncached``: autocast casts every weight at every call), interleaved with the rest.
 
 Usage: python benchmarks/bf16_speed.py [--images 8] [--rounds 3] [--threads 1] [--torchmetrics]
        [--metrics clipscore,clip_i,raclip,dino]
@@ -99,9 +100,19 @@ def main() -> None:
         "bf16": lambda: run(lambda v: encode_image(oc, v), True),
         "open_clip_autocast_bf16": lambda: run(oc.encode_image, True),
     }
+    from genmetrics.accel.cast_weights import set_cast_cache
+
+    def uncached(name: str) -> Any:  # bf16 with autocast casting every weight at every call
+        set_cast_cache(False)
+        try:
+            return metric(name, "bf16")
+        finally:
+            set_cast_cache(None)
+
     for name in names:
         for p in ("fp32", "bf16"):
             tools[f"{name}_{p}"] = lambda name=name, p=p: metric(name, p)
+        tools[f"{name}_bf16_uncached"] = lambda name=name: uncached(name)
     if args.torchmetrics:
         import sys
         from pathlib import Path
@@ -136,6 +147,15 @@ def main() -> None:
         "bf16_over_fp32": round(med["fp32"] / med["bf16"], 3),
         "open_clip_autocast_bf16_over_fp32": round(med["fp32"] / med["open_clip_autocast_bf16"], 3),
         **{f"{n}_bf16_over_fp32": round(med[f"{n}_fp32"] / med[f"{n}_bf16"], 3) for n in names},
+        # the weights cast once and kept (genmetrics.accel.cast_weights) against cast at every call
+        **{
+            f"{n}_bf16_kept_over_uncached": round(med[f"{n}_bf16_uncached"] / med[f"{n}_bf16"], 3)
+            for n in names
+        },
+        **{
+            f"{n}_bf16_uncached_over_fp32": round(med[f"{n}_fp32"] / med[f"{n}_bf16_uncached"], 3)
+            for n in names
+        },
         "goal_bf16_over_fp32": 1.8,
         **(
             {

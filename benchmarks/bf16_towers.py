@@ -2,7 +2,9 @@
 random test backbones (``precision="fp32"`` / ``"bf16"``, whole metric), and the vision towers of the real
 architectures (Qwen3-VL-Embedding-2B for TPIPS, Qwen3.5-0.8B for MIE; random weights, only the vision tower
 is materialised, so the 2B model never needs its 8.5 GB) on one ``--size`` px image, float32 and under CPU
-bfloat16 autocast. One JSON line: CPU seconds (median of interleaved rounds) and bf16 / fp32 ratios.
+bfloat16 autocast. One JSON line: CPU seconds (median of interleaved rounds) and bf16 / fp32 ratios; each bf16
+pass also runs with the kept bfloat16 weights switched off (``*_bf16_uncached``, autocast casting every weight
+at every call).
 
 Usage: python benchmarks/bf16_towers.py [--rounds 3] [--size 448] [--threads 1] [--skip-real]
 """
@@ -79,14 +81,25 @@ def main() -> None:
             m.update(**u)
         return m.compute()
 
-    def autocast(fn: Any, bf16: bool) -> Any:
+    from genmetrics.accel.cast_weights import cached_weight_scope, set_cast_cache
+
+    def autocast(fn: Any, bf16: bool, module: Any = None) -> Any:
         with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            with cached_weight_scope(module):  # the kept bfloat16 weights, as the metrics run their models
+                return fn()
+
+    def uncached(fn: Any) -> Any:  # bf16 with autocast casting every weight at every call
+        set_cast_cache(False)
+        try:
             return fn()
+        finally:
+            set_cast_cache(None)
 
     tools: dict[str, Any] = {}
     for name in ("tpips", "mie"):
         for p in ("fp32", "bf16"):
             tools[f"{name}_tiny_{p}"] = lambda name=name, p=p: metric(name, p)
+        tools[f"{name}_tiny_bf16_uncached"] = lambda name=name: uncached(lambda: metric(name, "bf16"))
     towers: dict[str, str] = {}
     if not args.skip_real:
         for family, real in (("tpips", "Qwen3-VL-Embedding-2B"), ("mie", "Qwen3.5-0.8B")):
@@ -94,9 +107,14 @@ def main() -> None:
             call = _tower_call(visual, vcfg, args.size)
             towers[family] = real
             for p in ("fp32", "bf16"):
-                tools[f"{family}_real_vision_{p}"] = lambda call=call, p=p: autocast(call, p == "bf16")
+                tools[f"{family}_real_vision_{p}"] = lambda call=call, p=p, v=visual: autocast(
+                    call, p == "bf16", v
+                )
+            tools[f"{family}_real_vision_bf16_uncached"] = lambda call=call, v=visual: uncached(
+                lambda: autocast(call, True, v)
+            )
     med = median_cpu_s(tools, args.rounds)
-    pairs = sorted({k.rsplit("_", 1)[0] for k in med})
+    pairs = sorted({k.rsplit("_", 1)[0] for k in med if not k.endswith("_uncached")})
     print(
         json.dumps(
             {
@@ -108,6 +126,11 @@ def main() -> None:
                 "fast_paths": os.environ.get("GENMETRICS_FAST_PATHS", "exact (default)"),
                 **{f"{k}_cpu_s": round(v, 4) for k, v in med.items()},
                 **{f"{k}_bf16_over_fp32": round(med[f"{k}_fp32"] / med[f"{k}_bf16"], 3) for k in pairs},
+                # the kept bfloat16 weights against autocast casting them at every call
+                **{
+                    f"{k}_bf16_kept_over_uncached": round(med[f"{k}_bf16_uncached"] / med[f"{k}_bf16"], 3)
+                    for k in pairs
+                },
             }
         )
     )

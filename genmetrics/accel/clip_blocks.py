@@ -14,6 +14,8 @@ import torch
 import torch.nn.functional as F
 from open_clip.transformer import QuickGELU, ResidualAttentionBlock
 
+from genmetrics.accel.cast_weights import autocast_weight as aw
+
 #: QuickGELU ``h * sigmoid(1.702 h)`` == ``silu(1.702 h) / 1.702``
 QUICKGELU_ALPHA = 1.702
 
@@ -40,6 +42,14 @@ def is_plain_block(blk: Any) -> bool:
     )
 
 
+def _linear(lin: Any, x: torch.Tensor) -> torch.Tensor:
+    """``lin(x)`` for a stock ``nn.Linear``, its weights through :func:`~genmetrics.accel.cast_weights.autocast_weight`
+    (the bfloat16 copy kept under CPU autocast); any other module's own forward."""
+    if type(lin).forward is not torch.nn.Linear.forward:
+        return lin(x)
+    return F.linear(x, aw(lin.weight), None if lin.bias is None else aw(lin.bias))
+
+
 def fused_mlp(mlp: Any, x: torch.Tensor) -> torch.Tensor:
     """``mlp(x)``; QuickGELU ``h * sigmoid(1.702 h)`` as ``silu(1.702 h) / 1.702`` with both scalings inside
     the matrix products (one fused pass instead of three over the widest activation).
@@ -53,12 +63,12 @@ def fused_mlp(mlp: Any, x: torch.Tensor) -> torch.Tensor:
     """
     fc, proj = mlp.c_fc, mlp.c_proj
     if type(mlp.gelu) is not QuickGELU:
-        return proj(mlp.gelu(fc(x)))
+        return _linear(proj, mlp.gelu(_linear(fc, x)))
     a = QUICKGELU_ALPHA
     shape = x.shape
-    h = torch.addmm(fc.bias, x.reshape(-1, shape[-1]), fc.weight.t(), beta=a, alpha=a)
+    h = torch.addmm(aw(fc.bias), x.reshape(-1, shape[-1]), aw(fc.weight).t(), beta=a, alpha=a)
     F.silu(h, inplace=True)
-    y = torch.addmm(proj.bias, h, proj.weight.t(), alpha=1.0 / a)
+    y = torch.addmm(aw(proj.bias), h, aw(proj.weight).t(), alpha=1.0 / a)
     return y.reshape(*shape[:-1], y.shape[-1])
 
 
@@ -84,11 +94,11 @@ def sdpa_block(blk: Any, x: torch.Tensor, *, first_only: bool = False, attn_mask
     b, n, d = x.shape
     heads = attn.num_heads
     h = blk.ln_1(x)
-    w, bias = attn.in_proj_weight, attn.in_proj_bias
+    w, bias = aw(attn.in_proj_weight), None if attn.in_proj_bias is None else aw(attn.in_proj_bias)
     if not first_only:
         q, k, v = F.linear(h, w, bias).view(b, n, 3, heads, -1).permute(2, 0, 3, 1, 4)
         o = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask).transpose(1, 2).reshape(b, n, d)
-        x = x + blk.ls_1(attn.out_proj(o))
+        x = x + blk.ls_1(_linear(attn.out_proj, o))
         return x + blk.ls_2(fused_mlp(blk.mlp, blk.ln_2(x)))
     k, v = (
         F.linear(h, w[d:], None if bias is None else bias[d:]).view(b, n, 2, heads, -1).permute(2, 0, 3, 1, 4)
@@ -98,7 +108,7 @@ def sdpa_block(blk: Any, x: torch.Tensor, *, first_only: bool = False, attn_mask
     o = F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(b, 1, d)
     rows = []
     for i in range(b):
-        y = x[i, :1] + blk.ls_1(attn.out_proj(o[i]))
+        y = x[i, :1] + blk.ls_1(_linear(attn.out_proj, o[i]))
         rows.append(y + blk.ls_2(fused_mlp(blk.mlp, blk.ln_2(y))))
     return torch.stack(rows)
 

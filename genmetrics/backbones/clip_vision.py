@@ -10,6 +10,7 @@ import torch
 from open_clip import model as oc_model
 from open_clip import transformer as oc_t
 
+from genmetrics.accel.cast_weights import autocast_weight, cached_weight_scope
 from genmetrics.accel.clip_blocks import is_plain_block, sdpa_block
 from genmetrics.accel.clip_packed import packed_block, packed_vision_blocks
 from genmetrics.backbones._openclip_compat import has_embeds, vision_embeds
@@ -91,7 +92,8 @@ def encode_image(model: Any, pixels: torch.Tensor) -> torch.Tensor:
     v = fast_vision_tower(model)
     if v is None:
         return model.encode_image(pixels)
-    x = vision_embeds(v, pixels)
+    with cached_weight_scope(v.conv1):  # the patch embedding's weights: the kept bfloat16 copy under autocast
+        x = vision_embeds(v, pixels)
     blocks = list(v.transformer.resblocks)
     cls_only = v.pool_type == "tok"
     packed = packed_vision_blocks(v) if x.device.type == "cpu" else None  # float32 weights: fp32 or bf16
@@ -110,5 +112,7 @@ def encode_image(model: Any, pixels: torch.Tensor) -> torch.Tensor:
         # one image at a time, like the last block's rows: a one-row product runs another kernel (gemv)
         # than a B-row one and rounds differently, and an embedding must not depend on its batch
         rows = [pooled[i : i + 1] for i in range(pooled.shape[0])]
+        if not isinstance(proj, torch.nn.Module):
+            proj = autocast_weight(proj)
         pooled = torch.cat([proj(r) if isinstance(proj, torch.nn.Module) else r @ proj for r in rows])
     return pooled

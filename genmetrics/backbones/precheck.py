@@ -187,6 +187,8 @@ def check_metric_weights(default: str | None, factory: str, options: Mapping[str
 
     >>> check_metric_weights("ViT-B-32-quickgelu/openai", "genmetrics.baselines.embedding:CLIPImageSimilarity", {"wieghts": "x"})
     """
+    if requested_weights(default, options) is None:
+        return  # no weights by name (a pixel metric, or a built model passed): nothing to look for
     from genmetrics.core.static_options import static_options
 
     known = static_options(factory)

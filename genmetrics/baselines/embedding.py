@@ -16,6 +16,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from genmetrics.accel.cast_weights import cached_weight_scope
 from genmetrics.backbones.clip_preprocess import load_on_device, normalisation
 from genmetrics.backbones.hf import load_auto_model
 from genmetrics.backbones.openclip import clip_image_batch, encode_image, load_open_clip
@@ -91,7 +92,7 @@ class _EmbeddingMetric(SampleMetric):
 
     def _fresh(self, items: list[Any]) -> torch.Tensor:
         with torch.inference_mode():
-            with precision_autocast(self.precision, self.device):
+            with precision_autocast(self.precision, self.device), cached_weight_scope(self._model()):  # type: ignore[attr-defined]
                 raw = self._embed_raw(items)
             return F.normalize(raw.float(), dim=-1)
 

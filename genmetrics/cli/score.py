@@ -108,8 +108,11 @@ def _bad_files(files: list[Path], sizes: dict[Path, tuple[int, int]] | None = No
 
 
 def _keeps_size(name: str, kwargs: dict[str, Any]) -> bool:
-    """Whether the metric compares pixels without resizing (its ``resize`` option is ``"none"``)."""
-    resize = kwargs.get("resize", metric_options(name).get("resize", "None").strip("'\""))
+    """Whether the metric compares pixels without resizing (its ``resize`` option is ``"none"``); the default
+    from the metric's class (imported: the command builds the metric next)."""
+    if "resize" in kwargs:
+        return str(kwargs["resize"]) == "none"
+    resize = metric_options(name, static=False).get("resize", "None").strip("'\"")
     return str(resize) == "none"
 
 

@@ -127,21 +127,41 @@ def _adopt_renamed_hooks(cls: type) -> None:
             setattr(cls, old, own[new])
 
 
-def _document_options(cls: type) -> None:
-    """End a registered metric class's docstring with its options (:mod:`genmetrics.core.option_docs`, the table
-    ``genmetrics info`` shows): names and defaults read from the source, never imported."""
-    name = cls.__dict__.get("name")
-    if not isinstance(name, str) or not cls.__doc__:
-        return
-    from genmetrics.core.option_docs import options_section
-    from genmetrics.core.static_options import static_options
+class _OptionsDoc:
+    """A registered metric class's docstring, ended with its options (:mod:`genmetrics.core.option_docs`, the
+    table ``genmetrics info`` shows) when first read: the names and defaults come from the class's source
+    (:mod:`genmetrics.core.static_options`, never imported), which is parsed only for a reader of the
+    docstring (``help``, ``inspect.getdoc``, documentation), not by every command that defines the class."""
 
-    try:
-        defaults = static_options(f"{cls.__module__}:{cls.__qualname__}")
-    except Exception:  # noqa: BLE001 - documentation only: never in the way of defining the class
-        defaults = None
-    if defaults:
-        cls.__doc__ = cls.__doc__.rstrip() + "\n\n" + options_section(name, defaults) + "\n"
+    def __init__(self, cls: type, doc: str) -> None:
+        self._factory = f"{cls.__module__}:{cls.__qualname__}"
+        self._name = cls.__dict__["name"]
+        self._doc = doc
+        self._full: str | None = None
+
+    def __get__(self, obj: Any, owner: Any = None) -> str:
+        if self._full is None:
+            from genmetrics.core.option_docs import options_section
+            from genmetrics.core.static_options import static_options
+
+            try:
+                defaults = static_options(self._factory)
+            except Exception:  # noqa: BLE001 - documentation only: never in the way of reading the class
+                defaults = None
+            self._full = self._doc
+            if defaults:
+                self._full = self._doc.rstrip() + "\n\n" + options_section(self._name, defaults) + "\n"
+        return self._full
+
+
+def _document_options(cls: type) -> None:
+    """End a registered metric class's docstring with its options, built when the docstring is first read
+    (:class:`_OptionsDoc`)."""
+    name = cls.__dict__.get("name")
+    doc = cls.__dict__.get("__doc__")
+    if not isinstance(name, str) or not isinstance(doc, str) or not doc:
+        return
+    cls.__doc__ = _OptionsDoc(cls, doc)  # type: ignore[assignment]
 
 
 class Metric(BackbonesFollowTo, torchmetrics.Metric):

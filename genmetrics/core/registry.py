@@ -193,7 +193,8 @@ class MetricCard:
 
 _CARDS: dict[str, MetricCard] = {}
 _ALIASES: dict[str, str] = {}  # alias -> name of the card
-_LOADED = False
+_LOADED = False  # every card: built-ins and plugins
+_BUILTINS_LOADED = False
 #: entry point name -> why its plugin could not be registered (it is skipped; asking for it raises this)
 _BROKEN: dict[str, str] = {}
 
@@ -270,13 +271,24 @@ def unregister_metric(name: str) -> MetricCard | None:
     return card
 
 
+def _load_builtins() -> None:
+    """Register the built-in families' cards (importing their packages: cards only, no torch)."""
+    global _BUILTINS_LOADED
+    if _BUILTINS_LOADED:
+        return
+    _BUILTINS_LOADED = True
+    for module in _BUILTIN_FAMILIES:
+        importlib.import_module(module)
+
+
 def _load_all() -> None:
+    """The built-in cards, then the plugins' (``genmetrics.metrics`` entry points: a scan of every installed
+    package's metadata, done only when a name is not a built-in one or every name is asked for)."""
     global _LOADED
     if _LOADED:
         return
     _LOADED = True
-    for module in _BUILTIN_FAMILIES:
-        importlib.import_module(module)
+    _load_builtins()
     from importlib.metadata import entry_points
 
     for ep in entry_points(group=ENTRY_POINT_GROUP):
@@ -321,7 +333,9 @@ def get_card(name: str) -> MetricCard:
     >>> get_card("clip_t").name, get_card("sad").level.value
     ('clipscore', 'set')
     """
-    _load_all()
+    _load_builtins()  # a plugin cannot take a built-in name: the plugins are read only for another name
+    if not (isinstance(name, str) and (name in _CARDS or name in _ALIASES)):
+        _load_all()
     if isinstance(name, str) and name in _ALIASES:
         name = _ALIASES[name]
     if isinstance(name, str) and name not in _CARDS and name in _BROKEN:
@@ -418,17 +432,21 @@ def _accepted_kwargs(cls: type) -> tuple[set[str], bool]:
     return names, True
 
 
-def metric_options(name: str) -> dict[str, Any]:
-    """The keyword arguments ``create_metric(name, ...)`` accepts, with their defaults (repr).
+def metric_options(name: str, *, static: bool = True) -> dict[str, Any]:
+    """The keyword arguments ``create_metric(name, ...)`` accepts, with their defaults (repr). Read from the
+    metric's source without importing it (``info`` imports no torch); ``static=False`` reads the signatures of
+    the imported class instead (it imports the class: for a caller that builds the metric anyway, which then
+    parses no source).
 
-    >>> metric_options("psnr")["max_db"]
-    '100.0'
+    >>> metric_options("psnr")["max_db"], metric_options("psnr", static=False)["max_db"]
+    ('100.0', '100.0')
     """
-    from genmetrics.core.static_options import static_options
+    if static:
+        from genmetrics.core.static_options import static_options
 
-    static = static_options(get_card(name).factory)  # read from the source: `info` imports no torch
-    if static is not None:
-        return static
+        found = static_options(get_card(name).factory)  # read from the source
+        if found is not None:
+            return found
     cls = metric_class(name)
     out: dict[str, Any] = {}
     for klass in cls.__mro__:

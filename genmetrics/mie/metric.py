@@ -23,6 +23,7 @@ from typing import Any, cast
 import torch
 from PIL import Image
 
+from genmetrics.accel.cast_weights import cached_weight_scope
 from genmetrics.backbones.memory_model import batch_peak_bytes, image_hw, real_config_from_model
 from genmetrics.backbones.qwen_vl import smart_resize
 from genmetrics.core.metric import SampleMetric
@@ -202,7 +203,7 @@ class MIEMetric(SampleMetric):
         """Per-sample MIE (the ranking head's score) of one prepared batch (the
         :meth:`~genmetrics.core.sample_metric.SampleMetric.score_batch` hook)."""
         model = self.mie_model()
-        with precision_autocast(self.precision, self.device):
+        with precision_autocast(self.precision, self.device), cached_weight_scope(model):
             out = model.score(batch["reference"], batch["condition"], batch["candidates"])
         return {"score": out.score, "diagnostics": out.diagnostics}
 

@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from genmetrics.accel._torch_internals import version_counter
+from genmetrics.accel.cast_weights import autocast_weight, cached_weight_scope
 from genmetrics.accel.clip_blocks import fused_mlp
 from genmetrics.accel.clip_packed import packed_vision_blocks
 from genmetrics.backbones._openclip_compat import has_embeds, vision_embeds
@@ -131,7 +132,13 @@ def _heads(attn: Any) -> int:
 def _qkv(attn: Any, y: torch.Tensor, packed: Any = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     b, n, d = y.shape
     h = _heads(attn)
-    qkv = F.linear(y, attn.in_proj_weight, attn.in_proj_bias) if packed is None else packed.in_proj(y)
+    if packed is None:  # the kept bfloat16 copies under CPU autocast (genmetrics.accel.cast_weights)
+        bias = attn.in_proj_bias
+        qkv = F.linear(
+            y, autocast_weight(attn.in_proj_weight), None if bias is None else autocast_weight(bias)
+        )
+    else:
+        qkv = packed.in_proj(y)
     q, k, v = qkv.chunk(3, dim=-1)
     q, k, v = (t.reshape(b, n, h, d // h).transpose(1, 2) for t in (q, k, v))  # [B,H,N,hd]
     return q, k, v
@@ -301,7 +308,7 @@ def dense_tokens(
     if global_layer == "penultimate":
         x = torch.cat([cls_penultimate, x[:, 1:]], dim=1)
     x = visual.ln_post(x)
-    z = x @ visual.proj if visual.proj is not None else x
+    z = x @ autocast_weight(visual.proj) if visual.proj is not None else x
     gh, gw = (int(g) for g in visual.grid_size)
     assert attn_sum is not None  # check_vit: at least 2 blocks
     return z, attn_sum, (gh, gw)
@@ -602,7 +609,7 @@ class RegionAttributeScorer(nn.Module):
         :class:`RAOutput` of Eq. 3-9, in float32 whatever precision the tower ran in."""
         with precision_autocast("fp32", images.device):  # the prompts: float64 tower, never autocast
             t_pos, t_neg = self.text_embeddings(attributes)
-        with precision_autocast(self.precision, images.device):
+        with precision_autocast(self.precision, images.device), cached_weight_scope(self.model):
             z, attn_sum, grid = dense_tokens(
                 self.model, images, global_layer="last" if self.global_token else "penultimate"
             )

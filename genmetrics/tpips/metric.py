@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from genmetrics.accel.cast_weights import cached_weight_scope
 from genmetrics.backbones.memory_model import batch_peak_bytes, image_hw, real_config_from_model
 from genmetrics.backbones.qwen_vl import IMAGE_MODES, mode_sensitive, official_rgb_uint8, qwen_image
 from genmetrics.core.metric import SampleMetric, batch_len, eval_mode, hash_id, keep_index, slice_batch
@@ -269,7 +270,7 @@ class TPIPS(SampleMetric):
         model = self.model()
         ref, cand, asp = batch["reference"], batch["candidates"], batch["condition"]
         # a caller's model under training is scored in eval mode, its mode kept
-        with eval_mode(model), precision_autocast(self.precision, self.device):
+        with eval_mode(model), precision_autocast(self.precision, self.device), cached_weight_scope(model):
             if cand and isinstance(cand[0], list):
                 k = len(cand[0])
                 a = [r for r in ref for _ in range(k)]

@@ -30,13 +30,25 @@ HEAVY = (
     "pandas",
     "torchmetrics.functional",  # torchmetrics' full package init
     "matplotlib",
+    # the options read from the metrics' source (ast.parse of several files): only `info` and readers of a
+    # metric class's docstring need them
+    "genmetrics.core.static_options",
+    "genmetrics.core.option_docs",
 )
 
 SCORE = """
 import json, sys
+from importlib import metadata
+scans = []
+scan = metadata.entry_points
+def counted(**kw):  # genmetrics' plugins: a scan of every installed package's metadata
+    if kw.get("group") == "genmetrics.metrics":
+        scans.append(kw)
+    return scan(**kw)
+metadata.entry_points = counted
 from genmetrics.cli.main import main
 rc = main(["score", "psnr", "-r", {ref!r}, "-c", {gen!r}])
-print(json.dumps({{"rc": rc, "heavy": [m for m in {heavy!r} if m in sys.modules]}}), file=sys.stderr)
+print(json.dumps({{"rc": rc, "heavy": [m for m in {heavy!r} if m in sys.modules], "scans": scans}}), file=sys.stderr)
 """
 
 FALLBACK = """
@@ -74,7 +86,7 @@ def test_score_psnr_imports_none_of_the_heavy_modules(tmp_path):
     code = SCORE.format(ref=str(ref), gen=str(gen), heavy=HEAVY)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     report = json.loads(out.stderr.strip().splitlines()[-1])
-    assert report == {"rc": 0, "heavy": []}, out.stderr[-2000:]
+    assert report == {"rc": 0, "heavy": [], "scans": []}, out.stderr[-2000:]
 
     def read(folder):  # an explicit second reading: numpy arrays of the PNGs, in [0,1]
         arrays = [np.asarray(Image.open(p).convert("RGB")) for p in sorted(folder.iterdir())]
