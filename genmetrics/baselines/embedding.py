@@ -92,7 +92,7 @@ class _EmbeddingMetric(SampleMetric):
 
     def _fresh(self, items: list[Any]) -> torch.Tensor:
         with torch.inference_mode():
-            with precision_autocast(self.precision, self.device), cached_weight_scope(self._model()):  # type: ignore[attr-defined]
+            with precision_autocast(self.precision, self.device), cached_weight_scope(self._model()):
                 raw = self._embed_raw(items)
             return F.normalize(raw.float(), dim=-1)
 
