@@ -260,6 +260,8 @@ def check_metric(card: MetricCard, options: Mapping[str, Any]) -> None:
         ...
     genmetrics.errors.WeightsUnavailableError: the mie metric needs trained heads ...
     """
+    if not card.precheck and requested_weights(card.default_weights, options) is None:
+        return  # a pixel metric, or a built model passed: nothing to look for, nothing to import
     from genmetrics.core.static_options import static_options
 
     known = static_options(card.factory)
