@@ -53,7 +53,7 @@ from genmetrics.data.io.pipeline import (
 from genmetrics.data.output.disk import disk_full_named
 from genmetrics.data.output.lock import lock_output_folder
 from genmetrics.data.output.merge import merge_in_order
-from genmetrics.data.output.rows import ResultsWriter, read_results
+from genmetrics.data.output.rows import ResultsWriter, iter_results
 from genmetrics.data.progress import progress
 from genmetrics.errors import GenmetricsError, InputError
 from genmetrics.leaderboard.config import LeaderboardConfig, load_config
@@ -76,7 +76,7 @@ from genmetrics.leaderboard.manifest import (
     write_manifest,
 )
 from genmetrics.leaderboard.plan import SET_ID, MetricPlan, Plan, Sample, build_plan, device_for_run
-from genmetrics.leaderboard.scores import ScoreTable
+from genmetrics.leaderboard.scores import KeySet, ScoreTable
 
 __all__ = [
     "HASHES",
@@ -378,7 +378,10 @@ class _Run:
         self.state = PartialState(cpu=not device.startswith("cuda"))
         self.rank, self.world = self.state.process_index, self.state.num_processes
         self.weights: dict[str, Any] = {}
-        self.done: set[tuple[str, str, str]] = set()
+        # the planned keys' positions (an id index per generator), shared by the finished and written keys
+        # (a byte per row each) and the end's merge and summary (the scores)
+        self.table = ScoreTable(plan)
+        self.done = KeySet(self.table)
         self.hashes: InputHashes | None = None
 
     def shard(self, items: list[Any]) -> list[Any]:
@@ -479,11 +482,14 @@ class _Run:
             )
             self.hashes.save()
         self.state.wait_for_everyone()
-        self.done = {
-            (str(r.get("generator")), str(r.get("metric")), str(r.get("id")))
-            for s in self._sources()
-            for r in read_results(s)
-        }
+        self.done = KeySet(
+            self.table,
+            (
+                (str(r.get("generator")), str(r.get("metric")), str(r.get("id")))
+                for s in self._sources()
+                for r, _ in iter_results(s)
+            ),
+        )
         if self.rank == 0 and self.resume:
             print(resume_note(self.plan, self.done), file=sys.stderr)
         self.state.wait_for_everyone()
@@ -494,7 +500,7 @@ class _Run:
         skipped = self.out / (SKIPPED if single else f"{SHARDS}/skipped-rank-{self.rank:05d}.jsonl")
         scored = 0
         with (
-            ResultsWriter(mine, resume=True, root=self.out) as writer,
+            ResultsWriter(mine, resume=True, root=self.out, keys=KeySet(self.table)) as writer,
             ResultsWriter(skipped, resume=True, root=self.out) as skip_writer,
         ):
             skip = _Skipper(skip_writer) if self.on_error == "skip" else None
@@ -779,7 +785,7 @@ class _Run:
     def _finish(self, *, plots: bool) -> dict[str, Any]:
         """Merge the results into ``results.jsonl`` in canonical order and write the summary and reports,
         streamed: the rows are read one at a time into a :class:`ScoreTable` (float64 scores), never held."""
-        table = ScoreTable(self.plan)
+        table = self.table
         merge_in_order(
             self._sources(), self.out / RESULTS, table.position, table.size, visit=table.put, root=self.out
         )
