@@ -15,6 +15,7 @@ flag or config key. Nothing here reads the card's prose nor a metric's name.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,7 +34,7 @@ REFERENCE_USE = {
 }
 
 
-@dataclass
+@dataclass(slots=True)  # no __dict__: a large run holds one per image, metric and generator
 class Sample:
     """One planned sample: its id (the candidate's file stem), the candidate and what it is compared with.
 
@@ -232,7 +233,8 @@ def wire(feed: Feeds, candidates: Sequence[Path], sources: Sources) -> tuple[lis
     """
     # the caller's Path objects, not copies: the metrics of a run share them (memory of a large run)
     paths = [f if isinstance(f, Path) else Path(f) for f in candidates]
-    samples = [Sample(id=p.stem, candidate=p) for p in paths]
+    # ids interned: the metrics of a run share one string per stem
+    samples = [Sample(id=sys.intern(p.stem), candidate=p) for p in paths]
     real: list[Path] | None = None
     if feed.reference is ReferenceKind.REAL_SET:
         if not sources.real:

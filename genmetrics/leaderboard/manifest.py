@@ -11,6 +11,7 @@ import hashlib
 import json
 import sys
 import time
+from collections.abc import Container
 from pathlib import Path
 from typing import Any
 
@@ -380,7 +381,7 @@ def drop_stale_rows(sources: list[Path], check: RowCheck, hashes: InputHashes, o
     return stale_total
 
 
-def resume_note(plan: Plan, done: set[tuple[str, str, str]]) -> str:
+def resume_note(plan: Plan, done: Container[tuple[str, str, str]]) -> str:
     """What a resume keeps and what is left, per column: ``note: --resume: kept 4 of 6 row(s); left: psnr
     2 of 6``.
 

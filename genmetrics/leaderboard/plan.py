@@ -340,6 +340,7 @@ def build_plan(
         )
         for spec in cfg.metrics
     ]
+    _share_samples(plans)
     if cfg.run.rank_by is not None:
         m = next(p for p in plans if cfg.run.rank_by in [c.name for c in p.columns])
         if m.higher_is_better is None:
@@ -449,6 +450,20 @@ def _metric_plan(
             _check_reference_lists(cfg, g, samples, inp)
             mp.samples[g.name] = samples
     return mp
+
+
+def _share_samples(plans: list[MetricPlan]) -> None:
+    """Metrics wired to the same samples of a generator (psnr and ssim: each image and its reference) share
+    one list of them: a large run holds one ``Sample`` per image and generator, not one per metric too."""
+    seen: dict[str, list[list[Sample]]] = {}
+    for mp in plans:
+        for g, samples in mp.samples.items():
+            known = seen.setdefault(g, [])
+            same = next((k for k in known if k == samples), None)
+            if same is None:
+                known.append(samples)
+            else:
+                mp.samples[g] = same
 
 
 def _sources(cfg: LeaderboardConfig, g: GeneratorSpec, inp: _Inputs) -> Sources:

@@ -31,6 +31,7 @@ import re
 import shutil
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -84,7 +85,7 @@ from genmetrics.leaderboard.plan import (
     check_plan_weights,
     device_for_run,
 )
-from genmetrics.leaderboard.scores import ScoreTable
+from genmetrics.leaderboard.scores import KeySet, ScoreTable
 
 __all__ = [
     "HASHES",
@@ -366,7 +367,7 @@ def run_leaderboard(
     # a resumed run checks the weights of the metrics it still has to score only, once it knows which
     plan = build_plan(cfg, metric_kwargs=metric_kwargs, device=dev, check_weights=not resume)
     if resume:  # weights no cache holds stop the run before anything is written, unless nothing needs them
-        done = _finished_keys_in(out_dir)
+        done = KeySet(ScoreTable(plan), _finished_keys_in(out_dir))
         check_plan_weights(plan, {k[1] for k in plan.keys() if k not in done})
     return _Run(plan, out_dir, dev, resume=resume, on_error=on_error, workers=n_workers).execute(plots=plots)
 
@@ -381,15 +382,15 @@ def _skipped_sources(out_dir: Path) -> list[Path]:
     return [out_dir / SKIPPED, *sorted((out_dir / SHARDS).glob("skipped-rank-*.jsonl"))]
 
 
-def _finished_keys_in(out_dir: Path) -> set[tuple[str, str, str]]:
-    """The ``(generator, column, id)`` of every row in the results files of ``out_dir`` (read one row at a
-    time; none when it has none)."""
-    return {
-        (str(r.get("generator")), str(r.get("metric")), str(r.get("id")))
-        for src in _result_sources(out_dir)
-        for r, _ in iter_results(src)
-        if isinstance(r, dict)  # a line that is no row is refused with its file and line by the row check
-    }
+def _finished_keys_in(out_dir: Path) -> Iterator[tuple[str, str, str]]:
+    """The ``(generator, column, id)`` of every row in the results files of ``out_dir``, read one row at a
+    time (none when it has none); a caller keeps them in a :class:`KeySet`."""
+    for src in _result_sources(out_dir):
+        for r, _ in iter_results(src):
+            if isinstance(
+                r, dict
+            ):  # a line that is no row is refused with its file and line by the row check
+                yield (str(r.get("generator")), str(r.get("metric")), str(r.get("id")))
 
 
 def _check_out_outside_inputs(cfg: LeaderboardConfig, out_dir: Path) -> None:
@@ -437,7 +438,10 @@ class _Run:
         self.state = PartialState(cpu=not device.startswith("cuda"))
         self.rank, self.world = self.state.process_index, self.state.num_processes
         self.weights: dict[str, Any] = {}
-        self.done: set[tuple[str, str, str]] = set()
+        # the planned keys' positions (an id index per generator), shared by the finished and written keys
+        # (a byte per row each) and the end's merge and summary (the scores)
+        self.table = ScoreTable(plan)
+        self.done = KeySet(self.table)
         self.hashes: InputHashes | None = None
 
     def shard(self, items: list[Any]) -> list[Any]:
@@ -545,7 +549,7 @@ class _Run:
             )
             self.hashes.save()
         self.state.wait_for_everyone()
-        self.done = _finished_keys_in(self.out)
+        self.done = KeySet(self.table, _finished_keys_in(self.out))
         if self.rank == 0 and self.resume:
             print(resume_note(self.plan, self.done), file=sys.stderr)
         self.state.wait_for_everyone()
@@ -556,7 +560,7 @@ class _Run:
         skipped = self.out / (SKIPPED if single else f"{SHARDS}/skipped-rank-{self.rank:05d}.jsonl")
         scored = 0
         with (
-            ResultsWriter(mine, resume=True, root=self.out) as writer,
+            ResultsWriter(mine, resume=True, root=self.out, keys=KeySet(self.table)) as writer,
             ResultsWriter(skipped, resume=True, root=self.out) as skip_writer,
         ):
             skip = _Skipper(skip_writer) if self.on_error == "skip" else None
@@ -841,7 +845,7 @@ class _Run:
     def _finish(self, *, plots: bool) -> dict[str, Any]:
         """Merge the results into ``results.jsonl`` in canonical order and write the summary and reports,
         streamed: the rows are read one at a time into a :class:`ScoreTable` (float64 scores), never held."""
-        table = ScoreTable(self.plan)
+        table = self.table
         merge_in_order(
             self._sources(), self.out / RESULTS, table.position, table.size, visit=table.put, root=self.out
         )

@@ -3,6 +3,7 @@ so merging and summarising a run of any size never holds its rows (:class:`Score
 
 Memory: 9 bytes per planned row (the score and its state) and an id index per generator (shared by the
 metrics with the same samples); set-level rows (one per generator and column) are kept as they are.
+:class:`KeySet` holds which rows a run has (finished, written) in one byte per planned row.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import numpy as np
 from genmetrics.core.registry import Granularity
 from genmetrics.leaderboard.plan import SET_ID, Plan
 
-__all__ = ["MISSING", "FINITE", "NOT_FINITE", "ScoreTable"]
+__all__ = ["MISSING", "FINITE", "NOT_FINITE", "KeySet", "ScoreTable"]
 
 #: states of a planned row: no row, a finite score, a row whose score is not a finite number (null, nan...)
 MISSING, FINITE, NOT_FINITE = 0, 1, 2
@@ -150,3 +151,46 @@ class ScoreTable:
         pa = np.fromiter((sa + ia[i] for i in shared), dtype=np.int64, count=len(shared))
         pb = np.fromiter((sb + ib[i] for i in shared), dtype=np.int64, count=len(shared))
         return self.values[pa], self.values[pb]
+
+
+class KeySet:
+    """A set of ``(generator, column, id)`` keys in one byte per planned key (a flag at its
+    :meth:`ScoreTable.position`), keys outside the plan in a plain set: what a run keeps of the rows it has
+    finished or written, instead of a tuple per row (about 150 bytes).
+
+    >>> import tempfile
+    >>> from genmetrics.leaderboard import build_plan, load_config
+    >>> from genmetrics.testing import toy_leaderboard
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     plan = build_plan(load_config(toy_leaderboard(d), base_dir=d))
+    >>> done = KeySet(ScoreTable(plan))
+    >>> done.add(("copy", "psnr", "001")); done.add(("copy", "psnr", "001")); done.add(("x", "psnr", "1"))
+    >>> len(done), ("copy", "psnr", "001") in done, ("copy", "psnr", "000") in done, ("x", "psnr", "1") in done
+    (2, True, False, True)
+    """
+
+    def __init__(self, table: ScoreTable, keys: Iterable[tuple[str, ...]] = ()):
+        self._position = table.position
+        self._flags = np.zeros(table.size, dtype=bool)
+        self._other: set[tuple[str, ...]] = set()
+        self._n = 0
+        for k in keys:
+            self.add(k)
+
+    def add(self, key: tuple[str, ...]) -> None:
+        """Add ``key`` (a tuple of strings; adding it again changes nothing)."""
+        pos = self._position(key)
+        if pos is None:
+            self._other.add(key)
+        elif not self._flags[pos]:
+            self._flags[pos] = True
+            self._n += 1
+
+    def __contains__(self, key: object) -> bool:
+        if not isinstance(key, tuple) or len(key) != 3:
+            return False
+        pos = self._position(key)
+        return key in self._other if pos is None else bool(self._flags[pos])
+
+    def __len__(self) -> int:
+        return self._n + len(self._other)

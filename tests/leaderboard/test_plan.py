@@ -108,3 +108,29 @@ def test_cache_folder_and_path_options(small_set, tmp_path, monkeypatch):
     )
     assert lb_fakes.CALLS["cache_dir"] == str(small_set.resolve() / "feats")
     assert lb_fakes.CALLS["path"] == str((small_set / "new").resolve())
+
+
+def test_metrics_wired_to_the_same_samples_share_one_list(tmp_path):
+    """psnr and ssim take each image with its reference: the plan holds one list of samples per generator for
+    both (equal to what each metric alone is wired to); a metric wired otherwise keeps its own."""
+    from genmetrics.testing import toy_leaderboard
+
+    cfg = toy_leaderboard(tmp_path, n=4, size=16)
+    alone = build_plan(load_config(cfg, base_dir=tmp_path))
+    cfg["metrics"] += [{"name": "ssim"}, {"name": "psnr", "label": "psnr_80", "max_db": 80.0}]
+    plan = build_plan(load_config(cfg, base_dir=tmp_path))
+    psnr, ssim, psnr_80 = plan.metrics
+    for g in ("copy", "noisy"):
+        assert psnr.samples[g] == alone.metrics[0].samples[g]
+        assert ssim.samples[g] is psnr.samples[g] and psnr_80.samples[g] is psnr.samples[g]
+    # another reference folder for one generator: its own samples, never another's
+    other = tmp_path / "refs2"
+    other.mkdir()
+    for f in (tmp_path / "refs").iterdir():
+        (other / f.name).write_bytes(f.read_bytes())
+    cfg["generators"][0]["references"] = "refs2"
+    plan = build_plan(load_config(cfg, base_dir=tmp_path))
+    g0, g1 = (g["name"] for g in cfg["generators"])
+    assert plan.metrics[1].samples[g0] is plan.metrics[0].samples[g0]
+    assert all(s.reference.parent.name == "refs2" for s in plan.metrics[1].samples[g0])
+    assert all(s.reference.parent.name == "refs" for s in plan.metrics[1].samples[g1])

@@ -16,7 +16,7 @@ from genmetrics.data.output.rows import dumps_line, read_results
 from genmetrics.leaderboard import build_plan, load_config, run_leaderboard
 from genmetrics.leaderboard.gallery import _top, best_and_worst
 from genmetrics.leaderboard.report import _interval, _paired, summarize
-from genmetrics.leaderboard.scores import ScoreTable
+from genmetrics.leaderboard.scores import KeySet, ScoreTable
 from genmetrics.testing import toy_leaderboard
 
 
@@ -178,3 +178,20 @@ def test_merge_and_summary_memory_grows_by_a_bounded_amount_per_row(tmp_path):
     per_row = 9 + 10 + (3 * 24 + 28) + 8 * 6 + 8 * n_boot + 50 + 8 * 3  # ~330 bytes
     (p1, r1), (p2, r2) = (_merge_and_summary_peak(tmp_path, n, n_boot) for n in (500, 4000))
     assert p2 - p1 <= per_row * (r2 - r1), (p1, p2, (p2 - p1) / (r2 - r1))
+
+
+def test_key_set_behaves_as_a_set_of_its_keys(tmp_path):
+    """KeySet (a flag per planned key, a set for the others) against a plain set fed the same keys: the same
+    membership for every planned key and some outside the plan, the same length, repeats counted once."""
+    plan = build_plan(load_config(toy_leaderboard(tmp_path, n=6), base_dir=tmp_path))
+    planned = plan.keys()
+    outside = [("copy", "psnr", "nope"), ("other", "psnr", "000"), ("copy", "ssim", "000")]
+    rng = random.Random(1)
+    keys = [rng.choice(planned + outside) for _ in range(40)]
+    done, plain = KeySet(ScoreTable(plan), keys[:20]), set(keys[:20])
+    for k in keys[20:]:
+        done.add(k)
+        plain.add(k)
+    assert len(done) == len(plain)
+    assert all((k in done) == (k in plain) for k in planned + outside)
+    assert ("copy", "psnr") not in done and "x" not in done

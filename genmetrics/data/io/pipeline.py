@@ -21,6 +21,7 @@ shutdown, run from ``finally``).
 
 from __future__ import annotations
 
+import array
 import contextlib
 import signal
 import threading
@@ -147,8 +148,8 @@ def decoded(
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     if batches is None:
-        batches = [list(range(i, min(len(paths), i + batch_size))) for i in range(0, len(paths), batch_size)]
-    batches = [list(b) for b in batches if len(b)]
+        batches = [range(i, min(len(paths), i + batch_size)) for i in range(0, len(paths), batch_size)]
+    batches = [b if isinstance(b, range) else list(b) for b in batches if len(b)]  # a range stays compact
     n_workers = check_workers(workers)
     if prefetch < 1:
         raise ValueError(f"prefetch must be >= 1, got {prefetch}")
@@ -290,21 +291,24 @@ def decoded_chunks(
     >>> sorted(Path(p).name for p in caches[1].items), torch.equal(caches[0].get(a), caches[1].get(a))
     (['000.png', '002.png'], True)
     """
-    last: dict[str, int] = {}
-    for i, chunk in enumerate(chunks):
-        for f in chunk:
-            last[str(f)] = i
+    # memory per file of the run: its number (one dict entry), the last chunk that needs it (4 bytes) and its
+    # place in `files`; batches are ranges of file numbers
+    number: dict[str, int] = {}
+    last = array.array("i")
     files: list[Any] = []
-    batches: list[list[int]] = []
-    n_batches: list[int] = []
-    seen: set[str] = set()
-    for chunk in chunks:
-        new = [f for f in dict.fromkeys(chunk) if str(f) not in seen]
-        seen.update(str(f) for f in new)
-        pieces = [new[i : i + batch_size] for i in range(0, len(new), batch_size)]
-        for piece in pieces:
-            batches.append(list(range(len(files), len(files) + len(piece))))
-            files.extend(piece)
+    batches: list[range] = []
+    n_batches = array.array("i")
+    for i, chunk in enumerate(chunks):
+        start = len(files)
+        for f in chunk:
+            k = number.setdefault(str(f), len(files))
+            if k == len(files):
+                files.append(f)
+                last.append(i)
+            else:
+                last[k] = i
+        pieces = range(start, len(files), batch_size)
+        batches.extend(range(b, min(b + batch_size, len(files))) for b in pieces)
         n_batches.append(len(pieces))
     stream = decoded(files, transforms, batches=batches, workers=workers, prefetch=prefetch, device=device)
     held: dict[str, Any] = {}
@@ -314,6 +318,5 @@ def decoded_chunks(
                 held.update((str(p), o) for p, o in next(stream))
             yield DecodedCache({str(f): held[str(f)] for f in chunk})
             for f in chunk:
-                if last.get(str(f)) == i:
+                if last[number[str(f)]] == i:
                     held.pop(str(f), None)
-                    last.pop(str(f))

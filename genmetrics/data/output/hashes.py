@@ -6,12 +6,18 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
+import struct
 import sys
 from pathlib import Path
 from typing import Any
 
-from genmetrics.data.output.atomic import atomic_write_text
+from genmetrics.data.output.atomic import atomic_output
 from genmetrics.errors import InputError
+
+#: a cache entry packed: size, mtime_ns, ctime_ns (signed), inode (unsigned), the 8 bytes of the hash
+_ENTRY = struct.Struct("<qqqQ8s")
+_HEX16 = re.compile(r"[0-9a-f]{16}")
 
 
 def _sha256_file(path: str) -> str:
@@ -30,7 +36,9 @@ class HashCache:
     replaced by another of the same size, even with its modification time set back (``cp -p``, ``rsync
     -t``), gets a new change time (ctime cannot be set by a program) or inode and is hashed again. An
     unreadable or torn cache file is ignored (hashes are computed afresh); the cache only saves reading,
-    it never decides a result on its own.
+    it never decides a result on its own. Each file's entry is held packed (40 bytes), its key shares the
+    caller's path string when that is already absolute and normal, and the file is written a line at a
+    time: memory of about 150 bytes per file, not 450.
 
     >>> import tempfile
     >>> with tempfile.TemporaryDirectory() as d:
@@ -51,7 +59,7 @@ class HashCache:
     def __init__(self, file: str | os.PathLike | None = None, *, root: str | os.PathLike | None = None):
         self.file = Path(file) if file is not None else None
         self.root = root
-        self._known: dict[str, list[Any]] = {}
+        self._known: dict[str, bytes] = {}
         self._dirty = False
         if self.file is not None:
             try:
@@ -63,39 +71,62 @@ class HashCache:
                 and data.get("version") == self.VERSION
                 and isinstance(data.get("files"), dict)
             ):
-                self._known = {k: v for k, v in data["files"].items() if self._valid(v)}
+                files = data["files"]
+                for k in list(files):
+                    packed = self._pack(files.pop(k))
+                    if packed is not None:
+                        self._known[k] = packed
 
     @staticmethod
-    def _valid(v: Any) -> bool:
-        return (
+    def _pack(v: Any) -> bytes | None:
+        """An entry ``[size, mtime_ns, ctime_ns, inode, hash]`` packed (``None``: not a valid entry)."""
+        if not (
             isinstance(v, list)
             and len(v) == 5
             and all(type(x) is int for x in v[:4])
             and isinstance(v[4], str)
-            and len(v[4]) == 16
-        )
+            and _HEX16.fullmatch(v[4])
+        ):
+            return None
+        try:
+            return _ENTRY.pack(*v[:4], bytes.fromhex(v[4]))
+        except struct.error:  # a number outside the stat fields' range
+            return None
 
     def __call__(self, path: str | os.PathLike) -> str:
-        p = os.path.abspath(os.fspath(path))
+        given = os.fspath(path)
+        p = os.path.abspath(given)
+        if p == given:
+            p = given  # the caller's string (a Path keeps its own): one copy of each name, not two
         st = os.stat(p)
-        stamp = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
         hit = self._known.get(p)
-        if hit is not None and hit[:4] == stamp:
-            return hit[4]
-        h = _sha256_file(p)
-        self._known[p] = [*stamp, h]
+        if hit is not None:
+            size, mtime, ctime, ino, h = _ENTRY.unpack(hit)
+            if (size, mtime, ctime, ino) == (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino):
+                return h.hex()
+        digest = _sha256_file(p)
+        self._known[p] = _ENTRY.pack(
+            st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, bytes.fromhex(digest)
+        )
         self._dirty = True
-        return h
+        return digest
 
     def save(self) -> None:
         """Write the cache file (when there is one and something new was hashed)."""
         if self.file is not None and self._dirty:
             try:
-                atomic_write_text(
-                    self.file,
-                    json.dumps({"version": self.VERSION, "files": self._known}) + "\n",
-                    root=self.root,
-                )
+                # what json.dumps({"version": ..., "files": {path: [size, mtime, ctime, inode, hash]}}) writes,
+                # an entry at a time
+                with (
+                    atomic_output(self.file, root=self.root) as tmp,
+                    open(tmp, "w", encoding="utf-8", newline="\n") as out,
+                ):
+                    out.write(f'{{"version": {json.dumps(self.VERSION)}, "files": {{')
+                    for i, (k, v) in enumerate(self._known.items()):
+                        size, mtime, ctime, ino, h = _ENTRY.unpack(v)
+                        entry = json.dumps([size, mtime, ctime, ino, h.hex()])
+                        out.write(f"{', ' if i else ''}{json.dumps(k)}: {entry}")
+                    out.write("}}\n")
             except (OSError, InputError) as e:  # only a cost: a later resume reads the files again
                 print(
                     f"warning: could not keep the input hashes in {str(self.file)!r} ({getattr(e, 'strerror', None) or e}); a later "

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from genmetrics.data.jsonl import decode_line, finite_number, parse_line
-from genmetrics.data.output.atomic import atomic_write_text, open_append
+from genmetrics.data.output.atomic import atomic_output, open_append
 from genmetrics.data.output.disk import GENERIC_THEN, disk_full_named, is_disk_full
 from genmetrics.data.output.write_rule import destination
 from genmetrics.data.text.jsonable import jsonable
@@ -124,7 +124,10 @@ class ResultsWriter:
     """Append-only JSONL with one row per key; flushes (and fsyncs) every :meth:`write` call.
 
     With ``resume=True`` existing rows are kept, a torn last line is cut off, and :meth:`done` tells
-    which keys are finished so they are skipped; writing a key twice is refused.
+    which keys are finished so they are skipped; writing a key twice is refused. ``keys``: where the keys
+    written are held (default: a ``set``; anything with ``add``, ``in`` and ``len``, e.g. a
+    :class:`~genmetrics.leaderboard.scores.KeySet` of one byte per planned row). The file is read line by line,
+    never held.
 
     >>> import tempfile
     >>> with tempfile.TemporaryDirectory() as d:
@@ -145,24 +148,37 @@ class ResultsWriter:
         key: Iterable[str] = ("generator", "metric", "id"),
         resume: bool = False,
         root: str | os.PathLike | None = None,
+        keys: Any = None,
     ):
         self.path = destination(path, root=root)
         self.root = root
         self.key_fields = tuple(key)
-        self._done: set[tuple] = set()
+        self._done: Any = set() if keys is None else keys
         if resume and self.path.exists():
-            rows = read_results(self.path)
-            self._rewrite_clean(rows)
-            self._done = {self.key(r) for r in rows}
+            n_rows = 0
+            for row, _ in iter_results(self.path):
+                self._done.add(self.key(row))
+                n_rows += 1
+            self._rewrite_clean(n_rows)
         elif self.path.exists():
             self.path.unlink()
         self._f = open_append(self.path, root=root)
 
-    def _rewrite_clean(self, rows: list[dict[str, Any]]) -> None:
+    def _rewrite_clean(self, n_rows: int) -> None:
+        """Rewrite the file without a torn last line (streamed: a line at a time) when it has one."""
+        lines, last = 0, b"\n"
         with open(self.path, "rb") as f:
-            data = f.read()
-        if data and not data.endswith(b"\n") or len(rows) != sum(1 for ln in data.split(b"\n") if ln.strip()):
-            atomic_write_text(self.path, "".join(dumps_line(r) + "\n" for r in rows), root=self.root)
+            for ln in f:
+                lines += bool(ln.strip())
+                last = ln
+        if last.endswith(b"\n") and lines == n_rows:
+            return
+        with (
+            atomic_output(self.path, root=self.root) as tmp,
+            open(tmp, "w", encoding="utf-8", newline="\n") as out,
+        ):
+            for row, _ in iter_results(self.path):
+                out.write(dumps_line(row) + "\n")
 
     def key(self, row: dict[str, Any]) -> tuple:
         """The key of ``row``: its ``key_fields`` as strings."""

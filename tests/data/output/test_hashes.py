@@ -67,3 +67,45 @@ def test_save_writes_only_news_and_warns_when_it_cannot(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.startswith("warning: could not keep the input hashes in ") and "--resume" in err
     assert cache(img) == _sha(b"abc")
+
+
+def test_the_cache_file_is_what_json_dumps_writes_and_reads_back_the_same(tmp_path):
+    """The entries are held packed and written one at a time: the file is byte for byte json.dumps of the
+    mapping {path: [size, mtime_ns, ctime_ns, inode, hash]} (parity with the explicit stat and sha256), and a
+    second cache reads every entry back without hashing again."""
+    store = tmp_path / "hashes.json"
+    files = []
+    for i, data in enumerate([b"", b"abc", os.urandom(1000)]):
+        f = tmp_path / f'{i} \u00e9"q.png'  # a name JSON must escape
+        f.write_bytes(data)
+        files.append((f, data))
+    cache = HashCache(store)
+    for f, data in files:
+        assert cache(f) == _sha(data)
+    cache.save()
+    expected = {}
+    for f, data in files:
+        st = os.stat(f)
+        expected[str(f)] = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, _sha(data)]
+    assert store.read_text(encoding="utf-8") == json.dumps({"version": 1, "files": expected}) + "\n"
+    again = HashCache(store)
+    H._sha256_file, real = (
+        (lambda p: (_ for _ in ()).throw(AssertionError(f"{p} read again"))),
+        H._sha256_file,
+    )
+    try:
+        assert [again(f) for f, _ in files] == [_sha(d) for _, d in files]
+    finally:
+        H._sha256_file = real
+
+
+def test_cache_entries_that_cannot_be_held_packed_are_hashed_again(tmp_path):
+    """An entry with a hash that is not 16 lowercase hex digits or a number outside the stat fields' range is
+    dropped on load (the file is hashed again), never used."""
+    img, store = tmp_path / "a.png", tmp_path / "hashes.json"
+    img.write_bytes(b"abc")
+    st = os.stat(img)
+    stamp = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
+    for entry in ([*stamp, "ABCDEF0123456789"], [2**64, *stamp[1:], "0123456789abcdef"]):
+        store.write_text(json.dumps({"version": 1, "files": {str(img): entry}}))
+        assert HashCache(store)(img) == _sha(b"abc")
