@@ -412,8 +412,10 @@ class MSSSIM(_PairedPixelMetric):
         _odd(self.kernel_size, "ms_ssim")
         self.sigma = None if sigma is None else number("sigma", sigma, lo=0.0, lo_open=True, owner="ms_ssim")
         if isinstance(betas, (str, bytes)) or not hasattr(betas, "__len__") or not len(betas):
+            quoted = "; a list in quotes is text: write it unquoted, --option betas=[0.5,0.5]"
             raise InputError(
                 f"ms_ssim: option betas: expected a non-empty list of scale weights, got {betas!r}"
+                + (quoted if isinstance(betas, str) and betas.strip()[:1] in "[(" and betas.strip() else "")
             )
         self.betas = tuple(number(f"betas[{i}]", b, lo=0.0, owner="ms_ssim") for i, b in enumerate(betas))
 

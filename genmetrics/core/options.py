@@ -57,7 +57,8 @@ def _who(name: str, owner: str | None) -> str:
 def _range_text(lo: float | None, hi: float | None, lo_open: bool, hi_open: bool) -> str:
     if lo is None and hi is None:
         return ""
-    left, right = ("(" if lo_open else "["), (")" if hi_open else "]")
+    # an infinite end is never in the range: its bracket is open ("(0.0, inf)"), as the check is
+    left, right = ("(" if lo_open or lo is None else "["), (")" if hi_open or hi is None else "]")
     return f" in {left}{lo if lo is not None else '-inf'}, {hi if hi is not None else 'inf'}{right}"
 
 
@@ -95,7 +96,7 @@ def number(
     >>> number("lr", 0, lo=0.0, lo_open=True, owner="train")
     Traceback (most recent call last):
         ...
-    genmetrics.errors.InputError: train: option lr: expected a finite number in (0.0, inf], got 0
+    genmetrics.errors.InputError: train: option lr: expected a finite number in (0.0, inf), got 0
     """
     what = "a finite number" + _range_text(lo, hi, lo_open, hi_open)
     v = _parse_number(name, value, owner, what)
@@ -291,7 +292,7 @@ def env(name: str, default: Any = None) -> Any:
     ...     env("GENMETRICS_MAX_PIXELS")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
         ...
-    genmetrics.errors.InputError: environment variable GENMETRICS_MAX_PIXELS: expected an integer in [1, inf], got the text 'many'; fix or unset it ...
+    genmetrics.errors.InputError: environment variable GENMETRICS_MAX_PIXELS: expected an integer in [1, inf), got the text 'many'; fix or unset it ...
     """
     spec = ENV_VARS[name]
     raw = os.environ.get(name)

@@ -323,7 +323,15 @@ def _load_plugin(ep: Any) -> None:
 
 
 def _close_matches(word: str, options: list[str]) -> str:
-    close = difflib.get_close_matches(word, options, n=3, cutoff=0.5)
+    """``"; did you mean 'a', 'b'?"`` for up to three of ``options`` near ``word``, a spelling that differs
+    in case only first (``PSNR`` gives ``psnr``); empty when none is near.
+
+    >>> _close_matches("PSNR", ["ms_ssim", "psnr", "ssim"]), _close_matches("zzz", ["psnr"])
+    ("; did you mean 'psnr'?", '')
+    """
+    same = [o for o in options if o.casefold() == word.casefold()]
+    near = difflib.get_close_matches(word.casefold(), options, n=3, cutoff=0.5)
+    close = [*same, *(c for c in near if c not in same)][:3]
     return f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
 
 

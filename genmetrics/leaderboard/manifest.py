@@ -19,6 +19,7 @@ import torch
 
 from genmetrics.backbones.provider import describe_provider
 from genmetrics.backbones.weights import sha256_file
+from genmetrics.core.registry import Granularity
 from genmetrics.data.output.atomic import atomic_write_json, atomic_write_text
 from genmetrics.data.output.manifest import manifest
 from genmetrics.data.output.rows import RowCheck, check_result_row, dumps_line, read_results
@@ -323,9 +324,13 @@ def row_check(plan: Plan, unknown_options: set[str]) -> RowCheck:
     True
     >>> check({"generator": "old", "metric": "psnr", "id": "000", "score": 1.0})
     "generator 'old' is not in the config"
+    >>> check({"generator": "copy", "metric": "psnr", "id": "000", "score": None})  # doctest: +ELLIPSIS
+    "'score' of a per-image metric should be a finite number, got null ..."
     """
     gens = {g.name for g in plan.generators}
     cols = {c.name: mp.spec.label for mp in plan.metrics for c in mp.columns}
+    # a per-image score is always a finite number when a run writes it (null is a set value without a score)
+    per_image = {c.name for mp in plan.metrics if mp.card.level == Granularity.SAMPLE for c in mp.columns}
     planned = set(plan.keys())
 
     def check(row: Any) -> str | None:
@@ -339,6 +344,11 @@ def row_check(plan: Plan, unknown_options: set[str]) -> RowCheck:
             return f"metric column {m!r} is not in the config"
         if (g, m, i) not in planned:
             return f"id {i!r} is not an image of generator {g!r}"
+        if row["score"] is None and m in per_image:
+            return (
+                "'score' of a per-image metric should be a finite number, got null (a run never writes one): "
+                "remove the line to have it scored again"
+            )
         if cols[m] in unknown_options:
             return (
                 f"manifest.json does not record the options of metric {cols[m]!r}, so this row cannot be "

@@ -123,6 +123,20 @@ def test_ms_ssim_options_change_the_value():
         assert (_scores("ms_ssim", ref, cand, **opts) - base).abs().max() > 1e-4, opts
 
 
+def test_ms_ssim_betas_as_quoted_text_names_the_unquoted_spelling():
+    from genmetrics.cli.common import parse_options
+
+    given = parse_options(["betas='[0.5,0.5]'"])["betas"]  # quotes make text, as for resize='to_first'
+    with pytest.raises(
+        InputError, match=r"got '\[0\.5,0\.5\]'; a list in quotes is text: .*betas=\[0\.5,0\.5\]"
+    ):
+        gm.create_metric("ms_ssim", betas=given)
+    assert gm.create_metric("ms_ssim", **parse_options(["betas=[0.5,0.5]"])).betas == (0.5, 0.5)
+    with pytest.raises(InputError) as e:  # other text: no such hint
+        gm.create_metric("ms_ssim", betas="many")
+    assert "in quotes" not in str(e.value)
+
+
 def test_psnr_options_change_the_value():
     ref, cand = _pairs(3, 32)
     assert float(_scores("psnr", ref, ref, max_db=55.0).max()) == 55.0

@@ -19,7 +19,7 @@ def test_number_accepts_numbers_and_numeric_text(value, expect):
 
 @pytest.mark.parametrize("value", [float("nan"), float("inf"), -1.0, 0.0, True, None, "(", [1.0], "nan"])
 def test_number_refuses_naming_the_option(value):
-    with pytest.raises(InputError, match=r"^m: option max_db: expected a finite number in \(0\.0, inf\]"):
+    with pytest.raises(InputError, match=r"^m: option max_db: expected a finite number in \(0\.0, inf\)"):
         options.number("max_db", value, lo=0.0, lo_open=True, owner="m")
 
 

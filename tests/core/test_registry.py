@@ -17,6 +17,10 @@ def test_unknown_names_suggest_close_matches():
     with pytest.raises(ValueError, match="did you mean 'max_db'"):
         gm.create_metric("psnr", max_dB=50)
     assert gm.list_metrics("*ssim") == ["ms_ssim", "ssim"]
+    with pytest.raises(ValueError, match="did you mean 'psnr'"):  # a spelling off in case only
+        gm.metric_info("PSNR")
+    with pytest.raises(ValueError, match="did you mean 'ms_ssim'"):
+        gm.create_metric("MS-SSIM")
 
 
 class _Plugin(SampleMetric):

@@ -92,6 +92,7 @@ FOREIGN = {
     "an unknown metric": '{"generator":"a","metric":"psnrr","id":"s0","score":1.0}',
     "an unknown id": '{"generator":"a","metric":"_lb_spy","id":"s99","score":1.0}',
     "a number id": '{"generator":"a","metric":"_lb_spy","id":0,"score":1.0}',
+    "a null score of a per-image metric": '{"generator":"a","metric":"_lb_spy","id":"s0","score":null}',
 }
 
 
