@@ -268,14 +268,21 @@ def _fetch(need: NeededWeights, home: Path, again: str) -> list[dict[str, Any]]:
         ) from None
 
 
-def _check_online() -> None:
-    from genmetrics.backbones.weights import offline
-
-    if offline():
+def _offline_download(found: list[NeededWeights], home: Path) -> None:
+    """``weights download`` with downloads off: every requested weights already here (recorded in
+    GENMETRICS_HOME, or transformers weights in the Hugging Face cache, which the loader reads) is said and
+    exits 0, as there is nothing to fetch; otherwise one error naming what is missing."""
+    recorded = _read_manifest(home)["weights"]
+    where = {n.weights: (str(n.dest) if n.weights in recorded else _in_hf_cache(n)) for n in found}
+    missing = [w for w, at in where.items() if at is None]
+    if missing:
         raise WeightsUnavailableError(
-            "downloads are disabled (GENMETRICS_OFFLINE, HF_HUB_OFFLINE or TRANSFORMERS_OFFLINE is set): run "
-            "`genmetrics weights download` with them unset on a machine with network access"
+            f"downloads are disabled (GENMETRICS_OFFLINE, HF_HUB_OFFLINE or TRANSFORMERS_OFFLINE is set) and "
+            f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not here: run `genmetrics weights "
+            "download` with them unset on a machine with network access"
         )
+    for w, at in where.items():
+        click.echo(f"{w}: already here ({at}); nothing to download")
 
 
 def _copy_note(found: list[NeededWeights], home: Path) -> list[str]:
@@ -353,9 +360,13 @@ def download_cmd(metrics: tuple[str, ...]) -> None:
     """Download the weights of METRICS (default: all) into GENMETRICS_HOME and record their sha256."""
     import shlex
 
-    _check_online()
+    from genmetrics.backbones.weights import offline
+
     home = _home()
     found, _ = needs(metrics)
+    if offline():
+        _offline_download(found, home)
+        return
     again = shlex.join(["genmetrics", "weights", "download", *metrics])
     _read_manifest(home)  # an unreadable manifest is named before anything downloads
     for need in found:

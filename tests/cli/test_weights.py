@@ -254,6 +254,22 @@ def test_download_offline_is_refused_before_any_hub_call(hub, monkeypatch, capsy
     assert hub.calls == []
 
 
+def test_download_offline_with_everything_here_says_so_and_exits_0(hub, monkeypatch, capsys, tmp_path):
+    """Offline, weights already recorded in GENMETRICS_HOME or (transformers) in the Hugging Face cache need no
+    download: the command said 'downloads are disabled' and exited 1 (red before); weights missing still do."""
+    assert run(["weights", "download", "clip_i"], capsys)[0] == 0
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hf-cache"))
+    folder = Path(_lay_out("facebook/dinov2-base", "config.json", str(tmp_path / "hf-cache"))).parents[2]
+    hub.calls.clear()
+    monkeypatch.setenv("GENMETRICS_OFFLINE", "1")
+    rc, out, err = run(["weights", "download", "dino", "clip_i"], capsys)
+    assert rc == 0, err
+    assert f"facebook/dinov2-base: already here ({folder}); nothing to download" in out
+    assert f"{CLIP}: already here (" in out and hub.calls == []
+    rc, _, err = run(["weights", "download", "dino", "tpips"], capsys)
+    assert rc == 1 and "and Qwen/Qwen3-VL-Embedding-2B is not here" in err and hub.calls == []
+
+
 # -------------------------------------------------------------------------------------------- verify
 
 
