@@ -268,6 +268,32 @@ def check_metric(card: MetricCard, options: Mapping[str, Any]) -> None:
     if known is None or any(k not in known for k in options):
         return
     if card.precheck:
-        module, _, function = card.precheck.partition(":")
-        getattr(importlib.import_module(module), function)(options)
+        _precheck_function(card)(options)
     check_metric_weights(card.default_weights, card.factory, options)
+
+
+def _precheck_function(card: MetricCard) -> Any:
+    """The function a card's ``precheck`` names (``"module:function"``); a name that does not import is the
+    metric's card at fault (a plugin's), said as one :class:`PluginError`, not an import traceback.
+
+    >>> import dataclasses
+    >>> from genmetrics.core.registry import get_card
+    >>> _precheck_function(dataclasses.replace(get_card("psnr"), precheck="nowhere.at_all:check"))  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+        ...
+    genmetrics.errors.PluginError: metric 'psnr': its card's precheck 'nowhere.at_all:check' cannot be loaded (No module named 'nowhere'); ...
+    """
+    from genmetrics.errors import PluginError
+
+    module, _, function = card.precheck.partition(":") if card.precheck else ("", "", "")
+    try:
+        fn = getattr(importlib.import_module(module), function)
+    except (ImportError, AttributeError, ValueError) as e:
+        raise PluginError(
+            f"metric {card.name!r}: its card's precheck {card.precheck!r} cannot be loaded ({e}); expected "
+            "'module:function' naming a function that takes the metric's options. Fix: correct or remove "
+            "precheck= in the metric's register_metric call (docs/plugins.md)"
+        ) from None
+    if not callable(fn):
+        raise PluginError(f"metric {card.name!r}: its card's precheck {card.precheck!r} is not a function")
+    return fn

@@ -16,6 +16,7 @@ import pytest
 
 from genmetrics.backbones import hub
 from genmetrics.backbones.precheck import (
+    check_metric,
     check_metric_weights,
     check_weights_available,
     hub_folder_missing,
@@ -351,3 +352,15 @@ def test_a_stray_lock_file_is_no_cached_weights(dead_hub, empty_home):
         check_weights_available("ViT-B-32-quickgelu/openai")
     (folder.parent / "partial.incomplete").touch()
     check_weights_available("ViT-B-32-quickgelu/openai")  # the loader decides
+
+
+@pytest.mark.parametrize("precheck", ["nowhere.at_all:check", "genmetrics.mie.hints:no_such_function", "json"])
+def test_a_card_whose_precheck_cannot_load_is_one_plugin_error(precheck):
+    """A plugin card naming a precheck that does not import was an ImportError traceback from `score`."""
+    import dataclasses
+
+    from genmetrics.errors import PluginError
+
+    card = dataclasses.replace(get_card("psnr"), precheck=precheck)
+    with pytest.raises(PluginError, match=f"metric 'psnr': its card's precheck '{precheck}' cannot be loaded"):
+        check_metric(card, {})
