@@ -152,33 +152,29 @@ def release_cast_weights() -> None:
     _copies.clear()
 
 
-_STOCK_FORWARDS = (
-    torch.nn.Linear.forward,
-    torch.nn.Conv1d.forward,
-    torch.nn.Conv2d.forward,
-    torch.nn.Conv3d.forward,
-)
-_STOCK_CONV = (torch.nn.Conv1d._conv_forward, torch.nn.Conv2d._conv_forward, torch.nn.Conv3d._conv_forward)
+_STOCK_CONVS = (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d)
 
 
 def _stock(m: torch.nn.Module) -> bool:
     """Whether ``m`` runs torch's own ``Linear`` / ``ConvNd`` forward (its weight and bias read only by the
-    product)."""
-    cls = type(m)
-    if cls.forward not in _STOCK_FORWARDS:
-        return False
-    return (
-        not isinstance(m, torch.nn.modules.conv._ConvNd) or getattr(cls, "_conv_forward", None) in _STOCK_CONV
-    )
+    product): a ``Linear`` whose class keeps ``nn.Linear.forward``, or a ``Conv1d/2d/3d`` itself (a subclass
+    may read its weight elsewhere, so it keeps autocast's own cast)."""
+    return type(m) in _STOCK_CONVS or type(m).forward is torch.nn.Linear.forward
+
+
+def _parameter(m: torch.nn.Module, name: str) -> torch.nn.Parameter | None:
+    """``m``'s own parameter ``name`` (None when it has none, e.g. a conv without bias)."""
+    p = getattr(m, name, None)
+    return p if isinstance(p, torch.nn.Parameter) else None
 
 
 def _swap_in(m: torch.nn.Module, args: Any) -> None:
     for name in ("weight", "bias"):
-        p = m._parameters.get(name)
+        p = _parameter(m, name)
         if p is not None:
             c = autocast_weight(p)
             if c is not p:
-                m.__dict__[name] = c  # found before Module.__getattr__ reaches _parameters
+                m.__dict__[name] = c  # found before Module.__getattr__ reaches the parameter
 
 
 def _swap_out(m: torch.nn.Module, args: Any, out: Any) -> None:
@@ -208,7 +204,7 @@ def cached_weight_scope(*modules: Any) -> Iterator[None]:
     if _bf16_autocast_kept():
         for root in modules:
             for m in root.modules() if isinstance(root, torch.nn.Module) else ():
-                w = m._parameters.get("weight") if _stock(m) else None
+                w = _parameter(m, "weight") if _stock(m) else None
                 if w is not None and w.dtype == torch.float32 and w.device.type == "cpu":
                     handles.append(m.register_forward_pre_hook(_swap_in))
                     handles.append(m.register_forward_hook(_swap_out, always_call=True))

@@ -180,7 +180,22 @@ def load_auto_model(model_id_or_path: str | os.PathLike) -> Any:
     ``config.json``, ``GENMETRICS_HOME``'s ``hf/`` cache, the Hugging Face cache (``HF_HOME``, where
     weights used before by other programs are), then a download into ``GENMETRICS_HOME`` unless offline.
     Weights that none of them gives raise one :class:`~genmetrics.errors.WeightsUnavailableError` naming every
-    place looked (a folder without ``config.json`` says so)."""
+    place looked (a folder without ``config.json`` says so).
+
+    >>> import tempfile
+    >>> from transformers import Dinov2Config, Dinov2Model
+    >>> cfg = Dinov2Config(hidden_size=8, num_hidden_layers=1, num_attention_heads=2, intermediate_size=16,
+    ...                    image_size=14, patch_size=7)
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     Dinov2Model(cfg).save_pretrained(d)
+    ...     type(load_auto_model(d)).__name__
+    'Dinov2Model'
+    >>> with tempfile.TemporaryDirectory() as d:  # doctest: +ELLIPSIS
+    ...     load_auto_model(d)
+    Traceback (most recent call last):
+        ...
+    genmetrics.errors.WeightsUnavailableError: weights ... are not available...
+    """
     from transformers import AutoModel
 
     name, kw, looked = _resolve(model_id_or_path, marker="config.json", local_files_only=None, revision=None)

@@ -163,3 +163,31 @@ def test_scope_swaps_only_stock_products_under_autocast():
     assert torch.equal(plain, kept) and head.seen == [torch.float32, torch.float32]
     assert CW.cast_weights_kept() == (16 + 4) * 2  # inner's weight and bias only
     assert "weight" not in head.inner.__dict__ and not head.inner._forward_pre_hooks
+
+
+def test_only_torch_s_own_products_are_swapped():
+    """A Linear keeping nn.Linear.forward and a plain Conv2d run on the kept copy; a Conv2d subclass (which may
+    read its weight outside the product) and a Linear with its own forward keep autocast's own cast."""
+
+    class OwnConv(torch.nn.Conv2d):
+        pass
+
+    class OwnLinear(torch.nn.Linear):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return super().forward(x) + self.weight.sum()
+
+    class Quiet(torch.nn.Linear):  # e.g. nn.modules.linear.NonDynamicallyQuantizableLinear
+        pass
+
+    root = torch.nn.ModuleList(
+        [
+            torch.nn.Linear(2, 2),
+            torch.nn.Conv2d(1, 1, 1),
+            OwnConv(1, 1, 1, bias=False),
+            OwnLinear(2, 2),
+            Quiet(2, 2),
+        ]
+    )
+    with torch.autocast("cpu", dtype=torch.bfloat16), CW.cached_weight_scope(root):
+        hooked = [bool(m._forward_pre_hooks) for m in root]
+    assert hooked == [True, True, False, False, True]
