@@ -38,6 +38,8 @@ __all__ = [
     "check_metric_weights",
     "check_weights_available",
     "hub_folder_missing",
+    "local_weights_folder",
+    "looks_like_local_path",
     "missing_folder",
     "requested_weights",
     "weights_kind",
@@ -106,6 +108,62 @@ def weights_kind(weights: str) -> str | None:
     if configs is not None and (configs / f"{weights.split('/', 1)[0]}.json").is_file():
         return "open_clip"
     return "hf"
+
+
+def looks_like_local_path(s: str) -> bool:
+    """Whether the transformers loaders take ``s`` for a local path (absolute, relative with ``./`` or more
+    than one ``/``, ``~``, a drive letter, or anything that is no hub id ``org/name``).
+
+    >>> looks_like_local_path("runs/a/final"), looks_like_local_path("facebook/dinov2-base")
+    (True, False)
+    """
+    return (
+        s.startswith(("/", "./", "../", "~", "\\"))
+        or bool(re.match(r"^[A-Za-z]:[\\/]", s))
+        or s.count("/") > 1
+        or not HUB_ID.match(s)
+    )
+
+
+def local_weights_folder(value: str, *, marker: str = "config.json") -> Path | None:
+    """The local checkpoint folder ``value`` names for a transformers loader (a folder holding ``marker``:
+    ``config.json`` for a model, ``adapter_config.json`` for an adapter); None for a hub id that is no local
+    path (the caches and the hub decide). A file, a folder without ``marker``, or a path that does not exist
+    raise the :class:`~genmetrics.errors.WeightsUnavailableError` naming it and the fix.
+
+    >>> local_weights_folder("facebook/dinov2-base") is None
+    True
+    >>> local_weights_folder("./no/such/folder")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+        ...
+    genmetrics.errors.WeightsUnavailableError: weights './no/such/folder' are not available. ...No such file or folder. ...
+    """
+    from genmetrics.backbones.weights import FIX_OPTION, unavailable_error
+    from genmetrics.core.options import expand_user
+
+    p = expand_user(value, what="weights path")  # local paths first (relative: from the working directory)
+    if p.exists():
+        if not p.is_dir():
+            raise unavailable_error(
+                value,
+                [str(p)],
+                hint=f"Fix: pass the checkpoint *folder* (holding {marker}) with {FIX_OPTION}, not a single file.",
+            )
+        if not (p / marker).is_file():
+            raise unavailable_error(
+                value,
+                [str(p)],
+                hint=f"The folder has no {marker}. Fix: pass the folder that save_pretrained() wrote, with {FIX_OPTION}.",
+            )
+        return p
+    if looks_like_local_path(value):
+        raise unavailable_error(
+            value,
+            [str(p)],
+            hint=f"No such file or folder. Fix: pass an existing local folder with {FIX_OPTION}, or a hub id "
+            "such as 'Qwen/Qwen3-VL-2B-Instruct'.",
+        )
+    return None
 
 
 def _raise(e: OSError) -> None:
@@ -198,7 +256,14 @@ def check_metric_weights(default: str | None, factory: str, options: Mapping[str
         return
     if any(k in known for k in REQUIRED_OWN_WEIGHTS):
         return  # none given (above): create_metric says so, unless a built model is passed
-    check_weights_available(requested_weights(default, options))
+    weights = requested_weights(default, options)
+    if weights and default and weights_kind(weights) is None and weights_kind(default) == "hf":
+        from genmetrics.backbones.provider import current_provider
+
+        if current_provider() is None:  # a transformers metric given a local path: judged as its loader would
+            local_weights_folder(weights)
+        return
+    check_weights_available(weights)
 
 
 def hub_folder_missing(value: str) -> tuple[list[str], str | None] | None:
@@ -229,19 +294,26 @@ def hub_folder_missing(value: str) -> tuple[list[str], str | None] | None:
     return None if why is None else (looked, why)
 
 
-def missing_folder(value: str, *, what: str, hint: str) -> WeightsUnavailableError | None:
-    """The error for a trained folder (``what``: "TPIPS adapter") named by a path that is no folder, or by a
-    spelling that is no hub id (``org/name``); None for an existing folder or a hub id (the loader decides).
+def missing_folder(
+    value: str, *, what: str, hint: str, marker: str | None = None
+) -> WeightsUnavailableError | None:
+    """The error for a trained folder (``what``: "TPIPS adapter") named by a path that is no folder, by a
+    spelling that is no hub id (``org/name``), or by a folder without ``marker`` (the file the loader reads
+    first, when given); None for a folder that holds it or a hub id (the loader decides).
 
     >>> print(missing_folder("./runs/a", what="TPIPS adapter", hint="Fix: train one."))  # doctest: +ELLIPSIS
     weights 'runs/a' are not available. Looked in: runs/a. ...No such TPIPS adapter folder. Fix: train one.
     >>> missing_folder("org/adapter", what="TPIPS adapter", hint="")  # a hub id
+    >>> print(missing_folder(".", what="TPIPS adapter", hint="Fix: train one.", marker="no-such.json"))  # doctest: +ELLIPSIS
+    weights '...' are not available. ...The folder has no no-such.json. Fix: train one.
     """
     from genmetrics.backbones.weights import unavailable_error
 
     p = Path(value).expanduser()
     if p.is_dir():
-        return None
+        if marker is None or (p / marker).is_file():
+            return None
+        return unavailable_error(str(p), [str(p)], hint=f"The folder has no {marker}. {hint}")
     if p.exists() or value.startswith((".", "/", "~")) or value.count("/") != 1:
         return unavailable_error(str(p), [str(p)], hint=f"No such {what} folder. {hint}")
     return None
