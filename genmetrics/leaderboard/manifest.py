@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import sys
 import time
 from collections.abc import Container
@@ -227,12 +228,36 @@ def check_resumable(
             )
     old_inputs = old.get("inputs", {})
     for key, fp in plan.fingerprints.items():
-        if key in old_inputs and old_inputs[key] != fp:
+        was = _key_in_old_run(key, cfg, old)
+        if was in old_inputs and old_inputs[was] != fp:
             raise InputError(
                 f"{cfg.source}: {key}: the image files changed since the run being resumed in "
                 f"{str(out_dir)!r} (files added, removed or rewritten); {hint}"
             )
     return unknown
+
+
+def _key_in_old_run(key: str, cfg: LeaderboardConfig, old: dict[str, Any]) -> str | None:
+    """The key the input fingerprint ``key`` (``generators[1].references``) had in the resumed run's manifest:
+    its generator found by name, since generators may have been added, removed or reordered in the config
+    since (None: a generator that run did not have). Keys of ``data`` and manifests without their generators'
+    names are kept as they are.
+
+    >>> from types import SimpleNamespace as NS
+    >>> cfg = NS(generators=[NS(name="good"), NS(name="mid")])
+    >>> old = {"generators": {"mid": {}, "bad": {}, "good": {}}}
+    >>> _key_in_old_run("generators[0]", cfg, old), _key_in_old_run("generators[1].references", cfg, old)
+    ('generators[2]', 'generators[0].references')
+    >>> _key_in_old_run("data.references", cfg, old), _key_in_old_run("generators[0]", NS(generators=[NS(name="new")]), old)
+    ('data.references', None)
+    """
+    m = re.fullmatch(r"generators\[(\d+)\](.*)", key)
+    names = old.get("generators")
+    if m is None or not isinstance(names, dict):
+        return key
+    names = list(names)
+    name = cfg.generators[int(m[1])].name
+    return f"generators[{names.index(name)}]{m[2]}" if name in names else None
 
 
 def write_manifest(
