@@ -23,7 +23,7 @@ from genmetrics.backbones.weights import sha256_file
 from genmetrics.core.registry import Granularity
 from genmetrics.data.output.atomic import atomic_write_json, atomic_write_text
 from genmetrics.data.output.manifest import manifest
-from genmetrics.data.output.rows import RowCheck, check_result_row, dumps_line, read_results
+from genmetrics.data.output.rows import RowCheck, check_result_row, dumps_line, iter_results, read_results
 from genmetrics.errors import InputError
 from genmetrics.leaderboard.config import LeaderboardConfig
 from genmetrics.leaderboard.inputs import InputHashes
@@ -384,9 +384,18 @@ def row_check(plan: Plan, unknown_options: set[str]) -> RowCheck:
     return check
 
 
-def drop_stale_rows(sources: list[Path], check: RowCheck, hashes: InputHashes, out_dir: Path) -> int:
+def drop_stale_rows(
+    sources: list[Path],
+    check: RowCheck,
+    hashes: InputHashes,
+    out_dir: Path,
+    seen: Any = None,
+) -> int:
     """Check every row of ``sources`` (refusing foreign rows with file:line) and remove the rows whose inputs
-    changed since they were scored (they are scored again); says how many on stderr and returns it.
+    changed since they were scored (they are scored again); says how many on stderr and returns it. A key
+    found in two rows that differ (an edited file: which one is the run's cannot be told) is refused with both
+    files and lines; copies of one row are kept once, as the merge does. ``seen``: an empty container with
+    ``add`` and ``in`` for the keys (a :class:`~genmetrics.leaderboard.scores.KeySet`; default a set).
 
     >>> import tempfile
     >>> from genmetrics.leaderboard import build_plan, load_config, run_leaderboard
@@ -401,12 +410,21 @@ def drop_stale_rows(sources: list[Path], check: RowCheck, hashes: InputHashes, o
     1
     """
     stale_total = 0
+    seen = set() if seen is None else seen
+    twice: set[tuple[str, str, str]] = set()  # keys in more than one row (none in a run's own files)
     for src in sources:
         rows = read_results(src, check=check)
         keep = [r for r in rows if r.get("input") == hashes.of_key((r["generator"], r["metric"], r["id"]))]
+        for r in keep:
+            key = (r["generator"], r["metric"], r["id"])
+            if key in seen:
+                twice.add(key)
+            seen.add(key)
         if len(keep) != len(rows):
             stale_total += len(rows) - len(keep)
             atomic_write_text(src, "".join(dumps_line(r) + "\n" for r in keep), root=out_dir)
+    if twice:
+        _refuse_differing_copies(sources, twice)
     if stale_total:
         print(
             f"note: --resume: {stale_total} finished row(s) were scored from files that changed since (same "
@@ -414,6 +432,32 @@ def drop_stale_rows(sources: list[Path], check: RowCheck, hashes: InputHashes, o
             file=sys.stderr,
         )
     return stale_total
+
+
+def _refuse_differing_copies(sources: list[Path], keys: set[tuple[str, str, str]]) -> None:
+    """Raise :class:`InputError` for the first of ``keys`` whose rows in ``sources`` are not all the same,
+    naming the two files and lines (read again, a line at a time: only for keys found twice)."""
+    first: dict[tuple[str, str, str], tuple[dict[str, Any], str]] = {}
+    for src in sources:
+        with open(src, "rb") as f:
+            line, pos = 0, 0
+            for row, offset in iter_results(src):
+                while pos <= offset:  # the line number of the row at ``offset``
+                    pos += len(f.readline())
+                    line += 1
+                key = (row["generator"], row["metric"], row["id"])
+                if key not in keys:
+                    continue
+                if key not in first:
+                    first[key] = (row, f"{src}:{line}")
+                elif first[key][0] != row:
+                    g, m, i = key
+                    raise InputError(
+                        f"{first[key][1]} and {src}:{line}: two different rows for generator {g!r}, column "
+                        f"{m!r}, id {i!r} (score {first[key][0].get('score')!r} and {row.get('score')!r}), and "
+                        "which one the run wrote cannot be told; delete the wrong line (or both, to have it scored "
+                        "again), or run without --resume to start afresh"
+                    )
 
 
 def resume_note(plan: Plan, done: Container[tuple[str, str, str]]) -> str:

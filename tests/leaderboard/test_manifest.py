@@ -42,3 +42,38 @@ def test_resume_compares_each_generator_s_files_with_its_own_by_name(small_set, 
     cfg = toml_config(small_set, metrics, generators=["bad", "mid"], name="changed.toml")
     with pytest.raises(InputError, match=r"changed\.toml: generators\[1\]: the image files changed"):
         run_leaderboard(cfg, out, resume=True, plots=False)
+
+
+def test_resume_refuses_two_different_rows_for_one_key(small_set, tmp_path):
+    """A results file edited by hand with a second, different row for a key (first or last): the resume
+    stops naming both lines, whichever comes first (the first row won without a word: a score the run never
+    wrote was ranked when it came first); a copy of the same row is kept once (the bytes of the run). Red
+    when the differing copies are not looked for."""
+    import json
+    import shutil
+
+    import pytest
+    from lb_helpers import toml_config
+
+    from genmetrics.errors import InputError
+    from genmetrics.leaderboard import run_leaderboard
+
+    cfg = toml_config(small_set, '[[metrics]]\nname = "psnr"\n', generators=["mid", "bad"])
+    ref = run_leaderboard(cfg, tmp_path / "ref", plots=False).results
+    lines = ref.read_bytes().splitlines(keepends=True)
+    other = json.loads(lines[0])
+    other["score"] = other["score"] / 2
+    edited = (json.dumps(other) + "\n").encode()
+    for name, body, where in [
+        ("last", b"".join(lines) + edited, f"results.jsonl:1 and .*results.jsonl:{len(lines) + 1}: "),
+        ("first", edited + b"".join(lines), "results.jsonl:1 and .*results.jsonl:2: "),
+    ]:
+        out = tmp_path / name
+        shutil.copytree(ref.parent, out)
+        (out / "results.jsonl").write_bytes(body)
+        with pytest.raises(InputError, match=where + "two different rows for generator 'mid', column 'psnr'"):
+            run_leaderboard(cfg, out, resume=True, plots=False)
+    out = tmp_path / "copy"
+    shutil.copytree(ref.parent, out)
+    (out / "results.jsonl").write_bytes(lines[0] + b"".join(lines))
+    assert run_leaderboard(cfg, out, resume=True, plots=False).results.read_bytes() == ref.read_bytes()
