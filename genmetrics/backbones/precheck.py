@@ -26,6 +26,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from genmetrics.backbones.clip_names import CLIP_OPTION
+
 if TYPE_CHECKING:
     from genmetrics.core.registry import MetricCard
     from genmetrics.errors import WeightsUnavailableError
@@ -45,8 +47,6 @@ __all__ = [
     "weights_kind",
 ]
 
-#: how a user points an open_clip metric at local weights
-CLIP_OPTION = "--weights MODEL/TAG or MODEL:/path/ckpt.safetensors (command line), backbone=... (Python)"
 #: how a user points a transformers metric at local weights
 HF_OPTION = "--weights /local/dir (command line) or weights=/local/dir (Python)"
 #: options that hand a metric a model already built: no weights are loaded by name
@@ -257,13 +257,22 @@ def check_metric_weights(default: str | None, factory: str, options: Mapping[str
     if any(k in known for k in REQUIRED_OWN_WEIGHTS):
         return  # none given (above): create_metric says so, unless a built model is passed
     weights = requested_weights(default, options)
-    if weights and default and weights_kind(weights) is None and weights_kind(default) == "hf":
+    family = weights_kind(default) if weights and default and weights_kind(weights) is None else None
+    if family == "open_clip":  # a local checkpoint (MODEL:PATH), judged as the loader would
+        from genmetrics.backbones.clip_names import missing_checkpoint, parse_clip_weights
         from genmetrics.backbones.provider import current_provider
 
-        if current_provider() is None:  # a transformers metric given a local path: judged as its loader would
-            local_weights_folder(weights)
-        return
-    check_weights_available(weights)
+        w = parse_clip_weights(weights)  # a path without its architecture: the loader's InputError
+        missing = missing_checkpoint(w) if current_provider() is None else None
+        if missing is not None:
+            raise missing
+    elif family == "hf":  # a transformers metric given a local path, judged as its loader would
+        from genmetrics.backbones.provider import current_provider
+
+        if current_provider() is None:
+            local_weights_folder(str(weights))
+    if family is None:
+        check_weights_available(weights)
 
 
 def hub_folder_missing(value: str) -> tuple[list[str], str | None] | None:

@@ -388,6 +388,7 @@ def test_local_weights_that_cannot_load_fail_without_importing_torch(tmp_path):
     """``--weights`` (a transformers metric), ``--heads`` and ``--adapter`` given as a local path that is a
     file, a folder without the file the loader reads first, or nothing at all: each exits 1 with the loader's
     own words, and torch was never imported (it took 6-7 s: the check left local spellings to the loader).
+    An open_clip metric's ``MODEL:PATH`` whose file does not exist, or a path without its architecture, too.
     Red without the local-path checks of ``check_metric_weights``, ``mie.hints.local_heads`` and
     ``missing_folder(marker=)``."""
     env = offline_env(tmp_path)
@@ -410,6 +411,9 @@ def test_local_weights_that_cannot_load_fail_without_importing_torch(tmp_path):
             del args[at : at + 2]
         for label, value in (("file", str(afile)), ("bare", str(bare)), ("missing", missing)):
             commands[f"{name} {label}"] = ([*args, flag, value], loaders[name], value)
+    clip = "genmetrics.backbones.openclip:load_open_clip"  # an open_clip metric: MODEL:PATH
+    for label, value in (("missing", f"ViT-B-32:{missing}.safetensors"), ("no architecture", missing)):
+        commands[f"clip_t {label}"] = ([*_score_args("clip_t"), "--weights", value], clip, value)
     code = _main_each({k: argv for k, (argv, _, _) in commands.items()}) + textwrap.dedent(
         f"""
         import importlib
@@ -419,10 +423,11 @@ def test_local_weights_that_cannot_load_fail_without_importing_torch(tmp_path):
             try:
                 getattr(importlib.import_module(module), fn)(value)
             except Exception as e:
-                said[key] = str(e)
+                said[key] = [type(e).__name__, str(e)]
         """
     )
     got, said = _commands_and_said(code, env)
     assert sorted(said) == sorted(commands)  # each loader refused it
     for key, (rc, err) in got.items():
-        assert rc == 1 and err == f"error: {said[key]}\n", (key, err)
+        kind, words = said[key]  # weights not available: 1; a spelling the loader cannot read: 2
+        assert rc == (2 if kind == "InputError" else 1) and err == f"error: {words}\n", (key, err)
