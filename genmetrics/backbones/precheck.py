@@ -36,6 +36,7 @@ __all__ = [
     "CLIP_OPTION",
     "HF_OPTION",
     "HUB_ID",
+    "check_clip_weights",
     "check_metric",
     "check_metric_weights",
     "check_weights_available",
@@ -235,6 +236,27 @@ def check_weights_available(weights: str | None) -> None:
     raise weights_unavailable(weights, looked, option, why=why)
 
 
+def check_clip_weights(weights: str) -> None:
+    """:func:`check_weights_available` for open_clip weights as a user spells them, local checkpoints
+    included: a path without its architecture is the loader's :class:`~genmetrics.errors.InputError`, a
+    ``MODEL:PATH`` whose file does not exist its :class:`~genmetrics.errors.WeightsUnavailableError` (unless a
+    backbone provider is installed).
+
+    >>> check_clip_weights("ViT-B-32:/no/such/ckpt.safetensors")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+        ...
+    genmetrics.errors.WeightsUnavailableError: weights 'ViT-B-32:/no/such/ckpt.safetensors' are not available (no such file or folder). ...
+    """
+    from genmetrics.backbones.clip_names import missing_checkpoint, parse_clip_weights
+    from genmetrics.backbones.provider import current_provider
+
+    w = parse_clip_weights(weights)
+    missing = missing_checkpoint(w) if current_provider() is None else None
+    if missing is not None:
+        raise missing
+    check_weights_available(weights)
+
+
 def check_metric_weights(default: str | None, factory: str, options: Mapping[str, Any]) -> None:
     """:func:`check_weights_available` for a metric built by ``factory`` (``"module:Class"``) with ``options``,
     its card's ``default`` weights unless ``options`` name others. Only when every option is one the metric
@@ -259,13 +281,7 @@ def check_metric_weights(default: str | None, factory: str, options: Mapping[str
     weights = requested_weights(default, options)
     family = weights_kind(default) if weights and default and weights_kind(weights) is None else None
     if family == "open_clip":  # a local checkpoint (MODEL:PATH), judged as the loader would
-        from genmetrics.backbones.clip_names import missing_checkpoint, parse_clip_weights
-        from genmetrics.backbones.provider import current_provider
-
-        w = parse_clip_weights(weights)  # a path without its architecture: the loader's InputError
-        missing = missing_checkpoint(w) if current_provider() is None else None
-        if missing is not None:
-            raise missing
+        check_clip_weights(str(weights))
     elif family == "hf":  # a transformers metric given a local path, judged as its loader would
         from genmetrics.backbones.provider import current_provider
 
