@@ -196,7 +196,20 @@ def _caches(kind: str, weights: str) -> tuple[list[str], bool]:
 
     name = "models--" + weights.replace("/", "--")
     places = [genmetrics_home() / "hf", Path(HF_HUB_CACHE)]
-    return [str(p) for p in places], any((p / name).exists() for p in places)
+    # a snapshot holding config.json (what the loader looks up first); a folder with no snapshot, or only
+    # hub bookkeeping (.no_exist, left by a lookup that found nothing), holds no model
+    return [str(p) for p in places], any(_has_snapshot(p / name, "config.json") for p in places)
+
+
+def _has_snapshot(folder: Path, marker: str) -> bool:
+    """Whether ``folder`` (a Hugging Face cache's ``models--org--name``) has a snapshot holding ``marker``; a
+    folder that cannot be listed counts as having one (the loader decides)."""
+    try:
+        return any((s / marker).exists() for s in (folder / "snapshots").iterdir())
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True
 
 
 def check_weights_available(weights: str | None) -> None:

@@ -252,7 +252,12 @@ def test_a_cache_that_may_hold_them_leaves_it_to_the_loader(dead_hub, empty_home
     check_weights_available("ViT-B-32-quickgelu/openai")
     with pytest.raises(WeightsUnavailableError):
         check_weights_available("facebook/dinov2-base")
-    (tmp_path / "hf-cache" / "models--facebook--dinov2-base").mkdir(parents=True)
+    cached = tmp_path / "hf-cache" / "models--facebook--dinov2-base"
+    (cached / ".no_exist" / "abc").mkdir(parents=True)  # what a lookup that found nothing leaves
+    (cached / "snapshots" / "abc").mkdir(parents=True)
+    with pytest.raises(WeightsUnavailableError):  # no snapshot with config.json: no model (7 s to say so)
+        check_weights_available("facebook/dinov2-base")
+    (cached / "snapshots" / "abc" / "config.json").write_text("{}")
     check_weights_available("facebook/dinov2-base")  # the Hugging Face cache is looked in too
     with pytest.raises(WeightsUnavailableError):
         check_weights_available("facebook/dinov2-large")
