@@ -40,6 +40,7 @@ __all__ = [
     "check_metric",
     "check_metric_weights",
     "check_weights_available",
+    "has_snapshot",
     "hub_folder_missing",
     "local_weights_folder",
     "looks_like_local_path",
@@ -198,12 +199,22 @@ def _caches(kind: str, weights: str) -> tuple[list[str], bool]:
     places = [genmetrics_home() / "hf", Path(HF_HUB_CACHE)]
     # a snapshot holding config.json (what the loader looks up first); a folder with no snapshot, or only
     # hub bookkeeping (.no_exist, left by a lookup that found nothing), holds no model
-    return [str(p) for p in places], any(_has_snapshot(p / name, "config.json") for p in places)
+    return [str(p) for p in places], any(has_snapshot(p / name, "config.json") for p in places)
 
 
-def _has_snapshot(folder: Path, marker: str) -> bool:
-    """Whether ``folder`` (a Hugging Face cache's ``models--org--name``) has a snapshot holding ``marker``; a
-    folder that cannot be listed counts as having one (the loader decides)."""
+def has_snapshot(folder: Path, marker: str) -> bool:
+    """Whether ``folder`` (a Hugging Face cache's ``models--org--name``) has a snapshot holding ``marker`` (a
+    folder with no snapshot, or only the ``.no_exist`` a lookup that found nothing leaves, holds no model); a
+    folder that cannot be listed counts as having one (the loader decides).
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     (Path(d) / "snapshots" / "abc").mkdir(parents=True)
+    ...     empty = has_snapshot(Path(d), "config.json")
+    ...     _ = (Path(d) / "snapshots" / "abc" / "config.json").write_text("{}")
+    ...     empty, has_snapshot(Path(d), "config.json")
+    (False, True)
+    """
     try:
         return any((s / marker).exists() for s in (folder / "snapshots").iterdir())
     except FileNotFoundError:
