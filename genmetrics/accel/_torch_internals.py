@@ -9,6 +9,10 @@ Each use stays for a measured reason (docs/performance.md, "Fast paths"):
   on the running machine measured it faster than ``F.linear`` (:mod:`genmetrics.accel.fastpath`).
 * ``Tensor._version``: the in-place version counter, so a packed copy of the weights is rebuilt after an
   optimizer step or ``load_state_dict`` (no public API tells an in-place change apart).
+* ``UntypedStorage._weak_ref`` (through ``torch.multiprocessing.reductions.StorageWeakRef``): the identity of
+  a weight's storage, held so that its address cannot be taken by another storage while a copy made from it
+  is kept (``weight.data = new`` whose memory lands where the old weights were keeps the version counter
+  and the address: only the storage tells them apart).
 
 Callers fall back to the public path whenever :func:`onednn_linear_available` is False, so a torch that
 renames or drops these ops costs speed, never correctness. ``tests/accel/test_torch_internals.py``
@@ -21,12 +25,14 @@ import functools
 from typing import Any
 
 import torch
+from torch.multiprocessing.reductions import StorageWeakRef
 
 #: the private names used here, for the loud test and for error messages
 PRIVATE_APIS = (
     "torch.ops.mkldnn._reorder_linear_weight",
     "torch.ops.mkldnn._linear_pointwise",
     "torch.Tensor._version",
+    "torch.UntypedStorage._weak_ref",
 )
 
 
@@ -68,6 +74,27 @@ def version_counter(t: torch.Tensor) -> int:
     return int(t._version)
 
 
+def weight_identity(t: torch.Tensor) -> tuple[Any, ...]:
+    """What a copy made from ``t`` now stays valid for: ``t``'s storage (a weak reference, which keeps that
+    storage's identity from being reused while the key is kept), address, in-place version, offset, shape and
+    stride. Two keys are equal only when the values are the same ones, unchanged in place, in the same
+    storage; ``t`` must not be an inference tensor.
+
+    >>> t = torch.zeros(2, 2)
+    >>> k = weight_identity(t)
+    >>> k == weight_identity(t), k == weight_identity(t.add_(1)), weight_identity(t) == weight_identity(t.clone())
+    (True, False, False)
+    """
+    return (
+        StorageWeakRef(t.untyped_storage()),
+        t.data_ptr(),
+        version_counter(t),
+        t.storage_offset(),
+        tuple(t.shape),
+        t.stride(),
+    )
+
+
 def check_torch_private_apis() -> dict[str, str]:
     """``{private name: what went wrong}`` for each private API that is missing or behaves differently in
     the installed torch (empty when all work). The oneDNN ops are only checked where oneDNN is built in.
@@ -104,6 +131,13 @@ def check_torch_private_apis() -> dict[str, str]:
             problems[PRIVATE_APIS[2]] = "an in-place add did not bump the version by one"
     except Exception as e:  # noqa: BLE001
         problems[PRIVATE_APIS[2]] = f"{type(e).__name__}: {e}"
+    try:
+        a, b = torch.zeros(1), torch.zeros(1)
+        ka = weight_identity(a)
+        if ka != weight_identity(a) or ka == weight_identity(b) or ka[0].expired():
+            problems[PRIVATE_APIS[3]] = "a storage's weak reference does not tell it from another one"
+    except Exception as e:  # noqa: BLE001
+        problems[PRIVATE_APIS[3]] = f"{type(e).__name__}: {e}"
     return problems
 
 

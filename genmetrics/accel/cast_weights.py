@@ -9,9 +9,10 @@ result is bit for bit the one of the uncached pass.
 * **Kept with the weight**: one copy per weight and precision, in a weak-keyed table: it is freed with the
   weight (the model), or by :func:`release_cast_weights`. Memory: one bfloat16 copy of the weights that
   went through a product (half the float32 model: 172 MB for ViT-B/16, about 4 GB for a 2B model).
-* **Invalidated when the weight changes**: the copy is used only while the weight's storage, shape and
-  in-place version counter are the ones it was made from (an optimizer step, ``load_state_dict`` or any
-  in-place change makes a new copy). A write through ``weight.data`` is not counted by torch's version
+* **Invalidated when the weight changes**: the copy is used only while the weight's storage (itself, not
+  only its address: ``weight.data = new`` whose memory lands where the old values were is a new storage),
+  shape and in-place version counter are the ones it was made from (an optimizer step, ``load_state_dict``,
+  ``weight.data = ...`` or any in-place change makes a new copy). A write through ``weight.data`` is not counted by torch's version
   counter: call :func:`release_cast_weights` after one. Weights made under ``torch.inference_mode``
   have no version counter and are never kept (cast at every call, as without the cache).
 * **Only where autocast would cast**: a float32 CPU weight, CPU autocast on with bfloat16, and no autograd
@@ -33,11 +34,12 @@ from typing import Any
 
 import torch
 
-from genmetrics.accel._torch_internals import version_counter
+from genmetrics.accel._torch_internals import weight_identity
 
 #: the environment variable that switches the cache off (``off``)
 CAST_CACHE_ENV = "GENMETRICS_CAST_CACHE"
-#: per target dtype, {id(weight): (weakref to the weight, identity of its values when cast, the copy)}; an
+#: per target dtype, {id(weight): (weakref to the weight, identity of its values when cast
+#: (:func:`~genmetrics.accel._torch_internals.weight_identity`), the copy)}; an
 #: entry leaves with its weight (a weak-keyed dict cannot hold tensors: their ``==`` is elementwise)
 _copies: dict[torch.dtype, dict[int, tuple[weakref.ref, tuple, torch.Tensor]]] = {}
 _enabled: list[bool | None] = [None]  # None: read CAST_CACHE_ENV
@@ -108,7 +110,7 @@ def autocast_weight(t: torch.Tensor) -> torch.Tensor:
     dtype = _autocast_target(t)
     if dtype is None:
         return t
-    key = (t.data_ptr(), version_counter(t), t.storage_offset(), tuple(t.shape), t.stride())
+    key = weight_identity(t)
     table = _copies.setdefault(dtype, {})
     entry = table.get(id(t))
     if entry is not None and entry[0]() is t and entry[1] == key:

@@ -33,7 +33,7 @@ from genmetrics.accel._torch_internals import (
     linear_pointwise,
     onednn_linear_available,
     reorder_linear_weight,
-    version_counter,
+    weight_identity,
 )
 from genmetrics.accel.clip_blocks import QUICKGELU_ALPHA, is_plain_block
 from genmetrics.accel.fastpath import choose_path
@@ -97,13 +97,14 @@ class PackedBlock:
 
 
 def _pack_key(v: Any) -> tuple | None:
-    """Identity of ``v``'s current weights: storage and in-place version of every parameter; None when a
+    """Identity of ``v``'s current weights: storage (itself, not only its address), in-place version and
+    shape of every parameter (:func:`~genmetrics.accel._torch_internals.weight_identity`); None when a
     parameter is an inference tensor (made under ``torch.inference_mode``), which has no version counter,
     so an in-place change could not be seen: such towers are packed again at every call."""
     params = list(v.parameters())
     if any(p.is_inference() for p in params):
         return None
-    return tuple((p.data_ptr(), version_counter(p), p.dtype) for p in params)
+    return tuple((weight_identity(p), p.dtype) for p in params)
 
 
 def packed_products_pay_off(blk: Any, dtype: torch.dtype = torch.float32) -> bool:

@@ -33,7 +33,7 @@ from peft import LoraConfig, PeftModel, get_peft_model, get_peft_model_state_dic
 from safetensors import safe_open
 
 from genmetrics.backbones.hub import hub_calls, unreachable
-from genmetrics.backbones.precheck import HUB_ID
+from genmetrics.backbones.precheck import local_weights_folder
 from genmetrics.backbones.provider import provide
 from genmetrics.backbones.weights import FIX_OPTION as _FIX_OPTION
 from genmetrics.backbones.weights import hf_cache_dir, offline, unavailable_error
@@ -59,7 +59,6 @@ VLM_KINDS: dict[str, tuple[str, str, str]] = {
     "qwen3_5": ("qwen3_5", "Qwen3_5Model", "Qwen3_5ForConditionalGeneration"),
 }
 _KIND_ALIASES = {"qwen3_vl": "qwen3vl", "qwen3-vl": "qwen3vl", "qwen3.5": "qwen3_5", "qwen35": "qwen3_5"}
-_HUB_ID = HUB_ID
 
 
 def resolve_dtype_device(dtype: Any = None, device: Any = None) -> tuple[Any, Any]:
@@ -96,15 +95,6 @@ def resolve_dtype_device(dtype: Any = None, device: Any = None) -> tuple[Any, An
     return dtype, dev
 
 
-def _looks_like_path(s: str) -> bool:
-    return (
-        s.startswith(("/", "./", "../", "~", "\\"))
-        or bool(re.match(r"^[A-Za-z]:[\\/]", s))
-        or s.count("/") > 1
-        or not _HUB_ID.match(s)
-    )
-
-
 def _resolve(
     model_id_or_path: str | os.PathLike, *, marker: str, local_files_only: bool | None, revision: str | None
 ) -> tuple[str, dict[str, Any], list[str]]:
@@ -114,31 +104,10 @@ def _resolve(
     adapter).
     """
     s = os.fspath(model_id_or_path)
-    p = expand_user(
-        s, what="weights path"
-    )  # local paths first (relative: from the working directory), then hub ids
-    if p.exists():
-        if not p.is_dir():
-            raise unavailable_error(
-                s,
-                [str(p)],
-                hint=f"Fix: pass the checkpoint *folder* (holding {marker}) with {_FIX_OPTION}, not a single file.",
-            )
-        if not (p / marker).is_file():
-            raise unavailable_error(
-                s,
-                [str(p)],
-                hint=f"The folder has no {marker}. Fix: pass the folder that save_pretrained() wrote, with {_FIX_OPTION}.",
-            )
-        return str(p), {}, [str(p)]
-    if _looks_like_path(s):
-        raise unavailable_error(
-            s,
-            [str(p)],
-            hint=f"No such file or folder. Fix: pass an existing local folder with {_FIX_OPTION}, or a hub id "
-            "such as 'Qwen/Qwen3-VL-2B-Instruct'.",
-        )
-
+    local = local_weights_folder(s, marker=marker)  # a local path: that folder, or the error naming it
+    if local is not None:
+        return str(local), {}, [str(local)]
+    p = expand_user(s, what="weights path")
     lfo = offline() if local_files_only is None else bool(local_files_only)
     ours = hf_cache_dir()
     looked = [f"{p.absolute()} (local folder: none)", f"{ours} (GENMETRICS_HOME cache)"]

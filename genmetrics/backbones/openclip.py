@@ -16,7 +16,6 @@ from __future__ import annotations
 import os
 import pickle
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +23,13 @@ import open_clip
 import torch
 
 from genmetrics.accel.clip_packed import PackedBlock, packed_vision_blocks, release_packed_weights
+from genmetrics.backbones.clip_names import (
+    DEFAULT_CLIP,
+    ClipWeights,
+    is_local_checkpoint,
+    missing_checkpoint,
+    parse_clip_weights,
+)
 from genmetrics.backbones.clip_preprocess import (
     OPENAI_MEAN,
     OPENAI_STD,
@@ -37,7 +43,6 @@ from genmetrics.backbones.hub import hub_calls
 from genmetrics.backbones.precheck import CLIP_OPTION
 from genmetrics.backbones.provider import provide
 from genmetrics.backbones.weights import genmetrics_home, offline, weights_unavailable
-from genmetrics.core.options import expand_user
 from genmetrics.errors import InputError
 
 __all__ = [
@@ -60,61 +65,6 @@ __all__ = [
     "tokenize",
     "trim_padding",
 ]
-
-
-@dataclass(frozen=True)
-class ClipWeights:
-    """An open_clip model name plus a pretrained tag, hub id (``hf-hub:org/name``) or local file.
-
-    >>> str(ClipWeights("ViT-B-32-quickgelu", "openai"))
-    'ViT-B-32-quickgelu/openai'
-    """
-
-    model: str
-    pretrained: str
-
-    def __str__(self) -> str:
-        return f"{self.model}/{self.pretrained}"
-
-
-DEFAULT_CLIP = ClipWeights("ViT-B-32-quickgelu", "openai")
-
-
-def parse_clip_weights(spec: str | ClipWeights | None) -> ClipWeights:
-    """``"ViT-B-16/openai"``, ``"hf-hub:org/name"`` or ``"ViT-B-16:/path/ckpt.safetensors"``.
-
-    OpenAI ViT weights get the QuickGELU architecture they were trained with:
-
-    >>> parse_clip_weights("ViT-B-16/openai"), parse_clip_weights("ViT-B-32:/ckpt.safetensors").pretrained
-    (ClipWeights(model='ViT-B-16-quickgelu', pretrained='openai'), '/ckpt.safetensors')
-    """
-    if spec is None:
-        return DEFAULT_CLIP
-    if isinstance(spec, ClipWeights):
-        return _quickgelu(spec)
-    if spec.startswith("hf-hub:"):
-        return ClipWeights(spec, "")
-    # MODEL:PATH first: the path keeps its leading '/' (absolute) and '~' is expanded
-    model, s, tag = spec.partition(":")
-    if s and model and tag and "/" not in model and "\\" not in model and len(model) > 1:
-        return _quickgelu(
-            ClipWeights(model, str(expand_user(tag, what="--weights")) if tag.startswith("~") else tag)
-        )
-    if spec.startswith(("/", "./", "../", "~", "\\")) or Path(spec).expanduser().is_file():
-        raise InputError(
-            f"--weights {spec!r}: a local open_clip checkpoint needs its architecture; write "
-            f"MODEL:PATH, e.g. 'ViT-B-32:{spec}' (see `open_clip.list_models()`)"
-        )
-    model, s, tag = spec.partition("/")
-    if s and model and tag:
-        return _quickgelu(ClipWeights(model, tag))
-    return _quickgelu(ClipWeights(spec, "openai"))
-
-
-def _quickgelu(w: ClipWeights) -> ClipWeights:
-    if w.pretrained == "openai" and not w.model.endswith("-quickgelu") and w.model.startswith(("ViT-", "RN")):
-        return ClipWeights(w.model + "-quickgelu", w.pretrained)
-    return w
 
 
 #: the weight files genmetrics loads; anything else is refused before a byte of it is interpreted
@@ -267,15 +217,11 @@ def _load_open_clip(spec: str | ClipWeights | None, *, device: Any, precision: s
         return model.to(device).eval(), None, tokenizer
     cache_dir = str(genmetrics_home() / "open_clip")
     looked = [cache_dir]
-    local = bool(w.pretrained) and (
-        os.sep in w.pretrained or w.pretrained.endswith((".bin", ".pt", ".pth", ".safetensors"))
-    )
+    local = is_local_checkpoint(w)
     if local:
-        if not Path(w.pretrained).exists():
-            # named as the user spelt it (MODEL:PATH), not as MODEL/PATH
-            raise weights_unavailable(
-                f"{w.model}:{w.pretrained}", w.pretrained, _CLIP_OPTION, why="no such file or folder"
-            )
+        missing = missing_checkpoint(w)  # the pre-check's words
+        if missing is not None:
+            raise missing
         looked = [w.pretrained]
         check_weights_file(w.pretrained)
     url = None if local else _download_url(w)

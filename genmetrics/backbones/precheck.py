@@ -26,6 +26,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from genmetrics.backbones.clip_names import CLIP_OPTION
+
 if TYPE_CHECKING:
     from genmetrics.core.registry import MetricCard
     from genmetrics.errors import WeightsUnavailableError
@@ -34,17 +36,19 @@ __all__ = [
     "CLIP_OPTION",
     "HF_OPTION",
     "HUB_ID",
+    "check_clip_weights",
     "check_metric",
     "check_metric_weights",
     "check_weights_available",
+    "has_snapshot",
     "hub_folder_missing",
+    "local_weights_folder",
+    "looks_like_local_path",
     "missing_folder",
     "requested_weights",
     "weights_kind",
 ]
 
-#: how a user points an open_clip metric at local weights
-CLIP_OPTION = "--weights MODEL/TAG or MODEL:/path/ckpt.safetensors (command line), backbone=... (Python)"
 #: how a user points a transformers metric at local weights
 HF_OPTION = "--weights /local/dir (command line) or weights=/local/dir (Python)"
 #: options that hand a metric a model already built: no weights are loaded by name
@@ -108,6 +112,62 @@ def weights_kind(weights: str) -> str | None:
     return "hf"
 
 
+def looks_like_local_path(s: str) -> bool:
+    """Whether the transformers loaders take ``s`` for a local path (absolute, relative with ``./`` or more
+    than one ``/``, ``~``, a drive letter, or anything that is no hub id ``org/name``).
+
+    >>> looks_like_local_path("runs/a/final"), looks_like_local_path("facebook/dinov2-base")
+    (True, False)
+    """
+    return (
+        s.startswith(("/", "./", "../", "~", "\\"))
+        or bool(re.match(r"^[A-Za-z]:[\\/]", s))
+        or s.count("/") > 1
+        or not HUB_ID.match(s)
+    )
+
+
+def local_weights_folder(value: str, *, marker: str = "config.json") -> Path | None:
+    """The local checkpoint folder ``value`` names for a transformers loader (a folder holding ``marker``:
+    ``config.json`` for a model, ``adapter_config.json`` for an adapter); None for a hub id that is no local
+    path (the caches and the hub decide). A file, a folder without ``marker``, or a path that does not exist
+    raise the :class:`~genmetrics.errors.WeightsUnavailableError` naming it and the fix.
+
+    >>> local_weights_folder("facebook/dinov2-base") is None
+    True
+    >>> local_weights_folder("./no/such/folder")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+        ...
+    genmetrics.errors.WeightsUnavailableError: weights './no/such/folder' are not available. ...No such file or folder. ...
+    """
+    from genmetrics.backbones.weights import FIX_OPTION, unavailable_error
+    from genmetrics.core.options import expand_user
+
+    p = expand_user(value, what="weights path")  # local paths first (relative: from the working directory)
+    if p.exists():
+        if not p.is_dir():
+            raise unavailable_error(
+                value,
+                [str(p)],
+                hint=f"Fix: pass the checkpoint *folder* (holding {marker}) with {FIX_OPTION}, not a single file.",
+            )
+        if not (p / marker).is_file():
+            raise unavailable_error(
+                value,
+                [str(p)],
+                hint=f"The folder has no {marker}. Fix: pass the folder that save_pretrained() wrote, with {FIX_OPTION}.",
+            )
+        return p
+    if looks_like_local_path(value):
+        raise unavailable_error(
+            value,
+            [str(p)],
+            hint=f"No such file or folder. Fix: pass an existing local folder with {FIX_OPTION}, or a hub id "
+            "such as 'Qwen/Qwen3-VL-2B-Instruct'.",
+        )
+    return None
+
+
 def _raise(e: OSError) -> None:
     raise e
 
@@ -137,7 +197,30 @@ def _caches(kind: str, weights: str) -> tuple[list[str], bool]:
 
     name = "models--" + weights.replace("/", "--")
     places = [genmetrics_home() / "hf", Path(HF_HUB_CACHE)]
-    return [str(p) for p in places], any((p / name).exists() for p in places)
+    # a snapshot holding config.json (what the loader looks up first); a folder with no snapshot, or only
+    # hub bookkeeping (.no_exist, left by a lookup that found nothing), holds no model
+    return [str(p) for p in places], any(has_snapshot(p / name, "config.json") for p in places)
+
+
+def has_snapshot(folder: Path, marker: str) -> bool:
+    """Whether ``folder`` (a Hugging Face cache's ``models--org--name``) has a snapshot holding ``marker`` (a
+    folder with no snapshot, or only the ``.no_exist`` a lookup that found nothing leaves, holds no model); a
+    folder that cannot be listed counts as having one (the loader decides).
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     (Path(d) / "snapshots" / "abc").mkdir(parents=True)
+    ...     empty = has_snapshot(Path(d), "config.json")
+    ...     _ = (Path(d) / "snapshots" / "abc" / "config.json").write_text("{}")
+    ...     empty, has_snapshot(Path(d), "config.json")
+    (False, True)
+    """
+    try:
+        return any((s / marker).exists() for s in (folder / "snapshots").iterdir())
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True
 
 
 def check_weights_available(weights: str | None) -> None:
@@ -177,6 +260,27 @@ def check_weights_available(weights: str | None) -> None:
     raise weights_unavailable(weights, looked, option, why=why)
 
 
+def check_clip_weights(weights: str) -> None:
+    """:func:`check_weights_available` for open_clip weights as a user spells them, local checkpoints
+    included: a path without its architecture is the loader's :class:`~genmetrics.errors.InputError`, a
+    ``MODEL:PATH`` whose file does not exist its :class:`~genmetrics.errors.WeightsUnavailableError` (unless a
+    backbone provider is installed).
+
+    >>> check_clip_weights("ViT-B-32:/no/such/ckpt.safetensors")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+        ...
+    genmetrics.errors.WeightsUnavailableError: weights 'ViT-B-32:/no/such/ckpt.safetensors' are not available (no such file or folder). ...
+    """
+    from genmetrics.backbones.clip_names import missing_checkpoint, parse_clip_weights
+    from genmetrics.backbones.provider import current_provider
+
+    w = parse_clip_weights(weights)
+    missing = missing_checkpoint(w) if current_provider() is None else None
+    if missing is not None:
+        raise missing
+    check_weights_available(weights)
+
+
 def check_metric_weights(default: str | None, factory: str, options: Mapping[str, Any]) -> None:
     """:func:`check_weights_available` for a metric built by ``factory`` (``"module:Class"``) with ``options``,
     its card's ``default`` weights unless ``options`` name others. Only when every option is one the metric
@@ -198,7 +302,17 @@ def check_metric_weights(default: str | None, factory: str, options: Mapping[str
         return
     if any(k in known for k in REQUIRED_OWN_WEIGHTS):
         return  # none given (above): create_metric says so, unless a built model is passed
-    check_weights_available(requested_weights(default, options))
+    weights = requested_weights(default, options)
+    family = weights_kind(default) if weights and default and weights_kind(weights) is None else None
+    if family == "open_clip":  # a local checkpoint (MODEL:PATH), judged as the loader would
+        check_clip_weights(str(weights))
+    elif family == "hf":  # a transformers metric given a local path, judged as its loader would
+        from genmetrics.backbones.provider import current_provider
+
+        if current_provider() is None:
+            local_weights_folder(str(weights))
+    if family is None:
+        check_weights_available(weights)
 
 
 def hub_folder_missing(value: str) -> tuple[list[str], str | None] | None:
@@ -229,19 +343,26 @@ def hub_folder_missing(value: str) -> tuple[list[str], str | None] | None:
     return None if why is None else (looked, why)
 
 
-def missing_folder(value: str, *, what: str, hint: str) -> WeightsUnavailableError | None:
-    """The error for a trained folder (``what``: "TPIPS adapter") named by a path that is no folder, or by a
-    spelling that is no hub id (``org/name``); None for an existing folder or a hub id (the loader decides).
+def missing_folder(
+    value: str, *, what: str, hint: str, marker: str | None = None
+) -> WeightsUnavailableError | None:
+    """The error for a trained folder (``what``: "TPIPS adapter") named by a path that is no folder, by a
+    spelling that is no hub id (``org/name``), or by a folder without ``marker`` (the file the loader reads
+    first, when given); None for a folder that holds it or a hub id (the loader decides).
 
     >>> print(missing_folder("./runs/a", what="TPIPS adapter", hint="Fix: train one."))  # doctest: +ELLIPSIS
     weights 'runs/a' are not available. Looked in: runs/a. ...No such TPIPS adapter folder. Fix: train one.
     >>> missing_folder("org/adapter", what="TPIPS adapter", hint="")  # a hub id
+    >>> print(missing_folder(".", what="TPIPS adapter", hint="Fix: train one.", marker="no-such.json"))  # doctest: +ELLIPSIS
+    weights '...' are not available. ...The folder has no no-such.json. Fix: train one.
     """
     from genmetrics.backbones.weights import unavailable_error
 
     p = Path(value).expanduser()
     if p.is_dir():
-        return None
+        if marker is None or (p / marker).is_file():
+            return None
+        return unavailable_error(str(p), [str(p)], hint=f"The folder has no {marker}. {hint}")
     if p.exists() or value.startswith((".", "/", "~")) or value.count("/") != 1:
         return unavailable_error(str(p), [str(p)], hint=f"No such {what} folder. {hint}")
     return None

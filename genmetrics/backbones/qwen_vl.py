@@ -860,14 +860,12 @@ def resolve_folder(path_or_id: str | os.PathLike, marker: str, *, what: str, hin
     True
     """
     s = os.fspath(path_or_id)
-    p = Path(s).expanduser()
-    if p.is_dir():
-        if not (p / marker).is_file():
-            raise unavailable_error(str(p), [str(p)], hint=f"The folder has no {marker}. {hint}")
-        return p.resolve()
-    missing = missing_folder(s, what=what, hint=hint)
+    missing = missing_folder(s, what=what, hint=hint, marker=marker)  # the pre-check's words
     if missing is not None:
         raise missing
+    p = Path(s).expanduser()
+    if p.is_dir():
+        return p.resolve()
     why: str | None = None
     try:
         with hub_calls(offline=offline()) as why:

@@ -304,8 +304,11 @@ def _in_hf_cache(need: NeededWeights) -> str | None:
         return None
     from huggingface_hub import constants
 
+    from genmetrics.backbones.precheck import has_snapshot
+
     folder = _hub_folder(Path(constants.HF_HUB_CACHE), need.repo)
-    return str(folder) if (folder / "snapshots").is_dir() else None
+    # what the loader looks up first (as the pre-check of `score` does): an empty snapshot is no model
+    return str(folder) if has_snapshot(folder, "config.json") else None
 
 
 @click.group("weights")

@@ -15,17 +15,18 @@ def _weights_first(config: str, out: str | None, resume: bool = False) -> None:
     """Offline, or an unreachable hub: a metric of ``config`` built from its card's default weights, which no
     cache holds, or MIE without heads, is reported (with its config key, as the run's plan reports it) before
     torch is imported.
-    A config the run would refuse, no output folder, or a metric given its own weights (a path resolved
-    against the config's folder), a model, heads or an adapter is left to the run. The run would have
+    A metric's own weights, heads or adapter are judged as the run judges them, their relative paths
+    resolved against the config's folder. A config the run would refuse or no output folder is left to the
+    run. The run would have
     named an image folder or another metric's option values first (checked there with torch imported).
     With ``resume`` the run decides, once it knows which metrics still have rows to score (a resumed run
     whose model-based metrics are finished needs none of their weights)."""
     if resume:
         return
-    from genmetrics.backbones.precheck import BUILT_MODEL_OPTIONS, OWN_WEIGHTS_OPTIONS, check_metric
+    from genmetrics.backbones.precheck import check_metric
     from genmetrics.core.registry import get_card
     from genmetrics.errors import GenmetricsError, WeightsUnavailableError
-    from genmetrics.leaderboard.config import load_config
+    from genmetrics.leaderboard.config import load_config, resolve_option_paths
 
     try:
         cfg = load_config(config)
@@ -34,11 +35,9 @@ def _weights_first(config: str, out: str | None, resume: bool = False) -> None:
     if out is None and cfg.run.out is None:
         return  # the run names the missing --out first
     for spec in cfg.metrics:
-        if any(k in spec.options for k in ("weights", *BUILT_MODEL_OPTIONS, *OWN_WEIGHTS_OPTIONS)):
-            continue
         try:
             card = get_card(spec.name)
-            check_metric(card, spec.options)
+            check_metric(card, resolve_option_paths(cfg, spec.options))  # paths as the run resolves them
         except WeightsUnavailableError as e:
             raise type(e)(f"{cfg.where(spec.key)}: {e}") from None
         except (GenmetricsError, ValueError):

@@ -727,3 +727,24 @@ def _from_dict(
             f"(columns: {', '.join(columns)})",
         )
     return cfg
+
+
+def resolve_option_paths(cfg: LeaderboardConfig, options: Mapping[str, Any]) -> dict[str, Any]:
+    """String options that name a path relative to the config (``./x``, ``../x``, or an existing file or
+    folder next to it) become absolute; anything else (hub ids, attribute-set names) is left alone: the
+    options a metric of ``cfg`` is built with (and its weights checked with, before torch is imported).
+
+    >>> from types import SimpleNamespace
+    >>> resolve_option_paths(SimpleNamespace(base_dir=Path("/runs/board")), {"weights": "./models/dino", "heads": "org/heads", "max_db": 60})
+    {'weights': '/runs/board/models/dino', 'heads': 'org/heads', 'max_db': 60}
+    """
+    out = {}
+    for k, v in options.items():
+        if isinstance(v, str) and v.startswith("~"):
+            v = str(expand_user(v, what=f"option {k}"))
+        if isinstance(v, str) and v and not Path(v).is_absolute():
+            p = cfg.base_dir / v
+            if v.startswith(("./", "../", ".\\", "..\\")) or p.exists():
+                v = str(p.resolve())
+        out[k] = v
+    return out

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import sys
 import time
 from collections.abc import Container
@@ -22,7 +23,7 @@ from genmetrics.backbones.weights import sha256_file
 from genmetrics.core.registry import Granularity
 from genmetrics.data.output.atomic import atomic_write_json, atomic_write_text
 from genmetrics.data.output.manifest import manifest
-from genmetrics.data.output.rows import RowCheck, check_result_row, dumps_line, read_results
+from genmetrics.data.output.rows import RowCheck, check_result_row, dumps_line, iter_results, read_results
 from genmetrics.errors import InputError
 from genmetrics.leaderboard.config import LeaderboardConfig
 from genmetrics.leaderboard.inputs import InputHashes
@@ -227,12 +228,36 @@ def check_resumable(
             )
     old_inputs = old.get("inputs", {})
     for key, fp in plan.fingerprints.items():
-        if key in old_inputs and old_inputs[key] != fp:
+        was = _key_in_old_run(key, cfg, old)
+        if was in old_inputs and old_inputs[was] != fp:
             raise InputError(
                 f"{cfg.source}: {key}: the image files changed since the run being resumed in "
                 f"{str(out_dir)!r} (files added, removed or rewritten); {hint}"
             )
     return unknown
+
+
+def _key_in_old_run(key: str, cfg: LeaderboardConfig, old: dict[str, Any]) -> str | None:
+    """The key the input fingerprint ``key`` (``generators[1].references``) had in the resumed run's manifest:
+    its generator found by name, since generators may have been added, removed or reordered in the config
+    since (None: a generator that run did not have). Keys of ``data`` and manifests without their generators'
+    names are kept as they are.
+
+    >>> from types import SimpleNamespace as NS
+    >>> cfg = NS(generators=[NS(name="good"), NS(name="mid")])
+    >>> old = {"generators": {"mid": {}, "bad": {}, "good": {}}}
+    >>> _key_in_old_run("generators[0]", cfg, old), _key_in_old_run("generators[1].references", cfg, old)
+    ('generators[2]', 'generators[0].references')
+    >>> _key_in_old_run("data.references", cfg, old), _key_in_old_run("generators[0]", NS(generators=[NS(name="new")]), old)
+    ('data.references', None)
+    """
+    m = re.fullmatch(r"generators\[(\d+)\](.*)", key)
+    names = old.get("generators")
+    if m is None or not isinstance(names, dict):
+        return key
+    names = list(names)
+    name = cfg.generators[int(m[1])].name
+    return f"generators[{names.index(name)}]{m[2]}" if name in names else None
 
 
 def write_manifest(
@@ -359,9 +384,18 @@ def row_check(plan: Plan, unknown_options: set[str]) -> RowCheck:
     return check
 
 
-def drop_stale_rows(sources: list[Path], check: RowCheck, hashes: InputHashes, out_dir: Path) -> int:
+def drop_stale_rows(
+    sources: list[Path],
+    check: RowCheck,
+    hashes: InputHashes,
+    out_dir: Path,
+    seen: Any = None,
+) -> int:
     """Check every row of ``sources`` (refusing foreign rows with file:line) and remove the rows whose inputs
-    changed since they were scored (they are scored again); says how many on stderr and returns it.
+    changed since they were scored (they are scored again); says how many on stderr and returns it. A key
+    found in two rows that differ (an edited file: which one is the run's cannot be told) is refused with both
+    files and lines; copies of one row are kept once, as the merge does. ``seen``: an empty container with
+    ``add`` and ``in`` for the keys (a :class:`~genmetrics.leaderboard.scores.KeySet`; default a set).
 
     >>> import tempfile
     >>> from genmetrics.leaderboard import build_plan, load_config, run_leaderboard
@@ -376,12 +410,21 @@ def drop_stale_rows(sources: list[Path], check: RowCheck, hashes: InputHashes, o
     1
     """
     stale_total = 0
+    seen = set() if seen is None else seen
+    twice: set[tuple[str, str, str]] = set()  # keys in more than one row (none in a run's own files)
     for src in sources:
         rows = read_results(src, check=check)
         keep = [r for r in rows if r.get("input") == hashes.of_key((r["generator"], r["metric"], r["id"]))]
+        for r in keep:
+            key = (r["generator"], r["metric"], r["id"])
+            if key in seen:
+                twice.add(key)
+            seen.add(key)
         if len(keep) != len(rows):
             stale_total += len(rows) - len(keep)
             atomic_write_text(src, "".join(dumps_line(r) + "\n" for r in keep), root=out_dir)
+    if twice:
+        _refuse_differing_copies(sources, twice)
     if stale_total:
         print(
             f"note: --resume: {stale_total} finished row(s) were scored from files that changed since (same "
@@ -389,6 +432,32 @@ def drop_stale_rows(sources: list[Path], check: RowCheck, hashes: InputHashes, o
             file=sys.stderr,
         )
     return stale_total
+
+
+def _refuse_differing_copies(sources: list[Path], keys: set[tuple[str, str, str]]) -> None:
+    """Raise :class:`InputError` for the first of ``keys`` whose rows in ``sources`` are not all the same,
+    naming the two files and lines (read again, a line at a time: only for keys found twice)."""
+    first: dict[tuple[str, str, str], tuple[dict[str, Any], str]] = {}
+    for src in sources:
+        with open(src, "rb") as f:
+            line, pos = 0, 0
+            for row, offset in iter_results(src):
+                while pos <= offset:  # the line number of the row at ``offset``
+                    pos += len(f.readline())
+                    line += 1
+                key = (row["generator"], row["metric"], row["id"])
+                if key not in keys:
+                    continue
+                if key not in first:
+                    first[key] = (row, f"{src}:{line}")
+                elif first[key][0] != row:
+                    g, m, i = key
+                    raise InputError(
+                        f"{first[key][1]} and {src}:{line}: two different rows for generator {g!r}, column "
+                        f"{m!r}, id {i!r} (score {first[key][0].get('score')!r} and {row.get('score')!r}), and "
+                        "which one the run wrote cannot be told; delete the wrong line (or both, to have it scored "
+                        "again), or run without --resume to start afresh"
+                    )
 
 
 def resume_note(plan: Plan, done: Container[tuple[str, str, str]]) -> str:

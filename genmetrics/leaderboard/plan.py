@@ -21,14 +21,20 @@ import torch
 from genmetrics.backbones.precheck import check_metric
 from genmetrics.backbones.weights import genmetrics_home
 from genmetrics.core.options import device as check_device
-from genmetrics.core.options import expand_user
 from genmetrics.core.registry import Granularity, MetricCard, create_metric, get_card, metric_options
 from genmetrics.core.wiring import Feeds, Sample, Sources, WiringError, feeds, wire
 from genmetrics.data.device import available_devices
 from genmetrics.data.io.images import list_images, stem_index
 from genmetrics.data.jsonl import iter_jsonl
 from genmetrics.errors import GenmetricsError, InputError, PluginError
-from genmetrics.leaderboard.config import GeneratorSpec, KeyPath, LeaderboardConfig, MetricSpec, key_str
+from genmetrics.leaderboard.config import (
+    GeneratorSpec,
+    KeyPath,
+    LeaderboardConfig,
+    MetricSpec,
+    key_str,
+    resolve_option_paths,
+)
 
 SET_ID = "__set__"  #: the ``id`` of the one results row a set-level metric writes per generator
 __all__ = [
@@ -285,21 +291,6 @@ def _read_inputs(cfg: LeaderboardConfig) -> _Inputs:
     return inp
 
 
-def _resolve_paths(cfg: LeaderboardConfig, options: dict[str, Any]) -> dict[str, Any]:
-    """String options that name a path relative to the config (``./x``, ``../x``, or an existing file or
-    folder next to it) become absolute; anything else (hub ids, attribute-set names) is left alone."""
-    out = {}
-    for k, v in options.items():
-        if isinstance(v, str) and v.startswith("~"):
-            v = str(expand_user(v, what=f"option {k}"))
-        if isinstance(v, str) and v and not Path(v).is_absolute():
-            p = cfg.base_dir / v
-            if v.startswith(("./", "../", ".\\", "..\\")) or p.exists():
-                v = str(p.resolve())
-        out[k] = v
-    return out
-
-
 # ------------------------------------------------------------------------------------------ plan
 def build_plan(
     cfg: LeaderboardConfig,
@@ -374,7 +365,7 @@ def _metric_kwargs(
                 f"unknown key {opt!r} for metric {spec.name!r}{hint} "
                 f"(metric options: {', '.join(accepted) or 'none'}; runner keys: name, label, aspects)",
             )
-    kwargs = {**_resolve_paths(cfg, spec.options), **given}
+    kwargs = {**resolve_option_paths(cfg, spec.options), **given}
     if device is not None and "device" in accepted and "device" not in kwargs:
         kwargs["device"] = device
     if cfg.run.cache is not False and "cache_dir" in accepted and "cache_dir" not in kwargs:

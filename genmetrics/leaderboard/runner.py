@@ -545,7 +545,11 @@ class _Run:
         assert self.hashes is not None
         if self.rank == 0 and self.resume:
             drop_stale_rows(
-                self._sources(), row_check(self.plan, self.unknown_options), self.hashes, self.out
+                self._sources(),
+                row_check(self.plan, self.unknown_options),
+                self.hashes,
+                self.out,
+                KeySet(self.table),
             )
             self.hashes.save()
         self.state.wait_for_everyone()

@@ -42,12 +42,19 @@ from genmetrics.data.output.atomic import atomic_output, atomic_write_json
 from genmetrics.data.output.write_rule import make_folder
 from genmetrics.errors import InputError, WeightsUnavailableError
 from genmetrics.mie.common import LORA_TARGETS, PROMPT_TEMPLATE, build_backbone, canonical_name
-from genmetrics.mie.hints import TRAIN_HINT, heads_unavailable, is_hub_id, no_such_heads
+from genmetrics.mie.hints import (
+    CONFIG_NAMES,
+    TRAIN_HINT,
+    heads_unavailable,
+    is_hub_id,
+    local_heads,
+    no_such_heads,
+)
+from genmetrics.mie.hints import pick_file as _pick
 
 log = logging.getLogger(__name__)
 
 FORMAT_VERSION = 2
-CONFIG_NAMES = ("mie_config.json", "lens_config.json")
 HEADS_NAMES = ("mie_heads.pt", "lens_heads.pt")
 WEIGHTS_NAME = "mie_weights.safetensors"
 ADAPTER_DIR = "lora_adapter"
@@ -60,16 +67,6 @@ AUTHOR_MODES = {
     "lora_layer": ("lora_layer", True, True),
     "lora": ("lora_layer", True, False),
 }
-
-#: the loadable checkpoints of a training run's folder, in order of preference (train_mie's "checkpoint")
-RUN_CHECKPOINTS = ("best", "final")
-
-
-def _pick(folder: Path, names: tuple[str, ...]) -> Path | None:
-    for n in names:
-        if (folder / n).is_file():
-            return folder / n
-    return None
 
 
 def resolve_heads(path_or_id: str | os.PathLike) -> Path:
@@ -90,27 +87,11 @@ def resolve_heads(path_or_id: str | os.PathLike) -> Path:
     'best'
     """
     s = os.fspath(path_or_id)
-    p = Path(s).expanduser()
-    if p.exists():
-        if p.is_dir() and _pick(p, CONFIG_NAMES):
-            return p
-        if p.is_dir():
-            for sub in RUN_CHECKPOINTS:
-                if _pick(p / sub, CONFIG_NAMES):
-                    log.info("MIE heads %s: a training run's folder; using its %s/ checkpoint", s, sub)
-                    return p / sub
-            steps = sorted((p / "checkpoints").glob("step-*")) if (p / "checkpoints").is_dir() else []
-            if steps:
-                raise WeightsUnavailableError(
-                    f"MIE heads {s!r} is an unfinished training run (newest checkpoint {steps[-1].name}, no "
-                    f"best/ or final/ yet): continue it with `genmetrics train mie ... --out {s} --resume`, "
-                    "then pass this folder again"
-                )
-        raise WeightsUnavailableError(
-            f"MIE heads {s!r}: expected a checkpoint folder holding mie_config.json (genmetrics' format or the "
-            f"authors' layout, also lens_config.json) or a training run's --out folder (with best/ or "
-            f"final/). {TRAIN_HINT}"
-        )
+    local = local_heads(s)  # an existing path: its checkpoint folder, or the error naming what it lacks
+    if local is not None:
+        if local != Path(s).expanduser():
+            log.info("MIE heads %s: a training run's folder; using its %s/ checkpoint", s, local.name)
+        return local
     if not is_hub_id(s):
         raise no_such_heads(s)
     why: str | None = None

@@ -20,12 +20,16 @@ from genmetrics.backbones.weights import weights_unavailable
 from genmetrics.errors import WeightsUnavailableError
 
 __all__ = [
+    "CONFIG_NAMES",
     "HEADS_OPTION",
+    "RUN_CHECKPOINTS",
     "TRAIN_HINT",
     "heads_unavailable",
     "is_hub_id",
+    "local_heads",
     "no_heads_error",
     "no_such_heads",
+    "pick_file",
     "precheck",
 ]
 
@@ -37,6 +41,55 @@ TRAIN_HINT = (
 )
 #: how a user points the metric at trained heads
 HEADS_OPTION = "--heads DIR (command line) or heads=DIR (Python)"
+#: the file that makes a folder an MIE checkpoint (genmetrics' format, the authors' layout)
+CONFIG_NAMES = ("mie_config.json", "lens_config.json")
+#: the loadable checkpoints of a training run's folder, in order of preference (train_mie's "checkpoint")
+RUN_CHECKPOINTS = ("best", "final")
+
+
+def pick_file(folder: Path, names: tuple[str, ...]) -> Path | None:
+    """The first of ``names`` that is a file in ``folder``, or None."""
+    for n in names:
+        if (folder / n).is_file():
+            return folder / n
+    return None
+
+
+def local_heads(value: str) -> Path | None:
+    """The checkpoint folder that heads given as an existing local path name: the folder itself when it holds
+    one of :data:`CONFIG_NAMES`, else a training run's ``best/`` or ``final/``; None when ``value`` is no
+    existing path (a hub id, or a folder that does not exist: :func:`precheck` and the loader say which). An
+    existing path that holds no checkpoint (a file, an unfinished run, another folder) raises the
+    :class:`~genmetrics.errors.WeightsUnavailableError` naming it and the fix.
+
+    >>> local_heads("org/heads") is None
+    True
+    >>> local_heads(__file__)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+        ...
+    genmetrics.errors.WeightsUnavailableError: MIE heads '...hints.py': expected a checkpoint folder holding mie_config.json ...
+    """
+    p = Path(value).expanduser()
+    if not p.exists():
+        return None
+    if p.is_dir() and pick_file(p, CONFIG_NAMES):
+        return p
+    if p.is_dir():
+        for sub in RUN_CHECKPOINTS:
+            if pick_file(p / sub, CONFIG_NAMES):
+                return p / sub
+        steps = sorted((p / "checkpoints").glob("step-*")) if (p / "checkpoints").is_dir() else []
+        if steps:
+            raise WeightsUnavailableError(
+                f"MIE heads {value!r} is an unfinished training run (newest checkpoint {steps[-1].name}, no "
+                f"best/ or final/ yet): continue it with `genmetrics train mie ... --out {value} --resume`, "
+                "then pass this folder again"
+            )
+    raise WeightsUnavailableError(
+        f"MIE heads {value!r}: expected a checkpoint folder holding mie_config.json (genmetrics' format or the "
+        f"authors' layout, also lens_config.json) or a training run's --out folder (with best/ or "
+        f"final/). {TRAIN_HINT}"
+    )
 
 
 def no_heads_error() -> WeightsUnavailableError:
@@ -86,7 +139,8 @@ def is_hub_id(value: str) -> bool:
 def precheck(options: Mapping[str, Any]) -> None:
     """Raise what ``MIEMetric(**options)`` would for its heads when that is known without loading anything:
     no heads and no built ``model`` (:func:`no_heads_error`; with ``model=`` nothing is loaded), heads at a local path that does not exist
-    (:func:`no_such_heads`), a hub id in no cache while downloads are off or the hub cannot be reached
+    (:func:`no_such_heads`) or holds no checkpoint (:func:`local_heads`: a file, a folder without
+    ``mie_config.json``), a hub id in no cache while downloads are off or the hub cannot be reached
     (:func:`heads_unavailable`). Heads that exist, or a hub that answers, are left to the metric.
 
     >>> precheck({"heads": "./no/such/run"})  # doctest: +ELLIPSIS
@@ -100,7 +154,7 @@ def precheck(options: Mapping[str, Any]) -> None:
     if heads is None:
         raise no_heads_error()
     value = os.fspath(heads)
-    if Path(value).expanduser().exists():
+    if local_heads(value) is not None:  # an existing path that holds no checkpoint raises here
         return
     if not is_hub_id(value):
         raise no_such_heads(value)

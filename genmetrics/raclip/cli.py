@@ -105,7 +105,7 @@ def compare_cmd(
     workers: int | None,
 ) -> None:
     """Compare real and generated images attribute by attribute: SaD, PaD and R-SaD (RA-CLIPScore)."""
-    from genmetrics.backbones.precheck import check_weights_available
+    from genmetrics.backbones.precheck import check_clip_weights
     from genmetrics.cli.common import echo_json
     from genmetrics.data.io.files import list_images
     from genmetrics.errors import InputError
@@ -125,7 +125,7 @@ def compare_cmd(
     attrs = resolve_attributes(attributes, name="--attributes")
     # offline, or an unreachable hub: weights in no cache are reported before torch or open_clip is imported
     # and before OUT is locked (the image folders are listed with no torch: genmetrics.data.io.files)
-    check_weights_available(weights)
+    check_clip_weights(weights)  # a local MODEL:PATH too
     out = Path(out_dir)
     from genmetrics.data.output.lock import lock_output_folder
 

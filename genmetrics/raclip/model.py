@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from genmetrics.accel._torch_internals import version_counter
+from genmetrics.accel._torch_internals import weight_identity
 from genmetrics.accel.cast_weights import autocast_weight, cached_weight_scope
 from genmetrics.accel.clip_blocks import fused_mlp
 from genmetrics.accel.clip_packed import packed_vision_blocks
@@ -405,9 +405,10 @@ def logit_scale_of(model: Any) -> float:
         return 100.0
     if not isinstance(ls, torch.Tensor):
         return float(math.exp(ls))
-    # read from the device once per value of the parameter (its version counter), not once per batch
+    # read from the device once per value of the parameter (its storage and version counter: an in-place change
+    # or ``logit_scale.data = ...``), not once per batch
     try:
-        key = (version_counter(ls), str(ls.device), ls.dtype)
+        key = (weight_identity(ls), str(ls.device), ls.dtype)
     except RuntimeError:  # an inference tensor has no version counter: read it each time
         return float(ls.detach().float().exp())
     hit = _LOGIT_SCALES.get(id(ls))

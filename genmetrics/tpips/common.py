@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from genmetrics.errors import InputError
+from genmetrics.tpips.hints import CONFIG_NAME as CONFIG_NAME  # defined where no torch is imported
 
 DEFAULT_WEIGHTS = "Qwen/Qwen3-VL-Embedding-2B"
 WEIGHTS_8B = "Qwen/Qwen3-VL-Embedding-8B"
@@ -19,7 +20,6 @@ VARIANTS = ("late", "mid", "early")
 DEFAULT_TEMPERATURE = {"late": 0.05, "early": 0.05, "mid": 0.0025}
 DEFAULT_IMAGE_SIZE = 448  # side of the "square" resize policy
 RESIZE_MODES = ("smart", "square")
-CONFIG_NAME = "tpips.json"
 HEAD_NAME = "tpips_head.safetensors"
 FORMAT = "genmetrics.tpips/1"
 

@@ -16,7 +16,10 @@ from typing import Any
 from genmetrics.backbones.precheck import hub_folder_missing, missing_folder
 from genmetrics.backbones.weights import unavailable_error
 
-__all__ = ["ADAPTER_HINT", "precheck"]
+__all__ = ["ADAPTER_HINT", "CONFIG_NAME", "precheck"]
+
+#: the file that makes a folder a TPIPS adapter (read first by the loader)
+CONFIG_NAME = "tpips.json"
 
 ADAPTER_HINT = (
     "Fix: pass the folder written by `genmetrics train tpips` (OUT/final) or TPIPSModel.save_pretrained "
@@ -26,7 +29,7 @@ ADAPTER_HINT = (
 
 def precheck(options: Mapping[str, Any]) -> None:
     """Raise what ``TPIPS(**options)`` would for its ``adapter`` when that is known without loading anything:
-    a path that is no folder, or a hub id in no cache while downloads are off or the hub cannot be reached.
+    a path that is no folder, a folder without ``tpips.json``, or a hub id in no cache while downloads are off or the hub cannot be reached.
     No adapter, a built model (``backbone=``), an existing folder or a hub that answers: left to the metric.
 
     >>> precheck({"adapter": "./no/such/adapter"})  # doctest: +ELLIPSIS
@@ -38,7 +41,7 @@ def precheck(options: Mapping[str, Any]) -> None:
     if adapter is None or options.get("backbone") is not None:
         return
     value = os.fspath(adapter)
-    err = missing_folder(value, what="TPIPS adapter", hint=ADAPTER_HINT)
+    err = missing_folder(value, what="TPIPS adapter", hint=ADAPTER_HINT, marker=CONFIG_NAME)
     if err is not None:
         raise err
     missing = hub_folder_missing(value)

@@ -191,3 +191,29 @@ def test_only_torch_s_own_products_are_swapped():
     with torch.autocast("cpu", dtype=torch.bfloat16), CW.cached_weight_scope(root):
         hooked = [bool(m._forward_pre_hooks) for m in root]
     assert hooked == [True, True, False, False, True]
+
+
+def test_weights_reassigned_at_the_same_address_are_cast_again():
+    """``weight.data = new`` keeps the version counter; when the new values sit where the old ones were (a
+    buffer reloaded in place, or memory the allocator handed out again) the address is the same too. Only the
+    storage tells them apart: red when the copy's key holds the address and version alone."""
+    np = pytest.importorskip("numpy")
+    lin = torch.nn.Linear(8, 4)
+    x = torch.randn(3, 8, generator=torch.Generator().manual_seed(3))
+    buf = lin.weight.detach().numpy().copy()
+    lin.weight.data = torch.from_numpy(buf)
+
+    def scoped(x):
+        with CW.cached_weight_scope(lin):  # entered under autocast, as the metrics do
+            return lin(x)
+
+    CW.set_cast_cache(True)
+    before = _bf16(scoped, x)
+    assert CW.cast_weights_kept() > 0
+    np.multiply(buf, 3.0, out=buf)  # new values, written where the old ones were
+    lin.weight.data = torch.from_numpy(buf)  # and handed to the model again
+    after = _bf16(scoped, x)
+    CW.set_cast_cache(False)
+    expected = _bf16(lin, x)
+    assert not torch.equal(before, expected)
+    assert torch.equal(after, expected)

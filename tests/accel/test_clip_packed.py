@@ -239,3 +239,17 @@ def test_a_measured_choice_is_kept_for_later_processes_on_the_machine(tmp_path, 
     again = fastpath.choose_path(key, lambda: {"plain": lambda: None}, baseline="plain", exact=True)
     assert again.path == "plain" and again.times
     fastpath.forget_fast_path_choices()
+
+
+def test_pack_key_changes_when_weights_are_handed_over_at_the_same_address():
+    """Values rewritten in one buffer and given again with ``.data =`` keep address and version: red when the
+    packed weights' key holds those alone (the stale packed copy was served)."""
+    np = pytest.importorskip("numpy")
+    lin = torch.nn.Linear(4, 4)
+    buf = lin.weight.detach().numpy().copy()
+    lin.weight.data = torch.from_numpy(buf)
+    before = clip_packed._pack_key(lin)
+    assert before == clip_packed._pack_key(lin)  # unchanged weights: the packed copy is reused
+    np.multiply(buf, 2.0, out=buf)
+    lin.weight.data = torch.from_numpy(buf)
+    assert clip_packed._pack_key(lin) != before

@@ -81,6 +81,32 @@ def _nothing_heavy(code: str, env: dict[str, str]) -> dict:
     return got
 
 
+def _main_each(commands: dict[str, list[str]]) -> str:
+    """Code for a fresh interpreter: ``main(argv)`` of each command, its exit status and standard error in
+    ``out[name]``, then the heavy modules imported in ``out["imported"]`` (the caller's code goes on and
+    prints ``out`` as JSON)."""
+    return textwrap.dedent(
+        f"""
+        import contextlib, io, json, sys
+        from genmetrics.cli.main import main
+        out = {{}}
+        for name, argv in {commands!r}.items():
+            err = io.StringIO()
+            with contextlib.redirect_stderr(err):
+                rc = main(argv)
+            out[name] = [rc, err.getvalue()]
+        out["imported"] = sorted(m for m in sys.modules if m.split(".")[0] in {HEAVY!r} or m.startswith({HEAVY!r}))
+        """
+    )
+
+
+def _commands_and_said(code: str, env: dict[str, str]) -> tuple[dict, dict]:
+    """Run :func:`_main_each` code followed by ``code``, which fills ``said`` (the checks' or loaders' words
+    per command): ``(out without "imported", said)``; nothing heavy was imported by the commands."""
+    got = _nothing_heavy(code + '\nout["said"] = said\nprint(json.dumps(out))\n', env)
+    return got, got.pop("said")
+
+
 def test_every_judged_metric_fails_without_importing_a_model_library(tmp_path):
     """One fresh interpreter scores each judged metric, then runs compare, a leaderboard and `weights download`,
     against an unreachable hub with empty caches: each exits 1 with one line naming its weights (the
@@ -171,36 +197,24 @@ def test_trained_weights_that_cannot_be_had_fail_without_importing_torch(tmp_pat
         "tpips ./no/such": [*tpips, "--adapter", "./no/such"],
         "leaderboard": ["leaderboard", str(tmp_path / "board.toml"), "--out", str(tmp_path / "board")],
     }
-    code = textwrap.dedent(
-        f"""
-        import contextlib, io, json, sys
-        from genmetrics.cli.main import main
-        out = {{}}
-        for name, argv in {commands!r}.items():
-            err = io.StringIO()
-            with contextlib.redirect_stderr(err):
-                rc = main(argv)
-            out[name] = [rc, err.getvalue()]
-        out["imported"] = sorted(m for m in sys.modules if m.split(".")[0] in {HEAVY!r} or m.startswith({HEAVY!r}))
+    code = _main_each(commands) + textwrap.dedent(
+        """
         from genmetrics.errors import WeightsUnavailableError
         from genmetrics.mie.hints import precheck as mie
         from genmetrics.tpips.hints import precheck as tpips
-        said = {{}}
+        said = {}
         for name, check, options in [
-            ("mie", mie, {{}}), ("mie org/missing", mie, {{"heads": "org/missing"}}),
-            ("mie ./no/such", mie, {{"heads": "./no/such"}}), ("tpips org/missing", tpips, {{"adapter": "org/missing"}}),
-            ("tpips ./no/such", tpips, {{"adapter": "./no/such"}}),
+            ("mie", mie, {}), ("mie org/missing", mie, {"heads": "org/missing"}),
+            ("mie ./no/such", mie, {"heads": "./no/such"}), ("tpips org/missing", tpips, {"adapter": "org/missing"}),
+            ("tpips ./no/such", tpips, {"adapter": "./no/such"}),
         ]:
             try:
                 check(options)
             except WeightsUnavailableError as e:
                 said[name] = str(e)
-        out["said"] = said
-        print(json.dumps(out))
         """
     )
-    got = _nothing_heavy(code, env)
-    said = got.pop("said")
+    got, said = _commands_and_said(code, env)
     assert sorted(said) == sorted(k for k in commands if k != "leaderboard")  # each check raised
     rc, err = got.pop("leaderboard")
     assert rc == 1 and err.startswith(f"error: {tmp_path / 'board.toml'}:") and ": metrics[1]: " in err, err
@@ -238,7 +252,12 @@ def test_a_cache_that_may_hold_them_leaves_it_to_the_loader(dead_hub, empty_home
     check_weights_available("ViT-B-32-quickgelu/openai")
     with pytest.raises(WeightsUnavailableError):
         check_weights_available("facebook/dinov2-base")
-    (tmp_path / "hf-cache" / "models--facebook--dinov2-base").mkdir(parents=True)
+    cached = tmp_path / "hf-cache" / "models--facebook--dinov2-base"
+    (cached / ".no_exist" / "abc").mkdir(parents=True)  # what a lookup that found nothing leaves
+    (cached / "snapshots" / "abc").mkdir(parents=True)
+    with pytest.raises(WeightsUnavailableError):  # no snapshot with config.json: no model (7 s to say so)
+        check_weights_available("facebook/dinov2-base")
+    (cached / "snapshots" / "abc" / "config.json").write_text("{}")
     check_weights_available("facebook/dinov2-base")  # the Hugging Face cache is looked in too
     with pytest.raises(WeightsUnavailableError):
         check_weights_available("facebook/dinov2-large")
@@ -354,7 +373,9 @@ def test_a_stray_lock_file_is_no_cached_weights(dead_hub, empty_home):
     check_weights_available("ViT-B-32-quickgelu/openai")  # the loader decides
 
 
-@pytest.mark.parametrize("precheck", ["nowhere.at_all:check", "genmetrics.mie.hints:no_such_function", "json"])
+@pytest.mark.parametrize(
+    "precheck", ["nowhere.at_all:check", "genmetrics.mie.hints:no_such_function", "json"]
+)
 def test_a_card_whose_precheck_cannot_load_is_one_plugin_error(precheck):
     """A plugin card naming a precheck that does not import was an ImportError traceback from `score`."""
     import dataclasses
@@ -362,5 +383,56 @@ def test_a_card_whose_precheck_cannot_load_is_one_plugin_error(precheck):
     from genmetrics.errors import PluginError
 
     card = dataclasses.replace(get_card("psnr"), precheck=precheck)
-    with pytest.raises(PluginError, match=f"metric 'psnr': its card's precheck '{precheck}' cannot be loaded"):
+    with pytest.raises(
+        PluginError, match=f"metric 'psnr': its card's precheck '{precheck}' cannot be loaded"
+    ):
         check_metric(card, {})
+
+
+def test_local_weights_that_cannot_load_fail_without_importing_torch(tmp_path):
+    """``--weights`` (a transformers metric), ``--heads`` and ``--adapter`` given as a local path that is a
+    file, a folder without the file the loader reads first, or nothing at all: each exits 1 with the loader's
+    own words, and torch was never imported (it took 6-7 s: the check left local spellings to the loader).
+    An open_clip metric's ``MODEL:PATH`` whose file does not exist, or a path without its architecture, too.
+    Red without the local-path checks of ``check_metric_weights``, ``mie.hints.local_heads`` and
+    ``missing_folder(marker=)``."""
+    env = offline_env(tmp_path)
+    afile = tmp_path / "model.safetensors"
+    afile.write_bytes(b"")
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    missing = str(tmp_path / "no" / "such")
+    loaders = {
+        "dino": "genmetrics.backbones.hf:load_auto_model",
+        "mie": "genmetrics.mie.checkpoint:resolve_heads",
+        "tpips": "genmetrics.tpips.adapter:adapter_folder",
+    }
+    flags = {"dino": "--weights", "mie": "--heads", "tpips": "--adapter"}
+    commands = {}
+    for name, flag in flags.items():
+        args = _score_args(name)
+        if flag in args:
+            at = args.index(flag)
+            del args[at : at + 2]
+        for label, value in (("file", str(afile)), ("bare", str(bare)), ("missing", missing)):
+            commands[f"{name} {label}"] = ([*args, flag, value], loaders[name], value)
+    clip = "genmetrics.backbones.openclip:load_open_clip"  # an open_clip metric: MODEL:PATH
+    for label, value in (("missing", f"ViT-B-32:{missing}.safetensors"), ("no architecture", missing)):
+        commands[f"clip_t {label}"] = ([*_score_args("clip_t"), "--weights", value], clip, value)
+    code = _main_each({k: argv for k, (argv, _, _) in commands.items()}) + textwrap.dedent(
+        f"""
+        import importlib
+        said = {{}}
+        for key, (_, loader, value) in {commands!r}.items():  # the loaders' words, torch imported now
+            module, _, fn = loader.partition(":")
+            try:
+                getattr(importlib.import_module(module), fn)(value)
+            except Exception as e:
+                said[key] = [type(e).__name__, str(e)]
+        """
+    )
+    got, said = _commands_and_said(code, env)
+    assert sorted(said) == sorted(commands)  # each loader refused it
+    for key, (rc, err) in got.items():
+        kind, words = said[key]  # weights not available: 1; a spelling the loader cannot read: 2
+        assert rc == (2 if kind == "InputError" else 1) and err == f"error: {words}\n", (key, err)

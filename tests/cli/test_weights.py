@@ -259,9 +259,16 @@ def test_download_offline_with_everything_here_says_so_and_exits_0(hub, monkeypa
     download: the command said 'downloads are disabled' and exited 1 (red before); weights missing still do."""
     assert run(["weights", "download", "clip_i"], capsys)[0] == 0
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hf-cache"))
-    folder = Path(_lay_out("facebook/dinov2-base", "config.json", str(tmp_path / "hf-cache"))).parents[2]
     hub.calls.clear()
     monkeypatch.setenv("GENMETRICS_OFFLINE", "1")
+    bare = tmp_path / "hf-cache" / "models--facebook--dinov2-base" / "snapshots" / "abc"
+    bare.mkdir(
+        parents=True
+    )  # a snapshot without config.json (an interrupted copy): the loader finds no model
+    rc, out, err = run(["weights", "download", "dino"], capsys)
+    assert rc == 1 and "facebook/dinov2-base is not here" in err, out  # it said 'already here' (red before)
+    bare.rmdir()
+    folder = Path(_lay_out("facebook/dinov2-base", "config.json", str(tmp_path / "hf-cache"))).parents[2]
     rc, out, err = run(["weights", "download", "dino", "clip_i"], capsys)
     assert rc == 0, err
     assert f"facebook/dinov2-base: already here ({folder}); nothing to download" in out

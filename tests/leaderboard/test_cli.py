@@ -97,21 +97,49 @@ def test_default_weights_are_named_with_their_config_key(empty_caches, dead_hub,
 
 def test_mie_without_heads_is_named_with_its_config_key(empty_caches, dead_hub, tmp_path):
     """No MIE heads are published: a config scoring MIE without heads fails before torch with what the metric
-    says (how to train them), not with the backbone's weights; heads given are left to the run (a folder
-    next to the config)."""
+    says (how to train them), not with the backbone's weights; heads given as a checkpoint folder next to the
+    config are left to the run."""
     cfg = _board(tmp_path, 'name = "mie"')
     with pytest.raises(WeightsUnavailableError) as info:
         _weights_first(str(cfg), str(tmp_path / "out"))
     loaded = load_config(cfg)
     assert str(info.value) == f"{loaded.where(loaded.metrics[1].key)}: {no_heads_error()}"
+    (tmp_path / "runs" / "mie").mkdir(parents=True)
+    (tmp_path / "runs" / "mie" / "mie_config.json").write_text("{}")
     _weights_first(str(_board(tmp_path, 'name = "mie"\nheads = "runs/mie"')), str(tmp_path / "out"))
 
 
-def test_weights_named_by_the_config_are_left_to_the_run(empty_caches, dead_hub, tmp_path):
-    """``weights = "models/dino"`` is a folder next to the config (the run resolves it there); read from the
-    current folder it would look like a hub id and be refused."""
-    (tmp_path / "models" / "dino").mkdir(parents=True)
-    _weights_first(str(_board(tmp_path, 'name = "dino"\nweights = "models/dino"')), str(tmp_path / "out"))
+@pytest.mark.parametrize(
+    "metric",
+    [
+        'name = "dino"\nweights = "models/dino"',
+        'name = "mie"\nheads = "./runs/mie"',
+        'name = "tpips"\nadapter = "runs/tp"',
+    ],
+    ids=["weights", "heads", "adapter"],
+)
+def test_weights_named_by_the_config_are_judged_where_the_run_reads_them(
+    metric, empty_caches, dead_hub, tmp_path, monkeypatch
+):
+    """Weights, heads or an adapter named by the config are read next to the config (``models/dino`` is a
+    folder there; read from the current folder it would look like a hub id). A folder the loader would refuse
+    (no ``config.json``, no checkpoint, no ``tpips.json``) is refused before torch with the words and config
+    key the run's plan gives (they were left to the run: 6 s of imports first). Red when such metrics are
+    skipped, or checked with their paths unresolved."""
+    from genmetrics.leaderboard.plan import build_plan
+
+    monkeypatch.chdir(tmp_path.parent)  # not the config's folder
+    folder = tmp_path / metric.split('"')[-2].removeprefix("./")
+    folder.mkdir(parents=True)
+    cfg = _board(tmp_path, metric)
+    with pytest.raises(WeightsUnavailableError) as first:
+        _weights_first(str(cfg), str(tmp_path / "out"))
+    with pytest.raises(WeightsUnavailableError) as run:
+        build_plan(load_config(cfg))  # what the run says (its plan, torch imported)
+    assert str(first.value) == str(run.value) and str(folder) in str(first.value)
+    for name in ("config.json", "mie_config.json", "tpips.json"):  # what each loader reads first
+        (folder / name).write_text("{}")
+    _weights_first(str(cfg), str(tmp_path / "out"))
 
 
 @pytest.mark.parametrize(

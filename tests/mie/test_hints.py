@@ -45,9 +45,15 @@ def test_offline_a_hub_id_is_refused_with_the_loaders_words_but_the_cause(monkey
 
 
 def test_what_may_load_is_left_to_the_metric(dead_hub, tmp_path):
-    """A folder that exists (even a bad one: the loader names what is wrong with it), a hub id in the cache,
-    and a built model (heads are not read) pass; so does a hub that answers (tests/backbones/test_precheck.py)."""
-    (tmp_path / "run").mkdir()
+    """A checkpoint folder or a training run's folder (the loader reads the checkpoint), a hub id in the
+    cache, and a built model (heads are not read) pass; so does a hub that answers
+    (tests/backbones/test_precheck.py). An existing path that holds no checkpoint is named by the check, in the
+    loader's words (tests/backbones/test_precheck.py)."""
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "ckpt" / "mie_config.json").write_text("{}")
+    (tmp_path / "run" / "final").mkdir(parents=True)
+    (tmp_path / "run" / "final" / "lens_config.json").write_text("{}")
+    precheck({"heads": str(tmp_path / "ckpt")})
     precheck({"heads": str(tmp_path / "run")})
     (hf_cache_dir() / "models--org--cached").mkdir(parents=True)
     precheck({"heads": "org/cached"})

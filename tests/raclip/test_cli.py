@@ -184,3 +184,40 @@ def test_compare_numbers_are_the_registered_metrics_on_the_same_images(
     ranking = {row["attribute"]: row["mean_abs_rsad"] for row in summary["rsad"]["ranking"]}
     assert ranking == {a: float(v) for a, v in zip(attrs, r["per_attribute"])}
     assert summary["rsad"]["mean"] == float(r["mean"])
+
+
+def test_compare_refuses_a_local_checkpoint_that_cannot_load_before_torch(tmp_path):
+    """``compare --weights MODEL:PATH`` whose file does not exist, or a PATH without its architecture: exit 1
+    (2) with the loader's words, no torch imported and no output folder (it took 6-7 s, torch and open_clip
+    imported first). Red when compare checks hub weights only."""
+    import textwrap
+
+    from tests.backbones.test_precheck import _commands_and_said, _main_each, offline_env
+
+    data = tmp_path / "imgs"
+    data.mkdir()
+    for i in range(2):
+        Image.new("RGB", (8, 8), (40 * i, 0, 0)).save(data / f"{i}.png")
+    missing = str(tmp_path / "no" / "such")
+    spellings = {"missing": f"ViT-B-32:{missing}.safetensors", "no architecture": missing}
+    commands = {
+        k: ["compare", "--real", str(data), "--generated", str(data), "--attributes", "celeba-20", "--out",
+            str(tmp_path / "out"), "--weights", v]
+        for k, v in spellings.items()
+    }  # fmt: skip
+    code = _main_each(commands) + textwrap.dedent(
+        f"""
+        from genmetrics.backbones.openclip import load_open_clip
+        said = {{}}
+        for key, value in {spellings!r}.items():  # the loader's words, torch imported now
+            try:
+                load_open_clip(value)
+            except Exception as e:
+                said[key] = [type(e).__name__, str(e)]
+        """
+    )
+    got, said = _commands_and_said(code, offline_env(tmp_path))
+    for key, (rc, err) in got.items():
+        kind, words = said[key]
+        assert rc == (2 if kind == "InputError" else 1) and err == f"error: {words}\n", (key, err)
+    assert not (tmp_path / "out").exists()

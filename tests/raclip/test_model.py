@@ -300,3 +300,18 @@ def test_cpu_pass_uses_the_packed_products(clip, pixels):
     assert clip_packed.packed_tower() is model.visual
     torch.testing.assert_close(z, z_grad.detach(), atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(a, a_grad.detach(), atol=1e-6, rtol=1e-5)
+
+
+def test_logit_scale_read_again_after_data_is_reassigned():
+    """``logit_scale.data = ...`` keeps the parameter's version counter: red when the kept scale is keyed by
+    the version alone (the old ``exp`` came back)."""
+    import math
+
+    from genmetrics.raclip.model import logit_scale_of
+
+    model = torch.nn.Module()
+    model.logit_scale = torch.nn.Parameter(torch.tensor(math.log(100.0)))
+    first = logit_scale_of(model)
+    model.logit_scale.data = torch.tensor(math.log(50.0))
+    assert first == float(torch.tensor(math.log(100.0)).exp())
+    assert logit_scale_of(model) == float(torch.tensor(math.log(50.0)).exp())

@@ -31,8 +31,11 @@ def test_a_file_is_no_adapter_folder(dead_hub, tmp_path):
 
 
 def test_what_may_load_is_left_to_the_metric(dead_hub, tmp_path):
-    """No adapter, a folder that exists, a hub id in the cache and a built model (the adapter is not read)."""
+    """No adapter, a folder holding ``tpips.json`` (the loader reads it), a hub id in the cache and a built
+    model (the adapter is not read); a folder without it is named by the check in the loader's words
+    (tests/backbones/test_precheck.py)."""
     precheck({})
+    (tmp_path / "tpips.json").write_text("{}")
     precheck({"adapter": str(tmp_path)})
     (hf_cache_dir() / "models--org--cached").mkdir(parents=True)
     precheck({"adapter": "org/cached"})
