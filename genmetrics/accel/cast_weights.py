@@ -22,11 +22,18 @@ result is bit for bit the one of the uncached pass.
 model during their own forward (every other module sees the float32 parameters, as before); code that
 calls the products itself (the open_clip blocks) passes its weights through :func:`autocast_weight`.
 ``GENMETRICS_CAST_CACHE=off`` (or :func:`set_cast_cache`) casts at every call, as autocast does.
+
+* **Only for weights the metric loaded**: a metric keeps copies of the model it built from weights by name
+  (``cached_weight_scope(model, keep=True)``); a model the caller passed (``backbone=``, ``model=``) may be
+  one under training whose weights change in ways torch does not count (an EMA update through
+  ``p.data.mul_``), so within ``cached_weight_scope(..., keep=False)`` -- and every scope inside it -- each
+  call casts anew, and no packed copy (:mod:`genmetrics.accel.clip_packed`) is used either.
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import os
 import weakref
 from collections.abc import Iterator
@@ -43,6 +50,8 @@ CAST_CACHE_ENV = "GENMETRICS_CAST_CACHE"
 #: entry leaves with its weight (a weak-keyed dict cannot hold tensors: their ``==`` is elementwise)
 _copies: dict[torch.dtype, dict[int, tuple[weakref.ref, tuple, torch.Tensor]]] = {}
 _enabled: list[bool | None] = [None]  # None: read CAST_CACHE_ENV
+#: False inside a ``cached_weight_scope(..., keep=False)`` (a caller's model): no copy is kept or used there
+_keep_here: contextvars.ContextVar[bool | None] = contextvars.ContextVar("genmetrics_cast_keep", default=None)
 
 
 def cast_cache_enabled() -> bool:
@@ -80,6 +89,18 @@ def _bf16_autocast_kept() -> bool:
     )
 
 
+def weights_may_be_kept() -> bool:
+    """False inside a ``cached_weight_scope(..., keep=False)`` (the weights of a caller's model: neither cast
+    nor packed copies may stand for them there), else True.
+
+    >>> with cached_weight_scope(keep=False):
+    ...     inner = weights_may_be_kept()
+    >>> inner, weights_may_be_kept()
+    (False, True)
+    """
+    return _keep_here.get() is not False
+
+
 def _autocast_target(t: torch.Tensor) -> torch.dtype | None:
     """The dtype CPU autocast would cast ``t`` to in a product now, when a kept copy may stand for it."""
     if (
@@ -108,7 +129,7 @@ def autocast_weight(t: torch.Tensor) -> torch.Tensor:
     (torch.bfloat16, True)
     """
     dtype = _autocast_target(t)
-    if dtype is None:
+    if dtype is None or _keep_here.get() is False:  # nothing to keep, or a caller's weights: autocast casts
         return t
     key = weight_identity(t)
     table = _copies.setdefault(dtype, {})
@@ -185,11 +206,12 @@ def _swap_out(m: torch.nn.Module, args: Any, out: Any) -> None:
 
 
 @contextlib.contextmanager
-def cached_weight_scope(*modules: Any) -> Iterator[None]:
+def cached_weight_scope(*modules: Any, keep: bool = True) -> Iterator[None]:
     """Within the block, each stock ``nn.Linear`` / ``nn.Conv1d/2d/3d`` of ``modules`` runs its forward on
     :func:`autocast_weight` of its weight and bias (decided at the call: only under CPU bfloat16 autocast);
     the parameters themselves are not replaced, and every other module reads them as before. Arguments
-    that are not modules are skipped.
+    that are not modules are skipped. ``keep=False`` (a caller's model, whose weights may change where
+    torch's version counter does not see it) keeps and uses no copy in the block, nor in any scope within.
 
     >>> lin = torch.nn.Linear(3, 2)
     >>> x = torch.randn(4, 3, generator=torch.Generator().manual_seed(0))
@@ -201,9 +223,11 @@ def cached_weight_scope(*modules: Any) -> Iterator[None]:
     (True, torch.float32)
     """
     handles = []
+    keep = keep and _keep_here.get() is not False
+    token = _keep_here.set(keep)
     # no hooks at all outside CPU bfloat16 autocast (a float32 pass pays nothing), nor on weights that
     # autocast would not cast (another dtype or device)
-    if _bf16_autocast_kept():
+    if keep and _bf16_autocast_kept():
         for root in modules:
             for m in root.modules() if isinstance(root, torch.nn.Module) else ():
                 w = _parameter(m, "weight") if _stock(m) else None
@@ -215,3 +239,4 @@ def cached_weight_scope(*modules: Any) -> Iterator[None]:
     finally:
         for h in handles:
             h.remove()
+        _keep_here.reset(token)

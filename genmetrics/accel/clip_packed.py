@@ -35,6 +35,7 @@ from genmetrics.accel._torch_internals import (
     reorder_linear_weight,
     weight_identity,
 )
+from genmetrics.accel.cast_weights import weights_may_be_kept
 from genmetrics.accel.clip_blocks import QUICKGELU_ALPHA, is_plain_block
 from genmetrics.accel.fastpath import choose_path
 
@@ -187,7 +188,9 @@ def packed_vision_blocks(visual: Any) -> list[PackedBlock] | None:
     The packed copy is kept, per precision, for the last tower seen while its parameters are unchanged
     (storage and in-place version of each: an optimizer step or ``load_state_dict`` repacks), one extra copy
     of its linear weights (about 340 MB for ViT-B/16 in float32, 170 MB in bfloat16; :func:`release_packed_weights` frees it). Weights made under
-    ``torch.inference_mode`` have no version counter: they are packed at every call, never kept.
+    ``torch.inference_mode`` have no version counter: they are packed at every call, never kept; so are the
+    weights of a caller's model (inside ``cached_weight_scope(..., keep=False)``,
+    :func:`~genmetrics.accel.cast_weights.weights_may_be_kept`).
 
     >>> from genmetrics.testing import tiny_clip
     >>> model, _ = tiny_clip()
@@ -211,7 +214,7 @@ def packed_vision_blocks(visual: Any) -> list[PackedBlock] | None:
         return None
     if not packed_products_pay_off(blocks[0], dtype):
         return None
-    key = _pack_key(visual)
+    key = _pack_key(visual) if weights_may_be_kept() else None  # a caller's weights: packed now, not kept
     entry = _packed.get(dtype, {})
     ref = entry.get("tower")
     if key is not None and ref is not None and ref() is visual and entry.get("key") == key:

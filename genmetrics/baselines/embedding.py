@@ -92,7 +92,12 @@ class _EmbeddingMetric(SampleMetric):
 
     def _fresh(self, items: list[Any]) -> torch.Tensor:
         with torch.inference_mode():
-            with precision_autocast(self.precision, self.device), cached_weight_scope(self._model()):
+            # copies of the weights are kept for a model the metric loaded, never for a caller's backbone
+            keep = self.weights is not None
+            with (
+                precision_autocast(self.precision, self.device),
+                cached_weight_scope(self._model(), keep=keep),
+            ):
                 raw = self._embed_raw(items)
             return F.normalize(raw.float(), dim=-1)
 

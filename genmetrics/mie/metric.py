@@ -149,7 +149,9 @@ class MIEMetric(SampleMetric):
         if self._image_size != FROM_CHECKPOINT:
             model.image_size = self._image_size
         self.max_references = model.max_references
-        # weights the metric loaded: frozen and in eval mode; a caller's model: flags and mode left as they are
+        # weights the metric loaded: frozen and in eval mode; a caller's model: flags and mode left as they are,
+        # and no cast copy of its weights is kept (its owner may still change them)
+        self._keep_cast = not callers
         self.register_backbone("mie", model, callers=callers)
         self._pending = (None, None)
 
@@ -203,7 +205,10 @@ class MIEMetric(SampleMetric):
         """Per-sample MIE (the ranking head's score) of one prepared batch (the
         :meth:`~genmetrics.core.sample_metric.SampleMetric.score_batch` hook)."""
         model = self.mie_model()
-        with precision_autocast(self.precision, self.device), cached_weight_scope(model):
+        with (
+            precision_autocast(self.precision, self.device),
+            cached_weight_scope(model, keep=self._keep_cast),
+        ):
             out = model.score(batch["reference"], batch["condition"], batch["candidates"])
         return {"score": out.score, "diagnostics": out.diagnostics}
 

@@ -18,6 +18,7 @@ import open_clip
 import torch
 import torch.nn.functional as F
 
+from genmetrics.accel.cast_weights import cached_weight_scope
 from genmetrics.backbones.openclip import (
     TextEmbeddingCache,
     clip_image_batch,
@@ -132,6 +133,7 @@ class _ClipFamily:
         if not isinstance(data_range, (int, float)) or not data_range > 0:
             raise InputError(f"data_range: expected a positive number (1.0 or 255.0), got {data_range!r}")
         self.weights = weights if backbone is None else None
+        self._own_model = backbone is None  # loaded by the metric (weights by name), not the caller's
         self.data_range = number("data_range", data_range, lo=0.0, lo_open=True, owner=self.name or None)
         self.tokenizer = tokenizer
         self._aux: dict[Any, Any] = {}  # str keys and ("text", ...) tuples
@@ -157,8 +159,10 @@ class _ClipFamily:
     def _image_embeddings(self, x: torch.Tensor) -> torch.Tensor:
         """``encode_image`` (the fast open_clip ViT path) of preprocessed pixels in the metric's ``precision``,
         as float32."""
-        with precision_autocast(self.precision, x.device):
-            return encode_image(self._model(), x).float()
+        model = self._model()
+        # copies of the weights are kept for a model the metric loaded, never for a caller's backbone
+        with precision_autocast(self.precision, x.device), cached_weight_scope(keep=self._own_model):
+            return encode_image(model, x).float()
 
     def _text_cache(self) -> Any:
         """This metric's text embeddings, one per distinct text: the context cut after the longest
@@ -207,7 +211,13 @@ class _RAMixin(_ClipFamily):
         model = self._model()
         sc = self._aux.get("scorer")
         if sc is None or sc.model is not model:
-            sc = RegionAttributeScorer(model, self.tokenizer, precision=self.precision, **self._ra_options)
+            sc = RegionAttributeScorer(
+                model,
+                self.tokenizer,
+                precision=self.precision,
+                keep_cast_weights=self._own_model,  # a model the metric loaded
+                **self._ra_options,
+            )
             self._aux["scorer"] = sc
         return sc
 

@@ -496,7 +496,11 @@ class RegionAttributeScorer(nn.Module):
       ``dual_prompt=True``; otherwise it is unused and refused);
     * ``precision``: ``"fp32"`` (default) or ``"bf16"``: the image tower under bfloat16 autocast
       (:func:`~genmetrics.data.device.precision_autocast`); the prompts, Eq. 3-9 and the score stay in
-      float32 / float64 either way.
+      float32 / float64 either way;
+    * ``keep_cast_weights`` (default False): keep the bfloat16 (and packed) copies of ``model``'s weights
+      across calls (:mod:`genmetrics.accel.cast_weights`). Only for a model whose weights change where
+      torch's version counter sees it (an EMA update through ``p.data`` does not); the RA-CLIPScore metrics
+      pass True for the model they loaded themselves.
 
     Options that would change nothing are refused with an :class:`InputError` naming them.
 
@@ -533,9 +537,13 @@ class RegionAttributeScorer(nn.Module):
         negative_template: str | None = None,
         cache_size: int = 8,
         precision: str = "fp32",
+        keep_cast_weights: bool = False,
     ) -> None:
         super().__init__()
         check_vit(model)
+        #: keep bfloat16 / packed copies of ``model``'s weights across calls (:mod:`genmetrics.accel.cast_weights`):
+        #: only for a model whose weights change where torch counts it (not through ``p.data``)
+        self.keep_cast_weights = bool(keep_cast_weights)
         self.precision = check_precision(precision, owner="RA-CLIPScore")
         if tokenizer is None or not callable(tokenizer):
             raise InputError(
@@ -610,7 +618,10 @@ class RegionAttributeScorer(nn.Module):
         :class:`RAOutput` of Eq. 3-9, in float32 whatever precision the tower ran in."""
         with precision_autocast("fp32", images.device):  # the prompts: float64 tower, never autocast
             t_pos, t_neg = self.text_embeddings(attributes)
-        with precision_autocast(self.precision, images.device), cached_weight_scope(self.model):
+        with (
+            precision_autocast(self.precision, images.device),
+            cached_weight_scope(self.model, keep=self.keep_cast_weights),
+        ):
             z, attn_sum, grid = dense_tokens(
                 self.model, images, global_layer="last" if self.global_token else "penultimate"
             )

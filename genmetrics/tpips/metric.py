@@ -164,6 +164,9 @@ class TPIPS(SampleMetric):
         callers = (
             model is backbone
         )  # the caller's TPIPSModel keeps its requires_grad flags and train/eval mode
+        # copies of the weights are kept only for a model loaded from weights by name (not around a caller's
+        # backbone, whose weights its owner may still change)
+        self._keep_cast = backbone is None
         self._given = (None, None)
         self.register_backbone("backbone", model, callers=callers)
         self._model_ready = True
@@ -270,7 +273,11 @@ class TPIPS(SampleMetric):
         model = self.model()
         ref, cand, asp = batch["reference"], batch["candidates"], batch["condition"]
         # a caller's model under training is scored in eval mode, its mode kept
-        with eval_mode(model), precision_autocast(self.precision, self.device), cached_weight_scope(model):
+        with (
+            eval_mode(model),
+            precision_autocast(self.precision, self.device),
+            cached_weight_scope(model, keep=self._keep_cast),
+        ):
             if cand and isinstance(cand[0], list):
                 k = len(cand[0])
                 a = [r for r in ref for _ in range(k)]

@@ -4,6 +4,7 @@ and freed with its model."""
 
 from __future__ import annotations
 
+import copy
 import gc
 import warnings
 
@@ -13,7 +14,8 @@ import torch
 import genmetrics as gm
 from genmetrics.accel import cast_weights as CW
 from genmetrics.backbones.clip_vision import encode_image
-from genmetrics.testing import tiny_clip
+from genmetrics.backbones.provider import use_provider
+from genmetrics.testing import random_images, tiny_backbones, tiny_clip
 from tests.recipes import metric_recipe
 from tests.test_precision import MODEL_METRICS, _flat
 
@@ -29,13 +31,23 @@ def _fresh():
     CW.release_cast_weights()
 
 
-def _metric_run(name: str, cached: bool) -> tuple[torch.Tensor, int]:
+#: what hands a metric a model the caller built (MIE copies a given backbone: the copy is the metric's own)
+CALLERS_MODEL = ("backbone", "tokenizer", "processor")
+
+
+def _metric_run(name: str, cached: bool, loaded: bool = True) -> tuple[torch.Tensor, int]:
+    """The recipe's bf16 value and the bytes of cast copies kept. ``loaded``: the metric loads its model
+    from weights by name (a tiny one, through the backbone provider) instead of taking the caller's."""
     CW.set_cast_cache(cached)
     r = metric_recipe(name)
-    m = gm.create_metric(name, **r["kwargs"], precision="bf16")
-    for u in r["updates"]:  # two or more updates: the later ones find the copies the first one made
-        m.update(**u)
-    out = _flat(m.compute())
+    kwargs = dict(r["kwargs"])
+    if loaded and name != "mie":
+        kwargs = {k: v for k, v in kwargs.items() if k not in CALLERS_MODEL}
+    with use_provider(tiny_backbones):
+        m = gm.create_metric(name, **kwargs, precision="bf16")
+        for u in r["updates"]:  # two or more updates: the later ones find the copies the first one made
+            m.update(**u)
+        out = _flat(m.compute())
     kept = CW.cast_weights_kept()
     del m
     return out, kept
@@ -48,6 +60,46 @@ def test_bf16_metric_bitwise_equal_with_and_without_cache(name):
     assert kept_plain == 0
     assert kept > 0, f"{name}: no weight went through the cache under precision='bf16'"
     assert torch.equal(plain, cached), f"{name}: cached bf16 differs by {(plain - cached).abs().max():.3g}"
+
+
+@pytest.mark.parametrize("name", [n for n in MODEL_METRICS if n != "mie"])
+def test_a_caller_s_model_gets_no_kept_copy(name):
+    """A model the caller passed may be under training, its weights written where torch does not count it:
+    no copy of it is kept, and the value is the uncached one."""
+    plain, _ = _metric_run(name, cached=False, loaded=False)
+    value, kept = _metric_run(name, cached=True, loaded=False)
+    assert kept == 0 and torch.equal(plain, value)
+
+
+def test_a_caller_s_backbone_written_through_data_is_scored_with_its_new_weights():
+    """An EMA-style update (``p.data.mul_``) bumps no version counter: with a kept copy, the second score
+    of the caller's backbone was the first one's (red before copies were limited to loaded models)."""
+    model, _ = tiny_clip()
+    x, y = random_images(2, seed=1), random_images(2, seed=2)
+    m = gm.create_metric("clip_i", backbone=model, precision="bf16")
+    first = m.score(x, y)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.data.mul_(1.5)
+    again = m.score(x, y)
+    # on a copy: new tensors, which no copy kept for the old ones can stand for
+    fresh = gm.create_metric("clip_i", backbone=copy.deepcopy(model), precision="bf16").score(x, y)
+    assert torch.equal(again, fresh) and not torch.equal(first, fresh)
+
+
+def test_keep_false_reaches_nested_scopes_and_direct_calls():
+    lin = torch.nn.Linear(4, 4)
+    x = torch.randn(2, 4, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        with CW.cached_weight_scope(keep=False), CW.cached_weight_scope(lin):  # the inner one asks to keep
+            hooked = bool(lin._forward_pre_hooks)
+            direct = CW.autocast_weight(lin.weight)
+            lin(x)
+        assert not hooked and direct is lin.weight
+        assert CW.cast_weights_kept() == 0
+        with CW.cached_weight_scope(lin):
+            lin(x)
+    assert CW.cast_weights_kept() > 0
 
 
 def _bf16(fn, *args):
