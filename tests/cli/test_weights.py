@@ -275,6 +275,9 @@ def test_download_offline_with_everything_here_says_so_and_exits_0(hub, monkeypa
     assert f"{CLIP}: already here (" in out and hub.calls == []
     rc, _, err = run(["weights", "download", "dino", "tpips"], capsys)
     assert rc == 1 and "and Qwen/Qwen3-VL-Embedding-2B is not here" in err and hub.calls == []
+    # verify agrees with download: weights the loader reads from the Hugging Face cache are not MISSING
+    rc, out, err = run(["weights", "verify", "dino"], capsys)
+    assert rc == 0 and f"ok       facebook/dinov2-base in the Hugging Face cache {folder}" in out, out + err
 
 
 # -------------------------------------------------------------------------------------------- verify
