@@ -48,7 +48,14 @@ RUN_CHECKPOINTS = ("best", "final")
 
 
 def pick_file(folder: Path, names: tuple[str, ...]) -> Path | None:
-    """The first of ``names`` that is a file in ``folder``, or None."""
+    """The first of ``names`` that is a file in ``folder``, or None.
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     _ = (Path(d) / "b.json").write_text("{}")
+    ...     pick_file(Path(d), ("a.json", "b.json")).name, pick_file(Path(d), ("a.json",))
+    ('b.json', None)
+    """
     for n in names:
         if (folder / n).is_file():
             return folder / n
