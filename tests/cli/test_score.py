@@ -214,3 +214,41 @@ def test_an_option_given_twice_is_refused_before_scoring():
         _metric_options(
             "raclip", raclip, (f"{raclip.condition_option}=a,b",), **{**args, "attributes": "c,d"}
         )
+
+
+def test_a_broken_link_among_the_candidates_is_named_or_skipped_never_dropped(tmp_path, capsys):
+    """`score psnr` on a folder holding a dangling link scored the other images and said nothing of it (n one
+    short, the link never named). Now the default stops naming it and --on-error skip reports it; the scores
+    of the rest are the same for any --workers and --batch-size."""
+    from genmetrics.cli.main import main
+
+    refs, gen = _images(tmp_path / "r", n=5, seed=1), _images(tmp_path / "g", n=5, seed=2)
+    names = sorted(p.name for p in gen.iterdir())
+    (gen / names[1]).unlink()
+    (gen / names[1]).symlink_to(tmp_path / "moved.png")
+    args = ["score", "psnr", "-r", str(refs), "-c", str(gen)]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert names[1] in err and "broken symbolic link" in err and "--on-error skip" in err
+    got = []
+    for workers, batch in (("0", "1"), ("2", "1"), ("3", "7")):
+        out = tmp_path / f"s{workers}_{batch}.json"
+        argv = [
+            *args,
+            "--on-error",
+            "skip",
+            "--workers",
+            workers,
+            "--batch-size",
+            batch,
+            "--json",
+            "--out",
+            str(out),
+        ]
+        assert main(argv) == 0
+        err = capsys.readouterr().err
+        assert f"skipped {gen / names[1]}" in err
+        got.append(json.loads(out.read_text()))
+    assert len({json.dumps(g["per_sample"]) for g in got}) == 1  # bitwise the same scores and ids
+    assert got[0]["per_sample"]["ids"] == [n.rsplit(".", 1)[0] for n in names if n != names[1]]
+    assert got[0]["n"] == len(names) - 1

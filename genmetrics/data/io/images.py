@@ -48,6 +48,7 @@ from PIL import Image, ImageFile, ImageOps, UnidentifiedImageError
 from genmetrics.core.options import env
 from genmetrics.data.io.files import (  # noqa: F401 - re-exported: the listing rules live apart, torch-free
     IMAGE_EXTENSIONS,
+    broken_link,
     list_images,
     stem_index,
     unused_references,
@@ -124,6 +125,8 @@ def load_image(
     """
     p = Path(path)
     if not p.exists():
+        if p.is_symlink():
+            raise broken_link(p)
         raise InputError(
             f"image file {str(p)!r} does not exist; check the path (relative paths resolve from {os.getcwd()!r})"
         )

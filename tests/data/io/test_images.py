@@ -332,3 +332,13 @@ def _(ctx):
 
 
 test_hostile = HOSTILE.test()
+
+
+def test_a_broken_link_and_a_loop_are_named_as_links(tmp_path):
+    """load_image said 'does not exist; check the path' for a link that is there, pointing nowhere or at itself."""
+    (tmp_path / "b.png").symlink_to(tmp_path / "gone.png")
+    (tmp_path / "c.png").symlink_to("c.png")
+    with pytest.raises(InputError, match=r"b\.png' is a broken symbolic link \(to .*gone\.png"):
+        load_image(tmp_path / "b.png")
+    with pytest.raises(InputError, match=r"c\.png' is a symbolic link that points back to itself"):
+        load_image(tmp_path / "c.png")
