@@ -172,6 +172,11 @@ def load_image(
             f"{str(p)!r} is not an image Pillow can read (corrupt, or another file type with an image "
             "extension); replace or remove it"
         ) from None
+    except PermissionError:  # the file is fine, the reader may not open it: no reason to replace it
+        raise InputError(
+            f"image file {str(p)!r} cannot be read (permission denied for this user); give read permission "
+            "(chmod a+r) or remove it"
+        ) from None
     except (OSError, SyntaxError, ValueError) as e:
         raise InputError(
             f"image file {str(p)!r} is corrupt or truncated ({e}); replace or remove it"
