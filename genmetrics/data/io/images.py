@@ -132,7 +132,9 @@ def load_image(
         )
     if p.is_dir():
         raise InputError(
-            f"{str(p)!r} is a folder, expected an image file; pass the folder where a folder is accepted"
+            f"{str(p)!r} is a folder, expected an image file; pass its images, e.g. "
+            f"genmetrics.data.io.images.list_images({str(p)!r}) (sorted by name; "
+            "on the command line a folder is accepted as is)"
         )
     if p.stat().st_size == 0:
         raise InputError(f"image file {str(p)!r} is empty (0 bytes); regenerate or remove it")

@@ -365,3 +365,27 @@ def test_a_file_this_user_may_not_read_is_named_as_such_not_as_corrupt(tmp_path,
         with pytest.raises(InputError, match=r"locked\.png' cannot be read \(permission denied") as e:
             read(path)
         assert "corrupt" not in str(e.value) and "chmod" in str(e.value)
+
+
+def test_a_folder_given_as_an_image_names_the_call_that_lists_its_images(tmp_path):
+    """`metric.update(reference="refs", ...)` said 'pass the folder where a folder is accepted' without saying
+    where; the error now names the listing call, and that call, pasted, gives the folder's images."""
+    import ast
+    import re
+
+    folder = tmp_path / "refs"
+    Image.new("RGB", (4, 4)).save(_mkdir(folder) / "b.png")
+    Image.new("RGB", (4, 4)).save(folder / "a.png")
+    with pytest.raises(InputError) as e:
+        load_image(folder)
+    call = re.search(r"genmetrics\.data\.io\.images\.list_images\((.+?)\) \(", str(e.value))
+    assert call is not None, str(e.value)
+    import genmetrics.data.io.images as module
+
+    listed = module.list_images(ast.literal_eval(call[1]))  # the quoted path, as printed
+    assert [p.name for p in listed] == ["a.png", "b.png"]
+
+
+def _mkdir(p):
+    p.mkdir(parents=True)
+    return p
