@@ -376,12 +376,17 @@ def _drop_bad_files(
         more = f" (and {len(bad) - 1} more bad file(s))" if len(bad) > 1 else ""
         raise InputError(f"{first}{more}; pass --on-error skip to report bad files and score the rest")
     for f, msg in bad.items():
-        click.echo(f"warning: skipped {f}: {msg}", err=True)
+        _skipped(f, msg)
     samples = [s for s in samples if s.candidate not in bad and not any(r in bad for r in _references(s))]
     real = [f for f in real if f not in bad] if real is not None else None
     if not samples or (real is not None and not real):
         raise InputError("every candidate (or every reference) was a bad file; nothing left to score")
     return samples, real
+
+
+def _skipped(f: Path, msg: str) -> None:
+    """The ``--on-error skip`` report of one file (a message that starts with the file's name names it once)."""
+    click.echo(f"warning: skipped {f}: {msg.removeprefix(f'{f}: ')}", err=True)
 
 
 def _size_differs(s: Sample, cand: tuple[int, ...], ref: tuple[int, ...]) -> str:
@@ -403,7 +408,7 @@ def _decoded_size_error(s: Sample, cache: Any, on_error: str) -> bool:
     msg = _size_differs(s, tuple(c.shape[-2:]), tuple(r.shape[-2:]))
     if on_error == "stop":
         raise InputError(f"{msg}; pass --on-error skip to report bad files and score the rest")
-    click.echo(f"warning: skipped {s.candidate}: {msg}", err=True)
+    _skipped(s.candidate, msg)
     return True
 
 
@@ -473,7 +478,7 @@ def _decode_error(cache: DecodedCache, files: list[Path], on_error: str) -> bool
             continue
         if on_error == "stop":
             raise InputError(f"{err}; pass --on-error skip to report bad files and score the rest")
-        click.echo(f"warning: skipped {f}: {err}", err=True)
+        _skipped(f, str(err))
         return True
     return False
 

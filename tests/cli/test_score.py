@@ -283,7 +283,7 @@ def test_a_candidate_replaced_by_another_size_during_the_run_is_named_or_skipped
         out = tmp_path / f"s{workers}_{batch}.json"
         argv = [*args, "--on-error", "skip", "--workers", workers, "--batch-size", batch, "--out", str(out)]
         assert main(argv) == 0
-        assert f"skipped {victim}" in capsys.readouterr().err
+        assert f"skipped {victim}: size (12, 8) differs" in capsys.readouterr().err  # named once
         got.append(json.loads(out.read_text()))
     monkeypatch.setattr(score_mod, "_drop_bad_files", checked)
     victim.unlink()
