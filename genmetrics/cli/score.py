@@ -250,7 +250,9 @@ def score_cmd(
     same_size = get_card(name).reference is ReferenceKind.MATCHED and _keeps_size(name, kwargs)
     samples, real = _drop_bad_files(samples, real, on_error, same_size=same_size)
     metric = create_metric(name, **kwargs)
-    value, per, n = _run(metric, name, feed, samples, real, workers=n_workers, on_error=on_error)
+    value, per, n = _run(
+        metric, name, feed, samples, real, workers=n_workers, on_error=on_error, same_size=same_size
+    )
     result: dict[str, Any] = {"metric": name, "n": n, "value": value}
     if out:
         _write_out(Path(out), name, result, per)
@@ -366,10 +368,7 @@ def _drop_bad_files(
         if s.candidate not in bad and isinstance(s.reference, Path) and s.reference not in bad:
             (rw, rh), (cw, ch) = sizes[s.reference], sizes[s.candidate]
             if (rw, rh) != (cw, ch):
-                bad[s.candidate] = (
-                    f"{s.candidate}: size {(ch, cw)} differs from its reference {s.reference} {(rh, rw)}; resize "
-                    "the images or pass --option resize=to_first to resize candidates to their reference"
-                )
+                bad[s.candidate] = _size_differs(s, (ch, cw), (rh, rw))
     if not bad:
         return samples, real
     if on_error == "stop":
@@ -377,12 +376,40 @@ def _drop_bad_files(
         more = f" (and {len(bad) - 1} more bad file(s))" if len(bad) > 1 else ""
         raise InputError(f"{first}{more}; pass --on-error skip to report bad files and score the rest")
     for f, msg in bad.items():
-        click.echo(f"warning: skipped {f}: {msg}", err=True)
+        _skipped(f, msg)
     samples = [s for s in samples if s.candidate not in bad and not any(r in bad for r in _references(s))]
     real = [f for f in real if f not in bad] if real is not None else None
     if not samples or (real is not None and not real):
         raise InputError("every candidate (or every reference) was a bad file; nothing left to score")
     return samples, real
+
+
+def _skipped(f: Path, msg: str) -> None:
+    """The ``--on-error skip`` report of one file (a message that starts with the file's name names it once)."""
+    click.echo(f"warning: skipped {f}: {msg.removeprefix(f'{f}: ')}", err=True)
+
+
+def _size_differs(s: Sample, cand: tuple[int, ...], ref: tuple[int, ...]) -> str:
+    """The error for a candidate whose ``(height, width)`` differs from its reference's."""
+    return (
+        f"{s.candidate}: size {cand} differs from its reference {s.reference} {ref}; resize the images or "
+        "pass --option resize=to_first to resize candidates to their reference"
+    )
+
+
+def _decoded_size_error(s: Sample, cache: Any, on_error: str) -> bool:
+    """Whether the decoded candidate's size differs from its reference's (a file replaced after the header
+    check): stop naming it, or (``--on-error skip``) report it, as the header check does."""
+    if not isinstance(s.reference, Path):
+        return False
+    c, r = cache.get(s.candidate), cache.get(s.reference)
+    if not all(hasattr(x, "shape") and len(x.shape) == 3 for x in (c, r)) or c.shape[-2:] == r.shape[-2:]:
+        return False
+    msg = _size_differs(s, tuple(c.shape[-2:]), tuple(r.shape[-2:]))
+    if on_error == "stop":
+        raise InputError(f"{msg}; pass --on-error skip to report bad files and score the rest")
+    _skipped(s.candidate, msg)
+    return True
 
 
 def _run(
@@ -394,9 +421,11 @@ def _run(
     *,
     workers: int = 0,
     on_error: str = "stop",
+    same_size: bool = False,
 ) -> tuple[Any, dict[str, Any] | None, int]:
     """Feed the metric (the real set first, then the candidates, in chunks of its batch size), each file
-    decoded once by the input pipeline; returns the value, the per-sample results and the samples scored."""
+    decoded once by the input pipeline; returns the value, the per-sample results and the samples scored.
+    ``same_size``: the metric compares pixels without resizing (decoded sizes are checked per pair)."""
     import torch
 
     from genmetrics.data.io.batching import fixed_batches
@@ -424,7 +453,10 @@ def _run(
         with contextlib.closing(caches):
             for chunk, cache in progress(zip(chunks, caches), desc=name, unit="batch", total=len(chunks)):
                 good = [
-                    s for s in chunk if not _decode_error(cache, [s.candidate, *_references(s)], on_error)
+                    s
+                    for s in chunk
+                    if not _decode_error(cache, [s.candidate, *_references(s)], on_error)
+                    and not (same_size and not paths and _decoded_size_error(s, cache, on_error))
                 ]
                 if not good:
                     continue
@@ -446,7 +478,7 @@ def _decode_error(cache: DecodedCache, files: list[Path], on_error: str) -> bool
             continue
         if on_error == "stop":
             raise InputError(f"{err}; pass --on-error skip to report bad files and score the rest")
-        click.echo(f"warning: skipped {f}: {err}", err=True)
+        _skipped(f, str(err))
         return True
     return False
 

@@ -167,7 +167,11 @@ def file_list_hash(files: list[Path]) -> str:
     """
     h = hashlib.sha256()
     for f in sorted(files, key=lambda p: p.stem):
-        h.update(f"{f.name}\t{os.path.getsize(f)}\n".encode())
+        try:
+            size = os.path.getsize(f)
+        except OSError:  # missing or a broken link: named when it is read, per --on-error
+            size = -1
+        h.update(f"{f.name}\t{size}\n".encode())
     return h.hexdigest()[:16]
 
 

@@ -214,3 +214,79 @@ def test_an_option_given_twice_is_refused_before_scoring():
         _metric_options(
             "raclip", raclip, (f"{raclip.condition_option}=a,b",), **{**args, "attributes": "c,d"}
         )
+
+
+def test_a_broken_link_among_the_candidates_is_named_or_skipped_never_dropped(tmp_path, capsys):
+    """`score psnr` on a folder holding a dangling link scored the other images and said nothing of it (n one
+    short, the link never named). Now the default stops naming it and --on-error skip reports it; the scores
+    of the rest are the same for any --workers and --batch-size."""
+    from genmetrics.cli.main import main
+
+    refs, gen = _images(tmp_path / "r", n=5, seed=1), _images(tmp_path / "g", n=5, seed=2)
+    names = sorted(p.name for p in gen.iterdir())
+    (gen / names[1]).unlink()
+    (gen / names[1]).symlink_to(tmp_path / "moved.png")
+    args = ["score", "psnr", "-r", str(refs), "-c", str(gen)]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert names[1] in err and "broken symbolic link" in err and "--on-error skip" in err
+    got = []
+    for workers, batch in (("0", "1"), ("2", "1"), ("3", "7")):
+        out = tmp_path / f"s{workers}_{batch}.json"
+        argv = [
+            *args,
+            "--on-error",
+            "skip",
+            "--workers",
+            workers,
+            "--batch-size",
+            batch,
+            "--json",
+            "--out",
+            str(out),
+        ]
+        assert main(argv) == 0
+        err = capsys.readouterr().err
+        assert f"skipped {gen / names[1]}" in err
+        got.append(json.loads(out.read_text()))
+    assert len({json.dumps(g["per_sample"]) for g in got}) == 1  # bitwise the same scores and ids
+    assert got[0]["per_sample"]["ids"] == [n.rsplit(".", 1)[0] for n in names if n != names[1]]
+    assert got[0]["n"] == len(names) - 1
+
+
+def test_a_candidate_replaced_by_another_size_during_the_run_is_named_or_skipped(
+    tmp_path, capsys, monkeypatch
+):
+    """A candidate rewritten with another size after the header check (a generator still writing the folder)
+    stopped `score ssim` with 'candidates[0]: size ... differs', naming neither the file nor the CLI fix, and
+    --on-error skip did not skip it. Now the decoded pair is checked: named, or skipped and reported, with
+    the same scores for the rest as a run without that file, for any --workers / --batch-size."""
+    from genmetrics.cli import score as score_mod
+    from genmetrics.cli.main import main
+
+    refs, gen = _images(tmp_path / "r", n=5, seed=1), _images(tmp_path / "g", n=5, seed=2)
+    victim = sorted(gen.iterdir())[2]
+    checked = score_mod._drop_bad_files
+
+    def check_then_replace(*a, **k):
+        out = checked(*a, **k)
+        Image.new("RGB", (8, 12)).save(victim)  # after the check, before the decode
+        return out
+
+    monkeypatch.setattr(score_mod, "_drop_bad_files", check_then_replace)
+    args = ["score", "ssim", "-r", str(refs), "-c", str(gen)]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert str(victim) in err and "--option resize=to_first" in err and "candidates[0]" not in err
+    got = []
+    for workers, batch in (("0", "1"), ("2", "7")):
+        out = tmp_path / f"s{workers}_{batch}.json"
+        argv = [*args, "--on-error", "skip", "--workers", workers, "--batch-size", batch, "--out", str(out)]
+        assert main(argv) == 0
+        assert f"skipped {victim}: size (12, 8) differs" in capsys.readouterr().err  # named once
+        got.append(json.loads(out.read_text()))
+    monkeypatch.setattr(score_mod, "_drop_bad_files", checked)
+    victim.unlink()
+    assert main([*args, "--out", str(tmp_path / "without.json")]) == 0
+    without = json.loads((tmp_path / "without.json").read_text())
+    assert got[0] == got[1] == without  # bitwise: the skip is the run without the file

@@ -43,3 +43,23 @@ def test_skip_reports_and_scores_the_rest(tmp_path, capsys):
     assert len(by_gen["good"]) == len(by_gen["mid"]) == 6
     skipped = [json.loads(line) for line in (tmp_path / "out" / "skipped.jsonl").read_text().splitlines()]
     assert [(s["generator"], s["id"]) for s in skipped] == [("bad", "s03")]
+
+
+def test_a_broken_link_is_skipped_and_reported_like_a_corrupt_file(tmp_path, capsys):
+    """A generator folder holding a dangling link (an image moved away) stopped the leaderboard with a bare
+    ``error: [Errno 2] No such file or directory`` before scoring, --on-error skip or not (the file list's
+    fingerprint and the input hashes read every file); now it is one bad file like any other."""
+    root = make_set(tmp_path / "set")
+    bad = root / "gen" / "bad" / "s03.png"
+    bad.unlink()
+    bad.symlink_to(tmp_path / "moved.png")
+    cfg = toml_config(root, PSNR, extra="[run]\nbatch_size = 4\n")
+    rc = main(["leaderboard", str(cfg), "--out", str(tmp_path / "out"), "--no-plots", "--on-error", "skip"])
+    err = capsys.readouterr().err
+    assert rc == 0, err
+    assert "warning: skipped bad/s03" in err and "broken symbolic link" in err and "Errno" not in err
+    skipped = [json.loads(line) for line in (tmp_path / "out" / "skipped.jsonl").read_text().splitlines()]
+    assert [(s["generator"], s["id"]) for s in skipped] == [("bad", "s03")]
+    rc = main(["leaderboard", str(cfg), "--out", str(tmp_path / "out2"), "--no-plots"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "s03.png" in err and "broken symbolic link" in err and "Errno" not in err

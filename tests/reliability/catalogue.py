@@ -1551,6 +1551,28 @@ def _hidden_files(ws: Path) -> list[str]:
     return _score("psnr", ws, "with_hidden")
 
 
+def _folder_with(ws: Path, name: str, plant) -> list[str]:
+    folder = ws / name
+    if not folder.exists():
+        folder.mkdir()
+        for f in (ws / "gen").iterdir():
+            (folder / f.name).write_bytes(f.read_bytes())
+        plant(folder)
+    return _score("psnr", ws, name)
+
+
+def _folder_broken_link(ws: Path) -> list[str]:
+    return _folder_with(
+        ws,
+        "with_broken_link",
+        lambda d: (d / "s0.png").unlink() or (d / "s0.png").symlink_to(ws / "gone.png"),
+    )
+
+
+def _folder_named_png(ws: Path) -> list[str]:
+    return _folder_with(ws, "with_png_folder", lambda d: (d / "notes.png").mkdir())
+
+
 def _compare_locked(ws: Path) -> list[str]:
     from genmetrics.data.output.lock import OutputLock
 
@@ -1695,6 +1717,21 @@ CASES += [
         None,
         "1 hidden file(s) skipped",
         cli=_hidden_files,
+        exit_code=0,
+    ),
+    Case(
+        "folder-broken-link",
+        "a symbolic link whose target is gone, inside a candidates folder: named (it was dropped without a word)",
+        InputError,
+        "broken symbolic link",
+        cli=_folder_broken_link,
+    ),
+    Case(
+        "folder-entry-named-like-image",
+        "a folder named notes.png inside an image folder: skipped with a warning naming it",
+        None,
+        "not being files (first: notes.png)",
+        cli=_folder_named_png,
         exit_code=0,
     ),
     # class 5/9: a score given as text

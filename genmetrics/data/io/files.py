@@ -6,13 +6,14 @@ these names (the image input contract).
 
 from __future__ import annotations
 
+import errno
 import os
 import warnings
 from pathlib import Path
 
 from genmetrics.errors import InputError
 
-__all__ = ["IMAGE_EXTENSIONS", "list_images", "stem_index", "unused_references"]
+__all__ = ["IMAGE_EXTENSIONS", "broken_link", "list_images", "stem_index", "unused_references"]
 
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".webp", ".bmp", ".tif", ".tiff", ".gif")
 
@@ -30,9 +31,7 @@ def list_images(folder: str | os.PathLike, *, recursive: bool = False) -> list[P
     root = Path(folder)
     if not root.exists():
         if root.is_symlink():
-            raise InputError(
-                f"{str(root)!r} is a broken symbolic link (to {os.readlink(root)!r}); fix or remove it"
-            )
+            raise broken_link(root)
         if any(c in root.name for c in "*?["):
             raise InputError(
                 f"image folder {str(root)!r} does not exist (a pattern such as *.png is not expanded here; "
@@ -46,7 +45,22 @@ def list_images(folder: str | os.PathLike, *, recursive: bool = False) -> list[P
             f"{str(root)!r} is neither a folder nor an image file ({', '.join(IMAGE_EXTENSIONS)})"
         )
     it = root.rglob("*") if recursive else root.iterdir()
-    found = [p for p in it if p.suffix.lower() in IMAGE_EXTENSIONS and p.is_file()]
+    found, others = [], []
+    for p in it:
+        if p.suffix.lower() not in IMAGE_EXTENSIONS:
+            continue
+        if p.is_file() or (p.is_symlink() and not p.exists()):
+            # a broken symbolic link (or a loop) is a missing image: listed, so the reader names it (or skips
+            # and reports it, per --on-error) instead of the run scoring fewer images without a word
+            found.append(p)
+        elif not (recursive and p.is_dir()):  # a recursive listing looks inside a folder named x.png
+            others.append(p.name)
+    if others:  # a folder named x.png, a socket, a device: not image files, skipped but named
+        warnings.warn(
+            f"image folder {str(root)!r}: {len(others)} entr{'y' if len(others) == 1 else 'ies'} with an "
+            f"image extension skipped, not being files (first: {sorted(others)[0]}); rename or remove them",
+            stacklevel=2,
+        )
     files = sorted(p for p in found if not p.name.startswith("."))
     hidden = sorted(p.name for p in found if p.name.startswith("."))
     if hidden:  # e.g. macOS "._x.png" companions: skipped, but never without a word
@@ -61,6 +75,29 @@ def list_images(folder: str | os.PathLike, *, recursive: bool = False) -> list[P
             f"{' recursively' if recursive else ''})"
         )
     return files
+
+
+def broken_link(path: Path) -> InputError:
+    """The error for a symbolic link whose target is missing, or that points back to itself (a loop).
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     (Path(d) / "x.png").symlink_to("x.png")
+    ...     "points back to itself" in str(broken_link(Path(d) / "x.png"))
+    True
+    """
+    target = os.readlink(path)
+    try:
+        os.stat(path)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            return InputError(
+                f"{str(path)!r} is a symbolic link that points back to itself (a loop, through {target!r}); "
+                "point it at the image or remove it"
+            )
+    return InputError(
+        f"{str(path)!r} is a broken symbolic link (to {target!r}, which does not exist); fix or remove it"
+    )
 
 
 def stem_index(files: list[Path], *, role: str) -> dict[str, Path]:

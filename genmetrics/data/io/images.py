@@ -48,6 +48,7 @@ from PIL import Image, ImageFile, ImageOps, UnidentifiedImageError
 from genmetrics.core.options import env
 from genmetrics.data.io.files import (  # noqa: F401 - re-exported: the listing rules live apart, torch-free
     IMAGE_EXTENSIONS,
+    broken_link,
     list_images,
     stem_index,
     unused_references,
@@ -124,12 +125,16 @@ def load_image(
     """
     p = Path(path)
     if not p.exists():
+        if p.is_symlink():
+            raise broken_link(p)
         raise InputError(
             f"image file {str(p)!r} does not exist; check the path (relative paths resolve from {os.getcwd()!r})"
         )
     if p.is_dir():
         raise InputError(
-            f"{str(p)!r} is a folder, expected an image file; pass the folder where a folder is accepted"
+            f"{str(p)!r} is a folder, expected an image file; pass its images, e.g. "
+            f"genmetrics.data.io.images.list_images({str(p)!r}) (sorted by name; "
+            "on the command line a folder is accepted as is)"
         )
     if p.stat().st_size == 0:
         raise InputError(f"image file {str(p)!r} is empty (0 bytes); regenerate or remove it")
@@ -168,6 +173,11 @@ def load_image(
         raise InputError(
             f"{str(p)!r} is not an image Pillow can read (corrupt, or another file type with an image "
             "extension); replace or remove it"
+        ) from None
+    except PermissionError:  # the file is fine, the reader may not open it: no reason to replace it
+        raise InputError(
+            f"image file {str(p)!r} cannot be read (permission denied for this user); give read permission "
+            "(chmod a+r) or remove it"
         ) from None
     except (OSError, SyntaxError, ValueError) as e:
         raise InputError(

@@ -17,6 +17,8 @@ from genmetrics.errors import InputError
 
 #: a cache entry packed: size, mtime_ns, ctime_ns (signed), inode (unsigned), the 8 bytes of the hash
 _ENTRY = struct.Struct("<qqqQ8s")
+#: the hash of a file that cannot be read (never cached: the file is read again once it is fixed)
+UNREADABLE = "unreadable"
 _HEX16 = re.compile(r"[0-9a-f]{16}")
 
 
@@ -98,13 +100,16 @@ class HashCache:
         p = os.path.abspath(given)
         if p == given:
             p = given  # the caller's string (a Path keeps its own): one copy of each name, not two
-        st = os.stat(p)
-        hit = self._known.get(p)
-        if hit is not None:
-            size, mtime, ctime, ino, h = _ENTRY.unpack(hit)
-            if (size, mtime, ctime, ino) == (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino):
-                return h.hex()
-        digest = _sha256_file(p)
+        try:
+            st = os.stat(p)
+            hit = self._known.get(p)
+            if hit is not None:
+                size, mtime, ctime, ino, h = _ENTRY.unpack(hit)
+                if (size, mtime, ctime, ino) == (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino):
+                    return h.hex()
+            digest = _sha256_file(p)
+        except OSError:  # missing, a broken link, no permission: the reader names the file per --on-error
+            return UNREADABLE
         self._known[p] = _ENTRY.pack(
             st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, bytes.fromhex(digest)
         )

@@ -13,6 +13,7 @@ from PIL import Image, ImageFile
 
 from genmetrics.data.io.images import (
     ResizePolicy,
+    check_image_header,
     list_images,
     load_batch,
     load_image,
@@ -332,3 +333,59 @@ def _(ctx):
 
 
 test_hostile = HOSTILE.test()
+
+
+def test_a_broken_link_and_a_loop_are_named_as_links(tmp_path):
+    """load_image said 'does not exist; check the path' for a link that is there, pointing nowhere or at itself."""
+    (tmp_path / "b.png").symlink_to(tmp_path / "gone.png")
+    (tmp_path / "c.png").symlink_to("c.png")
+    with pytest.raises(InputError, match=r"b\.png' is a broken symbolic link \(to .*gone\.png"):
+        load_image(tmp_path / "b.png")
+    with pytest.raises(InputError, match=r"c\.png' is a symbolic link that points back to itself"):
+        load_image(tmp_path / "c.png")
+
+
+def test_a_file_this_user_may_not_read_is_named_as_such_not_as_corrupt(tmp_path, monkeypatch):
+    """A chmod 000 image was 'corrupt or truncated (...Permission denied...); replace or remove it': the file
+    is fine and replacing it is the wrong fix. The error is raised the way a non-root user meets it (the
+    tests may run as root, who reads any file)."""
+    from PIL import Image as PILImage
+
+    path = tmp_path / "locked.png"
+    PILImage.new("RGB", (4, 4)).save(path)
+    real_open = PILImage.open
+
+    def refuse(fp, *a, **k):
+        if str(fp) == str(path):
+            raise PermissionError(13, "Permission denied", str(fp))
+        return real_open(fp, *a, **k)
+
+    monkeypatch.setattr(PILImage, "open", refuse)
+    for read in (load_image, check_image_header):
+        with pytest.raises(InputError, match=r"locked\.png' cannot be read \(permission denied") as e:
+            read(path)
+        assert "corrupt" not in str(e.value) and "chmod" in str(e.value)
+
+
+def test_a_folder_given_as_an_image_names_the_call_that_lists_its_images(tmp_path):
+    """`metric.update(reference="refs", ...)` said 'pass the folder where a folder is accepted' without saying
+    where; the error now names the listing call, and that call, pasted, gives the folder's images."""
+    import ast
+    import re
+
+    folder = tmp_path / "refs"
+    Image.new("RGB", (4, 4)).save(_mkdir(folder) / "b.png")
+    Image.new("RGB", (4, 4)).save(folder / "a.png")
+    with pytest.raises(InputError) as e:
+        load_image(folder)
+    call = re.search(r"genmetrics\.data\.io\.images\.list_images\((.+?)\) \(", str(e.value))
+    assert call is not None, str(e.value)
+    import genmetrics.data.io.images as module
+
+    listed = module.list_images(ast.literal_eval(call[1]))  # the quoted path, as printed
+    assert [p.name for p in listed] == ["a.png", "b.png"]
+
+
+def _mkdir(p):
+    p.mkdir(parents=True)
+    return p

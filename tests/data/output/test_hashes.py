@@ -109,3 +109,15 @@ def test_cache_entries_that_cannot_be_held_packed_are_hashed_again(tmp_path):
     for entry in ([*stamp, "ABCDEF0123456789"], [2**64, *stamp[1:], "0123456789abcdef"]):
         store.write_text(json.dumps({"version": 1, "files": {str(img): entry}}))
         assert HashCache(store)(img) == _sha(b"abc")
+
+
+def test_a_file_that_cannot_be_read_hashes_as_unreadable_and_is_hashed_once_it_can(tmp_path):
+    """A broken link among a leaderboard's images stopped the run with a bare ``[Errno 2]`` before anything was
+    scored, even with --on-error skip: the hash of an unreadable file is now a marker (never cached), and the
+    reader names the file per --on-error."""
+    link = tmp_path / "a.png"
+    link.symlink_to(tmp_path / "target.png")
+    cache = HashCache(tmp_path / "hashes.json")
+    assert cache(link) == H.UNREADABLE
+    (tmp_path / "target.png").write_bytes(b"abc")
+    assert cache(link) == hashlib.sha256(b"abc").hexdigest()[:16]
