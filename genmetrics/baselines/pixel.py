@@ -368,10 +368,16 @@ class SSIM(_PairedPixelMetric):
         _odd(self.kernel_size, "ssim")
 
     def _fn(self, preds: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        if min(preds.shape[-2:]) < self.kernel_size:
+        side = min(preds.shape[-2:])
+        if side < self.kernel_size:
+            fit = side if side % 2 else side - 1  # the largest odd window that fits
+            fix = (
+                f"pass kernel_size={fit} (--option kernel_size={fit} on the command line) or use larger images"
+                if fit >= 3
+                else "use larger images (the smallest window is 3 px)"
+            )
             raise InputError(
-                f"ssim: images of {tuple(preds.shape[-2:])} are smaller than the {self.kernel_size}px window; "
-                "pass kernel_size=... smaller or use larger images"
+                f"ssim: images of {tuple(preds.shape[-2:])} are smaller than the {self.kernel_size}px window; {fix}"
             )
         return in_chunks(
             lambda p, t: P.ssim(p, t, kernel_size=self.kernel_size, sigma=self.sigma),

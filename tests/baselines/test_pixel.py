@@ -315,3 +315,14 @@ def test_uint8_psnr_takes_the_one_pass_path_and_is_batch_invariant(monkeypatch):
     # the float path rounds each u/255 (eps/2 relative) before subtracting: a difference of 1/255 between
     # values near 1 carries up to 2 * 255 eps relative error, so its MSE up to 4 * 255 eps (+ rows' 26 eps)
     assert torch.allclose(as_float, fast, atol=10 / 2.302585 * (4 * 255 + 26) * EPS32, rtol=0)
+
+
+@pytest.mark.parametrize("side, fix", [(8, "kernel_size=7"), (9, "kernel_size=9"), (2, "use larger images")])
+def test_ssim_on_images_smaller_than_the_window_names_a_window_that_fits(side, fix):
+    x = torch.rand(1, 3, side, side, generator=torch.Generator().manual_seed(0))
+    with pytest.raises(InputError, match=f"smaller than the 11px window; .*{fix}") as e:
+        gm.create_metric("ssim").score(x, x)
+    if side > 2:  # the value named is accepted and scores these images
+        k = int(fix.split("=")[1])
+        assert float(gm.create_metric("ssim", kernel_size=k).score(x, x)) == pytest.approx(1.0, abs=1e-6)
+    assert "kernel_size=..." not in str(e.value)
