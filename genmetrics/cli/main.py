@@ -294,6 +294,26 @@ def _first_line(err: BaseException | str) -> str:
 
 
 @contextlib.contextmanager
+def _quiet_dead_worker_finalisers(debug: bool) -> Iterator[None]:
+    """torch's SIGCHLD handler raises "DataLoader worker (pid N) exited unexpectedly" wherever the main
+    process is: also inside a finaliser (the loader iterator's ``__del__`` while the run unwinds), where
+    Python prints it as "Exception ignored in ... Traceback". The run's one ``error:`` line already names the
+    dead worker, so that report is dropped (``--debug`` keeps it); any other unraisable exception is printed
+    as Python does."""
+    default = sys.unraisablehook
+
+    def hook(unraisable: Any) -> None:
+        if debug or WorkerDiedError.of(unraisable.exc_value) is None:
+            default(unraisable)
+
+    sys.unraisablehook = hook
+    try:
+        yield
+    finally:
+        sys.unraisablehook = default
+
+
+@contextlib.contextmanager
 def _warnings_as_lines(debug: bool) -> Iterator[None]:
     """Python warnings (a dropped animation frame, a truncated prompt) as one ``warning: ...`` line each."""
     with warnings.catch_warnings():
@@ -317,7 +337,7 @@ def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args
     try:
-        with _warnings_as_lines(debug):
+        with _warnings_as_lines(debug), _quiet_dead_worker_finalisers(debug):
             check_environment()  # a bad GENMETRICS_* variable is named before any work
             cli.main(args=args, prog_name="genmetrics", standalone_mode=False)
         return 0

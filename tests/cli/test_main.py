@@ -301,3 +301,34 @@ def test_a_warning_is_one_line_once(monkeypatch, capsys):
     monkeypatch.setattr("genmetrics.cli.main.check_environment", warn)
     assert main(["list"]) == 0
     assert capsys.readouterr().err == "warning: frame 3 dropped\n"
+
+
+def test_a_dead_worker_reported_from_a_finaliser_prints_no_traceback(monkeypatch):
+    """torch's SIGCHLD handler can raise inside the loader's ``__del__`` while a run unwinds after a worker
+    died: Python printed 'Exception ignored ... Traceback' above the one error line. Other finaliser errors,
+    and every one under --debug, still reach Python's hook."""
+    import sys
+
+    from genmetrics.cli.main import _quiet_dead_worker_finalisers
+
+    seen: list[str] = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda u: seen.append(str(u.exc_value)))
+
+    class Dies:
+        def __init__(self, msg: str) -> None:
+            self.msg = msg
+
+        def __del__(self) -> None:
+            raise RuntimeError(self.msg)
+
+    with _quiet_dead_worker_finalisers(False):
+        Dies("DataLoader worker (pid(s) 7) exited unexpectedly")  # finalised at once
+        Dies("boom")
+    with _quiet_dead_worker_finalisers(True):
+        Dies("DataLoader worker (pid(s) 8) exited unexpectedly")
+    Dies("DataLoader worker (pid(s) 9) exited unexpectedly")  # outside a run: Python's own report
+    assert seen == [
+        "boom",
+        "DataLoader worker (pid(s) 8) exited unexpectedly",
+        "DataLoader worker (pid(s) 9) exited unexpectedly",
+    ]
